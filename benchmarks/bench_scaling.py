@@ -1,0 +1,70 @@
+"""Speed of the closed-form model against the discrete-event reference.
+
+Prints configurations per second of ``scalemodel.scaling_factor`` over a 10^6-point grid
+(bandwidth x workers x utilization x ratio) for resnet50, the discrete-event reference's
+rate on a sample of the same grid, the speed-up, and the largest relative difference
+between the two on that sample. Run: ``python benchmarks/bench_scaling.py``.
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")  # one core
+
+import numpy as np  # noqa: E402
+
+import scalemodel as sm  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from des_reference import simulate_iteration  # noqa: E402
+
+
+def grid():
+    bw = np.logspace(9, 11, 100)[:, None, None, None]
+    n = np.array([2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])[None, :, None, None]
+    u = np.linspace(0.1, 1.0, 25)[None, None, :, None]
+    r = np.linspace(1.0, 100.0, 40)[None, None, None, :]
+    return bw, n, u, r
+
+
+def best_of(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
+def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
+    bw, n, u, r = grid()
+    size = np.broadcast(bw, n, u, r).size
+    profile = sm.load_profile(model)
+    print(f"model {model}, fusion {fusion}, ring all-reduce; grid of {size:,} configurations "
+          f"(100 bandwidths x 10 worker counts x 25 utilizations x 40 ratios)")
+    dt, sf = best_of(lambda: sm.scaling_factor(profile, n, bw, utilization=u, compression=r,
+                                               fusion=fusion), repeat)
+    rate = size / dt
+    print(f"closed form: {dt * 1e3:8.1f} ms per grid  -> {rate:12.3e} configurations/s")
+
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, size, des_samples)
+    B, N, U, R = (np.broadcast_to(a, sf.shape).reshape(-1)[idx] for a in (bw, n, u, r))
+    t0 = time.perf_counter()
+    ref = np.array([profile.iteration_time / simulate_iteration(
+        profile, int(nn), bb, utilization=uu, compression=rr, fusion=fusion)
+        for bb, nn, uu, rr in zip(B, N, U, R)])
+    des_dt = (time.perf_counter() - t0) / des_samples
+    print(f"discrete-event reference: {des_dt * 1e3:8.3f} ms per configuration "
+          f"-> {1 / des_dt:12.3e} configurations/s")
+    print(f"speed-up: {rate * des_dt:,.0f}x")
+    diff = np.max(np.abs(sf.reshape(-1)[idx] / ref - 1))
+    print(f"largest relative difference closed form vs reference on {des_samples} samples: "
+          f"{diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()

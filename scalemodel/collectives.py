@@ -1,0 +1,427 @@
+r"""Closed-form cost models of collective operations (alpha-beta-gamma form).
+
+Every collective's time on a message of :math:`S` bytes among :math:`n` workers is written
+
+.. math::
+   :label: alpha-beta-gamma
+
+   T(S, n) = \underbrace{\lambda(n)\,\alpha}_{\text{latency}}
+           + \underbrace{\Gamma(S, n)}_{\text{overhead}}
+           + \underbrace{W(S, n)\;\frac{1}{u \, B \, r}}_{\text{wire}}
+
+with :math:`\alpha` the per-message latency [s], :math:`W` the bits each worker's link
+carries [bit], :math:`B` the line rate [bits/s], :math:`u \in (0, 1]` the achieved
+utilization of that line rate, :math:`r \ge 1` the compression ratio that divides the
+bytes on the wire, and :math:`\Gamma` the time of the element-wise reductions (a linear
+:math:`\gamma S` or a measured size-to-time curve, see :class:`ReductionCost`) plus any
+intra-node transfers. Writing :math:`x = 1/(u B r)` [s/bit], every collective is a straight
+line :math:`T = a + W x` in :math:`x`; the overlap model builds on exactly that.
+
+The coefficient functions return the three parts separately as a :class:`CollectiveCost`
+(``latency`` [s], ``overhead`` [s], ``bits`` [bit]), vectorized over the message size.
+
+References
+----------
+.. [1] R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective Communication
+   Operations in MPICH", IJHPCA 19(1), 2005. doi:10.1177/1094342005051521
+.. [2] P. Sanders, J. Speck, J. L. Traeff, "Two-tree algorithms for full bandwidth
+   broadcast, reduction and scan", Parallel Computing 35(12), 2009.
+   doi:10.1016/j.parco.2009.09.001 (the double binary tree NCCL uses)
+.. [3] P. Patarasuk, X. Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
+   workstations", JPDC 69(2), 2009. doi:10.1016/j.jpdc.2008.09.002
+.. [4] A. Sergeev, M. Del Balso, "Horovod: fast and easy distributed deep learning in
+   TensorFlow", arXiv:1802.05799, 2018 (hierarchical all-reduce).
+.. [5] M. Li et al., "Scaling Distributed Machine Learning with the Parameter Server",
+   OSDI 2014.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import attrs
+import numpy as np
+
+from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
+from .units import check_count, check_fraction, check_nonnegative, check_ratio, parse_bandwidth
+
+__all__ = [
+    "ReductionCost",
+    "CollectiveCost",
+    "CollectiveOptions",
+    "ALGORITHMS",
+    "collective_cost",
+    "collective_time",
+    "ring_allreduce_time",
+    "tree_allreduce_time",
+    "halving_doubling_allreduce_time",
+    "hierarchical_allreduce_time",
+    "allgather_time",
+    "parameter_server_time",
+]
+
+
+# --------------------------------------------------------------------------- reduction
+
+
+def _as_1d_float(value, name):
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim != 1:
+        raise InvalidParameterError(name, value, "must be a one-dimensional sequence")
+    return arr
+
+
+@attrs.frozen(eq=False)
+class ReductionCost:
+    r"""Time of one element-wise reduction (sum) of a buffer, as a function of its size.
+
+    Either linear, :math:`t(s) = t_0 + \gamma s`, or a measured table of (size, time)
+    pairs, interpolated linearly and clamped at both ends (as the measured V100
+    vector-add curve is used in Zhang et al., arXiv:2006.10103).
+
+    Parameters
+    ----------
+    gamma : float
+        Time per byte of the linear form [s/byte].
+    latency : float
+        Fixed time per reduction call (kernel launch) of the linear form [s].
+    table_bytes, table_seconds : numpy.ndarray or None
+        Measured sizes [bytes] (increasing) and times [s]; when given they replace the
+        linear form.
+    name : str
+        Label for reports.
+    """
+
+    gamma: float = attrs.field(default=0.0, converter=float)
+    latency: float = attrs.field(default=0.0, converter=float)
+    table_bytes: np.ndarray | None = attrs.field(default=None)
+    table_seconds: np.ndarray | None = attrs.field(default=None)
+    name: str = "linear"
+
+    def __attrs_post_init__(self):
+        check_nonnegative(self.gamma, "gamma")
+        check_nonnegative(self.latency, "latency")
+        if (self.table_bytes is None) != (self.table_seconds is None):
+            raise InvalidParameterError("table_seconds", self.table_seconds,
+                                        "table_bytes and table_seconds come together")
+        if self.table_bytes is not None:
+            xb = _as_1d_float(self.table_bytes, "table_bytes")
+            ys = _as_1d_float(self.table_seconds, "table_seconds")
+            if xb.size < 1 or xb.size != ys.size:
+                raise InvalidParameterError("table_seconds", self.table_seconds,
+                                            f"needs as many entries as table_bytes ({xb.size})")
+            if not (np.all(np.isfinite(xb)) and np.all(np.diff(xb) > 0) and xb[0] >= 0):
+                raise InvalidParameterError("table_bytes", self.table_bytes,
+                                            "sizes must be finite, >= 0 and increasing")
+            if not (np.all(np.isfinite(ys)) and np.all(ys >= 0)):
+                raise InvalidParameterError("table_seconds", self.table_seconds,
+                                            "times must be finite and >= 0")
+            object.__setattr__(self, "table_bytes", xb)
+            object.__setattr__(self, "table_seconds", ys)
+
+    @classmethod
+    def from_table(cls, nbytes, seconds, name="table"):
+        """A reduction cost measured as (size [bytes], time [s]) pairs."""
+        return cls(table_bytes=nbytes, table_seconds=seconds, name=name)
+
+    def __call__(self, nbytes):
+        """Time of one reduction of ``nbytes`` bytes [s] (vectorized; 0 for 0 bytes)."""
+        s = np.asarray(nbytes, dtype=float)
+        if self.table_bytes is not None:
+            t = np.interp(s, self.table_bytes, self.table_seconds)
+        else:
+            t = self.latency + self.gamma * s
+        return np.where(s > 0, t, 0.0)
+
+
+NO_REDUCTION_COST = ReductionCost(name="free")
+
+
+# --------------------------------------------------------------------------- options
+
+
+@attrs.frozen
+class CollectiveOptions:
+    """Network constants the collective models use besides the line rate.
+
+    Parameters
+    ----------
+    alpha : float
+        Per-message latency of the inter-node network [s].
+    gpus_per_node : int
+        Workers per node for the hierarchical all-reduce [workers].
+    intra_bw : float
+        Intra-node link rate (NVLink, PCIe) for the hierarchical all-reduce [bits/s].
+        The default, 2.4e12, is 300 GB/s, the V100's NVLink 2.0 aggregate.
+    intra_alpha : float
+        Per-message latency inside a node [s].
+    ps_servers : int or None
+        Number of dedicated parameter servers; ``None`` means one server shard co-located
+        with every worker (the bytes are evenly sharded) [servers].
+    """
+
+    alpha: float = attrs.field(default=0.0, converter=float)
+    gpus_per_node: int = 8
+    intra_bw: float = 2.4e12
+    intra_alpha: float = attrs.field(default=0.0, converter=float)
+    ps_servers: int | None = None
+
+    def __attrs_post_init__(self):
+        check_nonnegative(self.alpha, "alpha")
+        check_nonnegative(self.intra_alpha, "intra_alpha")
+        object.__setattr__(self, "gpus_per_node", check_count(self.gpus_per_node, "gpus_per_node"))
+        object.__setattr__(self, "intra_bw", parse_bandwidth(self.intra_bw, "intra_bw"))
+        if self.ps_servers is not None:
+            object.__setattr__(self, "ps_servers", check_count(self.ps_servers, "ps_servers"))
+        for name in ("gpus_per_node", "ps_servers", "intra_bw"):
+            if isinstance(getattr(self, name), np.ndarray):
+                raise ParameterTypeError(name, getattr(self, name), "a scalar")
+
+
+# --------------------------------------------------------------------------- coefficients
+
+
+@attrs.frozen(eq=False)
+class CollectiveCost:
+    """The three parts of a collective's time, see equation :eq:`alpha-beta-gamma`.
+
+    Attributes
+    ----------
+    latency : numpy.ndarray
+        Message-latency part [s].
+    overhead : numpy.ndarray
+        Reductions and intra-node transfers [s]: does not depend on the network.
+    bits : numpy.ndarray
+        Bits on each worker's (or node's) network link before compression [bit].
+    """
+
+    latency: np.ndarray
+    overhead: np.ndarray
+    bits: np.ndarray
+
+    def time(self, bw, utilization=1.0, compression=1.0):
+        """Total time [s] at line rate ``bw`` [bits/s]."""
+        return self.latency + self.overhead + self.bits / (utilization * bw * compression)
+
+
+def _zeros_like(s):
+    z = np.zeros_like(s)
+    return CollectiveCost(z, z.copy(), z.copy())
+
+
+def _ring_cost(s, n, red, opt):
+    """Ring all-reduce: reduce-scatter then all-gather, 2(n-1) steps of S/n bytes [3]."""
+    return CollectiveCost(
+        latency=np.full_like(s, 2.0 * (n - 1) * opt.alpha),
+        overhead=(n - 1) * red(s / n),
+        bits=2.0 * (n - 1) / n * 8.0 * s,
+    )
+
+
+def _tree_cost(s, n, red, opt):
+    """NCCL double binary tree: each half of the buffer goes up and down one tree [2].
+
+    Every rank is an inner node of one tree and a leaf of the other, so it sends and
+    receives 2 S bytes in all; pipelining makes the latency 2 ceil(log2 n) steps.
+    """
+    depth = math.ceil(math.log2(n))
+    return CollectiveCost(
+        latency=np.full_like(s, 2.0 * depth * opt.alpha),
+        overhead=red(s),
+        bits=2.0 * 8.0 * s,
+    )
+
+
+def _halving_doubling_cost(s, n, red, opt):
+    """Rabenseifner's recursive halving (reduce-scatter) and doubling (all-gather) [1].
+
+    For n not a power of two, the n - p extra ranks first fold their data into partners
+    and get the result back at the end (p = 2^floor(log2 n)): 2 more steps of S bytes.
+    """
+    k = int(math.floor(math.log2(n)))
+    p = 2**k
+    overhead = sum((red(s / 2.0**j) for j in range(1, k + 1)), np.zeros_like(s))
+    steps, factor = 2.0 * k, 2.0 * (p - 1) / p
+    if p != n:
+        steps += 2.0
+        factor += 2.0
+        overhead = overhead + red(s)
+    return CollectiveCost(np.full_like(s, steps * opt.alpha), overhead, factor * 8.0 * s)
+
+
+def _hierarchical_cost(s, n, red, opt):
+    """Two-level all-reduce: intra-node reduce-scatter, inter-node ring, intra-node
+    all-gather [4].
+
+    g = ``gpus_per_node`` workers share one node and its network link; m = n / g nodes.
+    Each worker all-reduces S/g bytes across nodes, and the g concurrent rings share the
+    node's link, so the link carries 2 (m-1)/m S bytes: the line rate, utilization and
+    compression apply to this inter-node part only. The intra-node phases run at
+    ``intra_bw`` with ``intra_alpha`` and are uncompressed.
+    """
+    g = min(opt.gpus_per_node, n)
+    if n % g:
+        raise InvalidParameterError(
+            "n", n, f"the hierarchical all-reduce needs n to be a multiple of gpus_per_node={g}")
+    m = n // g
+    intra_bits = 2.0 * (g - 1) / g * 8.0 * s
+    overhead = intra_bits / opt.intra_bw + (g - 1) * red(s / g) + (m - 1) * red(s / (g * m))
+    latency = 2.0 * (g - 1) * opt.intra_alpha + 2.0 * (m - 1) * opt.alpha
+    return CollectiveCost(np.full_like(s, latency), overhead, 2.0 * (m - 1) / m * 8.0 * s)
+
+
+def _allgather_cost(s, n, red, opt):
+    """Ring all-gather of S bytes from every worker: n-1 steps, (n-1) S bytes received."""
+    return CollectiveCost(
+        latency=np.full_like(s, (n - 1) * opt.alpha),
+        overhead=np.zeros_like(s),
+        bits=(n - 1) * 8.0 * s,
+    )
+
+
+def _parameter_server_cost(s, n, red, opt):
+    """Push gradients to and pull parameters from parameter servers [5].
+
+    Co-located (``ps_servers=None``): each worker holds a 1/n shard, so its link carries
+    (n-1)/n S each way and it sums n-1 shards of S/n. Dedicated servers p: a worker's link
+    carries S each way and a server's n S/p; the busier of the two binds.
+    """
+    p = opt.ps_servers
+    if p is None:
+        bits = 2.0 * (n - 1) / n * 8.0 * s
+        overhead = (n - 1) * red(s / n)
+    else:
+        bits = 2.0 * max(1.0, n / p) * 8.0 * s
+        overhead = n * red(s / p)
+    return CollectiveCost(np.full_like(s, 2.0 * opt.alpha), overhead, bits)
+
+
+ALGORITHMS: dict[str, Callable] = {
+    "ring": _ring_cost,
+    "tree": _tree_cost,
+    "halving-doubling": _halving_doubling_cost,
+    "hierarchical": _hierarchical_cost,
+    "allgather": _allgather_cost,
+    "ps": _parameter_server_cost,
+}
+"""The collective algorithms by name: ``"ring"``, ``"tree"`` (NCCL double binary tree),
+``"halving-doubling"`` (Rabenseifner), ``"hierarchical"`` (two-level), ``"allgather"``
+(what sparse compressors need) and ``"ps"`` (parameter server)."""
+
+_ALIASES = {"hd": "halving-doubling", "rabenseifner": "halving-doubling",
+            "parameter-server": "ps", "all-gather": "allgather", "2d": "hierarchical",
+            "double-binary-tree": "tree"}
+
+
+def resolve_algorithm(algorithm: str) -> str:
+    """Return the canonical algorithm name, or raise :class:`UnknownNameError`."""
+    if not isinstance(algorithm, str):
+        raise ParameterTypeError("algorithm", algorithm, "a string")
+    key = algorithm.strip().lower().replace("_", "-")
+    key = _ALIASES.get(key, key)
+    if key not in ALGORITHMS:
+        raise UnknownNameError("algorithm", algorithm, ALGORITHMS)
+    return key
+
+
+def collective_cost(algorithm, nbytes, n, *, reduction=None, options=None) -> CollectiveCost:
+    """Latency, overhead and wire bits of one collective, vectorized over ``nbytes``.
+
+    Parameters
+    ----------
+    algorithm : str
+        A name from :data:`ALGORITHMS`.
+    nbytes : array_like
+        Message size per worker before compression [bytes].
+    n : int
+        Number of workers [workers].
+    reduction : ReductionCost, optional
+        Cost of the element-wise sums; free when omitted.
+    options : CollectiveOptions, optional
+        Latency and topology constants; defaults to ``CollectiveOptions()``.
+
+    Returns
+    -------
+    CollectiveCost
+        Zero for ``n == 1`` (a single worker communicates nothing).
+    """
+    fn = ALGORITHMS[resolve_algorithm(algorithm)]
+    n = check_count(n, "n")
+    if isinstance(n, np.ndarray):
+        raise ParameterTypeError("n", n, "a single integer here")
+    s = check_nonnegative(nbytes, "nbytes")
+    s = np.asarray(s, dtype=float)
+    if n == 1:
+        return _zeros_like(s)
+    return fn(s, n, reduction or NO_REDUCTION_COST, options or CollectiveOptions())
+
+
+def collective_time(algorithm, nbytes, n, bw, *, alpha=0.0, utilization=1.0,
+                    compression=1.0, reduction=None, **topology):
+    """Time of one collective [s]; see equation :eq:`alpha-beta-gamma`.
+
+    Parameters
+    ----------
+    algorithm : str
+        A name from :data:`ALGORITHMS`.
+    nbytes : float or array_like
+        Message size per worker before compression [bytes].
+    n : int
+        Number of workers [workers].
+    bw : float or str
+        Line rate of each worker's (node's) network link [bits/s].
+    alpha : float
+        Per-message latency [s].
+    utilization : float
+        Fraction of the line rate the transport achieves, in (0, 1] [-].
+    compression : float
+        Ratio dividing the bytes on the wire, >= 1 [-].
+    reduction : ReductionCost, optional
+        Cost of the element-wise sums [s]; free when omitted.
+    **topology
+        ``gpus_per_node``, ``intra_bw``, ``intra_alpha``, ``ps_servers``: see
+        :class:`CollectiveOptions`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Time [s].
+    """
+    bw = parse_bandwidth(bw)
+    u = check_fraction(utilization, "utilization")
+    r = check_ratio(compression)
+    cost = collective_cost(algorithm, nbytes, n, reduction=reduction,
+                           options=CollectiveOptions(alpha=alpha, **topology))
+    t = cost.time(bw, u, r)
+    return float(t) if np.ndim(t) == 0 else t
+
+
+def _named(algorithm, summary):
+    def fn(nbytes, n, bw, *, alpha=0.0, utilization=1.0, compression=1.0, reduction=None,
+           **topology):
+        return collective_time(algorithm, nbytes, n, bw, alpha=alpha, utilization=utilization,
+                               compression=compression, reduction=reduction, **topology)
+
+    fn.__doc__ = summary + "\n\n" + ALGORITHMS[algorithm].__doc__ + """
+
+    Parameters and return value as in :func:`collective_time`: ``nbytes`` [bytes],
+    ``n`` [workers], ``bw`` [bits/s], ``alpha`` [s], ``utilization`` [-],
+    ``compression`` [-], ``reduction`` (a :class:`ReductionCost`); returns [s].
+    """
+    return fn
+
+
+ring_allreduce_time = _named("ring", "Time of a ring all-reduce [s].")
+ring_allreduce_time.__name__ = "ring_allreduce_time"
+tree_allreduce_time = _named("tree", "Time of a double-binary-tree all-reduce [s].")
+tree_allreduce_time.__name__ = "tree_allreduce_time"
+halving_doubling_allreduce_time = _named(
+    "halving-doubling", "Time of a recursive halving-doubling all-reduce [s].")
+halving_doubling_allreduce_time.__name__ = "halving_doubling_allreduce_time"
+hierarchical_allreduce_time = _named("hierarchical", "Time of a two-level all-reduce [s].")
+hierarchical_allreduce_time.__name__ = "hierarchical_allreduce_time"
+allgather_time = _named("allgather", "Time of a ring all-gather [s].")
+allgather_time.__name__ = "allgather_time"
+parameter_server_time = _named("ps", "Time of a parameter-server push and pull [s].")
+parameter_server_time.__name__ = "parameter_server_time"

@@ -1,0 +1,98 @@
+"""Exceptions raised by scalemodel.
+
+Every error that bad input can cause is one of these classes. They subclass the
+built-in :class:`ValueError` or :class:`TypeError`, so ``except ValueError`` keeps
+working, and each names the offending parameter and its value.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+__all__ = [
+    "ScalemodelError",
+    "InvalidParameterError",
+    "ParameterTypeError",
+    "UnknownNameError",
+    "ProfileFormatError",
+]
+
+
+class ScalemodelError(Exception):
+    """Base class of every exception scalemodel raises on purpose."""
+
+
+class InvalidParameterError(ScalemodelError, ValueError):
+    """A parameter has a value outside its valid range.
+
+    Attributes
+    ----------
+    parameter : str
+        Name of the parameter, as in the function signature.
+    value : object
+        The value that was passed.
+    """
+
+    def __init__(self, parameter: str, value: object, requirement: str, hint: str = ""):
+        self.parameter = parameter
+        self.value = value
+        self.requirement = requirement
+        msg = f"{parameter}={_short_repr(value)} is invalid: {requirement}"
+        if hint:
+            msg += f". {hint}"
+        super().__init__(msg)
+
+
+class ParameterTypeError(ScalemodelError, TypeError):
+    """A parameter has the wrong type (for example a float where an integer is needed)."""
+
+    def __init__(self, parameter: str, value: object, expected: str):
+        self.parameter = parameter
+        self.value = value
+        super().__init__(
+            f"{parameter}={_short_repr(value)} has type {type(value).__name__}; expected {expected}"
+        )
+
+
+class UnknownNameError(InvalidParameterError):
+    """A name (model profile, algorithm, fusion policy) is not known.
+
+    The message lists the known names and suggests the closest one.
+    """
+
+    def __init__(self, parameter: str, value: object, known, aliases=None, extra=""):
+        known = sorted(known)
+        aliases = dict(aliases or {})
+        pool = {name: name for name in known}
+        pool.update({a: t for a, t in aliases.items() if t in pool})
+        close = difflib.get_close_matches(str(value).lower(), list(pool), n=1, cutoff=0.5)
+        suggestion = pool[close[0]] if close else None
+        hint = f"Did you mean {suggestion!r}? " if suggestion else ""
+        hint += "Known: " + ", ".join(known)
+        if extra:
+            hint += f"; {extra}"
+        self.known = known
+        self.suggestion = suggestion
+        super().__init__(parameter, value, "unknown name", hint)
+
+
+class ProfileFormatError(ScalemodelError, ValueError):
+    """A profile file or object is malformed, truncated or inconsistent.
+
+    Attributes
+    ----------
+    source : str
+        The file (or ``"<object>"``) that was being read.
+    field : str
+        The field that is missing or wrong.
+    """
+
+    def __init__(self, source: str, field: str, problem: str):
+        self.source = source
+        self.field = field
+        super().__init__(f"profile {source}: field {field!r}: {problem}")
+
+
+def _short_repr(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

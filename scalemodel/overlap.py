@@ -1,0 +1,200 @@
+r"""The overlapped backward pass in closed form.
+
+Buckets :math:`k = 1 \dots K` (in communication order) are ready at :math:`R_k` [s] after
+backward starts, and each occupies the one communication channel (FIFO) for
+:math:`c_k = a_k + b_k x` seconds, where :math:`a_k` [s] is its latency and overhead,
+:math:`b_k` [bit] the bits on the wire and :math:`x = 1/(u B r)` [s/bit] (see
+:mod:`scalemodel.collectives`). A bucket starts when it is ready and the previous one
+has finished:
+
+.. math::
+   :label: fifo
+
+   F_k = \max(F_{k-1}, R_k) + c_k, \qquad F_0 = -\infty .
+
+Unrolling this max-plus recurrence gives its closed form
+
+.. math::
+   :label: closed-form
+
+   F_K = \max_{1 \le j \le K} \Big( R_j + \sum_{i=j}^{K} c_i \Big)
+
+(proof by induction: :math:`F_k = \max(F_{k-1} + c_k, R_k + c_k)`, and addition
+distributes over max). With backward ending at :math:`T_b`, forward time :math:`T_f`
+and update :math:`T_u`, one iteration on :math:`n` workers takes
+
+.. math::
+   :label: iteration
+
+   T_n(x) = T_f + \max\Big(T_b,\; \max_j \big(R_j + A_j + B_j x\big)\Big) + T_u,
+   \qquad A_j = \sum_{i \ge j} a_i, \quad B_j = \sum_{i \ge j} b_i .
+
+Each term is a straight line in :math:`x`, so :math:`T_n` is the **upper envelope** of
+:math:`K + 1` lines: convex, piecewise linear and non-decreasing in :math:`x`. The
+envelope has few pieces (the hull of the lines), so evaluating it at many :math:`x` is a
+binary search plus one multiply-add, and its inverse is exact:
+:math:`T_n(x) \le L \iff x \le \min_{j: B_j > 0} (L - R_j - A_j)/B_j` (when every
+line with :math:`B_j = 0` is at most :math:`L`).
+
+Reference: S. Shi, X. Chu, B. Li, "A DAG Model of Synchronous Stochastic Gradient
+Descent in Distributed Deep Learning", ICPADS 2018, arXiv:1805.03812.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+__all__ = ["overlap_lines", "UpperEnvelope", "comm_finish_time"]
+
+
+@attrs.frozen(eq=False)
+class OverlapLines:
+    """The lines of equation :eq:`iteration` for one worker count.
+
+    Index 0 is the end of backward (slope 0); index ``j + 1`` is "bucket j and all after
+    it". ``latency``, ``overhead`` and ``bits`` split each line's communication into its
+    parts (tail sums) so that callers can say what binds.
+
+    Attributes
+    ----------
+    intercept : numpy.ndarray
+        :math:`T_b` and :math:`R_j + A_j` [s].
+    slope : numpy.ndarray
+        0 and :math:`B_j` [bit].
+    latency, overhead, bits : numpy.ndarray
+        Tail sums of the buckets' latency [s], overhead [s] and wire bits [bit]
+        (zero for index 0).
+    ready : numpy.ndarray
+        0 (placeholder) and :math:`R_j` [s].
+    """
+
+    intercept: np.ndarray
+    slope: np.ndarray
+    latency: np.ndarray
+    overhead: np.ndarray
+    bits: np.ndarray
+    ready: np.ndarray
+
+
+def _tail_sum(v):
+    return np.cumsum(np.asarray(v, dtype=float)[::-1])[::-1]
+
+
+def overlap_lines(ready, latency, overhead, bits, backward_time) -> OverlapLines:
+    """Lines whose upper envelope is the end of backward-and-communication, eq. :eq:`iteration`.
+
+    Parameters
+    ----------
+    ready : array_like
+        Bucket ready times, communication order [s].
+    latency, overhead : array_like
+        Each bucket's latency and overhead time on the channel [s].
+    bits : array_like
+        Each bucket's bits on the wire before compression [bit].
+    backward_time : float
+        End of the backward pass [s].
+    """
+    ready = np.asarray(ready, dtype=float)
+    lat, ovh, bits = _tail_sum(latency), _tail_sum(overhead), _tail_sum(bits)
+    zero = np.zeros(1)
+    return OverlapLines(
+        intercept=np.concatenate(([float(backward_time)], ready + lat + ovh)),
+        slope=np.concatenate((zero, bits)),
+        latency=np.concatenate((zero, lat)),
+        overhead=np.concatenate((zero, ovh)),
+        bits=np.concatenate((zero, bits)),
+        ready=np.concatenate((zero, ready)),
+    )
+
+
+class UpperEnvelope:
+    r"""Upper envelope :math:`E(x) = \max_j (c_j + m_j x)` of lines with :math:`m_j \ge 0`,
+    on :math:`x \ge 0`.
+
+    Built once (convex-hull trick, :math:`O(K \log K)`), then evaluated at any number of
+    points with a binary search over its breakpoints.
+
+    Parameters
+    ----------
+    intercept : array_like
+        :math:`c_j` [s].
+    slope : array_like
+        :math:`m_j`, non-negative [s per unit of x].
+    """
+
+    def __init__(self, intercept, slope):
+        c = np.asarray(intercept, dtype=float)
+        m = np.asarray(slope, dtype=float)
+        # slope ascending; for equal slopes the highest intercept last, so it wins
+        order = np.lexsort((c, m))
+        hull: list[int] = []
+        for j in order:
+            if hull and m[hull[-1]] == m[j]:
+                hull.pop()  # same slope, lower (or equal) intercept: never above j
+            while len(hull) >= 2:
+                i1, i2 = hull[-2], hull[-1]
+                # i2 is useless if j overtakes i1 no later than i2 does
+                if (c[i1] - c[j]) * (m[i2] - m[i1]) <= (c[i1] - c[i2]) * (m[j] - m[i1]):
+                    hull.pop()
+                else:
+                    break
+            hull.append(j)
+        hull_arr = np.asarray(hull, dtype=np.int64)
+        hc, hm = c[hull_arr], m[hull_arr]
+        with np.errstate(over="ignore"):  # tiny slope differences: a break at +inf is right
+            breaks = (hc[:-1] - hc[1:]) / (hm[1:] - hm[:-1])
+        # keep only the pieces that matter on x >= 0
+        first = int(np.searchsorted(breaks, 0.0, side="right"))
+        self.index = hull_arr[first:]
+        self.intercept = hc[first:]
+        self.slope = hm[first:]
+        self.breaks = breaks[first:]
+
+    def __len__(self):
+        return len(self.index)
+
+    def piece(self, x):
+        """Index (into the hull) of the line that is highest at ``x``."""
+        return np.searchsorted(self.breaks, x, side="right")
+
+    def __call__(self, x):
+        """:math:`E(x)` (vectorized)."""
+        if len(self.breaks) == 0:
+            return self.intercept[0] + self.slope[0] * np.asarray(x, dtype=float)
+        k = self.piece(x)
+        return self.intercept[k] + self.slope[k] * x
+
+    def argmax(self, x):
+        """Index (into the original lines) of a line that attains :math:`E(x)`."""
+        return self.index[self.piece(x)]
+
+    def max_x_below(self, level):
+        """Largest :math:`x \\ge 0` with :math:`E(x) \\le` ``level``, and the binding line.
+
+        Returns ``(x, j)``: ``x = inf`` when no line grows (``j = -1``); ``x < 0`` when even
+        :math:`E(0)` exceeds the level (``j`` is then the highest line at 0).
+        """
+        c, m = self.intercept, self.slope
+        if c[0] > level:  # the highest line at x = 0 is the first hull piece
+            return -1.0, int(self.index[0])
+        grows = m > 0
+        if not grows.any():
+            return float("inf"), -1
+        xs = (level - c[grows]) / m[grows]
+        k = int(np.argmin(xs))
+        return float(xs[k]), int(self.index[np.flatnonzero(grows)[k]])
+
+
+def comm_finish_time(ready, comm_time):
+    """End of the last bucket's communication, closed form :eq:`closed-form` [s].
+
+    Parameters
+    ----------
+    ready : array_like
+        Bucket ready times, communication order [s].
+    comm_time : array_like
+        Each bucket's time on the channel [s].
+    """
+    ready = np.asarray(ready, dtype=float)
+    return float(np.max(ready + _tail_sum(comm_time))) if ready.size else float("-inf")

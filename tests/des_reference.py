@@ -1,0 +1,147 @@
+"""A small discrete-event simulation of one data-parallel iteration.
+
+It is the independent reference the closed forms are tested against, so it shares no
+model code with scalemodel: gradients become ready one by one (events on a heap), a
+fusion policy written here closes messages, one communication channel serves messages
+first-in first-out, and each collective is played step by step (every step: one
+message latency, its bytes on the wire, its reductions). Only the profile data and the
+reduction-cost callable come from the library.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+
+def _ring_steps(s, n, red):
+    """Reduce-scatter: n-1 steps of s/n bytes, each followed by a reduction; all-gather:
+    n-1 steps of s/n bytes. Yields (latency_count, wire_bytes, overhead_seconds)."""
+    for _ in range(n - 1):
+        yield 1, s / n, red(s / n)
+    for _ in range(n - 1):
+        yield 1, s / n, 0.0
+
+
+def _tree_steps(s, n, red):
+    depth = math.ceil(math.log2(n))
+    # pipelined double binary tree: a rank moves s bytes up and s bytes down in all
+    yield depth, s, red(s)
+    yield depth, s, 0.0
+
+
+def _hd_steps(s, n, red):
+    k = int(math.floor(math.log2(n)))
+    p = 2**k
+    if p != n:
+        yield 1, s, red(s)  # fold the extra ranks in
+    chunk = s
+    for _ in range(k):  # recursive halving
+        chunk /= 2
+        yield 1, chunk, red(chunk)
+    for _ in range(k):  # recursive doubling
+        yield 1, chunk, 0.0
+        chunk *= 2
+    if p != n:
+        yield 1, s, 0.0  # send the result back
+
+
+def _allgather_steps(s, n, red):
+    for _ in range(n - 1):
+        yield 1, s, 0.0
+
+
+def _ps_steps(s, n, red, servers):
+    if servers is None:
+        shard = s / n
+        yield 1, (n - 1) * shard, (n - 1) * red(shard)  # push to n-1 peers, sum their shards
+        yield 1, (n - 1) * shard, 0.0  # pull
+    else:
+        busiest = max(s, n * s / servers)
+        yield 1, busiest, n * red(s / servers)
+        yield 1, busiest, 0.0
+
+
+def collective_seconds(algorithm, s, n, bw_eff, alpha, red, *, gpus_per_node=8,
+                       intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None):
+    """Play one collective step by step; bw_eff = utilization x bw x ratio [bits/s]."""
+    if n == 1:
+        return 0.0
+    if algorithm == "hierarchical":
+        g = min(gpus_per_node, n)
+        m = n // g
+        t = 0.0
+        # intra-node reduce-scatter and all-gather: a ring of g at intra_bw, uncompressed
+        for lat, nbytes, ovh in _ring_steps(s, g, red):
+            t += intra_alpha + nbytes * 8 / intra_bw + ovh
+        # inter-node ring of m on s/g bytes; g rings share the node link (g x the bytes)
+        for lat, nbytes, ovh in _ring_steps(s / g, m, red):
+            t += alpha + g * nbytes * 8 / bw_eff + ovh
+        return t
+    steps = {
+        "ring": lambda: _ring_steps(s, n, red),
+        "tree": lambda: _tree_steps(s, n, red),
+        "halving-doubling": lambda: _hd_steps(s, n, red),
+        "allgather": lambda: _allgather_steps(s, n, red),
+        "ps": lambda: _ps_steps(s, n, red, ps_servers),
+    }[algorithm]()
+    return sum(lat * alpha + nbytes * 8 / bw_eff + ovh for lat, nbytes, ovh in steps)
+
+
+def _fuse(kind, sizes, ready, params):
+    """Fusion written independently: returns (bucket bytes, bucket ready) lists."""
+    out, cur, cur_ready = [], 0.0, 0.0
+    if kind == "none":
+        return list(zip(sizes, ready))
+    if kind == "ddp":
+        limit = params.get("first", 2**20)
+        for s, t in zip(sizes, ready):
+            cur += s
+            cur_ready = max(cur_ready, t)
+            if cur >= limit:
+                out.append((cur, cur_ready))
+                cur, cur_ready, limit = 0.0, 0.0, params.get("cap", 25 * 2**20)
+    elif kind == "horovod":
+        last = 0.0
+        for s, t in zip(sizes, ready):
+            cur += s
+            cur_ready = t
+            if t - last >= params.get("cycle", 5e-3) or cur >= params.get("threshold", 64 * 2**20):
+                out.append((cur, cur_ready))
+                cur, last = 0.0, t
+    if cur > 0:
+        out.append((cur, cur_ready))
+    return out
+
+
+def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
+                       algorithm="ring", fusion="ddp", alpha=0.0, codec_cost=0.0,
+                       fusion_params=None, **topology):
+    """Iteration time [s] of ``n`` workers by discrete-event simulation."""
+    bw_eff = utilization * bw * compression
+    buckets = _fuse(fusion, list(profile.tensor_bytes), list(profile.tensor_ready),
+                    fusion_params or {})
+    red = profile.reduction
+    # events: (time, order, kind, payload)
+    events = [(t, i, "ready", i) for i, (_, t) in enumerate(buckets)]
+    heapq.heapify(events)
+    queue, busy_until, channel_busy, last_end, seq = [], 0.0, False, -math.inf, len(buckets)
+    while events:
+        t, _, kind, payload = heapq.heappop(events)
+        if kind == "ready":
+            queue.append(payload)
+        else:  # "done"
+            channel_busy = False
+            last_end = t
+        if not channel_busy and queue:
+            k = queue.pop(0)
+            s = buckets[k][0]
+            dur = collective_seconds(algorithm, s, n, bw_eff, alpha, lambda b: float(red(b)),
+                                     **topology)
+            if compression > 1 and n > 1:
+                dur += codec_cost * s
+            channel_busy = True
+            seq += 1
+            heapq.heappush(events, (t + dur, seq, "done", k))
+    end = max(profile.backward_time, last_end if n > 1 else -math.inf)
+    return profile.forward_time + end + profile.update_time
