@@ -1,0 +1,62 @@
+"""The command line, run as a user would (a subprocess of the installed entry point)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "scalemodel", *args], capture_output=True,
+                          text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_min_compression_text():
+    code, out, err = run("min-compression", "--model", "bert", "--bw", "10Gbps")
+    assert code == 0, err
+    assert "minimum compression ratio" in out and "what binds" in out
+
+
+def test_min_compression_json_matches_api():
+    import scalemodel as sm
+    code, out, _ = run("min-compression", "--model", "resnet50", "--bw", "10Gbps",
+                       "--fusion", "horovod", "--json")
+    data = json.loads(out)
+    res = sm.min_compression("resnet50", 10e9, fusion="horovod")
+    assert data["ratio"] == pytest.approx(res.ratio)
+    assert data["binding"] == res.binding
+
+
+def test_scaling_table_json():
+    code, out, _ = run("scaling", "--model", "vgg16", "--n", "16,64", "--bw", "1,100Gbps",
+                       "--compression", "1,10", "--json")
+    assert code == 0
+    rows = json.loads(out)["results"]
+    assert len(rows) == 8
+    assert {r["bw"] for r in rows} == {1e9, 100e9}
+
+
+def test_required_bandwidth_and_iteration_and_profiles():
+    assert run("required-bandwidth", "--model", "gpt2", "--n", "32")[0] == 0
+    code, out, _ = run("iteration", "--model", "resnet101", "--n", "64", "--bw", "25Gbps")
+    assert code == 0 and "exposed_communication" in out
+    code, out, _ = run("profiles", "--json")
+    names = {p["name"] for p in json.loads(out)}
+    assert {"resnet50", "resnet101", "vgg16", "bert-base", "bert-large", "gpt2"} <= names
+
+
+def test_whatif_prints_table():
+    code, out, _ = run("whatif")
+    assert code == 0 and "resnet50" in out and "vgg16" in out
+
+
+def test_errors_are_clear_and_exit_2():
+    code, out, err = run("min-compression", "--model", "bret", "--bw", "10Gbps")
+    assert code == 2 and "Did you mean 'bert-base'" in err and "Traceback" not in err
+    code, _, err = run("min-compression", "--model", "bert", "--bw", "ten gigs")
+    assert code == 2 and "bw='ten gigs'" in err
+    code, _, err = run("scaling", "--model", "bert", "--n", "8", "--bw", "1Gbps",
+                       "--utilization", "1.5")
+    assert code == 2 and "utilization=1.5" in err
