@@ -6,6 +6,7 @@ built-in workload profiles, and exact solvers for the minimum compression ratio 
 required bandwidth. Units are SI: seconds, bytes, and bandwidth in bits per second.
 """
 
+from .cluster import ClusterProfile, load_cluster, save_cluster
 from .collectives import (ALGORITHMS, CollectiveOptions, ReductionCost, allgather_time,
                           collective_time, halving_doubling_allreduce_time,
                           hierarchical_allreduce_time, parameter_server_time,
@@ -23,7 +24,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "scaling_factor", "iteration_time", "min_compression", "required_bandwidth",
-    "list_profiles", "load_profile", "save_profile", "WorkloadProfile", "IterationTime",
+    "list_profiles", "load_profile", "save_profile", "ClusterProfile", "load_cluster",
+    "save_cluster", "WorkloadProfile", "IterationTime",
     "CompressionResult", "BandwidthResult", "Scenario", "ReductionCost", "CollectiveOptions",
     "ALGORITHMS", "collective_time", "ring_allreduce_time", "tree_allreduce_time",
     "halving_doubling_allreduce_time", "hierarchical_allreduce_time", "allgather_time",

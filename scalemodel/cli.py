@@ -56,13 +56,16 @@ def _model_options(p, solver=False):
                    help="workers per node for --algorithm hierarchical (default 8)")
     p.add_argument("--intra-bw", default="2.4e12",
                    help="intra-node link rate for hierarchical (default 2.4e12 = 300 GB/s)")
+    p.add_argument("--cluster", default=None,
+                   help="calibrated cluster profile (JSON) supplying latency and achieved "
+                        "bandwidth")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
 def _common(args):
     return dict(utilization=args.utilization, algorithm=args.algorithm, fusion=args.fusion,
                 alpha=args.alpha, codec_cost=args.codec_cost, gpus_per_node=args.gpus_per_node,
-                intra_bw=args.intra_bw)
+                intra_bw=args.intra_bw, cluster=args.cluster)
 
 
 def _jsonable(obj):

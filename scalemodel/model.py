@@ -22,7 +22,8 @@ import attrs
 import numpy as np
 
 from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
-from .exceptions import ParameterTypeError
+from .cluster import load_cluster
+from .exceptions import InvalidParameterError, ParameterTypeError
 from .fusion import resolve_fusion
 from .overlap import UpperEnvelope, overlap_lines
 from .profiles import WorkloadProfile, load_profile
@@ -57,6 +58,8 @@ class Scenario:
     codec_cost : float
         Encode plus decode time per byte of uncompressed gradient, paid on the
         critical path whenever the compression ratio exceeds 1 [s/byte].
+    cluster : ClusterProfile or None
+        Calibrated transport: its latency, achieved bandwidth and reduction cost.
     """
 
     profile: WorkloadProfile
@@ -64,15 +67,27 @@ class Scenario:
     fusion: object
     options: CollectiveOptions
     codec_cost: float = 0.0
+    cluster: object = None
     _buckets: object = attrs.field(default=None, init=False)
     _cache: dict = attrs.field(factory=dict, init=False)
 
     @classmethod
     def build(cls, model, *, algorithm="ring", fusion="ddp", alpha=0.0, codec_cost=0.0,
-              gpus_per_node=8, intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None):
+              gpus_per_node=8, intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None,
+              cluster=None):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`."""
+        profile = load_profile(model)
+        if cluster is not None:
+            cluster = load_cluster(cluster)
+            if alpha:
+                raise InvalidParameterError("alpha", alpha, "give alpha or cluster, not both",
+                                            "The cluster profile carries the latency")
+            alpha = cluster.alpha
+            if cluster.reduction is not None:
+                profile = attrs.evolve(profile, reduction=cluster.reduction)
         return cls(
-            profile=load_profile(model),
+            cluster=cluster,
+            profile=profile,
             algorithm=resolve_algorithm(algorithm),
             fusion=resolve_fusion(fusion),
             options=CollectiveOptions(alpha=alpha, gpus_per_node=gpus_per_node,
@@ -133,6 +148,14 @@ class Scenario:
         return p.forward_time + out + p.update_time
 
 
+def effective_utilization(scenario, bw, utilization):
+    """Utilization [-] times the cluster's achieved fraction of line rate ``bw`` [bits/s]."""
+    if scenario.cluster is None:
+        return utilization
+    u = utilization * scenario.cluster.utilization_at(bw)
+    return float(u) if np.ndim(u) == 0 else u
+
+
 def _prepare(n, bw, utilization, compression):
     n = check_count(n, "n")
     bw = parse_bandwidth(bw, "bw")
@@ -143,7 +166,7 @@ def _prepare(n, bw, utilization, compression):
 
 def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm="ring",
                    fusion="ddp", alpha=0.0, codec_cost=0.0, gpus_per_node=8,
-                   intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None):
+                   intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None, cluster=None):
     r"""Scaling factor of data-parallel training, equation :eq:`scaling-factor`.
 
     Any of ``n``, ``bw``, ``utilization`` and ``compression`` may be an array; they
@@ -181,6 +204,10 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
         Intra-node latency, for ``"hierarchical"`` [s].
     ps_servers : int or None
         Dedicated parameter servers for ``"ps"``; None means co-located shards [servers].
+    cluster : ClusterProfile, str or os.PathLike, optional
+        A calibrated cluster (object or JSON file): supplies the latency ``alpha``, the
+        achieved fraction of each line rate (which ``utilization`` then multiplies) and,
+        when it has one, the reduction cost. See :mod:`scalemodel.cluster`.
 
     Returns
     -------
@@ -196,7 +223,8 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     n, bw, u, r = _prepare(n, bw, utilization, compression)
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node, intra_bw=intra_bw,
-                        intra_alpha=intra_alpha, ps_servers=ps_servers)
+                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
+    u = effective_utilization(sc, bw, u)
     x = 1.0 / (np.multiply(np.multiply(u, bw), r))
     t = sc.iteration_times(n, x, np.asarray(r) > 1)
     sf = sc.profile.iteration_time / t
@@ -257,13 +285,14 @@ def _binding(lines, j, x):
 
 def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm="ring",
                    fusion="ddp", alpha=0.0, codec_cost=0.0, gpus_per_node=8,
-                   intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None) -> IterationTime:
+                   intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None,
+                   cluster=None) -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
     Parameters are those of :func:`scaling_factor`: ``n`` [workers], ``bw`` [bits/s],
     ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost`` [s/byte],
     ``gpus_per_node`` [workers], ``intra_bw`` [bits/s], ``intra_alpha`` [s],
-    ``ps_servers`` [servers].
+    ``ps_servers`` [servers], ``cluster`` (a cluster profile or file).
 
     Returns
     -------
@@ -277,8 +306,9 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                                      "configuration; use scaling_factor for arrays)")
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node, intra_bw=intra_bw,
-                        intra_alpha=intra_alpha, ps_servers=ps_servers)
+                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
     p = sc.profile
+    u = effective_utilization(sc, bw, u)
     x = 1.0 / (u * bw * r)
     lines, env = sc.lines(n, r > 1)
     end = float(env(x))

@@ -32,7 +32,7 @@ import attrs
 import numpy as np
 
 from .exceptions import ParameterTypeError
-from .model import Scenario, _binding
+from .model import Scenario, _binding, effective_utilization
 from .units import (check_count, check_fraction, check_ratio, format_bandwidth,
                     parse_bandwidth)
 
@@ -150,10 +150,33 @@ def _why_not(binding, parts, limit, target):
             f"{binding} binds ({detail} on the critical path)")
 
 
+def _line_rate_for(sc, needed):
+    """Line rate [bits/s] whose achieved bandwidth equals ``needed`` [bits/s] (``needed``
+    itself without a cluster; inf when the cluster's ceiling is lower)."""
+    cl = sc.cluster
+    if cl is None:
+        return needed
+    if cl.max_achieved_bandwidth() < needed:
+        return math.inf
+    if cl.table_line_rate is None:
+        return needed / cl.utilization  # below the ceiling the fraction is constant
+    from scipy.optimize import brentq  # fallback: the table makes it piecewise in log(bw)
+
+    def gap(t):
+        return math.log(float(cl.achieved_bandwidth(math.exp(t)))) - math.log(needed)
+
+    lo, hi = math.log(needed), math.log(needed / float(cl.table_utilization.min()))
+    if gap(hi) < 0:  # ceiling reached just there
+        hi = math.log(needed) + 50
+    if gap(hi) < 0:
+        return math.inf
+    return math.exp(brentq(gap, lo, hi, xtol=1e-14, rtol=1e-13)) * _NUDGE
+
+
 def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilization=1.0,
                     algorithm="ring", fusion="ddp", alpha=0.0, codec_cost=0.0,
                     gpus_per_node=8, intra_bw=2.4e12, intra_alpha=0.0,
-                    ps_servers=None) -> CompressionResult:
+                    ps_servers=None, cluster=None) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -168,9 +191,9 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         Scaling factor to reach, in (0, 1]; default :data:`DEFAULT_TARGET` (0.9) [-].
     utilization : float
         Fraction of the line rate achieved, in (0, 1] [-].
-    algorithm, fusion, alpha, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers
+    algorithm, fusion, alpha, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers, cluster
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [s], [s/byte], [workers],
-        [bits/s], [s], [servers].
+        [bits/s], [s], [servers], a cluster profile or file.
 
     Returns
     -------
@@ -191,8 +214,9 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node, intra_bw=intra_bw,
-                        intra_alpha=intra_alpha, ps_servers=ps_servers)
+                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
     p = sc.profile
+    u = effective_utilization(sc, bw, u)
     sf1, bind1, parts1 = _sf_at(sc, n, 1.0 / (u * bw), False)
     sf_inf, bind_inf, parts_inf = _sf_at(sc, n, 0.0, True)
     common = dict(uncompressed_scaling_factor=sf1, max_scaling_factor=sf_inf, n=n, bw=bw,
@@ -222,7 +246,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
 def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression=1.0,
                        utilization=1.0, algorithm="ring", fusion="ddp", alpha=0.0,
                        codec_cost=0.0, gpus_per_node=8, intra_bw=2.4e12, intra_alpha=0.0,
-                       ps_servers=None) -> BandwidthResult:
+                       ps_servers=None, cluster=None) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -237,8 +261,10 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         Compression ratio >= 1 [-].
     utilization : float
         Fraction of the line rate achieved, in (0, 1] [-].
-    algorithm, fusion, alpha, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers
-        As in :func:`~scalemodel.scaling_factor`.
+    algorithm, fusion, alpha, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers, cluster
+        As in :func:`~scalemodel.scaling_factor`. With a cluster, ``bw`` is the line rate
+        whose achieved bandwidth (eq. :eq:`achieved`) is enough; when the transport's
+        ceiling is below what is needed, no line rate is.
 
     Returns
     -------
@@ -258,7 +284,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node, intra_bw=intra_bw,
-                        intra_alpha=intra_alpha, ps_servers=ps_servers)
+                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
     p = sc.profile
     compressed = r > 1
     sf_inf, bind_inf, parts_inf = _sf_at(sc, n, 0.0, compressed)
@@ -274,8 +300,18 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         return BandwidthResult(bw=math.inf, feasible=False, scaling_factor=sf_inf,
                                binding=bind_inf, message="no bandwidth is enough: " + msg,
                                critical_parts=parts_inf, **common)
-    bw = _NUDGE / (u * r * x_star)
-    sf, bind, parts = _sf_at(sc, n, 1.0 / (u * bw * r), compressed)
+    bw = _line_rate_for(sc, _NUDGE / (u * r * x_star))
+    if math.isinf(bw):
+        ceiling = sc.cluster.max_achieved_bandwidth()
+        return BandwidthResult(
+            bw=math.inf, feasible=False, scaling_factor=_sf_at(sc, n, 1 / (u * ceiling * r),
+                                                               compressed)[0],
+            binding="bandwidth", message=(
+                f"no line rate is enough: the transport's ceiling "
+                f"{format_bandwidth(ceiling)} is below the {format_bandwidth(1 / (u * r * x_star))}"
+                f" achieved bandwidth needed"), critical_parts={}, **common)
+    u_eff = effective_utilization(sc, bw, u)
+    sf, bind, parts = _sf_at(sc, n, 1.0 / (u_eff * bw * r), compressed)
     return BandwidthResult(
         bw=bw, feasible=True, scaling_factor=sf, binding=bind,
         message=(f"{p.name} on {n} workers needs {format_bandwidth(bw)} per worker to scale "

@@ -1,0 +1,215 @@
+r"""Cluster (network) profiles: what the transport really achieves on a cluster.
+
+Zhang et al. (arXiv:2006.10103) found that measured scaling stops improving above about
+25 Gbit/s because the transport does not fill the link. A :class:`ClusterProfile`
+captures that: a per-message latency :math:`\alpha` [s], a utilization :math:`u_0` of the
+line rate, optionally measured utilizations at several line rates, and optionally a
+ceiling on the achieved bandwidth [bits/s]. The achieved bandwidth at line rate
+:math:`B` is
+
+.. math::
+   :label: achieved
+
+   B_\text{eff}(B) = \min\big(u(B)\,B,\; C\big),
+
+with :math:`u(B)` interpolated in :math:`\log B` between measured points (:math:`u_0`
+when there are none) and :math:`C` the ceiling (none by default). Pass a cluster to
+:func:`~scalemodel.scaling_factor`, :func:`~scalemodel.min_compression` or
+:func:`~scalemodel.required_bandwidth` as ``cluster=`` (an object or a JSON file);
+calibration writes such files.
+
+File format (JSON): ``format`` = ``"scalemodel-cluster"``, ``format_version`` = 1,
+``name``, ``provenance`` (object with ``source``), ``alpha`` [s], ``utilization`` [-],
+optional ``ceiling`` [bits/s], optional ``utilization_table`` =
+``{"line_rate": [bits/s ...], "utilization": [...]}``, optional ``reduction`` (as in a
+workload profile: it replaces the workload's reduction cost), optional ``intervals``
+(``{"alpha": [lo, hi], "utilization": [lo, hi], "ceiling": [lo, hi]}``, confidence
+intervals of the fitted values), and any extra keys (kept in ``extra``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from .collectives import ReductionCost
+from .exceptions import ParameterTypeError, ProfileFormatError
+from .units import check_fraction, check_nonnegative, check_positive
+
+__all__ = ["ClusterProfile", "load_cluster", "save_cluster"]
+
+FORMAT = "scalemodel-cluster"
+FORMAT_VERSION = 1
+
+
+def _opt_positive(value, name):
+    return None if value is None else float(check_positive(value, name))
+
+
+@attrs.frozen(eq=False)
+class ClusterProfile:
+    """Latency and achieved bandwidth of a cluster's transport.
+
+    Parameters
+    ----------
+    name : str
+        Label.
+    alpha : float
+        Per-message latency [s].
+    utilization : float
+        Fraction of the line rate achieved when no table is given, in (0, 1] [-].
+    ceiling : float or None
+        Largest achieved bandwidth whatever the line rate [bits/s].
+    table_line_rate, table_utilization : numpy.ndarray or None
+        Measured utilization [-] at line rates [bits/s]; interpolated in log line rate,
+        clamped at the ends.
+    reduction : ReductionCost or None
+        Reduction cost on this cluster's devices; replaces the workload's when given.
+    intervals : dict
+        Confidence intervals ``{field: (lo, hi)}`` of fitted values.
+    provenance : dict
+        Where the numbers come from.
+    extra : dict
+        Other fields of the file (fits, residuals, measured points), kept as read.
+    """
+
+    name: str = "cluster"
+    alpha: float = attrs.field(default=0.0, converter=float)
+    utilization: float = attrs.field(default=1.0, converter=float)
+    ceiling: float | None = None
+    table_line_rate: np.ndarray | None = None
+    table_utilization: np.ndarray | None = None
+    reduction: ReductionCost | None = None
+    intervals: dict = attrs.field(factory=dict)
+    provenance: dict = attrs.field(factory=dict)
+    extra: dict = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self):
+        check_nonnegative(self.alpha, "alpha")
+        check_fraction(self.utilization, "utilization")
+        object.__setattr__(self, "ceiling", _opt_positive(self.ceiling, "ceiling"))
+        if (self.table_line_rate is None) != (self.table_utilization is None):
+            raise ProfileFormatError("<object>", "utilization_table",
+                                     "line_rate and utilization come together")
+        if self.table_line_rate is not None:
+            rate = np.asarray(check_positive(np.atleast_1d(self.table_line_rate),
+                                             "table_line_rate"), dtype=float)
+            util = np.asarray(check_fraction(np.atleast_1d(self.table_utilization),
+                                             "table_utilization"), dtype=float)
+            if rate.shape != util.shape or rate.ndim != 1 or np.any(np.diff(rate) <= 0):
+                raise ProfileFormatError("<object>", "utilization_table",
+                                         "needs increasing line rates, one utilization each")
+            object.__setattr__(self, "table_line_rate", rate)
+            object.__setattr__(self, "table_utilization", util)
+
+    def utilization_at(self, bw):
+        """Achieved fraction of the line rate ``bw`` [bits/s], eq. :eq:`achieved` [-]."""
+        bw = np.asarray(bw, dtype=float)
+        if self.table_line_rate is not None:
+            u = np.interp(np.log(bw), np.log(self.table_line_rate), self.table_utilization)
+        else:
+            u = np.full_like(bw, self.utilization)
+        if self.ceiling is not None:
+            u = np.minimum(u, self.ceiling / bw)
+        return u
+
+    def achieved_bandwidth(self, bw):
+        """Achieved bandwidth at line rate ``bw`` [bits/s], eq. :eq:`achieved` [bits/s]."""
+        return self.utilization_at(bw) * np.asarray(bw, dtype=float)
+
+    def max_achieved_bandwidth(self) -> float:
+        """Supremum of the achieved bandwidth over all line rates [bits/s] (inf if none)."""
+        if self.ceiling is not None:
+            return self.ceiling
+        return math.inf
+
+    def to_dict(self) -> dict:
+        """The cluster as a JSON-ready dict in the file format."""
+        out = {"format": FORMAT, "format_version": FORMAT_VERSION, "name": self.name,
+               "provenance": self.provenance, "alpha": self.alpha,
+               "utilization": self.utilization, "ceiling": self.ceiling}
+        if self.table_line_rate is not None:
+            out["utilization_table"] = {"line_rate": self.table_line_rate.tolist(),
+                                        "utilization": self.table_utilization.tolist()}
+        if self.reduction is not None:
+            red = self.reduction
+            out["reduction"] = ({"kind": "table", "name": red.name,
+                                 "bytes": red.table_bytes.tolist(),
+                                 "seconds": red.table_seconds.tolist()}
+                                if red.table_bytes is not None else
+                                {"kind": "linear", "latency": red.latency, "gamma": red.gamma})
+        if self.intervals:
+            out["intervals"] = {k: list(v) for k, v in self.intervals.items()}
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data, source="<object>") -> "ClusterProfile":
+        """Build from a dict in the file format; errors name the field."""
+        from .profiles import _reduction_from  # one parser for reduction specs
+
+        if not isinstance(data, dict):
+            raise ProfileFormatError(source, "<top>", "a cluster profile is a JSON object")
+        if data.get("format") != FORMAT:
+            raise ProfileFormatError(source, "format",
+                                     f"expected {FORMAT!r}, got {data.get('format')!r}")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise ProfileFormatError(source, "format_version",
+                                     f"expected {FORMAT_VERSION}, got {data.get('format_version')!r}")
+        prov = data.get("provenance")
+        if not isinstance(prov, dict) or not prov.get("source"):
+            raise ProfileFormatError(source, "provenance.source",
+                                     "every profile must say where its numbers come from")
+        known = {"format", "format_version", "name", "provenance", "alpha", "utilization",
+                 "ceiling", "utilization_table", "reduction", "intervals"}
+        table = data.get("utilization_table")
+        try:
+            return cls(
+                name=str(data.get("name", "cluster")), alpha=data.get("alpha", 0.0),
+                utilization=data.get("utilization", 1.0), ceiling=data.get("ceiling"),
+                table_line_rate=None if table is None else table.get("line_rate"),
+                table_utilization=None if table is None else table.get("utilization"),
+                reduction=(None if data.get("reduction") is None
+                           else _reduction_from(data["reduction"], source)),
+                intervals={k: tuple(v) for k, v in (data.get("intervals") or {}).items()},
+                provenance=prov, extra={k: v for k, v in data.items() if k not in known})
+        except ProfileFormatError:
+            raise
+        except (ValueError, TypeError, AttributeError) as exc:
+            field = getattr(exc, "parameter", "<value>")
+            raise ProfileFormatError(source, str(field), str(exc)) from None
+
+
+def load_cluster(cluster) -> ClusterProfile:
+    """A :class:`ClusterProfile` from an object (passed through) or a JSON file path."""
+    if isinstance(cluster, ClusterProfile):
+        return cluster
+    if not isinstance(cluster, (str, os.PathLike)):
+        raise ParameterTypeError("cluster", cluster, "a ClusterProfile or a path to a "
+                                 "cluster JSON file")
+    path = Path(cluster)
+    if not path.is_file():
+        from .exceptions import InvalidParameterError
+        raise InvalidParameterError("cluster", os.fspath(cluster), "no such file",
+                                    "Write one with the calibration (python -m "
+                                    "scalemodel.calibrate) or build a ClusterProfile")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProfileFormatError(str(path), "<json>",
+                                 f"not valid JSON (truncated or corrupt?): {exc.msg} at line "
+                                 f"{exc.lineno} column {exc.colno}") from None
+    return ClusterProfile.from_dict(data, str(path))
+
+
+def save_cluster(cluster: ClusterProfile, path) -> Path:
+    """Write ``cluster`` to ``path`` as JSON, atomically. Returns the path."""
+    from .profiles import atomic_write_text
+
+    atomic_write_text(path, json.dumps(cluster.to_dict(), indent=1))
+    return Path(path)
