@@ -186,7 +186,13 @@ class ClusterProfile:
 
 
 def load_cluster(cluster) -> ClusterProfile:
-    """A :class:`ClusterProfile` from an object (passed through) or a JSON file path."""
+    """A :class:`ClusterProfile` from an object (passed through) or a JSON file path.
+
+    Parameters
+    ----------
+    cluster : ClusterProfile, str or os.PathLike
+        The cluster profile or the path of its JSON file [-].
+    """
     if isinstance(cluster, ClusterProfile):
         return cluster
     if not isinstance(cluster, (str, os.PathLike)):
@@ -208,7 +214,20 @@ def load_cluster(cluster) -> ClusterProfile:
 
 
 def save_cluster(cluster: ClusterProfile, path) -> Path:
-    """Write ``cluster`` to ``path`` as JSON, atomically. Returns the path."""
+    """Write ``cluster`` to ``path`` as JSON, atomically (never half written).
+
+    Parameters
+    ----------
+    cluster : ClusterProfile
+        The cluster profile [-].
+    path : str or os.PathLike
+        Destination file [path].
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+    """
     from .profiles import atomic_write_text
 
     atomic_write_text(path, json.dumps(cluster.to_dict(), indent=1))

@@ -37,6 +37,7 @@ References
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Callable
 
@@ -364,7 +365,7 @@ def collective_time(algorithm, nbytes, n, bw, *, alpha=0.0, utilization=1.0,
     Parameters
     ----------
     algorithm : str
-        A name from :data:`ALGORITHMS`.
+        A name from :data:`ALGORITHMS` [-].
     nbytes : float or array_like
         Message size per worker before compression [bytes].
     n : int
@@ -397,31 +398,55 @@ def collective_time(algorithm, nbytes, n, bw, *, alpha=0.0, utilization=1.0,
     return float(t) if np.ndim(t) == 0 else t
 
 
-def _named(algorithm, summary):
+def _named(algorithm, summary, name):
     def fn(nbytes, n, bw, *, alpha=0.0, utilization=1.0, compression=1.0, reduction=None,
            **topology):
         return collective_time(algorithm, nbytes, n, bw, alpha=alpha, utilization=utilization,
                                compression=compression, reduction=reduction, **topology)
 
-    fn.__doc__ = summary + "\n\n" + ALGORITHMS[algorithm].__doc__ + """
-
-    Parameters and return value as in :func:`collective_time`: ``nbytes`` [bytes],
-    ``n`` [workers], ``bw`` [bits/s], ``alpha`` [s], ``utilization`` [-],
-    ``compression`` [-], ``reduction`` (a :class:`ReductionCost`); returns [s].
-    """
+    fn.__doc__ = "\n\n".join([summary, inspect.cleandoc(ALGORITHMS[algorithm].__doc__),
+                               inspect.cleandoc(_NAMED_PARAMETERS)])
+    fn.__name__ = fn.__qualname__ = name
     return fn
 
 
-ring_allreduce_time = _named("ring", "Time of a ring all-reduce [s].")
-ring_allreduce_time.__name__ = "ring_allreduce_time"
-tree_allreduce_time = _named("tree", "Time of a double-binary-tree all-reduce [s].")
-tree_allreduce_time.__name__ = "tree_allreduce_time"
+_NAMED_PARAMETERS = """
+
+    Parameters
+    ----------
+    nbytes : float or array_like
+        Message size per worker before compression [bytes].
+    n : int
+        Number of workers [workers].
+    bw : float or str
+        Line rate of each worker's (node's) network link [bits/s].
+    alpha : float
+        Per-message latency [s].
+    utilization : float
+        Fraction of the line rate achieved, in (0, 1] [-].
+    compression : float
+        Ratio dividing the bytes on the wire, >= 1 [-].
+    reduction : ReductionCost, optional
+        Cost of the element-wise sums; free when omitted [s].
+    **topology
+        ``gpus_per_node``, ``intra_bw``, ``intra_alpha``, ``ps_servers``: see
+        :class:`CollectiveOptions`.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Time [s].
+    """
+
+
+ring_allreduce_time = _named("ring", "Time of a ring all-reduce [s].", "ring_allreduce_time")
+tree_allreduce_time = _named("tree", "Time of a double-binary-tree all-reduce [s].",
+                             "tree_allreduce_time")
 halving_doubling_allreduce_time = _named(
-    "halving-doubling", "Time of a recursive halving-doubling all-reduce [s].")
-halving_doubling_allreduce_time.__name__ = "halving_doubling_allreduce_time"
-hierarchical_allreduce_time = _named("hierarchical", "Time of a two-level all-reduce [s].")
-hierarchical_allreduce_time.__name__ = "hierarchical_allreduce_time"
-allgather_time = _named("allgather", "Time of a ring all-gather [s].")
-allgather_time.__name__ = "allgather_time"
-parameter_server_time = _named("ps", "Time of a parameter-server push and pull [s].")
-parameter_server_time.__name__ = "parameter_server_time"
+    "halving-doubling", "Time of a recursive halving-doubling all-reduce [s].",
+    "halving_doubling_allreduce_time")
+hierarchical_allreduce_time = _named("hierarchical", "Time of a two-level all-reduce [s].",
+                                     "hierarchical_allreduce_time")
+allgather_time = _named("allgather", "Time of a ring all-gather [s].", "allgather_time")
+parameter_server_time = _named("ps", "Time of a parameter-server push and pull [s].",
+                               "parameter_server_time")

@@ -168,7 +168,7 @@ def bucket_ready_times(sizes, ready, fusion="ddp") -> Buckets:
     ready : array_like
         When each gradient is ready, from the start of backward [s].
     fusion : str or policy
-        ``"ddp"``, ``"horovod"``, ``"none"``, or a policy object.
+        ``"ddp"``, ``"horovod"``, ``"none"``, or a policy object [-].
     """
     sizes = np.asarray(sizes, dtype=float)
     ready = np.asarray(ready, dtype=float)

@@ -177,7 +177,7 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     ----------
     model : str, os.PathLike or WorkloadProfile
         A built-in profile name (:func:`~scalemodel.list_profiles`), a profile file, or a
-        profile object.
+        profile object [-].
     n : int or array_like of int
         Number of workers, >= 1 [workers].
     bw : float, str or array_like
@@ -289,10 +289,13 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                    cluster=None) -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
-    Parameters are those of :func:`scaling_factor`: ``n`` [workers], ``bw`` [bits/s],
-    ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost`` [s/byte],
-    ``gpus_per_node`` [workers], ``intra_bw`` [bits/s], ``intra_alpha`` [s],
-    ``ps_servers`` [servers], ``cluster`` (a cluster profile or file).
+    Parameters
+    ----------
+    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers, cluster
+        As in :func:`scaling_factor`, scalars only: ``n`` [workers], ``bw`` [bits/s],
+        ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost``
+        [s/byte], ``gpus_per_node`` [workers], ``intra_bw`` [bits/s], ``intra_alpha``
+        [s], ``ps_servers`` [servers].
 
     Returns
     -------

@@ -313,7 +313,17 @@ def _parse(content: str, source: str) -> WorkloadProfile:
 def save_profile(profile: WorkloadProfile, path) -> Path:
     """Write ``profile`` to ``path`` as JSON, atomically (never half written).
 
-    Returns the path written.
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The profile to write [-].
+    path : str or os.PathLike
+        Destination file; written via a temporary file and a rename [path].
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
     """
     path = Path(path)
     text = json.dumps(profile.to_dict(), indent=1)

@@ -182,7 +182,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     Parameters
     ----------
     model : str, os.PathLike or WorkloadProfile
-        Built-in profile name, profile file or profile.
+        Built-in profile name, profile file or profile [-].
     bw : float or str
         Line rate of each worker's link, e.g. ``10e9`` or ``"10Gbps"`` [bits/s].
     n : int
@@ -252,7 +252,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     Parameters
     ----------
     model : str, os.PathLike or WorkloadProfile
-        Built-in profile name, profile file or profile.
+        Built-in profile name, profile file or profile [-].
     n : int
         Number of workers; default 64 [workers].
     target : float

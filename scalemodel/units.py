@@ -66,7 +66,7 @@ def parse_bandwidth(bw, parameter: str = "bw"):
         Bandwidth as a number [bits/s] or a string with a unit (see module docs).
         Arrays are converted element by element. [bits/s]
     parameter : str
-        Name used in error messages.
+        Name used in error messages [-].
 
     Returns
     -------
@@ -92,7 +92,13 @@ def parse_bandwidth(bw, parameter: str = "bw"):
 
 
 def format_bandwidth(bits_per_second: float) -> str:
-    """Format a bandwidth [bits/s] for people, e.g. ``'10 Gbit/s'``."""
+    """Format a bandwidth for people, e.g. ``'10 Gbit/s'``.
+
+    Parameters
+    ----------
+    bits_per_second : float
+        The bandwidth [bits/s].
+    """
     value = float(bits_per_second)
     if not math.isfinite(value):
         return str(value)
