@@ -360,35 +360,6 @@ def collective_cost(algorithm, nbytes, n, *, reduction=None, options=None) -> Co
 
 def collective_time(algorithm, nbytes, n, bw, *, alpha=0.0, utilization=1.0,
                     compression=1.0, reduction=None, **topology):
-    """Time of one collective [s]; see equation :eq:`alpha-beta-gamma`.
-
-    Parameters
-    ----------
-    algorithm : str
-        A name from :data:`ALGORITHMS` [-].
-    nbytes : float or array_like
-        Message size per worker before compression [bytes].
-    n : int
-        Number of workers [workers].
-    bw : float or str
-        Line rate of each worker's (node's) network link [bits/s].
-    alpha : float
-        Per-message latency [s].
-    utilization : float
-        Fraction of the line rate the transport achieves, in (0, 1] [-].
-    compression : float
-        Ratio dividing the bytes on the wire, >= 1 [-].
-    reduction : ReductionCost, optional
-        Cost of the element-wise sums [s]; free when omitted.
-    **topology
-        ``gpus_per_node``, ``intra_bw``, ``intra_alpha``, ``ps_servers``: see
-        :class:`CollectiveOptions`.
-
-    Returns
-    -------
-    float or numpy.ndarray
-        Time [s].
-    """
     bw = parse_bandwidth(bw)
     u = check_fraction(utilization, "utilization")
     r = check_ratio(compression)
@@ -438,6 +409,12 @@ _NAMED_PARAMETERS = """
         Time [s].
     """
 
+
+collective_time.__doc__ = inspect.cleandoc(_NAMED_PARAMETERS).replace(
+    "Parameters\n----------\n",
+    "Parameters\n----------\nalgorithm : str\n    A name from :data:`ALGORITHMS` [-].\n", 1)
+collective_time.__doc__ = ("Time of one collective [s]; see equation :eq:`alpha-beta-gamma`."
+                           "\n\n" + collective_time.__doc__)
 
 ring_allreduce_time = _named("ring", "Time of a ring all-reduce [s].", "ring_allreduce_time")
 tree_allreduce_time = _named("tree", "Time of a double-binary-tree all-reduce [s].",
