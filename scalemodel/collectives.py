@@ -17,6 +17,10 @@ bytes on the wire, and :math:`\Gamma` the time of the element-wise reductions (a
 intra-node transfers. Writing :math:`x = 1/(u B r)` [s/bit], every collective is a straight
 line :math:`T = a + W x` in :math:`x`; the overlap model builds on exactly that.
 
+The step counts and the bytes per step are those of the ring [3]_ and the recursive
+halving-doubling [1]_ all-reduce, NCCL's double binary tree [2]_, the two-level
+(hierarchical) all-reduce [4]_ and the parameter server [5]_.
+
 The coefficient functions return the three parts separately as a :class:`CollectiveCost`
 (``latency`` [s], ``overhead`` [s], ``bits`` [bit]), vectorized over the message size.
 
@@ -332,7 +336,7 @@ def collective_cost(algorithm, nbytes, n, *, reduction=None, options=None) -> Co
     Parameters
     ----------
     algorithm : str
-        A name from :data:`ALGORITHMS`.
+        A name from :data:`~scalemodel.ALGORITHMS`.
     nbytes : array_like
         Message size per worker before compression [bytes].
     n : int

@@ -182,7 +182,7 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
         Number of workers, >= 1 [workers].
     bw : float, str or array_like
         Line rate of each worker's network link; strings such as ``"10Gbps"`` are
-        accepted (see :func:`~scalemodel.units.parse_bandwidth`) [bits/s].
+        accepted (see :func:`~scalemodel.parse_bandwidth`) [bits/s].
     utilization : float or array_like
         Fraction of the line rate the transport achieves, in (0, 1] [-].
     compression : float or array_like
@@ -276,7 +276,9 @@ class IterationTime:
 
 def _binding(lines, j, x):
     """What binds when line ``j`` of ``lines`` is the critical one at ``x``."""
-    if j == 0:
+    value = lines.intercept[j] + lines.slope[j] * x
+    if j == 0 or value <= lines.intercept[0] * (1 + 1e-12):
+        # the backward pass itself ends last (ties included, e.g. n = 1): compute binds
         return "compute", {}
     parts = {"latency": float(lines.latency[j]), "bandwidth": float(lines.bits[j] * x),
              "overhead": float(lines.overhead[j])}

@@ -1,11 +1,11 @@
 """Workload profiles: what one worker computes and when its gradients are ready.
 
-A :class:`WorkloadProfile` holds, for one model on one device at one batch size, the
-forward, backward and update times, the gradient tensors in the order they become
-ready during backward (sizes [bytes], ready times [s]) and the cost of the element-wise
-reduction on that device. Built-in profiles ship in ``scalemodel/data/`` (see
-:func:`list_profiles`); the file format is described in ``scalemodel/data/FORMAT.md``
-and in the design guide.
+A :class:`~scalemodel.WorkloadProfile` holds, for one model on one device at one batch
+size, the forward, backward and update times, the gradient tensors in the order they
+become ready during backward (sizes [bytes], ready times [s]) and the cost of the
+element-wise reduction on that device. Built-in profiles ship in ``scalemodel/data/``
+(see :func:`~scalemodel.list_profiles`); the file format is described in
+``scalemodel/data/FORMAT.md`` and in the design guide.
 
 Short names: ``"bert"`` means ``"bert-base"``, ``"gpt2-small"`` and ``"gpt-2"`` mean
 ``"gpt2"`` (124M parameters), ``"vgg16_bn"`` means ``"vgg16"`` (the paper's log was
@@ -253,7 +253,8 @@ def _builtin_names():
 
 
 def list_profiles() -> list[str]:
-    """Names of the built-in workload profiles (aliases in :data:`ALIASES`)."""
+    """Names of the built-in workload profiles (aliases in
+    :data:`~scalemodel.profiles.ALIASES`)."""
     return _builtin_names()
 
 

@@ -186,9 +186,10 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     bw : float or str
         Line rate of each worker's link, e.g. ``10e9`` or ``"10Gbps"`` [bits/s].
     n : int
-        Number of workers; default :data:`DEFAULT_N` (64) [workers].
+        Number of workers; default :data:`~scalemodel.solvers.DEFAULT_N` (64) [workers].
     target : float
-        Scaling factor to reach, in (0, 1]; default :data:`DEFAULT_TARGET` (0.9) [-].
+        Scaling factor to reach, in (0, 1]; default
+        :data:`~scalemodel.solvers.DEFAULT_TARGET` (0.9) [-].
     utilization : float
         Fraction of the line rate achieved, in (0, 1] [-].
     algorithm, fusion, alpha, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers, cluster

@@ -1,8 +1,8 @@
 """Units and input validation.
 
 scalemodel works in SI units: seconds, bytes, and bandwidth in **bits per second**
-(``bw=10e9`` is 10 Gbit/s). :func:`parse_bandwidth` also accepts strings with a unit,
-so that the command line and the API can take what people write:
+(``bw=10e9`` is 10 Gbit/s). :func:`~scalemodel.parse_bandwidth` also accepts strings with
+a unit, so that the command line and the API can take what people write:
 
 ========================  ===========================
 string                    bits per second

@@ -121,6 +121,14 @@ def test_hand_computed_iteration():
     assert it.binding == "bandwidth"
     assert sm.scaling_factor(p, 4, 8e9, fusion="none") == pytest.approx(0.012 / 0.014)
     assert sm.scaling_factor(p, 1, 8e9) == 1.0
+    one = sm.iteration_time(p, n=1, bw=8e9, fusion="none")
+    assert one.binding == "compute" and one.exposed_communication == 0.0
+    # a fast network hides everything but the last bucket's 1.5 ms / 1000
+    fast = sm.iteration_time(p, n=4, bw=8e12, fusion="none")
+    assert fast.binding == "bandwidth"
+    slow_compute = make_profile([1_000, 1_000], [1e-1, 1e-1], forward=0.01, update=0.0,
+                                reduction=sm.ReductionCost())
+    assert sm.iteration_time(slow_compute, n=4, bw=8e9).binding == "bandwidth"
 
 
 def test_scalar_and_array_outputs(synthetic):
