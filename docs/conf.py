@@ -74,12 +74,15 @@ numpydoc_xref_aliases.update({
     name: f"scalemodel.{name}" for name in (
         "WorkloadProfile", "ClusterProfile", "ReductionCost", "CollectiveOptions",
         "IterationTime", "CompressionResult", "BandwidthResult", "Scenario", "DDPBuckets",
-        "HorovodFusion", "PerTensor")
+        "HorovodFusion", "PerTensor", "CompressionPlan", "PlanRow", "Sensitivities",
+        "CodecCost")
 })
 numpydoc_xref_aliases.update({
     "CollectiveCost": "scalemodel.collectives.CollectiveCost",
     "Buckets": "scalemodel.fusion.Buckets",
     "OverlapLines": "scalemodel.overlap.OverlapLines",
+    "Compressor": "scalemodel.compressors.Compressor",
+    "TensorCosts": "scalemodel.compressors.TensorCosts",
 })
 
 # --------------------------------------------------------------------------- nitpicky

@@ -3,21 +3,29 @@ gradient compression would it need?
 
 Closed-form models of the overlapped backward pass and of collective operations,
 built-in workload profiles, and exact solvers for the minimum compression ratio and the
-required bandwidth. Units are SI: seconds, bytes, and bandwidth in bits per second.
+required bandwidth; a compression planner that compares real compressors (fp16, int8,
+signSGD, top-k, random-k, PowerSGD) with their collectives and encode/decode costs.
+Units are SI: seconds, bytes, and bandwidth in bits per second.
 """
 
 from .cluster import ClusterProfile, load_cluster, save_cluster
+from .compressors import (COMPRESSORS, CastCompressor, CodecCost, IntQuantizer,
+                          NoCompression, PowerSGD, RandomK, SignSGD, TopK, get_compressor)
 from .collectives import (ALGORITHMS, CollectiveOptions, ReductionCost, allgather_time,
                           collective_time, halving_doubling_allreduce_time,
                           hierarchical_allreduce_time, parameter_server_time,
                           ring_allreduce_time, tree_allreduce_time)
-from .exceptions import (InvalidParameterError, ParameterTypeError, ProfileFormatError,
-                         ScalemodelError, UnknownNameError)
+from .exceptions import (CalibrationError, CalibrationWarning, InvalidParameterError,
+                         ParameterTypeError, ProfileFormatError, ScalemodelError,
+                         UnknownNameError)
 from .fusion import DDPBuckets, HorovodFusion, PerTensor, bucket_ready_times
 from .model import IterationTime, Scenario, iteration_time, scaling_factor
+from .planner import (CompressionPlan, PlanRow, breakeven_bandwidth,
+                      compressed_scaling_factor, plan_compression)
 from .profiles import WorkloadProfile, list_profiles, load_profile, save_profile
 from .solvers import (BandwidthResult, CompressionResult, min_compression,
                       required_bandwidth)
+from .sensitivity import Sensitivities, sensitivities
 from .units import format_bandwidth, parse_bandwidth
 
 __version__ = "0.1.0"
@@ -32,4 +40,9 @@ __all__ = [
     "parameter_server_time", "DDPBuckets", "HorovodFusion", "PerTensor",
     "bucket_ready_times", "parse_bandwidth", "format_bandwidth", "ScalemodelError",
     "InvalidParameterError", "ParameterTypeError", "UnknownNameError", "ProfileFormatError",
+    "CalibrationError", "CalibrationWarning",
+    "plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth",
+    "compressed_scaling_factor", "sensitivities", "Sensitivities", "COMPRESSORS",
+    "get_compressor", "CodecCost", "NoCompression", "CastCompressor", "IntQuantizer",
+    "SignSGD", "TopK", "RandomK", "PowerSGD",
 ]

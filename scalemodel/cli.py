@@ -1,5 +1,6 @@
 """Command line: ``scalemodel scaling | min-compression | required-bandwidth | iteration |
-profiles | whatif``. Run ``scalemodel --help`` or ``scalemodel COMMAND --help``."""
+plan | breakeven | profiles | whatif``. Run ``scalemodel --help`` or
+``scalemodel COMMAND --help``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import attrs
 import numpy as np
 
 from . import __version__
-from .exceptions import ScalemodelError
+from .exceptions import InvalidParameterError, ScalemodelError
 from .model import iteration_time, scaling_factor
 from .profiles import ALIASES, list_profiles, load_profile
 from .solvers import DEFAULT_N, DEFAULT_TARGET, min_compression, required_bandwidth
@@ -148,6 +149,82 @@ def cmd_iteration(args):
     print(f"{'what binds':<24}{res.binding:>10}")
 
 
+def _compressor_spec(text):
+    """``name`` or ``name:setting`` (``powersgd:8``, ``topk:0.001``, ``int8:4``)."""
+    from .compressors import get_compressor
+
+    name, _, value = text.partition(":")
+    comp = get_compressor(name)
+    if not value:
+        return comp
+    if comp.knob is None:
+        raise InvalidParameterError("--compressors", text,
+                                    f"{comp.name} has no setting to give after ':'")
+    try:
+        v = int(value) if comp.knob_integer else float(value)
+    except ValueError:
+        raise InvalidParameterError("--compressors", text,
+                                    f"the {comp.knob} after ':' must be a number") from None
+    return comp.with_setting(v)
+
+
+def _plan_kwargs(args):
+    if args.codec_cost:
+        raise InvalidParameterError(
+            "--codec-cost", args.codec_cost, "plan and breakeven use each compressor's own "
+            "encode/decode costs", "Measure them with python -m "
+            "scalemodel.calibrate.codec_bench and pass --cluster")
+    return dict(utilization=args.utilization, algorithm=args.algorithm, fusion=args.fusion,
+                alpha=args.alpha, gpus_per_node=args.gpus_per_node, intra_bw=args.intra_bw,
+                cluster=args.cluster)
+
+
+def cmd_plan(args):
+    from .planner import plan_compression
+
+    comps = None if args.compressors is None else [_compressor_spec(c) for c in
+                                                   args.compressors]
+    plan = plan_compression(args.model, args.bw, n=args.n, target=args.target,
+                            compressors=comps, **_plan_kwargs(args))
+    if args.json:
+        rows = []
+        for r in plan.rows:
+            row = {k: v for k, v in attrs.asdict(r, recurse=False).items()
+                   if k not in ("config", "fusion")}
+            row["snippet"] = r.snippet(args.framework)
+            rows.append(row)
+        data = {k: v for k, v in attrs.asdict(plan, recurse=False).items()
+                if k not in ("rows", "best")}
+        data["rows"] = rows
+        data["best"] = None if plan.best is None else plan.best.compressor
+        return _print_json(data)
+    print(plan)
+    print()
+    print(plan.snippet(args.framework))
+
+
+def cmd_breakeven(args):
+    from .planner import breakeven_bandwidth
+
+    comps = [_compressor_spec(c) for c in args.compressors]
+    kw = _plan_kwargs(args)
+    rows = []
+    for comp in comps:
+        bws = breakeven_bandwidth(args.model, comp, n=np.asarray(args.n), **kw)
+        rows.append({"compressor": comp.describe(), "n": args.n,
+                     "breakeven_bw": [float(b) for b in np.atleast_1d(bws)]})
+    if args.json:
+        return _print_json({"model": args.model, "results": rows})
+    print("line rate below which each compressor beats no compression")
+    print(f"{'compressor':<24}" + "".join(f"{'n=' + str(n):>16}" for n in args.n))
+    for row in rows:
+        cells = []
+        for b in row["breakeven_bw"]:
+            cells.append("never" if b == 0 else "always" if math.isinf(b)
+                         else format_bandwidth(b))
+        print(f"{row['compressor']:<24}" + "".join(f"{c:>16}" for c in cells))
+
+
 def cmd_profiles(args):
     rows = []
     for name in list_profiles():
@@ -215,6 +292,30 @@ def build_parser():
     p.add_argument("--bw", required=True, help="line rate, e.g. 10Gbps")
     p.add_argument("--compression", type=float, default=1.0, help="compression ratio (default 1)")
     p.set_defaults(func=cmd_iteration)
+
+    p = sub.add_parser("plan", help="which compressor, at what setting, and is it worth it",
+                       epilog=EPILOG)
+    _model_options(p)
+    p.add_argument("--bw", required=True, help="line rate, e.g. 10Gbps")
+    p.add_argument("--n", type=int, default=DEFAULT_N, help=f"workers (default {DEFAULT_N})")
+    p.add_argument("--target", type=float, default=DEFAULT_TARGET,
+                   help=f"scaling factor to reach (default {DEFAULT_TARGET})")
+    p.add_argument("--compressors", type=_list(str), default=None,
+                   help="compressors to compare, e.g. fp16,topk,powersgd (default: all)")
+    p.add_argument("--framework", default="pytorch", choices=("pytorch", "horovod"),
+                   help="framework of the settings snippet (default pytorch)")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("breakeven", help="line rate below which a compressor beats none",
+                       epilog=EPILOG)
+    _model_options(p)
+    p.add_argument("--n", type=_list(int), default=[DEFAULT_N],
+                   help=f"worker count(s), e.g. 16,32,64 (default {DEFAULT_N})")
+    p.add_argument("--compressors", type=_list(str),
+                   default=["fp16", "int8", "signsgd", "topk", "powersgd"],
+                   help="compressors with an optional setting, e.g. topk:0.001,powersgd:8 "
+                        "(default fp16,int8,signsgd,topk,powersgd at their defaults)")
+    p.set_defaults(func=cmd_breakeven)
 
     p = sub.add_parser("profiles", help="list the built-in workload profiles")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")

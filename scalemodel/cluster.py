@@ -24,7 +24,9 @@ optional ``ceiling`` [bits/s], optional ``utilization_table`` =
 ``{"line_rate": [bits/s ...], "utilization": [...]}``, optional ``reduction`` (as in a
 workload profile: it replaces the workload's reduction cost), optional ``intervals``
 (``{"alpha": [lo, hi], "utilization": [lo, hi], "ceiling": [lo, hi]}``, confidence
-intervals of the fitted values), and any extra keys (kept in ``extra``).
+intervals of the fitted values), optional ``codec_costs`` (``{family: {"encode": s/element,
+"decode": s/element}}``, measured compression costs, see :mod:`scalemodel.compressors`),
+and any extra keys (kept in ``extra``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ class ClusterProfile:
         Reduction cost on this cluster's devices; replaces the workload's when given.
     intervals : dict
         Confidence intervals ``{field: (lo, hi)}`` of fitted values.
+    codec_costs : dict
+        Measured compression costs ``{family: {"encode": s/element, "decode": s/element,
+        ...}}`` [s/element]; :func:`~scalemodel.plan_compression` uses them instead of the
+        published defaults. Empty when not measured.
     provenance : dict
         Where the numbers come from.
     extra : dict
@@ -86,6 +92,7 @@ class ClusterProfile:
     table_utilization: np.ndarray | None = None
     reduction: ReductionCost | None = None
     intervals: dict = attrs.field(factory=dict)
+    codec_costs: dict = attrs.field(factory=dict)
     provenance: dict = attrs.field(factory=dict)
     extra: dict = attrs.field(factory=dict)
 
@@ -106,6 +113,7 @@ class ClusterProfile:
                                          "needs increasing line rates, one utilization each")
             object.__setattr__(self, "table_line_rate", rate)
             object.__setattr__(self, "table_utilization", util)
+        object.__setattr__(self, "codec_costs", _check_codec_costs(self.codec_costs))
 
     def utilization_at(self, bw):
         """Achieved fraction of the line rate ``bw`` [bits/s], eq. :eq:`achieved` [-]."""
@@ -145,6 +153,8 @@ class ClusterProfile:
                                 {"kind": "linear", "latency": red.latency, "gamma": red.gamma})
         if self.intervals:
             out["intervals"] = {k: list(v) for k, v in self.intervals.items()}
+        if self.codec_costs:
+            out["codec_costs"] = {k: dict(v) for k, v in self.codec_costs.items()}
         out.update(self.extra)
         return out
 
@@ -166,7 +176,7 @@ class ClusterProfile:
             raise ProfileFormatError(source, "provenance.source",
                                      "every profile must say where its numbers come from")
         known = {"format", "format_version", "name", "provenance", "alpha", "utilization",
-                 "ceiling", "utilization_table", "reduction", "intervals"}
+                 "ceiling", "utilization_table", "reduction", "intervals", "codec_costs"}
         table = data.get("utilization_table")
         try:
             return cls(
@@ -177,12 +187,37 @@ class ClusterProfile:
                 reduction=(None if data.get("reduction") is None
                            else _reduction_from(data["reduction"], source)),
                 intervals={k: tuple(v) for k, v in (data.get("intervals") or {}).items()},
+                codec_costs=data.get("codec_costs") or {},
                 provenance=prov, extra={k: v for k, v in data.items() if k not in known})
         except ProfileFormatError:
             raise
         except (ValueError, TypeError, AttributeError) as exc:
             field = getattr(exc, "parameter", "<value>")
             raise ProfileFormatError(source, str(field), str(exc)) from None
+
+
+_CODEC_KEYS = ("encode", "decode", "encode_per_rank", "decode_per_rank", "launch")
+
+
+def _check_codec_costs(costs) -> dict:
+    """Validate ``codec_costs``: ``{family: {"encode": s/element, "decode": s/element}}``
+    with optional ``encode_per_rank``, ``decode_per_rank`` [s/(element rank)] and
+    ``launch`` [s per call]; every value finite and >= 0."""
+    if not isinstance(costs, dict):
+        raise ProfileFormatError("<object>", "codec_costs",
+                                 "must be an object {family: {encode, decode}}")
+    out = {}
+    for family, entry in costs.items():
+        if not isinstance(entry, dict) or not {"encode", "decode"} <= set(entry):
+            raise ProfileFormatError("<object>", f"codec_costs.{family}",
+                                     "needs 'encode' and 'decode' [s/element]")
+        unknown = set(entry) - set(_CODEC_KEYS)
+        if unknown:
+            raise ProfileFormatError("<object>", f"codec_costs.{family}",
+                                     f"unknown keys {sorted(unknown)}; known: {list(_CODEC_KEYS)}")
+        out[str(family)] = {k: float(check_nonnegative(v, f"codec_costs.{family}.{k}"))
+                            for k, v in entry.items()}
+    return out
 
 
 def load_cluster(cluster) -> ClusterProfile:

@@ -15,6 +15,8 @@ __all__ = [
     "ParameterTypeError",
     "UnknownNameError",
     "ProfileFormatError",
+    "CalibrationError",
+    "CalibrationWarning",
 ]
 
 
@@ -91,6 +93,20 @@ class ProfileFormatError(ScalemodelError, ValueError):
         self.source = source
         self.field = field
         super().__init__(f"profile {source}: field {field!r}: {problem}")
+
+
+class CalibrationError(ScalemodelError, RuntimeError):
+    """A calibration run or fit failed: a collective timed out, a rank died, there were
+    too few points to fit, or a profile was recorded for another model.
+
+    The message says what failed and what to do. Calibration never leaves a half-written
+    file behind when it raises this.
+    """
+
+
+class CalibrationWarning(UserWarning):
+    """A calibration result is usable but suspect, for example a fit whose R^2 is poor
+    or a measurement whose spread across repetitions is large."""
 
 
 def _short_repr(value: object, limit: int = 80) -> str:

@@ -73,6 +73,10 @@ class WorkloadProfile:
         Per-worker batch size [samples].
     tensor_names : tuple of str or None
         Gradient names, backward order.
+    tensor_shapes : tuple of tuple of int or None
+        Gradient shapes [elements per dimension], backward order; optional (PowerSGD in
+        :mod:`scalemodel.compressors` uses them). Each shape's product times the element
+        size (1, 2, 4 or 8 bytes) must equal the tensor's bytes.
     description, device, framework, precision : str
         Labels.
     provenance : dict
@@ -88,6 +92,7 @@ class WorkloadProfile:
     reduction: ReductionCost = attrs.field(factory=ReductionCost)
     batch_size: int = 1
     tensor_names: tuple | None = None
+    tensor_shapes: tuple | None = None
     description: str = ""
     device: str = ""
     framework: str = ""
@@ -131,6 +136,8 @@ class WorkloadProfile:
                 raise ProfileFormatError(src, "tensors.names",
                                          f"has {len(names)} entries but tensors.bytes has {b.size}")
             object.__setattr__(self, "tensor_names", names)
+        if self.tensor_shapes is not None:
+            object.__setattr__(self, "tensor_shapes", _check_shapes(src, self.tensor_shapes, b))
         if not isinstance(self.reduction, ReductionCost):
             raise ProfileFormatError(src, "reduction", "must be a ReductionCost")
         b.setflags(write=False)
@@ -171,7 +178,9 @@ class WorkloadProfile:
             "tensors": {"names": list(self.tensor_names) if self.tensor_names else None,
                         "bytes": [int(v) if float(v).is_integer() else float(v)
                                   for v in self.tensor_bytes],
-                        "ready": self.tensor_ready.tolist()},
+                        "ready": self.tensor_ready.tolist(),
+                        **({"shapes": [list(sh) for sh in self.tensor_shapes]}
+                           if self.tensor_shapes is not None else {})},
             "reduction": reduction,
         }
 
@@ -206,7 +215,7 @@ class WorkloadProfile:
         return cls(
             name=str(data["name"]),
             tensor_bytes=tensors["bytes"], tensor_ready=tensors["ready"],
-            tensor_names=tensors.get("names"),
+            tensor_names=tensors.get("names"), tensor_shapes=tensors.get("shapes"),
             forward_time=data["forward_time"], backward_time=data["backward_time"],
             update_time=data.get("update_time", 0.0),
             reduction=_reduction_from(data.get("reduction"), source),
@@ -214,6 +223,29 @@ class WorkloadProfile:
             device=str(data.get("device", "")), framework=str(data.get("framework", "")),
             precision=str(data.get("precision", "fp32")), provenance=prov, source=source,
         )
+
+
+def _check_shapes(source, shapes, nbytes):
+    """Validate ``tensors.shapes``: one list of positive integers per tensor whose product
+    times an element size of 1, 2, 4 or 8 bytes is the tensor's size [bytes]."""
+    if not isinstance(shapes, (list, tuple)) or len(shapes) != nbytes.size:
+        count = len(shapes) if isinstance(shapes, (list, tuple)) else type(shapes).__name__
+        raise ProfileFormatError(source, "tensors.shapes",
+                                 f"has {count} entries but tensors.bytes has {nbytes.size}")
+    out = []
+    for i, (shape, size) in enumerate(zip(shapes, nbytes)):
+        if (not isinstance(shape, (list, tuple)) or len(shape) == 0
+                or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                           and d >= 1 for d in shape)):
+            raise ProfileFormatError(source, f"tensors.shapes[{i}]",
+                                     f"must be a non-empty list of integers >= 1, got {shape!r}")
+        numel = math.prod(int(d) for d in shape)
+        if size / numel not in (1.0, 2.0, 4.0, 8.0):
+            raise ProfileFormatError(source, f"tensors.shapes[{i}]",
+                                     f"{list(shape)} has {numel} elements, which does not "
+                                     f"match {size:g} bytes at 1, 2, 4 or 8 bytes per element")
+        out.append(tuple(int(d) for d in shape))
+    return tuple(out)
 
 
 def _reduction_from(spec, source) -> ReductionCost:

@@ -135,17 +135,24 @@ def cited_row(row: dict[str, str]) -> dict[str, str]:
 
 def profile_dict(*, name, description, provenance, device, framework, precision,
                  batch_size, forward_time, backward_time, update_time, names, sizes, ready,
-                 reduction="v100_vec_add") -> dict:
-    """Assemble one profile in the FORMAT.md layout (times [s], sizes [bytes])."""
+                 shapes=None, reduction="v100_vec_add") -> dict:
+    """Assemble one profile in the FORMAT.md layout (times [s], sizes [bytes], shapes
+    [elements per dimension])."""
+    if shapes is not None:
+        assert len(shapes) == len(sizes)
+        assert all(int(np.prod(sh)) * FP32_BYTES == int(b) for sh, b in zip(shapes, sizes))
+    tensors = {"names": list(names) if names is not None else None,
+               "bytes": [int(b) for b in sizes],
+               "ready": [float(t) for t in ready]}
+    if shapes is not None:
+        tensors["shapes"] = [[int(d) for d in sh] for sh in shapes]
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION, "name": name,
         "description": description, "provenance": provenance, "device": device,
         "framework": framework, "precision": precision, "batch_size": int(batch_size),
         "forward_time": float(forward_time), "backward_time": float(backward_time),
         "update_time": float(update_time),
-        "tensors": {"names": list(names) if names is not None else None,
-                    "bytes": [int(b) for b in sizes],
-                    "ready": [float(t) for t in ready]},
+        "tensors": tensors,
         "reduction": reduction,
     }
 
@@ -209,7 +216,60 @@ def build_cnn(name: str, shared: Path, params: dict[str, int]) -> dict:
                     "(Zhang et al. 2020)",
         provenance=provenance, device=CNN_DEVICE, framework="PyTorch", precision="fp32",
         batch_size=CNN_BATCH, forward_time=t_iter - backward, backward_time=backward,
-        update_time=0.0, names=None, sizes=sizes, ready=ready)
+        update_time=0.0, names=None, sizes=sizes, ready=ready, shapes=cnn_shapes(name, sizes))
+
+
+def resnet_param_shapes(blocks: tuple[int, ...], num_classes: int = 1000) -> list[tuple]:
+    """Parameter shapes of torchvision's Bottleneck ``ResNet`` in REGISTRATION order.
+
+    Written out from torchvision/models/resnet.py: ``conv1`` (64, 3, 7, 7), ``bn1``
+    (weight, bias), then ``layer1..4`` of Bottleneck blocks (conv1 1x1, bn1, conv2 3x3,
+    bn2, conv3 1x1 with expansion 4, bn3, and in each layer's first block a
+    ``downsample`` 1x1 conv + BatchNorm), then ``fc`` (weight, bias). Convolutions
+    have no bias; a BatchNorm has weight and bias of its channel count.
+    """
+    shapes: list[tuple] = [(64, 3, 7, 7), (64,), (64,)]
+    inplanes = 64
+    for width, count in zip((64, 128, 256, 512), blocks):
+        for b in range(count):
+            out = width * 4
+            shapes += [(width, inplanes, 1, 1), (width,), (width,),
+                       (width, width, 3, 3), (width,), (width,),
+                       (out, width, 1, 1), (out,), (out,)]
+            if b == 0:
+                shapes += [(out, inplanes, 1, 1), (out,), (out,)]
+            inplanes = out
+    return shapes + [(num_classes, 512 * 4), (num_classes,)]
+
+
+def vgg16_bn_param_shapes(num_classes: int = 1000) -> list[tuple]:
+    """Parameter shapes of torchvision's ``vgg16_bn`` in REGISTRATION order.
+
+    Configuration "D" of torchvision/models/vgg.py: 13 3x3 convolutions (weight and
+    bias) each followed by a BatchNorm (weight, bias), then the classifier's three
+    Linear layers 25088 -> 4096 -> 4096 -> num_classes (weight (out, in), bias).
+    """
+    cfg = (64, 64, 128, 128, 256, 256, 256, 512, 512, 512, 512, 512, 512)
+    shapes: list[tuple] = []
+    cin = 3
+    for c in cfg:
+        shapes += [(c, cin, 3, 3), (c,), (c,), (c,)]
+        cin = c
+    for d_in, d_out in ((512 * 7 * 7, 4096), (4096, 4096), (4096, num_classes)):
+        shapes += [(d_out, d_in), (d_out,)]
+    return shapes
+
+
+def cnn_shapes(name: str, sizes: np.ndarray) -> list[tuple]:
+    """Gradient shapes of a CNN profile in BACKWARD order (reverse registration order),
+    checked tensor by tensor against the measured sizes [bytes] of its log."""
+    reg = {"resnet50": lambda: resnet_param_shapes((3, 4, 6, 3)),
+           "resnet101": lambda: resnet_param_shapes((3, 4, 23, 3)),
+           "vgg16": vgg16_bn_param_shapes}[name]()
+    shapes = reg[::-1]
+    got = [int(np.prod(sh)) * FP32_BYTES for sh in shapes]
+    assert got == [int(b) for b in sizes], f"{name}: architecture shapes do not match the log"
+    return shapes
 
 
 def build_vec_add(shared: Path) -> dict:
@@ -239,36 +299,39 @@ def build_vec_add(shared: Path) -> dict:
 
 @dataclass
 class Grad:
-    """One gradient tensor: parameter name, element count, and the backward FLOPs [FLOP]
-    computed between the previous gradient (in backward order) and this one."""
+    """One gradient tensor: parameter name, element count, the backward FLOPs [FLOP]
+    computed between the previous gradient (in backward order) and this one, and the
+    parameter's shape (as PyTorch stores it)."""
     name: str
     numel: int
     flops: int
+    shape: tuple = ()
 
 
-def linear(prefix: str, d_in: int, d_out: int, tokens: int) -> list[Grad]:
+def linear(prefix: str, d_in: int, d_out: int, tokens: int, conv1d: bool = False) -> list[Grad]:
     """A linear layer's weight and bias, in registration order (weight, bias).
 
     Backward of the weight: input gradient + weight gradient, 2 x 2*tokens*d_in*d_out
     [FLOP]; of the bias: the column sum of the output gradient, tokens*d_out [FLOP].
-    GPT-2's Conv1D stores the weight as [d_in, d_out] instead of [d_out, d_in]; the
-    element count and FLOPs are the same.
+    GPT-2's Conv1D (``conv1d=True``) stores the weight as [d_in, d_out] instead of
+    nn.Linear's [d_out, d_in]; the element count and FLOPs are the same.
     """
-    return [Grad(f"{prefix}.weight", d_in * d_out, 4 * tokens * d_in * d_out),
-            Grad(f"{prefix}.bias", d_out, tokens * d_out)]
+    shape = (d_in, d_out) if conv1d else (d_out, d_in)
+    return [Grad(f"{prefix}.weight", d_in * d_out, 4 * tokens * d_in * d_out, shape),
+            Grad(f"{prefix}.bias", d_out, tokens * d_out, (d_out,))]
 
 
 def layer_norm(prefix: str, hidden: int, tokens: int) -> list[Grad]:
     """LayerNorm weight and bias (registration order). Its backward is element-wise; we
     put ~5*tokens*hidden [FLOP] on the weight (input gradient through the normalisation
     and the weight gradient) and tokens*hidden on the bias (a column sum)."""
-    return [Grad(f"{prefix}.weight", hidden, 5 * tokens * hidden),
-            Grad(f"{prefix}.bias", hidden, tokens * hidden)]
+    return [Grad(f"{prefix}.weight", hidden, 5 * tokens * hidden, (hidden,)),
+            Grad(f"{prefix}.bias", hidden, tokens * hidden, (hidden,))]
 
 
 def embedding(name: str, rows: int, hidden: int, tokens: int) -> Grad:
     """An embedding table: backward is a scatter-add of tokens*hidden [FLOP]."""
-    return Grad(name, rows * hidden, tokens * hidden)
+    return Grad(name, rows * hidden, tokens * hidden, (rows, hidden))
 
 
 def attention_core_backward(batch: int, seq: int, hidden: int) -> int:
@@ -355,11 +418,11 @@ def gpt2_grads(*, layers, hidden, batch, seq, vocab=50257, n_positions=1024):
     for i in range(layers):
         p = f"h.{i}"
         reg += [*layer_norm(f"{p}.ln_1", hidden, t),
-                *linear(f"{p}.attn.c_attn", hidden, 3 * hidden, t),
-                *linear(f"{p}.attn.c_proj", hidden, hidden, t),
+                *linear(f"{p}.attn.c_attn", hidden, 3 * hidden, t, conv1d=True),
+                *linear(f"{p}.attn.c_proj", hidden, hidden, t, conv1d=True),
                 *layer_norm(f"{p}.ln_2", hidden, t),
-                *linear(f"{p}.mlp.c_fc", hidden, inter, t),
-                *linear(f"{p}.mlp.c_proj", inter, hidden, t)]
+                *linear(f"{p}.mlp.c_fc", hidden, inter, t, conv1d=True),
+                *linear(f"{p}.mlp.c_proj", inter, hidden, t, conv1d=True)]
         add_flops(reg, f"{p}.attn.c_attn.bias", attention_core_backward(batch, seq, hidden))
     reg += layer_norm("ln_f", hidden, t)
     grads = reg[::-1]
@@ -392,7 +455,8 @@ def transformer_profile(*, name, description, grads, batch, forward, backward, u
         name=name, description=description, provenance=provenance, device=device,
         framework="PyTorch", precision="fp32", batch_size=batch, forward_time=forward,
         backward_time=backward, update_time=update, names=[g.name for g in grads],
-        sizes=[g.numel * FP32_BYTES for g in grads], ready=ready)
+        sizes=[g.numel * FP32_BYTES for g in grads], ready=ready,
+        shapes=[g.shape for g in grads])
 
 
 BERT_DERIVATION = (

@@ -362,6 +362,21 @@ def fig_whatif(out: Path):
     _save(fig, out / "whatif.png")
 
 
+def fig_breakeven(out: Path):
+    """The break-even figure of docs/compression.rst, drawn by scalemodel.plot itself."""
+    import matplotlib.pyplot as plt
+
+    from scalemodel.plot import plot_breakeven
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, model in zip(axes, ("resnet50", "bert")):
+        plot_breakeven(model, n=64, target=0.9, ax=ax)
+        ax.set_title(f"{model}, 64 workers (dots: break-even line rate)", fontsize=10)
+    axes[1].set_ylabel("")
+    fig.tight_layout()
+    _save(fig, out / "breakeven.png")
+
+
 # --------------------------------------------------------------------------- text
 
 
@@ -495,6 +510,8 @@ def inc_cli(out: Path):
         "cli_scaling.inc": ["scaling", "--model", "bert", "--n", "16,64", "--bw",
                             "10,25,100Gbps"],
         "cli_required_bandwidth.inc": ["required-bandwidth", "--model", "bert"],
+        "cli_plan.inc": ["plan", "--model", "bert", "--bw", "10Gbps"],
+        "cli_breakeven.inc": ["breakeven", "--model", "resnet50", "--n", "16,32,64"],
     }
     for fname, argv in cmds.items():
         _write(out / fname, _console(argv, _cli(argv)))
@@ -513,7 +530,8 @@ def generate(srcdir: Path, log=print):
     out = srcdir / "generated"
     out.mkdir(exist_ok=True)
     steps = [fig_scaling_vs_bandwidth, fig_min_ratio_vs_bandwidth, fig_timeline, fig_envelope,
-             fig_fusion_algorithms, fig_utilization, fig_whatif, inc_profiles, inc_whatif,
+             fig_fusion_algorithms, fig_utilization, fig_whatif, fig_breakeven, inc_profiles,
+             inc_whatif,
              inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent)]
     t0 = time.perf_counter()
     for step in steps:

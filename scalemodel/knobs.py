@@ -1,0 +1,120 @@
+"""Framework settings that realise a compression plan, printed as code to paste.
+
+PyTorch: ``DistributedDataParallel(bucket_cap_mb=...)`` and a DDP communication hook from
+``torch.distributed.algorithms.ddp_comm_hooks``: ``default_hooks.fp16_compress_hook`` /
+``bf16_compress_hook``, ``quantization_hooks.quantization_pertensor_hook`` /
+``quantization_perchannel_hook`` (8-bit), or ``powerSGD_hook.powerSGD_hook`` with a
+``PowerSGDState(process_group=None, matrix_approximation_rank=k, start_powerSGD_iter=...)``.
+Horovod: ``HOROVOD_FUSION_THRESHOLD`` [bytes], ``HOROVOD_CYCLE_TIME`` [ms] and
+``hvd.DistributedOptimizer(..., compression=hvd.Compression.fp16)``. Sign, top-k and
+random-k have no stock hook in either framework: the snippet says so and points to GRACE
+(github.com/sands-lab/grace, Xu et al., ICDCS 2021).
+"""
+
+from __future__ import annotations
+
+from .exceptions import ParameterTypeError, UnknownNameError
+from .fusion import DDPBuckets, HorovodFusion
+
+__all__ = ["snippet", "FRAMEWORKS"]
+
+FRAMEWORKS = ("pytorch", "horovod")
+"""Frameworks :func:`snippet` writes settings for."""
+
+GRACE = "GRACE (https://github.com/sands-lab/grace; Xu et al., ICDCS 2021)"
+START_POWERSGD_ITER = 1000
+"""PyTorch's default warm-up: plain all-reduce for the first 1000 iterations [-]."""
+
+
+def _ddp_cap_mb(fusion):
+    if isinstance(fusion, DDPBuckets):
+        return fusion.cap_bytes / 2**20, ""
+    return 25.0, "  # the plan assumed another fusion; 25 is DDP's default"
+
+
+def _header(row, tool):
+    setting = f" {row.setting_text()}" if row.setting_name else ""
+    state = "reaches the target" if row.feasible else "does NOT reach the target"
+    return (f"# scalemodel plan: {row.compressor}{setting} ({row.ratio:.3g}x, "
+            f"scaling factor {row.scaling_factor:.3f}, {state}) with {tool}")
+
+
+def _pytorch(row):
+    cap, why = _ddp_cap_mb(row.fusion)
+    name = row.compressor
+    out = [_header(row, "PyTorch DDP"),
+           "from torch.nn.parallel import DistributedDataParallel as DDP",
+           f"model = DDP(model, device_ids=[local_rank], bucket_cap_mb={cap:g}){why}"]
+    if name == "none":
+        out.append("# no communication hook: plain all-reduce")
+    elif name in ("fp16", "bf16"):
+        out += ["from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
+                f"model.register_comm_hook(None, default_hooks.{name}_compress_hook)"]
+    elif name == "int8":
+        cfg = row.config
+        if cfg.bits != 8:
+            out.append(f"# no stock hook quantizes to {cfg.bits} bits; PyTorch's "
+                       f"quantization hooks use 8 bits. For other widths see {GRACE}")
+        hook = ("quantization_pertensor_hook" if cfg.chunk is None else
+                "quantization_perchannel_hook")
+        out += ["from torch.distributed.algorithms.ddp_comm_hooks import quantization_hooks",
+                f"model.register_comm_hook(None, quantization_hooks.{hook})"]
+    elif name == "powersgd":
+        cfg = row.config
+        out += ["from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook",
+                "state = powerSGD_hook.PowerSGDState(",
+                f"    process_group=None, matrix_approximation_rank={cfg.rank},",
+                f"    start_powerSGD_iter={START_POWERSGD_ITER}, "
+                f"min_compression_rate={cfg.min_compression_rate:g})",
+                "model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)"]
+    else:
+        out.append(f"# no stock PyTorch DDP hook exists for {name}; use {GRACE}, "
+                   f"which implements it with error feedback (setting: "
+                   f"{row.setting_text()})")
+    return "\n".join(out)
+
+
+def _horovod(row):
+    fusion = row.fusion
+    if isinstance(fusion, HorovodFusion):
+        threshold, cycle, why = fusion.threshold_bytes, fusion.cycle_time, ""
+    else:
+        threshold, cycle = 64 * 2**20, 5e-3
+        why = "; Horovod's default (plan with fusion='horovod' for Horovod's buckets)"
+    name = row.compressor
+    out = [_header(row, "Horovod"),
+           f"export HOROVOD_FUSION_THRESHOLD={int(threshold)}  # bytes{why}",
+           f"export HOROVOD_CYCLE_TIME={cycle * 1e3:g}  # milliseconds"]
+    if name == "none":
+        comp = "hvd.Compression.none"
+    elif name == "fp16":
+        comp = "hvd.Compression.fp16"
+    else:
+        comp = None
+    if comp:
+        out.append("optimizer = hvd.DistributedOptimizer(optimizer, named_parameters="
+                   f"model.named_parameters(), compression={comp})")
+    else:
+        out.append(f"# Horovod has no stock compressor for {name} ({row.setting_text()}); "
+                   f"{GRACE} plugs it into hvd.DistributedOptimizer")
+    return "\n".join(out)
+
+
+def snippet(row, framework="pytorch") -> str:
+    """Settings for ``row`` (a :class:`~scalemodel.planner.PlanRow`) in ``framework``.
+
+    Parameters
+    ----------
+    row : PlanRow
+        A row of a compression plan [-].
+    framework : str
+        ``"pytorch"`` or ``"horovod"`` [-].
+    """
+    if not isinstance(framework, str):
+        raise ParameterTypeError("framework", framework, "a string")
+    key = framework.strip().lower()
+    if key == "pytorch":
+        return _pytorch(row)
+    if key == "horovod":
+        return _horovod(row)
+    raise UnknownNameError("framework", framework, FRAMEWORKS)

@@ -1,0 +1,620 @@
+r"""Compression planning: which compressor, at what setting, and is it worth it at all?
+
+For a compressor :math:`C` (see :mod:`scalemodel.compressors`), every bucket :math:`k` of
+the fusion policy becomes a sequence of collectives (one per phase :math:`p` with bytes):
+its time on the communication channel is
+
+.. math::
+   :label: compressed-bucket
+
+   c_k^C = \sum_{p} \Big( \lambda_p \alpha + \Gamma_p(S_{k,p}) + W_p(S_{k,p})\, x \Big)
+           + t^\text{enc}_k + t^\text{dec}_k ,
+   \qquad x = \frac{1}{u B} ,
+
+with :math:`S_{k,p}` the compressed bytes of phase :math:`p` (summed over the bucket's
+tensors), :math:`W_p` the wire bits of that phase's collective (an all-reduce, or an
+all-gather whose bits grow as :math:`(n-1) S`), and the encode and decode times of the
+bucket's tensors plus their kernel launches. Each :math:`c_k^C` is again a straight line in
+:math:`x`, so the overlap model of :mod:`scalemodel.overlap` applies unchanged: the
+planner builds the bucket costs and calls :func:`~scalemodel.overlap.overlap_lines` and
+:class:`~scalemodel.overlap.UpperEnvelope`. For ``"none"`` this is exactly
+:func:`~scalemodel.scaling_factor`.
+
+The **effective ratio** of a compressor is the uncompressed wire bits of the plan's
+all-reduce over the compressed wire bits, summed over the iteration: the ``compression=``
+the core model would need to put the same bits on the wire. It can be below 1: an
+all-gather of :math:`S/\rho` bytes carries :math:`(n-1) S/\rho` bits against the ring's
+:math:`2 (n-1)/n \cdot S`, so it sends less only for :math:`n < 2\rho`.
+
+Every knob (PowerSGD rank, top-k density, quantization bits) is monotone: a larger value
+compresses less and costs more encode/decode time, so the scaling factor does not increase
+with it (``test_scaling_factor_monotone_in_the_knob``). The one exception is PowerSGD's
+``min_compression_rate``: as the rank grows, small matrices stop being compressed, which
+saves their encode time and can raise the scaling factor slightly (by at most 0.0014 on
+the built-in profiles). The planner finds the **least aggressive** setting that reaches
+the target by bisection (integers: on the integers, ending with a setting that reaches it
+and the next that does not; density: in log density to a relative 1e-9).
+
+The **break-even bandwidth** of a compressor is the line rate below which it beats no
+compression: the iteration times with and without it are both upper envelopes of lines in
+:math:`x`, hence piecewise linear; on every interval between their breakpoints their
+difference is linear and the crossing is solved exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import numpy as np
+
+from .collectives import collective_cost
+from .compressors import ALLREDUCE, ELEMENT_BYTES, Compressor, codec_costs_for, get_compressor
+from .exceptions import InvalidParameterError, ParameterTypeError
+from .model import Scenario, _binding, effective_utilization
+from .overlap import UpperEnvelope, overlap_lines
+from .solvers import DEFAULT_N, DEFAULT_TARGET, _line_rate_for, _scalar, min_compression
+from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
+
+__all__ = ["plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth",
+           "compressed_scaling_factor", "DEFAULT_PLAN_COMPRESSORS"]
+
+DEFAULT_PLAN_COMPRESSORS = ("none", "fp16", "bf16", "int8", "signsgd", "topk", "randomk",
+                            "powersgd")
+"""The compressors :func:`~scalemodel.plan_compression` compares by default."""
+
+
+# --------------------------------------------------------------------------- bucket lines
+
+
+@attrs.frozen(eq=False)
+class _Evaluated:
+    """One compressor at one setting on one scenario and worker count."""
+
+    lines: object
+    env: UpperEnvelope
+    bits: float  # wire bits per iteration, compressed [bit]
+    raw_bits: float  # wire bits per iteration of the uncompressed all-reduce [bit]
+    encode: float  # [s] per iteration
+    decode: float
+    n_collectives: int  # per iteration
+    collective: str
+    per_worker_ratio: float  # gradient bytes over bytes each worker sends [-]
+
+
+def _members_starts(buckets):
+    return np.asarray([int(m[0]) for m in buckets.members], dtype=np.int64)
+
+
+def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated:
+    p = sc.profile
+    b = sc.buckets
+    e = ELEMENT_BYTES.get(p.precision.lower(), 4)
+    numel = np.round(p.tensor_bytes / e)
+    tc = comp._costs(numel, p.tensor_shapes, n, codec[comp.family], e)
+    starts = _members_starts(b)
+    k = len(b)
+    lat, ovh, bits = np.zeros(k), np.zeros(k), np.zeros(k)
+    ncoll = 0
+    main = ""
+    biggest = -1.0
+    for j, coll in enumerate(tc.phase_collectives):
+        nbytes = np.add.reduceat(tc.phase_bytes[:, j], starts)
+        alg = sc.algorithm if coll == ALLREDUCE else coll
+        cost = collective_cost(alg, nbytes, n, reduction=p.reduction, options=sc.options)
+        used = nbytes > 0
+        lat += np.where(used, cost.latency, 0.0)
+        ovh += np.where(used, cost.overhead, 0.0)
+        bits += np.where(used, cost.bits, 0.0)
+        ncoll += int(used.sum())
+        if nbytes.sum() > biggest:
+            biggest, main = float(nbytes.sum()), alg
+    raw = collective_cost(sc.algorithm, b.nbytes, n, reduction=p.reduction, options=sc.options)
+    encode = decode = 0.0
+    if n > 1:
+        c = codec[comp.family]
+        enc = np.add.reduceat(tc.encode_time, starts)
+        dec = np.add.reduceat(tc.decode_time, starts)
+        calls = np.add.reduceat(tc.calls, starts)
+        compressed = np.add.reduceat((tc.encode_time + tc.decode_time > 0) | (tc.calls > 0),
+                                     starts) > 0
+        calls = calls + np.where(compressed, comp.calls_per_bucket, 0)
+        launch = c.launch * calls
+        ovh = ovh + enc + dec + launch
+        encode = float(enc.sum() + launch.sum() / 2)
+        decode = float(dec.sum() + launch.sum() / 2)
+    lines = overlap_lines(b.ready, lat, ovh, bits, p.backward_time)
+    return _Evaluated(lines=lines, env=UpperEnvelope(lines.intercept, lines.slope),
+                      bits=float(bits.sum()), raw_bits=float(raw.bits.sum()), encode=encode,
+                      decode=decode, n_collectives=ncoll, collective=main,
+                      per_worker_ratio=float(p.total_bytes / tc.wire_bytes.sum()))
+
+
+def _sf(sc, ev, x):
+    p = sc.profile
+    return p.iteration_time / (p.forward_time + ev.env(x) + p.update_time)
+
+
+def _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers,
+           cluster):
+    return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
+                          gpus_per_node=gpus_per_node, intra_bw=intra_bw,
+                          intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
+
+
+def _compressor_list(compressors):
+    if compressors is None:
+        compressors = DEFAULT_PLAN_COMPRESSORS
+    if isinstance(compressors, (str, Compressor)):
+        compressors = [compressors]
+    try:
+        items = list(compressors)
+    except TypeError:
+        raise ParameterTypeError("compressors", compressors,
+                                 "a list of compressor names or objects") from None
+    if not items:
+        raise InvalidParameterError("compressors", compressors, "must name at least one")
+    return [get_compressor(c) for c in items]
+
+
+# --------------------------------------------------------------------------- results
+
+
+@attrs.frozen
+class PlanRow:
+    """One compressor in a :class:`CompressionPlan`.
+
+    Attributes
+    ----------
+    compressor : str
+        Catalogue name (``"powersgd"``...).
+    setting_name : str or None
+        The knob: ``"rank"``, ``"density"``, ``"bits"``, or None.
+    setting : float or None
+        Least aggressive knob value that reaches the target (the most aggressive one
+        searched when none does) [-].
+    feasible : bool
+        Whether it reaches the target.
+    ratio : float
+        Compression ratio of each worker's message: gradient bytes over the bytes it
+        sends, all phases (32 for signSGD, 2 for fp16) [-].
+    effective_ratio : float
+        Uncompressed all-reduce wire bits over compressed wire bits per iteration: below
+        ``ratio`` (and even below 1) for all-gathered compressors [-].
+    scaling_factor : float
+        Scaling factor reached at ``setting`` [-].
+    binding : str
+        What binds there (see :data:`~scalemodel.model.BINDINGS`).
+    encode_time, decode_time : float
+        Encode and decode time per iteration, kernel launches included [s].
+    collective : str
+        The collective carrying most bytes (``"ring"``, ``"allgather"``...).
+    n_collectives : int
+        Collectives per iteration [-].
+    note : str
+        Why it fails or what to watch, for people.
+    config : Compressor
+        The compressor object at ``setting``.
+    fusion : object
+        The plan's fusion policy (for the knob snippet).
+    """
+
+    compressor: str
+    setting_name: str | None
+    setting: float | None
+    feasible: bool
+    ratio: float
+    effective_ratio: float
+    scaling_factor: float
+    binding: str
+    encode_time: float
+    decode_time: float
+    collective: str
+    n_collectives: int
+    note: str
+    config: Compressor
+    fusion: object
+
+    def setting_text(self) -> str:
+        """The setting for people, e.g. ``'rank 52'`` or ``'density 0.0021'``."""
+        if self.setting_name is None:
+            return "-"
+        if self.setting_name == "density":
+            return f"density {self.setting:.3g}"
+        return f"{self.setting_name} {int(self.setting)}"
+
+    def snippet(self, framework="pytorch") -> str:
+        """The framework settings that realise this row, as code to paste.
+
+        Parameters
+        ----------
+        framework : str
+            ``"pytorch"`` (DDP ``bucket_cap_mb`` and a communication hook) or
+            ``"horovod"`` (``HOROVOD_FUSION_THRESHOLD``, ``HOROVOD_CYCLE_TIME`` and the
+            compression argument) [-].
+        """
+        from .knobs import snippet
+
+        return snippet(self, framework)
+
+
+@attrs.frozen
+class CompressionPlan:
+    """Result of :func:`plan_compression`: compressors ranked best first.
+
+    Attributes
+    ----------
+    rows : tuple of PlanRow
+        Feasible rows first, the gentlest (smallest ``ratio``: the least of the gradient
+        discarded) first, then the infeasible ones by scaling factor.
+    best : PlanRow or None
+        The first feasible row that compresses (None when none does or none is needed).
+    no_compression_needed : bool
+        Whether the uncompressed scaling factor already reaches the target.
+    message : str
+        The answer in one or two sentences.
+    uncompressed_scaling_factor : float
+        Scaling factor without compression [-].
+    ideal_ratio : float
+        :func:`~scalemodel.min_compression`'s ideal ratio (free codec, same collective)
+        [-]; ``math.inf`` when no ratio is enough.
+    model : str
+        Profile name.
+    n, bw, target, utilization : float
+        The question: [workers], [bits/s], [-], [-].
+    algorithm : str
+        The all-reduce algorithm.
+    """
+
+    rows: tuple
+    best: PlanRow | None
+    no_compression_needed: bool
+    message: str
+    uncompressed_scaling_factor: float
+    ideal_ratio: float
+    model: str
+    n: int
+    bw: float
+    target: float
+    utilization: float
+    algorithm: str
+
+    def snippet(self, framework="pytorch") -> str:
+        """Settings of the best row (of ``"none"`` when no compression is needed or none
+        helps); see :meth:`PlanRow.snippet`.
+
+        Parameters
+        ----------
+        framework : str
+            ``"pytorch"`` or ``"horovod"`` [-].
+        """
+        row = self.best or next((r for r in self.rows if r.compressor == "none"), self.rows[0])
+        return row.snippet(framework)
+
+    def __str__(self):
+        head = (f"{self.model} on {self.n} workers at {format_bandwidth(self.bw)}, target "
+                f"{self.target:g} (uncompressed {self.uncompressed_scaling_factor:.3f})")
+        cols = (f"{'':3}{'compressor':<10} {'setting':<16} {'ratio':>7} {'on wire':>8} "
+                f"{'scaling':>8}  {'binds':<10} {'codec ms':>8}  collective")
+        out = [head, cols]
+        for r in self.rows:
+            mark = "ok" if r.feasible else "--"
+            out.append(f"{mark:3}{r.compressor:<10} {r.setting_text():<16} "
+                       f"{r.ratio:>6.3g}x {r.effective_ratio:>7.3g}x "
+                       f"{r.scaling_factor:>8.3f}  {r.binding:<10} "
+                       f"{(r.encode_time + r.decode_time) * 1e3:>8.2f}  {r.collective}")
+        out.append(self.message)
+        return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- planner
+
+
+def _row(sc, comp, n, x, codec, target, fusion):
+    """Search the knob and make the row."""
+    p = sc.profile
+    e = ELEMENT_BYTES.get(p.precision.lower(), 4)
+    numel = np.round(p.tensor_bytes / e)
+    cache = {}
+
+    def at(value):
+        key = value
+        if key not in cache:
+            c = comp.with_setting(value) if comp.knob else comp
+            ev = _evaluate(sc, c, n, codec)
+            cache[key] = (c, ev, float(_sf(sc, ev, x)))
+        return cache[key]
+
+    if comp.knob is None:
+        chosen = at(None)
+    else:
+        lo, hi = comp.knob_bounds(numel, p.tensor_shapes)
+        if at(hi)[2] >= target:
+            chosen = at(hi)
+        elif at(lo)[2] < target:
+            chosen = at(lo)
+        elif comp.knob_integer:
+            a, b = int(lo), int(hi)  # sf(a) >= target > sf(b)
+            while b - a > 1:
+                mid = (a + b) // 2
+                if at(mid)[2] >= target:
+                    a = mid
+                else:
+                    b = mid
+            chosen = at(a)
+        else:
+            a, b = math.log(lo), math.log(hi)
+            for _ in range(200):
+                if b - a <= 1e-9:
+                    break
+                mid = 0.5 * (a + b)
+                if at(math.exp(mid))[2] >= target:
+                    a = mid
+                else:
+                    b = mid
+            chosen = at(math.exp(a))
+    config, ev, sf = chosen
+    feasible = sf >= target
+    j = int(ev.env.argmax(x))
+    binding, _ = _binding(ev.lines, j, x)
+    eff = ev.raw_bits / ev.bits if ev.bits > 0 else math.inf
+    growth = (f"all-gather traffic grows with n: it sends less than the uncompressed "
+              f"all-reduce only for n < {2 * ev.per_worker_ratio:.3g}")
+    codec_ms = (ev.encode + ev.decode) * 1e3
+    if feasible:
+        note = growth if ev.collective == "allgather" and n > 1 else ""
+    elif ev.collective == "allgather" and n > 1 and eff <= 1:
+        note = growth
+    elif binding == "overhead" and codec_ms > 0:
+        note = f"encode/decode ({codec_ms:.3g} ms per iteration) eats the gain"
+    elif binding == "bandwidth":
+        note = f"{ev.per_worker_ratio:.3g}x is not enough"
+    else:
+        note = f"{binding} binds"
+    return PlanRow(
+        compressor=comp.name, setting_name=comp.knob,
+        setting=None if comp.knob is None else config.setting, feasible=feasible,
+        ratio=ev.per_worker_ratio, effective_ratio=eff, scaling_factor=sf, binding=binding,
+        encode_time=ev.encode,
+        decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
+        note=note, config=config, fusion=fusion)
+
+
+def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilization=1.0,
+                     cluster=None, algorithm="ring", fusion="ddp", compressors=None,
+                     alpha=0.0, gpus_per_node=8, intra_bw=2.4e12, intra_alpha=0.0,
+                     ps_servers=None) -> CompressionPlan:
+    """Rank compressors by what they achieve on this network, each at the least aggressive
+    setting that reaches ``target``; eq. :eq:`compressed-bucket`.
+
+    Parameters
+    ----------
+    model : str, os.PathLike or WorkloadProfile
+        Built-in profile name, profile file or profile [-].
+    bw : float or str
+        Line rate of each worker's link, e.g. ``"10Gbps"`` [bits/s].
+    n : int
+        Number of workers; default 64 [workers].
+    target : float
+        Scaling factor to reach, in (0, 1]; default 0.9 [-].
+    utilization : float
+        Fraction of the line rate achieved, in (0, 1] [-].
+    cluster : ClusterProfile, str or os.PathLike, optional
+        Calibrated cluster: latency, achieved bandwidth and, when measured, codec costs
+        (``codec_costs``) replacing the defaults of
+        :data:`~scalemodel.compressors.DEFAULT_CODEC_COSTS` [-].
+    algorithm : str
+        All-reduce algorithm for the all-reduced phases [-].
+    fusion : str or fusion policy
+        ``"ddp"``, ``"horovod"``, ``"none"`` or a policy object [-].
+    compressors : sequence of str or Compressor, optional
+        What to compare; default :data:`~scalemodel.planner.DEFAULT_PLAN_COMPRESSORS` [-].
+    alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers
+        As in :func:`~scalemodel.scaling_factor`: [s], [workers], [bits/s], [s],
+        [servers].
+
+    Returns
+    -------
+    CompressionPlan
+        Rows ranked best first, ``no_compression_needed`` and a ``message``.
+
+    Examples
+    --------
+    >>> import scalemodel
+    >>> plan = scalemodel.plan_compression("bert", "10Gbps")
+    >>> plan.no_compression_needed, plan.best.compressor
+    (False, 'powersgd')
+    """
+    n = _scalar("n", check_count(n, "n"))
+    bw = _scalar("bw", parse_bandwidth(bw, "bw"))
+    target = _scalar("target", check_fraction(target, "target"))
+    u = _scalar("utilization", check_fraction(utilization, "utilization"))
+    comps = _compressor_list(compressors)
+    sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
+                ps_servers, cluster)
+    codec = codec_costs_for(sc.cluster)
+    u_eff = effective_utilization(sc, bw, u)
+    x = 1.0 / (u_eff * bw)
+    p = sc.profile
+    sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
+    ideal = min_compression(p, bw, n=n, target=target, utilization=u, algorithm=algorithm,
+                            fusion=sc.fusion, alpha=0.0 if cluster is not None else alpha,
+                            gpus_per_node=gpus_per_node, intra_bw=intra_bw,
+                            intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
+    rows = [_row(sc, c, n, x, codec, target, sc.fusion) for c in comps]
+    rows.sort(key=lambda r: (not r.feasible, r.ratio if r.feasible else 0.0,
+                             -r.scaling_factor))
+    needed = sf_none >= target
+    best = None if needed else next((r for r in rows if r.feasible and r.compressor != "none"),
+                                    None)
+    where = f"{p.name} on {n} workers at {format_bandwidth(bw)}"
+    if needed:
+        msg = (f"no compression needed: {where} already scales {sf_none:.3f} >= {target:g}")
+    elif best is not None:
+        others = [r.compressor for r in rows if r.feasible and r is not best]
+        msg = (f"{where} scales {sf_none:.3f} uncompressed; best: {best.compressor} "
+               f"{best.setting_text() if best.setting_name else ''}".rstrip()
+               + f" ({best.ratio:.3g}x, codec "
+               f"{(best.encode_time + best.decode_time) * 1e3:.3g} ms) reaches "
+               f"{best.scaling_factor:.3f}; ideal compression would need {ideal.ratio:.3g}x")
+        if others:
+            msg += "; also feasible: " + ", ".join(others)
+    elif not ideal.feasible:
+        top = max((r for r in rows if r.compressor != "none"), key=lambda r: r.scaling_factor,
+                  default=None)
+        msg = (f"no compressor reaches {target:g}: {where} is {ideal.binding}-bound; even "
+               f"free, unlimited compression of the all-reduce reaches only "
+               f"{ideal.max_scaling_factor:.3f}")
+        if top is not None and top.scaling_factor > sf_none:
+            msg += f" (the best here: {top.compressor} {top.setting_text()}, " \
+                   f"{top.scaling_factor:.3f})"
+    else:
+        why = "; ".join(f"{r.compressor}: {r.note}" for r in rows
+                        if r.compressor != "none" and r.note)
+        msg = (f"no compressor reaches {target:g}: {where} scales {sf_none:.3f} "
+               f"uncompressed and ideal compression would need {ideal.ratio:.3g}x, but "
+               + (why or "none is strong or cheap enough"))
+    return CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
+                           message=msg, uncompressed_scaling_factor=sf_none,
+                           ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
+                           utilization=u, algorithm=sc.algorithm)
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, cluster=None,
+                              algorithm="ring", fusion="ddp", alpha=0.0, gpus_per_node=8,
+                              intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None):
+    """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
+
+    ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
+    envelope per distinct ``n``.
+
+    Parameters
+    ----------
+    model : str, os.PathLike or WorkloadProfile
+        Profile name, file or object [-].
+    compressor : str or Compressor
+        A catalogue name or a compressor object at its setting [-].
+    n : int or array_like of int
+        Number of workers [workers].
+    bw : float, str or array_like
+        Line rate [bits/s].
+    utilization : float or array_like
+        Fraction of the line rate achieved, in (0, 1] [-].
+    cluster, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers
+        As in :func:`plan_compression` [-], [-], [-], [s], [workers], [bits/s], [s],
+        [servers].
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Scaling factor [-].
+    """
+    comp = get_compressor(compressor)
+    n = check_count(n, "n")
+    bw = parse_bandwidth(bw, "bw")
+    u = check_fraction(utilization, "utilization")
+    sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
+                ps_servers, cluster)
+    codec = codec_costs_for(sc.cluster)
+    u = effective_utilization(sc, bw, u)
+    x = 1.0 / np.multiply(u, bw)
+    nn = np.asarray(n)
+    shape = np.broadcast_shapes(nn.shape, np.shape(x))
+    x = np.broadcast_to(x, shape)
+    nn = np.broadcast_to(nn, shape)
+    out = np.empty(shape)
+    for nv in np.unique(nn):
+        part = nn == nv
+        out[part] = _sf(sc, _evaluate(sc, comp, int(nv), codec), x[part])
+    return float(out) if out.ndim == 0 else out
+
+
+def _crossing(env_a, env_b):
+    r"""Where ``env_a`` (with compression) drops below ``env_b`` (without) for good.
+
+    Both are piecewise linear in x; between their merged breakpoints the difference
+    :math:`d(x)` is linear. Returns ``x*`` such that :math:`d < 0` for every
+    :math:`x > x^*` (0.0: everywhere), or ``inf`` when :math:`d \ge 0` as
+    :math:`x \to \infty`.
+    """
+    pts = np.unique(np.concatenate(([0.0], env_a.breaks[env_a.breaks > 0],
+                                    env_b.breaks[env_b.breaks > 0])))
+    pts = pts[np.isfinite(pts)]
+    d = env_a(pts) - env_b(pts)
+    tol = 1e-12 * np.abs(env_b(pts))
+    tail = float(env_a.slope[-1] - env_b.slope[-1])  # slope of d beyond the last break
+    if tail > 0 or (tail == 0 and d[-1] >= -tol[-1]):
+        return math.inf
+    lose = np.flatnonzero(d >= -tol)
+    if lose.size == 0:
+        return 0.0
+    i = int(lose[-1])
+    if i == len(pts) - 1:  # the root lies on the last ray, where d has slope tail < 0
+        return float(pts[i] - d[i] / tail)
+    x0, x1, d0, d1 = pts[i], pts[i + 1], d[i], d[i + 1]
+    return float(x0 + (x1 - x0) * d0 / (d0 - d1))
+
+
+def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, cluster=None,
+                        algorithm="ring", fusion="ddp", alpha=0.0, gpus_per_node=8,
+                        intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None):
+    """Line rate below which ``compressor`` (at its setting) beats no compression.
+
+    Exact: the iteration times with and without the compressor are piecewise linear in
+    :math:`x = 1/(u B)`; their crossing is solved on the interval where it lies. When they
+    cross more than once, the highest crossing line rate is returned.
+
+    Parameters
+    ----------
+    model : str, os.PathLike or WorkloadProfile
+        Profile name, file or object [-].
+    compressor : str or Compressor
+        A catalogue name or a compressor object at its setting [-].
+    n : int or array_like of int
+        Number of workers; an array gives one line rate per entry [workers].
+    utilization : float
+        Fraction of the line rate achieved, in (0, 1] [-].
+    cluster, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers
+        As in :func:`plan_compression` [-], [-], [-], [s], [workers], [bits/s], [s],
+        [servers].
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Break-even line rate [bits/s]: ``0.0`` when the compressor never wins, ``inf``
+        when it wins at every line rate.
+
+    Examples
+    --------
+    >>> import scalemodel
+    >>> bw = scalemodel.breakeven_bandwidth("resnet50", "fp16", n=64)
+    >>> 1e9 < bw < 1e12
+    True
+    """
+    comp = get_compressor(compressor)
+    n = check_count(n, "n")
+    u = _scalar("utilization", check_fraction(utilization, "utilization"))
+    sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
+                ps_servers, cluster)
+    codec = codec_costs_for(sc.cluster)
+    none = get_compressor("none")
+    out = []
+    for nv in np.atleast_1d(n).ravel():
+        nv = int(nv)
+        a = _evaluate(sc, comp, nv, codec).env
+        b = _evaluate(sc, none, nv, codec).env
+        x = _crossing(a, b)
+        if x <= 0:
+            out.append(math.inf)
+        elif math.isinf(x):
+            out.append(0.0)
+        else:
+            bw = _line_rate_for(sc, 1.0 / (u * x))
+            out.append(float(bw))
+    if np.ndim(n) == 0:
+        return out[0]
+    return np.asarray(out).reshape(np.shape(n))
+
