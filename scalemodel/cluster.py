@@ -18,11 +18,26 @@ when there are none) and :math:`C` the ceiling (none by default). Pass a cluster
 :func:`~scalemodel.required_bandwidth` as ``cluster=`` (an object or a JSON file);
 calibration writes such files.
 
+Where compute and communication share CPU cores (CPU training, or hosts whose cores
+also drive the network), communication cannot fully progress while backward computes.
+The cluster's overlap efficiency :math:`\eta` models that: the gradient ready at
+:math:`r_k` within a backward pass of length :math:`T_b` is treated as ready at
+
+.. math::
+   :label: overlap-efficiency
+
+   r_k' = r_k + (1 - \eta)\,(T_b - r_k),
+
+so :math:`\eta = 1` is the full overlap of the model and :math:`\eta = 0` none (every
+all-reduce starts after backward). Calibration fits :math:`\eta` from one measured DDP
+run (:func:`scalemodel.calibrate.overhead.fit_overlap`).
+
 File format (JSON): ``format`` = ``"scalemodel-cluster"``, ``format_version`` = 1,
 ``name``, ``provenance`` (object with ``source``), ``alpha`` [s], ``utilization`` [-],
 optional ``ceiling`` [bits/s], optional ``utilization_table`` =
 ``{"line_rate": [bits/s ...], "utilization": [...]}``, optional ``reduction`` (as in a
-workload profile: it replaces the workload's reduction cost), optional ``intervals``
+workload profile: it replaces the workload's reduction cost), optional ``overlap`` (the
+overlap efficiency :math:`\eta` in [0, 1], eq. :eq:`overlap-efficiency`), optional ``intervals``
 (``{"alpha": [lo, hi], "utilization": [lo, hi], "ceiling": [lo, hi]}``, confidence
 intervals of the fitted values), optional ``codec_costs`` (``{family: {"encode": s/element,
 "decode": s/element}}``, measured compression costs, see :mod:`scalemodel.compressors`),
@@ -55,7 +70,7 @@ def _opt_positive(value, name):
 
 @attrs.frozen(eq=False)
 class ClusterProfile:
-    """Latency and achieved bandwidth of a cluster's transport.
+    r"""Latency and achieved bandwidth of a cluster's transport.
 
     Parameters
     ----------
@@ -72,8 +87,15 @@ class ClusterProfile:
         clamped at the ends.
     reduction : ReductionCost or None
         Reduction cost on this cluster's devices; replaces the workload's when given.
+    overlap : float
+        Overlap efficiency :math:`\eta` in [0, 1]: the fraction of the backward pass
+        during which communication can progress [-]. 1 (the default) on GPUs, where
+        compute and communication have their own engines; below 1 where they share CPU
+        cores, so a gradient ready at :math:`r_k` effectively starts its communication at
+        :math:`r_k + (1 - \eta)(T_b - r_k)` (eq. :eq:`overlap-efficiency`).
     intervals : dict
-        Confidence intervals ``{field: (lo, hi)}`` of fitted values.
+        Confidence intervals ``{field: (lo, hi)}`` of fitted values; for the table,
+        ``"table_utilization": ([lo per row], [hi per row])``.
     codec_costs : dict
         Measured compression costs ``{family: {"encode": s/element, "decode": s/element,
         ...}}`` [s/element]; :func:`~scalemodel.plan_compression` uses them instead of the
@@ -91,6 +113,7 @@ class ClusterProfile:
     table_line_rate: np.ndarray | None = None
     table_utilization: np.ndarray | None = None
     reduction: ReductionCost | None = None
+    overlap: float = attrs.field(default=1.0, converter=float)
     intervals: dict = attrs.field(factory=dict)
     codec_costs: dict = attrs.field(factory=dict)
     provenance: dict = attrs.field(factory=dict)
@@ -99,6 +122,9 @@ class ClusterProfile:
     def __attrs_post_init__(self):
         check_nonnegative(self.alpha, "alpha")
         check_fraction(self.utilization, "utilization")
+        if not 0.0 <= self.overlap <= 1.0:
+            from .exceptions import InvalidParameterError
+            raise InvalidParameterError("overlap", self.overlap, "must be in [0, 1]")
         object.__setattr__(self, "ceiling", _opt_positive(self.ceiling, "ceiling"))
         if (self.table_line_rate is None) != (self.table_utilization is None):
             raise ProfileFormatError("<object>", "utilization_table",
@@ -151,6 +177,8 @@ class ClusterProfile:
                                  "seconds": red.table_seconds.tolist()}
                                 if red.table_bytes is not None else
                                 {"kind": "linear", "latency": red.latency, "gamma": red.gamma})
+        if self.overlap != 1.0:
+            out["overlap"] = self.overlap
         if self.intervals:
             out["intervals"] = {k: list(v) for k, v in self.intervals.items()}
         if self.codec_costs:
@@ -176,7 +204,8 @@ class ClusterProfile:
             raise ProfileFormatError(source, "provenance.source",
                                      "every profile must say where its numbers come from")
         known = {"format", "format_version", "name", "provenance", "alpha", "utilization",
-                 "ceiling", "utilization_table", "reduction", "intervals", "codec_costs"}
+                 "ceiling", "utilization_table", "reduction", "intervals", "codec_costs",
+                 "overlap"}
         table = data.get("utilization_table")
         try:
             return cls(
@@ -186,6 +215,7 @@ class ClusterProfile:
                 table_utilization=None if table is None else table.get("utilization"),
                 reduction=(None if data.get("reduction") is None
                            else _reduction_from(data["reduction"], source)),
+                overlap=data.get("overlap", 1.0),
                 intervals={k: tuple(v) for k, v in (data.get("intervals") or {}).items()},
                 codec_costs=data.get("codec_costs") or {},
                 provenance=prov, extra={k: v for k, v in data.items() if k not in known})

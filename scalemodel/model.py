@@ -85,6 +85,11 @@ class Scenario:
             alpha = cluster.alpha
             if cluster.reduction is not None:
                 profile = attrs.evolve(profile, reduction=cluster.reduction)
+            if cluster.overlap < 1.0:  # eq. (overlap-efficiency) of scalemodel.cluster
+                eta, r = cluster.overlap, profile.tensor_ready
+                late = np.maximum.accumulate(eta * r + (1.0 - eta) * profile.backward_time)
+                profile = attrs.evolve(profile, tensor_ready=np.minimum(
+                    late, profile.backward_time))
         return cls(
             cluster=cluster,
             profile=profile,

@@ -517,6 +517,86 @@ def inc_cli(out: Path):
         _write(out / fname, _console(argv, _cli(argv)))
 
 
+# --------------------------------------------------------------------------- emulated cluster
+
+EMULATED = Path(__file__).resolve().parents[2] / "calibration" / "results" / "emulated"
+
+
+def _emulated():
+    import json
+
+    return json.loads((EMULATED / "emulated.json").read_text())
+
+
+def inc_emulated(out: Path):
+    """Predicted against measured on the emulated cluster (committed measurements)."""
+    import statistics
+
+    data = _emulated()
+    rows, errs = [], []
+    for r in data["records"]:
+        e = r["predicted"] - r["measured"]
+        cal = r["calibration_point"]
+        if not cal:
+            errs.append(abs(e))
+        lo, hi = r["tn_p10_p90"]
+        rows.append([r["model"], f"{r['line_rate'] / 1e6:g}", f"{r['t1'] * 1e3:.1f}",
+                     f"{r['tn'] * 1e3:.1f} [{lo * 1e3:.0f}, {hi * 1e3:.0f}]",
+                     f"{r['measured']:.3f}", f"{r['predicted']:.3f}",
+                     f"{e:+.3f}" + (" (calibration point)" if cal else ""),
+                     f"{r.get('predicted_full_overlap', r['predicted_transport_only']):.3f}"])
+    cal = data["calibration"]
+    cl = cal["cluster"]
+    host = (cl.get("host_overhead") or {}).get("gamma", 0.0)
+    eta = cl.get("overlap", 1.0)
+    text = _table(["model", "line rate [Mbit/s]", "T1 [ms]", "T2 [ms] (p10, p90)",
+                   "measured S", "predicted S", "error", "full overlap"], rows,
+                  title="Two workers on the emulated cluster: predicted against measured "
+                        "scaling factor")
+    text += (f"\nCalibrated once, at {cal['rate'] / 1e6:g} Mbit/s with ``{cal['model']}``: "
+             f"latency :math:`\\alpha` = {cl['alpha'] * 1e3:.3f} ms, utilization "
+             f"{cl['utilization']:.3f}, overlap efficiency :math:`\\eta` = {eta:.2f}, "
+             f"host overhead {host * 1e9:.2f} ns/byte. "
+             f"Over the {len(errs)} settings not used to calibrate: median absolute error "
+             f"**{statistics.median(errs):.3f}**, largest **{max(errs):.3f}** "
+             f"({data['iterations']} timed iterations per run; measured {data['date']} on "
+             f"{data['machine']}).\n")
+    _write(out / "emulated.inc", text)
+
+
+def fig_emulated(out: Path):
+    import matplotlib.pyplot as plt
+
+    data = _emulated()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.6))
+    for model, colour in zip(sorted({r["model"] for r in data["records"]}), ("C0", "C1", "C2")):
+        rec = sorted((r for r in data["records"] if r["model"] == model),
+                     key=lambda r: r["line_rate"])
+        rate = [r["line_rate"] / 1e6 for r in rec]
+        ax1.plot(rate, [r["measured"] for r in rec], "o", color=colour,
+                 label=f"{model} measured")
+        ax1.plot(rate, [r["predicted"] for r in rec], "-", color=colour,
+                 label=f"{model} predicted")
+        ax2.plot([r["measured"] for r in rec], [r["predicted"] for r in rec], "o",
+                 color=colour, label=model)
+    ax1.set_xscale("log")
+    ax1.set_xlabel("link rate [Mbit/s]")
+    ax1.set_ylabel("scaling factor, 2 workers [-]")
+    ax1.legend(fontsize=7)
+    ax1.grid(alpha=0.3)
+    ax2.plot([0, 1], [0, 1], "k-", lw=0.8)
+    for d in (0.03, 0.08):
+        ax2.fill_between([0, 1], [-d, 1 - d], [d, 1 + d], color="0.5", alpha=0.12, lw=0)
+    ax2.set_xlim(0, 1)
+    ax2.set_ylim(0, 1)
+    ax2.set_xlabel("measured scaling factor [-]")
+    ax2.set_ylabel("predicted [-]")
+    ax2.set_title("bands: +-0.03 and +-0.08", fontsize=8)
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, out / "emulated.png")
+
+
 # --------------------------------------------------------------------------- sphinx
 
 
@@ -531,6 +611,7 @@ def generate(srcdir: Path, log=print):
     out.mkdir(exist_ok=True)
     steps = [fig_scaling_vs_bandwidth, fig_min_ratio_vs_bandwidth, fig_timeline, fig_envelope,
              fig_fusion_algorithms, fig_utilization, fig_whatif, fig_breakeven, inc_profiles,
+             fig_emulated, inc_emulated,
              inc_whatif,
              inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent)]
     t0 = time.perf_counter()

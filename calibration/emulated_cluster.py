@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""The proof that the model works: calibrate once on an emulated cluster, predict the rest.
+
+Builds a small cluster on this Linux machine (network namespaces joined by veth pairs
+and a bridge, every link rate-limited with ``tc``; see
+:class:`scalemodel.calibrate.netem.EmulatedCluster`), then:
+
+1. calibrates at ONE setting: the transport microbenchmark at ``--calibrate-rate``, then
+   the calibration model's compute profile and one real DDP run there (which also fits
+   the per-byte host overhead: on this machine compute and communication share the
+   cores);
+2. for every model and every link rate, runs real DDP training with gloo across the
+   workers (``python -m scalemodel.calibrate --steps compute,scaling``) and records the
+   measured scaling factor (single-worker iteration time measured in the same run, on
+   the same loaded machine, divided by the DDP iteration time);
+3. predicts every setting from the calibration alone (the cluster profile, and each
+   model's compute profile measured at the calibration rate) and prints predicted
+   against measured with the errors.
+
+Needs root, ``ip`` and ``tc``, and torch. Run from the repository root::
+
+    sudo .venv/bin/python calibration/emulated_cluster.py --out docs/_static/emulated
+
+It takes about ten minutes with the defaults; ``--quick`` is a two-rate smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import attrs
+
+import scalemodel as sm
+from scalemodel.calibrate.netem import EmulatedCluster, netns_available
+from scalemodel.profiles import atomic_write_text
+
+
+def log(msg):
+    print(f"[emulated] {msg}", file=sys.stderr, flush=True)
+
+
+def run_ranks(cluster, args_common, port, workdir, timeout, quiet=True, pin_cpus=True):
+    """Run ``python -m scalemodel.calibrate ARGS`` on every host; return rank 0's stdout."""
+    procs = []
+    for r in range(cluster.hosts):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(cluster.hosts), LOCAL_RANK="0",
+                   LOCAL_WORLD_SIZE="1", MASTER_ADDR=cluster.addresses[0],
+                   MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=f"{cluster.prefix}h{r}",
+                   OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        pin = ["--pin-cpu", str(r % os.cpu_count())] if pin_cpus else []
+        cmd = cluster.command(r, [sys.executable, "-m", "scalemodel.calibrate", *args_common,
+                                  "--threads", "1", "--timeout", str(timeout), *pin]
+                              + (["--quiet"] if quiet else []))
+        procs.append(subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = []
+    for r, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=timeout * 3)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise RuntimeError(f"rank {r} did not finish in {timeout * 3} s")
+        if p.returncode != 0:
+            for q in procs:
+                q.kill()
+            raise RuntimeError(f"rank {r} failed (exit {p.returncode}):\n{err[-3000:]}")
+        outs.append(out)
+    return outs[0]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap.add_argument("--models", default="mlp:128,convnet:64",
+                    help="model:batch pairs (built-in names or package.module:function)")
+    ap.add_argument("--rates", default="100,200,500,1000,2000", help="link rates [Mbit/s]")
+    ap.add_argument("--calibrate-rate", type=float, default=500.0, help="[Mbit/s]")
+    ap.add_argument("--calibrate-model", help="model whose DDP run fits the host overhead "
+                    "(default: the first)")
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--prefix", default="smc", help="namespace name prefix (two runs at "
+                    "once need different prefixes and subnets)")
+    ap.add_argument("--subnet", default="10.77.0", help="first three octets of the hosts' /24")
+    ap.add_argument("--iterations", type=int, default=12)
+    ap.add_argument("--min-size", default="1MiB", help="smallest message of the sweep; "
+                    "smaller ones ride the token bucket's burst and look faster than the "
+                    "link")
+    ap.add_argument("--max-size", default="16MiB", help="largest message of the sweep")
+    ap.add_argument("--out", default="emulated", help="output folder (JSON and a table)")
+    ap.add_argument("--quick", action="store_true", help="two rates, few iterations")
+    ap.add_argument("--timeout", type=float, default=120.0, help="per collective [s]")
+    args = ap.parse_args(argv)
+    ok, why = netns_available()
+    if not ok:
+        print(f"emulated cluster not available here: {why}", file=sys.stderr)
+        return 2
+    # two emulations at once would measure each other: take turns
+    lock = open(os.path.join(tempfile.gettempdir(), "scalemodel-emulated.lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log("another emulated cluster runs on this machine; waiting for it to finish")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    models = [(m.split(":")[0] if m.count(":") == 1 else m.rsplit(":", 1)[0],
+               int(m.rsplit(":", 1)[1])) for m in args.models.split(",")]
+    rates = [float(r) * 1e6 for r in args.rates.split(",")]
+    iters = args.iterations
+    if args.quick:
+        rates, iters = [rates[0], rates[-1]], 5
+    r0 = args.calibrate_rate * 1e6
+    if r0 not in rates:
+        rates = sorted(rates + [r0])
+    cal_model = args.calibrate_model or models[0][0]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="scalemodel-emulated-"))
+    port = 29600 + (os.getpid() % 50) * 40
+    started = time.time()
+    records = []
+    with EmulatedCluster(args.hosts, r0, prefix=args.prefix, subnet=args.subnet) as cl:
+        # 1. calibrate at one setting
+        log(f"calibrating: transport sweep at {r0 / 1e6:g} Mbit/s")
+        port += 1
+        run_ranks(cl, ["--steps", "transport", "--line-rate", str(r0),
+                       "--out", str(work / "transport.json"), "--max-size", args.max_size,
+                       "--min-size", args.min_size, "--collectives", "all_reduce,send_recv",
+                       "--repeats", "5", "--warmup", "2"], port, work, args.timeout)
+        profiles = {}
+        for model, batch in models:
+            log(f"calibrating: {model} compute profile and DDP at {r0 / 1e6:g} Mbit/s")
+            port += 1
+            fit = ["--fit-host-overhead"] if model == cal_model else ["--no-fit-host-overhead"]
+            text = run_ranks(cl, ["--steps", "compute,scaling", "--model", model,
+                                  "--batch-size", str(batch), "--line-rate", str(r0),
+                                  "--cluster", str(work / "transport.json"),
+                                  "--out", str(work / f"cal-{model}.json"),
+                                  "--iterations", str(iters), *fit], port, work, args.timeout)
+            profiles[model] = sm.load_profile(work / f"cal-{model}.{model}.json")
+            log(text.strip())
+        calibrated = sm.load_cluster(work / f"cal-{cal_model}.json")
+        sm.save_cluster(calibrated, out / "cluster.json")
+        for model, _ in models:
+            sm.save_profile(profiles[model], out / f"{model}.json")
+        # 2. measure every setting
+        for rate in rates:
+            cl.set_rate(rate)
+            for model, batch in models:
+                log(f"measuring {model} at {rate / 1e6:g} Mbit/s "
+                    f"({time.time() - started:.0f} s so far)")
+                port += 1
+                name = f"run-{model}-{rate / 1e6:g}"
+                run_ranks(cl, ["--steps", "compute,scaling", "--model", model,
+                               "--batch-size", str(batch), "--line-rate", str(rate),
+                               "--cluster", str(work / "transport.json"),
+                               "--out", str(work / f"{name}.json"), "--iterations", str(iters),
+                               "--no-fit-host-overhead"], port, work, args.timeout)
+                rep = json.loads((work / f"{name}.report.json").read_text())
+                # 3. predict from the calibration alone
+                prof = profiles[model]
+                pred = sm.scaling_factor(prof, args.hosts, rate, cluster=calibrated,
+                                         fusion="ddp")
+                pred_net = sm.scaling_factor(prof, args.hosts, rate,
+                                             cluster=sm.load_cluster(work / "transport.json"),
+                                             fusion="ddp")
+                records.append({
+                    "model": model, "batch_size": batch, "line_rate": rate,
+                    "calibration_point": bool(rate == r0 and model == cal_model),
+                    "measured": rep["measured_scaling_factor"], "predicted": pred,
+                    "predicted_transport_only": pred_net,
+                    "predicted_full_overlap": sm.scaling_factor(
+                        prof, args.hosts, rate, fusion="ddp",
+                        cluster=attrs.evolve(calibrated, overlap=1.0)),
+                    "t1": rep["t1_median"], "tn": rep["tn_median"],
+                    "tn_p10_p90": rep["tn_p10_p90"]})
+                log(f"  measured {records[-1]['measured']:.3f} predicted {pred:.3f} "
+                    f"(transport only {pred_net:.3f})")
+    table = summarize(records, calibrated, r0, cal_model)
+    print(table)
+    result = {"records": records, "calibration": {"rate": r0, "model": cal_model,
+                                                  "cluster": calibrated.to_dict()},
+              "iterations": iters, "hosts": args.hosts, "elapsed_s": time.time() - started,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "machine": f"{os.cpu_count()} CPUs, {os.uname().machine}"}
+    atomic_write_text(out / "emulated.json", json.dumps(result, indent=1) + "\n")
+    atomic_write_text(out / "emulated.txt", table + "\n")
+    return 0
+
+
+def summarize(records, cluster, r0, cal_model) -> str:
+    rows = [f"{'model':8s} {'rate Mbit/s':>11s} {'measured':>9s} {'predicted':>9s} "
+            f"{'error':>7s} {'transport-only':>14s} {'error':>7s}"]
+    errs, errs_net = [], []
+    for r in records:
+        e, en = r["predicted"] - r["measured"], r["predicted_transport_only"] - r["measured"]
+        mark = " (calibration point)" if r["calibration_point"] else ""
+        if not r["calibration_point"]:
+            errs.append(abs(e))
+            errs_net.append(abs(en))
+        rows.append(f"{r['model']:8s} {r['line_rate'] / 1e6:11g} {r['measured']:9.3f} "
+                    f"{r['predicted']:9.3f} {e:+7.3f} {r['predicted_transport_only']:14.3f} "
+                    f"{en:+7.3f}{mark}")
+    host = cluster.extra.get("host_overhead", {}).get("gamma", 0.0)
+    rows.append("")
+    rows.append(f"calibrated at {r0 / 1e6:g} Mbit/s ({cal_model}): alpha "
+                f"{cluster.alpha * 1e3:.3f} ms, utilization {cluster.utilization:.3f}, "
+                f"overlap efficiency {cluster.overlap:.2f}, host overhead "
+                f"{host * 1e9:.2f} ns/byte")
+    if errs:
+        rows.append(f"predicted vs measured, {len(errs)} settings not used to calibrate: "
+                    f"median |error| {statistics.median(errs):.3f}, max {max(errs):.3f} "
+                    f"(transport only: median {statistics.median(errs_net):.3f}, "
+                    f"max {max(errs_net):.3f})")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

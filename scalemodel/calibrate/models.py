@@ -1,0 +1,125 @@
+"""Models to calibrate with: torchvision names, ``module:function`` specs, built-in toys.
+
+A *model spec* names what to train in a calibration run:
+
+- a torchvision model name (``"resnet50"``, ``"vgg16_bn"``, ...) when torchvision is
+  installed: the model with its default number of classes on random 224 x 224 images;
+- ``"package.module:function"``: a function called as ``function(batch_size)`` that
+  returns ``(model, inputs, targets)``;
+- a built-in model that needs nothing beyond torch: ``"mlp"`` (a 4-layer perceptron,
+  4.2 M parameters, 16.8 MB of fp32 gradients) and ``"convnet"`` (a small VGG-style
+  network on 32 x 32 images, 2.5 M parameters, 9.8 MB), used by the tests and the
+  emulated cluster.
+
+The loss is cross entropy when the targets are integers and mean squared error
+otherwise. All inputs are synthetic (random, fixed seed): calibration measures time, not
+accuracy.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..exceptions import InvalidParameterError, UnknownNameError
+
+__all__ = ["BUILTIN_MODELS", "load_model", "loss_function"]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - exercised only without torch
+        raise ImportError("calibration needs torch: pip install 'scalemodel[calibrate]' "
+                          "(on a CPU-only machine pin the CPU build, e.g. torch==2.13.0)") \
+            from None
+    return torch
+
+
+def mlp(batch_size):
+    """A 4-layer perceptron, 1024-1024-1024-1024-1000 (4.2 M parameters), random inputs."""
+    torch = _torch()
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                          nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1000))
+    g = torch.Generator().manual_seed(0)
+    return model, torch.randn(batch_size, 1024, generator=g), \
+        torch.randint(0, 1000, (batch_size,), generator=g)
+
+
+def convnet(batch_size):
+    """A small VGG-style network on random 32 x 32 images (2.5 M parameters)."""
+    torch = _torch()
+    nn = torch.nn
+
+    def block(cin, cout):
+        return [nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+
+    model = nn.Sequential(*block(3, 32), *block(32, 64), *block(64, 128), nn.Flatten(),
+                          nn.Linear(128 * 4 * 4, 1024), nn.ReLU(), nn.Linear(1024, 256),
+                          nn.ReLU(), nn.Linear(256, 10))
+    g = torch.Generator().manual_seed(0)
+    return model, torch.randn(batch_size, 3, 32, 32, generator=g), \
+        torch.randint(0, 10, (batch_size,), generator=g)
+
+
+BUILTIN_MODELS = {"mlp": mlp, "convnet": convnet}
+
+
+def _torchvision(name, batch_size):
+    try:
+        from torchvision import models as tvm
+    except ImportError:
+        raise UnknownNameError("model", name, sorted(BUILTIN_MODELS),
+                               extra="torchvision is not installed, so only these; or pass "
+                               "package.module:function") from None
+    if name not in tvm.list_models():
+        raise UnknownNameError("model", name, sorted(BUILTIN_MODELS) + tvm.list_models())
+    torch = _torch()
+    model = tvm.get_model(name)
+    g = torch.Generator().manual_seed(0)
+    size = 299 if name.startswith("inception") else 224
+    return model, torch.randn(batch_size, 3, size, size, generator=g), \
+        torch.randint(0, 1000, (batch_size,), generator=g)
+
+
+def load_model(spec: str, batch_size: int):
+    """The model, inputs and targets a spec names.
+
+    Parameters
+    ----------
+    spec : str
+        A built-in name, a torchvision name, or ``package.module:function`` [-].
+    batch_size : int
+        Samples per worker [samples].
+
+    Returns
+    -------
+    tuple
+        ``(model, inputs, targets, name)``; ``name`` is the profile name to record.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise InvalidParameterError("model", spec, "a model name or package.module:function")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidParameterError("batch_size", batch_size, "an integer >= 1")
+    if ":" in spec:
+        module, _, func = spec.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), func)
+        except (ImportError, AttributeError) as exc:
+            raise InvalidParameterError("model", spec, f"cannot import it ({exc})") from None
+        out = fn(batch_size)
+        if not (isinstance(out, tuple) and len(out) == 3):
+            raise InvalidParameterError("model", spec, "the function must return "
+                                        "(model, inputs, targets)")
+        return (*out, func)
+    if spec in BUILTIN_MODELS:
+        return (*BUILTIN_MODELS[spec](batch_size), spec)
+    return (*_torchvision(spec, batch_size), spec)
+
+
+def loss_function(targets):
+    """Cross entropy for integer targets, mean squared error otherwise."""
+    torch = _torch()
+    if targets.dtype in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        return torch.nn.functional.cross_entropy
+    return torch.nn.functional.mse_loss

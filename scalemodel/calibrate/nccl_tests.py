@@ -1,0 +1,309 @@
+r"""Read the output of NVIDIA's nccl-tests (``all_reduce_perf`` and friends).
+
+Most GPU clusters already have nccl-tests results; :func:`read_nccl_tests` turns their
+standard output into sizes and times, and :meth:`NcclTestsResult.fit` into a
+:class:`~scalemodel.calibrate.fit.CollectiveFit`. The layouts read:
+
+- current releases, with ``redop`` and ``root`` columns and ``#wrong``::
+
+    #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+    #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+         1048576        262144     float     sum      -1    27.76   37.78   66.11      0    27.49   38.15   66.76      0
+
+- older releases, with ``error`` instead of ``#wrong``, without ``root`` and (2019 and
+  before, all-gather) without ``redop``; columns are read from the right of each row,
+  so missing middle columns do not matter;
+- lines prefixed by MPI (``[1,0]<stdout>:``, ``[0]``), and ``N/A`` cells (NaN).
+
+The world size is the number of distinct ranks in the ``#  Rank ... device`` lines (or
+``nGpus`` x ``nThread`` of the first header line). Sizes in the table are nccl-tests'
+:math:`S`, the whole buffer, which for all-gather and reduce-scatter is :math:`n` times
+what each rank contributes; :attr:`NcclTestsResult.nbytes` converts to bytes per rank, the
+unit of :func:`scalemodel.collective_time`. Times are converted from µs to s, and the
+bandwidths from GB/s (:math:`10^9` bytes/s) to bits/s (:math:`\times 8\cdot 10^9`).
+
+nccl-tests' bandwidths: ``algbw`` :math:`= S/t` and ``busbw`` = ``algbw`` times a bus
+factor (``BUS_FACTOR``): all-reduce :math:`2(n-1)/n`, all-gather, reduce-scatter and
+all-to-all :math:`(n-1)/n`, broadcast, reduce and send/recv 1 (``doc/PERFORMANCE.md``;
+before mid-2020 the all-gather and reduce-scatter ``algbw`` already held the
+:math:`(n-1)/n`, nccl-tests issue #45). With the models of
+``scalemodel.calibrate.fit.COLLECTIVE_MODELS``, the fitted bandwidth
+:math:`B` of eq. :eq:`fit-model` is the large-message ``busbw`` in bits/s.
+
+Format references: NVIDIA/nccl-tests ``README.md``, ``doc/PERFORMANCE.md`` and
+``src/all_gather.cu`` (2019 header); outputs quoted in NVIDIA/nccl-tests issues #107
+(older layout) and #119, and in aws/aws-k8s-tester PR #503 (``[1,0]<stdout>:`` prefixes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from ..exceptions import CalibrationError, InvalidParameterError, ProfileFormatError
+
+__all__ = ["NcclTestsResult", "read_nccl_tests", "BUS_FACTOR"]
+
+_BINARIES = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather",
+             "reduce_scatter_perf": "reduce_scatter", "broadcast_perf": "broadcast",
+             "sendrecv_perf": "send_recv", "reduce_perf": "reduce", "alltoall_perf": "alltoall"}
+_PER_RANK_DIVISOR = {"all_gather", "reduce_scatter"}
+
+#: nccl-tests' bus factor busbw / algbw per collective, as a function of the ranks n
+BUS_FACTOR = {"all_reduce": lambda n: 2.0 * (n - 1) / n,
+              "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+              "alltoall": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0,
+              "reduce": lambda n: 1.0, "send_recv": lambda n: 1.0}
+_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\b.*?\bdevice\s+\d+\s+\[[^\]]*\]\s*(.*)$")
+_MPI_PREFIX = re.compile(r"^\[\d+(?:,\d+)*\](?:<std(?:out|err)>:)?\s?")
+
+
+@attrs.frozen(eq=False)
+class NcclTestsResult:
+    """One nccl-tests table.
+
+    Parameters
+    ----------
+    collective : str
+        ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``, ``"broadcast"``, ... [-].
+    world_size : int
+        Ranks (GPUs) in the test [workers].
+    size : numpy.ndarray
+        nccl-tests' size column S [bytes].
+    time_out_of_place, time_in_place : numpy.ndarray
+        Times [s] (NaN where the table says N/A).
+    algbw, busbw : numpy.ndarray
+        Out-of-place algorithm and bus bandwidths as printed, converted from GB/s
+        [bits/s].
+    avg_busbw : float or None
+        The footer's average bus bandwidth [bits/s].
+    devices : tuple of str
+        Device names of the ranks, by rank [-].
+    source : str
+        Where the text came from [-].
+    """
+
+    collective: str
+    world_size: int
+    size: np.ndarray
+    time_out_of_place: np.ndarray
+    time_in_place: np.ndarray
+    algbw: np.ndarray
+    busbw: np.ndarray
+    avg_busbw: float | None
+    devices: tuple
+    source: str
+
+    @property
+    def nbytes(self) -> np.ndarray:
+        """Message size per rank [bytes] (S / n for all-gather and reduce-scatter)."""
+        if self.collective in _PER_RANK_DIVISOR:
+            return self.size / self.world_size
+        return self.size.copy()
+
+    def seconds(self, which="best") -> np.ndarray:
+        """Time per size [s].
+
+        Parameters
+        ----------
+        which : str
+            ``"best"`` (the smaller of out-of-place and in-place, where both exist),
+            ``"out_of_place"`` or ``"in_place"`` [-].
+        """
+        if which == "out_of_place":
+            return self.time_out_of_place.copy()
+        if which == "in_place":
+            return self.time_in_place.copy()
+        if which != "best":
+            raise InvalidParameterError("which", which,
+                                        "'best', 'out_of_place' or 'in_place'")
+        if np.all(np.isnan(self.time_in_place)):
+            return self.time_out_of_place.copy()
+        return np.fmin(self.time_out_of_place, self.time_in_place)
+
+    def fit(self, line_rate=None, *, min_size=None, which="best", **kwargs):
+        """Fit latency and bandwidth to this table with
+        :func:`scalemodel.calibrate.fit.fit_collective` (right collective, ``n`` =
+        world size, sizes per rank).
+
+        Parameters
+        ----------
+        line_rate : float or str, optional
+            NIC line rate per rank, for the utilization [bits/s].
+        min_size : float, optional
+            Drop sizes below this many bytes per rank (tiny messages take NCCL's LL
+            protocol, whose latency differs) [bytes].
+        which : str
+            Times to fit, see :meth:`seconds` [-].
+        **kwargs
+            Passed to ``fit_collective`` (``algorithm``, ``loss``, ``confidence``, ...).
+
+        Returns
+        -------
+        CollectiveFit
+            The fit; sizes of 0 bytes and N/A times are left out.
+        """
+        from .fit import COLLECTIVE_MODELS, fit_collective
+        if self.collective not in COLLECTIVE_MODELS:
+            raise CalibrationError(f"{self.source}: no model to fit {self.collective!r}; "
+                                   f"fits exist for {', '.join(COLLECTIVE_MODELS)}")
+        if self.world_size < 2:
+            raise CalibrationError(f"{self.source}: world size {self.world_size}: one rank "
+                                   "communicates nothing; run nccl-tests over several "
+                                   "GPUs (-g, or mpirun -np)")
+        m, t = self.nbytes, self.seconds(which)
+        keep = np.isfinite(t) & (t > 0) & (m > 0)
+        if min_size is not None:
+            keep &= m >= float(min_size)
+        return fit_collective(m[keep], t[keep], collective=self.collective, n=self.world_size,
+                              line_rate=line_rate, **kwargs)
+
+
+def read_nccl_tests(source, *, collective=None) -> NcclTestsResult:
+    """Parse nccl-tests output.
+
+    Parameters
+    ----------
+    source : str or os.PathLike
+        A file path, or the text itself (anything with a newline is taken as text) [-].
+    collective : str, optional
+        The collective, when neither the text (the binary's name in the command echo or
+        nccl-tests' ``# Collective test starting:`` line) nor the file name says it
+        (``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``, ``"broadcast"``,
+        ``"send_recv"``) [-]. When given, it wins.
+
+    Returns
+    -------
+    NcclTestsResult
+        The out-of-place and in-place times and bandwidths per size.
+
+    Raises
+    ------
+    ProfileFormatError
+        No table, a data row before the column header, a truncated row or a cell that is
+        not a number (the message names the line), no world size.
+    CalibrationError
+        The collective cannot be told.
+
+    Notes
+    -----
+    Columns are read from the right of each row (``time algbw busbw #wrong`` out of
+    place, then the same in place), so a blank ``redop`` cell (older all-gather) or the
+    missing ``root`` column of older releases do not shift them. MPI prefixes such as
+    ``[1,0]<stdout>:`` are stripped. The world size is the number of distinct ranks in
+    the ``#  Rank`` lines.
+    """
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source):
+        path = Path(source)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ProfileFormatError(str(path), "<file>", f"cannot be read: {exc}") from None
+        name = str(path)
+        hint = path.name
+    elif isinstance(source, str):
+        text, name, hint = source, "<text>", ""
+    else:
+        raise InvalidParameterError("source", source, "a path or the output text")
+    if collective is not None and collective not in _BINARIES.values():
+        raise InvalidParameterError("collective", collective,
+                                    f"one of {', '.join(sorted(set(_BINARIES.values())))}")
+    ranks, devices = set(), {}
+    n_gpus = None
+    header = None
+    rows = []
+    avg = None
+    found = collective
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _MPI_PREFIX.sub("", raw.rstrip())
+        if not line.strip():
+            continue
+        if found is None:
+            for binary, coll in _BINARIES.items():
+                if binary in line:
+                    found = coll
+                    break
+        stripped = line.lstrip()
+        if stripped.startswith("#"):
+            body = stripped[1:].strip()
+            if body.startswith("nThread"):
+                tok = body.split()
+                try:
+                    n_gpus = int(tok[tok.index("nGpus") + 1]) * int(tok[tok.index("nThread") + 1])
+                except (ValueError, IndexError):
+                    pass
+            m = _RANK_LINE.match("#" + stripped[1:])
+            if m:
+                ranks.add(int(m.group(1)))
+                devices[int(m.group(1))] = m.group(2).strip()
+            tok = body.split()
+            if "size" in tok and "time" in tok and "busbw" in tok:
+                header = tok
+            if body.lower().startswith("avg bus bandwidth"):
+                try:
+                    avg = float(body.split(":", 1)[1].split()[0]) * 8e9
+                except (IndexError, ValueError):
+                    raise ProfileFormatError(name, f"line {lineno}",
+                                             "expected '# Avg bus bandwidth : <GB/s>'") \
+                        from None
+            continue
+        tok = line.split()
+        if not tok or not tok[0].isdigit():
+            continue  # NCCL INFO lines, the command echo and the like
+        if header is None:
+            raise ProfileFormatError(name, f"line {lineno}",
+                                     "a data row before the column header (# size count "
+                                     "type ... time algbw busbw); is this nccl-tests output?")
+        rows.append((lineno, tok))
+    if header is None or not rows:
+        raise ProfileFormatError(name, "<table>", "no nccl-tests table found (expected a "
+                                 "'# size count type ... time algbw busbw' header and rows)")
+    times = [i for i, h in enumerate(header) if h == "time"]
+    # offsets from the end of the row: robust to blank or missing middle columns
+    k_out = len(header) - times[0]
+    k_in = len(header) - times[1] if len(times) > 1 else None
+
+    def num(tok, i, lineno, what):
+        v = tok[i]
+        if v.upper() == "N/A":
+            return np.nan
+        try:
+            return float(v)
+        except ValueError:
+            raise ProfileFormatError(name, f"line {lineno}",
+                                     f"column {what!r} should be a number, got {v!r}") from None
+
+    size, t_out, t_in, alg, bus = [], [], [], [], []
+    for lineno, tok in rows:
+        if len(tok) < k_out + 2:
+            raise ProfileFormatError(name, f"line {lineno}",
+                                     f"has {len(tok)} columns; expected at least "
+                                     f"{k_out + 2} (size count ... time algbw busbw "
+                                     "...); truncated?")
+        size.append(num(tok, 0, lineno, "size"))
+        t_out.append(num(tok, -k_out, lineno, "time") * 1e-6)
+        alg.append(num(tok, -k_out + 1, lineno, "algbw") * 8e9)
+        bus.append(num(tok, -k_out + 2, lineno, "busbw") * 8e9)
+        t_in.append(num(tok, -k_in, lineno, "time (in-place)") * 1e-6 if k_in else np.nan)
+    if found is None:
+        for binary, coll in _BINARIES.items():
+            if binary.replace("_perf", "") in hint:
+                found = coll
+                break
+    if found is None:
+        raise CalibrationError(f"{name}: cannot tell which collective this table measured "
+                               "(no *_perf binary name in it); pass collective='all_reduce' "
+                               "(or all_gather, ...)")
+    world = len(ranks) or n_gpus
+    if not world:
+        raise ProfileFormatError(name, "<header>", "no '# Rank ... device' lines and no "
+                                 "nGpus: cannot tell the world size")
+    return NcclTestsResult(collective=found, world_size=int(world), size=np.asarray(size),
+                           time_out_of_place=np.asarray(t_out),
+                           time_in_place=np.asarray(t_in), algbw=np.asarray(alg),
+                           busbw=np.asarray(bus), avg_busbw=avg,
+                           devices=tuple(devices[k] for k in sorted(devices)), source=name)

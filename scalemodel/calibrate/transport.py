@@ -1,0 +1,269 @@
+"""Transport microbenchmark: all-reduce, all-gather and point-to-point over message sizes.
+
+Run inside an initialised ``torch.distributed`` process group (``torchrun`` sets one up;
+nccl on GPUs, gloo on CPUs). Every rank takes part; each timed repetition is bracketed
+by a barrier, and the time of a repetition is the slowest rank's, as in nccl-tests.
+The result feeds :func:`scalemodel.calibrate.fit.fit_collective`.
+
+Failures do not hang and do not pass silently: a collective that exceeds the process
+group's timeout, or a peer that dies, raises :class:`~scalemodel.CalibrationError`
+saying which collective at which size, and what to check.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import attrs
+import numpy as np
+
+from ..exceptions import CalibrationError, InvalidParameterError
+from .models import _torch
+
+__all__ = ["TransportSweep", "default_sizes", "run_sweep", "parse_size"]
+
+COLLECTIVES = ("all_reduce", "all_gather", "send_recv")
+_SUFFIX = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024 ** 2, "mib": 1024 ** 2,
+           "mb": 1000 ** 2, "g": 1024 ** 3, "gib": 1024 ** 3, "gb": 1000 ** 3}
+
+
+def parse_size(text) -> int:
+    """A message size such as ``4096``, ``"4KiB"``, ``"256MiB"`` or ``"1MB"`` [bytes]."""
+    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+        value = int(text)
+    else:
+        s = str(text).strip().lower().replace(" ", "")
+        num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+        try:
+            value = int(float(num) * _SUFFIX[s[len(num):]])
+        except (KeyError, ValueError):
+            raise InvalidParameterError("size", text, "a size such as 4096, '4KiB' or "
+                                        "'256MiB'") from None
+    if value < 4:
+        raise InvalidParameterError("size", text, "at least 4 bytes (one fp32 element)")
+    return value
+
+
+def default_sizes(min_size="4KiB", max_size="256MiB", factor=2) -> np.ndarray:
+    """Message sizes from ``min_size`` to ``max_size`` in steps of ``factor`` [bytes].
+
+    Parameters
+    ----------
+    min_size, max_size : int or str
+        Smallest and largest message [bytes] (strings such as ``"4KiB"`` accepted).
+    factor : int
+        Ratio between consecutive sizes [-].
+    """
+    lo, hi = parse_size(min_size), parse_size(max_size)
+    if hi < lo:
+        raise InvalidParameterError("max_size", max_size, f"at least min_size ({lo} bytes)")
+    if not (isinstance(factor, int) and factor >= 2):
+        raise InvalidParameterError("factor", factor, "an integer >= 2")
+    out = [lo]
+    while out[-1] * factor <= hi:
+        out.append(out[-1] * factor)
+    return np.asarray(out, dtype=float)
+
+
+@attrs.frozen(eq=False)
+class TransportSweep:
+    """Measured times of collectives over message sizes.
+
+    Parameters
+    ----------
+    backend : str
+        torch.distributed backend (``"nccl"``, ``"gloo"``) [-].
+    world_size : int
+        Ranks taking part [workers].
+    device : str
+        Device name of rank 0 [-].
+    nbytes : numpy.ndarray
+        Message sizes per rank [bytes].
+    seconds : dict
+        ``{collective: array (sizes x repetitions)}``, the slowest rank's time of each
+        repetition [s]; ``send_recv`` holds one-way times (half a round trip) [s].
+    """
+
+    backend: str
+    world_size: int
+    device: str
+    nbytes: np.ndarray
+    seconds: dict
+
+    def medians(self, collective) -> np.ndarray:
+        """Median time per size of one collective [s]."""
+        return np.median(self.seconds[collective], axis=1)
+
+    def achieved_bandwidth(self, collective="all_reduce") -> np.ndarray:
+        """nccl-tests' "bus bandwidth" per size: the bits each rank moves on its link per
+        second for this collective [bits/s] (all-reduce: ``2(n-1)/n * 8 m / t``;
+        all-gather: ``(n-1) * 8 m / t`` for ``m`` bytes contributed per rank;
+        send/recv: ``8 m / t``)."""
+        n = self.world_size
+        t = self.medians(collective)
+        factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": n - 1, "send_recv": 1.0}
+        return factor[collective] * 8 * self.nbytes / t
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (kept in the cluster profile's ``extra``)."""
+        return {"backend": self.backend, "world_size": self.world_size, "device": self.device,
+                "nbytes": self.nbytes.tolist(),
+                "seconds": {k: np.asarray(v).tolist() for k, v in self.seconds.items()}}
+
+    @classmethod
+    def from_dict(cls, data) -> "TransportSweep":
+        """Inverse of :meth:`to_dict`."""
+        return cls(backend=data["backend"], world_size=int(data["world_size"]),
+                   device=data.get("device", ""), nbytes=np.asarray(data["nbytes"], float),
+                   seconds={k: np.asarray(v, float) for k, v in data["seconds"].items()})
+
+
+def _fail(collective, nbytes, exc, timeout):
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "timeout" in text.lower() or "timed out" in text.lower():
+        why = (f"timed out (process group timeout {timeout})" if timeout else "timed out")
+        hint = ("a rank is stuck or far slower than the others; check that every rank runs "
+                "the same command, or raise --timeout for slow links")
+    else:
+        why = f"failed: {text}"
+        hint = ("a peer rank probably died or lost its connection; see that rank's output, "
+                "then rerun")
+    return CalibrationError(f"{collective} of {int(nbytes)} bytes {why}. {hint}")
+
+
+def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2, repeats=5,
+              budget=2.0, device=None, group=None, progress=True,
+              timeout=None) -> TransportSweep:
+    """Time the collectives over ``sizes`` on the current process group (all ranks).
+
+    Parameters
+    ----------
+    sizes : array_like, optional
+        Message sizes per rank [bytes]; :func:`default_sizes` by default (4 KiB to 256 MiB).
+    collectives : sequence of str
+        Any of ``"all_reduce"``, ``"all_gather"``, ``"send_recv"`` [-].
+    warmup : int
+        Untimed repetitions per size [-].
+    repeats : int
+        Timed repetitions per size, at most [-].
+    budget : float
+        Time per size and collective after which fewer repetitions are taken (never
+        fewer than 3) [s].
+    device : str or torch.device, optional
+        Where the buffers live; the current CUDA device under nccl, else the CPU [-].
+    group : ProcessGroup, optional
+        The group; the default group when omitted [-].
+    progress : bool
+        Print progress lines to stderr on rank 0 [-].
+    timeout : datetime.timedelta, optional
+        The process group's timeout, only to word error messages [s].
+
+    Returns
+    -------
+    TransportSweep
+        On every rank.
+    """
+    torch = _torch()
+    dist = torch.distributed
+    if not dist.is_initialized():
+        raise CalibrationError("run_sweep needs an initialised torch.distributed process "
+                               "group: run under torchrun (see `python -m scalemodel.calibrate "
+                               "--help`)")
+    for c in collectives:
+        if c not in COLLECTIVES:
+            raise InvalidParameterError("collectives", c, f"one of {', '.join(COLLECTIVES)}")
+    for pname, v, least in (("warmup", warmup, 0), ("repeats", repeats, 3)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise InvalidParameterError(pname, v, f"an integer >= {least}")
+    sizes = default_sizes() if sizes is None else np.asarray([parse_size(s) for s in sizes],
+                                                              dtype=float)
+    backend = dist.get_backend(group)
+    n = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
+            else torch.device("cpu")
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    from .compute import device_name
+    results = {}
+    for coll in collectives:
+        grid = sizes
+        if coll == "send_recv" and n < 2:
+            continue  # a ping-pong between rank 0 and the last rank needs two ranks
+        rows = []
+        for k, nbytes in enumerate(grid):
+            numel = max(1, int(nbytes) // 4)
+            buf = torch.ones(numel, device=device)
+            out = [torch.empty_like(buf) for _ in range(n)] if coll == "all_gather" else None
+            peer = n - 1
+
+            def once():
+                if coll == "all_reduce":
+                    dist.all_reduce(buf, group=group)
+                elif coll == "all_gather":
+                    dist.all_gather(out, buf, group=group)
+                elif rank == 0:
+                    dist.send(buf, peer, group=group)
+                    dist.recv(buf, peer, group=group)
+                elif rank == peer:
+                    dist.recv(buf, 0, group=group)
+                    dist.send(buf, 0, group=group)
+
+            times = []
+            try:
+                for _ in range(warmup):
+                    once()
+                sync()
+                reps = repeats
+                for i in range(repeats):
+                    dist.barrier(group=group)
+                    t0 = time.perf_counter()
+                    once()
+                    sync()
+                    times.append(time.perf_counter() - t0)
+                    if i == 0:  # agree on how many repetitions fit the budget
+                        want = torch.tensor([max(3, min(repeats, int(budget / max(times[0],
+                                                                                  1e-9))))])
+                        dist.broadcast(want, 0, group=group)
+                        reps = int(want.item())
+                    if i + 1 >= reps:
+                        break
+                worst = torch.tensor(times, dtype=torch.float64)
+                if backend == "nccl":
+                    worst = worst.to(device)
+                dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
+            except RuntimeError as exc:  # DistBackendError subclasses RuntimeError
+                raise _fail(coll, nbytes, exc, timeout) from exc
+            t = worst.cpu().numpy()
+            if coll == "send_recv":
+                t = t / 2.0
+            rows.append(t)
+            if progress and rank == 0:
+                print(f"[scalemodel.calibrate] {coll:>10} {_human(nbytes):>9} "
+                      f"({k + 1}/{len(grid)}): median {np.median(t) * 1e3:9.3f} ms over "
+                      f"{t.size} reps", file=sys.stderr, flush=True)
+        # repetition counts differ between sizes: pad short rows with their own median
+        width = max(len(r) for r in rows)
+        results[coll] = _fill_nan(np.array([np.pad(r, (0, width - len(r)),
+                                                   constant_values=np.nan) for r in rows]))
+    return TransportSweep(backend=backend, world_size=n, device=device_name(device),
+                          nbytes=sizes, seconds=results)
+
+
+def _fill_nan(a):
+    """Replace NaN padding by the row's median, so every row has a usable median."""
+    a = np.array(a, dtype=float)
+    for row in a:
+        mask = np.isnan(row)
+        if mask.any():
+            row[mask] = np.median(row[~mask])
+    return a
+
+
+def _human(nbytes) -> str:
+    for unit, size in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if nbytes >= size:
+            return f"{nbytes / size:g} {unit}"
+    return f"{int(nbytes)} B"

@@ -1,0 +1,261 @@
+r"""Intervals on predictions from the calibration's confidence intervals.
+
+The scaling factor is monotone in every calibrated quantity: it falls with the latency
+:math:`\alpha` and rises with the utilization (hence the achieved bandwidth), with the
+ceiling :math:`C`, and with a common scale :math:`c` on all compute times (only
+communication does not scale with :math:`c`, so :math:`S = T_1/T_n` rises with it). The
+property tests of the suite check the monotonicity in bandwidth and utilization;
+``tests/test_uncertainty.py`` checks all four by sampling the box. Over the box of
+intervals the extremes are therefore at two corners, exactly:
+
+.. math::
+   :label: interval-corners
+
+   S_\text{lo} = S(\alpha_\text{hi}, u_\text{lo}, C_\text{lo}, c_\text{lo}), \qquad
+   S_\text{hi} = S(\alpha_\text{lo}, u_\text{hi}, C_\text{hi}, c_\text{hi}),
+
+and the minimum compression ratio, which falls as :math:`S` rises, takes its bounds at
+the same corners the other way round. A utilization table moves row by row to the ends
+of its per-row intervals (``intervals["table_utilization"]``, written by
+:func:`~scalemodel.calibrate.fit.cluster_from_fits`), or, without them, in proportion to
+the ``utilization`` interval. Two extra evaluations, vectorized over ``n`` and ``bw``
+like :func:`scalemodel.scaling_factor`.
+
+The level of the result is that of each parameter's interval (the cluster's
+``extra["confidence"]``); the box's joint coverage is at least that of its least certain
+side and can be lower, so read the interval as the range the fitted uncertainties allow,
+not as a joint confidence region.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from ..cluster import load_cluster
+from ..exceptions import InvalidParameterError
+from ..model import scaling_factor
+from ..profiles import load_profile
+from ..solvers import min_compression
+
+__all__ = ["PredictionInterval", "scaling_factor_interval", "min_compression_interval",
+           "corner_inputs"]
+
+_TINY_UTILIZATION = 1e-9
+
+
+def _fmt(v):
+    return "inf" if np.isinf(v) else f"{v:.3f}"
+
+
+@attrs.frozen(eq=False)
+class PredictionInterval:
+    """A prediction and its interval.
+
+    Parameters
+    ----------
+    value : float or numpy.ndarray
+        The prediction at the fitted values [-].
+    lo, hi : float or numpy.ndarray
+        Its lower and upper bounds over the calibration's intervals [-].
+    what : str
+        What is predicted [-].
+    confidence : float or None
+        Level of the calibration's intervals, when known [-].
+    """
+
+    value: object
+    lo: object
+    hi: object
+    what: str = "scaling factor"
+    confidence: float | None = None
+
+    def __str__(self):
+        level = "" if self.confidence is None else f" ({self.confidence * 100:.0f} %)"
+        if np.ndim(self.value) == 0:
+            return (f"{self.what} {_fmt(float(self.value))} [{_fmt(float(self.lo))}, "
+                    f"{_fmt(float(self.hi))}]{level}")
+        v, lo, hi = (np.ravel(np.asarray(x, dtype=float)) for x in (self.value, self.lo,
+                                                                   self.hi))
+        cells = [f"{_fmt(a)} [{_fmt(b)}, {_fmt(c)}]" for a, b, c in zip(v, lo, hi)]
+        if len(cells) > 8:
+            cells = cells[:4] + ["..."] + cells[-2:]
+        return f"{self.what}{level}: " + "; ".join(cells)
+
+
+def _scaled(profile, c):
+    """The profile with every compute time multiplied by ``c`` [-]."""
+    if c == 1.0:
+        return profile
+    return attrs.evolve(profile, tensor_ready=profile.tensor_ready * c,
+                        forward_time=profile.forward_time * c,
+                        backward_time=profile.backward_time * c,
+                        update_time=profile.update_time * c)
+
+
+def _pair(iv, name, default):
+    if iv is None:
+        return default
+    try:
+        lo, hi = iv
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"cluster.intervals[{name!r}]", iv, "a pair (lo, hi)") \
+            from None
+    return lo, hi
+
+
+def corner_inputs(model, cluster, compute_interval=None):
+    """The (pessimistic, optimistic) pairs of (profile, cluster) of eq.
+    :eq:`interval-corners`.
+
+    Parameters
+    ----------
+    model : str, path or WorkloadProfile
+        The workload [-].
+    cluster : ClusterProfile or path
+        A calibrated cluster with ``intervals`` for ``alpha`` / ``utilization`` /
+        ``table_utilization`` / ``ceiling`` (missing ones count as exact) [-].
+    compute_interval : tuple of float, optional
+        ``(lo, hi)`` relative scale of the compute times, e.g. the 10th and 90th
+        percentile of measured iteration times over the median, with
+        ``lo <= 1 <= hi``; by default the profile's ``provenance["spread"]``
+        (``rel_lo``, ``rel_hi``, written by the compute step) when it has one, else
+        exact [-].
+
+    Returns
+    -------
+    tuple
+        ``((profile_lo, cluster_lo), (profile_hi, cluster_hi))``: the inputs that give
+        the lowest and the highest scaling factor.
+    """
+    profile = load_profile(model)
+    cl = load_cluster(cluster)
+    if compute_interval is None:
+        spread = profile.provenance.get("spread") or {}
+        compute_interval = (spread.get("rel_lo", 1.0), spread.get("rel_hi", 1.0))
+    try:
+        c_lo, c_hi = (float(v) for v in compute_interval)
+    except (TypeError, ValueError):
+        raise InvalidParameterError("compute_interval", compute_interval,
+                                    "a pair (lo, hi) of relative scales") from None
+    if not (0 < c_lo <= 1 <= c_hi and np.isfinite(c_hi)):
+        raise InvalidParameterError("compute_interval", compute_interval,
+                                    "(lo, hi) with 0 < lo <= 1 <= hi")
+    iv = cl.intervals
+    a_lo, a_hi = _pair(iv.get("alpha"), "alpha", (cl.alpha, cl.alpha))
+    u_lo, u_hi = _pair(iv.get("utilization"), "utilization", (cl.utilization, cl.utilization))
+    c_iv = _pair(iv.get("ceiling"), "ceiling", (cl.ceiling, cl.ceiling))
+    table = cl.table_utilization
+    rows = None
+    if table is not None and iv.get("table_utilization") is not None:
+        t_lo, t_hi = (np.asarray(x, dtype=float) for x in
+                      _pair(iv["table_utilization"], "table_utilization", None))
+        if t_lo.shape != table.shape or t_hi.shape != table.shape:
+            raise InvalidParameterError("cluster.intervals['table_utilization']",
+                                        iv["table_utilization"],
+                                        f"two lists of {table.size} bounds, one per row")
+        rows = (t_lo, t_hi)
+
+    def clip_u(u):
+        return np.clip(np.asarray(u, dtype=float), _TINY_UTILIZATION, 1.0)
+
+    def variant(alpha, u, k, ceiling):
+        kw = {"alpha": max(0.0, float(alpha)), "utilization": float(clip_u(u))}
+        if table is not None:
+            if rows is not None:
+                kw["table_utilization"] = clip_u(np.minimum(rows[k], 1.0))
+            else:
+                kw["table_utilization"] = clip_u(table * (u / cl.utilization))
+        if cl.ceiling is not None and ceiling is not None:
+            kw["ceiling"] = float(ceiling)
+        return attrs.evolve(cl, **kw)
+
+    worst = (_scaled(profile, c_lo), variant(a_hi, u_lo, 0, c_iv[0]))
+    best = (_scaled(profile, c_hi), variant(a_lo, u_hi, 1, c_iv[1]))
+    return worst, best
+
+
+def _confidence(cluster):
+    value = load_cluster(cluster).extra.get("confidence")
+    return None if value is None else float(value)
+
+
+def scaling_factor_interval(model, n, bw, *, cluster, compute_interval=None,
+                            **kwargs) -> PredictionInterval:
+    """The scaling factor and its interval over the calibration's intervals, eq.
+    :eq:`interval-corners`.
+
+    Parameters
+    ----------
+    model : str, path or WorkloadProfile
+        The workload [-].
+    n : int or array_like
+        Workers [workers].
+    bw : float, str or array_like
+        Line rate [bits/s].
+    cluster : ClusterProfile or path
+        The calibrated cluster [-].
+    compute_interval : tuple of float, optional
+        Relative interval of the compute times (see :func:`corner_inputs`) [-].
+    **kwargs
+        Passed to :func:`scalemodel.scaling_factor` (``algorithm``, ``fusion``, ...).
+
+    Returns
+    -------
+    PredictionInterval
+        ``value``, ``lo``, ``hi`` [-], arrays where ``n`` or ``bw`` are.
+
+    Examples
+    --------
+    >>> import scalemodel as sm
+    >>> from scalemodel.calibrate.uncertainty import scaling_factor_interval
+    >>> cl = sm.ClusterProfile(name="lab", alpha=20e-6, utilization=0.6,
+    ...                        intervals={"alpha": (15e-6, 25e-6),
+    ...                                   "utilization": (0.55, 0.65)},
+    ...                        extra={"confidence": 0.95})
+    >>> ci = scaling_factor_interval("resnet50", 64, "10Gbps", cluster=cl)
+    >>> bool(ci.lo < ci.value < ci.hi)
+    True
+    """
+    (pw, cw), (pb, cb) = corner_inputs(model, cluster, compute_interval)
+    value = scaling_factor(model, n, bw, cluster=cluster, **kwargs)
+    lo = scaling_factor(pw, n, bw, cluster=cw, **kwargs)
+    hi = scaling_factor(pb, n, bw, cluster=cb, **kwargs)
+    lo, hi = np.minimum(lo, value), np.maximum(hi, value)
+    if np.ndim(value) == 0:
+        value, lo, hi = float(value), float(lo), float(hi)
+    return PredictionInterval(value, lo, hi, confidence=_confidence(cluster))
+
+
+def min_compression_interval(model, bw, *, cluster, compute_interval=None,
+                             **kwargs) -> PredictionInterval:
+    """The minimum compression ratio and its interval (eq. :eq:`interval-corners`, the
+    corners swapped: the ratio falls as the scaling factor rises).
+
+    Parameters
+    ----------
+    model : str, path or WorkloadProfile
+        The workload [-].
+    bw : float or str
+        Line rate [bits/s].
+    cluster : ClusterProfile or path
+        The calibrated cluster [-].
+    compute_interval : tuple of float, optional
+        Relative interval of the compute times (see :func:`corner_inputs`) [-].
+    **kwargs
+        Passed to :func:`scalemodel.min_compression` (``n``, ``target``, ...).
+
+    Returns
+    -------
+    PredictionInterval
+        Ratios [-]; ``inf`` where no ratio reaches the target.
+    """
+    (pw, cw), (pb, cb) = corner_inputs(model, cluster, compute_interval)
+    value = min_compression(model, bw, cluster=cluster, **kwargs).ratio
+    hi = min_compression(pw, bw, cluster=cw, **kwargs).ratio
+    lo = min_compression(pb, bw, cluster=cb, **kwargs).ratio
+    lo, hi = np.minimum(lo, value), np.maximum(hi, value)
+    if np.ndim(value) == 0:
+        value, lo, hi = float(value), float(lo), float(hi)
+    return PredictionInterval(value, lo, hi, what="minimum compression ratio",
+                              confidence=_confidence(cluster))
