@@ -5,3 +5,14 @@ The fitting, parsing and uncertainty parts need only numpy and scipy; the measur
 :mod:`scalemodel.calibrate.scaling`) need torch (``pip install 'scalemodel[calibrate]'``)
 and are imported on use.
 """
+
+from .fit import COLLECTIVE_MODELS, CollectiveFit, cluster_from_fits, fit_collective
+from .nccl_tests import NcclTestsResult, read_nccl_tests
+from .overhead import HostOverheadFit, OverlapFit, fit_host_overhead, fit_overlap
+from .uncertainty import (PredictionInterval, min_compression_interval,
+                          scaling_factor_interval)
+
+__all__ = ["COLLECTIVE_MODELS", "CollectiveFit", "cluster_from_fits", "fit_collective",
+           "NcclTestsResult", "read_nccl_tests", "HostOverheadFit", "OverlapFit",
+           "fit_host_overhead", "fit_overlap", "PredictionInterval",
+           "min_compression_interval", "scaling_factor_interval"]

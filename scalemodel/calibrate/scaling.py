@@ -24,8 +24,9 @@ import time
 import attrs
 import numpy as np
 
-from ..exceptions import CalibrationError, InvalidParameterError
-from .models import _torch, load_model, loss_function
+from ..exceptions import CalibrationError
+from .models import load_model, loss_function
+from .transport import distributed_context
 
 __all__ = ["DDPMeasurement", "measure_ddp"]
 
@@ -121,22 +122,10 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
     DDPMeasurement
         On every rank.
     """
-    torch = _torch()
-    dist = torch.distributed
-    if not dist.is_initialized():
-        raise CalibrationError("measure_ddp needs an initialised torch.distributed process "
-                               "group: run under torchrun")
-    for pname, v, least in (("warmup", warmup, 1), ("iterations", iterations, 3)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < least:
-            raise InvalidParameterError(pname, v, f"an integer >= {least}")
+    torch, dist, backend, device, sync = distributed_context(
+        "measure_ddp", group, device, warmup=(warmup, 1), iterations=(iterations, 3))
     if threads is not None:
         torch.set_num_threads(int(threads))
-    backend = dist.get_backend(group)
-    if device is None:
-        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
-            else torch.device("cpu")
-    device = torch.device(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     net, x, y, _ = load_model(model, batch_size)
     net, x, y = net.to(device), x.to(device), y.to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(

@@ -119,6 +119,31 @@ class TransportSweep:
                    seconds={k: np.asarray(v, float) for k, v in data["seconds"].items()})
 
 
+def distributed_context(who, group, device, **counts):
+    """Check the process group and the counts; the rank's device and its sync.
+
+    ``counts`` maps a parameter name to ``(value, least)``. Returns ``(torch, dist,
+    backend, device, sync)``: the device is the current CUDA device under nccl, else the
+    CPU, when ``device`` is None.
+    """
+    torch = _torch()
+    dist = torch.distributed
+    if not dist.is_initialized():
+        raise CalibrationError(f"{who} needs an initialised torch.distributed process group: "
+                               "run under torchrun (see `python -m scalemodel.calibrate "
+                               "--help`)")
+    for pname, (v, least) in counts.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < least:
+            raise InvalidParameterError(pname, v, f"an integer >= {least}")
+    backend = dist.get_backend(group)
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
+            else torch.device("cpu")
+    device = torch.device(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    return torch, dist, backend, device, sync
+
+
 def _fail(collective, nbytes, exc, timeout):
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if "timeout" in text.lower() or "timed out" in text.lower():
@@ -164,28 +189,15 @@ def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2,
     TransportSweep
         On every rank.
     """
-    torch = _torch()
-    dist = torch.distributed
-    if not dist.is_initialized():
-        raise CalibrationError("run_sweep needs an initialised torch.distributed process "
-                               "group: run under torchrun (see `python -m scalemodel.calibrate "
-                               "--help`)")
+    torch, dist, backend, device, sync = distributed_context(
+        "run_sweep", group, device, warmup=(warmup, 0), repeats=(repeats, 3))
     for c in collectives:
         if c not in COLLECTIVES:
             raise InvalidParameterError("collectives", c, f"one of {', '.join(COLLECTIVES)}")
-    for pname, v, least in (("warmup", warmup, 0), ("repeats", repeats, 3)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < least:
-            raise InvalidParameterError(pname, v, f"an integer >= {least}")
     sizes = default_sizes() if sizes is None else np.asarray([parse_size(s) for s in sizes],
                                                               dtype=float)
-    backend = dist.get_backend(group)
     n = dist.get_world_size(group)
     rank = dist.get_rank(group)
-    if device is None:
-        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
-            else torch.device("cpu")
-    device = torch.device(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     from .compute import device_name
     results = {}
     for coll in collectives:
