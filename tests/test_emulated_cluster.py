@@ -60,5 +60,8 @@ def test_calibrate_and_predict_on_the_emulated_cluster(tmp_path):
     assert recs[1000e6]["predicted"] > recs[200e6]["predicted"]
     for r in recs.values():
         assert 0 < r["measured"] <= 1.2 and 0 < r["predicted"] <= 1
-    assert sm.load_cluster(tmp_path / "cluster.json").extra["host_overhead"]["gamma"] >= 0
+    cal = sm.load_cluster(tmp_path / "cluster.json")
+    assert 0.0 <= cal.overlap <= 1.0  # fitted from the calibration's DDP run
+    assert cal.extra["overlap_fit"]["fitted_from"]["line_rate"] == 1000e6
+    assert cal.extra.get("host_overhead", {"gamma": 0.0})["gamma"] >= 0.0
     assert "median |error|" in out.stdout
