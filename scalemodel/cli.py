@@ -41,6 +41,13 @@ def _bw_list(text):
     return out
 
 
+def _target_options(p):
+    """``--n`` and ``--target`` of the solver commands."""
+    p.add_argument("--n", type=int, default=DEFAULT_N, help=f"workers (default {DEFAULT_N})")
+    p.add_argument("--target", type=float, default=DEFAULT_TARGET,
+                   help=f"scaling factor to reach (default {DEFAULT_TARGET})")
+
+
 def _model_options(p, solver=False):
     p.add_argument("--model", required=True,
                    help="built-in profile name (e.g. resnet50, bert) or a profile JSON file")
@@ -272,17 +279,13 @@ def build_parser():
                        epilog=EPILOG)
     _model_options(p)
     p.add_argument("--bw", required=True, help="line rate, e.g. 10Gbps")
-    p.add_argument("--n", type=int, default=DEFAULT_N, help=f"workers (default {DEFAULT_N})")
-    p.add_argument("--target", type=float, default=DEFAULT_TARGET,
-                   help=f"scaling factor to reach (default {DEFAULT_TARGET})")
+    _target_options(p)
     p.set_defaults(func=cmd_min_compression)
 
     p = sub.add_parser("required-bandwidth", help="smallest line rate reaching a target",
                        epilog=EPILOG)
     _model_options(p)
-    p.add_argument("--n", type=int, default=DEFAULT_N, help=f"workers (default {DEFAULT_N})")
-    p.add_argument("--target", type=float, default=DEFAULT_TARGET,
-                   help=f"scaling factor to reach (default {DEFAULT_TARGET})")
+    _target_options(p)
     p.add_argument("--compression", type=float, default=1.0, help="compression ratio (default 1)")
     p.set_defaults(func=cmd_required_bandwidth)
 
@@ -297,9 +300,7 @@ def build_parser():
                        epilog=EPILOG)
     _model_options(p)
     p.add_argument("--bw", required=True, help="line rate, e.g. 10Gbps")
-    p.add_argument("--n", type=int, default=DEFAULT_N, help=f"workers (default {DEFAULT_N})")
-    p.add_argument("--target", type=float, default=DEFAULT_TARGET,
-                   help=f"scaling factor to reach (default {DEFAULT_TARGET})")
+    _target_options(p)
     p.add_argument("--compressors", type=_list(str), default=None,
                    help="compressors to compare, e.g. fp16,topk,powersgd (default: all)")
     p.add_argument("--framework", default="pytorch", choices=("pytorch", "horovod"),

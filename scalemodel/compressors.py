@@ -561,10 +561,10 @@ class RandomK(Compressor):
         return (1e-6, 1.0)
 
     def _costs(self, numel, shapes, n, c, e):
-        k = _k(numel, self.density)
         if self.shared_seed:
+            k = _k(numel, self.density)
             return self._simple(numel, k * e, ALLREDUCE, numel, k, c)
-        return self._simple(numel, k * (e + 4), "allgather", numel, n * k, c)
+        return TopK._costs(self, numel, shapes, n, c, e)  # values + indices, all-gathered
 
 
 @attrs.frozen

@@ -28,6 +28,13 @@ def _figure(ax, figsize):
     return fig, fig.add_subplot()
 
 
+def _canvas(ax, bw):
+    """The figure, the axes, and the line rates to draw (1 to 400 Gbit/s by default)."""
+    fig, ax = _figure(ax, (7.2, 4.4))
+    bw = np.logspace(9, math.log10(400e9), 200) if bw is None else np.asarray(bw, float)
+    return fig, ax, bw
+
+
 def _bw_axis(ax, bw):
     from matplotlib.ticker import FuncFormatter
 
@@ -72,8 +79,7 @@ def plot_breakeven(model, compressors=("fp16", "int8", "signsgd", "topk", "power
     from .planner import breakeven_bandwidth, compressed_scaling_factor
     from .profiles import load_profile
 
-    fig, ax = _figure(ax, (7.2, 4.4))
-    bw = np.logspace(9, math.log10(400e9), 200) if bw is None else np.asarray(bw, float)
+    fig, ax, bw = _canvas(ax, bw)
     comps = [get_compressor(c) for c in compressors]
     if not any(c.name == "none" for c in comps):
         comps.insert(0, get_compressor("none"))
@@ -129,8 +135,7 @@ def plot_scaling(model, n=(16, 32, 64), *, bw=None, compression=1.0, target=None
     from .model import scaling_factor
     from .profiles import load_profile
 
-    fig, ax = _figure(ax, (7.2, 4.4))
-    bw = np.logspace(9, math.log10(400e9), 200) if bw is None else np.asarray(bw, float)
+    fig, ax, bw = _canvas(ax, bw)
     for nv in np.atleast_1d(n):
         ax.plot(bw, scaling_factor(model, int(nv), bw, compression=compression, **kwargs),
                 lw=2, label=f"n = {int(nv)}")
