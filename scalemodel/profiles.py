@@ -365,8 +365,12 @@ def save_profile(profile: WorkloadProfile, path) -> Path:
 
 
 def atomic_write_text(path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename."""
+    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename.
+
+    Missing parent folders are created, so ``--out results/cluster.json`` just works.
+    """
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "w") as fh:

@@ -37,7 +37,7 @@ def free_port():
 def torchrun(args, tmp_path, nproc=2, timeout=240):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-           "-m", "scalemodel.calibrate", *args]
+           "-m", "scalemodel.calibrate", "--backend", "gloo", *args]
     return subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -135,6 +135,18 @@ def test_bad_steps_is_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "scalemodel.calibrate", "--steps", "nope"],
                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "unknown step" in out.stderr
+
+
+def test_more_nccl_ranks_than_gpus_is_a_clear_error(tmp_path):
+    """nccl needs one GPU per rank: more ranks on a node than GPUs fails with advice."""
+    import torch
+    env = dict(ENV, LOCAL_RANK=str(torch.cuda.device_count()))
+    out = subprocess.run([sys.executable, "-m", "scalemodel.calibrate", "--backend", "nccl",
+                          "--steps", "compute", "--model", "mlp"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "one GPU per rank" in out.stderr and "--backend gloo" in out.stderr
+    assert not list(tmp_path.iterdir())
 
 
 FAULTY_RANK = textwrap.dedent("""

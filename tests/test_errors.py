@@ -100,6 +100,12 @@ def test_profile_round_trip(tmp_path, prof):
     assert sm.scaling_factor(str(path), 8, 1e10) == sm.scaling_factor(prof, 8, 1e10)
 
 
+def test_save_creates_missing_folders_and_leaves_no_temporary_file(tmp_path, prof):
+    path = sm.save_profile(prof, tmp_path / "new" / "deeper" / "p.json")
+    assert sm.load_profile(path).name == prof.name
+    assert sorted(p.name for p in path.parent.iterdir()) == ["p.json"]
+
+
 def test_truncated_profile(tmp_path, prof):
     text = json.dumps(_valid(prof))
     path = _write(tmp_path, text[: len(text) // 2])

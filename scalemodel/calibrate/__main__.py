@@ -77,9 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit-host-overhead", action=argparse.BooleanOptionalAction, default=None,
                    help="fit how compute and communication share the host (overlap "
                    "efficiency, then a per-byte cost) from the DDP run (default: on CPUs)")
+    p.add_argument("--amp", choices=("bf16", "fp16"), help="mixed precision: forward and "
+                   "loss under torch.autocast with this dtype (gradients stay fp32)")
     p.add_argument("--threads", type=int, help="CPU threads per rank")
     p.add_argument("--pin-cpu", type=int, help="pin this rank to one CPU (index)")
-    p.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
+    p.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
+                   help="nccl (one GPU per rank, the default where CUDA is) or gloo (CPUs, "
+                   "TCP)")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds before a stuck collective fails [s]")
     p.add_argument("--name", help="cluster name (default: host name and backend)")
@@ -103,7 +107,14 @@ def _init(args):
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        gpus = torch.cuda.device_count()
+        if local >= gpus:
+            raise CalibrationError(
+                f"backend nccl needs one GPU per rank, but this node has {gpus} GPU(s) and "
+                f"this rank has LOCAL_RANK {local}: start at most {gpus} rank(s) per node "
+                "(torchrun --nproc-per-node), or pass --backend gloo to calibrate the CPUs")
+        torch.cuda.set_device(local)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         dist.init_process_group(backend, timeout=timeout)
     else:  # a single process: compute step only
@@ -136,6 +147,8 @@ def run(args) -> int:
     line_rate = parse_bandwidth(args.line_rate) if args.line_rate else None
     dist, timeout = _init(args)
     rank, world = dist.get_rank(), dist.get_world_size()
+    # the compute step runs where the DDP step does: the rank's GPU under nccl, else the CPU
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     progress = not args.quiet and rank == 0
     if args.threads:
         import torch
@@ -161,7 +174,8 @@ def run(args) -> int:
                 _log(f"compute: {args.model}, batch {args.batch_size}, on all {world} ranks")
             compute = measure_compute(args.model, batch_size=args.batch_size,
                                       warmup=args.warmup, iterations=args.iterations,
-                                      name=model_name, progress=None)
+                                      name=model_name, amp=args.amp, device=device,
+                                      progress=None)
             medians = [None] * world
             dist.all_gather_object(medians, compute.spread()["median"])
             profile = compute.profile
@@ -205,7 +219,7 @@ def run(args) -> int:
                 _log(f"scaling: DDP on {world} ranks, bucket cap {args.bucket_cap_mb} MiB")
             ddp = measure_ddp(args.model, batch_size=args.batch_size, warmup=args.warmup,
                               iterations=args.iterations, bucket_cap_mb=args.bucket_cap_mb,
-                              progress=progress, timeout=timeout)
+                              progress=progress, timeout=timeout, amp=args.amp)
             if rank == 0:
                 if compute is not None:
                     # the compute step's shape, the speed of the paired local iterations

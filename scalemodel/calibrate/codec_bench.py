@@ -20,12 +20,15 @@ powersgd    error feedback, P = M Q, QR of P, Q = M^T P    P Q^T and the error u
             gives the per-rank part)
 =========== ============================================== ===============================
 
-plus ``launch``: the median time of a tiny element-wise kernel [s].
+plus ``launch``: the median time of a tiny element-wise kernel [s]; with a sweep of sizes
+(the command line's default) each family's costs are instead the fit of a fixed plus a
+per-element time (:func:`measure_codec_sweep`). On a GPU the calls are queued back to back
+and timed with CUDA events, as in a training step.
 
 Command line (writes a cluster profile atomically, keeping what an existing one holds)::
 
     python -m scalemodel.calibrate.codec_bench --out cluster.json [--cluster existing.json]
-        [--numel 4194304] [--repeats 20] [--device cuda]
+        [--sizes 16384,...,16777216 | --numel 4194304] [--repeats 20] [--device cuda]
 
 torch is imported inside the functions, so scalemodel works without it.
 """
@@ -39,14 +42,20 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 from ..exceptions import CalibrationError, InvalidParameterError, ScalemodelError
 
-__all__ = ["measure_codec_costs", "main", "FAMILIES"]
+__all__ = ["measure_codec_costs", "measure_codec_sweep", "fit_line", "main", "FAMILIES",
+           "DEFAULT_SIZES"]
 
 FAMILIES = ("fp16", "bf16", "int8", "signsgd", "topk", "randomk", "powersgd")
 """The families measured (keys of :data:`scalemodel.compressors.DEFAULT_CODEC_COSTS`)."""
 
 CHUNK = 512  # elements per int8 scale (PyTorch quantization_perchannel_hook's default)
+
+DEFAULT_SIZES = (2**14, 2**16, 2**18, 2**20, 2**22, 2**24)
+"""Test sizes of the sweep [elements]: 16 Ki to 16 Mi, a factor 4 apart."""
 
 
 def _torch():
@@ -59,70 +68,73 @@ def _torch():
 
 
 def _timer(torch, device):
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    """``median_time(fn, repeats)``: the time of one call of ``fn`` [s].
+
+    On a GPU the calls are queued back to back, as a training step queues them, and timed
+    with CUDA events in 5 rounds of ``repeats`` calls (the median round, divided by
+    ``repeats``): the time per call is the GPU's, or the host's dispatch where that is
+    longer, without a synchronization per call. On the CPU each call is timed alone.
+    """
+    if device.type == "cuda":
+        def median_time(fn, repeats):
+            fn()  # warm-up (allocations, kernel caches)
+            torch.cuda.synchronize()
+            rounds = []
+            for _ in range(5):
+                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                start.record()
+                for _ in range(repeats):
+                    fn()
+                end.record()
+                end.synchronize()
+                rounds.append(start.elapsed_time(end) / 1e3 / repeats)
+            return statistics.median(rounds)
+
+        return median_time
 
     def median_time(fn, repeats):
         fn()  # warm-up (allocations, kernel caches)
-        sync()
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             fn()
-            sync()
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
 
     return median_time
 
 
-def measure_codec_costs(numel=2**22, device=None, repeats=20, rank=4, density=0.01) -> dict:
-    """Measure encode and decode costs per element of every family.
-
-    Parameters
-    ----------
-    numel : int
-        Elements of the test gradient (rounded to a multiple of 512 and, for PowerSGD,
-        to a square matrix) [elements].
-    device : str or None
-        torch device, e.g. ``"cpu"`` or ``"cuda"``; None: CUDA when available [-].
-    repeats : int
-        Timed repetitions per kernel; the median is kept [-].
-    rank : int
-        PowerSGD rank of the second measurement (the first is rank 1) [-].
-    density : float
-        Fraction of elements top-k and random-k select, in (0, 1] [-].
-
-    Returns
-    -------
-    dict
-        ``{family: {"encode": s/element, "decode": s/element, "launch": s}}``, with
-        ``encode_per_rank`` and ``decode_per_rank`` [s/(element rank)] for powersgd; the
-        format of ``ClusterProfile.codec_costs``.
-    """
+def _check_args(numel, repeats, rank, density, sizes):
     for name, value, lo in (("numel", numel, 1024), ("repeats", repeats, 1), ("rank", rank, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise InvalidParameterError(name, value, f"must be an integer >= {lo}")
     if not (isinstance(density, (int, float)) and 0 < density <= 1):
         raise InvalidParameterError("density", density, "must be in (0, 1]")
-    torch = _torch()
-    dev = torch.device(device if device is not None else
-                       ("cuda" if torch.cuda.is_available() else "cpu"))
-    timed = _timer(torch, dev)
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    if sizes is not None:
+        sizes = tuple(sizes)
+        if (len(sizes) < 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1024
+                                  for v in sizes) or len(set(sizes)) < 2):
+            raise InvalidParameterError("sizes", sizes, "must hold at least two different "
+                                        "integers >= 1024 (elements)")
+    return sizes
+
+
+def _times_at(torch, dev, numel, timed, gen, repeats, rank, density):
+    """Median times [s] of each family's encode and decode on one test gradient.
+
+    Returns ``{family: {phase: (elements, seconds)}}``; PowerSGD's phases are
+    ``encode@1``, ``encode@<rank>``, ``decode@1`` and ``decode@<rank>``.
+    """
     numel = max(CHUNK, numel // CHUNK * CHUNK)
     grad = torch.randn(numel, generator=gen).to(dev)
     err = torch.zeros_like(grad)
     out = torch.zeros_like(grad)
-    costs = {}
-
-    tiny = torch.zeros(256, device=dev)
-    launch = timed(lambda: tiny.add_(1.0), repeats)
+    times = {}
 
     for family, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         half = grad.to(dtype)
-        enc = timed(lambda: grad.to(dtype), repeats)
-        dec = timed(lambda: half.to(torch.float32), repeats)
-        costs[family] = {"encode": enc / numel, "decode": dec / numel}
+        times[family] = {"encode": (numel, timed(lambda: grad.to(dtype), repeats)),
+                         "decode": (numel, timed(lambda: half.to(torch.float32), repeats))}
 
     chunks = grad.view(-1, CHUNK)
 
@@ -131,9 +143,10 @@ def measure_codec_costs(numel=2**22, device=None, repeats=20, rank=4, density=0.
         return torch.round(chunks / scale).to(torch.int8), scale
 
     q, scale = int8_encode()
-    enc = timed(int8_encode, repeats)
-    dec = timed(lambda: out.view(-1, CHUNK).add_(q.to(torch.float32) * scale), repeats)
-    costs["int8"] = {"encode": enc / numel, "decode": dec / numel}
+    times["int8"] = {
+        "encode": (numel, timed(int8_encode, repeats)),
+        "decode": (numel, timed(lambda: out.view(-1, CHUNK).add_(q.to(torch.float32) * scale),
+                                repeats))}
 
     shifts = torch.arange(8, device=dev, dtype=torch.uint8)
     weights = (2 ** torch.arange(8, device=dev)).to(torch.uint8)
@@ -152,9 +165,8 @@ def measure_codec_costs(numel=2**22, device=None, repeats=20, rank=4, density=0.
         bits = (packed.unsqueeze(1) >> shifts) & 1
         out.add_((bits.view(-1).to(torch.float32) * 2 - 1) * s)
 
-    enc = timed(sign_encode, repeats)
-    dec = timed(sign_decode, repeats)
-    costs["signsgd"] = {"encode": enc / numel, "decode": dec / numel}
+    times["signsgd"] = {"encode": (numel, timed(sign_encode, repeats)),
+                        "decode": (numel, timed(sign_decode, repeats))}
 
     k = max(1, int(math.ceil(density * numel)))
 
@@ -176,14 +188,14 @@ def measure_codec_costs(numel=2**22, device=None, repeats=20, rank=4, density=0.
 
     for family, encode in (("topk", topk_encode), ("randomk", randomk_encode)):
         vals, idx = encode()
-        enc = timed(encode, repeats)
-        dec = timed(lambda: out.index_add_(0, idx, vals), repeats)
-        costs[family] = {"encode": enc / numel, "decode": dec / k}
+        times[family] = {"encode": (numel, timed(encode, repeats)),
+                         # decode is per received element
+                         "decode": (k, timed(lambda: out.index_add_(0, idx, vals), repeats))}
 
     side = int(math.isqrt(numel))
     mat = grad[: side * side].view(side, side)
     merr = torch.zeros_like(mat)
-    per_rank = {}
+    times["powersgd"] = {}
     for r in (1, rank):
         qmat = torch.randn(side, r, generator=gen).to(dev)
 
@@ -200,25 +212,189 @@ def measure_codec_costs(numel=2**22, device=None, repeats=20, rank=4, density=0.
             merr.copy_(m - approx)
             return approx
 
-        per_rank[r] = (timed(psgd_encode, repeats) / side**2,
-                       timed(psgd_decode, repeats) / side**2)
-    slope_e = max(0.0, (per_rank[rank][0] - per_rank[1][0]) / (rank - 1))
-    slope_d = max(0.0, (per_rank[rank][1] - per_rank[1][1]) / (rank - 1))
-    costs["powersgd"] = {"encode": max(0.0, per_rank[1][0] - slope_e),
-                         "decode": max(0.0, per_rank[1][1] - slope_d),
-                         "encode_per_rank": slope_e, "decode_per_rank": slope_d}
-    for entry in costs.values():
+        times["powersgd"][f"encode@{r}"] = (side * side, timed(psgd_encode, repeats))
+        times["powersgd"][f"decode@{r}"] = (side * side, timed(psgd_decode, repeats))
+    return times
+
+
+def fit_line(elements, seconds, per_rank=None):
+    """Fit ``t = a + b n`` (and ``+ c n r`` with ``per_rank``) with every term >= 0.
+
+    Least squares on relative errors (rows divided by the measured time), so a sweep over
+    decades of sizes weighs every size alike.
+
+    Parameters
+    ----------
+    elements : array_like
+        Elements of each measurement [elements].
+    seconds : array_like
+        Measured times [s].
+    per_rank : array_like, optional
+        PowerSGD rank of each measurement [-].
+
+    Returns
+    -------
+    tuple
+        ``(a, b)`` or ``(a, b, c)``: fixed time [s], per element [s/element], per element
+        and rank [s/(element rank)]; and, last, the largest relative residual [-].
+    """
+    from scipy.optimize import nnls
+    n = np.asarray(elements, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    cols = [np.ones_like(n), n] + ([n * np.asarray(per_rank, float)] if per_rank is not None
+                                   else [])
+    A = np.stack(cols, axis=1) / t[:, None]
+    scale = A.max(axis=0)
+    scale[scale == 0] = 1.0
+    x, _ = nnls(A / scale, np.ones_like(t))
+    x = x / scale
+    worst = float(np.max(np.abs(A @ x - 1.0)))
+    return (*(float(v) for v in x), worst)
+
+
+def _calls(family):
+    """Kernel calls the planner charges for one tensor in its own bucket [-]."""
+    from ..compressors import get_compressor
+    comp = get_compressor(family)
+    return max(1, comp.calls_per_tensor + comp.calls_per_bucket)
+
+
+def measure_codec_sweep(sizes=DEFAULT_SIZES, device=None, repeats=20, rank=4,
+                        density=0.01):
+    """Measure every family at several sizes and fit a fixed plus a per-element cost.
+
+    For each family and phase the median times over ``sizes`` are fitted with
+    :func:`fit_line`: the slopes become ``encode`` and ``decode`` (PowerSGD: plus
+    ``encode_per_rank`` and ``decode_per_rank``) and the two intercepts, divided by the
+    kernel calls the planner charges for one tensor (``calls_per_tensor +
+    calls_per_bucket``), become ``launch``.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Elements of the test gradients, at least two different sizes >= 1024 [elements].
+    device : str or None
+        torch device, e.g. ``"cpu"`` or ``"cuda"``; None: CUDA when available [-].
+    repeats : int
+        Timed repetitions per kernel; the median is kept [-].
+    rank : int
+        PowerSGD rank of the second measurement (the first is rank 1) [-].
+    density : float
+        Fraction of elements top-k and random-k select, in (0, 1] [-].
+
+    Returns
+    -------
+    tuple
+        ``(costs, details)``: ``costs`` as :func:`measure_codec_costs` returns them;
+        ``details`` holds the measured times and the worst relative residual of each fit.
+    """
+    sizes = _check_args(1024, repeats, rank, density, sizes)
+    torch = _torch()
+    dev = torch.device(device if device is not None else
+                       ("cuda" if torch.cuda.is_available() else "cpu"))
+    timed = _timer(torch, dev)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    runs = [_times_at(torch, dev, int(m), timed, gen, repeats, rank, density) for m in sizes]
+    costs, details = {}, {"sizes": list(sizes), "repeats": repeats, "rank": rank,
+                          "density": density, "times": {}, "worst_relative_residual": {}}
+    for family in FAMILIES:
+        phases = runs[0][family]
+        details["times"][family] = {ph: [list(r[family][ph]) for r in runs] for ph in phases}
+        fits = {}
+        if family == "powersgd":
+            for kind in ("encode", "decode"):
+                pts = [(r[family][f"{kind}@{q}"], q) for r in runs for q in (1, rank)]
+                a, b, c, worst = fit_line([p[0][0] for p in pts], [p[0][1] for p in pts],
+                                          per_rank=[p[1] for p in pts])
+                fits[kind] = (a, b, worst)
+                costs.setdefault(family, {})[f"{kind}_per_rank"] = c
+        else:
+            for kind in ("encode", "decode"):
+                pts = [r[family][kind] for r in runs]
+                fits[kind] = fit_line([p[0] for p in pts], [p[1] for p in pts])
+        entry = costs.setdefault(family, {})
+        entry["encode"], entry["decode"] = fits["encode"][1], fits["decode"][1]
+        entry["launch"] = (fits["encode"][0] + fits["decode"][0]) / _calls(family)
+        details["worst_relative_residual"][family] = max(fits["encode"][-1],
+                                                         fits["decode"][-1])
+    return costs, details
+
+
+def measure_codec_costs(numel=2**22, device=None, repeats=20, rank=4, density=0.01, *,
+                        sizes=None) -> dict:
+    """Measure encode and decode costs per element of every family.
+
+    With one size (``numel``) each cost is the measured time divided by the elements and
+    ``launch`` is the time of a tiny element-wise kernel; with ``sizes`` it is the sweep
+    fit of :func:`measure_codec_sweep` (fixed plus per-element cost, the better model when
+    small tensors matter).
+
+    Parameters
+    ----------
+    numel : int
+        Elements of the test gradient (rounded to a multiple of 512 and, for PowerSGD,
+        to a square matrix) [elements].
+    device : str or None
+        torch device, e.g. ``"cpu"`` or ``"cuda"``; None: CUDA when available [-].
+    repeats : int
+        Timed repetitions per kernel; the median is kept [-].
+    rank : int
+        PowerSGD rank of the second measurement (the first is rank 1) [-].
+    density : float
+        Fraction of elements top-k and random-k select, in (0, 1] [-].
+    sizes : sequence of int, optional
+        Several test sizes instead of ``numel`` [elements].
+
+    Returns
+    -------
+    dict
+        ``{family: {"encode": s/element, "decode": s/element, "launch": s}}``, with
+        ``encode_per_rank`` and ``decode_per_rank`` [s/(element rank)] for powersgd; the
+        format of ``ClusterProfile.codec_costs``.
+    """
+    _check_args(numel, repeats, rank, density, sizes)
+    if sizes is not None:
+        return measure_codec_sweep(sizes, device, repeats, rank, density)[0]
+    torch = _torch()
+    dev = torch.device(device if device is not None else
+                       ("cuda" if torch.cuda.is_available() else "cpu"))
+    timed = _timer(torch, dev)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    tiny = torch.zeros(256, device=dev)
+    launch = timed(lambda: tiny.add_(1.0), repeats)
+    times = _times_at(torch, dev, numel, timed, gen, repeats, rank, density)
+    costs = {}
+    for family in FAMILIES:
+        t = times[family]
+        if family == "powersgd":
+            per = {kind: [t[f"{kind}@{q}"][1] / t[f"{kind}@{q}"][0] for q in (1, rank)]
+                   for kind in ("encode", "decode")}
+            entry = {}
+            for kind, (one, more) in per.items():
+                slope = max(0.0, (more - one) / (rank - 1))
+                entry[kind], entry[f"{kind}_per_rank"] = max(0.0, one - slope), slope
+        else:
+            entry = {kind: t[kind][1] / t[kind][0] for kind in ("encode", "decode")}
         entry["launch"] = launch
+        costs[family] = entry
     return costs
 
 
-def _describe(device, numel, repeats):
+def _describe(device, what, repeats):
     torch = _torch()
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name() if str(dev).startswith("cuda") else "CPU"
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
     return (f"measured by scalemodel.calibrate.codec_bench on {name} ({dev}), torch "
-            f"{torch.__version__}, {numel} elements, median of {repeats}, {stamp}")
+            f"{torch.__version__}, {what}, median of {repeats}, {stamp}")
+
+
+def _sizes(text):
+    try:
+        return tuple(int(float(v)) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes {text!r}: comma-separated element "
+                                         "counts, e.g. 65536,1048576,16777216") from None
 
 
 def main(argv=None) -> int:
@@ -234,13 +410,17 @@ def main(argv=None) -> int:
     from ..cluster import ClusterProfile, load_cluster, save_cluster
 
     ap = argparse.ArgumentParser(prog="python -m scalemodel.calibrate.codec_bench",
-                                 description="Measure the encode/decode cost per element of "
-                                 "each gradient compressor and write it into a cluster "
-                                 "profile (codec_costs).")
+                                 description="Measure the encode/decode cost of each gradient "
+                                 "compressor over a sweep of sizes, fit a fixed plus a "
+                                 "per-element cost, and write them into a cluster profile "
+                                 "(codec_costs).")
     ap.add_argument("--out", required=True, help="cluster profile to write (JSON)")
     ap.add_argument("--cluster", default=None,
                     help="existing cluster profile to extend (default: a new one)")
-    ap.add_argument("--numel", type=int, default=2**22, help="elements per test tensor")
+    ap.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES,
+                    help="comma-separated test sizes [elements] (default: 16Ki..16Mi, x4)")
+    ap.add_argument("--numel", type=int, default=None,
+                    help="one test size instead of the sweep [elements]")
     ap.add_argument("--repeats", type=int, default=20, help="timed repetitions (median)")
     ap.add_argument("--device", default=None, help="torch device (default: cuda if any)")
     ap.add_argument("--rank", type=int, default=4, help="PowerSGD rank of the 2nd point")
@@ -248,19 +428,33 @@ def main(argv=None) -> int:
     try:
         base = (load_cluster(args.cluster) if args.cluster else
                 ClusterProfile(name="codec-bench", provenance={"source": "codec benchmark"}))
-        costs = measure_codec_costs(numel=args.numel, device=args.device,
-                                    repeats=args.repeats, rank=args.rank)
+        extra = dict(base.extra)
+        if args.numel is not None:
+            costs = measure_codec_costs(numel=args.numel, device=args.device,
+                                        repeats=args.repeats, rank=args.rank)
+            what = f"{args.numel} elements"
+            extra.pop("codec_sweep", None)
+        else:
+            costs, details = measure_codec_sweep(args.sizes, device=args.device,
+                                                 repeats=args.repeats, rank=args.rank)
+            what = (f"sweep {min(args.sizes)}..{max(args.sizes)} elements, fixed + "
+                    "per-element fit")
+            extra["codec_sweep"] = details
         prov = dict(base.provenance)
-        prov["codec_costs"] = _describe(args.device, args.numel, args.repeats)
-        cluster = attrs.evolve(base, codec_costs=costs, provenance=prov)
+        prov["codec_costs"] = _describe(args.device, what, args.repeats)
+        cluster = attrs.evolve(base, codec_costs=costs, provenance=prov, extra=extra)
         save_cluster(cluster, args.out)
     except ScalemodelError as exc:
         print(f"codec_bench: error: {exc}", file=sys.stderr)
         return 2
     width = max(len(f) for f in costs)
-    print(f"{'family':<{width}}  {'encode [ns/el]':>14}  {'decode [ns/el]':>14}")
+    worst = extra.get("codec_sweep", {}).get("worst_relative_residual", {})
+    print(f"{'family':<{width}}  {'encode [ns/el]':>14}  {'decode [ns/el]':>14}  "
+          f"{'launch [us]':>11}  {'worst fit error':>15}")
     for family, c in costs.items():
-        print(f"{family:<{width}}  {c['encode'] * 1e9:>14.4g}  {c['decode'] * 1e9:>14.4g}")
+        fit = f"{worst[family]:.0%}" if family in worst else "-"
+        print(f"{family:<{width}}  {c['encode'] * 1e9:>14.4g}  {c['decode'] * 1e9:>14.4g}  "
+              f"{c['launch'] * 1e6:>11.3g}  {fit:>15}")
     print(f"wrote {args.out}")
     return 0
 

@@ -22,11 +22,12 @@ import attrs
 import numpy as np
 
 from ..collectives import ReductionCost
-from ..exceptions import InvalidParameterError
+from ..exceptions import CalibrationError, InvalidParameterError
 from ..profiles import WorkloadProfile
 from .models import _torch, load_model, loss_function
 
-__all__ = ["ComputeMeasurement", "measure_compute", "measure_reduction", "pick_device"]
+__all__ = ["ComputeMeasurement", "measure_compute", "measure_reduction", "pick_device",
+           "autocast_context", "AMP_DTYPES"]
 
 
 def pick_device(device=None):
@@ -123,6 +124,38 @@ class ComputeMeasurement:
                 f"{p.total_bytes / 1e6:.2f} MB")
 
 
+AMP_DTYPES = ("bf16", "fp16")
+"""The mixed-precision modes of ``amp=`` (``torch.autocast`` dtypes)."""
+
+
+def autocast_context(amp, device):
+    """A factory of ``torch.autocast`` contexts for ``amp`` on ``device`` (a no-op for None).
+
+    Parameters
+    ----------
+    amp : {None, "bf16", "fp16"}
+        Mixed-precision dtype [-].
+    device : torch.device
+        Where the model runs [-].
+    """
+    import contextlib
+    if amp is None:
+        return contextlib.nullcontext
+    if amp not in AMP_DTYPES:
+        raise InvalidParameterError("amp", amp, f"one of {AMP_DTYPES} or None")
+    torch = _torch()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def _math_modes(torch, dev):
+    """The TF32 switches that change fp32 speed on NVIDIA GPUs (recorded as provenance)."""
+    if dev.type != "cuda":
+        return {}
+    return {"tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32)}
+
+
 def measure_reduction(device=None, sizes=None, repeats=5) -> ReductionCost:
     """Measured element-wise sum ``a += b`` of fp32 buffers on ``device``.
 
@@ -163,7 +196,7 @@ def measure_reduction(device=None, sizes=None, repeats=5) -> ReductionCost:
 
 
 def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, device=None,
-                    threads=None, lr=0.01, name=None, reduction=True,
+                    threads=None, lr=0.01, name=None, reduction=True, amp=None,
                     progress=None) -> ComputeMeasurement:
     """Train ``model`` for a few iterations on one device and record its timeline.
 
@@ -188,6 +221,9 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
         Profile name; the model's name by default [-].
     reduction : bool
         Also measure the device's element-wise sum for the reduction cost [-].
+    amp : {None, "bf16", "fp16"}
+        Run forward and loss under ``torch.autocast`` with this dtype (mixed precision);
+        parameters and gradients stay fp32, so the bytes on the wire do not change [-].
     progress : callable, optional
         Called as ``progress(done, total)`` after each iteration [-].
 
@@ -203,6 +239,7 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
     if threads is not None:
         torch.set_num_threads(int(threads))
     dev = pick_device(device)
+    autocast = autocast_context(amp, dev)
     net, x, y, default_name = load_model(model, batch_size)
     net, x, y = net.to(dev), x.to(dev), y.to(dev)
     loss_fn = loss_function(y)
@@ -224,7 +261,8 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
             opt.zero_grad(set_to_none=True)
             clock.sync()
             t0 = clock.mark()
-            loss = loss_fn(net(x), y)
+            with autocast():
+                loss = loss_fn(net(x), y)
             t1 = clock.mark()
             loss.backward()
             t2 = clock.mark()
@@ -232,6 +270,13 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
             t3 = clock.mark()
             clock.sync()
             if it >= warmup:
+                missing = [names[id(p)] for p in params if id(p) not in marks]
+                if missing:
+                    raise CalibrationError(
+                        f"model {model!r}: {len(missing)} parameter(s) received no gradient "
+                        f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); "
+                        "set requires_grad=False on them or make the loss use them, so "
+                        "every gradient tensor has a ready time")
                 fwd.append(clock.elapsed(t0, t1))
                 bwd.append(clock.elapsed(t1, t2))
                 upd.append(clock.elapsed(t2, t3))
@@ -257,6 +302,7 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
         "model_spec": model, "torch": torch.__version__, "host": platform.node(),
         "warmup": warmup, "iterations": iterations, "threads": torch.get_num_threads(),
         "timer": "CUDA events" if dev.type == "cuda" else "time.perf_counter",
+        "autocast": amp, **_math_modes(torch, dev),
         "spread": {"median": med, "p10": float(np.percentile(it_total, 10)),
                    "p90": float(np.percentile(it_total, 90)),
                    "rel_lo": float(np.percentile(it_total, 10)) / med,
@@ -267,7 +313,8 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
         tensor_names=tuple(names[id(params[i])] for i in order),
         forward_time=float(np.median(fwd)), backward_time=backward_time,
         update_time=float(np.median(upd)), reduction=red, batch_size=batch_size,
-        description=f"{default_name}, batch {batch_size}, measured on {device_name(dev)}",
+        description=(f"{default_name}, batch {batch_size}"
+                     f"{f', {amp} autocast' if amp else ''}, measured on {device_name(dev)}"),
         device=device_name(dev), framework=f"PyTorch {torch.__version__}",
         precision={"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype, dtype),
         provenance=provenance, source="<measured>")

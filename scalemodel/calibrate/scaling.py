@@ -25,6 +25,7 @@ import attrs
 import numpy as np
 
 from ..exceptions import CalibrationError
+from .compute import autocast_context
 from .models import load_model, loss_function
 from .transport import distributed_context
 
@@ -89,7 +90,7 @@ class DDPMeasurement:
 
 def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_cap_mb=25.0,
                 device=None, threads=None, lr=0.01, group=None, progress=True,
-                timeout=None) -> DDPMeasurement:
+                timeout=None, amp=None) -> DDPMeasurement:
     """Train ``model`` with DDP on every rank of the process group and time it.
 
     Parameters
@@ -116,6 +117,9 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
         Print a progress line per iteration on rank 0 [-].
     timeout : datetime.timedelta, optional
         The process group's timeout, only to word error messages [s].
+    amp : {None, "bf16", "fp16"}
+        Mixed precision for forward and loss, as in
+        :func:`~scalemodel.calibrate.compute.measure_compute` [-].
 
     Returns
     -------
@@ -126,6 +130,7 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
         "measure_ddp", group, device, warmup=(warmup, 1), iterations=(iterations, 3))
     if threads is not None:
         torch.set_num_threads(int(threads))
+    autocast = autocast_context(amp, device)
     net, x, y, _ = load_model(model, batch_size)
     net, x, y = net.to(device), x.to(device), y.to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(
@@ -143,7 +148,9 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with contextlib.nullcontext() if sync_grads else ddp.no_sync():
-            loss_fn(ddp(x), y).backward()
+            with autocast():
+                loss = loss_fn(ddp(x), y)
+            loss.backward()
         opt.step()
         sync()
         return time.perf_counter() - t0
