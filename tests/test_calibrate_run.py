@@ -53,6 +53,8 @@ def test_measure_compute_records_every_gradient(tmp_path):
     # backward order: the classifier's gradients are ready before the first conv's
     assert p.tensor_names[0].startswith("14.")  # the last Linear layer
     assert p.tensor_names[-1].startswith("0.")
+    # shapes as torch stores them (PowerSGD reshapes with them): the first conv's weight
+    assert p.tensor_shapes[-2] == (32, 3, 3, 3) and p.tensor_shapes[-1] == (32,)
     assert np.all(np.diff(p.tensor_ready) >= 0) and p.backward_time >= p.tensor_ready[-1]
     assert p.forward_time > 0 and p.update_time > 0
     assert m.forward.shape == (3,) and m.ready.shape == (3, net_params)
@@ -192,7 +194,8 @@ def test_dead_or_stuck_rank_is_a_clear_error(tmp_path, mode, words):
 def test_interrupted_sweep_leaves_no_file(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-           "-m", "scalemodel.calibrate", "--steps", "transport", "--out", "cluster.json",
+           "-m", "scalemodel.calibrate", "--backend", "gloo", "--steps", "transport",
+           "--out", "cluster.json",
            "--min-size", "4KiB", "--max-size", "64MiB", "--repeats", "20", "--threads", "1"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -311,6 +311,7 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
     profile = WorkloadProfile(
         name=name or default_name, tensor_bytes=nbytes, tensor_ready=ready_sorted,
         tensor_names=tuple(names[id(params[i])] for i in order),
+        tensor_shapes=tuple(tuple(int(d) for d in params[i].shape) for i in order),
         forward_time=float(np.median(fwd)), backward_time=backward_time,
         update_time=float(np.median(upd)), reduction=red, batch_size=batch_size,
         description=(f"{default_name}, batch {batch_size}"
