@@ -52,18 +52,36 @@ def test_main_reports_errors(tmp_path, capsys):
     assert rc == 2 and "no such file" in capsys.readouterr().err
 
 
-def test_fit_line_recovers_a_known_line_and_a_per_rank_term():
-    n = np.array([1e4, 1e5, 1e6, 1e7])
-    a, b, worst = codec_bench.fit_line(n, 5e-6 + 2e-11 * n)
-    assert a == pytest.approx(5e-6, rel=1e-9) and b == pytest.approx(2e-11, rel=1e-9)
+def test_roofline_fit_recovers_floor_and_slope():
+    n = np.array([1e4, 1e5, 1e6, 1e7, 1e8])
+    a, b, worst = codec_bench.fit_roofline(n, np.maximum(20e-6, 2e-12 * n))
+    assert a == pytest.approx(20e-6, rel=1e-9) and b == pytest.approx(2e-12, rel=1e-9)
     assert worst < 1e-9
-    r = np.array([1, 4, 1, 4, 1, 4, 1, 4])
-    nn = np.repeat(n, 2)
-    a, b, c, worst = codec_bench.fit_line(nn, 3e-6 + 1e-11 * nn + 4e-12 * nn * r, per_rank=r)
-    assert (a, b, c) == pytest.approx((3e-6, 1e-11, 4e-12), rel=1e-9)
-    # no negative fixed cost even when the data would prefer one
-    a, b, _ = codec_bench.fit_line(n, 2e-11 * n - 1e-7)
-    assert a == 0.0 and b > 0
+    # all on the floor, or all proportional
+    assert codec_bench.fit_roofline(n, np.full(5, 7e-6))[:2] == pytest.approx((7e-6, 0.0))
+    assert codec_bench.fit_roofline(n, 3e-12 * n)[:2] == pytest.approx((0.0, 3e-12))
+    # noise: the worst relative error says how far the fit is from the points
+    t = np.maximum(20e-6, 2e-12 * n) * np.array([1.3, 1.0, 1.0, 1.0, 1.0])
+    assert codec_bench.fit_roofline(n, t)[2] > 0.1
+
+
+def test_costs_from_sweep_by_hand():
+    n = [1e4, 1e6, 1e8]
+    line = lambda a, b: [[m, max(a, b * m)] for m in n]  # noqa: E731
+    times = {f: {"encode": line(10e-6, 2e-12), "decode": line(6e-6, 1e-12)}
+             for f in codec_bench.FAMILIES if f != "powersgd"}
+    times["powersgd"] = {"encode@1": line(30e-6, 5e-12), "encode@4": line(30e-6, 11e-12),
+                         "decode@1": line(8e-6, 3e-12), "decode@4": line(8e-6, 6e-12)}
+    costs, worst = codec_bench.costs_from_sweep({"rank": 4, "times": times})
+    fp16 = sm.get_compressor("fp16")
+    calls = fp16.calls_per_tensor + fp16.calls_per_bucket
+    assert costs["fp16"]["encode"] == pytest.approx(2e-12)
+    assert costs["fp16"]["decode"] == pytest.approx(1e-12)
+    assert costs["fp16"]["launch"] == pytest.approx(16e-6 / calls)
+    p = costs["powersgd"]  # 5 + 2 r and 3 + 1 r [ps/element]
+    assert (p["encode"], p["encode_per_rank"]) == pytest.approx((3e-12, 2e-12))
+    assert (p["decode"], p["decode_per_rank"]) == pytest.approx((2e-12, 1e-12))
+    assert max(worst.values()) < 1e-9
 
 
 def test_sweep_fits_every_family_and_is_stored(tmp_path, capsys):
@@ -81,4 +99,5 @@ def test_sweep_fits_every_family_and_is_stored(tmp_path, capsys):
     assert set(sweep["times"]["powersgd"]) == {"encode@1", "encode@4", "decode@1", "decode@4"}
     # topk decodes the k = density * n received elements
     assert [m for m, _ in sweep["times"]["topk"]["decode"]] == [41, 164]
+    assert set(sweep["worst_relative_error"]) == set(codec_bench.FAMILIES)
     assert "sweep 4096..16384" in json.loads(out.read_text())["provenance"]["codec_costs"]

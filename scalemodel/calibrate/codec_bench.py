@@ -46,7 +46,7 @@ import numpy as np
 
 from ..exceptions import CalibrationError, InvalidParameterError, ScalemodelError
 
-__all__ = ["measure_codec_costs", "measure_codec_sweep", "fit_line", "main", "FAMILIES",
+__all__ = ["measure_codec_costs", "measure_codec_sweep", "fit_roofline", "costs_from_sweep", "main", "FAMILIES",
            "DEFAULT_SIZES"]
 
 FAMILIES = ("fp16", "bf16", "int8", "signsgd", "topk", "randomk", "powersgd")
@@ -217,39 +217,83 @@ def _times_at(torch, dev, numel, timed, gen, repeats, rank, density):
     return times
 
 
-def fit_line(elements, seconds, per_rank=None):
-    """Fit ``t = a + b n`` (and ``+ c n r`` with ``per_rank``) with every term >= 0.
+def fit_roofline(elements, seconds):
+    """Fit ``t = max(a, b n)``: a flat floor, then a straight line through the origin.
 
-    Least squares on relative errors (rows divided by the measured time), so a sweep over
-    decades of sizes weighs every size alike.
+    A GPU kernel's time is the host's dispatch until the tensor is big enough for the
+    GPU's own time to exceed it; then it grows with the elements. Every split of the
+    sorted sizes into a flat and a proportional part is tried; each part's constant is
+    the geometric mean of its points, and the split with the least squared log error
+    wins.
 
     Parameters
     ----------
     elements : array_like
-        Elements of each measurement [elements].
+        Elements of each measurement, at least two different sizes [elements].
     seconds : array_like
         Measured times [s].
-    per_rank : array_like, optional
-        PowerSGD rank of each measurement [-].
 
     Returns
     -------
     tuple
-        ``(a, b)`` or ``(a, b, c)``: fixed time [s], per element [s/element], per element
-        and rank [s/(element rank)]; and, last, the largest relative residual [-].
+        ``(a, b, worst)``: floor [s], time per element [s/element] (0 when every point is
+        on the floor) and the largest relative error of the fit, ``max |fit / t - 1|`` [-].
     """
-    from scipy.optimize import nnls
     n = np.asarray(elements, dtype=float)
     t = np.asarray(seconds, dtype=float)
-    cols = [np.ones_like(n), n] + ([n * np.asarray(per_rank, float)] if per_rank is not None
-                                   else [])
-    A = np.stack(cols, axis=1) / t[:, None]
-    scale = A.max(axis=0)
-    scale[scale == 0] = 1.0
-    x, _ = nnls(A / scale, np.ones_like(t))
-    x = x / scale
-    worst = float(np.max(np.abs(A @ x - 1.0)))
-    return (*(float(v) for v in x), worst)
+    order = np.argsort(n, kind="stable")
+    n, t = n[order], t[order]
+    best = None
+    for k in range(n.size + 1):  # the first k points on the floor
+        a = float(np.exp(np.log(t[:k]).mean())) if k else 0.0
+        b = float(np.exp(np.log(t[k:] / n[k:]).mean())) if k < n.size else 0.0
+        model = np.maximum(a, b * n)
+        err = float(np.sum(np.log(model / t) ** 2))
+        if best is None or err < best[0] - 1e-12:  # ties: the fewest floor points
+            best = (err, a, b, float(np.max(np.abs(model / t - 1.0))))
+    return best[1], best[2], best[3]
+
+
+def costs_from_sweep(details):
+    """Codec costs from a sweep's measured times (``details`` of :func:`measure_codec_sweep`).
+
+    Each family's encode and decode times are fitted by :func:`fit_roofline`; the slopes
+    become ``encode`` and ``decode`` and the floors, divided by the kernel calls the
+    planner charges for one tensor in its own bucket, ``launch``. PowerSGD's two ranks
+    give its per-rank slopes. The planner *adds* the floor and the per-element time, an
+    upper bound that is exact for small and large tensors and at most twice the
+    measured time where the two meet.
+
+    Parameters
+    ----------
+    details : dict
+        ``{"rank": int, "times": {family: {phase: [[elements, seconds], ...]}}}`` [-].
+
+    Returns
+    -------
+    tuple
+        ``(costs, worst)``: the ``codec_costs`` dict and, per family, the largest relative
+        error of its fits [-].
+    """
+    rank = int(details["rank"])
+    costs, worst = {}, {}
+    for family, phases in details["times"].items():
+        fits = {ph: fit_roofline(*np.asarray(pts, dtype=float).T) for ph, pts in phases.items()}
+        entry = {}
+        if family == "powersgd":
+            floor = 0.0
+            for kind in ("encode", "decode"):
+                one, more = fits[f"{kind}@1"], fits[f"{kind}@{rank}"]
+                slope = max(0.0, (more[1] - one[1]) / (rank - 1))
+                entry[kind], entry[f"{kind}_per_rank"] = max(0.0, one[1] - slope), slope
+                floor += (one[0] + more[0]) / 2
+        else:
+            entry["encode"], entry["decode"] = fits["encode"][1], fits["decode"][1]
+            floor = fits["encode"][0] + fits["decode"][0]
+        entry["launch"] = floor / _calls(family)
+        costs[family] = entry
+        worst[family] = max(f[2] for f in fits.values())
+    return costs, worst
 
 
 def _calls(family):
@@ -263,11 +307,7 @@ def measure_codec_sweep(sizes=DEFAULT_SIZES, device=None, repeats=20, rank=4,
                         density=0.01):
     """Measure every family at several sizes and fit a fixed plus a per-element cost.
 
-    For each family and phase the median times over ``sizes`` are fitted with
-    :func:`fit_line`: the slopes become ``encode`` and ``decode`` (PowerSGD: plus
-    ``encode_per_rank`` and ``decode_per_rank``) and the two intercepts, divided by the
-    kernel calls the planner charges for one tensor (``calls_per_tensor +
-    calls_per_bucket``), become ``launch``.
+    The median times over ``sizes`` become costs by :func:`costs_from_sweep`.
 
     Parameters
     ----------
@@ -286,7 +326,7 @@ def measure_codec_sweep(sizes=DEFAULT_SIZES, device=None, repeats=20, rank=4,
     -------
     tuple
         ``(costs, details)``: ``costs`` as :func:`measure_codec_costs` returns them;
-        ``details`` holds the measured times and the worst relative residual of each fit.
+        ``details`` holds the measured times and the worst relative error of each fit.
     """
     sizes = _check_args(1024, repeats, rank, density, sizes)
     torch = _torch()
@@ -295,28 +335,10 @@ def measure_codec_sweep(sizes=DEFAULT_SIZES, device=None, repeats=20, rank=4,
     timed = _timer(torch, dev)
     gen = torch.Generator(device="cpu").manual_seed(0)
     runs = [_times_at(torch, dev, int(m), timed, gen, repeats, rank, density) for m in sizes]
-    costs, details = {}, {"sizes": list(sizes), "repeats": repeats, "rank": rank,
-                          "density": density, "times": {}, "worst_relative_residual": {}}
-    for family in FAMILIES:
-        phases = runs[0][family]
-        details["times"][family] = {ph: [list(r[family][ph]) for r in runs] for ph in phases}
-        fits = {}
-        if family == "powersgd":
-            for kind in ("encode", "decode"):
-                pts = [(r[family][f"{kind}@{q}"], q) for r in runs for q in (1, rank)]
-                a, b, c, worst = fit_line([p[0][0] for p in pts], [p[0][1] for p in pts],
-                                          per_rank=[p[1] for p in pts])
-                fits[kind] = (a, b, worst)
-                costs.setdefault(family, {})[f"{kind}_per_rank"] = c
-        else:
-            for kind in ("encode", "decode"):
-                pts = [r[family][kind] for r in runs]
-                fits[kind] = fit_line([p[0] for p in pts], [p[1] for p in pts])
-        entry = costs.setdefault(family, {})
-        entry["encode"], entry["decode"] = fits["encode"][1], fits["decode"][1]
-        entry["launch"] = (fits["encode"][0] + fits["decode"][0]) / _calls(family)
-        details["worst_relative_residual"][family] = max(fits["encode"][-1],
-                                                         fits["decode"][-1])
+    details = {"sizes": list(sizes), "repeats": repeats, "rank": rank, "density": density,
+               "times": {family: {ph: [list(r[family][ph]) for r in runs]
+                                  for ph in runs[0][family]} for family in FAMILIES}}
+    costs, details["worst_relative_error"] = costs_from_sweep(details)
     return costs, details
 
 
@@ -437,7 +459,7 @@ def main(argv=None) -> int:
         else:
             costs, details = measure_codec_sweep(args.sizes, device=args.device,
                                                  repeats=args.repeats, rank=args.rank)
-            what = (f"sweep {min(args.sizes)}..{max(args.sizes)} elements, fixed + "
+            what = (f"sweep {min(args.sizes)}..{max(args.sizes)} elements, floor and "
                     "per-element fit")
             extra["codec_sweep"] = details
         prov = dict(base.provenance)
@@ -448,7 +470,7 @@ def main(argv=None) -> int:
         print(f"codec_bench: error: {exc}", file=sys.stderr)
         return 2
     width = max(len(f) for f in costs)
-    worst = extra.get("codec_sweep", {}).get("worst_relative_residual", {})
+    worst = extra.get("codec_sweep", {}).get("worst_relative_error", {})
     print(f"{'family':<{width}}  {'encode [ns/el]':>14}  {'decode [ns/el]':>14}  "
           f"{'launch [us]':>11}  {'worst fit error':>15}")
     for family, c in costs.items():
