@@ -591,7 +591,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     --------
     >>> import scalemodel
     >>> bw = scalemodel.breakeven_bandwidth("resnet50", "fp16", n=64)
-    >>> 1e9 < bw < 1e12
+    >>> bw > 400e9  # casting to fp16 pays off up to beyond 400 Gbit/s
     True
     """
     comp = get_compressor(compressor)

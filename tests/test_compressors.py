@@ -187,3 +187,26 @@ def test_powersgd_without_shapes_assumes_square_matrices():
     tc = sm.PowerSGD(rank=4).tensor_costs(p, 8)
     np.testing.assert_array_equal(tc.phase_bytes[0], [0, 1024 * 16, 1024 * 16])
     np.testing.assert_array_equal(tc.phase_bytes[1], [4 * 7919, 0, 0])  # prime: a vector
+
+
+def test_default_codec_costs_are_the_shipped_h100_measurement_and_physical():
+    """The defaults come from the measured file, and the casts respect the HBM3 limit."""
+    import json
+    from importlib import resources
+
+    from scalemodel.compressors import DEFAULT_CODEC_COSTS
+    data = json.loads(resources.files("scalemodel").joinpath("data", "codec", "h100.json")
+                      .read_text())
+    assert "H100" in data["provenance"]["device"]
+    for family, entry in data["codec_costs"].items():
+        assert DEFAULT_CODEC_COSTS[family].encode == entry["encode"]
+        assert "measured" in DEFAULT_CODEC_COSTS[family].source
+    hbm3 = 3.35e12  # H100 SXM5 memory bandwidth [bytes/s], NVIDIA H100 datasheet
+    for family in ("fp16", "bf16"):  # read 4 B, write 2 B per element; decode the reverse
+        c = DEFAULT_CODEC_COSTS[family]
+        for per_element in (c.encode, c.decode):
+            assert 6 / hbm3 <= per_element <= 3 * 6 / hbm3
+    # int8 reads the gradient twice (scale, quantize) and writes a byte: 9 B per element
+    assert DEFAULT_CODEC_COSTS["int8"].encode >= 9 / hbm3
+    # the measured floors are host dispatch: microseconds, not milliseconds
+    assert all(1e-6 < c.launch < 1e-4 for f, c in DEFAULT_CODEC_COSTS.items() if f != "none")

@@ -377,6 +377,66 @@ def fig_breakeven(out: Path):
     _save(fig, out / "breakeven.png")
 
 
+def _codec_data():
+    import json
+    from importlib import resources
+    return json.loads(resources.files("scalemodel").joinpath("data", "codec", "h100.json")
+                      .read_text())
+
+
+def fig_codec(out: Path):
+    """Measured codec times on the H100 and their floor-and-slope fits."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from scalemodel.calibrate.codec_bench import fit_roofline
+
+    data = _codec_data()["codec_sweep"]
+    rank = data["rank"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, kind in zip(axes, ("encode", "decode")):
+        for i, (family, phases) in enumerate(data["times"].items()):
+            phase = f"{kind}@{rank}" if family == "powersgd" else kind
+            m, t = np.asarray(phases[phase], dtype=float).T
+            a, b, _ = fit_roofline(m, t)
+            grid = np.geomspace(m.min(), m.max(), 200)
+            color = f"C{i}"
+            label = f"{family} (rank {rank})" if family == "powersgd" else family
+            ax.loglog(m, t * 1e6, "o", color=color, ms=4, label=label)
+            ax.loglog(grid, np.maximum(a, b * grid) * 1e6, "-", color=color, lw=1)
+        ax.set_xlabel("elements per call" + (" (top-k, random-k: received)"
+                                             if kind == "decode" else ""))
+        ax.set_title(f"{kind}, NVIDIA H100 80GB HBM3", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel("time per call [µs]")
+    axes[1].legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    _save(fig, out / "codec_h100.png")
+
+
+def inc_codec(out: Path):
+    """The shipped H100 codec costs as a table."""
+    from scalemodel.compressors import DEFAULT_CODEC_COSTS, get_compressor
+
+    data = _codec_data()
+    worst = data["codec_sweep"]["worst_relative_error"]
+    repeat = data["provenance"]["repeat"]["max_relative_difference"]
+    rows = []
+    for family in data["codec_costs"]:
+        c = DEFAULT_CODEC_COSTS[family]
+        comp = get_compressor(family)
+        floor = c.launch * (comp.calls_per_tensor + comp.calls_per_bucket)
+        per_rank = (f"{c.encode_per_rank * 1e12:.2f} / {c.decode_per_rank * 1e12:.2f}"
+                    if family == "powersgd" else "")
+        rows.append([family, f"{c.encode * 1e12:.2f}", f"{c.decode * 1e12:.2f}", per_rank,
+                     f"{floor * 1e6:.1f}", f"{worst[family]:.0%}", f"{repeat[family]:.1%}"])
+    text = _table(["family", "encode [ps/element]", "decode [ps/element]",
+                   "per rank enc / dec [ps/element]", "floor per tensor [µs]",
+                   "worst fit error", "repeat differs"], rows,
+                  widths=[10, 12, 12, 16, 12, 10, 10])
+    _write(out / "codec_h100.inc", text)
+
+
 # --------------------------------------------------------------------------- text
 
 
@@ -630,7 +690,8 @@ def generate(srcdir: Path, log=print):
     out = srcdir / "generated"
     out.mkdir(exist_ok=True)
     steps = [fig_scaling_vs_bandwidth, fig_min_ratio_vs_bandwidth, fig_timeline, fig_envelope,
-             fig_fusion_algorithms, fig_utilization, fig_whatif, fig_breakeven, inc_profiles,
+             fig_fusion_algorithms, fig_utilization, fig_whatif, fig_breakeven, fig_codec,
+             inc_codec, inc_profiles,
              fig_emulated, inc_emulated,
              inc_whatif,
              inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent)]
