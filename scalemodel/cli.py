@@ -243,10 +243,11 @@ def cmd_profiles(args):
                      "source": p.provenance.get("source", "")})
     if args.json:
         return _print_json(rows)
-    print(f"{'name':<11}{'tensors':>8}{'grad MB':>10}{'iter ms':>9}{'batch':>6}  device; aliases")
+    w = max([len("name")] + [len(r["name"]) for r in rows]) + 1
+    print(f"{'name':<{w}}{'tensors':>8}{'grad MB':>10}{'iter ms':>9}{'batch':>6}  device; aliases")
     for r in rows:
         alias = f"; aliases: {', '.join(r['aliases'])}" if r["aliases"] else ""
-        print(f"{r['name']:<11}{r['tensors']:>8}{r['gradient_bytes'] / 1e6:>10.1f}"
+        print(f"{r['name']:<{w}}{r['tensors']:>8}{r['gradient_bytes'] / 1e6:>10.1f}"
               f"{r['iteration_time'] * 1e3:>9.1f}{r['batch_size']:>6}  {r['device']}{alias}")
 
 

@@ -50,7 +50,7 @@ def _gbit_axis(ax, lo=1, hi=400):
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     ax.set_xscale("log")
-    ticks = [t for t in (1, 2, 5, 10, 25, 40, 100, 200, 400) if lo <= t <= hi]
+    ticks = [t for t in (1, 2, 5, 10, 25, 40, 100, 200, 400, 1000) if lo <= t <= hi]
     ax.xaxis.set_major_locator(FixedLocator([t * GBIT for t in ticks]))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / GBIT:g}"))
@@ -102,49 +102,64 @@ MODEL_STYLE = {
 # --------------------------------------------------------------------------- figures
 
 
-def fig_scaling_vs_bandwidth(out: Path):
+V100_PROFILES = tuple(MODEL_STYLE)
+"""The built-in V100 profiles; each has ``<name>-h100`` (and ``-h100-bf16``) beside it."""
+
+
+def _two_gpus(figsize=(11.5, 4.4)):
     import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=figsize, sharey=True)
+    return fig, zip(axes, ("V100 (built-in published profiles)",
+                           "H100, fp32 (built-in profiles measured here)"), ("", "-h100"))
+
+
+def fig_scaling_vs_bandwidth(out: Path):
     import scalemodel as sm
 
-    bw = np.logspace(9, math.log10(400e9), 240)
-    fig, ax = plt.subplots(figsize=(7.2, 4.4))
-    for name in sm.list_profiles():
-        sf = sm.scaling_factor(name, n=64, bw=bw)
-        ax.plot(bw, sf, lw=2, label=name, **MODEL_STYLE.get(name, {}))
-    ax.axhline(0.9, color="k", lw=0.8, ls=":")
-    ax.text(1.05 * GBIT, 0.91, "target 0.9", fontsize=9)
-    _gbit_axis(ax)
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel("line rate per worker B [Gbit/s] (log scale)")
-    ax.set_ylabel("scaling factor SF(64) [-]")
-    ax.set_title("64 workers, ring all-reduce, DDP buckets, full utilization, no compression",
-                 fontsize=10)
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(title="built-in profile", loc="lower right", fontsize=9)
+    bw = np.logspace(9, math.log10(1e12), 240)
+    fig, panels = _two_gpus()
+    for ax, gpu, suffix in panels:
+        for name in V100_PROFILES:
+            sf = sm.scaling_factor(name + suffix, n=64, bw=bw)
+            ax.plot(bw, sf, lw=2, label=name, **MODEL_STYLE[name])
+        ax.axhline(0.9, color="k", lw=0.8, ls=":")
+        ax.text(1.05 * GBIT, 0.91, "target 0.9", fontsize=9)
+        _gbit_axis(ax, hi=1000)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("line rate per worker B [Gbit/s] (log scale)")
+        ax.set_title(f"{gpu}, 64 workers", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+    ax.axes.figure.axes[0].set_ylabel("scaling factor SF(64) [-]")
+    ax.legend(title="model", loc="lower right", fontsize=9)
+    fig.suptitle("ring all-reduce, DDP buckets, full utilization, no compression", fontsize=10)
+    fig.tight_layout()
     _save(fig, out / "scaling_vs_bandwidth.png")
 
 
 def fig_min_ratio_vs_bandwidth(out: Path):
-    import matplotlib.pyplot as plt
     import scalemodel as sm
 
-    bw = np.logspace(9, math.log10(400e9), 80)
-    fig, ax = plt.subplots(figsize=(7.2, 4.4))
-    for name in sm.list_profiles():
-        ratios = np.array([sm.min_compression(name, b).ratio for b in bw])
-        ax.plot(bw, ratios, lw=2, label=name, **MODEL_STYLE.get(name, {}))
-    ax.axvline(10 * GBIT, color="k", lw=0.8, ls=":")
-    _gbit_axis(ax)
-    ax.set_yscale("log")
-    ax.set_ylim(0.9, 400)
-    ax.set_yticks([1, 2, 5, 10, 20, 50, 100, 200])
-    ax.set_yticklabels(["1 (none)", "2", "5", "10", "20", "50", "100", "200"])
-    ax.set_xlabel("line rate per worker B [Gbit/s] (log scale)")
-    ax.set_ylabel("minimum compression ratio r_min [-] (log scale)")
-    ax.set_title("Smallest ratio reaching scaling factor 0.9 on 64 workers "
-                 "(ring, DDP, full utilization)", fontsize=10)
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(title="built-in profile", loc="upper right", fontsize=9)
+    bw = np.logspace(9, math.log10(1e12), 80)
+    fig, panels = _two_gpus()
+    for ax, gpu, suffix in panels:
+        for name in V100_PROFILES:
+            ratios = np.array([sm.min_compression(name + suffix, b).ratio for b in bw])
+            ax.plot(bw, ratios, lw=2, label=name, **MODEL_STYLE[name])
+        ax.axvline(10 * GBIT, color="k", lw=0.8, ls=":")
+        ax.axvline(100 * GBIT, color="k", lw=0.8, ls=":")
+        _gbit_axis(ax, hi=1000)
+        ax.set_yscale("log")
+        ax.set_ylim(0.9, 400)
+        ax.set_yticks([1, 2, 5, 10, 20, 50, 100, 200])
+        ax.set_yticklabels(["1 (none)", "2", "5", "10", "20", "50", "100", "200"])
+        ax.set_xlabel("line rate per worker B [Gbit/s] (log scale)")
+        ax.set_title(f"{gpu}, 64 workers", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+    ax.axes.figure.axes[0].set_ylabel("minimum compression ratio r_min [-] (log scale)")
+    ax.legend(title="model", loc="upper right", fontsize=9)
+    fig.suptitle("Smallest ratio reaching scaling factor 0.9 (ring, DDP, full utilization)",
+                 fontsize=10)
+    fig.tight_layout()
     _save(fig, out / "min_ratio_vs_bandwidth.png")
 
 
@@ -437,6 +452,53 @@ def inc_codec(out: Path):
     _write(out / "codec_h100.inc", text)
 
 
+def _backward_fractions(a, b):
+    """Ready times as fractions of backward, paired by tensor name (else by position)."""
+    import numpy as np
+
+    def key(name):
+        for prefix in ("lm.", "bert.", "transformer."):
+            name = name.removeprefix(prefix)
+        return name
+
+    fa, fb = a.tensor_ready / a.backward_time, b.tensor_ready / b.backward_time
+    if a.tensor_names and b.tensor_names:
+        ra = {key(n): f for n, f in zip(a.tensor_names, fa)}
+        pairs = [(ra[key(n)], f) for n, f in zip(b.tensor_names, fb) if key(n) in ra]
+        return np.array(pairs).T
+    return fa, fb
+
+
+def inc_h100_validation(out: Path):
+    import numpy as np
+
+    import scalemodel as sm
+
+    rows = []
+    for model in ("bert-base", "bert-large", "gpt2", "resnet50", "resnet101"):
+        names = (model, f"{model}-h100", f"{model}-h100-bf16")
+        v100, h100, bf16 = (sm.load_profile(n) for n in names)
+        fa, fb = _backward_fractions(v100, h100)
+        diff = np.abs(fa - fb)
+
+        def ratio(p, bw):
+            r = sm.min_compression(p, bw, n=64)
+            return f"{r.ratio:.1f}x" if r.feasible else "none reaches"
+
+        kind = "derived" if "FLOP" in v100.provenance.get("source", "") + \
+            v100.provenance.get("derivation", "") else "measured"
+        rows.append([f"``{model}`` ({kind})", f"{diff.size}", f"{diff.max():.3f}",
+                     f"{diff.mean():.3f}",
+                     " / ".join(f"{p.iteration_time * 1e3:.0f}" for p in (v100, h100, bf16)),
+                     " / ".join(ratio(p, 10e9) for p in (v100, h100, bf16)),
+                     " / ".join(ratio(p, 100e9) for p in (v100, h100, bf16))])
+    text = _table(["V100 profile", "tensors paired", "largest fraction difference",
+                   "mean fraction difference", "T_1 [ms] V100 / H100 / H100 bf16",
+                   "min. compression, 64 workers, 10 Gbit/s",
+                   "same, 100 Gbit/s"], rows, widths=[16, 8, 9, 9, 14, 22, 18])
+    _write(out / "h100_validation.inc", text)
+
+
 # --------------------------------------------------------------------------- text
 
 
@@ -691,7 +753,7 @@ def generate(srcdir: Path, log=print):
     out.mkdir(exist_ok=True)
     steps = [fig_scaling_vs_bandwidth, fig_min_ratio_vs_bandwidth, fig_timeline, fig_envelope,
              fig_fusion_algorithms, fig_utilization, fig_whatif, fig_breakeven, fig_codec,
-             inc_codec, inc_profiles,
+             inc_codec, inc_h100_validation, inc_profiles,
              fig_emulated, inc_emulated,
              inc_whatif,
              inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent)]
