@@ -104,6 +104,14 @@ def _timer(torch, device):
     return median_time
 
 
+def _setup(device):
+    """torch, the device (CUDA when available and none is named), a timer, a seeded RNG."""
+    torch = _torch()
+    dev = torch.device(device if device is not None else
+                       ("cuda" if torch.cuda.is_available() else "cpu"))
+    return torch, dev, _timer(torch, dev), torch.Generator(device="cpu").manual_seed(0)
+
+
 def _check_args(numel, repeats, rank, density, sizes):
     for name, value, lo in (("numel", numel, 1024), ("repeats", repeats, 1), ("rank", rank, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
@@ -313,14 +321,8 @@ def measure_codec_sweep(sizes=DEFAULT_SIZES, device=None, repeats=20, rank=4,
     ----------
     sizes : sequence of int
         Elements of the test gradients, at least two different sizes >= 1024 [elements].
-    device : str or None
-        torch device, e.g. ``"cpu"`` or ``"cuda"``; None: CUDA when available [-].
-    repeats : int
-        Timed repetitions per kernel; the median is kept [-].
-    rank : int
-        PowerSGD rank of the second measurement (the first is rank 1) [-].
-    density : float
-        Fraction of elements top-k and random-k select, in (0, 1] [-].
+    device, repeats, rank, density
+        As in :func:`measure_codec_costs` [-], [-], [-], [-].
 
     Returns
     -------
@@ -329,11 +331,7 @@ def measure_codec_sweep(sizes=DEFAULT_SIZES, device=None, repeats=20, rank=4,
         ``details`` holds the measured times and the worst relative error of each fit.
     """
     sizes = _check_args(1024, repeats, rank, density, sizes)
-    torch = _torch()
-    dev = torch.device(device if device is not None else
-                       ("cuda" if torch.cuda.is_available() else "cpu"))
-    timed = _timer(torch, dev)
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    torch, dev, timed, gen = _setup(device)
     runs = [_times_at(torch, dev, int(m), timed, gen, repeats, rank, density) for m in sizes]
     details = {"sizes": list(sizes), "repeats": repeats, "rank": rank, "density": density,
                "times": {family: {ph: [list(r[family][ph]) for r in runs]
@@ -377,11 +375,7 @@ def measure_codec_costs(numel=2**22, device=None, repeats=20, rank=4, density=0.
     _check_args(numel, repeats, rank, density, sizes)
     if sizes is not None:
         return measure_codec_sweep(sizes, device, repeats, rank, density)[0]
-    torch = _torch()
-    dev = torch.device(device if device is not None else
-                       ("cuda" if torch.cuda.is_available() else "cpu"))
-    timed = _timer(torch, dev)
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    torch, dev, timed, gen = _setup(device)
     tiny = torch.zeros(256, device=dev)
     launch = timed(lambda: tiny.add_(1.0), repeats)
     times = _times_at(torch, dev, numel, timed, gen, repeats, rank, density)
