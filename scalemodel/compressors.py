@@ -80,9 +80,9 @@ H100 80GB HBM3 with PyTorch 2.11 in eager mode, shipped with its provenance in
 ``scalemodel/data/codec/h100.json``: :mod:`scalemodel.calibrate.codec_bench` ran the
 kernels of the reference implementations (PyTorch's ``default_hooks``,
 ``quantization_hooks`` and ``powerSGD_hook``, and GRACE [3]_) on 16 Ki to 64 Mi elements
-and fitted, per family, a floor (the host's dispatch, 13-53 µs per tensor) and a time per
-element (e.g. 2.1 ps per element for an fp16 cast: 6 bytes at 2.9 TB/s). A repeat sweep
-agreed within 8 %. On another GPU, or with fused kernels, measure your own with
+and fitted, per family, a floor (the host's dispatch of the family's kernels: 27 µs per
+tensor for a cast, up to 264 µs for signSGD) and a time per element (e.g. 2.1 ps per
+element for an fp16 cast: 6 bytes at 2.9 TB/s). A repeat sweep agreed within 8 %. On another GPU, or with fused kernels, measure your own with
 :mod:`scalemodel.calibrate.codec_bench` and pass the cluster profile (``cluster=``); on an
 older GPU such as the V100 of the built-in profiles the per-element costs are several times
 higher (its HBM2 moves 0.9 TB/s against the H100's 3.35 TB/s), so the defaults flatter
