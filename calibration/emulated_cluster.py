@@ -58,7 +58,8 @@ def run_ranks(cluster, args_common, port, workdir, timeout, quiet=True, pin_cpus
                    OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
         pin = ["--pin-cpu", str(r % os.cpu_count())] if pin_cpus else []
         cmd = cluster.command(r, [sys.executable, "-m", "scalemodel.calibrate", *args_common,
-                                  "--backend", "gloo", "--threads", "1", "--timeout", str(timeout), *pin]
+                                  "--backend", "gloo", "--threads", "1",
+                                  "--timeout", str(timeout), *pin]
                               + (["--quiet"] if quiet else []))
         procs.append(subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))

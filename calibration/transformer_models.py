@@ -18,8 +18,8 @@ is no next-sentence head, so the pooler is left out: ``BertForMaskedLM`` has non
 
 Run from the repository root (``calibration`` is then importable), e.g.::
 
-    python -m scalemodel.calibrate --steps compute --model calibration.transformer_models:bert_base \\
-        --batch-size 64 --out h100.json
+    python -m scalemodel.calibrate --steps compute \\
+        --model calibration.transformer_models:bert_base --batch-size 64 --out h100.json
 """
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ kernels of the reference implementations (PyTorch's ``default_hooks``,
 ``quantization_hooks`` and ``powerSGD_hook``, and GRACE [3]_) on 16 Ki to 64 Mi elements
 and fitted, per family, a floor (the host's dispatch of the family's kernels: 27 µs per
 tensor for a cast, up to 264 µs for signSGD) and a time per element (e.g. 2.1 ps per
-element for an fp16 cast: 6 bytes at 2.9 TB/s). A repeat sweep agreed within 8 %. On another GPU, or with fused kernels, measure your own with
+element for an fp16 cast: 6 bytes at 2.9 TB/s). A repeat sweep agreed within 8 %. On
+another GPU, or with fused kernels, measure your own with
 :mod:`scalemodel.calibrate.codec_bench` and pass the cluster profile (``cluster=``); on an
 older GPU such as the V100 of the built-in profiles the per-element costs are several times
 higher (its HBM2 moves 0.9 TB/s against the H100's 3.35 TB/s), so the defaults flatter

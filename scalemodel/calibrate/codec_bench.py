@@ -46,8 +46,8 @@ import numpy as np
 
 from ..exceptions import CalibrationError, InvalidParameterError, ScalemodelError
 
-__all__ = ["measure_codec_costs", "measure_codec_sweep", "fit_roofline", "costs_from_sweep", "main", "FAMILIES",
-           "DEFAULT_SIZES"]
+__all__ = ["measure_codec_costs", "measure_codec_sweep", "fit_roofline", "costs_from_sweep",
+           "main", "FAMILIES", "DEFAULT_SIZES"]
 
 FAMILIES = ("fp16", "bf16", "int8", "signsgd", "topk", "randomk", "powersgd")
 """The families measured (keys of :data:`scalemodel.compressors.DEFAULT_CODEC_COSTS`)."""
