@@ -264,6 +264,9 @@ class CompressionPlan:
         The question: [workers], [bits/s], [-], [-].
     algorithm : str
         The all-reduce algorithm.
+    codec_note : str
+        Where the encode and decode costs come from, and a warning when the defaults
+        (measured on an H100) are applied to a profile of another device.
     """
 
     rows: tuple
@@ -278,6 +281,7 @@ class CompressionPlan:
     target: float
     utilization: float
     algorithm: str
+    codec_note: str = ""
 
     def snippet(self, framework="pytorch") -> str:
         """Settings of the best row (of ``"none"`` when no compression is needed or none
@@ -304,6 +308,8 @@ class CompressionPlan:
                        f"{r.scaling_factor:>8.3f}  {r.binding:<10} "
                        f"{(r.encode_time + r.decode_time) * 1e3:>8.2f}  {r.collective}")
         out.append(self.message)
+        if self.codec_note:
+            out.append(self.codec_note)
         return "\n".join(out)
 
 
@@ -378,6 +384,24 @@ def _row(sc, comp, n, x, codec, target, fusion):
         encode_time=ev.encode,
         decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
         note=note, config=config, fusion=fusion)
+
+
+def _codec_note(profile, cluster, comps):
+    """Where the codec costs of a plan come from (see :attr:`CompressionPlan.codec_note`)."""
+    measured = set(getattr(cluster, "codec_costs", None) or {})
+    families = {c.family for c in comps} - {"none"}
+    if not families:
+        return ""
+    if families <= measured:
+        return f"codec costs: measured, cluster {cluster.name}"
+    note = ("codec costs: " + (f"cluster {cluster.name} for {', '.join(sorted(measured))}, "
+                               "else " if measured & families else "")
+            + "the defaults, measured on an NVIDIA H100 (scalemodel/data/codec/h100.json)")
+    device = profile.device or "an unknown device"
+    if "H100" not in device:
+        note += (f"; {profile.name} ran on {device}: measure its codecs there (python -m "
+                 "scalemodel.calibrate.codec_bench) and pass cluster=")
+    return note
 
 
 def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilization=1.0,
@@ -477,7 +501,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     return CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
                            message=msg, uncompressed_scaling_factor=sf_none,
                            ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
-                           utilization=u, algorithm=sc.algorithm)
+                           utilization=u, algorithm=sc.algorithm,
+                           codec_note=_codec_note(p, sc.cluster, comps))
 
 
 # --------------------------------------------------------------------------- curves

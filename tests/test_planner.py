@@ -125,7 +125,24 @@ def test_codec_cost_too_high_says_so():
     assert "encode/decode" in plan.message and "no compressor reaches" in plan.message
 
 
-def test_planner_matches_discrete_event_reference():
+
+def test_plan_says_where_codec_costs_come_from():
+    v100 = sm.plan_compression("bert", "10Gbps")
+    assert "measured on an NVIDIA H100" in v100.codec_note
+    assert "Tesla V100-PCIE-32GB" in v100.codec_note and "codec_bench" in v100.codec_note
+    assert str(v100).endswith(v100.codec_note)
+    h100 = sm.plan_compression("bert-base-h100", "10Gbps")
+    assert "H100" in h100.codec_note and "ran on" not in h100.codec_note
+    # a cluster with some families measured: those from the cluster, the rest defaults
+    lab = sm.ClusterProfile(name="lab", provenance={"source": "test"},
+                            codec_costs={"fp16": {"encode": 1e-12, "decode": 1e-12}})
+    both = sm.plan_compression("bert", "10Gbps", cluster=lab, compressors=["fp16", "topk"])
+    assert both.codec_note.startswith("codec costs: cluster lab for fp16, else the defaults")
+    only = sm.plan_compression("bert", "10Gbps", cluster=lab, compressors=["fp16"])
+    assert only.codec_note == "codec costs: measured, cluster lab"
+    assert sm.plan_compression("bert", "10Gbps", compressors=["none"]).codec_note == ""
+
+
     rng = np.random.default_rng(7)
     for trial in range(24):
         model = ["resnet50", "bert", "vgg16"][trial % 3]
