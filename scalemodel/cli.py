@@ -211,7 +211,8 @@ def cmd_plan(args):
 
 
 def cmd_breakeven(args):
-    from .planner import breakeven_bandwidth
+    from .cluster import load_cluster
+    from .planner import _codec_note, breakeven_bandwidth
 
     comps = [_compressor_spec(c) for c in args.compressors]
     kw = _plan_kwargs(args)
@@ -220,8 +221,10 @@ def cmd_breakeven(args):
         bws = breakeven_bandwidth(args.model, comp, n=np.asarray(args.n), **kw)
         rows.append({"compressor": comp.describe(), "n": args.n,
                      "breakeven_bw": [float(b) for b in np.atleast_1d(bws)]})
+    cluster = load_cluster(kw["cluster"]) if kw["cluster"] is not None else None
+    note = _codec_note(load_profile(args.model), cluster, comps)
     if args.json:
-        return _print_json({"model": args.model, "results": rows})
+        return _print_json({"model": args.model, "results": rows, "codec_note": note})
     print("line rate below which each compressor beats no compression")
     print(f"{'compressor':<24}" + "".join(f"{'n=' + str(n):>16}" for n in args.n))
     for row in rows:
@@ -230,6 +233,8 @@ def cmd_breakeven(args):
             cells.append("never" if b == 0 else "always" if math.isinf(b)
                          else format_bandwidth(b))
         print(f"{row['compressor']:<24}" + "".join(f"{c:>16}" for c in cells))
+    if note:
+        print(note)
 
 
 def cmd_profiles(args):

@@ -400,7 +400,7 @@ def _codec_note(profile, cluster, comps):
     device = profile.device or "an unknown device"
     if "H100" not in device:
         note += (f"; {profile.name} ran on {device}: measure its codecs there (python -m "
-                 "scalemodel.calibrate.codec_bench) and pass cluster=")
+                 "scalemodel.calibrate.codec_bench) and pass that profile (cluster=, --cluster)")
     return note
 
 

@@ -233,10 +233,11 @@ def test_cli_plan_and_breakeven():
     code, out, _ = run("breakeven", "--model", "resnet50", "--n", "16,32,64", "--json",
                        "--compressors", "topk:0.01,powersgd:4")
     rows = json.loads(out)["results"]
+    assert "V100" in json.loads(out)["codec_note"]
     assert rows[1]["breakeven_bw"][0] == pytest.approx(
         sm.breakeven_bandwidth("resnet50", sm.PowerSGD(rank=4), n=16))
     code, out, _ = run("breakeven", "--model", "resnet50", "--n", "16,64")
-    assert code == 0 and "never" in out
+    assert code == 0 and "never" in out and "codec costs: the defaults" in out
     code, _, err = run("plan", "--model", "bert", "--bw", "10Gbps", "--compressors", "gzip")
     assert code == 2 and "compressor='gzip'" in err and "Traceback" not in err
     code, _, err = run("breakeven", "--model", "bert", "--compressors", "topk:2")
