@@ -312,7 +312,7 @@ def _calls(family):
 
 
 def measure_codec_sweep(sizes=DEFAULT_SIZES, device=None, repeats=20, rank=4,
-                        density=0.01):
+                        density=0.01, progress=None):
     """Measure every family at several sizes and fit a fixed plus a per-element cost.
 
     The median times over ``sizes`` become costs by :func:`costs_from_sweep`.
@@ -323,6 +323,8 @@ def measure_codec_sweep(sizes=DEFAULT_SIZES, device=None, repeats=20, rank=4,
         Elements of the test gradients, at least two different sizes >= 1024 [elements].
     device, repeats, rank, density
         As in :func:`measure_codec_costs` [-], [-], [-], [-].
+    progress : callable, optional
+        Called as ``progress(done, total, elements)`` after each size [-].
 
     Returns
     -------
@@ -332,7 +334,11 @@ def measure_codec_sweep(sizes=DEFAULT_SIZES, device=None, repeats=20, rank=4,
     """
     sizes = _check_args(1024, repeats, rank, density, sizes)
     torch, dev, timed, gen = _setup(device)
-    runs = [_times_at(torch, dev, int(m), timed, gen, repeats, rank, density) for m in sizes]
+    runs = []
+    for i, m in enumerate(sizes):
+        runs.append(_times_at(torch, dev, int(m), timed, gen, repeats, rank, density))
+        if progress is not None:
+            progress(i + 1, len(sizes), int(m))
     details = {"sizes": list(sizes), "repeats": repeats, "rank": rank, "density": density,
                "times": {family: {ph: [list(r[family][ph]) for r in runs]
                                   for ph in runs[0][family]} for family in FAMILIES}}
@@ -451,8 +457,13 @@ def main(argv=None) -> int:
             what = f"{args.numel} elements"
             extra.pop("codec_sweep", None)
         else:
+            def progress(done, total, elements):
+                print(f"[codec_bench] measured {elements} elements ({done}/{total})",
+                      file=sys.stderr, flush=True)
+
             costs, details = measure_codec_sweep(args.sizes, device=args.device,
-                                                 repeats=args.repeats, rank=args.rank)
+                                                 repeats=args.repeats, rank=args.rank,
+                                                 progress=progress)
             what = (f"sweep {min(args.sizes)}..{max(args.sizes)} elements, floor and "
                     "per-element fit")
             extra["codec_sweep"] = details
