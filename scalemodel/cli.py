@@ -342,6 +342,12 @@ def main(argv=None):
     except ScalemodelError as exc:
         print(f"scalemodel: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader (``| head``) stopped reading: not an error of ours; silence the
+        # interpreter's flush of the closed pipe at exit
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0
 
 

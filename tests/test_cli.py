@@ -60,3 +60,19 @@ def test_errors_are_clear_and_exit_2():
     code, _, err = run("scaling", "--model", "bert", "--n", "8", "--bw", "1Gbps",
                        "--utilization", "1.5")
     assert code == 2 and "utilization=1.5" in err
+
+
+def test_output_into_a_closed_pipe_is_not_a_traceback():
+    """``scalemodel profiles --json | head -c 10``: the reader stops early; no traceback."""
+    fcntl = pytest.importorskip("fcntl")
+    proc = subprocess.Popen([sys.executable, "-m", "scalemodel", "profiles", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:  # a one-page pipe (Linux F_SETPIPE_SZ), so the output cannot all fit in it
+        fcntl.fcntl(proc.stdout.fileno(), 1031, 4096)
+    except OSError:
+        pytest.skip("cannot shrink the pipe here")
+    proc.stdout.read(10)
+    proc.stdout.close()  # like head: stop reading before the output is written
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
