@@ -25,23 +25,20 @@ Run from the repository root (``calibration`` is then importable), e.g.::
 from __future__ import annotations
 
 
-class _Logits:
+def _logits_only(lm):
     """Wrap a HuggingFace LM so ``forward(ids)`` returns ``(tokens, vocab)`` logits."""
+    import torch
 
-    @staticmethod
-    def wrap(lm):
-        import torch
+    class LogitsOnly(torch.nn.Module):
+        def __init__(self, lm):
+            super().__init__()
+            self.lm = lm
 
-        class LogitsOnly(torch.nn.Module):
-            def __init__(self, lm):
-                super().__init__()
-                self.lm = lm
+        def forward(self, ids):
+            logits = self.lm(input_ids=ids).logits
+            return logits.reshape(-1, logits.shape[-1])
 
-            def forward(self, ids):
-                logits = self.lm(input_ids=ids).logits
-                return logits.reshape(-1, logits.shape[-1])
-
-        return LogitsOnly(lm)
+    return LogitsOnly(lm)
 
 
 def _tokens(batch_size, seq_len, vocab):
@@ -56,7 +53,7 @@ def bert_base(batch_size, seq_len=64):
     """BERT-Base (110 M parameters in BertModel) with an MLM head, random token ids."""
     from transformers import BertConfig, BertForMaskedLM
     cfg = BertConfig()
-    return (_Logits.wrap(BertForMaskedLM(cfg)), *_tokens(batch_size, seq_len, cfg.vocab_size))
+    return (_logits_only(BertForMaskedLM(cfg)), *_tokens(batch_size, seq_len, cfg.vocab_size))
 
 
 def bert_large(batch_size, seq_len=64):
@@ -64,11 +61,11 @@ def bert_large(batch_size, seq_len=64):
     from transformers import BertConfig, BertForMaskedLM
     cfg = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                      intermediate_size=4096)
-    return (_Logits.wrap(BertForMaskedLM(cfg)), *_tokens(batch_size, seq_len, cfg.vocab_size))
+    return (_logits_only(BertForMaskedLM(cfg)), *_tokens(batch_size, seq_len, cfg.vocab_size))
 
 
 def gpt2(batch_size, seq_len=1024):
     """GPT-2 small (124 M parameters, 12 layers, hidden 768), random token ids."""
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config()
-    return (_Logits.wrap(GPT2LMHeadModel(cfg)), *_tokens(batch_size, seq_len, cfg.vocab_size))
+    return (_logits_only(GPT2LMHeadModel(cfg)), *_tokens(batch_size, seq_len, cfg.vocab_size))

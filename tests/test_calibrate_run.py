@@ -85,6 +85,12 @@ def test_model_specs_and_errors():
         load_model("no_such_module:f", 2)
 
 
+def test_parameter_without_gradient_is_a_clear_error():
+    with pytest.raises(sm.CalibrationError, match=r"2 parameter\(s\) received no gradient "
+                       r"\(unused.weight, unused.bias\); set requires_grad=False"):
+        measure_compute("helpers_models:with_unused", batch_size=2, warmup=0, iterations=3)
+
+
 def test_sizes_parse():
     assert parse_size("4KiB") == 4096 and parse_size("1MB") == 10 ** 6
     assert default_sizes("4KiB", "256MiB").size == 17
