@@ -264,17 +264,13 @@ def load_cluster(cluster) -> ClusterProfile:
         raise ParameterTypeError("cluster", cluster, "a ClusterProfile or a path to a "
                                  "cluster JSON file")
     path = Path(cluster)
-    if not path.is_file():
+    if not os.fspath(cluster).strip() or not os.path.lexists(path):
         from .exceptions import InvalidParameterError
         raise InvalidParameterError("cluster", os.fspath(cluster), "no such file",
                                     "Write one with the calibration (python -m "
                                     "scalemodel.calibrate) or build a ClusterProfile")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProfileFormatError(str(path), "<json>",
-                                 f"not valid JSON (truncated or corrupt?): {exc.msg} at line "
-                                 f"{exc.lineno} column {exc.colno}") from None
+    from ._jsonfile import read_json_file  # regular files only; size, depth, UTF-8 checked
+    data = read_json_file(path, what="cluster profile")
     return ClusterProfile.from_dict(data, str(path))
 
 

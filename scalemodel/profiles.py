@@ -14,10 +14,14 @@ recorded with torchvision's ``vgg16_bn``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
+import stat
 import tempfile
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -25,7 +29,9 @@ import attrs
 import numpy as np
 
 from .collectives import ReductionCost
-from .exceptions import ParameterTypeError, ProfileFormatError, UnknownNameError
+from ._jsonfile import read_json_file
+from .exceptions import (InvalidParameterError, ParameterTypeError, ProfileFormatError,
+                         UnknownNameError, _short_repr)
 
 __all__ = ["WorkloadProfile", "load_profile", "list_profiles", "save_profile", "ALIASES"]
 
@@ -40,13 +46,34 @@ ALIASES = {"bert": "bert-base", "bert_base": "bert-base", "bert_large": "bert-la
 
 
 def _finite_nonneg(source, field, value):
+    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
+        # JSON true is not 1 s, and "0.1" is not a number
+        raise ProfileFormatError(source, field,
+                                 f"expected a number [s], got {_short_repr(value)}")
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ProfileFormatError(source, field, f"expected a number, got {value!r}") from None
+        raise ProfileFormatError(source, field,
+                                 f"expected a number [s], got {_short_repr(value)}") from None
     if not (math.isfinite(v) and v >= 0):
-        raise ProfileFormatError(source, field, f"must be finite and >= 0 [s], got {value!r}")
+        raise ProfileFormatError(source, field,
+                                 f"must be finite and >= 0 [s], got {_short_repr(value)}")
     return v
+
+
+def _json_numbers(source, field, values):
+    """``values`` (a JSON list) as a float array; every entry a number, not a bool."""
+    if not isinstance(values, list):
+        raise ProfileFormatError(source, field,
+                                 f"must be a list of numbers, got {_short_repr(values)}")
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ProfileFormatError(source, f"{field}[{i}]",
+                                     f"expected a number, got {_short_repr(v)}")
+    try:
+        return np.asarray(values, dtype=float)
+    except OverflowError:  # an integer beyond the float range
+        raise ProfileFormatError(source, field, "a number is too large") from None
 
 
 @attrs.frozen(eq=False)
@@ -131,7 +158,15 @@ class WorkloadProfile:
             raise ProfileFormatError(src, "forward_time", "the iteration must take some time: "
                                      "forward + backward + update is 0")
         if self.tensor_names is not None:
-            names = tuple(self.tensor_names)
+            names = self.tensor_names
+            if not isinstance(names, (list, tuple, np.ndarray)):
+                raise ProfileFormatError(src, "tensors.names", "must be a list of strings or "
+                                         f"null, got {_short_repr(names)}")
+            names = tuple(names)
+            for i, n in enumerate(names):
+                if not isinstance(n, str):
+                    raise ProfileFormatError(src, f"tensors.names[{i}]",
+                                             f"expected a string, got {_short_repr(n)}")
             if len(names) != b.size:
                 raise ProfileFormatError(src, "tensors.names",
                                          f"has {len(names)} entries but tensors.bytes has {b.size}")
@@ -192,7 +227,8 @@ class WorkloadProfile:
         if data.get("format") != FORMAT:
             raise ProfileFormatError(source, "format", f"expected {FORMAT!r}, got "
                                      f"{data.get('format')!r}")
-        if data.get("format_version") != FORMAT_VERSION:
+        if (isinstance(data.get("format_version"), bool)
+                or data.get("format_version") != FORMAT_VERSION):
             raise ProfileFormatError(source, "format_version",
                                      f"this scalemodel reads version {FORMAT_VERSION}, got "
                                      f"{data.get('format_version')!r}")
@@ -205,6 +241,12 @@ class WorkloadProfile:
         for field in ("bytes", "ready"):
             if not isinstance(tensors.get(field), list):
                 raise ProfileFormatError(source, f"tensors.{field}", "missing or not a list")
+        tensor_bytes = _json_numbers(source, "tensors.bytes", tensors["bytes"])
+        tensor_ready = _json_numbers(source, "tensors.ready", tensors["ready"])
+        for field in ("name", "description", "device", "framework", "precision"):
+            if field in data and not isinstance(data[field], str):
+                raise ProfileFormatError(source, field, "expected a string, got "
+                                         f"{_short_repr(data[field])}")
         prov = data["provenance"]
         if not isinstance(prov, dict) or not prov.get("source"):
             raise ProfileFormatError(source, "provenance.source",
@@ -213,15 +255,14 @@ class WorkloadProfile:
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ProfileFormatError(source, "batch_size", f"must be an integer >= 1, got {batch!r}")
         return cls(
-            name=str(data["name"]),
-            tensor_bytes=tensors["bytes"], tensor_ready=tensors["ready"],
+            name=data["name"], tensor_bytes=tensor_bytes, tensor_ready=tensor_ready,
             tensor_names=tensors.get("names"), tensor_shapes=tensors.get("shapes"),
             forward_time=data["forward_time"], backward_time=data["backward_time"],
             update_time=data.get("update_time", 0.0),
             reduction=_reduction_from(data.get("reduction"), source),
-            batch_size=batch, description=str(data.get("description", "")),
-            device=str(data.get("device", "")), framework=str(data.get("framework", "")),
-            precision=str(data.get("precision", "fp32")), provenance=prov, source=source,
+            batch_size=batch, description=data.get("description", ""),
+            device=data.get("device", ""), framework=data.get("framework", ""),
+            precision=data.get("precision", "fp32"), provenance=prov, source=source,
         )
 
 
@@ -248,31 +289,97 @@ def _check_shapes(source, shapes, nbytes):
     return tuple(out)
 
 
-def _reduction_from(spec, source) -> ReductionCost:
+def _reduction_from(spec, source, folder=None) -> ReductionCost:
+    """The reduction cost a profile's or cluster's ``reduction`` field names.
+
+    A string is a built-in table's name (``scalemodel/data/reduction/<name>.json``) or a
+    path relative to the folder of the file being read (``folder``, by default that of
+    ``source`` when ``source`` is a file), without ``..`` and not leading outside it.
+    """
     if spec is None:
         return ReductionCost(name="free")
     if isinstance(spec, str):
-        try:
-            text = resources.files("scalemodel").joinpath("data", "reduction", f"{spec}.json")
-            table = json.loads(text.read_text())
-        except FileNotFoundError:
-            raise ProfileFormatError(source, "reduction",
-                                     f"no shipped reduction table named {spec!r}") from None
-        return ReductionCost.from_table(table["bytes"], table["seconds"], name=spec)
+        return _reduction_table(spec, source, folder)
     if not isinstance(spec, dict):
-        raise ProfileFormatError(source, "reduction", "must be a table name or an object")
+        raise ProfileFormatError(source, "reduction", "must be a table name or an object, "
+                                 f"got {_short_repr(spec)}")
     kind = spec.get("kind")
+    if kind == "table":
+        for key in ("bytes", "seconds"):
+            if key not in spec:
+                raise ProfileFormatError(source, f"reduction.{key}", "missing")
+        name = spec.get("name", "table")
+        if not isinstance(name, str):
+            raise ProfileFormatError(source, "reduction.name",
+                                     f"expected a string, got {_short_repr(name)}")
+        return _table_cost(source, "reduction.", spec, name)
+    if kind == "linear":
+        values = {key: _finite_nonneg(source, f"reduction.{key}", spec.get(key, 0.0))
+                  for key in ("gamma", "latency")}
+        return ReductionCost(**values)
+    raise ProfileFormatError(source, "reduction.kind",
+                             f"expected 'table' or 'linear', got {_short_repr(kind)}")
+
+
+def _table_cost(source, prefix, table, name) -> ReductionCost:
+    """A reduction table ``{"bytes": [...], "seconds": [...]}``; fields named
+    ``prefix + "bytes"``."""
+    if not isinstance(table, dict):
+        raise ProfileFormatError(source, prefix.rstrip(".") or "<top>", 'a reduction table '
+                                 'is a JSON object {"bytes": [...], "seconds": [...]}')
+    nbytes = _json_numbers(source, f"{prefix}bytes", table.get("bytes"))
+    seconds = _json_numbers(source, f"{prefix}seconds", table.get("seconds"))
     try:
-        if kind == "table":
-            return ReductionCost.from_table(spec["bytes"], spec["seconds"],
-                                            name=spec.get("name", "table"))
-        if kind == "linear":
-            return ReductionCost(gamma=spec.get("gamma", 0.0), latency=spec.get("latency", 0.0))
-    except KeyError as exc:
-        raise ProfileFormatError(source, f"reduction.{exc.args[0]}", "missing") from None
-    except ValueError as exc:
+        return ReductionCost.from_table(nbytes, seconds, name=name)
+    except InvalidParameterError as exc:
+        raise ProfileFormatError(source, f"{prefix}{exc.parameter.removeprefix('table_')}",
+                                 exc.requirement) from None
+
+
+def _reduction_table_names() -> list[str]:
+    """Names of the built-in reduction tables (``scalemodel/data/reduction/``)."""
+    folder = _data_dir().joinpath("reduction")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def _source_folder(source):
+    """The folder of the file ``source`` names, or None when it names no file."""
+    try:
+        path = Path(source)
+        return path.resolve().parent if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _reduction_table(spec, source, folder) -> ReductionCost:
+    known = _reduction_table_names()
+    if spec in known:
+        text = _data_dir().joinpath("reduction", f"{spec}.json").read_text()
+        return _table_cost(f"built-in reduction table {spec}", "", json.loads(text), spec)
+    folder = _source_folder(source) if folder is None else Path(folder).resolve()
+    allowed = (f"a built-in reduction table ({', '.join(known)}) or the path of a table "
+               "file relative to this file's folder, without '..'")
+    rel = Path(spec)
+    if not spec.strip() or rel.is_absolute() or rel.drive or ".." in rel.parts:
+        raise ProfileFormatError(source, "reduction", f"{spec!r} is not {allowed}")
+    if folder is None:
+        raise ProfileFormatError(source, "reduction", f"no built-in reduction table named "
+                                 f"{spec!r} (known: {', '.join(known)}); a relative path "
+                                 "works only in a profile read from a file")
+    target = folder / rel
+    if not os.path.lexists(target):
+        raise ProfileFormatError(source, "reduction", f"{spec!r} is neither a built-in "
+                                 f"reduction table ({', '.join(known)}) nor a file in "
+                                 f"{folder}")
+    if not target.resolve().is_relative_to(folder):
+        raise ProfileFormatError(source, "reduction", f"{spec!r} leads outside {folder} "
+                                 f"(a link); it must be {allowed}")
+    try:
+        table = read_json_file(target, what="reduction table")
+        name = table.get("name") if isinstance(table, dict) else None
+        return _table_cost(str(target), "", table, name if isinstance(name, str) else rel.stem)
+    except ProfileFormatError as exc:  # the profile's field, and what is wrong in the table
         raise ProfileFormatError(source, "reduction", str(exc)) from None
-    raise ProfileFormatError(source, "reduction.kind", f"expected 'table' or 'linear', got {kind!r}")
 
 
 def _data_dir():
@@ -323,12 +430,9 @@ def load_profile(name_or_path) -> WorkloadProfile:
             _CACHE[key] = _parse(path.read_text(), f"built-in {key}")
         return _CACHE[key]
     path = Path(text)
-    if path.is_file():
-        try:
-            content = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ProfileFormatError(str(path), "<file>", f"cannot be read: {exc}") from None
-        return _parse(content, str(path))
+    if text.strip() and os.path.lexists(path):  # a FIFO, a folder or a huge file: a clear error, no hang
+        return WorkloadProfile.from_dict(read_json_file(path, what="workload profile"),
+                                         str(path))
     raise UnknownNameError("model", name_or_path, _builtin_names(), aliases=ALIASES,
                            extra="or give the path to a profile file (no such file here)")
 
@@ -367,20 +471,108 @@ def save_profile(profile: WorkloadProfile, path) -> Path:
 def atomic_write_text(path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file in the same folder and a rename.
 
-    Missing parent folders are created, so ``--out results/cluster.json`` just works.
+    Missing parent folders are created, so ``--out results/cluster.json`` just works. A
+    new file gets the permissions the umask allows (``0o666 & ~umask``, as any other
+    tool's output); a replaced file keeps its own. SIGINT and SIGTERM that arrive during
+    the write are held until the file is complete (or, after an error, the temporary
+    file removed) and then take effect as usual: an interrupted write leaves either the
+    old file or the new one, never a half-written one and never a ``.*.tmp`` file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Destination file [path].
+    text : str
+        Its content, written as UTF-8 [-].
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+    atomic_write_files({path: text})
+
+
+def atomic_write_files(files) -> None:
+    """Write several files so that they appear together: all temporary files first,
+    then the renames, with SIGINT and SIGTERM held for the whole (see
+    :func:`atomic_write_text`). If any write fails, no destination is touched.
+
+    Parameters
+    ----------
+    files : dict
+        ``{path: text}``, destinations [path] and contents [-].
+    """
+    staged = []
+    with _signals_held():
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            for path, text in files.items():
+                path = Path(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                mode = _mode_for(path)
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                           dir=path.parent)
+                staged.append((tmp, path))
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    os.fchmod(fh.fileno(), mode)
+                    fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            while staged:
+                tmp, path = staged[0]
+                os.replace(tmp, path)
+                staged.pop(0)
+        finally:
+            for tmp, _ in staged:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+
+
+def _mode_for(path) -> int:
+    """Permission bits for ``path``: those of the file it replaces, else the umask's."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    try:  # Linux tells it without changing it (no race with other threads)
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM inside the block; deliver them, in order, after it.
+
+    Python runs signal handlers in the main thread only, so elsewhere this holds nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if handler is None:  # installed outside Python: leave it alone
+            continue
+        try:
+            signal.signal(sig, lambda signum, frame: caught.append(signum))
+        except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+            continue
+        previous[sig] = handler
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)

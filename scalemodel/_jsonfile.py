@@ -1,0 +1,120 @@
+"""One safe reader for the JSON files users hand to scalemodel.
+
+Profile and cluster files come from users and from other machines, so they are read as
+untrusted input: only a regular file is opened (a FIFO or a device named ``*.json`` would
+block or never end), at most ``max_bytes`` are read, the bytes must be UTF-8, the
+nesting depth is bounded (a deeply nested file would exhaust the parser's stack).
+``NaN`` and ``Infinity`` are read as Python writes them, so that the check of the field
+that holds one names it. Every failure raises
+:class:`~scalemodel.ProfileFormatError` naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+
+import numpy as np
+
+from .exceptions import ProfileFormatError
+
+__all__ = ["read_json_file", "MAX_BYTES", "MAX_DEPTH"]
+
+MAX_BYTES = 64 * 1024 * 1024
+"""Largest file read by default [bytes] (the largest shipped profile has 49 kB)."""
+
+MAX_DEPTH = 32
+"""Deepest nesting of arrays and objects accepted by default [-] (the formats use 4)."""
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+def read_json_file(path, *, what: str, max_bytes: int = MAX_BYTES,
+                   max_depth: int = MAX_DEPTH):
+    """Read and parse one JSON file given by a user.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file [path].
+    what : str
+        What the file is, for messages (``"workload profile"``, ``"cluster profile"``) [-].
+    max_bytes : int
+        Largest accepted size [bytes].
+    max_depth : int
+        Deepest accepted nesting of arrays and objects [-].
+
+    Returns
+    -------
+    object
+        The parsed JSON value.
+
+    Raises
+    ------
+    ProfileFormatError
+        The path is not a regular file, cannot be read, is larger than ``max_bytes``, is
+        not UTF-8, nests deeper than ``max_depth`` or is not valid JSON; the message names
+        the file and the problem (field ``"<file>"`` or ``"<json>"``).
+    """
+    source = os.fspath(path)
+
+    def fail(field, problem):
+        return ProfileFormatError(source, field, f"{what}: {problem}")
+
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; checked just below
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise fail("<file>", f"cannot be opened: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a folder" if stat.S_ISDIR(st.st_mode) else
+                    "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else
+                    "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+            raise fail("<file>", f"is {kind}; give a regular JSON file")
+        if st.st_size > max_bytes:
+            raise fail("<file>", f"is {st.st_size} bytes, more than the limit of {max_bytes}")
+        chunks, total = [], 0
+        while True:  # read at most max_bytes + 1: the file may grow while it is read
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise fail("<file>", f"is more than the limit of {max_bytes} bytes")
+    except OSError as exc:
+        raise fail("<file>", f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise fail("<file>", f"is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
+                   f"{exc.start} (line {line})") from None
+    depth = nesting_depth(text)
+    if depth > max_depth:
+        raise fail("<json>", f"nests {depth} levels deep, more than the limit of {max_depth}")
+    try:  # NaN and Infinity parse (Python writes them); each field's check names them
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise fail("<json>", f"not valid JSON (truncated or corrupt?): {exc.msg} at line "
+                   f"{exc.lineno} column {exc.colno}") from None
+    except RecursionError:  # pragma: no cover - max_depth keeps well below the limit
+        raise fail("<json>", "nests too deeply") from None
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest nesting of ``[`` and ``{`` in JSON ``text``, outside strings [-]."""
+    bare = _STRING.sub("", text)
+    codes = np.frombuffer(bare.encode("utf-8"), dtype=np.uint8)
+    step = (np.isin(codes, (ord("["), ord("{"))).astype(np.int64)
+            - np.isin(codes, (ord("]"), ord("}"))).astype(np.int64))
+    return int(np.cumsum(step).max(initial=0))
