@@ -12,8 +12,12 @@ ceiling on the achieved bandwidth [bits/s]. The achieved bandwidth at line rate
 
    B_\text{eff}(B) = \min\big(u(B)\,B,\; C\big),
 
-with :math:`u(B)` interpolated in :math:`\log B` between measured points (:math:`u_0`
-when there are none) and :math:`C` the ceiling (none by default). Pass a cluster to
+with :math:`u(B)` from measured points (:math:`u_0` when there are none) and :math:`C` the
+ceiling (none by default). Between measured line rates :math:`B_i` the *achieved* bandwidth
+:math:`A_i = \max_{k \le i} u_k B_k` (a running maximum, so that more line rate never
+achieves less) is interpolated linearly in :math:`(\log B, \log A)`; outside the table the
+end utilization holds. :math:`B_\text{eff}` is therefore non-decreasing in :math:`B`, and
+the inverse solvers invert it exactly (:meth:`ClusterProfile.line_rate_for`). Pass a cluster to
 :func:`~scalemodel.scaling_factor`, :func:`~scalemodel.min_compression` or
 :func:`~scalemodel.required_bandwidth` as ``cluster=`` (an object or a JSON file);
 calibration writes such files.
@@ -32,14 +36,30 @@ so :math:`\eta = 1` is the full overlap of the model and :math:`\eta = 0` none (
 all-reduce starts after backward). Calibration fits :math:`\eta` from one measured DDP
 run (:func:`scalemodel.calibrate.overhead.fit_overlap`).
 
+What real clusters add to the ideal model (Zhang et al. measured them on AWS p3dn), each
+a field of the cluster and a closed-form term of :mod:`scalemodel.model`:
+
+- ``topology`` (:class:`~scalemodel.topology.Topology`): GPUs and NICs per node and the
+  intra-node link; the collectives then move each node's traffic through its NICs.
+- ``compute_slowdown`` :math:`\sigma \ge 1`: forward and backward take :math:`\sigma`
+  times longer in a distributed run (communication kernels, memory traffic and hooks
+  compete with compute; Zhang et al.'s Fig. 2 measured up to 15 %).
+- ``collective_overhead`` :math:`c_0` [s]: a fixed cost of every collective that does not
+  grow with :math:`n` (kernel launch, framework bookkeeping), paid on the channel.
+- ``sync_overhead`` :math:`t_s` [s]: a fixed cost paid once per iteration after the last
+  collective (the framework's final negotiation and synchronization: Horovod's cycle,
+  waiting for every handle), on the critical path only when communication ends last.
+
 File format (JSON): ``format`` = ``"scalemodel-cluster"``, ``format_version`` = 1,
 ``name``, ``provenance`` (object with ``source``), ``alpha`` [s], ``utilization`` [-],
 optional ``ceiling`` [bits/s], optional ``utilization_table`` =
 ``{"line_rate": [bits/s ...], "utilization": [...]}``, optional ``reduction`` (as in a
 workload profile: it replaces the workload's reduction cost), optional ``overlap`` (the
 overlap efficiency :math:`\eta` in [0, 1], eq. :eq:`overlap-efficiency`), optional ``intervals``
-(``{"alpha": [lo, hi], "utilization": [lo, hi], "ceiling": [lo, hi]}``, confidence
-intervals of the fitted values), optional ``codec_costs`` (``{family: {"encode": s/element,
+(``{"alpha": [lo, hi], "utilization": [lo, hi], "ceiling": [lo, hi], ...}``, confidence
+intervals of the fitted values), optional ``topology`` (``{"gpus_per_node", "nics_per_node",
+"intra_bw", "intra_alpha"}``), optional ``compute_slowdown`` [-], ``collective_overhead`` [s]
+and ``sync_overhead`` [s], optional ``codec_costs`` (``{family: {"encode": s/element,
 "decode": s/element}}``, measured compression costs, see :mod:`scalemodel.compressors`),
 and any extra keys (kept in ``extra``).
 """
@@ -55,8 +75,9 @@ import attrs
 import numpy as np
 
 from .collectives import ReductionCost
-from .exceptions import ParameterTypeError, ProfileFormatError
-from .units import check_fraction, check_nonnegative, check_positive
+from .exceptions import InvalidParameterError, ParameterTypeError, ProfileFormatError
+from .topology import Topology
+from .units import check_fraction, check_nonnegative, check_positive, format_bandwidth
 
 __all__ = ["ClusterProfile", "load_cluster", "save_cluster"]
 
@@ -93,6 +114,16 @@ class ClusterProfile:
         compute and communication have their own engines; below 1 where they share CPU
         cores, so a gradient ready at :math:`r_k` effectively starts its communication at
         :math:`r_k + (1 - \eta)(T_b - r_k)` (eq. :eq:`overlap-efficiency`).
+    topology : Topology or None
+        GPUs and NICs per node and the intra-node link; ``None`` means every worker has
+        its own link (no topology) [-].
+    compute_slowdown : float
+        Factor :math:`\sigma \ge 1` by which forward and backward are slower in a
+        distributed run than alone [-].
+    collective_overhead : float
+        Fixed cost of every collective, independent of its size and of n [s].
+    sync_overhead : float
+        Fixed cost paid once per iteration after the last collective [s].
     intervals : dict
         Confidence intervals ``{field: (lo, hi)}`` of fitted values; for the table,
         ``"table_utilization": ([lo per row], [hi per row])``.
@@ -114,6 +145,10 @@ class ClusterProfile:
     table_utilization: np.ndarray | None = None
     reduction: ReductionCost | None = None
     overlap: float = attrs.field(default=1.0, converter=float)
+    topology: Topology | None = None
+    compute_slowdown: float = attrs.field(default=1.0, converter=float)
+    collective_overhead: float = attrs.field(default=0.0, converter=float)
+    sync_overhead: float = attrs.field(default=0.0, converter=float)
     intervals: dict = attrs.field(factory=dict)
     codec_costs: dict = attrs.field(factory=dict)
     provenance: dict = attrs.field(factory=dict)
@@ -123,8 +158,14 @@ class ClusterProfile:
         check_nonnegative(self.alpha, "alpha")
         check_fraction(self.utilization, "utilization")
         if not 0.0 <= self.overlap <= 1.0:
-            from .exceptions import InvalidParameterError
             raise InvalidParameterError("overlap", self.overlap, "must be in [0, 1]")
+        if not (math.isfinite(self.compute_slowdown) and 1.0 <= self.compute_slowdown <= 100.0):
+            raise InvalidParameterError("compute_slowdown", self.compute_slowdown,
+                                        "must be in [1, 100] (1 means no slowdown)")
+        check_nonnegative(self.collective_overhead, "collective_overhead")
+        check_nonnegative(self.sync_overhead, "sync_overhead")
+        if self.topology is not None and not isinstance(self.topology, Topology):
+            raise ParameterTypeError("topology", self.topology, "a Topology or None")
         object.__setattr__(self, "ceiling", _opt_positive(self.ceiling, "ceiling"))
         if (self.table_line_rate is None) != (self.table_utilization is None):
             raise ProfileFormatError("<object>", "utilization_table",
@@ -141,16 +182,52 @@ class ClusterProfile:
             object.__setattr__(self, "table_utilization", util)
         object.__setattr__(self, "codec_costs", _check_codec_costs(self.codec_costs))
 
+    def _table_achieved(self):
+        """Table line rates and their non-decreasing achieved bandwidths [bits/s]."""
+        rate = self.table_line_rate
+        return rate, np.maximum.accumulate(self.table_utilization * rate)
+
     def utilization_at(self, bw):
         """Achieved fraction of the line rate ``bw`` [bits/s], eq. :eq:`achieved` [-]."""
         bw = np.asarray(bw, dtype=float)
         if self.table_line_rate is not None:
-            u = np.interp(np.log(bw), np.log(self.table_line_rate), self.table_utilization)
+            rate, ach = self._table_achieved()
+            lb = np.log(bw)
+            inside = np.exp(np.interp(lb, np.log(rate), np.log(ach))) / bw
+            u = np.where(bw < rate[0], ach[0] / rate[0],
+                         np.where(bw > rate[-1], ach[-1] / rate[-1], inside))
         else:
             u = np.full_like(bw, self.utilization)
         if self.ceiling is not None:
             u = np.minimum(u, self.ceiling / bw)
         return u
+
+    def ceiling_binds(self, bw):
+        """Whether the ceiling, not the utilization, limits the achieved bandwidth at line
+        rate ``bw`` [bits/s] [-]."""
+        if self.ceiling is None:
+            return np.zeros(np.shape(bw), dtype=bool) if np.ndim(bw) else False
+        c = self.ceiling / np.asarray(bw, dtype=float)
+        free = attrs.evolve(self, ceiling=None).utilization_at(bw)
+        out = c < free
+        return bool(out) if np.ndim(out) == 0 else out
+
+    def achieved_elasticity(self, bw):
+        r""":math:`d \ln B_\text{eff} / d \ln B` at line rate ``bw`` [bits/s]: 1 where
+        the utilization is constant, the log-log slope inside the table, 0 where the
+        ceiling binds (one-sided, from the right, at table points) [-]."""
+        bw = np.asarray(bw, dtype=float)
+        e = np.ones_like(bw)
+        if self.table_line_rate is not None:
+            rate, ach = self._table_achieved()
+            slopes = np.diff(np.log(ach)) / np.diff(np.log(rate))
+            i = np.searchsorted(rate, bw, side="right") - 1
+            inside = (i >= 0) & (i < rate.size - 1)
+            e = np.where(inside, slopes[np.clip(i, 0, max(rate.size - 2, 0))]
+                         if slopes.size else 1.0, 1.0)
+        if self.ceiling is not None:
+            e = np.where(self.ceiling_binds(bw), 0.0, e)
+        return float(e) if e.ndim == 0 else e
 
     def achieved_bandwidth(self, bw):
         """Achieved bandwidth at line rate ``bw`` [bits/s], eq. :eq:`achieved` [bits/s]."""
@@ -161,6 +238,59 @@ class ClusterProfile:
         if self.ceiling is not None:
             return self.ceiling
         return math.inf
+
+    def line_rate_for(self, needed: float) -> float:
+        """Smallest line rate whose achieved bandwidth is at least ``needed`` [bits/s]
+        (exact inverse of eq. :eq:`achieved`; ``inf`` when the ceiling is lower).
+
+        Parameters
+        ----------
+        needed : float
+            Achieved bandwidth wanted [bits/s].
+        """
+        needed = float(needed)
+        if not needed > 0:
+            return 0.0
+        if needed > self.max_achieved_bandwidth():
+            return math.inf
+        if self.table_line_rate is None:
+            return needed / self.utilization
+        rate, ach = self._table_achieved()
+        if needed <= ach[0]:
+            return needed * rate[0] / ach[0]
+        if needed > ach[-1]:
+            return needed * rate[-1] / ach[-1]
+        i = int(np.searchsorted(ach, needed, side="left"))  # ach[i-1] < needed <= ach[i]
+        if ach[i] == needed:
+            return float(rate[i])
+        t = (math.log(needed) - math.log(ach[i - 1])) / (math.log(ach[i]) - math.log(ach[i - 1]))
+        return float(math.exp(math.log(rate[i - 1]) + t * (math.log(rate[i])
+                                                          - math.log(rate[i - 1]))))
+
+    def __repr__(self):
+        parts = [f"name={self.name!r}", f"alpha={self.alpha:.3g} s"]
+        if self.table_line_rate is not None:
+            parts.append(f"utilization table ({self.table_line_rate.size} line rates)")
+        else:
+            parts.append(f"utilization={self.utilization:.3g}")
+        if self.ceiling is not None:
+            parts.append(f"ceiling={format_bandwidth(self.ceiling)}")
+        if self.topology is not None:
+            t = self.topology
+            parts.append(f"{t.gpus_per_node} GPUs x {t.nics_per_node} NIC per node, "
+                         f"intra {format_bandwidth(t.intra_bw)}")
+        for name, unit in (("compute_slowdown", ""), ("collective_overhead", " s"),
+                           ("sync_overhead", " s"), ("overlap", "")):
+            v = getattr(self, name)
+            if v != (1.0 if name in ("compute_slowdown", "overlap") else 0.0):
+                parts.append(f"{name}={v:.4g}{unit}")
+        if self.reduction is not None:
+            parts.append(f"reduction={self.reduction.name!r}")
+        if self.codec_costs:
+            parts.append(f"codec_costs for {sorted(self.codec_costs)}")
+        return f"ClusterProfile({', '.join(parts)})"
+
+    __str__ = __repr__
 
     def to_dict(self) -> dict:
         """The cluster as a JSON-ready dict in the file format."""
@@ -179,6 +309,12 @@ class ClusterProfile:
                                 {"kind": "linear", "latency": red.latency, "gamma": red.gamma})
         if self.overlap != 1.0:
             out["overlap"] = self.overlap
+        if self.topology is not None:
+            out["topology"] = self.topology.to_dict()
+        for name, default in (("compute_slowdown", 1.0), ("collective_overhead", 0.0),
+                              ("sync_overhead", 0.0)):
+            if getattr(self, name) != default:
+                out[name] = getattr(self, name)
         if self.intervals:
             out["intervals"] = {k: list(v) for k, v in self.intervals.items()}
         if self.codec_costs:
@@ -205,7 +341,19 @@ class ClusterProfile:
                                      "every profile must say where its numbers come from")
         known = {"format", "format_version", "name", "provenance", "alpha", "utilization",
                  "ceiling", "utilization_table", "reduction", "intervals", "codec_costs",
-                 "overlap"}
+                 "overlap", "topology", "compute_slowdown", "collective_overhead",
+                 "sync_overhead"}
+        topo = data.get("topology")
+        if topo is not None:
+            if not isinstance(topo, dict) or set(topo) - {"gpus_per_node", "nics_per_node",
+                                                         "intra_bw", "intra_alpha"}:
+                raise ProfileFormatError(source, "topology", "must be an object with "
+                                         "gpus_per_node, nics_per_node, intra_bw, intra_alpha")
+            try:
+                topo = Topology(**{k: v for k, v in topo.items() if v is not None})
+            except (ValueError, TypeError) as exc:
+                field = getattr(exc, "parameter", "<value>")
+                raise ProfileFormatError(source, f"topology.{field}", str(exc)) from None
         table = data.get("utilization_table")
         try:
             return cls(
@@ -215,7 +363,10 @@ class ClusterProfile:
                 table_utilization=None if table is None else table.get("utilization"),
                 reduction=(None if data.get("reduction") is None
                            else _reduction_from(data["reduction"], source)),
-                overlap=data.get("overlap", 1.0),
+                overlap=data.get("overlap", 1.0), topology=topo,
+                compute_slowdown=data.get("compute_slowdown", 1.0),
+                collective_overhead=data.get("collective_overhead", 0.0),
+                sync_overhead=data.get("sync_overhead", 0.0),
                 intervals={k: tuple(v) for k, v in (data.get("intervals") or {}).items()},
                 codec_costs=data.get("codec_costs") or {},
                 provenance=prov, extra={k: v for k, v in data.items() if k not in known})

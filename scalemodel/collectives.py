@@ -49,6 +49,7 @@ import attrs
 import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
+from .topology import DEFAULT_INTRA_BW, HIERARCHICAL_GPUS_PER_NODE, Topology
 from .units import check_count, check_fraction, check_nonnegative, check_ratio, parse_bandwidth
 
 __all__ = [
@@ -154,34 +155,52 @@ class CollectiveOptions:
     ----------
     alpha : float
         Per-message latency of the inter-node network [s].
-    gpus_per_node : int
-        Workers per node for the hierarchical all-reduce [workers].
+    gpus_per_node : int or None
+        Workers per node; ``None`` means no topology: every worker has its own link (the
+        two-level all-reduce then assumes
+        :data:`~scalemodel.topology.HIERARCHICAL_GPUS_PER_NODE`) [workers].
     intra_bw : float
-        Intra-node link rate (NVLink, PCIe) for the hierarchical all-reduce [bits/s].
-        The default, 2.4e12, is 300 GB/s, the V100's NVLink 2.0 aggregate.
+        Intra-node link rate (NVLink, PCIe) per GPU and direction [bits/s]. The default,
+        2.4e12, is 300 GB/s, the V100's NVLink 2.0 aggregate.
     intra_alpha : float
-        Per-message latency inside a node [s].
+        Per-step latency inside a node [s].
     ps_servers : int or None
         Number of dedicated parameter servers; ``None`` means one server shard co-located
         with every worker (the bytes are evenly sharded) [servers].
+    nics_per_node : int
+        Network interfaces per node, each at the line rate; used with ``gpus_per_node``
+        [NICs].
     """
 
     alpha: float = attrs.field(default=0.0, converter=float)
-    gpus_per_node: int = 8
-    intra_bw: float = 2.4e12
+    gpus_per_node: int | None = None
+    intra_bw: float = DEFAULT_INTRA_BW
     intra_alpha: float = attrs.field(default=0.0, converter=float)
     ps_servers: int | None = None
+    nics_per_node: int = 1
 
     def __attrs_post_init__(self):
         check_nonnegative(self.alpha, "alpha")
-        check_nonnegative(self.intra_alpha, "intra_alpha")
-        object.__setattr__(self, "gpus_per_node", check_count(self.gpus_per_node, "gpus_per_node"))
-        object.__setattr__(self, "intra_bw", parse_bandwidth(self.intra_bw, "intra_bw"))
+        topo = Topology(self.gpus_per_node, self.nics_per_node, self.intra_bw, self.intra_alpha)
+        for name in ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha"):
+            object.__setattr__(self, name, getattr(topo, name))
         if self.ps_servers is not None:
             object.__setattr__(self, "ps_servers", check_count(self.ps_servers, "ps_servers"))
-        for name in ("gpus_per_node", "ps_servers", "intra_bw"):
-            if isinstance(getattr(self, name), np.ndarray):
-                raise ParameterTypeError(name, getattr(self, name), "a scalar")
+            if isinstance(self.ps_servers, np.ndarray):
+                raise ParameterTypeError("ps_servers", self.ps_servers, "a scalar")
+
+    @classmethod
+    def from_topology(cls, topology, *, alpha=0.0, ps_servers=None):
+        """Options from a :class:`~scalemodel.topology.Topology` [-]."""
+        return cls(alpha=alpha, gpus_per_node=topology.gpus_per_node,
+                   intra_bw=topology.intra_bw, intra_alpha=topology.intra_alpha,
+                   ps_servers=ps_servers, nics_per_node=topology.nics_per_node)
+
+    @property
+    def topology(self) -> Topology:
+        """The topology part of the options."""
+        return Topology(self.gpus_per_node, self.nics_per_node, self.intra_bw,
+                        self.intra_alpha)
 
 
 # --------------------------------------------------------------------------- coefficients
@@ -189,39 +208,89 @@ class CollectiveOptions:
 
 @attrs.frozen(eq=False)
 class CollectiveCost:
-    """The three parts of a collective's time, see equation :eq:`alpha-beta-gamma`.
+    r"""The parts of a collective's time, see equation :eq:`alpha-beta-gamma`.
+
+    The wire part is that of the slowest link: each NIC carries ``bits`` at the achieved
+    network rate and each GPU's intra-node link carries ``intra_bits`` at ``intra_bw``;
+    pipelined collectives (ring, tree) run at the slower of the two,
+
+    .. math::
+       :label: wire-max
+
+       T_\text{wire} = \max\Big(\frac{W}{u B r},\; \frac{W_\text{intra}}{r B_\text{intra}}\Big).
 
     Attributes
     ----------
     latency : numpy.ndarray
         Message-latency part [s].
     overhead : numpy.ndarray
-        Reductions and intra-node transfers [s]: does not depend on the network.
+        Reductions and serial intra-node transfers [s]: does not depend on the network.
     bits : numpy.ndarray
-        Bits on each worker's (or node's) network link before compression [bit].
+        Bits on each network link (a NIC, or each worker's link without a topology)
+        before compression [bit].
+    intra_bits : numpy.ndarray
+        Bits on each GPU's intra-node link that run concurrently with the network
+        transfer (pipelined), before compression [bit].
+    intra_bw : float
+        Intra-node link rate [bits/s].
     """
 
     latency: np.ndarray
     overhead: np.ndarray
     bits: np.ndarray
+    intra_bits: np.ndarray = None
+    intra_bw: float = DEFAULT_INTRA_BW
+
+    def __attrs_post_init__(self):
+        if self.intra_bits is None:
+            object.__setattr__(self, "intra_bits", np.zeros_like(self.bits))
 
     def time(self, bw, utilization=1.0, compression=1.0):
-        """Total time [s] at line rate ``bw`` [bits/s]."""
-        return self.latency + self.overhead + self.bits / (utilization * bw * compression)
+        """Total time [s] at line rate ``bw`` [bits/s], eq. :eq:`wire-max`."""
+        wire = np.maximum(self.bits / (utilization * bw * compression),
+                          self.intra_bits / (compression * self.intra_bw))
+        return self.latency + self.overhead + wire
 
 
 def _zeros_like(s):
     z = np.zeros_like(s)
-    return CollectiveCost(z, z.copy(), z.copy())
+    return CollectiveCost(z, z.copy(), z.copy(), z.copy())
+
+
+def _split_latency(n, opt, inter_steps_per_node, steps):
+    """Latency of ``steps`` pipeline steps of which ``inter_steps_per_node * (m - 1)`` cross
+    nodes (NCCL's ring: nInter = 2(nNodes - 1) for all-reduce); flat: all cross."""
+    if opt.gpus_per_node is None:
+        return steps * opt.alpha
+    m = opt.topology.nodes(n)
+    inter = inter_steps_per_node * (m - 1)
+    return (steps - inter) * opt.intra_alpha + inter * opt.alpha
 
 
 def _ring_cost(s, n, red, opt):
-    """Ring all-reduce: reduce-scatter then all-gather, 2(n-1) steps of S/n bytes [3]."""
+    """Ring all-reduce: reduce-scatter then all-gather, 2(n-1) steps of S/n bytes [3].
+
+    With a topology it is NCCL's flat ring over all GPUs: it crosses each node boundary
+    once per direction, so each node's NICs carry :math:`2(n-1)/n \\cdot S` together,
+    every GPU's intra-node link the same, and a run inside one node uses no NIC.
+    """
+    per_link = 2.0 * (n - 1) / n * 8.0 * s
+    nic, intra = _on_links(per_link, n, opt)
     return CollectiveCost(
-        latency=np.full_like(s, 2.0 * (n - 1) * opt.alpha),
+        latency=np.full_like(s, _split_latency(n, opt, 2, 2.0 * (n - 1))),
         overhead=(n - 1) * red(s / n),
-        bits=2.0 * (n - 1) / n * 8.0 * s,
+        bits=nic, intra_bits=intra, intra_bw=opt.intra_bw,
     )
+
+
+def _on_links(per_link, n, opt):
+    """Split a flat ring's per-link bits into NIC bits and intra-node bits."""
+    if opt.gpus_per_node is None:
+        return per_link, np.zeros_like(per_link)
+    m = opt.topology.nodes(n)
+    intra = per_link if min(opt.gpus_per_node, n) > 1 else np.zeros_like(per_link)
+    nic = per_link / opt.nics_per_node if m > 1 else np.zeros_like(per_link)
+    return nic, intra
 
 
 def _tree_cost(s, n, red, opt):
@@ -229,12 +298,30 @@ def _tree_cost(s, n, red, opt):
 
     Every rank is an inner node of one tree and a leaf of the other, so it sends and
     receives 2 S bytes in all; pipelining makes the latency 2 ceil(log2 n) steps.
+
+    With a topology the trees span the nodes and a chain links the GPUs inside each
+    node (as in NCCL): on two nodes each is the other's only child, so a NIC carries
+    S per direction (half the ring's traffic); on three or more nodes the busiest node,
+    an inner node with two children in one tree and a leaf in the other, carries 2 S.
+    Each GPU's chain link carries S per direction; the latency is
+    :math:`2\\big((g-1)\\,\\alpha_\\text{intra} + \\lceil\\log_2 m\\rceil\\,\\alpha\\big)`.
     """
-    depth = math.ceil(math.log2(n))
+    if opt.gpus_per_node is None:
+        depth = math.ceil(math.log2(n))
+        return CollectiveCost(
+            latency=np.full_like(s, 2.0 * depth * opt.alpha),
+            overhead=red(s),
+            bits=2.0 * 8.0 * s,
+        )
+    m = opt.topology.nodes(n)
+    g = min(opt.gpus_per_node, n)
+    factor = 0.0 if m == 1 else (1.0 if m == 2 else 2.0)
+    depth = math.ceil(math.log2(m)) if m > 1 else 0
     return CollectiveCost(
-        latency=np.full_like(s, 2.0 * depth * opt.alpha),
+        latency=np.full_like(s, 2.0 * ((g - 1) * opt.intra_alpha + depth * opt.alpha)),
         overhead=red(s),
-        bits=2.0 * 8.0 * s,
+        bits=factor * 8.0 * s / opt.nics_per_node,
+        intra_bits=(8.0 * s if g > 1 else np.zeros_like(s)), intra_bw=opt.intra_bw,
     )
 
 
@@ -243,6 +330,7 @@ def _halving_doubling_cost(s, n, red, opt):
 
     For n not a power of two, the n - p extra ranks first fold their data into partners
     and get the result back at the end (p = 2^floor(log2 n)): 2 more steps of S bytes.
+    Every worker's traffic is counted on its own link (the topology is not used).
     """
     k = int(math.floor(math.log2(n)))
     p = 2**k
@@ -259,13 +347,13 @@ def _hierarchical_cost(s, n, red, opt):
     """Two-level all-reduce: intra-node reduce-scatter, inter-node ring, intra-node
     all-gather [4].
 
-    g = ``gpus_per_node`` workers share one node and its network link; m = n / g nodes.
+    g = ``gpus_per_node`` workers share one node and its network links; m = n / g nodes.
     Each worker all-reduces S/g bytes across nodes, and the g concurrent rings share the
-    node's link, so the link carries 2 (m-1)/m S bytes: the line rate, utilization and
+    node's NICs, so they carry 2 (m-1)/m S bytes together: the line rate, utilization and
     compression apply to this inter-node part only. The intra-node phases run at
-    ``intra_bw`` with ``intra_alpha`` and are uncompressed.
+    ``intra_bw`` with ``intra_alpha``, one after the other, and are uncompressed.
     """
-    g = min(opt.gpus_per_node, n)
+    g = min(opt.gpus_per_node or HIERARCHICAL_GPUS_PER_NODE, n)
     if n % g:
         raise InvalidParameterError(
             "n", n, f"the hierarchical all-reduce needs n to be a multiple of gpus_per_node={g}")
@@ -273,15 +361,21 @@ def _hierarchical_cost(s, n, red, opt):
     intra_bits = 2.0 * (g - 1) / g * 8.0 * s
     overhead = intra_bits / opt.intra_bw + (g - 1) * red(s / g) + (m - 1) * red(s / (g * m))
     latency = 2.0 * (g - 1) * opt.intra_alpha + 2.0 * (m - 1) * opt.alpha
-    return CollectiveCost(np.full_like(s, latency), overhead, 2.0 * (m - 1) / m * 8.0 * s)
+    return CollectiveCost(np.full_like(s, latency), overhead,
+                          2.0 * (m - 1) / m * 8.0 * s / opt.nics_per_node)
 
 
 def _allgather_cost(s, n, red, opt):
-    """Ring all-gather of S bytes from every worker: n-1 steps, (n-1) S bytes received."""
+    """Ring all-gather of S bytes from every worker: n-1 steps, (n-1) S bytes received.
+
+    With a topology it is a flat ring as for :func:`_ring_cost`: each node's NICs carry
+    (n-1) S together, each GPU's intra-node link the same.
+    """
+    nic, intra = _on_links((n - 1) * 8.0 * s, n, opt)
     return CollectiveCost(
-        latency=np.full_like(s, (n - 1) * opt.alpha),
+        latency=np.full_like(s, _split_latency(n, opt, 1, n - 1.0)),
         overhead=np.zeros_like(s),
-        bits=(n - 1) * 8.0 * s,
+        bits=nic, intra_bits=intra, intra_bw=opt.intra_bw,
     )
 
 

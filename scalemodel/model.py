@@ -14,6 +14,23 @@ with :math:`T_n` from equation :eq:`iteration`. Zhang et al. (arXiv:2006.10103) 
 :math:`t_\text{iter} / (t_\text{iter} + \text{overhead})` where the overhead is how far the
 last all-reduce ends past the end of backward; since :math:`T_n = T_1 + \max(0, F_K - T_b)`
 the two are the same number.
+
+On a real cluster (:mod:`scalemodel.cluster`) forward and backward run :math:`\sigma`
+times slower when :math:`n > 1` (the compute slowdown), every collective pays a fixed cost
+:math:`c_0` and the iteration a fixed cost :math:`t_s` after its last collective:
+
+.. math::
+   :label: iteration-cluster
+
+   T_n(x) = \sigma T_f + \max\Big(\sigma T_b,\;
+            \max_j \big(\sigma R_j + A_j + (K - j + 1)\,c_0 + t_s + B_j\,x_\text{eff}\big)
+            \Big) + T_u ,
+
+still the upper envelope of :math:`K + 1` lines in :math:`x_\text{eff}`, where
+:math:`x_\text{eff} = \max(x,\; \rho / (r B_\text{intra}))` is the time per network bit of
+the slowest link (eq. :eq:`wire-max`; :math:`\rho` is the ratio of intra-node to NIC bits,
+the same for every bucket of a pipelined collective), or :math:`1/(r B_\text{intra})` with
+the intra-node bits as slopes when the run fits in one node.
 """
 
 from __future__ import annotations
@@ -27,15 +44,29 @@ from .exceptions import InvalidParameterError, ParameterTypeError
 from .fusion import resolve_fusion
 from .overlap import UpperEnvelope, overlap_lines
 from .profiles import WorkloadProfile, load_profile
+from .topology import resolve_topology
 from .units import (check_count, check_fraction, check_nonnegative, check_ratio,
                     parse_bandwidth)
 
-__all__ = ["scaling_factor", "iteration_time", "IterationTime", "Scenario"]
+__all__ = ["scaling_factor", "iteration_time", "IterationTime", "Scenario", "BINDINGS"]
 
-BINDINGS = ("compute", "latency", "bandwidth", "overhead")
-"""What can bind an iteration: hidden communication (``compute``), or the largest part of
-the communication on the critical path: message ``latency``, wire time (``bandwidth``),
-or ``overhead`` (reductions, encode/decode, intra-node copies)."""
+BINDINGS = ("compute", "slowdown", "latency", "bandwidth", "ceiling", "intra-node",
+            "overhead", "fixed")
+"""What can bind an iteration: hidden communication (``compute``; ``slowdown`` when the
+calibrated compute slowdown is then the whole loss), or the largest part of what is on the
+critical path: the compute ``slowdown``, message ``latency``, wire time (``bandwidth``;
+``ceiling`` when the transport's ceiling, not the line rate, limits it; ``intra-node`` when
+the intra-node link is the slowest), ``overhead`` (reductions, encode/decode, serial
+intra-node copies) or ``fixed`` (the cluster's per-collective and per-iteration costs)."""
+
+
+def _scalar_float(value, name):
+    if value is None:
+        return None
+    v = check_nonnegative(value, name)
+    if not isinstance(v, float):
+        raise ParameterTypeError(name, value, "a single number")
+    return v
 
 
 @attrs.frozen(eq=False)
@@ -59,7 +90,8 @@ class Scenario:
         Encode plus decode time per byte of uncompressed gradient, paid on the
         critical path whenever the compression ratio exceeds 1 [s/byte].
     cluster : ClusterProfile or None
-        Calibrated transport: its latency, achieved bandwidth and reduction cost.
+        Calibrated transport: its latency, achieved bandwidth, reduction cost, topology,
+        compute slowdown and fixed costs.
     """
 
     profile: WorkloadProfile
@@ -70,19 +102,21 @@ class Scenario:
     cluster: object = None
     _buckets: object = attrs.field(default=None, init=False)
     _cache: dict = attrs.field(factory=dict, init=False)
+    _wire: dict = attrs.field(factory=dict, init=False)
 
     @classmethod
-    def build(cls, model, *, algorithm="ring", fusion="ddp", alpha=0.0, codec_cost=0.0,
-              gpus_per_node=8, intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None,
-              cluster=None):
+    def build(cls, model, *, algorithm="ring", fusion="ddp", alpha=None, codec_cost=0.0,
+              gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
+              cluster=None, nics_per_node=None):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`."""
         profile = load_profile(model)
+        alpha = _scalar_float(alpha, "alpha")
+        topology = None
         if cluster is not None:
             cluster = load_cluster(cluster)
-            if alpha:
-                raise InvalidParameterError("alpha", alpha, "give alpha or cluster, not both",
-                                            "The cluster profile carries the latency")
-            alpha = cluster.alpha
+            if alpha is None:
+                alpha = cluster.alpha
+            topology = cluster.topology
             if cluster.reduction is not None:
                 profile = attrs.evolve(profile, reduction=cluster.reduction)
             if cluster.overlap < 1.0:  # eq. (overlap-efficiency) of scalemodel.cluster
@@ -90,16 +124,44 @@ class Scenario:
                 late = np.maximum.accumulate(eta * r + (1.0 - eta) * profile.backward_time)
                 profile = attrs.evolve(profile, tensor_ready=np.minimum(
                     late, profile.backward_time))
+        topology = resolve_topology(topology, gpus_per_node=gpus_per_node,
+                                    nics_per_node=nics_per_node, intra_bw=intra_bw,
+                                    intra_alpha=intra_alpha)
         return cls(
             cluster=cluster,
             profile=profile,
             algorithm=resolve_algorithm(algorithm),
             fusion=resolve_fusion(fusion),
-            options=CollectiveOptions(alpha=alpha, gpus_per_node=gpus_per_node,
-                                      intra_bw=intra_bw, intra_alpha=intra_alpha,
-                                      ps_servers=ps_servers),
+            options=CollectiveOptions.from_topology(topology, alpha=alpha or 0.0,
+                                                    ps_servers=ps_servers),
             codec_cost=float(check_nonnegative(codec_cost, "codec_cost")),
         )
+
+    # ------------------------------------------------------------------ cluster terms
+
+    @property
+    def compute_slowdown(self) -> float:
+        """:math:`\\sigma` of the cluster (1 without one) [-]."""
+        return 1.0 if self.cluster is None else self.cluster.compute_slowdown
+
+    def slowdown(self, n) -> float:
+        """Compute slowdown that applies to ``n`` workers: 1 for a single worker [-]."""
+        return self.compute_slowdown if int(n) > 1 else 1.0
+
+    def forward(self, n) -> float:
+        """Forward time of ``n`` workers, slowdown included [s]."""
+        return self.slowdown(n) * self.profile.forward_time
+
+    def _fixed(self, n, k):
+        """Fixed costs of ``k`` buckets: c0 each, t_s on the last [s]."""
+        out = np.zeros(k)
+        if self.cluster is None or n <= 1 or k == 0:
+            return out
+        out += self.cluster.collective_overhead
+        out[-1] += self.cluster.sync_overhead
+        return out
+
+    # ------------------------------------------------------------------ lines
 
     @property
     def buckets(self):
@@ -110,8 +172,31 @@ class Scenario:
                                self.fusion.buckets(p.tensor_bytes, p.tensor_ready))
         return self._buckets
 
+    def make_lines(self, n, ready, cost, overhead=None):
+        """Lines of eq. :eq:`iteration-cluster` for buckets ready at ``ready`` [s] with
+        collective costs ``cost`` (a :class:`~scalemodel.collectives.CollectiveCost`);
+        ``overhead`` [s] replaces the cost's overhead when given. Returns the lines, their
+        envelope and the wire map ``(k1, k2)`` of :meth:`x_effective`."""
+        n = int(n)
+        sigma = self.slowdown(n)
+        bits, intra = np.asarray(cost.bits, float), np.asarray(cost.intra_bits, float)
+        if n > 1 and not bits.any() and intra.any():  # one node: the intra link is the wire
+            wire, xmap = intra, (0.0, 1.0 / cost.intra_bw)
+        elif intra.any():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rho = np.where(bits > 0, intra / np.where(bits > 0, bits, 1.0), 0.0)
+            wire, xmap = bits, (1.0, float(rho.max()) / cost.intra_bw)
+        else:
+            wire, xmap = bits, (1.0, 0.0)
+        ovh = cost.overhead if overhead is None else overhead
+        lines = overlap_lines(sigma * np.asarray(ready, float), cost.latency, ovh, wire,
+                              sigma * self.profile.backward_time,
+                              fixed=self._fixed(n, len(np.atleast_1d(ready))))
+        return lines, UpperEnvelope(lines.intercept, lines.slope), xmap
+
     def lines(self, n: int, compressed: bool = False):
-        """:class:`~scalemodel.overlap.OverlapLines` and their envelope for ``n`` workers.
+        """:class:`~scalemodel.overlap.OverlapLines` and their envelope for ``n`` workers,
+        in :math:`x_\\text{eff}` (see :meth:`x_effective`).
 
         ``compressed`` adds the encode/decode cost (paid only when the ratio is > 1).
         """
@@ -123,34 +208,98 @@ class Scenario:
             overhead = cost.overhead
             if key[1] and key[0] > 1:
                 overhead = overhead + self.codec_cost * b.nbytes
-            lines = overlap_lines(b.ready, cost.latency, overhead, cost.bits,
-                                  self.profile.backward_time)
-            self._cache[key] = (lines, UpperEnvelope(lines.intercept, lines.slope))
+            lines, env, xmap = self.make_lines(key[0], b.ready, cost, overhead)
+            self._cache[key] = (lines, env)
+            self._wire[key[0]] = xmap
         return self._cache[key]
 
-    def iteration_times(self, n, x, compressed):
-        """:math:`T_n` [s] at ``x = 1/(u bw r)`` [s/bit], vectorized.
+    def wire_map(self, n):
+        """``(k1, k2)`` with :math:`x_\\text{eff} = \\max(k_1 x, k_2 / r)` for ``n``
+        workers [-], [s/bit]."""
+        n = int(n)
+        if n not in self._wire:
+            self.lines(n, False)
+        return self._wire[n]
 
-        ``n`` (int array), ``x`` and ``compressed`` (bool array) broadcast together; one
-        envelope is evaluated per distinct ``n`` (and compressed flag, when encoding costs
-        time).
+    def x_effective(self, n, x, r):
+        """Time per wire bit of the slowest link, :math:`\\max(k_1 x, k_2/r)` [s/bit], for
+        ``x = 1/(u B r)`` [s/bit] and ratio ``r`` [-]."""
+        k1, k2 = self.wire_map(n)
+        if k2 == 0.0:
+            return x
+        return np.maximum(k1 * np.asarray(x, float), k2 / np.asarray(r, float))
+
+    def iteration_times(self, n, x, r):
+        """:math:`T_n` [s] at ``x = 1/(u bw r)`` [s/bit] and ratio ``r`` [-], vectorized.
+
+        ``n`` (int array), ``x`` and ``r`` broadcast together; one envelope is evaluated
+        per distinct ``n`` (and compressed flag, when encoding costs time).
         """
         n = np.asarray(n)
-        compressed = np.asarray(compressed) & (self.codec_cost > 0)
-        shape = np.broadcast_shapes(n.shape, np.shape(x), compressed.shape)
+        r = np.asarray(r, dtype=float)
+        compressed = (r > 1) & (self.codec_cost > 0)
+        shape = np.broadcast_shapes(n.shape, np.shape(x), r.shape)
         x = np.broadcast_to(x, shape)
+        rr = np.broadcast_to(r, shape)
         out = np.empty(shape)
+        fwd = np.empty(shape)
         for nv in np.unique(n):
             for flag in np.unique(compressed):
                 env = self.lines(int(nv), bool(flag))[1]
                 part = (n == nv) & (compressed == flag)
                 if part.all():
-                    out[...] = env(x)
+                    out[...] = env(self.x_effective(nv, x, rr))
+                    fwd[...] = self.forward(nv)
                 else:
                     part = np.broadcast_to(part, shape)
-                    out[part] = env(x[part])
+                    out[part] = env(self.x_effective(nv, x[part], rr[part]))
+                    fwd[part] = self.forward(nv)
+        return fwd + out + self.profile.update_time
+
+    # ------------------------------------------------------------------ what binds
+
+    def critical(self, n, lines, j, x_eff, *, r=1.0, bw=None):
+        """What binds when line ``j`` of ``lines`` is the critical one at ``x_eff``, and
+        the parts of the critical path [s] (see :data:`BINDINGS`)."""
+        n = int(n)
+        sigma = self.slowdown(n)
         p = self.profile
-        return p.forward_time + out + p.update_time
+        k1, k2 = self.wire_map(n)
+        if k2 > 0 and (k1 == 0 or k2 / r >= k1 * x_eff * (1 - 1e-12)):
+            wire = "intra-node"
+        elif bw is not None and self.cluster is not None and self.cluster.ceiling_binds(bw):
+            wire = "ceiling"
+        else:
+            wire = "bandwidth"
+        value = lines.intercept[j] + lines.slope[j] * x_eff
+        if j == 0 or value <= lines.intercept[0] * (1 + 1e-12):
+            # the backward pass itself ends last (ties included, e.g. n = 1)
+            if sigma > 1:
+                return "slowdown", {"slowdown": (sigma - 1) * (p.forward_time
+                                                             + p.backward_time)}
+            return "compute", {}
+        parts = {"latency": float(lines.latency[j]), "bandwidth": float(lines.slope[j] * x_eff),
+                 "overhead": float(lines.overhead[j])}
+        if lines.fixed[j] > 0:
+            parts["fixed"] = float(lines.fixed[j])
+        if sigma > 1:
+            parts["slowdown"] = float((1 - 1 / sigma) * (sigma * p.forward_time
+                                                         + lines.ready[j]))
+        name = max(parts, key=parts.get)
+        return (wire if name == "bandwidth" else name), parts
+
+
+def _binding(lines, j, x):
+    """What binds when line ``j`` of ``lines`` is the critical one at ``x`` (no cluster
+    terms; see :meth:`Scenario.critical`)."""
+    value = lines.intercept[j] + lines.slope[j] * x
+    if j == 0 or value <= lines.intercept[0] * (1 + 1e-12):
+        return "compute", {}
+    parts = {"latency": float(lines.latency[j]), "bandwidth": float(lines.bits[j] * x),
+             "overhead": float(lines.overhead[j])}
+    if lines.fixed[j] > 0:
+        parts["fixed"] = float(lines.fixed[j])
+    return max(parts, key=parts.get), parts
 
 
 def effective_utilization(scenario, bw, utilization):
@@ -169,9 +318,34 @@ def _prepare(n, bw, utilization, compression):
     return n, bw, u, r
 
 
+TOPOLOGY_DOC = """alpha : float or None
+        Per-message network latency; ``None`` means the cluster's, else 0 as in the
+        paper's what-if analysis [s].
+    codec_cost : float
+        Encode + decode time per uncompressed gradient byte when compression > 1 [s/byte].
+    gpus_per_node : int or None
+        Workers per node; ``None`` means the cluster's, else no topology (every worker
+        its own link; 8 for ``"hierarchical"``) [workers].
+    nics_per_node : int or None
+        NICs per node, each at ``bw``; ``None`` means the cluster's, else 1 [NICs].
+    intra_bw : float, str or None
+        Intra-node link rate per GPU; ``None`` means the cluster's, else 2.4e12
+        (V100 NVLink) [bits/s].
+    intra_alpha : float or None
+        Intra-node step latency; ``None`` means the cluster's, else 0 [s].
+    ps_servers : int or None
+        Dedicated parameter servers for ``"ps"``; None means co-located shards [servers].
+    cluster : ClusterProfile, str or os.PathLike, optional
+        A calibrated cluster (object or JSON file): supplies the latency, the achieved
+        fraction of each line rate (which ``utilization`` then multiplies), the topology,
+        the compute slowdown, the fixed costs and, when it has one, the reduction cost.
+        See :mod:`scalemodel.cluster` [-]."""
+
+
 def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm="ring",
-                   fusion="ddp", alpha=0.0, codec_cost=0.0, gpus_per_node=8,
-                   intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None, cluster=None):
+                   fusion="ddp", alpha=None, codec_cost=0.0, gpus_per_node=None,
+                   nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
+                   cluster=None):
     r"""Scaling factor of data-parallel training, equation :eq:`scaling-factor`.
 
     Any of ``n``, ``bw``, ``utilization`` and ``compression`` may be an array; they
@@ -186,8 +360,9 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     n : int or array_like of int
         Number of workers, >= 1 [workers].
     bw : float, str or array_like
-        Line rate of each worker's network link; strings such as ``"10Gbps"`` are
-        accepted (see :func:`~scalemodel.parse_bandwidth`) [bits/s].
+        Line rate of each worker's network link (of each NIC with a topology); strings
+        such as ``"10Gbps"`` are accepted (see :func:`~scalemodel.parse_bandwidth`)
+        [bits/s].
     utilization : float or array_like
         Fraction of the line rate the transport achieves, in (0, 1] [-].
     compression : float or array_like
@@ -196,23 +371,9 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
         Collective: ``"ring"``, ``"tree"``, ``"halving-doubling"``, ``"hierarchical"``,
         ``"allgather"`` or ``"ps"`` [-].
     fusion : str or fusion policy
-        ``"ddp"`` (PyTorch DDP buckets, the default), ``"horovod"`` or ``"none"`` [-].
-    alpha : float
-        Per-message network latency; 0 as in the paper's what-if analysis [s].
-    codec_cost : float
-        Encode + decode time per uncompressed gradient byte when compression > 1 [s/byte].
-    gpus_per_node : int
-        Workers per node, for ``"hierarchical"`` [workers].
-    intra_bw : float or str
-        Intra-node link rate, for ``"hierarchical"`` [bits/s].
-    intra_alpha : float
-        Intra-node latency, for ``"hierarchical"`` [s].
-    ps_servers : int or None
-        Dedicated parameter servers for ``"ps"``; None means co-located shards [servers].
-    cluster : ClusterProfile, str or os.PathLike, optional
-        A calibrated cluster (object or JSON file): supplies the latency ``alpha``, the
-        achieved fraction of each line rate (which ``utilization`` then multiplies) and,
-        when it has one, the reduction cost. See :mod:`scalemodel.cluster`.
+        ``"ddp"`` (PyTorch DDP buckets, the default), ``"horovod"``, ``"none"`` (per
+        tensor, WFBP), ``"bsp"`` (all after backward) or ``"mg-wfbp"`` [-].
+    {topology}
 
     Returns
     -------
@@ -227,13 +388,17 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     """
     n, bw, u, r = _prepare(n, bw, utilization, compression)
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                        codec_cost=codec_cost, gpus_per_node=gpus_per_node, intra_bw=intra_bw,
+                        codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                        nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / (np.multiply(np.multiply(u, bw), r))
-    t = sc.iteration_times(n, x, np.asarray(r) > 1)
+    t = sc.iteration_times(n, x, r)
     sf = sc.profile.iteration_time / t
     return float(sf) if sf.ndim == 0 else sf
+
+
+scaling_factor.__doc__ = scaling_factor.__doc__.replace("{topology}", TOPOLOGY_DOC)
 
 
 @attrs.frozen
@@ -243,9 +408,9 @@ class IterationTime:
     Attributes
     ----------
     forward : float
-        Forward pass and everything before backward [s].
+        Forward pass and everything before backward, slowdown included [s].
     backward : float
-        Backward pass [s].
+        Backward pass, slowdown included [s].
     exposed_communication : float
         Communication that ends after backward, i.e. not hidden by it [s].
     update : float
@@ -259,12 +424,13 @@ class IterationTime:
     n_buckets : int
         Messages per iteration [-].
     binding : str
-        ``"compute"`` when communication is hidden, else the largest part of the
-        communication on the critical path: ``"latency"``, ``"bandwidth"`` or
-        ``"overhead"``.
+        What binds, one of :data:`BINDINGS`: ``"compute"`` (or ``"slowdown"``) when
+        communication is hidden, else the largest part on the critical path.
     critical_parts : dict
-        The critical path's communication split into latency, bandwidth (wire) and
-        overhead [s]; empty when communication is hidden.
+        The critical path's parts [s]: latency, bandwidth (wire), overhead, and with a
+        cluster fixed costs and slowdown; with hidden communication only the slowdown.
+    compute_slowdown : float
+        The compute slowdown that applied [-].
     """
 
     forward: float
@@ -277,32 +443,22 @@ class IterationTime:
     n_buckets: int
     binding: str
     critical_parts: dict
-
-
-def _binding(lines, j, x):
-    """What binds when line ``j`` of ``lines`` is the critical one at ``x``."""
-    value = lines.intercept[j] + lines.slope[j] * x
-    if j == 0 or value <= lines.intercept[0] * (1 + 1e-12):
-        # the backward pass itself ends last (ties included, e.g. n = 1): compute binds
-        return "compute", {}
-    parts = {"latency": float(lines.latency[j]), "bandwidth": float(lines.bits[j] * x),
-             "overhead": float(lines.overhead[j])}
-    return max(parts, key=parts.get), parts
+    compute_slowdown: float = 1.0
 
 
 def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm="ring",
-                   fusion="ddp", alpha=0.0, codec_cost=0.0, gpus_per_node=8,
-                   intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None,
+                   fusion="ddp", alpha=None, codec_cost=0.0, gpus_per_node=None,
+                   nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                    cluster=None) -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
     Parameters
     ----------
-    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers, cluster
+    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster
         As in :func:`scaling_factor`, scalars only: ``n`` [workers], ``bw`` [bits/s],
         ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost``
-        [s/byte], ``gpus_per_node`` [workers], ``intra_bw`` [bits/s], ``intra_alpha``
-        [s], ``ps_servers`` [servers].
+        [s/byte], ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw``
+        [bits/s], ``intra_alpha`` [s], ``ps_servers`` [servers].
 
     Returns
     -------
@@ -315,19 +471,23 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
             raise ParameterTypeError(name, v, "a scalar (iteration_time describes one "
                                      "configuration; use scaling_factor for arrays)")
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                        codec_cost=codec_cost, gpus_per_node=gpus_per_node, intra_bw=intra_bw,
+                        codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                        nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
-    x = 1.0 / (u * bw * r)
+    x = float(sc.x_effective(n, 1.0 / (u * bw * r), r))
     lines, env = sc.lines(n, r > 1)
     end = float(env(x))
     j = int(env.argmax(x))
-    binding, parts = _binding(lines, j, x)
-    busy = float(lines.latency[1] + lines.overhead[1] + lines.bits[1] * x) if n > 1 else 0.0
-    total = p.forward_time + end + p.update_time
+    binding, parts = sc.critical(n, lines, j, x, r=r, bw=bw)
+    busy = (float(lines.latency[1] + lines.overhead[1] + lines.fixed[1] + lines.bits[1] * x)
+            if n > 1 else 0.0)
+    sigma = sc.slowdown(n)
+    fwd, bwd = sigma * p.forward_time, sigma * p.backward_time
+    total = fwd + end + p.update_time
     return IterationTime(
-        forward=p.forward_time, backward=p.backward_time,
-        exposed_communication=max(0.0, end - p.backward_time), update=p.update_time,
-        total=total, communication=busy, scaling_factor=p.iteration_time / total,
-        n_buckets=len(sc.buckets), binding=binding, critical_parts=parts)
+        forward=fwd, backward=bwd, exposed_communication=max(0.0, end - bwd),
+        update=p.update_time, total=total, communication=busy,
+        scaling_factor=p.iteration_time / total, n_buckets=len(sc.buckets), binding=binding,
+        critical_parts=parts, compute_slowdown=sigma)

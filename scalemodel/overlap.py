@@ -53,8 +53,8 @@ class OverlapLines:
     """The lines of equation :eq:`iteration` for one worker count.
 
     Index 0 is the end of backward (slope 0); index ``j + 1`` is "bucket j and all after
-    it". ``latency``, ``overhead`` and ``bits`` split each line's communication into its
-    parts (tail sums) so that callers can say what binds.
+    it". ``latency``, ``overhead``, ``fixed`` and ``bits`` split each line's communication
+    into its parts (tail sums) so that callers can say what binds.
 
     Attributes
     ----------
@@ -62,9 +62,9 @@ class OverlapLines:
         :math:`T_b` and :math:`R_j + A_j` [s].
     slope : numpy.ndarray
         0 and :math:`B_j` [bit].
-    latency, overhead, bits : numpy.ndarray
-        Tail sums of the buckets' latency [s], overhead [s] and wire bits [bit]
-        (zero for index 0).
+    latency, overhead, fixed, bits : numpy.ndarray
+        Tail sums of the buckets' latency [s], overhead [s], fixed costs [s] and wire
+        bits [bit] (zero for index 0).
     ready : numpy.ndarray
         0 (placeholder) and :math:`R_j` [s].
     """
@@ -75,13 +75,14 @@ class OverlapLines:
     overhead: np.ndarray
     bits: np.ndarray
     ready: np.ndarray
+    fixed: np.ndarray
 
 
 def _tail_sum(v):
     return np.cumsum(np.asarray(v, dtype=float)[::-1])[::-1]
 
 
-def overlap_lines(ready, latency, overhead, bits, backward_time) -> OverlapLines:
+def overlap_lines(ready, latency, overhead, bits, backward_time, fixed=0.0) -> OverlapLines:
     """Lines whose upper envelope is the end of backward-and-communication, eq. :eq:`iteration`.
 
     Parameters
@@ -94,17 +95,22 @@ def overlap_lines(ready, latency, overhead, bits, backward_time) -> OverlapLines
         Each bucket's bits on the wire before compression [bit].
     backward_time : float
         End of the backward pass [s].
+    fixed : float or array_like
+        Each bucket's fixed costs on the channel (per-collective and per-iteration
+        overheads of :mod:`scalemodel.cluster`) [s].
     """
     ready = np.asarray(ready, dtype=float)
     lat, ovh, bits = _tail_sum(latency), _tail_sum(overhead), _tail_sum(bits)
+    fix = _tail_sum(np.broadcast_to(np.asarray(fixed, dtype=float), ready.shape))
     zero = np.zeros(1)
     return OverlapLines(
-        intercept=np.concatenate(([float(backward_time)], ready + lat + ovh)),
+        intercept=np.concatenate(([float(backward_time)], ready + lat + ovh + fix)),
         slope=np.concatenate((zero, bits)),
         latency=np.concatenate((zero, lat)),
         overhead=np.concatenate((zero, ovh)),
         bits=np.concatenate((zero, bits)),
         ready=np.concatenate((zero, ready)),
+        fixed=np.concatenate((zero, fix)),
     )
 
 

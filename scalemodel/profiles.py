@@ -45,6 +45,11 @@ ALIASES = {"bert": "bert-base", "bert_base": "bert-base", "bert_large": "bert-la
 """Short or alternative names and the built-in profile each means."""
 
 
+MAX_TIME = 86400.0
+"""Longest single-worker iteration a profile may describe: one day [s]. Longer times are
+input errors (a unit slip) and would overflow the model's arithmetic near 1e308."""
+
+
 def _finite_nonneg(source, field, value):
     if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
         # JSON true is not 1 s, and "0.1" is not a number
@@ -157,6 +162,10 @@ class WorkloadProfile:
         if self.forward_time + self.backward_time + self.update_time <= 0:
             raise ProfileFormatError(src, "forward_time", "the iteration must take some time: "
                                      "forward + backward + update is 0")
+        if not self.forward_time + self.backward_time + self.update_time <= MAX_TIME:
+            raise ProfileFormatError(src, "forward_time", f"forward + backward + update must "
+                                     f"be at most {MAX_TIME:g} s (a day): got "
+                                     f"{self.forward_time + self.backward_time + self.update_time!r}")
         if self.tensor_names is not None:
             names = self.tensor_names
             if not isinstance(names, (list, tuple, np.ndarray)):

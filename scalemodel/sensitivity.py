@@ -27,6 +27,13 @@ So doubling the bandwidth, the utilization or the ratio helps equally, by the sh
 the iteration spent on the wire on the critical path. At a breakpoint of the envelope the
 derivatives are those of the line that is highest just to the right (slower network): one
 sided. Where communication is hidden (``compute`` binds) they are 0.
+
+With a calibrated cluster, :math:`x = 1/(u\, B_\text{eff}(B)\, r)`, so the bandwidth
+derivative carries the elasticity of the achieved bandwidth,
+:math:`\varepsilon_B = \varepsilon_u \cdot d\ln B_\text{eff}/d\ln B` (0 where the transport's
+ceiling binds); where the intra-node link is the slowest (eq. :eq:`wire-max`), neither the
+line rate nor the utilization matters (:math:`\varepsilon_B = \varepsilon_u = 0`) while the
+ratio still does. The compute slowdown enters :math:`T_n` as a constant.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from .model import Scenario, _prepare
+from .model import Scenario, _prepare, effective_utilization
 
 __all__ = ["sensitivities", "Sensitivities"]
 
@@ -72,9 +79,10 @@ class Sensitivities:
     elasticity_compression: object
 
 
-def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=0.0,
-                  algorithm="ring", fusion="ddp", codec_cost=0.0, gpus_per_node=8,
-                  intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None) -> Sensitivities:
+def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
+                  algorithm="ring", fusion="ddp", codec_cost=0.0, gpus_per_node=None,
+                  nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
+                  cluster=None) -> Sensitivities:
     """Derivatives and elasticities of the scaling factor, eqs. :eq:`sensitivities` and
     :eq:`elasticities`; vectorized like :func:`~scalemodel.scaling_factor`.
 
@@ -90,11 +98,11 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=0.0,
         Fraction of the line rate achieved, in (0, 1] [-].
     compression : float or array_like
         Compression ratio >= 1 [-].
-    alpha : float
-        Per-message latency [s].
-    algorithm, fusion, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers
-        As in :func:`~scalemodel.scaling_factor`: [-], [-], [s/byte], [workers],
-        [bits/s], [s], [servers].
+    alpha : float or None
+        Per-message latency; ``None`` means the cluster's, else 0 [s].
+    algorithm, fusion, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster
+        As in :func:`~scalemodel.scaling_factor`: [-], [-], [s/byte], [workers], [NICs],
+        [bits/s], [s], [servers], a cluster profile or file.
 
     Returns
     -------
@@ -110,41 +118,66 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=0.0,
     """
     n, bw, u, r = _prepare(n, bw, utilization, compression)
     kw = dict(algorithm=algorithm, fusion=fusion, codec_cost=codec_cost,
-              gpus_per_node=gpus_per_node, intra_bw=intra_bw, ps_servers=ps_servers)
+              gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, intra_bw=intra_bw,
+              ps_servers=ps_servers, cluster=cluster)
     sc = Scenario.build(model, alpha=alpha, intra_alpha=intra_alpha, **kw)
-    counts = Scenario.build(sc.profile, alpha=1.0, intra_alpha=0.0, **kw)  # latency counts
+    counts = Scenario.build(model, alpha=1.0, intra_alpha=0.0, **kw)  # latency counts
+    alpha = sc.options.alpha
     p = sc.profile
     shape = np.broadcast_shapes(*(np.shape(v) for v in (n, bw, u, r)))
     nn, bb, uu, rr = (np.broadcast_to(np.asarray(v), shape) for v in (n, bw, u, r))
-    x = 1.0 / (uu * bb * rr)
+    u_eff = np.broadcast_to(np.asarray(effective_utilization(sc, bb, uu), float), shape)
+    e_ach = (np.ones(shape) if sc.cluster is None
+             else np.broadcast_to(np.asarray(sc.cluster.achieved_elasticity(bb)), shape))
+    # in logs, so that extreme line rates (1e-300 bits/s) give finite, correct numbers
+    log_x = -(np.log(u_eff) + np.log(bb) + np.log(rr))
+    log_xe = np.empty(shape)
+    net = np.empty(shape)  # 1 where the network (not the intra-node link) is the wire
     m = np.empty(shape)
     lam = np.empty(shape)
-    end = np.empty(shape)
+    rest = np.empty(shape)  # the critical line's constant part plus forward and update
     flags = (rr > 1) & (sc.codec_cost > 0)
     for nv in np.unique(nn):
+        k1, k2 = sc.wire_map(int(nv))
         for flag in np.unique(flags):
             part = (nn == nv) & (flags == flag)
             if not part.any():
                 continue
             lines, env = sc.lines(int(nv), bool(flag))
             lat_lines = counts.lines(int(nv), bool(flag))[0]
-            j = env.argmax(x[part])
+            with np.errstate(divide="ignore"):
+                l_net = np.log(k1) + log_x[part]
+                l_intra = np.log(k2) - np.log(rr[part])
+            lxe = np.maximum(l_net, l_intra)
+            with np.errstate(over="ignore"):
+                j = env.argmax(np.exp(lxe))
+            log_xe[part] = lxe
+            net[part] = np.where(l_net >= l_intra, 1.0, 0.0)
             m[part] = lines.slope[j]
             lam[part] = lat_lines.latency[j]
-            end[part] = env(x[part])
-    t = p.forward_time + end + p.update_time
-    t1 = p.iteration_time
-    sf = t1 / t
-    wire = t1 * m * x / t**2
-    share = m * x / t
-    e_alpha = -lam * float(alpha) / t + 0.0  # + 0.0: no negative zero
+            rest[part] = sc.forward(int(nv)) + lines.intercept[j] + p.update_time
+    with np.errstate(divide="ignore"):
+        log_wire = np.where(m > 0, np.log(np.where(m > 0, m, 1.0)) + log_xe, -np.inf)
+        log_t = np.logaddexp(np.log(rest), log_wire)
+    sf = np.exp(np.log(p.iteration_time) - log_t)
+    share = np.exp(log_wire - log_t)  # wire share of the iteration on the critical path
+    share_net = share * net
+    inv_t = np.exp(-log_t)
+    e_alpha = -lam * float(alpha) * inv_t + 0.0  # + 0.0: no negative zero
+
+    def scaled(factor, per):
+        """sf * factor / per, in logs (zero where factor is zero) [-]."""
+        with np.errstate(divide="ignore"):
+            return np.where(factor > 0, np.exp(np.log(sf) + np.log(np.where(
+                factor > 0, factor, 1.0)) - np.log(per)), 0.0)
 
     def out(v):
         v = np.asarray(v, dtype=float)
         return float(v) if v.ndim == 0 else v
 
     return Sensitivities(
-        scaling_factor=out(sf), d_bw=out(wire / bb), d_alpha=out(-t1 * lam / t**2),
-        d_utilization=out(wire / uu), d_compression=out(wire / rr),
-        elasticity_bw=out(share), elasticity_alpha=out(e_alpha),
-        elasticity_utilization=out(share), elasticity_compression=out(share))
+        scaling_factor=out(sf), d_bw=out(scaled(share_net * e_ach, bb)),
+        d_alpha=out(-sf * lam * inv_t + 0.0), d_utilization=out(scaled(share_net, uu)),
+        d_compression=out(scaled(share, rr)), elasticity_bw=out(share_net * e_ach),
+        elasticity_alpha=out(e_alpha), elasticity_utilization=out(share_net),
+        elasticity_compression=out(share))

@@ -31,8 +31,8 @@ import math
 import attrs
 import numpy as np
 
-from .exceptions import ParameterTypeError
-from .model import Scenario, _binding, effective_utilization
+from .exceptions import InvalidParameterError, ParameterTypeError
+from .model import Scenario, effective_utilization
 from .units import (check_count, check_fraction, check_ratio, format_bandwidth,
                     parse_bandwidth)
 
@@ -135,47 +135,47 @@ def _scalar(name, value):
     return value
 
 
-def _sf_at(sc, n, x, compressed):
+def _sf_at(sc, n, x_eff, compressed, *, r=1.0, bw=None):
+    """Scaling factor, binding and critical parts at ``x_eff`` [s/bit]."""
     p = sc.profile
     lines, env = sc.lines(n, compressed)
-    end = float(env(x))
-    sf = p.iteration_time / (p.forward_time + end + p.update_time)
-    binding, parts = _binding(lines, int(env.argmax(x)), x)
+    end = float(env(x_eff))
+    sf = p.iteration_time / (sc.forward(n) + end + p.update_time)
+    binding, parts = sc.critical(n, lines, int(env.argmax(x_eff)), x_eff, r=r, bw=bw)
     return sf, binding, parts
 
 
 def _why_not(binding, parts, limit, target):
     detail = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in parts.items() if k != "bandwidth")
-    return (f"even unlimited {{what}} reaches only {limit:.3f} < target {target:g}: "
+    return (f"even unlimited {{what}} reaches only {limit:.4g} < target {target:g}: "
             f"{binding} binds ({detail} on the critical path)")
 
 
-def _line_rate_for(sc, needed):
-    """Line rate [bits/s] whose achieved bandwidth equals ``needed`` [bits/s] (``needed``
-    itself without a cluster; inf when the cluster's ceiling is lower)."""
-    cl = sc.cluster
-    if cl is None:
-        return needed
-    if cl.max_achieved_bandwidth() < needed:
-        return math.inf
-    if cl.table_line_rate is None:
-        return needed / cl.utilization  # below the ceiling the fraction is constant
-    from scipy.optimize import brentq  # fallback: the table makes it piecewise in log(bw)
+_SLACK = 1e-9  # relative: a target within 1e-9 of the limit is reached only in the limit
 
-    def gap(t):
-        return math.log(float(cl.achieved_bandwidth(math.exp(t)))) - math.log(needed)
 
-    lo, hi = math.log(needed), math.log(needed / float(cl.table_utilization.min()))
-    if gap(hi) < 0:  # ceiling reached just there
-        hi = math.log(needed) + 50
-    if gap(hi) < 0:
-        return math.inf
-    return math.exp(brentq(gap, lo, hi, xtol=1e-14, rtol=1e-13)) * _NUDGE
+def _x_star(env, level):
+    """Largest x with E(x) <= level, or 0 when the slack is within rounding of zero."""
+    x, _ = env.max_x_below(level)
+    if math.isinf(x) or x <= 0:
+        return x
+    c, m = env.intercept, env.slope
+    grows = m > 0
+    slack = float(np.min(level - c[grows]))
+    if slack <= _SLACK * abs(level):
+        return 0.0
+    return x
+
+
+def _limit_message(what, limit, target):
+    return (f"the target {target:g} equals the limit {limit:.6g} that unlimited {what} only "
+            f"approaches (the last gradients are ready when backward ends): no finite "
+            f"{'ratio' if what == 'compression' else 'line rate'} reaches it")
 
 
 def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilization=1.0,
-                    algorithm="ring", fusion="ddp", alpha=0.0, codec_cost=0.0,
-                    gpus_per_node=8, intra_bw=2.4e12, intra_alpha=0.0,
+                    algorithm="ring", fusion="ddp", alpha=None, codec_cost=0.0,
+                    gpus_per_node=None, nics_per_node=None, intra_bw=None, intra_alpha=None,
                     ps_servers=None, cluster=None) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
@@ -184,7 +184,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     model : str, os.PathLike or WorkloadProfile
         Built-in profile name, profile file or profile [-].
     bw : float or str
-        Line rate of each worker's link, e.g. ``10e9`` or ``"10Gbps"`` [bits/s].
+        Line rate of each worker's link (each NIC with a topology), e.g. ``10e9`` or
+        ``"10Gbps"`` [bits/s].
     n : int
         Number of workers; default :data:`~scalemodel.solvers.DEFAULT_N` (64) [workers].
     target : float
@@ -192,15 +193,15 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         :data:`~scalemodel.solvers.DEFAULT_TARGET` (0.9) [-].
     utilization : float
         Fraction of the line rate achieved, in (0, 1] [-].
-    algorithm, fusion, alpha, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers, cluster
+    algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [s], [s/byte], [workers],
-        [bits/s], [s], [servers], a cluster profile or file.
+        [NICs], [bits/s], [s], [servers], a cluster profile or file.
 
     Returns
     -------
     CompressionResult
-        ``ratio`` >= 1 (``math.inf`` with ``feasible=False`` when no ratio reaches the
-        target), the scaling factor reached, and what binds.
+        ``ratio`` >= 1 (``math.inf`` with ``feasible=False`` when no finite ratio reaches
+        the target), the scaling factor reached, and what binds.
 
     Examples
     --------
@@ -214,12 +215,20 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     target = _scalar("target", check_fraction(target, "target"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                        codec_cost=codec_cost, gpus_per_node=gpus_per_node, intra_bw=intra_bw,
+                        codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                        nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
-    sf1, bind1, parts1 = _sf_at(sc, n, 1.0 / (u * bw), False)
-    sf_inf, bind_inf, parts_inf = _sf_at(sc, n, 0.0, True)
+    with np.errstate(over="ignore", divide="ignore"):
+        x_net = 1.0 / (u * bw)
+    if not math.isfinite(x_net):
+        raise InvalidParameterError("bw", bw, "is too small: the compression it needs is "
+                                    "beyond floating point", "Line rates are in bits/s "
+                                    "(10e9 or '10Gbps' is 10 Gbit/s)")
+    base = float(sc.x_effective(n, x_net, 1.0))  # x_eff at ratio 1
+    sf1, bind1, parts1 = _sf_at(sc, n, base, False, bw=bw)
+    sf_inf, bind_inf, parts_inf = _sf_at(sc, n, 0.0, True, r=math.inf, bw=bw)
     common = dict(uncompressed_scaling_factor=sf1, max_scaling_factor=sf_inf, n=n, bw=bw,
                   target=target, utilization=u)
     if sf1 >= target:
@@ -228,15 +237,23 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
             message=(f"no compression needed: {p.name} on {n} workers at "
                      f"{format_bandwidth(bw)} already scales {sf1:.3f} >= {target:g}"),
             critical_parts=parts1, **common)
-    level = p.iteration_time / target - p.forward_time - p.update_time
-    x_star, _ = sc.lines(n, True)[1].max_x_below(level)
+    level = p.iteration_time / target - sc.forward(n) - p.update_time
+    x_star = _x_star(sc.lines(n, True)[1], level)
     if not x_star > 0:
-        msg = _why_not(bind_inf, parts_inf, sf_inf, target).format(what="compression")
+        if x_star == 0.0 and sf_inf >= target * (1 - 1e-12):
+            msg = _limit_message("compression", sf_inf, target)
+        else:
+            msg = _why_not(bind_inf, parts_inf, sf_inf, target).format(what="compression")
         return CompressionResult(ratio=math.inf, feasible=False, scaling_factor=sf_inf,
                                  binding=bind_inf, message="no compression ratio is enough: "
                                  + msg, critical_parts=parts_inf, **common)
-    ratio = max(1.0, _NUDGE / (u * bw * x_star))
-    sf, bind, parts = _sf_at(sc, n, 1.0 / (u * bw * ratio), True)
+    ratio = max(1.0, _NUDGE * base / x_star)
+    if not math.isfinite(ratio):
+        raise InvalidParameterError("bw", bw, "is too small: the compression it needs is "
+                                    "beyond floating point", "Line rates are in bits/s "
+                                    "(10e9 or '10Gbps' is 10 Gbit/s)")
+    sf, bind, parts = _sf_at(sc, n, float(sc.x_effective(n, x_net / ratio, ratio)), True,
+                             r=ratio, bw=bw)
     return CompressionResult(
         ratio=ratio, feasible=True, scaling_factor=sf, binding=bind,
         message=(f"{p.name} on {n} workers at {format_bandwidth(bw)} needs {ratio:.3g}x "
@@ -245,9 +262,9 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
 
 
 def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression=1.0,
-                       utilization=1.0, algorithm="ring", fusion="ddp", alpha=0.0,
-                       codec_cost=0.0, gpus_per_node=8, intra_bw=2.4e12, intra_alpha=0.0,
-                       ps_servers=None, cluster=None) -> BandwidthResult:
+                       utilization=1.0, algorithm="ring", fusion="ddp", alpha=None,
+                       codec_cost=0.0, gpus_per_node=None, nics_per_node=None, intra_bw=None,
+                       intra_alpha=None, ps_servers=None, cluster=None) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -262,7 +279,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         Compression ratio >= 1 [-].
     utilization : float
         Fraction of the line rate achieved, in (0, 1] [-].
-    algorithm, fusion, alpha, codec_cost, gpus_per_node, intra_bw, intra_alpha, ps_servers, cluster
+    algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster
         As in :func:`~scalemodel.scaling_factor`. With a cluster, ``bw`` is the line rate
         whose achieved bandwidth (eq. :eq:`achieved`) is enough; when the transport's
         ceiling is below what is needed, no line rate is.
@@ -270,7 +287,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     Returns
     -------
     BandwidthResult
-        ``bw`` [bits/s] (``math.inf`` with ``feasible=False`` when no bandwidth is enough).
+        ``bw`` [bits/s] (``math.inf`` with ``feasible=False`` when no bandwidth is enough;
+        0.0 when any is, e.g. a run inside one node).
 
     Examples
     --------
@@ -284,37 +302,62 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     r = _scalar("compression", check_ratio(compression, "compression"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                        codec_cost=codec_cost, gpus_per_node=gpus_per_node, intra_bw=intra_bw,
+                        codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                        nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
     p = sc.profile
     compressed = r > 1
-    sf_inf, bind_inf, parts_inf = _sf_at(sc, n, 0.0, compressed)
+    k1, k2 = sc.wire_map(n)
+    x_floor = k2 / r
+    sf_inf, bind_inf, parts_inf = _sf_at(sc, n, x_floor, compressed, r=r)
     common = dict(max_scaling_factor=sf_inf, n=n, target=target, compression=r, utilization=u)
-    level = p.iteration_time / target - p.forward_time - p.update_time
-    x_star, _ = sc.lines(n, compressed)[1].max_x_below(level)
-    if math.isinf(x_star):
+    level = p.iteration_time / target - sc.forward(n) - p.update_time
+    x_star = _x_star(sc.lines(n, compressed)[1], level)
+    if math.isinf(x_star) or (k1 == 0.0 and x_floor <= x_star):
         return BandwidthResult(bw=0.0, feasible=True, scaling_factor=sf_inf, binding=bind_inf,
-                               message="any bandwidth reaches the target (nothing to "
-                               "communicate)", critical_parts=parts_inf, **common)
-    if not x_star > 0:
-        msg = _why_not(bind_inf, parts_inf, sf_inf, target).format(what="bandwidth")
+                               message="any bandwidth reaches the target (nothing crosses "
+                               "the network)", critical_parts=parts_inf, **common)
+    if not x_star > 0 or x_floor > x_star:
+        if x_floor > x_star > 0:
+            msg = ("the intra-node link binds: even an unlimited network reaches only "
+                   f"{sf_inf:.4g} < target {target:g}")
+        elif x_star == 0.0 and sf_inf >= target * (1 - 1e-12):
+            msg = _limit_message("bandwidth", sf_inf, target)
+        else:
+            msg = _why_not(bind_inf, parts_inf, sf_inf, target).format(what="bandwidth")
         return BandwidthResult(bw=math.inf, feasible=False, scaling_factor=sf_inf,
                                binding=bind_inf, message="no bandwidth is enough: " + msg,
                                critical_parts=parts_inf, **common)
-    bw = _line_rate_for(sc, _NUDGE / (u * r * x_star))
+    with np.errstate(over="ignore"):
+        needed = _NUDGE / (u * r * x_star)
+    if not math.isfinite(needed):
+        raise InvalidParameterError("utilization", u, "is too small: the line rate it needs "
+                                    "is beyond floating point")
+    bw = _line_rate_for(sc, needed)
     if math.isinf(bw):
         ceiling = sc.cluster.max_achieved_bandwidth()
+        x_c = float(sc.x_effective(n, 1 / (u * ceiling * r), r))
         return BandwidthResult(
-            bw=math.inf, feasible=False, scaling_factor=_sf_at(sc, n, 1 / (u * ceiling * r),
-                                                               compressed)[0],
-            binding="bandwidth", message=(
-                f"no line rate is enough: the transport's ceiling "
-                f"{format_bandwidth(ceiling)} is below the {format_bandwidth(1 / (u * r * x_star))}"
-                f" achieved bandwidth needed"), critical_parts={}, **common)
+            bw=math.inf, feasible=False,
+            scaling_factor=_sf_at(sc, n, x_c, compressed, r=r)[0], binding="ceiling",
+            message=(f"no line rate is enough: the transport's ceiling "
+                     f"{format_bandwidth(ceiling)} is below the "
+                     f"{format_bandwidth(needed)} achieved bandwidth needed"),
+            critical_parts={}, **common)
     u_eff = effective_utilization(sc, bw, u)
-    sf, bind, parts = _sf_at(sc, n, 1.0 / (u_eff * bw * r), compressed)
+    sf, bind, parts = _sf_at(sc, n, float(sc.x_effective(n, 1.0 / (u_eff * bw * r), r)),
+                             compressed, r=r, bw=bw)
     return BandwidthResult(
         bw=bw, feasible=True, scaling_factor=sf, binding=bind,
-        message=(f"{p.name} on {n} workers needs {format_bandwidth(bw)} per worker to scale "
+        message=(f"{p.name} on {n} workers needs {format_bandwidth(bw)} per "
+                 f"{'NIC' if sc.options.gpus_per_node else 'worker'} to scale "
                  f"{target:g} (compression {r:g}x, utilization {u:g})"),
         critical_parts=parts, **common)
+
+
+def _line_rate_for(sc, needed):
+    """Line rate [bits/s] whose achieved bandwidth is ``needed`` [bits/s] (``needed``
+    itself without a cluster; inf when the cluster's ceiling is lower)."""
+    if sc.cluster is None:
+        return needed
+    return sc.cluster.line_rate_for(needed) * _NUDGE

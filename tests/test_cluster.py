@@ -3,6 +3,7 @@
 import json
 import math
 
+import attrs
 import numpy as np
 import pytest
 
@@ -48,8 +49,11 @@ def test_cluster_file_round_trip_and_errors(tmp_path):
     assert back.alpha == 1e-5 and back.ceiling == 30e9 and back.extra["fits"]["r2"] == 0.99
     assert sm.scaling_factor("bert", 16, 1e10, cluster=str(path)) == sm.scaling_factor(
         "bert", 16, 1e10, cluster=cl)
-    with pytest.raises(sm.InvalidParameterError, match="give alpha or cluster"):
-        sm.scaling_factor("bert", 16, 1e10, cluster=cl, alpha=1e-6)
+    # an explicit keyword overrides the cluster's value, as every topology keyword does
+    assert sm.scaling_factor("bert", 16, 1e10, cluster=cl, alpha=1e-6) == sm.scaling_factor(
+        "bert", 16, 1e10, cluster=attrs.evolve(cl, alpha=1e-6))
+    assert sm.scaling_factor("bert", 16, 1e10, cluster=cl, alpha=None) == sm.scaling_factor(
+        "bert", 16, 1e10, cluster=cl)
     with pytest.raises(sm.InvalidParameterError, match="cluster='nope.json'"):
         sm.scaling_factor("bert", 16, 1e10, cluster="nope.json")
     data = cl.to_dict()
