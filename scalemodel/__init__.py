@@ -27,6 +27,10 @@ from .solvers import (BandwidthResult, CompressionResult, min_compression,
                       required_bandwidth)
 from .sensitivity import Sensitivities, sensitivities
 from .units import format_bandwidth, parse_bandwidth
+from .hardware import GPUSpec, get_gpu, list_gpus
+from .memory import MemoryEstimate, memory
+from .workloads import (TransformerConfig, llm_config, measured_efficiency,
+                        transformer_profile, transformer_units)
 
 __version__ = "0.1.0"
 
@@ -46,3 +50,6 @@ __all__ = [
     "get_compressor", "CodecCost", "NoCompression", "CastCompressor", "IntQuantizer",
     "SignSGD", "TopK", "RandomK", "PowerSGD",
 ]
+__all__ += ["GPUSpec", "get_gpu", "list_gpus", "memory", "MemoryEstimate",
+            "TransformerConfig", "llm_config", "measured_efficiency", "transformer_profile",
+            "transformer_units"]

@@ -395,15 +395,24 @@ def _data_dir():
     return resources.files("scalemodel").joinpath("data")
 
 
+_NOT_PROFILES = {"gpus.json", "llm_configs.json"}  # other data beside the profiles
+
+
 def _builtin_names():
     return sorted(p.name[:-5] for p in _data_dir().iterdir()
-                  if p.name.endswith(".json") and p.is_file())
+                  if p.name.endswith(".json") and p.is_file() and p.name not in _NOT_PROFILES)
+
+
+def _llm_names():
+    from .workloads import llm_names  # built from data/llm_configs.json by workloads.py
+    return llm_names()
 
 
 def list_profiles() -> list[str]:
     """Names of the built-in workload profiles (aliases in
-    :data:`~scalemodel.profiles.ALIASES`)."""
-    return _builtin_names()
+    :data:`~scalemodel.profiles.ALIASES`), the LLMs built from their configs included
+    (``scalemodel.workloads.llm_profile``)."""
+    return sorted(_builtin_names() + _llm_names())
 
 
 _CACHE: dict = {}
@@ -433,16 +442,26 @@ def load_profile(name_or_path) -> WorkloadProfile:
                                  "or a WorkloadProfile")
     text = os.fspath(name_or_path)
     key = ALIASES.get(text.strip().lower(), text.strip().lower())
+    if not isinstance(name_or_path, os.PathLike) and key in _CACHE:  # loaded before: no disk
+        return _CACHE[key]
     if not isinstance(name_or_path, os.PathLike) and key in _builtin_names():
         if key not in _CACHE:
             path = _data_dir().joinpath(f"{key}.json")
             _CACHE[key] = _parse(path.read_text(), f"built-in {key}")
         return _CACHE[key]
+    if not isinstance(name_or_path, os.PathLike):
+        from .workloads import _llm_key, llm_profile
+        llm = _llm_key(key)
+        if llm in _llm_names():
+            if llm not in _CACHE:
+                _CACHE[llm] = llm_profile(llm)
+            _CACHE[key] = _CACHE[llm]
+            return _CACHE[llm]
     path = Path(text)
     if text.strip() and os.path.lexists(path):  # a FIFO, a folder or a huge file: a clear error, no hang
         return WorkloadProfile.from_dict(read_json_file(path, what="workload profile"),
                                          str(path))
-    raise UnknownNameError("model", name_or_path, _builtin_names(), aliases=ALIASES,
+    raise UnknownNameError("model", name_or_path, list_profiles(), aliases=ALIASES,
                            extra="or give the path to a profile file (no such file here)")
 
 

@@ -1,0 +1,239 @@
+"""GPU specifications: peak FLOP/s per dtype, HBM, intra-node links, usual servers.
+
+The built-in GPUs live in ``scalemodel/data/gpus.json``, each number with the vendor
+datasheet it comes from beside it (``*_source`` fields). :func:`get_gpu` finds one by
+name or alias (case-insensitive); :func:`list_gpus` lists them:
+
+=================== =========== ======== ===========================================
+name                arch        HBM      usual server
+=================== =========== ======== ===========================================
+``v100-sxm2-16gb``  volta       16 GiB   DGX-1 (8 GPUs, 4 x 100 Gbit/s)
+``v100-sxm2-32gb``  volta       32 GiB   AWS p3dn.24xlarge (8 GPUs, 1 x 100 Gbit/s)
+``a100-40gb``       ampere      40 GiB   DGX A100 / p4d (8 GPUs, 8 x 200 Gbit/s)
+``a100-80gb``       ampere      80 GiB   DGX A100 640GB (8 GPUs, 8 x 200 Gbit/s)
+``h100-sxm``        hopper      80 GiB   DGX H100 (8 GPUs, 8 x 400 Gbit/s)
+``h100-pcie``       hopper      80 GiB   none recorded
+``h200``            hopper      141 GiB  DGX H200 (8 GPUs, 8 x 400 Gbit/s)
+``b200``            blackwell   180 GiB  DGX B200 (8 GPUs, 8 x 400 Gbit/s)
+``mi300x``          cdna3       192 GiB  MI300X platform / Azure ND MI300X v5
+=================== =========== ======== ===========================================
+
+Peaks are *dense* (no 2:4 sparsity). Dtype names: ``fp64``, ``fp32`` (no tensor cores),
+``tf32``, ``bf16``, ``fp16``, ``fp8``; ``float32``, ``bfloat16``, ``float16``, ``half``
+are accepted. Asking a GPU for a dtype it lacks (bf16 on a V100, fp8 on an A100) raises
+:class:`~scalemodel.InvalidParameterError` naming the GPU and the dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from importlib import resources
+
+import attrs
+
+from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
+
+__all__ = ["GPUSpec", "get_gpu", "list_gpus", "canonical_dtype", "DTYPE_BYTES"]
+
+DTYPE_ALIASES = {"float64": "fp64", "double": "fp64", "fp64": "fp64",
+                 "float32": "fp32", "float": "fp32", "fp32": "fp32",
+                 "tf32": "tf32", "tensorfloat32": "tf32",
+                 "bfloat16": "bf16", "bf16": "bf16",
+                 "float16": "fp16", "half": "fp16", "fp16": "fp16",
+                 "fp8": "fp8", "float8": "fp8", "e4m3": "fp8", "float8_e4m3fn": "fp8"}
+"""Accepted spellings of each dtype and the canonical name each means."""
+
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes per element of each dtype as stored in memory (tf32 is stored as fp32)."""
+
+
+def canonical_dtype(dtype, parameter: str = "dtype") -> str:
+    """The canonical name of a dtype (``"bfloat16"`` -> ``"bf16"``).
+
+    Parameters
+    ----------
+    dtype : str
+        A dtype name, any spelling in ``DTYPE_ALIASES`` [-].
+    parameter : str
+        Name used in error messages [-].
+
+    Raises
+    ------
+    UnknownNameError
+        Not a dtype scalemodel knows; suggests the closest.
+    """
+    if not isinstance(dtype, str):
+        raise ParameterTypeError(parameter, dtype, "a dtype name such as 'bf16'")
+    key = dtype.strip().lower().removeprefix("torch.")
+    if key not in DTYPE_ALIASES:
+        raise UnknownNameError(parameter, dtype, sorted(set(DTYPE_ALIASES.values())),
+                               aliases=DTYPE_ALIASES)
+    return DTYPE_ALIASES[key]
+
+
+def _positive(instance, attribute, value):
+    if value is None and attribute.name in _OPTIONAL:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise InvalidParameterError(attribute.name, value, "must be a finite number > 0")
+
+
+_OPTIONAL = {"gpus_per_server", "nics_per_server", "nic_bw"}
+
+
+def _freeze_flops(value):
+    if not isinstance(value, dict) and not isinstance(value, types.MappingProxyType):
+        raise ParameterTypeError("peak_flops", value, "a mapping from dtype to FLOP/s")
+    out = {}
+    for dtype, flops in dict(value).items():
+        name = canonical_dtype(dtype, "peak_flops")
+        if isinstance(flops, bool) or not isinstance(flops, (int, float)) \
+                or not math.isfinite(flops) or flops <= 0:
+            raise InvalidParameterError(f"peak_flops[{dtype!r}]", flops,
+                                        "must be a finite number of FLOP/s > 0")
+        out[name] = float(flops)
+    if not out:
+        raise InvalidParameterError("peak_flops", value, "must name at least one dtype")
+    return types.MappingProxyType(out)
+
+
+@attrs.frozen
+class GPUSpec:
+    """One GPU model: what its datasheet says.
+
+    Parameters
+    ----------
+    name : str
+        Short name (``"h100-sxm"``).
+    peak_flops : mapping of str to float
+        Peak dense throughput per dtype [FLOP/s]; dtypes absent are not supported.
+    hbm_bytes : float
+        Device memory [bytes].
+    hbm_bandwidth : float
+        Device memory bandwidth [bytes/s].
+    intra_node_bw : float
+        Link bandwidth to the other GPUs of the server, per direction [bits/s]
+        (NVLink / Infinity Fabric total per GPU, or PCIe for PCIe cards).
+    architecture : str
+        ``"volta"``, ``"ampere"``, ``"hopper"``, ``"blackwell"``, ``"cdna3"``.
+    full_name : str
+        Marketing name.
+    intra_node_link : str
+        What the intra-node link is.
+    gpus_per_server : int or None
+        GPUs in the usual server (None: no usual server recorded).
+    nics_per_server : int or None
+        Network interfaces for training traffic in that server.
+    nic_bw : float or None
+        Line rate of one of those NICs [bits/s].
+    server : str or None
+        The server the last three describe.
+    sources : mapping of str to str
+        Where each number comes from (datasheet title and URL).
+    """
+
+    name: str
+    peak_flops: types.MappingProxyType = attrs.field(converter=_freeze_flops)
+    hbm_bytes: float = attrs.field(validator=_positive)
+    hbm_bandwidth: float = attrs.field(validator=_positive)
+    intra_node_bw: float = attrs.field(validator=_positive)
+    architecture: str = ""
+    full_name: str = ""
+    intra_node_link: str = ""
+    gpus_per_server: int | None = attrs.field(default=None, validator=_positive)
+    nics_per_server: int | None = attrs.field(default=None, validator=_positive)
+    nic_bw: float | None = attrs.field(default=None, validator=_positive)
+    server: str | None = None
+    sources: types.MappingProxyType = attrs.field(
+        factory=dict, converter=lambda d: types.MappingProxyType(dict(d)))
+
+    def __attrs_post_init__(self):
+        for field in ("gpus_per_server", "nics_per_server"):
+            value = getattr(self, field)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ParameterTypeError(field, value, "an integer >= 1 or None")
+
+    @property
+    def dtypes(self) -> tuple:
+        """Dtypes this GPU has a peak for, fastest last."""
+        return tuple(sorted(self.peak_flops, key=self.peak_flops.get))
+
+    def peak(self, dtype) -> float:
+        """Peak dense throughput for ``dtype`` [FLOP/s].
+
+        Parameters
+        ----------
+        dtype : str
+            Compute dtype (``"bf16"``, ``"fp32"``, ...) [-].
+
+        Raises
+        ------
+        InvalidParameterError
+            This GPU has no such dtype (names the GPU and the dtype).
+        """
+        name = canonical_dtype(dtype)
+        if name not in self.peak_flops:
+            raise InvalidParameterError(
+                "dtype", dtype, f"the {self.name} ({self.architecture or 'unknown arch'}) "
+                f"has no {name} support",
+                f"It supports: {', '.join(self.dtypes)}")
+        return self.peak_flops[name]
+
+
+_CACHE: dict = {}
+
+
+def _load():
+    if "gpus" not in _CACHE:
+        text = resources.files("scalemodel").joinpath("data", "gpus.json").read_text()
+        data = json.loads(text)
+        specs, aliases = {}, {}
+        for name, g in data["gpus"].items():
+            link = g["intra_node_bidirectional_bytes_per_s"]
+            specs[name] = GPUSpec(
+                name=name, peak_flops=g["peak_flops"], hbm_bytes=float(g["hbm_bytes"]),
+                hbm_bandwidth=float(g["hbm_bandwidth"]), intra_node_bw=link * 8 / 2,
+                architecture=g["architecture"], full_name=g["full_name"],
+                intra_node_link=g["intra_node_link"], gpus_per_server=g["gpus_per_server"],
+                nics_per_server=g["nics_per_server"], nic_bw=g["nic_bw"], server=g["server"],
+                sources={k[:-len("_source")]: v for k, v in g.items() if k.endswith("_source")})
+            for alias in g.get("aliases", []):
+                aliases[alias] = name
+        _CACHE["gpus"], _CACHE["aliases"] = specs, aliases
+    return _CACHE["gpus"], _CACHE["aliases"]
+
+
+def list_gpus() -> list[str]:
+    """Names of the built-in GPUs (aliases are accepted by :func:`get_gpu` too)."""
+    return sorted(_load()[0])
+
+
+def get_gpu(gpu="h100-sxm") -> GPUSpec:
+    """A built-in GPU by name or alias, or a :class:`GPUSpec` passed through.
+
+    Parameters
+    ----------
+    gpu : str or GPUSpec
+        ``"h100-sxm"``, ``"h100"``, ``"A100-80GB"``, ... (case-insensitive; see
+        :func:`list_gpus`), or your own :class:`GPUSpec` [-].
+
+    Raises
+    ------
+    UnknownNameError
+        Not a built-in name or alias; suggests the closest.
+    ParameterTypeError
+        Neither a string nor a GPUSpec.
+    """
+    if isinstance(gpu, GPUSpec):
+        return gpu
+    if not isinstance(gpu, str):
+        raise ParameterTypeError("gpu", gpu, "a GPU name such as 'h100-sxm' or a GPUSpec")
+    specs, aliases = _load()
+    key = gpu.strip().lower().replace("_", "-").replace(" ", "-")
+    key = aliases.get(key, key)
+    if key not in specs:
+        raise UnknownNameError("gpu", gpu, list(specs), aliases=aliases)
+    return specs[key]

@@ -1,0 +1,132 @@
+"""Memory per GPU: ZeRO's model-state division, Korthikanti's activations, errors."""
+
+import numpy as np
+import pytest
+
+import scalemodel as sm
+from scalemodel.memory import canonical_sharding
+
+PSI = sm.llm_config("llama-2-7b").parameter_count
+
+
+def state(m):
+    return m.parts["parameters"] + m.parts["gradients"] + m.parts["optimizer"]
+
+
+def test_ddp_keeps_16_bytes_per_parameter_under_mixed_precision_adam():
+    m = sm.memory("llama-2-7b", 64)
+    assert state(m) == 16 * PSI
+    assert (m.parts["parameters"], m.parts["gradients"], m.parts["optimizer"]) == \
+        (2 * PSI, 2 * PSI, 12 * PSI)
+    assert m.sharding == "none" and m.gpu.name == "h100-sxm"
+    assert m.per_gpu == pytest.approx(sum(v for v in m.parts.values()))
+    assert m.fits == (m.per_gpu <= m.gpu.hbm_bytes)
+
+
+@pytest.mark.parametrize("n", [2, 8, 64, 1000])
+def test_each_strategy_divides_the_model_state_as_zero_does(n):
+    psi = PSI
+    expect = {"zero1": 4 * psi + 12 * psi / n, "zero2": 2 * psi + 14 * psi / n,
+              "zero3": 16 * psi / n}
+    for strategy, value in expect.items():
+        assert state(sm.memory("llama-2-7b", n, sharding=strategy)) == pytest.approx(value)
+    g = min(n, 8)  # an H100 server holds 8 GPUs
+    assert state(sm.memory("llama-2-7b", n, sharding="hybrid_shard")) == pytest.approx(
+        16 * psi / g)
+
+
+def test_fsdp_names_are_aliases():
+    assert canonical_sharding("FULL_SHARD") == "zero3"
+    assert canonical_sharding("shard_grad_op") == "zero2"
+    assert canonical_sharding("ddp") == "none" and canonical_sharding("HSDP") == "hybrid_shard"
+    a = sm.memory("mistral-7b", 16, sharding="full_shard")
+    b = sm.memory("mistral-7b", 16, sharding="zero3")
+    assert a.per_gpu == b.per_gpu
+
+
+def test_fp32_adam_is_also_16_bytes_and_sgd_less():
+    m = sm.memory("llama-2-7b", 8, param_dtype="fp32")
+    assert (m.parts["parameters"], m.parts["gradients"], m.parts["optimizer"]) == \
+        (4 * PSI, 4 * PSI, 8 * PSI)
+    assert state(sm.memory("llama-2-7b", 8, optimizer="sgd")) == 8 * PSI  # 2 + 2 + master 4
+
+
+def test_vectorized_over_n():
+    ns = np.array([2, 8, 32, 256])
+    m = sm.memory("llama-2-70b", ns, sharding="zero3", activation_checkpointing=True)
+    assert m.per_gpu.shape == ns.shape and m.fits.dtype == bool
+    for i, n in enumerate(ns):
+        one = sm.memory("llama-2-70b", int(n), sharding="zero3", activation_checkpointing=True)
+        assert m.per_gpu[i] == pytest.approx(one.per_gpu) and m.fits[i] == one.fits
+    assert np.all(np.diff(m.per_gpu) < 0)  # more GPUs, less each
+
+
+def test_activations_follow_korthikanti_et_al():
+    cfg = sm.llm_config("llama-2-13b", seq=2048, micro_batch=2)
+    s, b, h, a, L, V = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.layers, cfg.vocab
+    layer = s * b * h * (34 + 5 * a * s / h)
+    plain = sm.memory(cfg, 8, sharding="zero3", flash_attention=False)
+    assert plain.parts["activations"] == pytest.approx(L * layer + 4 * s * b * V)
+    ckpt = sm.memory(cfg, 8, sharding="zero3", flash_attention=False,
+                     activation_checkpointing=True)
+    assert ckpt.parts["activations"] == pytest.approx(2 * s * b * h * L + layer + 4 * s * b * V)
+    flash = sm.memory(cfg, 8, sharding="zero3")
+    assert flash.parts["activations"] == pytest.approx(L * 34 * s * b * h + 4 * s * b * V)
+    assert ckpt.parts["activations"] < flash.parts["activations"] < plain.parts["activations"]
+    # micro_batch and seq override the config's
+    more = sm.memory(cfg, 8, sharding="zero3", micro_batch=4)
+    assert more.parts["activations"] == pytest.approx(2 * flash.parts["activations"])
+
+
+def test_zero3_buffers_hold_gathered_units():
+    cfg = sm.llm_config("llama-3-8b")
+    u = sm.transformer_units(cfg, efficiency=1.0)
+    m = sm.memory(cfg, 16, sharding="zero3", bucket_bytes=0)
+    block = u.param_count[1]
+    root = u.param_count[0] + u.param_count[-1]
+    assert m.parts["buffers"] == pytest.approx(2 * (2 * block + root) + 2 * block)
+    assert sm.memory(cfg, 16, sharding="zero2").parts["buffers"] == 25 * 2**20
+
+
+def test_a_profile_without_config_has_unknown_activations():
+    bert = sm.load_profile("bert-base")
+    m = sm.memory("bert-base", 4, sharding="zero3")
+    assert m.parts["activations"] is None and not m.complete
+    assert m.parameter_count == bert.total_bytes / 4
+    assert state(m) == pytest.approx(16 * bert.total_bytes / 4 / 4)
+    assert "unknown" in m.notes and "activations unknown" in m.message()
+    # a FLOP-derived profile carries its config
+    prof = sm.transformer_profile(sm.llm_config("mistral-7b"), efficiency=0.4)
+    assert sm.memory(prof, 8).complete
+
+
+def test_does_not_fit_is_reported():
+    m = sm.memory("llama-2-70b", 8)  # 16 x 69e9 bytes of model state on one GPU
+    assert not m.fits and "does not fit" in m.message() and "h100-sxm" in m.message()
+    assert sm.memory("llama-2-7b", 64, sharding="zero3", activation_checkpointing=True).fits
+    assert sm.memory("llama-2-70b", 8, gpu="mi300x").gpu.name == "mi300x"
+
+
+def test_errors_name_parameter_and_value():
+    with pytest.raises(sm.UnknownNameError) as exc:
+        sm.memory("llama-2-7b", 8, sharding="ful_shard")
+    assert exc.value.suggestion == "zero3" and "ful_shard" in str(exc.value)
+    with pytest.raises(sm.InvalidParameterError) as exc:
+        sm.memory("llama-2-7b", 1, sharding="zero3")
+    assert exc.value.parameter == "n"
+    assert sm.memory("llama-2-7b", 1).parts["optimizer"] == 12 * PSI  # DDP on one GPU is fine
+    with pytest.raises(sm.InvalidParameterError):
+        sm.memory("llama-2-7b", np.array([1, 8]), sharding="zero1")
+    with pytest.raises(sm.ParameterTypeError):
+        sm.memory("llama-2-7b", 8.0)
+    with pytest.raises(sm.UnknownNameError):
+        sm.memory("llama-2-7b", 8, optimizer="adamax")
+    with pytest.raises(sm.UnknownNameError):
+        sm.memory("llama-2-7b", 8, gpu="h100-sxn")
+    with pytest.raises(sm.InvalidParameterError) as exc:  # no usual PCIe server
+        sm.memory("llama-2-7b", 16, sharding="hybrid_shard", gpu="h100-pcie")
+    assert exc.value.parameter == "gpus_per_node"
+    m = sm.memory("llama-2-7b", 16, sharding="hybrid_shard", gpu="h100-pcie", gpus_per_node=4)
+    assert state(m) == pytest.approx(16 * PSI / 4)
+    with pytest.raises(sm.InvalidParameterError):
+        sm.memory("llama-2-7b", 8, bucket_bytes=-1)
