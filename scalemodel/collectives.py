@@ -55,6 +55,7 @@ from .units import check_count, check_fraction, check_nonnegative, check_ratio, 
 __all__ = [
     "ReductionCost",
     "CollectiveCost",
+    "KINDS",
     "CollectiveOptions",
     "ALGORITHMS",
     "collective_cost",
@@ -301,8 +302,9 @@ def _tree_cost(s, n, red, opt):
 
     With a topology the trees span the nodes and a chain links the GPUs inside each
     node (as in NCCL): on two nodes each is the other's only child, so a NIC carries
-    S per direction (half the ring's traffic); on three or more nodes the busiest node,
-    an inner node with two children in one tree and a leaf in the other, carries 2 S.
+    S per direction (half the ring's traffic); on three nodes the busiest carries 1.5 S;
+    on four or more the busiest node, an inner node with two children in one tree and a
+    leaf in the other, carries 2 S (NCCL's ``ncclGetDtree``, ``src/graph/trees.cc``).
     Each GPU's chain link carries S per direction; the latency is
     :math:`2\\big((g-1)\\,\\alpha_\\text{intra} + \\lceil\\log_2 m\\rceil\\,\\alpha\\big)`.
     """
@@ -315,7 +317,7 @@ def _tree_cost(s, n, red, opt):
         )
     m = opt.topology.nodes(n)
     g = min(opt.gpus_per_node, n)
-    factor = 0.0 if m == 1 else (1.0 if m == 2 else 2.0)
+    factor = {1: 0.0, 2: 1.0, 3: 1.5}.get(m, 2.0)
     depth = math.ceil(math.log2(m)) if m > 1 else 0
     return CollectiveCost(
         latency=np.full_like(s, 2.0 * ((g - 1) * opt.intra_alpha + depth * opt.alpha)),
@@ -424,21 +426,43 @@ def resolve_algorithm(algorithm: str) -> str:
     return key
 
 
-def collective_cost(algorithm, nbytes, n, *, reduction=None, options=None) -> CollectiveCost:
+KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+"""Collective kinds :func:`collective_cost` models: the all-reduce of a buffer, its
+reduce-scatter (every rank ends with its 1/n shard, summed) and the all-gather of a
+sharded buffer (every rank contributes 1/n and ends with all of it)."""
+
+
+def _ring_half_cost(s, n, red, opt, reduce):
+    """One ring phase (reduce-scatter or all-gather) of an ``s``-byte buffer: n-1 steps of
+    s/n bytes; with a topology the NICs and intra-node links carry (n-1)/n s each."""
+    nic, intra = _on_links((n - 1) / n * 8.0 * s, n, opt)
+    return CollectiveCost(
+        latency=np.full_like(s, _split_latency(n, opt, 1, n - 1.0)),
+        overhead=(n - 1) * red(s / n) if reduce else np.zeros_like(s),
+        bits=nic, intra_bits=intra, intra_bw=opt.intra_bw,
+    )
+
+
+def collective_cost(algorithm, nbytes, n, *, reduction=None, options=None,
+                    kind="all_reduce") -> CollectiveCost:
     """Latency, overhead and wire bits of one collective, vectorized over ``nbytes``.
 
     Parameters
     ----------
     algorithm : str
-        A name from :data:`~scalemodel.ALGORITHMS`.
+        A name from :data:`~scalemodel.ALGORITHMS` [-].
     nbytes : array_like
-        Message size per worker before compression [bytes].
+        Message size per worker before compression; for ``kind="all_gather"`` and
+        ``"reduce_scatter"`` the size of the whole (unsharded) buffer [bytes].
     n : int
         Number of workers [workers].
     reduction : ReductionCost, optional
-        Cost of the element-wise sums; free when omitted.
+        Cost of the element-wise sums; free when omitted [-].
     options : CollectiveOptions, optional
-        Latency and topology constants; defaults to ``CollectiveOptions()``.
+        Latency and topology constants; defaults to ``CollectiveOptions()`` [-].
+    kind : str
+        ``"all_reduce"`` (with ``algorithm``), ``"reduce_scatter"`` or ``"all_gather"``
+        (rings, as NCCL runs them: each half of the ring all-reduce) [-].
 
     Returns
     -------
@@ -446,6 +470,8 @@ def collective_cost(algorithm, nbytes, n, *, reduction=None, options=None) -> Co
         Zero for ``n == 1`` (a single worker communicates nothing).
     """
     fn = ALGORITHMS[resolve_algorithm(algorithm)]
+    if kind not in KINDS:
+        raise UnknownNameError("kind", kind, KINDS)
     n = check_count(n, "n")
     if isinstance(n, np.ndarray):
         raise ParameterTypeError("n", n, "a single integer here")
@@ -453,7 +479,11 @@ def collective_cost(algorithm, nbytes, n, *, reduction=None, options=None) -> Co
     s = np.asarray(s, dtype=float)
     if n == 1:
         return _zeros_like(s)
-    return fn(s, n, reduction or NO_REDUCTION_COST, options or CollectiveOptions())
+    red = reduction or NO_REDUCTION_COST
+    opt = options or CollectiveOptions()
+    if kind != "all_reduce":
+        return _ring_half_cost(s, n, red, opt, kind == "reduce_scatter")
+    return fn(s, n, red, opt)
 
 
 def collective_time(algorithm, nbytes, n, bw, *, alpha=0.0, utilization=1.0,

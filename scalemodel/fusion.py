@@ -19,7 +19,21 @@ Policies
     or at least ``threshold_bytes`` (64 MiB, ``HOROVOD_FUSION_THRESHOLD``) of gradients
     have accumulated since the last send, and the rest when backward ends.
 :class:`PerTensor`
-    No fusion: one message per gradient tensor.
+    No fusion: one message per gradient tensor, sent as soon as it is ready: wait-free
+    backpropagation (WFBP, Zhang et al., "Poseidon", USENIX ATC 2017); ``"wfbp"``.
+:class:`AfterBackward`
+    All gradients in one message after backward ends: bulk synchronous (BSP) without
+    overlap; ``"bsp"``.
+:class:`MGWFBP`
+    Merged-gradient WFBP (S. Shi, X. Chu, B. Li, "MG-WFBP: Efficient Data Communication
+    for Distributed Synchronous SGD Algorithms", INFOCOM 2019, arXiv:1811.11141): walking
+    the gradients in backward order, merge a gradient into the next one when the next is
+    ready before the current one's all-reduce would end and either the all-reduce could
+    not start before the next one is ready or waiting for it costs less than the
+    all-reduce start-up time :math:`a` it saves. The all-reduce of :math:`s` bytes is
+    modelled as :math:`a + b s`; the implementation of the authors
+    (github.com/HKBU-HPML/MG-WFBP, ``distributed_optimizer.py``,
+    ``_generate_groups_mgwfbp``) measures :math:`a, b` before training.
 """
 
 from __future__ import annotations
@@ -30,8 +44,8 @@ import numpy as np
 from .exceptions import ParameterTypeError, UnknownNameError
 from .units import check_positive
 
-__all__ = ["Buckets", "DDPBuckets", "HorovodFusion", "PerTensor", "FUSIONS", "resolve_fusion",
-           "bucket_ready_times"]
+__all__ = ["Buckets", "DDPBuckets", "HorovodFusion", "PerTensor", "AfterBackward", "MGWFBP",
+           "FUSIONS", "resolve_fusion", "bucket_ready_times"]
 
 MiB = 2**20
 
@@ -139,23 +153,92 @@ class PerTensor:
         return _from_boundaries(sizes, ready, np.arange(1, len(sizes) + 1))
 
 
-FUSIONS = {"ddp": DDPBuckets, "horovod": HorovodFusion, "none": PerTensor}
-"""Fusion policies by name; ``"per-tensor"`` is an alias of ``"none"``."""
+@attrs.frozen
+class AfterBackward:
+    """All gradients in one message, sent when the last one is ready (BSP, no overlap)."""
+
+    def buckets(self, sizes, ready) -> Buckets:
+        """One bucket holding every tensor."""
+        return _from_boundaries(sizes, ready, np.asarray([len(sizes)]))
+
+
+def _nonneg_float(value, name):
+    from .units import check_nonnegative
+    v = check_nonnegative(value, name)
+    if not isinstance(v, float):
+        raise ParameterTypeError(name, value, "a single number")
+    return v
+
+
+@attrs.frozen
+class MGWFBP:
+    """MG-WFBP's merged buckets for an all-reduce that costs ``a + b s`` (see the module).
+
+    Parameters
+    ----------
+    startup : float
+        All-reduce start-up time :math:`a` (latency and fixed costs of one message) [s].
+    per_byte : float
+        All-reduce time per byte :math:`b` [s/byte].
+    """
+
+    startup: float = attrs.field(converter=lambda v: _nonneg_float(v, "startup"))
+    per_byte: float = attrs.field(converter=lambda v: _nonneg_float(v, "per_byte"))
+
+    def buckets(self, sizes, ready) -> Buckets:
+        """Merge tensors (in backward order) by the MG-WFBP rule; see the module docs."""
+        sizes = np.asarray(sizes, dtype=float)
+        ready = np.asarray(ready, dtype=float)
+        k = len(sizes)
+        a, b = self.startup, self.per_byte
+        acc = 0.0  # bytes merged into the current tensor so far
+        tau = ready[0] if k else 0.0  # when the current tensor's all-reduce can start
+        ends = []
+        for i in range(k - 1):
+            acc += sizes[i]
+            tc = a + b * acc  # its all-reduce time, were it sent now
+            nxt = ready[i + 1]
+            merge = False
+            if nxt < tau + tc:  # the next gradient is ready before this one is sent
+                merge = tau > nxt or nxt - tau < a  # cannot start earlier, or waiting
+                # costs less than the start-up time saved
+            if merge:  # the merged message starts with the next tensor
+                tau = max(tau, nxt)
+            else:
+                ends.append(i + 1)
+                tau, acc = max(tau + tc, nxt), 0.0
+        ends.append(k)
+        return _from_boundaries(sizes, ready, np.asarray(ends))
+
+
+FUSIONS = {"ddp": DDPBuckets, "horovod": HorovodFusion, "none": PerTensor,
+           "bsp": AfterBackward, "mg-wfbp": MGWFBP}
+"""Fusion policies by name; ``"per-tensor"`` and ``"wfbp"`` are aliases of ``"none"``.
+``"mg-wfbp"`` needs the all-reduce's start-up and per-byte times: the model plans it for
+the configuration asked (see :func:`~scalemodel.scaling_factor`), or pass
+``MGWFBP(startup, per_byte)``."""
 
 
 def resolve_fusion(fusion):
     """Return a fusion policy object for a name or an instance."""
-    if isinstance(fusion, (DDPBuckets, HorovodFusion, PerTensor)):
+    if isinstance(fusion, (DDPBuckets, HorovodFusion, PerTensor, AfterBackward, MGWFBP)):
         return fusion
     if not isinstance(fusion, str):
         raise ParameterTypeError("fusion", fusion,
-                                 "a name (ddp, horovod, none) or a DDPBuckets, HorovodFusion "
-                                 "or PerTensor object")
-    key = fusion.strip().lower()
-    key = {"per-tensor": "none", "pertensor": "none", "pytorch": "ddp"}.get(key, key)
+                                 "a name (ddp, horovod, none, bsp, mg-wfbp) or a DDPBuckets, "
+                                 "HorovodFusion, PerTensor, AfterBackward or MGWFBP object")
+    key = fusion.strip().lower().replace("_", "-")
+    key = {"per-tensor": "none", "pertensor": "none", "pytorch": "ddp", "wfbp": "none",
+           "mgwfbp": "mg-wfbp", "after-backward": "bsp"}.get(key, key)
     if key not in FUSIONS:
         raise UnknownNameError("fusion", fusion, FUSIONS)
+    if key == "mg-wfbp":
+        return PLANNED_MGWFBP
     return FUSIONS[key]()
+
+
+PLANNED_MGWFBP = "mg-wfbp"
+"""Marker for an MG-WFBP fusion that the model plans for each configuration."""
 
 
 def bucket_ready_times(sizes, ready, fusion="ddp") -> Buckets:

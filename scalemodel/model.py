@@ -41,7 +41,7 @@ import numpy as np
 from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
 from .cluster import load_cluster
 from .exceptions import InvalidParameterError, ParameterTypeError
-from .fusion import resolve_fusion
+from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
 from .overlap import UpperEnvelope, overlap_lines
 from .profiles import WorkloadProfile, load_profile
 from .topology import resolve_topology
@@ -161,24 +161,62 @@ class Scenario:
         out[-1] += self.cluster.sync_overhead
         return out
 
+    # ------------------------------------------------------------------ MG-WFBP
+
+    @property
+    def needs_plan(self) -> bool:
+        """True for ``fusion="mg-wfbp"``: its buckets depend on the configuration."""
+        return self.fusion is PLANNED_MGWFBP
+
+    def planned(self, n, x, r=1.0):
+        """This scenario with MG-WFBP planned for ``n`` workers at ``x = 1/(u B r)``
+        [s/bit] and ratio ``r`` [-]: the all-reduce's start-up and per-byte times are
+        fitted, as MG-WFBP's start-up benchmark does, to its cost at 1 MiB and 64 MiB.
+        Other fusions are returned unchanged."""
+        if not self.needs_plan:
+            return self
+        key = ("plan", int(n), float(x), float(r))
+        if key not in self._cache:
+            probe = attrs.evolve(self, fusion=MGWFBP(0.0, 0.0))
+            sizes = np.array([2.0**20, 2.0**26])
+            cost = collective_cost(self.algorithm, sizes, int(n),
+                                   reduction=self.profile.reduction, options=self.options)
+            xe = float(probe.x_effective(n, x, r))
+            lines_t = (cost.latency + cost.overhead + self._fixed(int(n), 2)[0]
+                       + np.maximum(cost.bits, 0.0) * xe)
+            if not cost.bits.any() and cost.intra_bits.any():
+                lines_t = lines_t + cost.intra_bits / (r * cost.intra_bw)
+            per_byte = max(0.0, float((lines_t[1] - lines_t[0]) / (sizes[1] - sizes[0])))
+            startup = max(0.0, float(lines_t[0] - per_byte * sizes[0]))
+            self._cache[key] = attrs.evolve(self, fusion=MGWFBP(startup, per_byte))
+        return self._cache[key]
+
     # ------------------------------------------------------------------ lines
 
     @property
     def buckets(self):
-        """The buckets the fusion policy makes of the profile's gradients."""
+        """The buckets the fusion policy makes of the profile's gradients, on the timeline
+        of a distributed run (ready times stretched by the compute slowdown, so that a
+        time-based fusion such as Horovod's cycle sees the slower backward)."""
+        if self.needs_plan:
+            raise InvalidParameterError(
+                "fusion", "mg-wfbp", "needs a configuration to plan for",
+                "Use Scenario.planned(n, x), or pass MGWFBP(startup, per_byte)")
         if self._buckets is None:
             p = self.profile
-            object.__setattr__(self, "_buckets",
-                               self.fusion.buckets(p.tensor_bytes, p.tensor_ready))
+            object.__setattr__(self, "_buckets", self.fusion.buckets(
+                p.tensor_bytes, self.compute_slowdown * p.tensor_ready))
         return self._buckets
 
     def make_lines(self, n, ready, cost, overhead=None):
-        """Lines of eq. :eq:`iteration-cluster` for buckets ready at ``ready`` [s] with
-        collective costs ``cost`` (a :class:`~scalemodel.collectives.CollectiveCost`);
-        ``overhead`` [s] replaces the cost's overhead when given. Returns the lines, their
-        envelope and the wire map ``(k1, k2)`` of :meth:`x_effective`."""
+        """Lines of eq. :eq:`iteration-cluster` for buckets ready at ``ready`` [s] (on the
+        distributed timeline, as :attr:`buckets`) with collective costs ``cost`` (a
+        :class:`~scalemodel.collectives.CollectiveCost`); ``overhead`` [s] replaces the
+        cost's overhead when given. Returns the lines, their envelope and the wire map
+        ``(k1, k2)`` of :meth:`x_effective`."""
         n = int(n)
         sigma = self.slowdown(n)
+        ready = np.asarray(ready, float) * (sigma / self.compute_slowdown)
         bits, intra = np.asarray(cost.bits, float), np.asarray(cost.intra_bits, float)
         if n > 1 and not bits.any() and intra.any():  # one node: the intra link is the wire
             wire, xmap = intra, (0.0, 1.0 / cost.intra_bw)
@@ -189,7 +227,7 @@ class Scenario:
         else:
             wire, xmap = bits, (1.0, 0.0)
         ovh = cost.overhead if overhead is None else overhead
-        lines = overlap_lines(sigma * np.asarray(ready, float), cost.latency, ovh, wire,
+        lines = overlap_lines(ready, cost.latency, ovh, wire,
                               sigma * self.profile.backward_time,
                               fixed=self._fixed(n, len(np.atleast_1d(ready))))
         return lines, UpperEnvelope(lines.intercept, lines.slope), xmap
@@ -237,6 +275,13 @@ class Scenario:
         """
         n = np.asarray(n)
         r = np.asarray(r, dtype=float)
+        if self.needs_plan:  # MG-WFBP: one plan per configuration
+            n, x, r = np.broadcast_arrays(n, np.asarray(x, float), r)
+            out = np.empty(n.shape)
+            for idx in np.ndindex(n.shape):
+                out[idx] = self.planned(n[idx], x[idx], r[idx]).iteration_times(
+                    n[idx], x[idx], r[idx])
+            return out
         compressed = (r > 1) & (self.codec_cost > 0)
         shape = np.broadcast_shapes(n.shape, np.shape(x), r.shape)
         x = np.broadcast_to(x, shape)
@@ -476,6 +521,7 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
+    sc = sc.planned(n, 1.0 / (u * bw * r), r)
     x = float(sc.x_effective(n, 1.0 / (u * bw * r), r))
     lines, env = sc.lines(n, r > 1)
     end = float(env(x))

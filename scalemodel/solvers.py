@@ -226,6 +226,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         raise InvalidParameterError("bw", bw, "is too small: the compression it needs is "
                                     "beyond floating point", "Line rates are in bits/s "
                                     "(10e9 or '10Gbps' is 10 Gbit/s)")
+    sc = sc.planned(n, x_net)  # MG-WFBP: planned for this network, uncompressed
     base = float(sc.x_effective(n, x_net, 1.0))  # x_eff at ratio 1
     sf1, bind1, parts1 = _sf_at(sc, n, base, False, bw=bw)
     sf_inf, bind_inf, parts_inf = _sf_at(sc, n, 0.0, True, r=math.inf, bw=bw)
@@ -305,6 +306,20 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
+    if not sc.needs_plan:
+        return _required_bandwidth(sc, n, target, r, u)
+    bw_guess, res = 10e9, None  # MG-WFBP replans for each line rate: a fixed point
+    for _ in range(20):
+        achieved = bw_guess if sc.cluster is None else float(
+            sc.cluster.achieved_bandwidth(bw_guess))
+        res = _required_bandwidth(sc.planned(n, 1.0 / (u * r * achieved), r), n, target, r, u)
+        if not (res.feasible and res.bw > 0) or abs(res.bw - bw_guess) <= 1e-9 * res.bw:
+            break
+        bw_guess = res.bw
+    return res
+
+
+def _required_bandwidth(sc, n, target, r, u) -> BandwidthResult:
     p = sc.profile
     compressed = r > 1
     k1, k2 = sc.wire_map(n)

@@ -62,13 +62,87 @@ def _ps_steps(s, n, red, servers):
         yield 1, busiest, 0.0
 
 
-def collective_seconds(algorithm, s, n, bw_eff, alpha, red, *, gpus_per_node=8,
-                       intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None):
+def _btree(n, rank):
+    """NCCL's binary tree (src/graph/trees.cc, ncclGetBtree): (parent, children)."""
+    bit = 1
+    while bit < n and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return -1, ([bit >> 1] if n > 1 else [])
+    up = (rank ^ bit) | (bit << 1)
+    if up >= n:
+        up = rank ^ bit
+    low = bit >> 1
+    down0 = -1 if low == 0 else rank - low
+    down1 = -1 if low == 0 else rank + low
+    while down1 >= n:
+        down1 = -1 if low == 0 else rank + low
+        low >>= 1
+    return up, [c for c in (down0, down1) if c != -1]
+
+
+def _dtree_send_per_direction(m):
+    """Busiest node's bytes sent per byte all-reduced, over NCCL's double binary tree of
+    m nodes (ncclGetDtree: the second tree mirrors the first, or shifts it when m is
+    odd); each tree carries half the buffer up (reduce) and down (broadcast)."""
+    worst = 0.0
+    for rank in range(m):
+        trees = [_btree(m, rank)]
+        if m % 2:
+            up, ch = _btree(m, (rank - 1 + m) % m)
+            trees.append((-1 if up == -1 else (up + 1) % m, [(c + 1) % m for c in ch]))
+        else:
+            up, ch = _btree(m, m - 1 - rank)
+            trees.append((-1 if up == -1 else m - 1 - up, [m - 1 - c for c in ch]))
+        sent = sum(0.5 * len(ch) + (0.5 if up != -1 else 0.0) for up, ch in trees)
+        worst = max(worst, sent)
+    return worst
+
+
+def _flat_ring_topology(s, n, bw_eff, intra_eff, alpha, intra_alpha, red, g, nics, passes,
+                        reduce_first):
+    """A flat ring over n GPUs placed g per node: every step moves s/n bytes over every
+    ring link at once, so a step lasts as long as its slowest link (a NIC, which carries
+    one ring edge out of its node per step, shared by the node's NICs, or a GPU's
+    intra-node link). A chunk's hop pays the intra- or inter-node latency of the link it
+    crosses (the chunk starting at GPU 0 goes 0 -> 1 -> ... in ring order)."""
+    m = -(-n // g)
+    t = 0.0
+    for phase in range(passes):
+        for hop in range(n - 1):
+            crosses = (hop // g) != ((hop + 1) // g)
+            nic = (s / n / nics * 8 / bw_eff) if m > 1 else 0.0
+            intra = (s / n * 8 / intra_eff) if min(g, n) > 1 else 0.0
+            t += (alpha if crosses else intra_alpha) + max(nic, intra)
+            if phase == 0 and reduce_first:
+                t += red(s / n)
+    return t
+
+
+def collective_seconds(algorithm, s, n, bw_eff, alpha, red, *, gpus_per_node=None,
+                       intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None, nics_per_node=1,
+                       ratio=1.0):
     """Play one collective step by step; bw_eff = utilization x bw x ratio [bits/s]."""
     if n == 1:
         return 0.0
-    if algorithm == "hierarchical":
+    intra_eff = intra_bw * ratio
+    if gpus_per_node is not None and algorithm in ("ring", "allgather"):
+        if algorithm == "ring":
+            return _flat_ring_topology(s, n, bw_eff, intra_eff, alpha, intra_alpha, red,
+                                       gpus_per_node, nics_per_node, 2, True)
+        # all-gather of s bytes from every rank: n-1 hops of s bytes
+        return _flat_ring_topology(s * n, n, bw_eff, intra_eff, alpha, intra_alpha, red,
+                                   gpus_per_node, nics_per_node, 1, False)
+    if gpus_per_node is not None and algorithm == "tree":
         g = min(gpus_per_node, n)
+        m = -(-n // gpus_per_node)
+        depth = math.ceil(math.log2(m)) if m > 1 else 0
+        latency = 2 * ((g - 1) * intra_alpha + depth * alpha)
+        nic = _dtree_send_per_direction(m) * s / nics_per_node * 8 / bw_eff if m > 1 else 0.0
+        chain = s * 8 / intra_eff if g > 1 else 0.0  # up the chain and down: s each way
+        return latency + max(nic, chain) + red(s)
+    if algorithm == "hierarchical":
+        g = min(gpus_per_node or 8, n)
         m = n // g
         t = 0.0
         # intra-node reduce-scatter and all-gather: a ring of g at intra_bw, uncompressed
@@ -76,7 +150,7 @@ def collective_seconds(algorithm, s, n, bw_eff, alpha, red, *, gpus_per_node=8,
             t += intra_alpha + nbytes * 8 / intra_bw + ovh
         # inter-node ring of m on s/g bytes; g rings share the node link (g x the bytes)
         for lat, nbytes, ovh in _ring_steps(s / g, m, red):
-            t += alpha + g * nbytes * 8 / bw_eff + ovh
+            t += alpha + g * nbytes * 8 / bw_eff / nics_per_node + ovh
         return t
     steps = {
         "ring": lambda: _ring_steps(s, n, red),
@@ -116,11 +190,18 @@ def _fuse(kind, sizes, ready, params):
 
 def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
                        algorithm="ring", fusion="ddp", alpha=0.0, codec_cost=0.0,
-                       fusion_params=None, **topology):
-    """Iteration time [s] of ``n`` workers by discrete-event simulation."""
+                       fusion_params=None, slowdown=1.0, collective_overhead=0.0,
+                       sync_overhead=0.0, **topology):
+    """Iteration time [s] of ``n`` workers by discrete-event simulation.
+
+    ``slowdown`` stretches forward and backward (every gradient is ready ``slowdown``
+    times later) when n > 1; every collective occupies the channel
+    ``collective_overhead`` seconds longer, and after the last one the iteration waits
+    ``sync_overhead`` seconds more (the framework's final synchronization)."""
     bw_eff = utilization * bw * compression
-    buckets = _fuse(fusion, list(profile.tensor_bytes), list(profile.tensor_ready),
-                    fusion_params or {})
+    sigma = slowdown if n > 1 else 1.0
+    buckets = _fuse(fusion, list(profile.tensor_bytes),
+                    [sigma * t for t in profile.tensor_ready], fusion_params or {})
     red = profile.reduction
     # events: (time, order, kind, payload)
     events = [(t, i, "ready", i) for i, (_, t) in enumerate(buckets)]
@@ -137,14 +218,18 @@ def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
             k = queue.pop(0)
             s = buckets[k][0]
             dur = collective_seconds(algorithm, s, n, bw_eff, alpha, lambda b: float(red(b)),
-                                     **topology)
+                                     ratio=compression, **topology)
             if compression > 1 and n > 1:
                 dur += codec_cost * s
+            if n > 1:
+                dur += collective_overhead
+                if not queue and k == len(buckets) - 1:
+                    dur += sync_overhead  # the last collective: the iteration's final wait
             channel_busy = True
             seq += 1
             heapq.heappush(events, (t + dur, seq, "done", k))
-    end = max(profile.backward_time, last_end if n > 1 else -math.inf)
-    return profile.forward_time + end + profile.update_time
+    end = max(sigma * profile.backward_time, last_end if n > 1 else -math.inf)
+    return sigma * profile.forward_time + end + profile.update_time
 
 
 def _fuse_indices(kind, sizes, ready, params):

@@ -36,6 +36,13 @@ def settings_(draw):
         n = g * draw(st.integers(1, 16)) if draw(st.booleans()) else draw(st.integers(1, g))
         topo = dict(gpus_per_node=g, intra_bw=draw(st.floats(1e10, 3e12)),
                     intra_alpha=draw(st.floats(0, 1e-5)))
+    elif alg in ("ring", "tree", "allgather") and draw(st.booleans()):
+        # a topology: GPUs and NICs per node, the intra-node link (slow ones included, so
+        # that it sometimes is the slowest link)
+        g = draw(st.sampled_from([1, 2, 4, 8]))
+        n = draw(st.integers(1, 80))
+        topo = dict(gpus_per_node=g, nics_per_node=draw(st.sampled_from([1, 2, 4])),
+                    intra_bw=draw(st.floats(1e9, 3e12)), intra_alpha=draw(st.floats(0, 1e-5)))
     else:
         n = draw(st.integers(1, 300))
         topo = {}
@@ -58,6 +65,43 @@ def test_closed_form_equals_discrete_event_reference(profile, cfg):
     assert it.total == pytest.approx(t_des, rel=1e-9)
     assert it.total == pytest.approx(it.forward + it.backward + it.exposed_communication
                                      + it.update, rel=1e-12)
+
+
+@st.composite
+def cluster_terms(draw):
+    """The terms a calibrated cluster adds: compute slowdown and fixed costs, with a
+    topology in the cluster (resolved by the call) or none."""
+    terms = dict(compute_slowdown=draw(st.floats(1.0, 1.5)),
+                 collective_overhead=draw(st.floats(0, 5e-3)),
+                 sync_overhead=draw(st.floats(0, 3e-2)))
+    topo = None
+    if draw(st.booleans()):
+        topo = sm.Topology(gpus_per_node=draw(st.sampled_from([1, 4, 8])),
+                           nics_per_node=draw(st.sampled_from([1, 2])),
+                           intra_bw=draw(st.floats(5e9, 3e12)))
+    return terms, topo
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profiles(), settings_(), cluster_terms())
+def test_cluster_terms_equal_discrete_event_reference(profile, cfg, terms):
+    terms, topo = terms
+    if cfg["algorithm"] == "hierarchical" or (topo is not None and "gpus_per_node" in cfg):
+        topo = None  # hierarchical and explicit topologies are covered above
+    cl = sm.ClusterProfile(topology=topo, provenance={"source": "test"}, **terms)
+    sf = sm.scaling_factor(profile, cluster=cl, **cfg)
+    des_topo = {} if topo is None else dict(gpus_per_node=topo.gpus_per_node,
+                                            nics_per_node=topo.nics_per_node,
+                                            intra_bw=topo.intra_bw)
+    if topo is not None and cfg["algorithm"] in ("halving-doubling", "ps"):
+        des_topo = {}  # these keep per-worker links
+    t_des = simulate_iteration(profile, slowdown=terms["compute_slowdown"],
+                               collective_overhead=terms["collective_overhead"],
+                               sync_overhead=terms["sync_overhead"], **des_topo, **cfg)
+    assert sf == pytest.approx(profile.iteration_time / t_des, rel=1e-9)
+    it = sm.iteration_time(profile, cluster=cl, **cfg)
+    assert it.total == pytest.approx(t_des, rel=1e-9)
+    assert it.binding in sm.BINDINGS
 
 
 @settings(max_examples=150, deadline=None)
