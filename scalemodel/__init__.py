@@ -19,7 +19,9 @@ from .exceptions import (CalibrationError, CalibrationWarning, InvalidParameterE
                          ParameterTypeError, ProfileFormatError, ScalemodelError,
                          UnknownNameError)
 from .fusion import DDPBuckets, HorovodFusion, PerTensor, bucket_ready_times
-from .model import IterationTime, Scenario, iteration_time, scaling_factor
+from .model import BINDINGS, IterationTime, Scenario, iteration_time, scaling_factor
+from .topology import Topology
+from .fitting import ClusterFit, fit_cluster
 from .planner import (CompressionPlan, PlanRow, breakeven_bandwidth,
                       compressed_scaling_factor, plan_compression)
 from .profiles import WorkloadProfile, list_profiles, load_profile, save_profile
@@ -48,7 +50,7 @@ __all__ = [
     "plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth",
     "compressed_scaling_factor", "sensitivities", "Sensitivities", "COMPRESSORS",
     "get_compressor", "CodecCost", "NoCompression", "CastCompressor", "IntQuantizer",
-    "SignSGD", "TopK", "RandomK", "PowerSGD",
+    "SignSGD", "TopK", "RandomK", "PowerSGD", "Topology", "BINDINGS", "fit_cluster", "ClusterFit",
 ]
 __all__ += ["GPUSpec", "get_gpu", "list_gpus", "memory", "MemoryEstimate",
             "TransformerConfig", "llm_config", "measured_efficiency", "transformer_profile",

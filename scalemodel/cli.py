@@ -1,6 +1,16 @@
 """Command line: ``scalemodel scaling | min-compression | required-bandwidth | iteration |
 plan | breakeven | profiles | whatif``. Run ``scalemodel --help`` or
-``scalemodel COMMAND --help``."""
+``scalemodel COMMAND --help``.
+
+Every value is read by the library's own parsers after argparse has split the line (an
+option's ``type=`` only wraps the text, :func:`_value`), so a bad value gets the
+library's message, one line with the option and the value, exit status 2, like any other
+:class:`~scalemodel.ScalemodelError`; argparse's own errors (a missing option, an unknown
+one) are one line too. Each subcommand has its builder (``_build_<command>``), listed in
+:data:`BUILDERS`; options shared between subcommands have helpers (``_model_options``,
+``_target_options``...), each ``--help`` entry says what the option is, its unit in
+brackets and its default.
+"""
 
 from __future__ import annotations
 
@@ -15,65 +25,338 @@ import numpy as np
 from . import __version__
 from .exceptions import InvalidParameterError, ScalemodelError
 from .model import iteration_time, scaling_factor
+from .planner import DEFAULT_PLAN_COMPRESSORS
 from .profiles import ALIASES, list_profiles, load_profile
 from .solvers import DEFAULT_N, DEFAULT_TARGET, min_compression, required_bandwidth
-from .units import format_bandwidth, parse_bandwidth
+from .units import (MIN_TEXT_BANDWIDTH, _split_bandwidth, check_count, check_fraction,
+                    check_nonnegative, check_ratio, format_bandwidth, parse_bandwidth,
+                    parse_duration)
 from .whatif import PAPER_BW, PAPER_N, PAPER_RATIOS, format_whatif_table, whatif_table
 
-EPILOG = ("Bandwidth is per worker link in bits per second: 10e9, 10Gbps, '100 Gbit/s', or "
-          "25GB/s (bytes per second). Built-in models: see `scalemodel profiles`.")
+EPILOG = ("Bandwidth is per worker link in bits per second: 10e9, or with a unit: 10Gbps, "
+          "'100 Gbit/s', 100GbE, or 25GB/s (upper-case B: bytes per second); text below "
+          "1 Mbit/s is refused (a forgotten unit). Lists are comma-separated. Built-in "
+          "models: see `scalemodel profiles`.")
+
+DEFAULT_BREAKEVEN_COMPRESSORS = ("fp16", "int8", "signsgd", "topk", "powersgd")
 
 
-def _list(conv):
-    def parse(text):
-        return [conv(item) for item in text.split(",") if item.strip()]
-    return parse
+# --------------------------------------------------------------------------- values
 
 
-def _bw_list(text):
-    # "1,10,100Gbps" -> the unit of the last item applies to bare numbers
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    unit = "".join(ch for ch in items[-1] if ch.isalpha() or ch == "/") if items else ""
+@attrs.frozen
+class _Deferred:
+    """An option's text, converted after parsing (so that errors are the library's)."""
+
+    option: str
+    text: str
+    convert: object
+
+    def __call__(self):
+        return self.convert(self.text, self.option)
+
+
+def _value(convert, option):
+    """An argparse ``type=`` that defers ``convert(text, option)`` to :func:`_resolve`."""
+    def wrap(text):
+        return _Deferred(option, text, convert)
+    wrap.__name__ = convert.__name__.lstrip("_")
+    return wrap
+
+
+def _resolve(args):
+    """Convert every deferred option value of ``args`` in place."""
+    for key, value in vars(args).items():
+        if isinstance(value, _Deferred):
+            setattr(args, key, value())
+    return args
+
+
+def _checked(text, option, parse, check):
+    """``check(parse(text))``; a range error names the option and the text given."""
+    value = parse(text, option)
+    try:
+        return check(value, option)
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(option, text, exc.requirement) from None
+
+
+def _float(text, option):
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidParameterError(option, text, "is not a number") from None
+
+
+def _int(text, option):
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    value = _float(text, option)
+    if not (math.isfinite(value) and value == round(value)):
+        raise InvalidParameterError(option, text, "must be an integer")
+    return int(value)
+
+
+def _items(text, option):
+    """The non-empty items of a comma-separated list; at least one."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise InvalidParameterError(option, text, "needs at least one value",
+                                    "give one or a comma-separated list, e.g. 16,32,64")
+    return items
+
+
+def _count(text, option):
+    return _checked(text, option, _int, check_count)
+
+
+def _counts(text, option):
+    return [_count(item, option) for item in _items(text, option)]
+
+
+def _fraction(text, option):
+    return _checked(text, option, _float, check_fraction)
+
+
+def _ratio(text, option):
+    return _checked(text, option, _float, check_ratio)
+
+
+def _ratios(text, option):
+    return [_ratio(item, option) for item in _items(text, option)]
+
+
+def _nonnegative(text, option):
+    return _checked(text, option, _float, check_nonnegative)
+
+
+def _seconds(text, option):
+    return parse_duration(text, option)
+
+
+def _bandwidth(text, option):
+    return parse_bandwidth(text, option)
+
+
+def _bandwidths(text, option):
+    """A list of line rates: each item carries its own unit, a bare number is bits/s.
+
+    A bare number below 1 Mbit/s is no line rate: it takes the unit of the list's last
+    item, so that ``1,10,100Gbps`` reads as it is written; ``1e9,10Gbps`` is 1 and 10
+    Gbit/s. Without a unit at the end, it is an error with a hint.
+    """
+    items = _items(text, option)
+    last = _split_bandwidth(items[-1])
+    suffix = (last[1] + last[2]) if last is not None else ""
     out = []
     for item in items:
-        has_unit = any(ch.isalpha() for ch in item.replace("e", "").replace("E", ""))
-        out.append(parse_bandwidth(item if has_unit or not unit else item + unit, "--bw"))
+        parts = _split_bandwidth(item)
+        if suffix and parts is not None and not (parts[1] or parts[2]) \
+                and 0 < float(parts[0]) < MIN_TEXT_BANDWIDTH:
+            item = parts[0] + suffix
+        out.append(parse_bandwidth(item, option))
     return out
+
+
+def _compressors(text, option):
+    """Compressor names, each with an optional setting; checked now, kept as text."""
+    from .compressors import get_compressor
+
+    items = _items(text, option)
+    for item in items:
+        get_compressor(item, option)
+    return items
+
+
+# --------------------------------------------------------------------------- parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block), exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add(p, option, convert, help, **kw):
+    """An option whose value ``convert(text, option)`` reads after parsing."""
+    return p.add_argument(option, type=_value(convert, option), help=help, **kw)
+
+
+def _json_option(p):
+    p.add_argument("--json", action="store_true",
+                   help="print JSON for scripts instead of text [-] (default: text)")
+
+
+def _model_options(p):
+    """The workload and the network model, shared by every model command."""
+    p.add_argument("--model", required=True,
+                   help="workload: a built-in profile name (resnet50, bert...; see "
+                        "`scalemodel profiles`) or a profile JSON file [name or path] "
+                        "(required)")
+    _add(p, "--utilization", _fraction, default=1.0,
+         help="fraction of the line rate the transport achieves, in (0, 1] [-] (default 1)")
+    p.add_argument("--algorithm", default="ring",
+                   help="all-reduce algorithm: ring, tree, halving-doubling, hierarchical, "
+                        "allgather or ps [-] (default ring)")
+    p.add_argument("--fusion", default="ddp",
+                   help="gradient bucketing: ddp (PyTorch DDP buckets), horovod or none "
+                        "[-] (default ddp)")
+    _add(p, "--alpha", _seconds, default=None,
+         help="per-message network latency, seconds or with a unit (5us, 0.1ms) [s] "
+              "(default: the cluster's, else 0 as in the paper's what-if analysis)")
+    _add(p, "--codec-cost", _nonnegative, default=0.0,
+         help="encode + decode time per gradient byte when compressing [s/byte] "
+              "(default 0)")
+    _add(p, "--gpus-per-node", _count, default=None,
+         help="workers per node [workers] (default: the cluster's, else every worker on "
+              "its own link; 8 for --algorithm hierarchical)")
+    _add(p, "--intra-bw", _bandwidth, default=None,
+         help="intra-node link rate per GPU; bits/s or with a unit (300GB/s) [bits/s] "
+              "(default: the cluster's, else 2.4e12 = 300 GB/s, V100 NVLink 2.0)")
+    p.add_argument("--cluster", default=None,
+                   help="calibrated cluster profile supplying latency and achieved "
+                        "bandwidth [JSON file] (default: none, the ideal network above)")
+    _json_option(p)
+
+
+def _n_option(p, *, many=False, required=False):
+    if many:
+        _add(p, "--n", _counts, **({"required": True} if required else
+                                   {"default": [DEFAULT_N]}),
+             help="number(s) of workers, a comma-separated list such as 16,32,64 "
+                  "[workers] " + ("(required)" if required else f"(default {DEFAULT_N})"))
+    else:
+        _add(p, "--n", _count, **({"required": True} if required else
+                                  {"default": DEFAULT_N}),
+             help="number of workers [workers] "
+                  + ("(required)" if required else f"(default {DEFAULT_N})"))
+
+
+def _bw_option(p, *, many=False):
+    if many:
+        _add(p, "--bw", _bandwidths, required=True,
+             help="line rate(s) of each worker's link, a comma-separated list; each item "
+                  "bits/s or with its unit (1e9,10Gbps,100GbE); bare numbers below 1 "
+                  "Mbit/s take the last item's unit (1,10,100Gbps) [bits/s] (required)")
+    else:
+        _add(p, "--bw", _bandwidth, required=True,
+             help="line rate of each worker's link, bits/s or with a unit (10e9, 10Gbps, "
+                  "100GbE, 25GB/s) [bits/s] (required)")
 
 
 def _target_options(p):
     """``--n`` and ``--target`` of the solver commands."""
-    p.add_argument("--n", type=int, default=DEFAULT_N, help=f"workers (default {DEFAULT_N})")
-    p.add_argument("--target", type=float, default=DEFAULT_TARGET,
-                   help=f"scaling factor to reach (default {DEFAULT_TARGET})")
+    _n_option(p)
+    _add(p, "--target", _fraction, default=DEFAULT_TARGET,
+         help=f"scaling factor to reach, in (0, 1] [-] (default {DEFAULT_TARGET})")
 
 
-def _model_options(p, solver=False):
-    p.add_argument("--model", required=True,
-                   help="built-in profile name (e.g. resnet50, bert) or a profile JSON file")
-    p.add_argument("--utilization", type=float, default=1.0,
-                   help="fraction of the line rate achieved, in (0, 1] (default 1)")
-    p.add_argument("--algorithm", default="ring",
-                   help="ring, tree, halving-doubling, hierarchical, allgather, ps (default ring)")
-    p.add_argument("--fusion", default="ddp", help="ddp, horovod or none (default ddp)")
-    p.add_argument("--alpha", type=float, default=0.0,
-                   help="per-message latency in seconds (default 0)")
-    p.add_argument("--codec-cost", type=float, default=0.0,
-                   help="encode+decode seconds per gradient byte when compressing (default 0)")
-    p.add_argument("--gpus-per-node", type=int, default=8,
-                   help="workers per node for --algorithm hierarchical (default 8)")
-    p.add_argument("--intra-bw", default="2.4e12",
-                   help="intra-node link rate for hierarchical (default 2.4e12 = 300 GB/s)")
-    p.add_argument("--cluster", default=None,
-                   help="calibrated cluster profile (JSON) supplying latency and achieved "
-                        "bandwidth")
-    p.add_argument("--json", action="store_true", help="print JSON for scripts")
+def _compression_option(p, *, many=False):
+    if many:
+        _add(p, "--compression", _ratios, default=[1.0],
+             help="compression ratio(s) >= 1 dividing the bytes on the wire, a "
+                  "comma-separated list [-] (default 1: none)")
+    else:
+        _add(p, "--compression", _ratio, default=1.0,
+             help="compression ratio >= 1 dividing the bytes on the wire [-] "
+                  "(default 1: none)")
+
+
+def _sub(sub, name, help):
+    return sub.add_parser(name, help=help, description=help, epilog=EPILOG)
+
+
+def _build_scaling(sub):
+    p = _sub(sub, "scaling", "scaling factor for worker counts, bandwidths, ratios")
+    _model_options(p)
+    _n_option(p, many=True, required=True)
+    _bw_option(p, many=True)
+    _compression_option(p, many=True)
+    p.set_defaults(func=cmd_scaling)
+
+
+def _build_min_compression(sub):
+    p = _sub(sub, "min-compression", "smallest compression ratio reaching a target")
+    _model_options(p)
+    _bw_option(p)
+    _target_options(p)
+    p.set_defaults(func=cmd_min_compression)
+
+
+def _build_required_bandwidth(sub):
+    p = _sub(sub, "required-bandwidth", "smallest line rate reaching a target")
+    _model_options(p)
+    _target_options(p)
+    _compression_option(p)
+    p.set_defaults(func=cmd_required_bandwidth)
+
+
+def _build_iteration(sub):
+    p = _sub(sub, "iteration", "where one iteration's time goes")
+    _model_options(p)
+    _n_option(p, required=True)
+    _bw_option(p)
+    _compression_option(p)
+    p.set_defaults(func=cmd_iteration)
+
+
+def _build_plan(sub):
+    p = _sub(sub, "plan", "which compressor, at what setting, and is it worth it")
+    _model_options(p)
+    _bw_option(p)
+    _target_options(p)
+    _add(p, "--compressors", _compressors, default=None,
+         help="compressors to compare, comma-separated; a name has its setting searched, "
+              "name:setting is taken as given (fp16, int8:4, topk:0.01, powersgd:8) [-] "
+              f"(default: all of {', '.join(DEFAULT_PLAN_COMPRESSORS)})")
+    p.add_argument("--framework", default="pytorch", choices=("pytorch", "horovod"),
+                   help="framework of the settings snippet: pytorch or horovod [-] "
+                        "(default pytorch)")
+    p.set_defaults(func=cmd_plan)
+
+
+def _build_breakeven(sub):
+    p = _sub(sub, "breakeven", "line rate below which a compressor beats none")
+    _model_options(p)
+    _n_option(p, many=True)
+    _add(p, "--compressors", _compressors, default=list(DEFAULT_BREAKEVEN_COMPRESSORS),
+         help="compressors, comma-separated, each with an optional setting "
+              "(topk:0.001, powersgd:8, int8:4) [-] (default "
+              f"{','.join(DEFAULT_BREAKEVEN_COMPRESSORS)} at their default settings)")
+    p.set_defaults(func=cmd_breakeven)
+
+
+def _build_profiles(sub):
+    p = _sub(sub, "profiles", "list the built-in workload profiles")
+    _json_option(p)
+    p.set_defaults(func=cmd_profiles)
+
+
+def _build_whatif(sub):
+    p = _sub(sub, "whatif", "the paper's what-if table (resnet50/101, vgg16)")
+    _json_option(p)
+    p.set_defaults(func=cmd_whatif)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+# options passed on only when given, so that the API's defaults (and a cluster's values)
+# apply otherwise
+_WHEN_GIVEN = ("alpha", "gpus_per_node", "intra_bw", "cluster")
+
+
+def _network(args):
+    out = dict(utilization=args.utilization, algorithm=args.algorithm, fusion=args.fusion)
+    out.update({k: getattr(args, k) for k in _WHEN_GIVEN if getattr(args, k) is not None})
+    return out
 
 
 def _common(args):
-    return dict(utilization=args.utilization, algorithm=args.algorithm, fusion=args.fusion,
-                alpha=args.alpha, codec_cost=args.codec_cost, gpus_per_node=args.gpus_per_node,
-                intra_bw=args.intra_bw, cluster=args.cluster)
+    return dict(_network(args), codec_cost=args.codec_cost)
 
 
 def _jsonable(obj):
@@ -156,43 +439,20 @@ def cmd_iteration(args):
     print(f"{'what binds':<24}{res.binding:>10}")
 
 
-def _compressor_spec(text):
-    """``name`` or ``name:setting`` (``powersgd:8``, ``topk:0.001``, ``int8:4``)."""
-    from .compressors import get_compressor
-
-    name, _, value = text.partition(":")
-    comp = get_compressor(name)
-    if not value:
-        return comp
-    if comp.knob is None:
-        raise InvalidParameterError("--compressors", text,
-                                    f"{comp.name} has no setting to give after ':'")
-    try:
-        v = int(value) if comp.knob_integer else float(value)
-    except ValueError:
-        raise InvalidParameterError("--compressors", text,
-                                    f"the {comp.knob} after ':' must be a number") from None
-    return comp.with_setting(v)
-
-
 def _plan_kwargs(args):
     if args.codec_cost:
         raise InvalidParameterError(
             "--codec-cost", args.codec_cost, "plan and breakeven use each compressor's own "
             "encode/decode costs", "Measure them with python -m "
             "scalemodel.calibrate.codec_bench and pass --cluster")
-    return dict(utilization=args.utilization, algorithm=args.algorithm, fusion=args.fusion,
-                alpha=args.alpha, gpus_per_node=args.gpus_per_node, intra_bw=args.intra_bw,
-                cluster=args.cluster)
+    return _network(args)
 
 
 def cmd_plan(args):
     from .planner import plan_compression
 
-    comps = None if args.compressors is None else [_compressor_spec(c) for c in
-                                                   args.compressors]
     plan = plan_compression(args.model, args.bw, n=args.n, target=args.target,
-                            compressors=comps, **_plan_kwargs(args))
+                            compressors=args.compressors, **_plan_kwargs(args))
     if args.json:
         rows = []
         for r in plan.rows:
@@ -212,16 +472,17 @@ def cmd_plan(args):
 
 def cmd_breakeven(args):
     from .cluster import load_cluster
+    from .compressors import get_compressor
     from .planner import _codec_note, breakeven_bandwidth
 
-    comps = [_compressor_spec(c) for c in args.compressors]
+    comps = [get_compressor(c, "--compressors") for c in args.compressors]
     kw = _plan_kwargs(args)
     rows = []
     for comp in comps:
         bws = breakeven_bandwidth(args.model, comp, n=np.asarray(args.n), **kw)
         rows.append({"compressor": comp.describe(), "n": args.n,
                      "breakeven_bw": [float(b) for b in np.atleast_1d(bws)]})
-    cluster = load_cluster(kw["cluster"]) if kw["cluster"] is not None else None
+    cluster = load_cluster(args.cluster) if args.cluster is not None else None
     note = _codec_note(load_profile(args.model), cluster, comps)
     if args.json:
         return _print_json({"model": args.model, "results": rows, "codec_note": note})
@@ -264,80 +525,59 @@ def cmd_whatif(args):
     print(format_whatif_table(table))
 
 
+BUILDERS = (_build_scaling, _build_min_compression, _build_required_bandwidth,
+            _build_iteration, _build_plan, _build_breakeven, _build_profiles, _build_whatif)
+"""One builder per subcommand, in the order ``--help`` lists them."""
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="scalemodel", epilog=EPILOG,
         description="How well will data-parallel training scale on this network, and how "
                     "much gradient compression would it need?")
     parser.add_argument("--version", action="version", version=f"scalemodel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("scaling", help="scaling factor for worker counts, bandwidths, ratios",
-                       epilog=EPILOG)
-    _model_options(p)
-    p.add_argument("--n", type=_list(int), required=True, help="worker count(s), e.g. 16,32,64")
-    p.add_argument("--bw", type=_bw_list, required=True, help="line rate(s), e.g. 1,10,100Gbps")
-    p.add_argument("--compression", type=_list(float), default=[1.0],
-                   help="compression ratio(s) >= 1 (default 1)")
-    p.set_defaults(func=cmd_scaling)
-
-    p = sub.add_parser("min-compression", help="smallest compression ratio reaching a target",
-                       epilog=EPILOG)
-    _model_options(p)
-    p.add_argument("--bw", required=True, help="line rate, e.g. 10Gbps")
-    _target_options(p)
-    p.set_defaults(func=cmd_min_compression)
-
-    p = sub.add_parser("required-bandwidth", help="smallest line rate reaching a target",
-                       epilog=EPILOG)
-    _model_options(p)
-    _target_options(p)
-    p.add_argument("--compression", type=float, default=1.0, help="compression ratio (default 1)")
-    p.set_defaults(func=cmd_required_bandwidth)
-
-    p = sub.add_parser("iteration", help="where one iteration's time goes", epilog=EPILOG)
-    _model_options(p)
-    p.add_argument("--n", type=int, required=True, help="workers")
-    p.add_argument("--bw", required=True, help="line rate, e.g. 10Gbps")
-    p.add_argument("--compression", type=float, default=1.0, help="compression ratio (default 1)")
-    p.set_defaults(func=cmd_iteration)
-
-    p = sub.add_parser("plan", help="which compressor, at what setting, and is it worth it",
-                       epilog=EPILOG)
-    _model_options(p)
-    p.add_argument("--bw", required=True, help="line rate, e.g. 10Gbps")
-    _target_options(p)
-    p.add_argument("--compressors", type=_list(str), default=None,
-                   help="compressors to compare, e.g. fp16,topk,powersgd (default: all)")
-    p.add_argument("--framework", default="pytorch", choices=("pytorch", "horovod"),
-                   help="framework of the settings snippet (default pytorch)")
-    p.set_defaults(func=cmd_plan)
-
-    p = sub.add_parser("breakeven", help="line rate below which a compressor beats none",
-                       epilog=EPILOG)
-    _model_options(p)
-    p.add_argument("--n", type=_list(int), default=[DEFAULT_N],
-                   help=f"worker count(s), e.g. 16,32,64 (default {DEFAULT_N})")
-    p.add_argument("--compressors", type=_list(str),
-                   default=["fp16", "int8", "signsgd", "topk", "powersgd"],
-                   help="compressors with an optional setting, e.g. topk:0.001,powersgd:8 "
-                        "(default fp16,int8,signsgd,topk,powersgd at their defaults)")
-    p.set_defaults(func=cmd_breakeven)
-
-    p = sub.add_parser("profiles", help="list the built-in workload profiles")
-    p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=cmd_profiles)
-
-    p = sub.add_parser("whatif", help="the paper's what-if table (resnet50/101, vgg16)")
-    p.add_argument("--json", action="store_true", help="print JSON for scripts")
-    p.set_defaults(func=cmd_whatif)
+    for build in BUILDERS:
+        build(sub)
     return parser
+
+
+def _subparsers(parser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for p in action.choices.values():
+                yield from _subparsers(p)
+
+
+def _join_dash_values(parser, argv):
+    """``--bw -5Gbps`` -> ``--bw=-5Gbps``: argparse would take the value for an option
+    and answer with its own message; the library's checks should see it."""
+    takes_value, known = set(), set()
+    for p in _subparsers(parser):
+        for action in p._actions:
+            known.update(action.option_strings)
+            if action.option_strings and action.nargs != 0:
+                takes_value.update(action.option_strings)
+    out, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        if (token in takes_value and i + 1 < len(argv) and argv[i + 1].startswith("-")
+                and not argv[i + 1].startswith("--") and argv[i + 1] not in known):
+            out.append(f"{token}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(token)
+            i += 1
+    return out
 
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(_join_dash_values(parser, argv))
     try:
+        _resolve(args)
         args.func(args)
     except ScalemodelError as exc:
         print(f"scalemodel: error: {exc}", file=sys.stderr)

@@ -345,10 +345,11 @@ class ClusterProfile:
                  "sync_overhead"}
         topo = data.get("topology")
         if topo is not None:
-            if not isinstance(topo, dict) or set(topo) - {"gpus_per_node", "nics_per_node",
-                                                         "intra_bw", "intra_alpha"}:
+            keys = {"gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha", "arch",
+                    "intra_link"}
+            if not isinstance(topo, dict) or set(topo) - keys:
                 raise ProfileFormatError(source, "topology", "must be an object with "
-                                         "gpus_per_node, nics_per_node, intra_bw, intra_alpha")
+                                         f"the keys {sorted(keys)}")
             try:
                 topo = Topology(**{k: v for k, v in topo.items() if v is not None})
             except (ValueError, TypeError) as exc:

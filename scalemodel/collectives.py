@@ -171,6 +171,8 @@ class CollectiveOptions:
     nics_per_node : int
         Network interfaces per node, each at the line rate; used with ``gpus_per_node``
         [NICs].
+    arch, intra_link : str
+        GPU architecture and intra-node link kind, for NCCL's choice of algorithm [-].
     """
 
     alpha: float = attrs.field(default=0.0, converter=float)
@@ -179,11 +181,15 @@ class CollectiveOptions:
     intra_alpha: float = attrs.field(default=0.0, converter=float)
     ps_servers: int | None = None
     nics_per_node: int = 1
+    arch: str = "volta"
+    intra_link: str = "nvlink"
 
     def __attrs_post_init__(self):
         check_nonnegative(self.alpha, "alpha")
-        topo = Topology(self.gpus_per_node, self.nics_per_node, self.intra_bw, self.intra_alpha)
-        for name in ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha"):
+        topo = Topology(self.gpus_per_node, self.nics_per_node, self.intra_bw, self.intra_alpha,
+                        self.arch, self.intra_link)
+        for name in ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha", "arch",
+                     "intra_link"):
             object.__setattr__(self, name, getattr(topo, name))
         if self.ps_servers is not None:
             object.__setattr__(self, "ps_servers", check_count(self.ps_servers, "ps_servers"))
@@ -195,13 +201,14 @@ class CollectiveOptions:
         """Options from a :class:`~scalemodel.topology.Topology` [-]."""
         return cls(alpha=alpha, gpus_per_node=topology.gpus_per_node,
                    intra_bw=topology.intra_bw, intra_alpha=topology.intra_alpha,
-                   ps_servers=ps_servers, nics_per_node=topology.nics_per_node)
+                   ps_servers=ps_servers, nics_per_node=topology.nics_per_node,
+                   arch=topology.arch, intra_link=topology.intra_link)
 
     @property
     def topology(self) -> Topology:
         """The topology part of the options."""
         return Topology(self.gpus_per_node, self.nics_per_node, self.intra_bw,
-                        self.intra_alpha)
+                        self.intra_alpha, self.arch, self.intra_link)
 
 
 # --------------------------------------------------------------------------- coefficients
@@ -398,6 +405,46 @@ def _parameter_server_cost(s, n, red, opt):
     return CollectiveCost(np.full_like(s, 2.0 * opt.alpha), overhead, bits)
 
 
+def _nccl(version):
+    def cost(s, n, red, opt):
+        """NCCL's own choice, per message size, between its ring and its double binary
+        tree, and of the protocol (:mod:`scalemodel.nccl`, which models the choice of the
+        given NCCL version from its source); each message then costs what the topology-aware
+        ring or tree of this module says, its wire bits divided by the protocol's payload
+        fraction (LL carries 8 bytes of data per 16). NCCL chooses with its own view of
+        the hardware, not with the line rate a user throttles, so the choice depends on
+        the size, the node count and the GPUs but not on ``bw``. Without a topology every
+        worker is a node of one GPU.
+        """
+        from .nccl import PROTOCOL_EFFICIENCY, nccl_choice
+
+        g = opt.gpus_per_node or 1
+        m = -(-n // g)
+        if m > 1 and n % g:
+            raise InvalidParameterError(
+                "n", n, f"NCCL's choice needs n to be a multiple of gpus_per_node={g} "
+                "when it spans nodes")
+        sizes = np.atleast_1d(s)
+        choice = nccl_choice("all_reduce", np.maximum(sizes, 1.0), n, m, arch=opt.arch,
+                             intra=opt.intra_link, version=version,
+                             nics_per_node=opt.nics_per_node)
+        tree = np.asarray(choice.algorithm) == "tree"
+        eff = np.vectorize(PROTOCOL_EFFICIENCY.get, otypes=[float])(np.asarray(choice.protocol))
+        topo = opt if opt.gpus_per_node else attrs.evolve(opt, gpus_per_node=1)
+        ring, tr = _ring_cost(sizes, n, red, topo), _tree_cost(sizes, n, red, topo)
+
+        def pick(a, b):
+            return np.where(tree, b, a).reshape(np.shape(s))
+
+        return CollectiveCost(
+            latency=pick(ring.latency, tr.latency), overhead=pick(ring.overhead, tr.overhead),
+            bits=pick(ring.bits / eff, tr.bits / eff),
+            intra_bits=pick(ring.intra_bits / eff, tr.intra_bits / eff), intra_bw=opt.intra_bw)
+
+    cost.__name__ = f"_nccl_{version.replace('.', '_')}_cost"
+    return cost
+
+
 ALGORITHMS: dict[str, Callable] = {
     "ring": _ring_cost,
     "tree": _tree_cost,
@@ -405,14 +452,21 @@ ALGORITHMS: dict[str, Callable] = {
     "hierarchical": _hierarchical_cost,
     "allgather": _allgather_cost,
     "ps": _parameter_server_cost,
+    "nccl": _nccl("2.30"),
+    "nccl-2.4": _nccl("2.4"),
+    "nccl-2.5": _nccl("2.5"),
+    "nccl-2.6": _nccl("2.6"),
+    "nccl-2.7": _nccl("2.7"),
 }
 """The collective algorithms by name: ``"ring"``, ``"tree"`` (NCCL double binary tree),
 ``"halving-doubling"`` (Rabenseifner), ``"hierarchical"`` (two-level), ``"allgather"``
-(what sparse compressors need) and ``"ps"`` (parameter server)."""
+(what sparse compressors need), ``"ps"`` (parameter server), and ``"nccl"`` (NCCL's own
+choice of ring or tree and of the protocol per message, as NCCL 2.30 makes it;
+``"nccl-2.4"`` ... ``"nccl-2.7"`` for older releases, see :mod:`scalemodel.nccl`)."""
 
 _ALIASES = {"hd": "halving-doubling", "rabenseifner": "halving-doubling",
             "parameter-server": "ps", "all-gather": "allgather", "2d": "hierarchical",
-            "double-binary-tree": "tree"}
+            "double-binary-tree": "tree", "nccl-2.30": "nccl", "auto": "nccl"}
 
 
 def resolve_algorithm(algorithm: str) -> str:
@@ -421,6 +475,13 @@ def resolve_algorithm(algorithm: str) -> str:
         raise ParameterTypeError("algorithm", algorithm, "a string")
     key = algorithm.strip().lower().replace("_", "-")
     key = _ALIASES.get(key, key)
+    if key.startswith("nccl-") and key not in ALGORITHMS:  # a release: "nccl-2.4.8"
+        from .nccl import _version
+        try:
+            family = _version(key[5:])
+        except (InvalidParameterError, UnknownNameError):
+            raise UnknownNameError("algorithm", algorithm, ALGORITHMS) from None
+        key = "nccl" if family == "2.30" else f"nccl-{family}"
     if key not in ALGORITHMS:
         raise UnknownNameError("algorithm", algorithm, ALGORITHMS)
     return key

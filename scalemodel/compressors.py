@@ -630,25 +630,68 @@ _ALIASES = {"fp32": "none", "float16": "fp16", "half": "fp16", "bfloat16": "bf16
             "rand-k": "randomk", "power-sgd": "powersgd"}
 
 
-def get_compressor(compressor) -> Compressor:
-    """A compressor object from a catalogue name (case-insensitive) or an object.
+def get_compressor(compressor, parameter: str = "compressor") -> Compressor:
+    """A compressor object from a catalogue name (case-insensitive), a name with a setting
+    after a colon, or an object.
+
+    The command line and the API read the same strings: ``"topk:0.01"`` (density),
+    ``"randomk:0.05"``, ``"powersgd:8"`` (rank), ``"int8:4"`` (bits). Names without a
+    setting give the catalogue default.
 
     Parameters
     ----------
     compressor : str or Compressor
-        A name of :data:`COMPRESSORS` or a compressor object [-].
+        A name of :data:`COMPRESSORS`, optionally ``name:setting``, or a compressor
+        object [-].
+    parameter : str
+        Name used in error messages (``"--compressors"`` on the command line) [-].
 
     Raises
     ------
     UnknownNameError
         For an unknown name; the message lists the known names.
+    InvalidParameterError
+        For a setting that is not a number, is out of range, or is given to a compressor
+        without one (``fp16:2``).
+
+    Examples
+    --------
+    >>> from scalemodel import get_compressor
+    >>> get_compressor("topk:0.01").describe(), get_compressor("PowerSGD:8").describe()
+    ('topk density 0.01', 'powersgd rank 8')
     """
     if isinstance(compressor, Compressor):
         return compressor
     if not isinstance(compressor, str):
-        raise ParameterTypeError("compressor", compressor, "a compressor name or object")
-    key = compressor.strip().lower().replace("_", "-")
+        raise ParameterTypeError(parameter, compressor, "a compressor name or object")
+    name, colon, value = compressor.partition(":")
+    key = name.strip().lower().replace("_", "-")
     key = _ALIASES.get(key, key)
     if key not in COMPRESSORS:
-        raise UnknownNameError("compressor", compressor, COMPRESSORS, aliases=_ALIASES)
-    return COMPRESSORS[key]()
+        raise UnknownNameError(parameter, name.strip() if colon else compressor, COMPRESSORS,
+                               aliases=_ALIASES)
+    comp = COMPRESSORS[key]()
+    if not colon:
+        return comp
+    if comp.knob is None:
+        raise InvalidParameterError(parameter, compressor,
+                                    f"{comp.name} has no setting to give after ':'",
+                                    f"write {comp.name}")
+    example = "8" if comp.knob_integer else "0.01"
+    try:
+        setting = float(value.strip())
+    except ValueError:
+        raise InvalidParameterError(parameter, compressor,
+                                    f"the {comp.knob} after ':' must be a number",
+                                    f"e.g. {comp.name}:{example}") from None
+    if comp.knob_integer:
+        if not (math.isfinite(setting) and setting == round(setting)):
+            raise InvalidParameterError(parameter, compressor,
+                                        f"the {comp.knob} after ':' must be an integer",
+                                        f"e.g. {comp.name}:{example}")
+        setting = int(setting)
+    try:
+        return comp.with_setting(setting)
+    except (InvalidParameterError, ParameterTypeError) as exc:
+        why = getattr(exc, "requirement", None) or str(exc)
+        raise InvalidParameterError(parameter, compressor, f"the {comp.knob} {why}") from None

@@ -34,7 +34,8 @@ def _ddp_cap_mb(fusion):
 
 def _header(row, tool):
     setting = f" {row.setting_text()}" if row.setting_name else ""
-    state = "reaches the target" if row.feasible else "does NOT reach the target"
+    state = ("does NOT reach the target" if not row.feasible else "reaches the target"
+             if row.recommended else "reaches the target but does NOT beat no compression")
     return (f"# scalemodel plan: {row.compressor}{setting} ({row.ratio:.3g}x, "
             f"scaling factor {row.scaling_factor:.3f}, {state}) with {tool}")
 

@@ -16,9 +16,11 @@ tensors), :math:`W_p` the wire bits of that phase's collective (an all-reduce, o
 all-gather whose bits grow as :math:`(n-1) S`), and the encode and decode times of the
 bucket's tensors plus their kernel launches. Each :math:`c_k^C` is again a straight line in
 :math:`x`, so the overlap model of :mod:`scalemodel.overlap` applies unchanged: the
-planner builds the bucket costs and calls :func:`~scalemodel.overlap.overlap_lines` and
+planner builds the bucket costs and hands them to the scenario's
+``Scenario.make_lines`` (:func:`~scalemodel.overlap.overlap_lines` with a
+cluster's slowdown, fixed costs and intra-node floor) and
 :class:`~scalemodel.overlap.UpperEnvelope`. For ``"none"`` this is exactly
-:func:`~scalemodel.scaling_factor`.
+:func:`~scalemodel.scaling_factor`, on any cluster.
 
 The **effective ratio** of a compressor is the uncompressed wire bits of the plan's
 all-reduce over the compressed wire bits, summed over the iteration: the ``compression=``
@@ -48,11 +50,11 @@ import math
 import attrs
 import numpy as np
 
-from .collectives import collective_cost
+from .collectives import CollectiveCost, collective_cost
 from .compressors import ALLREDUCE, ELEMENT_BYTES, Compressor, codec_costs_for, get_compressor
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import Scenario, _binding, effective_utilization
-from .overlap import UpperEnvelope, overlap_lines
+from .overlap import UpperEnvelope
 from .solvers import DEFAULT_N, DEFAULT_TARGET, _line_rate_for, _scalar, min_compression
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
@@ -80,6 +82,8 @@ class _Evaluated:
     n_collectives: int  # per iteration
     collective: str
     per_worker_ratio: float  # gradient bytes over bytes each worker sends [-]
+    n: int = 1
+    xmap: tuple = (1.0, 0.0)  # (k1, k2): x_eff = max(k1 x, k2), see Scenario.x_effective
 
 
 def _members_starts(buckets):
@@ -94,7 +98,8 @@ def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated
     tc = comp._costs(numel, p.tensor_shapes, n, codec[comp.family], e)
     starts = _members_starts(b)
     k = len(b)
-    lat, ovh, bits = np.zeros(k), np.zeros(k), np.zeros(k)
+    lat, ovh, bits, intra = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
+    intra_bw = None
     ncoll = 0
     main = ""
     biggest = -1.0
@@ -106,10 +111,14 @@ def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated
         lat += np.where(used, cost.latency, 0.0)
         ovh += np.where(used, cost.overhead, 0.0)
         bits += np.where(used, cost.bits, 0.0)
+        intra += np.where(used, cost.intra_bits, 0.0)
+        intra_bw = cost.intra_bw
         ncoll += int(used.sum())
         if nbytes.sum() > biggest:
             biggest, main = float(nbytes.sum()), alg
     raw = collective_cost(sc.algorithm, b.nbytes, n, reduction=p.reduction, options=sc.options)
+    base = CollectiveCost(latency=lat, overhead=ovh.copy(), bits=bits, intra_bits=intra,
+                          intra_bw=raw.intra_bw if intra_bw is None else intra_bw)
     encode = decode = 0.0
     if n > 1:
         c = codec[comp.family]
@@ -123,23 +132,35 @@ def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated
         ovh = ovh + enc + dec + launch
         encode = float(enc.sum() + launch.sum() / 2)
         decode = float(dec.sum() + launch.sum() / 2)
-    lines = overlap_lines(b.ready, lat, ovh, bits, p.backward_time)
-    return _Evaluated(lines=lines, env=UpperEnvelope(lines.intercept, lines.slope),
+    # the core model's lines (cluster terms: slowdown, fixed costs, intra-node floor)
+    lines, env, xmap = sc.make_lines(n, b.ready, base, overhead=ovh)
+    return _Evaluated(lines=lines, env=env,
                       bits=float(bits.sum()), raw_bits=float(raw.bits.sum()), encode=encode,
                       decode=decode, n_collectives=ncoll, collective=main,
-                      per_worker_ratio=float(p.total_bytes / tc.wire_bytes.sum()))
+                      per_worker_ratio=float(p.total_bytes / tc.wire_bytes.sum()), n=n,
+                      xmap=(float(xmap[0]), float(xmap[1])))
+
+
+def _x_eff(ev, x):
+    """Time per bit of the slowest link [s/bit] at ``x = 1/(u B)`` (the compression is in
+    the bytes): ``max(k1 x, k2)``, see ``Scenario.x_effective``."""
+    k1, k2 = ev.xmap
+    if k2 == 0.0:
+        return x
+    return np.maximum(k1 * np.asarray(x, float), k2)
 
 
 def _sf(sc, ev, x):
     p = sc.profile
-    return p.iteration_time / (p.forward_time + ev.env(x) + p.update_time)
+    return p.iteration_time / (sc.forward(ev.n) + ev.env(_x_eff(ev, x)) + p.update_time)
 
 
 def _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers,
-           cluster):
+           cluster, nics_per_node=None):
     return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                          gpus_per_node=gpus_per_node, intra_bw=intra_bw,
-                          intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
+                          gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
+                          intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
+                          cluster=cluster)
 
 
 def _compressor_list(compressors):
@@ -154,7 +175,9 @@ def _compressor_list(compressors):
                                  "a list of compressor names or objects") from None
     if not items:
         raise InvalidParameterError("compressors", compressors, "must name at least one")
-    return [get_compressor(c) for c in items]
+    # "topk:0.01" fixes the setting; a name or an object has its knob searched
+    return [(get_compressor(c, "compressors"), isinstance(c, str) and ":" in c)
+            for c in items]
 
 
 # --------------------------------------------------------------------------- results
@@ -172,9 +195,15 @@ class PlanRow:
         The knob: ``"rank"``, ``"density"``, ``"bits"``, or None.
     setting : float or None
         Least aggressive knob value that reaches the target (the most aggressive one
-        searched when none does) [-].
+        searched when none does), or the setting given as ``"name:setting"`` [-].
     feasible : bool
         Whether it reaches the target.
+    beats_uncompressed : bool
+        Whether it scales better than no compression (always False for ``"none"``).
+    recommended : bool
+        Whether the plan recommends it (``"ok"`` in the table): it reaches the target and
+        beats no compression; ``"none"`` is recommended when it reaches the target. A
+        compressor that reaches the target but scales worse than no compression is not.
     ratio : float
         Compression ratio of each worker's message: gradient bytes over the bytes it
         sends, all phases (32 for signSGD, 2 for fp16) [-].
@@ -203,6 +232,8 @@ class PlanRow:
     setting_name: str | None
     setting: float | None
     feasible: bool
+    beats_uncompressed: bool
+    recommended: bool
     ratio: float
     effective_ratio: float
     scaling_factor: float
@@ -245,10 +276,12 @@ class CompressionPlan:
     Attributes
     ----------
     rows : tuple of PlanRow
-        Feasible rows first, the gentlest (smallest ``ratio``: the least of the gradient
-        discarded) first, then the infeasible ones by scaling factor.
+        Recommended rows first (``PlanRow.recommended``: they reach the target and
+        beat no compression), the gentlest (smallest ``ratio``: the least of the gradient
+        discarded) first, then the others by scaling factor.
     best : PlanRow or None
-        The first feasible row that compresses (None when none does or none is needed).
+        The first recommended row that compresses (None when none does or none is
+        needed).
     no_compression_needed : bool
         Whether the uncompressed scaling factor already reaches the target.
     message : str
@@ -302,7 +335,7 @@ class CompressionPlan:
                 f"{'scaling':>8}  {'binds':<10} {'codec ms':>8}  collective")
         out = [head, cols]
         for r in self.rows:
-            mark = "ok" if r.feasible else "--"
+            mark = "ok" if r.recommended else "--"
             out.append(f"{mark:3}{r.compressor:<10} {r.setting_text():<16} "
                        f"{r.ratio:>6.3g}x {r.effective_ratio:>7.3g}x "
                        f"{r.scaling_factor:>8.3f}  {r.binding:<10} "
@@ -316,8 +349,13 @@ class CompressionPlan:
 # --------------------------------------------------------------------------- planner
 
 
-def _row(sc, comp, n, x, codec, target, fusion):
-    """Search the knob and make the row."""
+# relative margin by which a compressor must beat no compression to count as better
+_BEAT_MARGIN = 1e-9
+
+
+def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False):
+    """Search the knob (unless ``fixed``) and make the row; ``sf_none`` is the
+    uncompressed scaling factor."""
     p = sc.profile
     e = ELEMENT_BYTES.get(p.precision.lower(), 4)
     numel = np.round(p.tensor_bytes / e)
@@ -333,6 +371,8 @@ def _row(sc, comp, n, x, codec, target, fusion):
 
     if comp.knob is None:
         chosen = at(None)
+    elif fixed:
+        chosen = at(comp.setting)
     else:
         lo, hi = comp.knob_bounds(numel, p.tensor_shapes)
         if at(hi)[2] >= target:
@@ -361,13 +401,22 @@ def _row(sc, comp, n, x, codec, target, fusion):
             chosen = at(math.exp(a))
     config, ev, sf = chosen
     feasible = sf >= target
-    j = int(ev.env.argmax(x))
-    binding, _ = _binding(ev.lines, j, x)
+    # feasible while uncompressed is not: better by construction; else by a clear margin
+    beats = comp.name != "none" and ((feasible and sf_none < target)
+                                     or sf > sf_none * (1.0 + _BEAT_MARGIN))
+    recommended = feasible and (beats or comp.name == "none")
+    x_eff = float(_x_eff(ev, x))
+    j = int(ev.env.argmax(x_eff))
+    binding, _ = _binding(ev.lines, j, x_eff)
     eff = ev.raw_bits / ev.bits if ev.bits > 0 else math.inf
     growth = (f"all-gather traffic grows with n: it sends less than the uncompressed "
               f"all-reduce only for n < {2 * ev.per_worker_ratio:.3g}")
     codec_ms = (ev.encode + ev.decode) * 1e3
-    if feasible:
+    if feasible and not recommended:
+        note = (f"reaches {target:g} but scales worse than no compression "
+                f"({sf:.3f} vs {sf_none:.3f})" if sf < sf_none else
+                f"reaches {target:g} but scales no better than no compression ({sf:.3f})")
+    elif feasible:
         note = growth if ev.collective == "allgather" and n > 1 else ""
     elif ev.collective == "allgather" and n > 1 and eff <= 1:
         note = growth
@@ -380,8 +429,8 @@ def _row(sc, comp, n, x, codec, target, fusion):
     return PlanRow(
         compressor=comp.name, setting_name=comp.knob,
         setting=None if comp.knob is None else config.setting, feasible=feasible,
-        ratio=ev.per_worker_ratio, effective_ratio=eff, scaling_factor=sf, binding=binding,
-        encode_time=ev.encode,
+        beats_uncompressed=beats, recommended=recommended, ratio=ev.per_worker_ratio,
+        effective_ratio=eff, scaling_factor=sf, binding=binding, encode_time=ev.encode,
         decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
         note=note, config=config, fusion=fusion)
 
@@ -404,10 +453,17 @@ def _codec_note(profile, cluster, comps):
     return note
 
 
+def _ideal_text(ideal):
+    """What free compression of the all-reduce would need, never ``"infx"``."""
+    if ideal.feasible and math.isfinite(ideal.ratio):
+        return f"ideal compression would need {ideal.ratio:.3g}x"
+    return f"ideal compression of the all-reduce could not reach it ({ideal.binding} binds)"
+
+
 def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilization=1.0,
                      cluster=None, algorithm="ring", fusion="ddp", compressors=None,
-                     alpha=0.0, gpus_per_node=8, intra_bw=2.4e12, intra_alpha=0.0,
-                     ps_servers=None) -> CompressionPlan:
+                     alpha=None, gpus_per_node=None, intra_bw=None, intra_alpha=None,
+                     ps_servers=None, nics_per_node=None) -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
 
@@ -432,10 +488,13 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     fusion : str or fusion policy
         ``"ddp"``, ``"horovod"``, ``"none"`` or a policy object [-].
     compressors : sequence of str or Compressor, optional
-        What to compare; default :data:`~scalemodel.planner.DEFAULT_PLAN_COMPRESSORS` [-].
-    alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers
-        As in :func:`~scalemodel.scaling_factor`: [s], [workers], [bits/s], [s],
-        [servers].
+        What to compare; default :data:`~scalemodel.planner.DEFAULT_PLAN_COMPRESSORS`. A
+        name or an object has its knob searched; a name with a setting (``"topk:0.01"``,
+        ``"powersgd:8"``, see :func:`~scalemodel.get_compressor`) is evaluated at that
+        setting only [-].
+    alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers, nics_per_node
+        As in :func:`~scalemodel.scaling_factor` (``None``: the cluster's value, else the
+        default there): [s], [workers], [bits/s], [s], [servers], [NICs].
 
     Returns
     -------
@@ -455,32 +514,41 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     comps = _compressor_list(compressors)
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
-                ps_servers, cluster)
+                ps_servers, cluster, nics_per_node)
     codec = codec_costs_for(sc.cluster)
     u_eff = effective_utilization(sc, bw, u)
     x = 1.0 / (u_eff * bw)
     p = sc.profile
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
-    ideal = min_compression(p, bw, n=n, target=target, utilization=u, algorithm=algorithm,
-                            fusion=sc.fusion, alpha=0.0 if cluster is not None else alpha,
-                            gpus_per_node=gpus_per_node, intra_bw=intra_bw,
-                            intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
-    rows = [_row(sc, c, n, x, codec, target, sc.fusion) for c in comps]
-    rows.sort(key=lambda r: (not r.feasible, r.ratio if r.feasible else 0.0,
+    ideal = min_compression(model, bw, n=n, target=target, utilization=u,
+                            algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
+                            gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
+                            intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
+                            cluster=cluster)
+    rows = [_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed)
+            for c, fixed in comps]
+    rows.sort(key=lambda r: (not r.recommended, r.ratio if r.recommended else 0.0,
                              -r.scaling_factor))
     needed = sf_none >= target
-    best = None if needed else next((r for r in rows if r.feasible and r.compressor != "none"),
-                                    None)
+    best = None if needed else next(
+        (r for r in rows if r.recommended and r.compressor != "none"), None)
     where = f"{p.name} on {n} workers at {format_bandwidth(bw)}"
     if needed:
         msg = (f"no compression needed: {where} already scales {sf_none:.3f} >= {target:g}")
+        worse = [r for r in rows if r.feasible and not r.recommended]
+        if worse:
+            msg += ("; " + ", ".join(f"{r.compressor} ({r.scaling_factor:.3f})"
+                                     for r in worse)
+                    + " reach the target too but scale no better than no compression: not "
+                    "recommended")
     elif best is not None:
-        others = [r.compressor for r in rows if r.feasible and r is not best]
+        others = [r.compressor for r in rows if r.recommended and r is not best]
+        ideal_text = _ideal_text(ideal)
         msg = (f"{where} scales {sf_none:.3f} uncompressed; best: {best.compressor} "
                f"{best.setting_text() if best.setting_name else ''}".rstrip()
                + f" ({best.ratio:.3g}x, codec "
                f"{(best.encode_time + best.decode_time) * 1e3:.3g} ms) reaches "
-               f"{best.scaling_factor:.3f}; ideal compression would need {ideal.ratio:.3g}x")
+               f"{best.scaling_factor:.3f}; {ideal_text}")
         if others:
             msg += "; also feasible: " + ", ".join(others)
     elif not ideal.feasible:
@@ -496,21 +564,22 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         why = "; ".join(f"{r.compressor}: {r.note}" for r in rows
                         if r.compressor != "none" and r.note)
         msg = (f"no compressor reaches {target:g}: {where} scales {sf_none:.3f} "
-               f"uncompressed and ideal compression would need {ideal.ratio:.3g}x, but "
+               f"uncompressed and {_ideal_text(ideal)}, but "
                + (why or "none is strong or cheap enough"))
     return CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
                            message=msg, uncompressed_scaling_factor=sf_none,
                            ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
                            utilization=u, algorithm=sc.algorithm,
-                           codec_note=_codec_note(p, sc.cluster, comps))
+                           codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps]))
 
 
 # --------------------------------------------------------------------------- curves
 
 
 def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, cluster=None,
-                              algorithm="ring", fusion="ddp", alpha=0.0, gpus_per_node=8,
-                              intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None):
+                              algorithm="ring", fusion="ddp", alpha=None, gpus_per_node=None,
+                              intra_bw=None, intra_alpha=None, ps_servers=None,
+                              nics_per_node=None):
     """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
 
     ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
@@ -531,6 +600,8 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     cluster, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers
         As in :func:`plan_compression` [-], [-], [-], [s], [workers], [bits/s], [s],
         [servers].
+    nics_per_node
+        As in :func:`plan_compression` [NICs].
 
     Returns
     -------
@@ -542,7 +613,7 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     bw = parse_bandwidth(bw, "bw")
     u = check_fraction(utilization, "utilization")
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
-                ps_servers, cluster)
+                ps_servers, cluster, nics_per_node)
     codec = codec_costs_for(sc.cluster)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / np.multiply(u, bw)
@@ -584,8 +655,9 @@ def _crossing(env_a, env_b):
 
 
 def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, cluster=None,
-                        algorithm="ring", fusion="ddp", alpha=0.0, gpus_per_node=8,
-                        intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None):
+                        algorithm="ring", fusion="ddp", alpha=None, gpus_per_node=None,
+                        intra_bw=None, intra_alpha=None, ps_servers=None,
+                        nics_per_node=None):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in
@@ -605,6 +677,8 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     cluster, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers
         As in :func:`plan_compression` [-], [-], [-], [s], [workers], [bits/s], [s],
         [servers].
+    nics_per_node
+        As in :func:`plan_compression` [NICs].
 
     Returns
     -------
@@ -623,7 +697,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     n = check_count(n, "n")
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
-                ps_servers, cluster)
+                ps_servers, cluster, nics_per_node)
     codec = codec_costs_for(sc.cluster)
     none = get_compressor("none")
     out = []

@@ -31,7 +31,11 @@ def _figure(ax, figsize):
 def _canvas(ax, bw):
     """The figure, the axes, and the line rates to draw (1 to 400 Gbit/s by default)."""
     fig, ax = _figure(ax, (7.2, 4.4))
-    bw = np.logspace(9, math.log10(400e9), 200) if bw is None else np.asarray(bw, float)
+    if bw is None:
+        bw = np.logspace(9, math.log10(400e9), 200)
+    else:
+        from .units import parse_bandwidth
+        bw = np.atleast_1d(parse_bandwidth(bw, "bw")).astype(float).ravel()
     return fig, ax, bw
 
 
@@ -56,12 +60,15 @@ def plot_breakeven(model, compressors=("fp16", "int8", "signsgd", "topk", "power
     ----------
     model : str, os.PathLike or WorkloadProfile
         Profile name, file or object [-].
-    compressors : sequence of str or Compressor
-        Compressors to draw; ``"none"`` is always drawn [-].
+    compressors : str, Compressor or sequence of them
+        Compressors to draw, by name, with a setting (``"topk:0.01"``, ``"powersgd:8"``,
+        see :func:`~scalemodel.get_compressor`) or as objects; ``"none"`` is always
+        drawn [-].
     n : int
         Number of workers [workers].
     bw : array_like, optional
-        Line rates to draw; default 200 points from 1 to 400 Gbit/s [bits/s].
+        Line rates to draw, numbers or strings (``["10Gbps", "100Gbps"]``); default 200
+        points from 1 to 400 Gbit/s [bits/s].
     target : float, optional
         Draw a horizontal line at this scaling factor [-].
     ax : matplotlib.axes.Axes, optional
@@ -80,7 +87,9 @@ def plot_breakeven(model, compressors=("fp16", "int8", "signsgd", "topk", "power
     from .profiles import load_profile
 
     fig, ax, bw = _canvas(ax, bw)
-    comps = [get_compressor(c) for c in compressors]
+    if isinstance(compressors, str) or not np.iterable(compressors):
+        compressors = [compressors]  # one name ("topk:0.01") or one object
+    comps = [get_compressor(c, "compressors") for c in compressors]
     if not any(c.name == "none" for c in comps):
         comps.insert(0, get_compressor("none"))
     for i, comp in enumerate(comps):
@@ -117,7 +126,8 @@ def plot_scaling(model, n=(16, 32, 64), *, bw=None, compression=1.0, target=None
     n : sequence of int
         Worker counts [workers].
     bw : array_like, optional
-        Line rates; default 200 points from 1 to 400 Gbit/s [bits/s].
+        Line rates, numbers or strings (``["10Gbps", "100Gbps"]``); default 200 points
+        from 1 to 400 Gbit/s [bits/s].
     compression : float
         Compression ratio >= 1 [-].
     target : float, optional

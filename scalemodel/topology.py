@@ -24,7 +24,8 @@ import math
 
 import attrs
 
-from .exceptions import ParameterTypeError
+from .exceptions import ParameterTypeError, UnknownNameError
+from .nccl import NCCL_ARCHS
 from .units import check_count, check_nonnegative, parse_bandwidth
 
 __all__ = ["Topology", "resolve_topology", "DEFAULT_INTRA_BW", "HIERARCHICAL_GPUS_PER_NODE"]
@@ -56,6 +57,15 @@ def _bw(value):
     return v
 
 
+def _choice(value, name, known):
+    if not isinstance(value, str):
+        raise ParameterTypeError(name, value, "a string")
+    key = value.strip().lower()
+    if key not in known:
+        raise UnknownNameError(name, value, known)
+    return key
+
+
 def _alpha(value):
     v = check_nonnegative(value, "intra_alpha")
     if not isinstance(v, float):
@@ -79,6 +89,11 @@ class Topology:
         Achieved rate of one GPU's intra-node link, per direction [bits/s].
     intra_alpha : float
         Latency of one intra-node step [s].
+    arch : str
+        GPU architecture (``"volta"``, ``"ampere"``, ``"hopper"``, ``"blackwell"``), for
+        NCCL's choice of algorithm (``algorithm="nccl"``) [-].
+    intra_link : str
+        ``"nvlink"`` or ``"pci"``, for NCCL's choice of algorithm [-].
     """
 
     gpus_per_node: int | None = attrs.field(
@@ -87,6 +102,9 @@ class Topology:
                                      converter=lambda v: _scalar_int(v, "nics_per_node"))
     intra_bw: float = attrs.field(default=DEFAULT_INTRA_BW, converter=_bw)
     intra_alpha: float = attrs.field(default=0.0, converter=_alpha)
+    arch: str = attrs.field(default="volta", converter=lambda v: _choice(v, "arch", NCCL_ARCHS))
+    intra_link: str = attrs.field(default="nvlink",
+                                  converter=lambda v: _choice(v, "intra_link", ("nvlink", "pci")))
 
     @property
     def flat(self) -> bool:
@@ -103,7 +121,8 @@ class Topology:
     def to_dict(self) -> dict:
         """The topology as JSON-ready fields."""
         return {"gpus_per_node": self.gpus_per_node, "nics_per_node": self.nics_per_node,
-                "intra_bw": self.intra_bw, "intra_alpha": self.intra_alpha}
+                "intra_bw": self.intra_bw, "intra_alpha": self.intra_alpha,
+                "arch": self.arch, "intra_link": self.intra_link}
 
 
 def resolve_topology(cluster_topology=None, *, gpus_per_node=None, nics_per_node=None,

@@ -4,19 +4,36 @@ scalemodel works in SI units: seconds, bytes, and bandwidth in **bits per second
 (``bw=10e9`` is 10 Gbit/s). :func:`~scalemodel.parse_bandwidth` also accepts strings with
 a unit, so that the command line and the API can take what people write:
 
-========================  ===========================
-string                    bits per second
-========================  ===========================
-``"10Gbps"``              1e10
-``"100 Gbit/s"``          1e11
-``"400 Mb/s"``            4e8
-``"25GB/s"``              2e11 (``B`` is bytes: x 8)
-``"12.5 GiB/s"``          1.073741824e11
-``"1e9"``                 1e9 (a bare number is bit/s)
-========================  ===========================
+=============================  ===================================
+string                         bits per second
+=============================  ===================================
+``"10Gbps"``, ``"10gbps"``     1e10
+``"100 Gbit/s"``               1e11
+``"100GbE"``                   1e11 (Ethernet rates are bits)
+``"400 Mb/s"``                 4e8
+``"25GB/s"``                   2e11 (``B`` is bytes: x 8)
+``"12.5 GiB/s"``               1.073741824e11
+``"1e9"``                      1e9 (a bare number is bit/s)
+=============================  ===================================
 
-Prefixes k, M, G, T are decimal (10^3 ...); Ki, Mi, Gi, Ti are binary (2^10 ...).
-A lower-case ``b`` (or ``bit``) means bits, an upper-case ``B`` (or ``byte``) means bytes.
+Prefixes k, M, G, T, P are decimal (10^3 ...) and Ki, Mi, Gi, Ti binary (2^10 ...), in
+either case (``m`` is mega: no link runs at millibits per second). In the abbreviated
+units the case of the ``b`` decides: a lower-case ``b`` (``bps``, ``b/s``) means bits, an
+upper-case ``B`` (``Bps``, ``B/s``, ``B``) means bytes; the all-capital ``BPS`` could be
+either and is refused. The words (``bit``, ``bits``, ``byte``, ``bytes``, ``/s`` or
+``/sec``) and the Ethernet suffix (``GbE``, ``GE``) are case-insensitive.
+
+**Text must name at least 1 Mbit/s** (:data:`MIN_TEXT_BANDWIDTH`): ``"10"`` is almost
+always 10 Gbit/s without its unit, not 10 bit/s, so it is refused with the hint
+``did you mean 10Gbps?``. The command line reads every value as text, so the floor holds
+there. Numbers passed to the API are taken as they are (any finite rate > 0): programs
+compute them, and property tests sweep them.
+
+The validators (``check_*``) accept Python and numpy real numbers and arrays of them;
+``None``, booleans, strings, complex numbers and objects raise
+:class:`~scalemodel.ParameterTypeError`, and values outside the range
+:class:`~scalemodel.InvalidParameterError`, each naming the parameter and the
+value given. :func:`broadcast_shape` checks that array parameters broadcast together.
 """
 
 from __future__ import annotations
@@ -29,32 +46,94 @@ import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError
 
-__all__ = ["parse_bandwidth", "format_bandwidth"]
+__all__ = ["parse_bandwidth", "format_bandwidth", "parse_duration", "broadcast_shape",
+           "scalar_converter", "MIN_TEXT_BANDWIDTH", "MAX_COUNT"]
 
-_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-           "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+MIN_TEXT_BANDWIDTH = 1e6
+"""Smallest line rate [bits/s] a string may name (1 Mbit/s); see the module notes."""
 
-_BW_RE = re.compile(
-    r"""^\s*(?P<num>[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)\s*
-        (?P<prefix>Ki|Mi|Gi|Ti|k|K|M|G|T)?
-        (?P<unit>bps|bit/s|bits/s|b/s|Bps|B/s|byte/s|bytes/s|bit|b|B)?\s*$""",
-    re.VERBOSE,
-)
+MAX_COUNT = 2**31 - 1
+"""Largest worker (or node, server) count accepted [-]: counts stay exact integers."""
+
+_DECIMAL = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+_BINARY = {"ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
+
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_BW_RE = re.compile(rf"^\s*(?P<num>{_NUMBER})\s*(?P<prefix>[kKmMgGtTpP][iI]?)?"
+                    r"(?P<unit>[^\s\d].*?)?\s*$")
+_PER_SECOND = ("", "/s", "/sec", "ps")
 
 _BW_HELP = ('write a number of bits per second (10e9) or a string with a unit such as '
             '"10Gbps", "100 Gbit/s", "400Mb/s" or "25GB/s" (bytes per second)')
 
 
-def _parse_bandwidth_string(text: str, parameter: str) -> float:
+def _unit_factor(unit: str, has_prefix: bool):
+    """Bits per unit (1 or 8) of a unit string after its prefix; None if unreadable,
+    ``"ambiguous"`` for ``BPS``."""
+    if unit == "":
+        return 1.0  # "10G": a prefix alone is bits
+    low = unit.lower()
+    for word, factor in (("bits", 1.0), ("bit", 1.0), ("bytes", 8.0), ("byte", 8.0)):
+        if low.startswith(word) and low[len(word):] in _PER_SECOND:
+            return factor
+    if has_prefix and low in ("be", "e"):  # Ethernet: 100GbE, 100GE
+        return 1.0
+    if low[0] == "b" and low[1:] in _PER_SECOND:
+        if unit == "BPS":
+            return "ambiguous"
+        return 1.0 if unit[0] == "b" else 8.0
+    return None
+
+
+def _split_bandwidth(text: str):
+    """``(number, prefix, unit)`` of a bandwidth string, or None when it is unreadable."""
     m = _BW_RE.match(text)
     if m is None:
+        return None
+    return m.group("num"), m.group("prefix") or "", m.group("unit") or ""
+
+
+def _parse_bandwidth_string(text: str, parameter: str) -> float:
+    parts = _split_bandwidth(text)
+    if parts is None:
         raise InvalidParameterError(parameter, text, "cannot read a bandwidth from this string",
                                     _BW_HELP)
-    value = float(m.group("num")) * _PREFIX[m.group("prefix") or ""]
-    unit = m.group("unit") or ""
-    if unit in ("Bps", "B/s", "byte/s", "bytes/s", "B"):
-        value *= 8.0
+    num, prefix, unit = parts
+    factor = _unit_factor(unit, bool(prefix))
+    if factor == "ambiguous":
+        raise InvalidParameterError(parameter, text, "BPS could mean bits or bytes per second",
+                                    f"write {num}{prefix}bps (bits) or {num}{prefix}B/s (bytes)")
+    scale = _DECIMAL.get(prefix.lower()) or _BINARY.get(prefix.lower())
+    if factor is None or scale is None:
+        raise InvalidParameterError(parameter, text, "cannot read a bandwidth from this string",
+                                    _BW_HELP)
+    value = float(num) * scale * factor
+    if not math.isfinite(value):
+        raise InvalidParameterError(parameter, text, "too large to be a bandwidth (it "
+                                    "overflows a float)")
+    if value <= 0:
+        raise InvalidParameterError(parameter, text, "must be > 0")
+    if value < MIN_TEXT_BANDWIDTH:
+        if not prefix and not unit:
+            hint = f"did you mean {num}Gbps? A bare number is bits per second"
+        else:
+            hint = ("scalemodel models data-center links; pass a number of bits per second "
+                    "to the API to go lower")
+        raise InvalidParameterError(parameter, text, "a line rate written as text must be at "
+                                    "least 1 Mbit/s", hint)
     return value
+
+
+def _check_bandwidth(value, parameter):
+    arr = as_array(value, parameter)
+    # a rate whose reciprocal overflows (below ~2.2e-308, subnormal) cannot be computed with
+    bad = ~(np.isfinite(arr) & (arr >= np.finfo(float).tiny))
+    if bad.any():
+        first = _first_bad(arr, bad)
+        requirement = ("must be finite and > 0" if not (math.isfinite(first) and first > 0)
+                       else "too small: its reciprocal overflows a float [bits/s]")
+        raise InvalidParameterError(parameter, first, requirement)
+    return _scalar_or_array(arr)
 
 
 def parse_bandwidth(bw, parameter: str = "bw"):
@@ -64,7 +143,7 @@ def parse_bandwidth(bw, parameter: str = "bw"):
     ----------
     bw : float, str, or array_like
         Bandwidth as a number [bits/s] or a string with a unit (see module docs).
-        Arrays are converted element by element. [bits/s]
+        Arrays and lists are converted element by element. [bits/s]
     parameter : str
         Name used in error messages [-].
 
@@ -76,57 +155,246 @@ def parse_bandwidth(bw, parameter: str = "bw"):
     Raises
     ------
     InvalidParameterError
-        If the string cannot be read or a value is not finite and positive.
+        If a string cannot be read or names less than 1 Mbit/s, or a value is not finite
+        and positive.
+    ParameterTypeError
+        For ``None``, booleans, complex numbers and other non-numbers.
+
+    Notes
+    -----
+    Numbers are taken as they are; strings must name at least
+    :data:`~scalemodel.units.MIN_TEXT_BANDWIDTH` (1 Mbit/s), so that a unit forgotten on
+    the command line (``--bw 10``) is an error with a hint rather than 10 bit/s.
+
+    Examples
+    --------
+    >>> from scalemodel import parse_bandwidth
+    >>> parse_bandwidth("10gbps"), parse_bandwidth("100GbE"), parse_bandwidth("25GB/s")
+    (10000000000.0, 100000000000.0, 200000000000.0)
     """
     if isinstance(bw, str):
-        value = _parse_bandwidth_string(bw, parameter)
-        return check_positive(value, parameter)
+        return _parse_bandwidth_string(bw, parameter)
     if isinstance(bw, (list, tuple)) or (isinstance(bw, np.ndarray) and bw.dtype.kind in "OUS"):
-        arr = np.asarray(bw, dtype=object)
-        out = np.empty(arr.shape, dtype=float)
-        for idx, item in np.ndenumerate(arr):
-            out[idx] = (_parse_bandwidth_string(item, parameter) if isinstance(item, str)
-                        else _as_float(item, parameter))
-        return check_positive(out, parameter)
-    return check_positive(bw, parameter)
+        try:
+            arr = np.asarray(bw, dtype=object)
+        except ValueError:  # ragged nesting
+            raise ParameterTypeError(parameter, bw, "a number, a string with a unit, or an "
+                                     "array of them of one shape") from None
+        if any(isinstance(item, str) for item in arr.reshape(-1)):
+            out = np.empty(arr.shape, dtype=float)
+            for idx, item in np.ndenumerate(arr):
+                out[idx] = (_parse_bandwidth_string(item, parameter) if isinstance(item, str)
+                            else _check_bandwidth(item, parameter))
+            return out
+    return _check_bandwidth(bw, parameter)
 
 
-def format_bandwidth(bits_per_second: float) -> str:
-    """Format a bandwidth for people, e.g. ``'10 Gbit/s'``.
-
-    Parameters
-    ----------
-    bits_per_second : float
-        The bandwidth [bits/s].
-    """
-    value = float(bits_per_second)
+def _format_one(value: float) -> str:
     if not math.isfinite(value):
-        return str(value)
-    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        return f"{value} bit/s"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= scale:
             return f"{value / scale:.4g} {prefix}bit/s"
     return f"{value:.4g} bit/s"
 
 
-def _as_float(value, parameter):
-    if isinstance(value, (bool, np.bool_)):
-        raise ParameterTypeError(parameter, value, "a number")
-    if isinstance(value, numbers.Real):
-        return float(value)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ParameterTypeError(parameter, value, "a number") from None
+def format_bandwidth(bits_per_second):
+    """Format a bandwidth for people, e.g. ``'10 Gbit/s'``.
+
+    Parameters
+    ----------
+    bits_per_second : float, str or array_like
+        The bandwidth; a string is read by :func:`parse_bandwidth` first [bits/s].
+
+    Returns
+    -------
+    str or numpy.ndarray
+        The text for a scalar; an array of strings of the input's shape for an array.
+
+    Examples
+    --------
+    >>> from scalemodel import format_bandwidth
+    >>> format_bandwidth(10e9)
+    '10 Gbit/s'
+    >>> format_bandwidth([1e9, 25e9, 4e11]).tolist()
+    ['1 Gbit/s', '25 Gbit/s', '400 Gbit/s']
+    """
+    if isinstance(bits_per_second, str) or (
+            isinstance(bits_per_second, (list, tuple, np.ndarray))
+            and any(isinstance(v, str) for v in np.asarray(bits_per_second,
+                                                           dtype=object).reshape(-1))):
+        bits_per_second = parse_bandwidth(bits_per_second, "bits_per_second")
+    arr = as_array(bits_per_second, "bits_per_second")
+    if arr.ndim == 0:
+        return _format_one(float(arr))
+    return np.array([_format_one(float(v)) for v in arr.reshape(-1)],
+                    dtype=str).reshape(arr.shape)
 
 
-def as_array(value, parameter: str):
-    """Return ``value`` as a float array (scalars stay 0-d), rejecting non-numbers."""
-    if isinstance(value, (bool, np.bool_, str, bytes)):
-        raise ParameterTypeError(parameter, value, "a number or an array of numbers")
+_DURATION_RE = re.compile(rf"^\s*(?P<num>{_NUMBER})\s*(?P<unit>[a-zA-Zµμ]*)\s*$")
+_PER_UNIT = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "μs": 1e6,
+             "ns": 1e9}  # units per second
+
+
+def parse_duration(value, parameter: str = "alpha"):
+    """Convert a time to seconds and check it is finite and >= 0.
+
+    Parameters
+    ----------
+    value : float, str or array_like
+        A number of seconds, or a string with a unit: ``"5us"``, ``"0.1 ms"``, ``"2e-6"``
+        (``s``, ``ms``, ``us``/``µs``, ``ns``) [s].
+    parameter : str
+        Name used in error messages [-].
+
+    Returns
+    -------
+    float or numpy.ndarray
+        The time [s]; a float for scalar input.
+
+    Examples
+    --------
+    >>> from scalemodel.units import parse_duration
+    >>> parse_duration("5us"), parse_duration(0.001)
+    (5e-06, 0.001)
+    """
+    if isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        per = _PER_UNIT.get(m.group("unit").lower() if m else None)
+        if m is None or per is None:
+            raise InvalidParameterError(parameter, value, "cannot read a time from this "
+                                        "string", "write seconds (0.001) or a time with a "
+                                        "unit: 5us, 0.1ms, 2s")
+        seconds = float(m.group("num")) / per
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise InvalidParameterError(parameter, value, "must be finite and >= 0 [s]")
+        return seconds
+    return check_nonnegative(value, parameter)
+
+
+def scalar_converter(parameter: str, check=None):
+    """An attrs converter that validates one number and returns it as a float.
+
+    For fields such as ``alpha = attrs.field(converter=scalar_converter("alpha"))``:
+    unlike ``converter=float``, ``None``, ``"x"``, ``True``, a complex number or an array
+    raise :class:`~scalemodel.ParameterTypeError` or
+    :class:`~scalemodel.InvalidParameterError` naming the field and the value.
+
+    Parameters
+    ----------
+    parameter : str
+        The field's name, used in messages [-].
+    check : callable, optional
+        ``check(value, parameter)`` validating and returning the value; default
+        :func:`check_nonnegative` (finite and >= 0). :func:`parse_duration` also reads
+        strings such as ``"5us"`` [-].
+
+    Returns
+    -------
+    callable
+        ``convert(value) -> float``.
+    """
+    check = check_nonnegative if check is None else check
+
+    def convert(value):
+        if isinstance(value, (list, tuple, np.ndarray)) and np.ndim(value) != 0:
+            raise ParameterTypeError(parameter, value, "a single number")
+        return float(check(value, parameter))
+
+    convert.__name__ = f"convert_{parameter}"
+    return convert
+
+
+def broadcast_shape(**values):
+    """The shape that array parameters broadcast to (numpy rules), or an error naming them.
+
+    Parameters
+    ----------
+    **values
+        The parameters by name, e.g. ``n=n, bw=bw`` (scalars, lists or arrays) [-].
+
+    Returns
+    -------
+    tuple of int
+        The common shape (``()`` when all are scalars).
+
+    Raises
+    ------
+    InvalidParameterError
+        When a parameter's shape does not broadcast with the ones before it; the message
+        names both parameters and their shapes.
+
+    Examples
+    --------
+    >>> from scalemodel.units import broadcast_shape
+    >>> broadcast_shape(n=[16, 32, 64], bw=[[1e9], [1e10]])
+    (2, 3)
+    """
+    shape = ()
+    seen = []
+    for name, value in values.items():
+        s = np.shape(value)
+        try:
+            shape = np.broadcast_shapes(shape, s)
+        except ValueError:
+            before = ", ".join(f"{n} of shape {t}" for n, t in seen)
+            raise InvalidParameterError(
+                name, value, f"its shape {s} does not broadcast with {before}",
+                "arrays combine by numpy's broadcasting rules: give equal shapes, or "
+                "shapes such as (3, 1) and (4,) for a grid") from None
+        seen.append((name, s))
+    return tuple(shape)
+
+
+_EXPECTED = "a number or an array of numbers"
+
+
+def _reject_item(item, parameter, value, expected):
+    """Raise for a list item that is not a real number (None, bool, str, complex...)."""
+    if isinstance(item, (bool, np.bool_)) or not isinstance(item, (numbers.Real, np.number)) \
+            or isinstance(item, (complex, np.complexfloating)):
+        raise ParameterTypeError(parameter, item, expected)
+
+
+def _walk(items, parameter, value, expected, depth=0):
+    for item in items:
+        if isinstance(item, (list, tuple)) and depth < 32:
+            _walk(item, parameter, value, expected, depth + 1)
+        else:
+            _reject_item(item, parameter, value, expected)
+
+
+def as_array(value, parameter: str, expected: str = _EXPECTED):
+    """Return ``value`` as a float array (scalars stay 0-d), rejecting non-numbers.
+
+    ``None``, booleans (also ``np.array([True])``), strings, complex numbers and other
+    objects raise :class:`~scalemodel.ParameterTypeError`; a number too large
+    for a float raises :class:`~scalemodel.InvalidParameterError`.
+    """
+    if value is None or isinstance(value, (bool, np.bool_, str, bytes, complex,
+                                           np.complexfloating)):
+        raise ParameterTypeError(parameter, value, expected)
+    if isinstance(value, (list, tuple)):
+        _walk(value, parameter, value, expected)
     try:
-        arr = np.asarray(value, dtype=float)
+        raw = np.asarray(value)
     except (TypeError, ValueError):
-        raise ParameterTypeError(parameter, value, "a number or an array of numbers") from None
+        raise ParameterTypeError(parameter, value, expected + " (of one shape)") from None
+    kind = raw.dtype.kind
+    if kind == "O":
+        for item in raw.reshape(-1):
+            _reject_item(item, parameter, value, expected)
+    elif kind == "b":
+        raise ParameterTypeError(parameter, value, expected + ", not booleans")
+    elif kind == "c":
+        raise ParameterTypeError(parameter, value, expected + ", not complex numbers (the "
+                                 "imaginary part would be lost)")
+    elif kind not in "iuf":  # U/S (text), M/m (dates), V (records)
+        raise ParameterTypeError(parameter, value, expected)
+    try:
+        arr = raw.astype(float)
+    except (OverflowError, TypeError, ValueError):  # a Python int beyond 1.8e308
+        raise InvalidParameterError(parameter, value, "too large for a float") from None
     return arr
 
 
@@ -177,22 +445,26 @@ def check_ratio(value, parameter: str = "compression"):
     return _scalar_or_array(arr)
 
 
+_COUNT = f"must be an integer in [1, {MAX_COUNT}]"
+
+
 def check_count(value, parameter: str = "n"):
-    """Check that ``value`` is an integer >= 1 (or an array of them); return int or int array."""
-    if isinstance(value, (bool, np.bool_, str, bytes)):
+    """Check that ``value`` is an integer in [1, :data:`MAX_COUNT`] (or an array of them);
+    return an int or an int64 array."""
+    if value is None or isinstance(value, (bool, np.bool_, str, bytes)):
         raise ParameterTypeError(parameter, value, "an integer >= 1")
     if isinstance(value, numbers.Integral):
-        if value < 1:
-            raise InvalidParameterError(parameter, value, "must be an integer >= 1")
+        if not 1 <= value <= MAX_COUNT:
+            raise InvalidParameterError(parameter, value, _COUNT)
         return int(value)
-    arr = as_array(value, parameter)
+    arr = as_array(value, parameter, "an integer >= 1 or an array of them")
     finite = np.isfinite(arr)
     nonint = ~finite | (arr != np.round(np.where(finite, arr, 0)))
     if nonint.any():
-        raise InvalidParameterError(parameter, _first_bad(arr, nonint), "must be an integer >= 1")
-    small = arr < 1
-    if small.any():
-        raise InvalidParameterError(parameter, _first_bad(arr, small), "must be an integer >= 1")
+        raise InvalidParameterError(parameter, _first_bad(arr, nonint), _COUNT)
+    out = (arr < 1) | (arr > MAX_COUNT)
+    if out.any():
+        raise InvalidParameterError(parameter, _first_bad(arr, out), _COUNT)
     if arr.ndim == 0:
         if not isinstance(value, (np.integer, np.ndarray)):
             # a Python float such as 8.0 is not a worker count

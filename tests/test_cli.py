@@ -59,7 +59,7 @@ def test_errors_are_clear_and_exit_2():
     assert code == 2 and "bw='ten gigs'" in err
     code, _, err = run("scaling", "--model", "bert", "--n", "8", "--bw", "1Gbps",
                        "--utilization", "1.5")
-    assert code == 2 and "utilization=1.5" in err
+    assert code == 2 and "--utilization='1.5'" in err
 
 
 def test_output_into_a_closed_pipe_is_not_a_traceback():

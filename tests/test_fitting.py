@@ -1,0 +1,188 @@
+"""fit_cluster: recover known parameters from runs generated with them; one run; errors."""
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import scalemodel as sm
+from scalemodel.fitting import PRIORS, load_runs
+
+TOPO = sm.Topology(gpus_per_node=8)
+
+
+def _runs(cluster, grid, model="resnet50", fusion="horovod", algorithm="ring",
+          uncertainty=1e-3, compute=True):
+    """Runs measured on a known cluster: the model's own scaling factors."""
+    p = sm.load_profile(model)
+    runs = []
+    if compute:
+        runs.append(dict(model=model, n=1, bw=100e9, scaling_factor=1.0,
+                         compute_time=p.forward_time + p.backward_time,
+                         uncertainty=uncertainty))
+    for n, bw in grid:
+        sf = sm.scaling_factor(model, n, bw, fusion=fusion, algorithm=algorithm,
+                               cluster=cluster)
+        run = dict(model=model, n=n, bw=bw, scaling_factor=sf, uncertainty=uncertainty,
+                   label=f"{n}@{bw / 1e9:g}")
+        if compute:
+            run["compute_time"] = cluster.compute_slowdown * (p.forward_time + p.backward_time)
+        runs.append(run)
+    return runs
+
+
+def test_recovers_known_parameters():
+    truth = sm.ClusterProfile(topology=TOPO, ceiling=18e9, sync_overhead=0.015,
+                              compute_slowdown=1.12, provenance={"source": "test"})
+    grid = [(16, 100e9), (64, 100e9), (32, 10e9), (64, 25e9), (16, 1e9)]
+    fit = sm.fit_cluster(_runs(truth, grid), fusion="horovod", gpus_per_node=8)
+    assert set(fit.free) == {"ceiling", "sync_overhead"}
+    par = fit.parameters
+    assert par["compute_slowdown"].status == "measured"
+    assert par["compute_slowdown"].value == pytest.approx(1.12, rel=1e-9)
+    assert par["ceiling"].value == pytest.approx(18e9, rel=0.01)
+    assert par["sync_overhead"].value == pytest.approx(0.015, rel=0.02)
+    for name in ("ceiling", "sync_overhead"):
+        lo, hi = par[name].interval
+        assert lo <= getattr(truth, name) <= hi
+    assert par["utilization"].status == "default" and par["utilization"].value == 1.0
+    assert max(abs(r.error) for r in fit.residuals) < 2e-3
+    # the fitted cluster predicts a configuration none of the runs had
+    assert sm.scaling_factor("resnet50", 48, 40e9, fusion="horovod",
+                             cluster=fit.cluster) == pytest.approx(
+        sm.scaling_factor("resnet50", 48, 40e9, fusion="horovod", cluster=truth), rel=5e-3)
+
+
+def test_explicit_parameters_and_per_run_fusion():
+    truth = sm.ClusterProfile(topology=TOPO, utilization=0.7, collective_overhead=2e-3,
+                              provenance={"source": "test"})
+    runs = (_runs(truth, [(16, 10e9), (64, 10e9)], compute=False)
+            + _runs(truth, [(32, 25e9), (64, 5e9)], model="bert", fusion="ddp",
+                    compute=False))
+    for r in runs[2:]:
+        r["fusion"] = "ddp"
+    fit = sm.fit_cluster(runs, fusion="horovod", gpus_per_node=8,
+                         fit=["utilization", "collective_overhead"])
+    assert fit.free == ("utilization", "collective_overhead")
+    assert fit.parameters["utilization"].value == pytest.approx(0.7, rel=0.01)
+    assert fit.parameters["collective_overhead"].value == pytest.approx(2e-3, rel=0.03)
+
+
+def test_one_run_fits_one_parameter_and_reproduces_it():
+    runs = [{"model": "resnet50", "n": 64, "bw": "100Gbps", "scaling_factor": 0.8,
+             "label": "big"}]
+    fit = sm.fit_cluster(runs, fusion="horovod", gpus_per_node=8)
+    assert len(fit.free) == 1
+    assert abs(fit.residuals[0].error) < 0.01
+    held = [p for p in fit.parameters.values() if p.status == "default"]
+    assert len(held) == len(PRIORS) - 1
+    assert all(p.source for p in fit.parameters.values())
+    assert sm.scaling_factor("resnet50", 64, 100e9, fusion="horovod",
+                             cluster=fit.cluster) == pytest.approx(0.8, rel=0.01)
+    assert "fitted" in str(fit)
+
+
+def test_given_values_are_held_and_more_runs_free_more():
+    truth = sm.ClusterProfile(topology=TOPO, ceiling=30e9, sync_overhead=0.02,
+                              provenance={"source": "test"})
+    one = sm.fit_cluster(_runs(truth, [(64, 100e9)], compute=False), fusion="horovod")
+    many = sm.fit_cluster(_runs(truth, [(16, 100e9), (64, 100e9), (64, 10e9), (32, 40e9)],
+                                compute=False), fusion="horovod")
+    assert len(one.free) == 1 and len(many.free) >= 2
+    held = sm.fit_cluster(_runs(truth, [(16, 100e9), (64, 100e9)], compute=False),
+                          fusion="horovod", sync_overhead=0.02)
+    assert held.parameters["sync_overhead"].status == "given"
+    assert "sync_overhead" not in held.free
+    assert held.parameters["ceiling"].value == pytest.approx(30e9, rel=0.02)
+
+
+def test_iteration_times_and_csv(tmp_path):
+    truth = sm.ClusterProfile(topology=TOPO, ceiling=20e9, provenance={"source": "test"})
+    p = sm.load_profile("resnet50")
+    t1 = 0.2  # this cluster's own single-GPU time: twice the profile's
+    rows = []
+    for n, bw in [(16, 100e9), (64, 100e9)]:
+        sf = sm.scaling_factor(p, n, bw, fusion="horovod", cluster=truth)
+        rows.append({"model": "resnet50", "n": n, "bw": f"{bw / 1e9:g}Gbps",
+                     "iteration_time": t1 / sf, "single_worker_time": t1})
+    path = tmp_path / "runs.csv"
+    with open(path, "w") as fh:
+        fh.write("model,n,bw,iteration_time,single_worker_time\n")
+        for r in rows:
+            fh.write(f"{r['model']},{r['n']},{r['bw']},{r['iteration_time']},"
+                     f"{r['single_worker_time']}\n")
+    fit = sm.fit_cluster(path, fusion="horovod", fit=["ceiling"])
+    assert fit.parameters["ceiling"].value == pytest.approx(20e9, rel=0.01)
+    out = fit.save(tmp_path / "cluster.json")
+    back = sm.load_cluster(out)
+    assert back.topology == TOPO and back.ceiling == pytest.approx(fit.cluster.ceiling)
+    assert "ceiling" in back.intervals
+    assert json.loads(out.read_text())["provenance"]["runs"][0]["n"] == 16
+
+
+@pytest.mark.parametrize("runs, match", [
+    ([], "needs at least one run"),
+    ([{"model": "resnet50", "n": 16, "bw": 1e10, "scaling_factor": 75}], r"scaling_factor"),
+    ([{"model": "resnet50", "n": 16, "bw": 1e10, "scaling_factor": 0}], r"scaling_factor"),
+    ([{"model": "resnet50", "n": 16, "bw": 1e10, "iteration_time": 0.1,
+       "single_worker_time": 0.2}], r"runs\[0\]\.iteration_time=0\.1"),
+    ([{"model": "resnet50", "n": 16, "bw": 1e10, "iteration_time": 0.01}],
+     r"runs\[0\]\.iteration_time"),
+    ([{"model": "resnet5O", "n": 16, "bw": 1e10, "scaling_factor": 0.5}],
+     r"runs\[0\]\.model='resnet5O'"),
+    ([{"model": "resnet50", "n": 16.5, "bw": 1e10, "scaling_factor": 0.5}], r"runs\[0\]\.n"),
+    ([{"model": "resnet50", "n": 16, "bw": -1, "scaling_factor": 0.5}], r"runs\[0\]\.bw"),
+    ([{"model": "resnet50", "n": 16, "bw": 1e10}], "needs scaling_factor or iteration_time"),
+    ([{"model": "resnet50", "n": 16, "bw": 1e10, "scaling_factor": 0.5, "sf": 1}],
+     "unknown keys"),
+    ([{"model": "resnet50", "n": 1, "bw": 1e10, "scaling_factor": 1.0}], "n > 1"),
+    ("nope.csv", "no such file"),
+])
+def test_bad_runs_name_the_run_and_value(runs, match):
+    with pytest.raises((sm.InvalidParameterError, sm.ParameterTypeError), match=match):
+        sm.fit_cluster(runs)
+
+
+def test_bad_keywords():
+    run = [{"model": "resnet50", "n": 16, "bw": 1e10, "scaling_factor": 0.5}]
+    with pytest.raises(sm.InvalidParameterError, match="unknown"):
+        sm.fit_cluster(run, ceilling=1e9)
+    with pytest.raises(sm.InvalidParameterError, match="fit"):
+        sm.fit_cluster(run, fit=["speed"])
+    with pytest.raises(sm.UnknownNameError, match="fusion"):
+        sm.fit_cluster(run, fusion="horovd")
+    with pytest.raises(sm.UnknownNameError, match=r"runs\[0\]\.fusion"):
+        sm.fit_cluster([dict(run[0], fusion="hvd")])
+
+
+def test_contradicting_runs_and_bounds_warn():
+    # the same configuration measured twice with very different results
+    runs = [{"model": "resnet50", "n": 64, "bw": 1e11, "scaling_factor": 0.9, "label": "a"},
+            {"model": "resnet50", "n": 64, "bw": 1e11, "scaling_factor": 0.3, "label": "b"}]
+    with pytest.warns(sm.CalibrationWarning, match="run 'a'|run 'b'"):
+        sm.fit_cluster(runs, fusion="horovod", fit=["sync_overhead"])
+    # a run the model cannot reach within the bounds of the one parameter allowed: a
+    # compute slowdown of 5 where at most 3 is allowed
+    runs = [{"model": "resnet50", "n": 64, "bw": 1e12, "scaling_factor": 0.2}]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = sm.fit_cluster(runs, fusion="horovod", fit=["compute_slowdown"])
+    text = " ".join(str(w.message) for w in caught)
+    assert "bound" in text and fit.parameters["compute_slowdown"].at_bound
+    assert fit.parameters["compute_slowdown"].value == pytest.approx(3.0, rel=1e-3)
+
+
+def test_load_runs_converts_units_and_checks_types():
+    runs = load_runs([{"model": "bert", "n": "16", "bw": "10Gbps", "scaling_factor": "0.5"}])
+    assert runs[0].n == 16 and runs[0].bw == 10e9 and runs[0].scaling_factor == 0.5
+    with pytest.raises(sm.ParameterTypeError, match=r"runs\[0\]"):
+        load_runs(["resnet50"])
+    with pytest.raises(sm.ParameterTypeError, match=r"runs\[0\]\.scaling_factor"):
+        load_runs([{"model": "bert", "n": 16, "bw": 1e10, "scaling_factor": True}])
+    assert math.isclose(load_runs([{"model": "bert", "n": 8, "bw": 1e10,
+                                    "iteration_time": 1.0,
+                                    "single_worker_time": 0.5}])[0].measured_sf, 0.5)
+    np.testing.assert_equal(len(load_runs([{"model": "bert", "n": 8, "bw": 1e10,
+                                            "scaling_factor": 0.5}] * 3)), 3)
