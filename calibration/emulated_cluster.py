@@ -82,13 +82,15 @@ def run_ranks(cluster, args_common, port, workdir, timeout, quiet=True, pin_cpus
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--models", default="mlp:128,convnet:64",
-                    help="model:batch pairs (built-in names or package.module:function)")
+                    help="comma-separated MODEL:BATCH, MODEL a built-in name (mlp, convnet) "
+                    "or package.module:function (e.g. scalemodel.calibrate.models:mlp:64; "
+                    "named after the function); BATCH per worker [samples]")
     ap.add_argument("--rates", default="100,200,500,1000,2000", help="link rates [Mbit/s]")
     ap.add_argument("--calibrate-rate", type=float, default=1000.0,
                     help="the one setting calibrated at [Mbit/s]; where communication can "
                     "hide behind backward, so the overlap efficiency is well determined")
-    ap.add_argument("--calibrate-model", help="model whose DDP run fits the host overhead "
-                    "(default: the first)")
+    ap.add_argument("--calibrate-model", help="model whose DDP run fits the host overhead, "
+                    "as given in --models or by its name (default: the first)")
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--prefix", default="smc", help="namespace name prefix (two runs at "
                     "once need different prefixes and subnets)")
@@ -102,6 +104,12 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="two rates, few iterations")
     ap.add_argument("--timeout", type=float, default=120.0, help="per collective [s]")
     args = ap.parse_args(argv)
+    try:
+        models = parse_models(args.models)
+        cal_model = calibration_model(models, args.calibrate_model)
+    except ValueError as exc:
+        print(f"emulated_cluster: error: {exc}", file=sys.stderr)
+        return 2
     ok, why = netns_available()
     if not ok:
         print(f"emulated cluster not available here: {why}", file=sys.stderr)
@@ -113,8 +121,6 @@ def main(argv=None):
     except BlockingIOError:
         log("another emulated cluster runs on this machine; waiting for it to finish")
         fcntl.flock(lock, fcntl.LOCK_EX)
-    models = [(m.split(":")[0] if m.count(":") == 1 else m.rsplit(":", 1)[0],
-               int(m.rsplit(":", 1)[1])) for m in args.models.split(",")]
     rates = [float(r) * 1e6 for r in args.rates.split(",")]
     iters = args.iterations
     if args.quick:
@@ -122,7 +128,6 @@ def main(argv=None):
     r0 = args.calibrate_rate * 1e6
     if r0 not in rates:
         rates = sorted(rates + [r0])
-    cal_model = args.calibrate_model or models[0][0]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="scalemodel-emulated-"))
@@ -138,30 +143,32 @@ def main(argv=None):
                        "--min-size", args.min_size, "--collectives", "all_reduce,send_recv",
                        "--repeats", "5", "--warmup", "2"], port, work, args.timeout)
         profiles = {}
-        for model, batch in models:
+        for spec, model, batch in models:
             log(f"calibrating: {model} compute profile and DDP at {r0 / 1e6:g} Mbit/s")
             port += 1
             fit = ["--fit-host-overhead"] if model == cal_model else ["--no-fit-host-overhead"]
-            text = run_ranks(cl, ["--steps", "compute,scaling", "--model", model,
+            files = calibration_files(work, model)
+            text = run_ranks(cl, ["--steps", "compute,scaling", "--model", spec,
                                   "--batch-size", str(batch), "--line-rate", str(r0),
                                   "--cluster", str(work / "transport.json"),
-                                  "--out", str(work / f"cal-{model}.json"),
+                                  "--out", str(files["cluster"]),
+                                  "--profile-out", str(files["profile"]),
                                   "--iterations", str(iters), *fit], port, work, args.timeout)
-            profiles[model] = sm.load_profile(work / f"cal-{model}.{model}.json")
+            profiles[model] = sm.load_profile(files["profile"])
             log(text.strip())
-        calibrated = sm.load_cluster(work / f"cal-{cal_model}.json")
+        calibrated = sm.load_cluster(calibration_files(work, cal_model)["cluster"])
         sm.save_cluster(calibrated, out / "cluster.json")
-        for model, _ in models:
+        for _, model, _ in models:
             sm.save_profile(profiles[model], out / f"{model}.json")
         # 2. measure every setting
         for rate in rates:
             cl.set_rate(rate)
-            for model, batch in models:
+            for spec, model, batch in models:
                 log(f"measuring {model} at {rate / 1e6:g} Mbit/s "
                     f"({time.time() - started:.0f} s so far)")
                 port += 1
                 name = f"run-{model}-{rate / 1e6:g}"
-                run_ranks(cl, ["--steps", "compute,scaling", "--model", model,
+                run_ranks(cl, ["--steps", "compute,scaling", "--model", spec,
                                "--batch-size", str(batch), "--line-rate", str(rate),
                                "--cluster", str(work / "transport.json"),
                                "--out", str(work / f"{name}.json"), "--iterations", str(iters),
@@ -175,7 +182,7 @@ def main(argv=None):
                                              cluster=sm.load_cluster(work / "transport.json"),
                                              fusion="ddp")
                 records.append({
-                    "model": model, "batch_size": batch, "line_rate": rate,
+                    "model": model, "model_spec": spec, "batch_size": batch, "line_rate": rate,
                     "calibration_point": bool(rate == r0 and model == cal_model),
                     "measured": rep["measured_scaling_factor"], "predicted": pred,
                     "predicted_transport_only": pred_net,
@@ -196,6 +203,49 @@ def main(argv=None):
     atomic_write_text(out / "emulated.json", json.dumps(result, indent=1) + "\n")
     atomic_write_text(out / "emulated.txt", table + "\n")
     return 0
+
+
+def parse_models(text):
+    """``--models``: ``[(spec, name, batch)]``; ``name`` (the built-in name, or the
+    function's for ``package.module:function``) names the profile and the files.
+
+    >>> parse_models("mlp:128,scalemodel.calibrate.models:convnet:64")
+    [('mlp', 'mlp', 128), ('scalemodel.calibrate.models:convnet', 'convnet', 64)]
+    """
+    from scalemodel.calibrate.models import model_name
+    out = []
+    for item in (m.strip() for m in text.split(",")):
+        spec, sep, batch = item.rpartition(":")
+        if not sep or not spec or spec.endswith(":") or spec.count(":") > 1 \
+                or not batch.isdigit() or int(batch) < 1:
+            raise ValueError(f"--models {text!r}: {item!r} is not MODEL:BATCH (a built-in "
+                             "name or package.module:function, then the batch per worker, "
+                             "an integer >= 1)")
+        out.append((spec, model_name(spec), int(batch)))
+    names = [name for _, name, _ in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"--models {text!r}: two models would be named {dup[0]!r} (profiles "
+                         "are named after the function); give each model once")
+    return out
+
+
+def calibration_model(models, wanted):
+    """The name of the model whose DDP run fits the host overhead (``--calibrate-model``,
+    as a spec or a name; the first model by default)."""
+    if not wanted:
+        return models[0][1]
+    for spec, name, _ in models:
+        if wanted in (spec, name):
+            return name
+    raise ValueError(f"--calibrate-model {wanted!r} is not one of --models "
+                     f"({', '.join(spec for spec, _, _ in models)})")
+
+
+def calibration_files(work, name):
+    """The files the calibration run of model ``name`` writes in ``work``."""
+    return {"cluster": Path(work) / f"cal-{name}.json",
+            "profile": Path(work) / f"cal-{name}.profile.json"}
 
 
 def summarize(records, cluster, r0, cal_model) -> str:

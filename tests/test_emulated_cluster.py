@@ -17,7 +17,8 @@ import scalemodel as sm
 from scalemodel.calibrate.netem import EmulatedCluster, netns_available
 
 OK, WHY = netns_available()
-pytestmark = pytest.mark.skipif(not OK, reason=f"emulated cluster unavailable: {WHY}")
+pytestmark = [pytest.mark.skipif(not OK, reason=f"emulated cluster unavailable: {WHY}"),
+              pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +48,8 @@ def test_links_are_rate_limited():
 def test_calibrate_and_predict_on_the_emulated_cluster(tmp_path):
     pytest.importorskip("torch")
     out = subprocess.run([sys.executable, str(ROOT / "calibration" / "emulated_cluster.py"),
-                          "--quick", "--models", "mlp:64", "--rates", "200,1000",
+                          "--quick", "--models", "scalemodel.calibrate.models:mlp:64",
+                          "--rates", "200,1000",
                           "--calibrate-rate", "1000", "--out", str(tmp_path),
                           "--prefix", "smq", "--subnet", "10.78.0"],
                          capture_output=True, text=True, timeout=900)
@@ -65,3 +67,7 @@ def test_calibrate_and_predict_on_the_emulated_cluster(tmp_path):
     assert cal.extra["overlap_fit"]["fitted_from"]["line_rate"] == 1000e6
     assert cal.extra.get("host_overhead", {"gamma": 0.0})["gamma"] >= 0.0
     assert "median |error|" in out.stdout
+    # the model was given as package.module:function:BATCH; its profile is named after
+    # the function
+    assert sm.load_profile(tmp_path / "mlp.json").name == "mlp"
+    assert {r["model_spec"] for r in recs.values()} == {"scalemodel.calibrate.models:mlp"}

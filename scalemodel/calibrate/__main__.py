@@ -5,8 +5,12 @@ Under torchrun, on every node::
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-endpoint HOST:29500 \\
         -m scalemodel.calibrate --model resnet50 --line-rate 100Gbps --out cluster.json
 
-It runs three steps (``--steps``; all by default) and writes its files atomically on
-rank 0:
+It runs three steps (``--steps``; all by default). Everything is checked before anything
+is measured (the options, the model, ``--profile`` and ``--cluster``, and that rank 0 can
+write every output); the outputs are held in memory and written together at the end,
+on rank 0, each atomically, so a run that fails or is stopped (SIGINT, or the SIGTERM
+torchrun sends every rank when one fails) writes nothing and leaves no temporary file,
+and each rank says why in one line:
 
 1. ``compute``: every rank trains the model alone for a few iterations and records when
    each gradient is ready; rank 0's medians become the workload profile
@@ -19,8 +23,10 @@ rank 0:
    (``<out stem>.report.json``). The per-byte host overhead that makes the model match
    this run is fitted and stored in the cluster profile (``--fit-host-overhead``).
 
-Without torchrun it runs as a single process (compute only). A second form reads
-nccl-tests output instead of measuring::
+Without torchrun it runs as a single process: the compute step, and a line saying it
+skipped the other two, which need at least two ranks (asking for them with ``--steps``
+is an error before anything is measured). A second form reads nccl-tests output
+instead of measuring::
 
     python -m scalemodel.calibrate from-nccl-tests all_reduce_perf.log \\
         --line-rate 100Gbps --out cluster.json
@@ -37,8 +43,15 @@ from pathlib import Path
 
 from ..exceptions import CalibrationError, ScalemodelError
 from ..units import parse_bandwidth
+from .models import SPEC_HELP
 
 STEPS = ("compute", "transport", "scaling")
+
+MAX_TIMEOUT = 1e6
+"""Largest ``--timeout`` accepted [s] (11.6 days)."""
+
+NEEDS_RANKS = ("transport", "scaling")
+"""Steps that need at least two ranks."""
 
 
 def _log(msg):
@@ -54,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                "cluster='cluster.json'). Other form: python -m scalemodel.calibrate "
                "from-nccl-tests FILE --line-rate RATE --out cluster.json")
     p.add_argument("--model", default="resnet50",
-                   help="torchvision name, built-in (mlp, convnet) or package.module:function")
+                   help=f"what to train: {SPEC_HELP} (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=32, help="per-worker batch [samples]")
     p.add_argument("--out", default="cluster.json", help="cluster profile to write")
     p.add_argument("--profile-out", help="workload profile to write "
@@ -62,8 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-out", help="scaling report (default: <out stem>.report.json)")
     p.add_argument("--profile", help="use this workload profile instead of the compute step")
     p.add_argument("--cluster", help="use this cluster profile instead of the transport step")
-    p.add_argument("--steps", default=",".join(STEPS),
-                   help="comma-separated subset of compute,transport,scaling")
+    p.add_argument("--steps", default=None,
+                   help="comma-separated subset of compute,transport,scaling (default: all "
+                   "three under torchrun; a single process runs compute and says it skipped "
+                   "the others, which need at least 2 ranks)")
     p.add_argument("--line-rate", help="NIC line rate per worker, e.g. 100Gbps; needed for "
                    "the utilization and the prediction (default: the fitted bandwidth)")
     p.add_argument("--min-size", default="4KiB", help="smallest message [bytes]")
@@ -85,10 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="nccl (one GPU per rank, the default where CUDA is) or gloo (CPUs, "
                    "TCP)")
     p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds before a stuck collective fails [s]")
+                   help=f"seconds before a stuck collective fails, in (0, {MAX_TIMEOUT:g}] "
+                   "[s] (default: %(default)s)")
     p.add_argument("--name", help="cluster name (default: host name and backend)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
+
+
+_WRITTEN: list = []  # the files this run has written, for the message on an interrupt
 
 
 def _paths(args, model_name):
@@ -115,37 +134,208 @@ def _init(args):
                 f"this rank has LOCAL_RANK {local}: start at most {gpus} rank(s) per node "
                 "(torchrun --nproc-per-node), or pass --backend gloo to calibrate the CPUs")
         torch.cuda.set_device(local)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        dist.init_process_group(backend, timeout=timeout)
-    else:  # a single process: compute step only
-        store = dist.HashStore()
-        dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout)
+    try:
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            dist.init_process_group(backend, timeout=timeout)
+        else:  # a single process: the compute step only
+            store = dist.HashStore()
+            dist.init_process_group(backend, store=store, rank=0, world_size=1,
+                                    timeout=timeout)
+    except (RuntimeError, ValueError) as exc:  # rendezvous timeout, bad MASTER_ADDR, ...
+        from .transport import peer_failure
+        raise peer_failure(f"joining the process group ({backend}, "
+                           f"MASTER_ADDR={os.environ.get('MASTER_ADDR')}, "
+                           f"MASTER_PORT={os.environ.get('MASTER_PORT')})", exc,
+                           timeout) from exc
     return dist, timeout
 
 
-def _write_json(path, data):
-    from ..profiles import atomic_write_text
-    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
+def _check_args(args):
+    """The steps to run; every number and name checked before anything is measured."""
+    import math
 
-
-def run(args) -> int:
-    import numpy as np
-
-    from .. import scaling_factor
-    from ..cluster import load_cluster, save_cluster
-    from ..profiles import load_profile, save_profile
-
-    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    from ..exceptions import InvalidParameterError
+    given = args.steps
+    steps = [s.strip() for s in (given or ",".join(STEPS)).split(",") if s.strip()]
     bad = [s for s in steps if s not in STEPS]
     if bad or not steps:
-        raise CalibrationError(f"--steps {args.steps!r}: unknown step(s) {bad}; use a "
+        raise CalibrationError(f"--steps {given!r}: unknown step(s) {bad}; use a "
                                f"comma-separated subset of {','.join(STEPS)}")
     if "scaling" in steps and "compute" not in steps and not args.profile:
         raise CalibrationError("the scaling step needs the compute step or --profile")
     if "scaling" in steps and "transport" not in steps and not args.cluster:
         raise CalibrationError("the scaling step needs the transport step or --cluster")
+    t = args.timeout
+    if not (math.isfinite(t) and 0 < t <= MAX_TIMEOUT):
+        raise InvalidParameterError("--timeout", t, f"a number of seconds in (0, "
+                                    f"{MAX_TIMEOUT:g}]", "For example --timeout 300")
+    for option, value, least in (("--batch-size", args.batch_size, 1),
+                                 ("--repeats", args.repeats, 3),
+                                 ("--iterations", args.iterations, 3),
+                                 ("--warmup", args.warmup, 1 if "scaling" in steps else 0),
+                                 ("--threads", args.threads, 1),
+                                 ("--pin-cpu", args.pin_cpu, 0)):
+        if value is not None and value < least:
+            raise InvalidParameterError(option, value, f"an integer >= {least}")
+    if not (math.isfinite(args.bucket_cap_mb) and args.bucket_cap_mb > 0):
+        raise InvalidParameterError("--bucket-cap-mb", args.bucket_cap_mb,
+                                    "a finite number of MiB > 0")
+    if args.pin_cpu is not None and hasattr(os, "sched_getaffinity") \
+            and args.pin_cpu not in os.sched_getaffinity(0):
+        raise InvalidParameterError("--pin-cpu", args.pin_cpu, "a CPU this process may run "
+                                    f"on: {sorted(os.sched_getaffinity(0))}")
+    if "transport" in steps:
+        from .transport import COLLECTIVES, default_sizes
+        colls = [c.strip() for c in args.collectives.split(",") if c.strip()]
+        unknown = [c for c in colls if c not in COLLECTIVES]
+        if unknown or "all_reduce" not in colls:
+            raise InvalidParameterError("--collectives", args.collectives,
+                                        f"a comma-separated subset of {','.join(COLLECTIVES)} "
+                                        "that includes all_reduce (the cluster profile's fit)")
+        sizes = default_sizes(args.min_size, args.max_size)
+        if sizes.size < 4:
+            raise InvalidParameterError("--max-size", args.max_size,
+                                        f"--min-size {args.min_size} to --max-size "
+                                        f"{args.max_size} gives {sizes.size} message size(s); "
+                                        "the fits need at least 4 (sizes double)")
+    if "transport" in steps or "scaling" in steps:
+        from ..collectives import resolve_algorithm
+        resolve_algorithm(args.algorithm)
+    if "compute" in steps or "scaling" in steps:
+        from .models import check_model_spec
+        check_model_spec(args.model)
+    return steps
+
+
+def _unwritable(path, option):
+    """Why ``path`` (given as ``option``) cannot be written, or None when it can."""
+    import tempfile
+    p = Path(path)
+    if p.is_dir():
+        return f"{option} {path} is a folder; name a file, e.g. {p / 'cluster.json'}"
+    if os.path.lexists(p) and not p.is_file():
+        return f"{option} {path} exists and is not a regular file"
+    ancestor = p.absolute().parent
+    while not os.path.lexists(ancestor):
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{option} {path}: {ancestor} is a file, not a folder"
+    try:  # the only sure test (root ignores permission bits, not read-only mounts)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=ancestor)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return f"{option} {path}: cannot write in folder {ancestor} ({exc.strerror or exc})"
+    return None
+
+
+def _check_outputs(outputs):
+    """The first reason why one of ``outputs`` ([(path, option)]) cannot be written."""
+    seen = {}
+    for path, option in outputs:
+        key = os.path.realpath(path)
+        if key in seen:
+            return f"{option} and {seen[key]} name the same file {path}"
+        seen[key] = option
+        why = _unwritable(path, option)
+        if why:
+            return why
+    return None
+
+
+def _collective(what, fn, *args, timeout=None, **kwargs):
+    """``fn(*args, **kwargs)``; a failure (a peer died, a timeout) as one CalibrationError."""
+    from .transport import peer_failure
+    try:
+        return fn(*args, **kwargs)
+    except CalibrationError:
+        raise
+    except RuntimeError as exc:  # DistBackendError, DistStoreError, gloo's errors
+        raise peer_failure(what, exc, timeout) from exc
+
+
+def _final_barrier(dist, timeout):
+    _collective("the final barrier (every rank done measuring)", dist.barrier,
+                timeout=timeout)
+
+
+def run(args) -> int:
+    from .. import profiles
+    from ..cluster import load_cluster
+
+    _WRITTEN.clear()
+    steps = _check_args(args)
     line_rate = parse_bandwidth(args.line_rate) if args.line_rate else None
+    from .models import model_name as _model_name
+    model_name = _model_name(args.model)
+    out, profile_path, report_path = _paths(args, model_name)
+    # inputs are read before anything is measured
+    profile = load_profile_for(args) if args.profile else None
+    cluster = load_cluster(args.cluster) if args.cluster else None
     dist, timeout = _init(args)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    skipped = []
+    try:
+        if world < 2:
+            need = [s for s in steps if s in NEEDS_RANKS]
+            if need and args.steps is not None:
+                raise CalibrationError(
+                    f"--steps {','.join(need)} needs at least 2 ranks, and this is a single "
+                    "process: run under torchrun --nproc-per-node 2 (or more nodes), or pass "
+                    "--steps compute")
+            skipped = need
+            steps = [s for s in steps if s not in need]
+        outputs = [(out, "--out")]  # checked even where only its stem names the others
+        if "compute" in steps:
+            outputs.append((profile_path, "--profile-out" if args.profile_out else
+                            "the workload profile (--profile-out)"))
+        if "scaling" in steps:
+            outputs.append((report_path, "--report-out" if args.report_out else
+                            "the report (--report-out)"))
+        why = [_check_outputs(outputs) if rank == 0 else None]
+        _collective("sharing the output check", dist.broadcast_object_list, why, src=0,
+                    timeout=timeout)
+        if why[0]:
+            raise CalibrationError(f"{why[0]}; nothing was measured"
+                                   + ("" if rank == 0 else " (checked on rank 0)"))
+        staged = _measure(args, steps, dist, timeout, profile, cluster, line_rate,
+                          model_name, out, profile_path, report_path)
+        _final_barrier(dist, timeout)
+        if rank == 0:
+            texts = {path: text for path, (_, text) in staged.items()}
+            with profiles._signals_held():  # an interrupt now comes after the last rename
+                profiles.atomic_write_files(texts)
+                _WRITTEN.extend(str(p) for p in texts)
+            ran = ", ".join(steps)
+            wrote = "; ".join(f"{label} {path}" for path, (label, _) in staged.items())
+            msg = f"ran {ran}; wrote {wrote or 'nothing'}"
+            if skipped:
+                msg += (f"; skipped {', '.join(skipped)}: they need at least 2 ranks (run "
+                        "under torchrun --nproc-per-node 2, or on more nodes)")
+            _log(msg)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+def load_profile_for(args):
+    """The ``--profile`` file, checked against ``--model``."""
+    from ..profiles import load_profile
+    profile = load_profile(args.profile)
+    recorded = profile.provenance.get("model_spec")
+    if recorded and recorded != args.model:
+        raise CalibrationError(
+            f"--profile {args.profile} was recorded for model {recorded!r}, not "
+            f"{args.model!r}: pass --model {recorded} or measure this model (drop "
+            "--profile)")
+    return profile
+
+
+def _measure(args, steps, dist, timeout, profile, cluster, line_rate, model_name, out,
+             profile_path, report_path):
+    """Run the steps; return the files to write, ``{path: (label, text)}`` (rank 0)."""
+    import attrs
     rank, world = dist.get_rank(), dist.get_world_size()
     # the compute step runs where the DDP step does: the rank's GPU under nccl, else the CPU
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
@@ -155,89 +345,68 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     if args.pin_cpu is not None:
         os.sched_setaffinity(0, {args.pin_cpu})
-    try:
-        from .models import load_model
-        model_name = args.model.partition(":")[2] or args.model
-        out, profile_path, report_path = _paths(args, model_name)
-        profile = compute = None
-        if args.profile:
-            profile = load_profile(args.profile)
-            recorded = profile.provenance.get("model_spec")
-            if recorded and recorded != args.model:
-                raise CalibrationError(
-                    f"--profile {args.profile} was recorded for model {recorded!r}, not "
-                    f"{args.model!r}: pass --model {recorded} or measure this model (drop "
-                    "--profile)")
-        if "compute" in steps:
-            from .compute import measure_compute
+    staged = {}
+
+    def stage(path, label, obj):
+        data = obj if isinstance(obj, dict) else obj.to_dict()
+        staged[path] = (label, json.dumps(data, indent=1) + "\n")
+
+    compute = None
+    if "compute" in steps:
+        from .compute import measure_compute
+        if progress:
+            _log(f"compute: {args.model}, batch {args.batch_size}, on all {world} ranks")
+        compute = measure_compute(args.model, batch_size=args.batch_size,
+                                  warmup=args.warmup, iterations=args.iterations,
+                                  name=model_name, amp=args.amp, device=device,
+                                  progress=None)
+        medians = [None] * world
+        _collective("gathering the compute medians (all_gather_object)",
+                    dist.all_gather_object, medians, compute.spread()["median"],
+                    timeout=timeout)
+        profile = compute.profile
+        if rank == 0:
+            prov = dict(profile.provenance, rank_iteration_medians=medians,
+                        world_size=world)
+            profile = attrs.evolve(profile, provenance=prov)
+            stage(profile_path, "workload profile", profile)
             if progress:
-                _log(f"compute: {args.model}, batch {args.batch_size}, on all {world} ranks")
-            compute = measure_compute(args.model, batch_size=args.batch_size,
-                                      warmup=args.warmup, iterations=args.iterations,
-                                      name=model_name, amp=args.amp, device=device,
-                                      progress=None)
-            medians = [None] * world
-            dist.all_gather_object(medians, compute.spread()["median"])
-            profile = compute.profile
-            if rank == 0:
-                prov = dict(profile.provenance, rank_iteration_medians=medians,
-                            world_size=world)
-                import attrs
-                profile = attrs.evolve(profile, provenance=prov)
-                save_profile(profile, profile_path)
-                if progress:
-                    _log(f"compute: {compute}")
-                    _log(f"wrote workload profile {profile_path}")
-                spread = max(medians) / min(medians)
-                if spread > 1.1:
-                    import warnings
-                    from ..exceptions import CalibrationWarning
-                    warnings.warn(f"ranks differ: their iteration medians span {spread:.2f}x "
-                                  f"({min(medians) * 1e3:.1f} to {max(medians) * 1e3:.1f} ms); "
-                                  "the slowest rank sets the pace", CalibrationWarning)
-        cluster = load_cluster(args.cluster) if args.cluster else None
-        if "transport" in steps:
-            if world < 2:
-                raise CalibrationError("the transport step needs at least 2 ranks: run under "
-                                       "torchrun --nproc-per-node 2 (or more nodes)")
-            from .transport import default_sizes, run_sweep
-            colls = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
-            sweep = run_sweep(default_sizes(args.min_size, args.max_size),
-                              collectives=colls, warmup=args.warmup, repeats=args.repeats,
-                              progress=progress, timeout=timeout)
-            if rank == 0:
-                cluster = _fit_cluster(args, sweep, line_rate, progress)
-                save_cluster(cluster, out)
-                if progress:
-                    _log(f"wrote cluster profile {out}")
-        if "scaling" in steps:
-            if world < 2:
-                raise CalibrationError("the scaling step needs at least 2 ranks: run under "
-                                       "torchrun")
-            from .scaling import measure_ddp
-            if progress:
-                _log(f"scaling: DDP on {world} ranks, bucket cap {args.bucket_cap_mb} MiB")
-            ddp = measure_ddp(args.model, batch_size=args.batch_size, warmup=args.warmup,
-                              iterations=args.iterations, bucket_cap_mb=args.bucket_cap_mb,
-                              progress=progress, timeout=timeout, amp=args.amp)
-            if rank == 0:
-                if compute is not None:
-                    # the compute step's shape, the speed of the paired local iterations
-                    profile = _rescaled(profile, ddp.local_median)
-                    save_profile(profile, profile_path)
-                report = _report(args, profile, compute, cluster, ddp, world, line_rate)
-                fitted_cluster = report.pop("_cluster")
-                if fitted_cluster is not None:
-                    save_cluster(fitted_cluster, out)
-                _write_json(report_path, report)
-                print(report["text"])
-                if progress:
-                    _log(f"wrote report {report_path}")
-        dist.barrier()
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return 0
+                _log(f"compute: {compute}")
+            spread = max(medians) / min(medians)
+            if spread > 1.1:
+                import warnings
+                from ..exceptions import CalibrationWarning
+                warnings.warn(f"ranks differ: their iteration medians span {spread:.2f}x "
+                              f"({min(medians) * 1e3:.1f} to {max(medians) * 1e3:.1f} ms); "
+                              "the slowest rank sets the pace", CalibrationWarning)
+    if "transport" in steps:
+        from .transport import default_sizes, run_sweep
+        colls = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
+        sweep = run_sweep(default_sizes(args.min_size, args.max_size),
+                          collectives=colls, warmup=args.warmup, repeats=args.repeats,
+                          progress=progress, timeout=timeout)
+        if rank == 0:
+            cluster = _fit_cluster(args, sweep, line_rate, progress)
+            stage(out, "cluster profile", cluster)
+    if "scaling" in steps:
+        from .scaling import measure_ddp
+        if progress:
+            _log(f"scaling: DDP on {world} ranks, bucket cap {args.bucket_cap_mb} MiB")
+        ddp = measure_ddp(args.model, batch_size=args.batch_size, warmup=args.warmup,
+                          iterations=args.iterations, bucket_cap_mb=args.bucket_cap_mb,
+                          progress=progress, timeout=timeout, amp=args.amp)
+        if rank == 0:
+            if compute is not None:
+                # the compute step's shape, the speed of the paired local iterations
+                profile = _rescaled(profile, ddp.local_median)
+                stage(profile_path, "workload profile", profile)
+            report = _report(args, profile, compute, cluster, ddp, world, line_rate)
+            fitted_cluster = report.pop("_cluster")
+            if fitted_cluster is not None:
+                stage(out, "cluster profile", fitted_cluster)
+            stage(report_path, "report", report)
+            print(report["text"], flush=True)
+    return staged
 
 
 def _fit_cluster(args, sweep, line_rate, progress):
@@ -381,20 +550,63 @@ def _format_warning(message, category, *args, **kwargs):
     return f"[scalemodel.calibrate] {category.__name__}: {message}\n"
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (torchrun sends it to every rank when one fails)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _who() -> str:
+    """`` (rank R of W)`` under torchrun, else nothing: every rank prints its own line."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    return f" (rank {rank} of {world})" if rank is not None and world not in (None, "1") \
+        else ""
+
+
+def _one_line(exc) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _outcome() -> str:
+    if _WRITTEN:
+        return f"the files were written before it stopped: {', '.join(_WRITTEN)}"
+    return "nothing was written"
+
+
 def main(argv=None) -> int:
+    import signal
     import warnings
     warnings.formatwarning = _format_warning
     argv = sys.argv[1:] if argv is None else list(argv)
+    previous = None
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        pass
     try:
         if argv and argv[0] == "from-nccl-tests":
             return from_nccl_tests(argv[1:])
         return run(build_parser().parse_args(argv))
-    except (ScalemodelError, ValueError, TypeError) as exc:
-        print(f"scalemodel.calibrate: error: {exc}", file=sys.stderr)
+    except (ScalemodelError, ValueError, TypeError, OSError) as exc:
+        print(f"scalemodel.calibrate: error{_who()}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # a torch error no step turned into a CalibrationError
+        print(f"scalemodel.calibrate: error{_who()}: {type(exc).__name__}: "
+              f"{_one_line(exc)[:300]}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("scalemodel.calibrate: interrupted; no file was half written", file=sys.stderr)
+        print(f"scalemodel.calibrate: interrupted{_who()}; {_outcome()}", file=sys.stderr)
         return 130
+    except Terminated:
+        print(f"scalemodel.calibrate: stopped by SIGTERM{_who()} (torchrun stops every rank "
+              f"when one fails: see the first error); {_outcome()}", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import numpy as np
 from ..exceptions import CalibrationError
 from .compute import autocast_context
 from .models import load_model, loss_function
-from .transport import distributed_context
+from .transport import distributed_context, peer_failure
 
 __all__ = ["DDPMeasurement", "measure_ddp"]
 
@@ -133,9 +133,15 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
     autocast = autocast_context(amp, device)
     net, x, y, _ = load_model(model, batch_size)
     net, x, y = net.to(device), x.to(device), y.to(device)
-    ddp = torch.nn.parallel.DistributedDataParallel(
-        net, device_ids=[device.index] if device.type == "cuda" else None,
-        bucket_cap_mb=float(bucket_cap_mb), process_group=group)
+    try:  # the constructor broadcasts the parameters and checks their shapes on all ranks
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            net, device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=float(bucket_cap_mb), process_group=group)
+    except CalibrationError:
+        raise
+    except RuntimeError as exc:
+        raise peer_failure("setting up DDP (its constructor syncs the parameters of all "
+                           "ranks)", exc, timeout) from exc
     loss_fn = loss_function(y)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
     rank = dist.get_rank(group)
@@ -172,11 +178,11 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
         worst = torch.tensor([times, local], dtype=torch.float64,
                              device=device if backend == "nccl" else "cpu")
         dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
+    except CalibrationError:
+        raise
     except RuntimeError as exc:
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CalibrationError(f"DDP training failed at iteration {len(times) + 1}: {text}. "
-                               "A peer rank probably died or timed out "
-                               f"(timeout {timeout}); see its output, then rerun") from exc
+        raise peer_failure(f"DDP training at iteration {len(times) + 1}", exc,
+                           timeout) from exc
     worst = worst.cpu().numpy()
     return DDPMeasurement(seconds=worst[0], local_seconds=worst[1],
                           world_size=dist.get_world_size(group),

@@ -21,7 +21,7 @@ import numpy as np
 from ..exceptions import CalibrationError, InvalidParameterError
 from .models import _torch
 
-__all__ = ["TransportSweep", "default_sizes", "run_sweep", "parse_size"]
+__all__ = ["TransportSweep", "default_sizes", "run_sweep", "parse_size", "peer_failure"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "send_recv")
 _SUFFIX = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024 ** 2, "mib": 1024 ** 2,
@@ -144,8 +144,22 @@ def distributed_context(who, group, device, **counts):
     return torch, dist, backend, device, sync
 
 
-def _fail(collective, nbytes, exc, timeout):
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+def peer_failure(what, exc, timeout=None) -> CalibrationError:
+    """A one-line :class:`~scalemodel.CalibrationError` for a collective that failed.
+
+    Parameters
+    ----------
+    what : str
+        What was running, e.g. ``"all_reduce of 4096 bytes"`` [-].
+    exc : BaseException
+        The error torch.distributed raised [-].
+    timeout : datetime.timedelta, optional
+        The process group's timeout, for the message [s].
+    """
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    if len(text) > 200:
+        text = text[:197] + "..."
     if "timeout" in text.lower() or "timed out" in text.lower():
         why = (f"timed out (process group timeout {timeout})" if timeout else "timed out")
         hint = ("a rank is stuck or far slower than the others; check that every rank runs "
@@ -154,7 +168,11 @@ def _fail(collective, nbytes, exc, timeout):
         why = f"failed: {text}"
         hint = ("a peer rank probably died or lost its connection; see that rank's output, "
                 "then rerun")
-    return CalibrationError(f"{collective} of {int(nbytes)} bytes {why}. {hint}")
+    return CalibrationError(f"{what} {why}. {hint}")
+
+
+def _fail(collective, nbytes, exc, timeout):
+    return peer_failure(f"{collective} of {int(nbytes)} bytes", exc, timeout)
 
 
 def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2, repeats=5,
