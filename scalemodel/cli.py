@@ -1,5 +1,5 @@
 """Command line: ``scalemodel scaling | min-compression | required-bandwidth | iteration |
-plan | breakeven | profiles | whatif``. Run ``scalemodel --help`` or
+plan | breakeven | fit | profiles | whatif``. Run ``scalemodel --help`` or
 ``scalemodel COMMAND --help``.
 
 Every value is read by the library's own parsers after argparse has split the line (an
@@ -198,28 +198,47 @@ def _model_options(p):
                         "(required)")
     _add(p, "--utilization", _fraction, default=1.0,
          help="fraction of the line rate the transport achieves, in (0, 1] [-] (default 1)")
-    p.add_argument("--algorithm", default="ring",
-                   help="all-reduce algorithm: ring, tree, halving-doubling, hierarchical, "
-                        "allgather or ps [-] (default ring)")
-    p.add_argument("--fusion", default="ddp",
-                   help="gradient bucketing: ddp (PyTorch DDP buckets), horovod or none "
-                        "[-] (default ddp)")
+    _algorithm_options(p)
     _add(p, "--alpha", _seconds, default=None,
          help="per-message network latency, seconds or with a unit (5us, 0.1ms) [s] "
               "(default: the cluster's, else 0 as in the paper's what-if analysis)")
     _add(p, "--codec-cost", _nonnegative, default=0.0,
          help="encode + decode time per gradient byte when compressing [s/byte] "
               "(default 0)")
+    _topology_options(p)
+    p.add_argument("--cluster", default=None,
+                   help="calibrated or fitted cluster profile supplying latency, achieved "
+                        "bandwidth, topology, compute slowdown and fixed costs [JSON file] "
+                        "(default: none, the ideal network above)")
+    _json_option(p)
+
+
+def _algorithm_options(p):
+    p.add_argument("--algorithm", default="ring",
+                   help="all-reduce algorithm: ring, tree, halving-doubling, hierarchical, "
+                        "allgather, ps, or nccl (NCCL's own ring/tree and protocol choice "
+                        "per message; nccl-2.4 ... nccl-2.7 for older releases) [-] "
+                        "(default ring)")
+    p.add_argument("--fusion", default="ddp",
+                   help="gradient bucketing: ddp (PyTorch DDP buckets), horovod, none (per "
+                        "tensor, WFBP), bsp (all after backward) or mg-wfbp [-] "
+                        "(default ddp)")
+
+
+def _topology_options(p, *, fit=False):
     _add(p, "--gpus-per-node", _count, default=None,
-         help="workers per node [workers] (default: the cluster's, else every worker on "
-              "its own link; 8 for --algorithm hierarchical)")
+         help="workers per node; --bw is then one NIC's line rate [workers] "
+              + ("(default: the --cluster's, else 8)" if fit else
+                 "(default: the cluster's, else every worker on its own link; 8 for "
+                 "--algorithm hierarchical)"))
+    _add(p, "--nics-per-node", _count, default=None,
+         help="NICs per node, each at --bw [NICs] (default: the cluster's, else 1)")
     _add(p, "--intra-bw", _bandwidth, default=None,
          help="intra-node link rate per GPU; bits/s or with a unit (300GB/s) [bits/s] "
               "(default: the cluster's, else 2.4e12 = 300 GB/s, V100 NVLink 2.0)")
-    p.add_argument("--cluster", default=None,
-                   help="calibrated cluster profile supplying latency and achieved "
-                        "bandwidth [JSON file] (default: none, the ideal network above)")
-    _json_option(p)
+    _add(p, "--intra-alpha", _seconds, default=None,
+         help="intra-node step latency, seconds or with a unit (2us) [s] (default: the "
+              "cluster's, else 0)")
 
 
 def _n_option(p, *, many=False, required=False):
@@ -346,7 +365,7 @@ def _build_whatif(sub):
 
 # options passed on only when given, so that the API's defaults (and a cluster's values)
 # apply otherwise
-_WHEN_GIVEN = ("alpha", "gpus_per_node", "intra_bw", "cluster")
+_WHEN_GIVEN = ("alpha", "gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha", "cluster")
 
 
 def _network(args):
@@ -517,6 +536,63 @@ def cmd_profiles(args):
               f"{r['iteration_time'] * 1e3:>9.1f}{r['batch_size']:>6}  {r['device']}{alias}")
 
 
+def _build_fit(sub):
+    p = _sub(sub, "fit", "fit a cluster from measured runs (CSV) and write it")
+    p.add_argument("runs", help="CSV of measured runs, header: model,n,bw,scaling_factor "
+                   "or iteration_time[,single_worker_time,compute_time,fusion,algorithm,"
+                   "uncertainty,label] [file] (required)")
+    _algorithm_options(p)
+    _topology_options(p, fit=True)
+    p.add_argument("--cluster", default=None,
+                   help="cluster to start from, e.g. the transport calibration's [JSON file] "
+                        "(default: none)")
+    p.add_argument("--fit", default=None,
+                   help="fit exactly these parameters, comma-separated (ceiling, "
+                        "utilization, sync_overhead, collective_overhead, compute_slowdown, "
+                        "alpha, overlap, host_overhead) [-] (default: chosen from the runs)")
+    p.add_argument("--hold", default=None,
+                   help="never fit these parameters, comma-separated [-] (default: none)")
+    p.add_argument("--out", default=None,
+                   help="write the fitted cluster here, atomically [JSON file] (default: "
+                        "print only)")
+    _json_option(p)
+    p.set_defaults(func=cmd_fit)
+
+
+def cmd_fit(args):
+    import warnings
+
+    from .exceptions import CalibrationWarning
+    from .fitting import fit_cluster
+
+    def names(text):
+        return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
+
+    kw = {k: getattr(args, k) for k in ("gpus_per_node", "nics_per_node", "intra_bw",
+                                        "intra_alpha") if getattr(args, k) is not None}
+    if args.cluster is not None:
+        kw.setdefault("gpus_per_node", None)  # the starting cluster's topology
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CalibrationWarning)
+        fit = fit_cluster(args.runs, algorithm=args.algorithm, fusion=args.fusion,
+                          cluster=args.cluster, fit=names(args.fit), hold=names(args.hold),
+                          **kw)
+    notes = [str(w.message) for w in caught if issubclass(w.category, CalibrationWarning)]
+    if args.out:
+        fit.save(args.out)
+    if args.json:
+        return _print_json(dict(fit.to_dict(), warnings=notes, out=args.out))
+    print(fit.message)
+    print(f"{'run':<24}{'measured':>10}{'fitted':>10}{'error':>9}")
+    for r in fit.residuals:
+        print(f"{r.label[:23]:<24}{r.measured * 1e3:8.1f}ms{r.fitted * 1e3:8.1f}ms"
+              f"{100 * r.error:+8.1f}%")
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    if args.out:
+        print(f"wrote {args.out}; use it as --cluster {args.out}")
+
+
 def cmd_whatif(args):
     table = whatif_table()
     if args.json:
@@ -526,7 +602,8 @@ def cmd_whatif(args):
 
 
 BUILDERS = (_build_scaling, _build_min_compression, _build_required_bandwidth,
-            _build_iteration, _build_plan, _build_breakeven, _build_profiles, _build_whatif)
+            _build_iteration, _build_plan, _build_breakeven, _build_fit, _build_profiles,
+            _build_whatif)
 """One builder per subcommand, in the order ``--help`` lists them."""
 
 

@@ -77,7 +77,8 @@ import numpy as np
 from .collectives import ReductionCost
 from .exceptions import InvalidParameterError, ParameterTypeError, ProfileFormatError
 from .topology import Topology
-from .units import check_fraction, check_nonnegative, check_positive, format_bandwidth
+from .units import (check_fraction, check_nonnegative, check_positive, format_bandwidth,
+                    parse_duration, scalar_converter)
 
 __all__ = ["ClusterProfile", "load_cluster", "save_cluster"]
 
@@ -138,17 +139,20 @@ class ClusterProfile:
     """
 
     name: str = "cluster"
-    alpha: float = attrs.field(default=0.0, converter=float)
-    utilization: float = attrs.field(default=1.0, converter=float)
+    alpha: float = attrs.field(default=0.0, converter=scalar_converter("alpha", parse_duration))
+    utilization: float = attrs.field(default=1.0, converter=scalar_converter("utilization"))
     ceiling: float | None = None
     table_line_rate: np.ndarray | None = None
     table_utilization: np.ndarray | None = None
     reduction: ReductionCost | None = None
-    overlap: float = attrs.field(default=1.0, converter=float)
+    overlap: float = attrs.field(default=1.0, converter=scalar_converter("overlap"))
     topology: Topology | None = None
-    compute_slowdown: float = attrs.field(default=1.0, converter=float)
-    collective_overhead: float = attrs.field(default=0.0, converter=float)
-    sync_overhead: float = attrs.field(default=0.0, converter=float)
+    compute_slowdown: float = attrs.field(default=1.0,
+                                          converter=scalar_converter("compute_slowdown"))
+    collective_overhead: float = attrs.field(
+        default=0.0, converter=scalar_converter("collective_overhead", parse_duration))
+    sync_overhead: float = attrs.field(default=0.0, converter=scalar_converter(
+        "sync_overhead", parse_duration))
     intervals: dict = attrs.field(factory=dict)
     codec_costs: dict = attrs.field(factory=dict)
     provenance: dict = attrs.field(factory=dict)
@@ -266,6 +270,49 @@ class ClusterProfile:
         t = (math.log(needed) - math.log(ach[i - 1])) / (math.log(ach[i]) - math.log(ach[i - 1]))
         return float(math.exp(math.log(rate[i - 1]) + t * (math.log(rate[i])
                                                           - math.log(rate[i - 1]))))
+
+    def corners(self):
+        """The (pessimistic, optimistic) clusters at the ends of the fitted intervals.
+
+        The scaling factor falls with the latency, the compute slowdown and the fixed
+        costs, and rises with the utilization (every table row) and the ceiling, so over
+        the box of ``intervals`` its extremes sit at these two corners (see
+        :mod:`scalemodel.calibrate.uncertainty`). Fields without an interval stay as they
+        are. Returns ``(self, self)`` when there are no intervals.
+        """
+        iv = self.intervals
+
+        def pair(name, value):
+            lo, hi = iv.get(name, (value, value))
+            return float(lo), float(hi)
+
+        worst, best = {}, {}
+        for name, rises in (("alpha", False), ("compute_slowdown", False),
+                            ("collective_overhead", False), ("sync_overhead", False),
+                            ("utilization", True), ("overlap", True)):
+            if name in iv:
+                lo, hi = pair(name, getattr(self, name))
+                if name == "compute_slowdown":
+                    lo = max(1.0, lo)
+                if name in ("utilization", "overlap"):
+                    lo, hi = max(lo, 1e-9 if name == "utilization" else 0.0), min(hi, 1.0)
+                if name in ("alpha", "collective_overhead", "sync_overhead"):
+                    lo = max(lo, 0.0)
+                worst[name], best[name] = (lo, hi) if rises else (hi, lo)
+        if "ceiling" in iv and self.ceiling is not None:
+            worst["ceiling"], best["ceiling"] = pair("ceiling", self.ceiling)
+        if self.table_line_rate is not None and "table_utilization" in iv:
+            lo, hi = (np.clip(np.asarray(v, dtype=float), 1e-9, 1.0)
+                      for v in iv["table_utilization"])
+            worst["table_utilization"], best["table_utilization"] = lo, hi
+        elif self.table_line_rate is not None and "utilization" in iv and self.utilization > 0:
+            scale_lo = worst["utilization"] / self.utilization
+            scale_hi = best["utilization"] / self.utilization
+            worst["table_utilization"] = np.clip(self.table_utilization * scale_lo, 1e-9, 1)
+            best["table_utilization"] = np.clip(self.table_utilization * scale_hi, 1e-9, 1)
+        if not worst:
+            return self, self
+        return attrs.evolve(self, **worst), attrs.evolve(self, **best)
 
     def __repr__(self):
         parts = [f"name={self.name!r}", f"alpha={self.alpha:.3g} s"]

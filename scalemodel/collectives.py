@@ -50,7 +50,8 @@ import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
 from .topology import DEFAULT_INTRA_BW, HIERARCHICAL_GPUS_PER_NODE, Topology
-from .units import check_count, check_fraction, check_nonnegative, check_ratio, parse_bandwidth
+from .units import (check_count, check_fraction, check_nonnegative, check_ratio,
+                    parse_bandwidth, parse_duration, scalar_converter)
 
 __all__ = [
     "ReductionCost",
@@ -100,8 +101,9 @@ class ReductionCost:
         Label for reports.
     """
 
-    gamma: float = attrs.field(default=0.0, converter=float)
-    latency: float = attrs.field(default=0.0, converter=float)
+    gamma: float = attrs.field(default=0.0, converter=scalar_converter("gamma"))
+    latency: float = attrs.field(default=0.0, converter=scalar_converter("latency",
+                                                                          parse_duration))
     table_bytes: np.ndarray | None = attrs.field(default=None)
     table_seconds: np.ndarray | None = attrs.field(default=None)
     name: str = "linear"
@@ -175,10 +177,11 @@ class CollectiveOptions:
         GPU architecture and intra-node link kind, for NCCL's choice of algorithm [-].
     """
 
-    alpha: float = attrs.field(default=0.0, converter=float)
+    alpha: float = attrs.field(default=0.0, converter=scalar_converter("alpha", parse_duration))
     gpus_per_node: int | None = None
     intra_bw: float = DEFAULT_INTRA_BW
-    intra_alpha: float = attrs.field(default=0.0, converter=float)
+    intra_alpha: float = attrs.field(default=0.0,
+                                     converter=scalar_converter("intra_alpha", parse_duration))
     ps_servers: int | None = None
     nics_per_node: int = 1
     arch: str = "volta"

@@ -45,8 +45,8 @@ from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
 from .overlap import UpperEnvelope, overlap_lines
 from .profiles import WorkloadProfile, load_profile
 from .topology import resolve_topology
-from .units import (check_count, check_fraction, check_nonnegative, check_ratio,
-                    parse_bandwidth)
+from .units import (broadcast_shape, check_count, check_fraction, check_nonnegative,
+                    check_ratio, parse_bandwidth, parse_duration)
 
 __all__ = ["scaling_factor", "iteration_time", "IterationTime", "Scenario", "BINDINGS"]
 
@@ -63,7 +63,7 @@ intra-node copies) or ``fixed`` (the cluster's per-collective and per-iteration 
 def _scalar_float(value, name):
     if value is None:
         return None
-    v = check_nonnegative(value, name)
+    v = parse_duration(value, name)
     if not isinstance(v, float):
         raise ParameterTypeError(name, value, "a single number")
     return v
@@ -360,6 +360,7 @@ def _prepare(n, bw, utilization, compression):
     bw = parse_bandwidth(bw, "bw")
     u = check_fraction(utilization, "utilization")
     r = check_ratio(compression, "compression")
+    broadcast_shape(n=n, bw=bw, utilization=u, compression=r)
     return n, bw, u, r
 
 

@@ -163,6 +163,16 @@ def _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha
                           cluster=cluster)
 
 
+def _fixed_buckets(sc):
+    """Break-even maps and grids need buckets that do not change with the network."""
+    if sc.needs_plan:
+        raise InvalidParameterError(
+            "fusion", "mg-wfbp", "replans its buckets for every network, so a grid or a "
+            "break-even rate has no fixed bucketing to compare",
+            "Pass MGWFBP(startup, per_byte) with the start-up and per-byte times it planned "
+            "with, or ask plan_compression one line rate at a time")
+
+
 def _compressor_list(compressors):
     if compressors is None:
         compressors = DEFAULT_PLAN_COMPRESSORS
@@ -518,6 +528,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     codec = codec_costs_for(sc.cluster)
     u_eff = effective_utilization(sc, bw, u)
     x = 1.0 / (u_eff * bw)
+    sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
     p = sc.profile
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
     ideal = min_compression(model, bw, n=n, target=target, utilization=u,
@@ -614,6 +625,7 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     u = check_fraction(utilization, "utilization")
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node)
+    _fixed_buckets(sc)
     codec = codec_costs_for(sc.cluster)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / np.multiply(u, bw)
@@ -698,6 +710,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node)
+    _fixed_buckets(sc)
     codec = codec_costs_for(sc.cluster)
     none = get_compressor("none")
     out = []

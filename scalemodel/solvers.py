@@ -74,6 +74,10 @@ class CompressionResult:
         Latency, bandwidth and overhead time on the critical path at ``ratio`` [s].
     n, bw, target, utilization : float
         The question asked: [workers], [bits/s], [-], [-].
+    interval : tuple of float or None
+        ``(lo, hi)`` of the ratio over the cluster's fitted intervals (its pessimistic
+        and optimistic corners, :meth:`~scalemodel.ClusterProfile.corners`); None without
+        intervals [-].
     """
 
     ratio: float
@@ -88,6 +92,7 @@ class CompressionResult:
     bw: float
     target: float
     utilization: float
+    interval: tuple | None = None
 
 
 @attrs.frozen
@@ -113,6 +118,9 @@ class BandwidthResult:
         Latency, bandwidth and overhead time on the critical path [s].
     n, target, compression, utilization : float
         The question asked: [workers], [-], [-], [-].
+    interval : tuple of float or None
+        ``(lo, hi)`` of ``bw`` over the cluster's fitted intervals; None without
+        intervals [bits/s].
     """
 
     bw: float
@@ -126,6 +134,28 @@ class BandwidthResult:
     target: float
     compression: float
     utilization: float
+    interval: tuple | None = None
+
+
+def _with_interval(result, sc, solve, field, what):
+    """``result`` with the interval of ``field`` over the cluster's corners (``solve``
+    answers the same question on another cluster)."""
+    cl = sc.cluster
+    if cl is None or not cl.intervals:
+        return result
+    worst, best = cl.corners()
+    if worst is cl and best is cl:
+        return result
+    a = getattr(solve(worst), field)
+    b = getattr(solve(best), field)
+    value = getattr(result, field)
+    lo, hi = min(a, b, value), max(a, b, value)
+    fmt = (lambda v: f"{v:.3g}x") if what == "ratio" else format_bandwidth
+    text = (f"{fmt(lo)} to {fmt(hi)}" if math.isfinite(hi) else
+            f"from {fmt(lo)}, and none at the pessimistic end" if math.isfinite(lo) else
+            "none at either end")
+    return attrs.evolve(result, interval=(lo, hi),
+                        message=f"{result.message}; over the fit's intervals {text}")
 
 
 def _scalar(name, value):
@@ -214,10 +244,20 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     bw = _scalar("bw", parse_bandwidth(bw, "bw"))
     target = _scalar("target", check_fraction(target, "target"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
-    sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                        codec_cost=codec_cost, gpus_per_node=gpus_per_node,
-                        nics_per_node=nics_per_node, intra_bw=intra_bw,
-                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
+
+    def build(cl):
+        return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
+                              codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                              nics_per_node=nics_per_node, intra_bw=intra_bw,
+                              intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cl)
+
+    sc = build(cluster)
+    return _with_interval(_min_compression(sc, bw, n, target, u), sc,
+                          lambda cl: _min_compression(build(cl), bw, n, target, u),
+                          "ratio", "ratio")
+
+
+def _min_compression(sc, bw, n, target, u) -> CompressionResult:
     p = sc.profile
     u = effective_utilization(sc, bw, u)
     with np.errstate(over="ignore", divide="ignore"):
@@ -302,10 +342,20 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     target = _scalar("target", check_fraction(target, "target"))
     r = _scalar("compression", check_ratio(compression, "compression"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
-    sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                        codec_cost=codec_cost, gpus_per_node=gpus_per_node,
-                        nics_per_node=nics_per_node, intra_bw=intra_bw,
-                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
+
+    def build(cl):
+        return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
+                              codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                              nics_per_node=nics_per_node, intra_bw=intra_bw,
+                              intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cl)
+
+    sc = build(cluster)
+    return _with_interval(_solve_bandwidth(sc, n, target, r, u), sc,
+                          lambda cl: _solve_bandwidth(build(cl), n, target, r, u),
+                          "bw", "bw")
+
+
+def _solve_bandwidth(sc, n, target, r, u) -> BandwidthResult:
     if not sc.needs_plan:
         return _required_bandwidth(sc, n, target, r, u)
     bw_guess, res = 10e9, None  # MG-WFBP replans for each line rate: a fixed point

@@ -110,12 +110,15 @@ def test_validators_refuse_non_numbers(check, value):
     assert info.value.parameter == "p" and str(info.value).startswith("p=")
 
 
-@pytest.mark.parametrize("alpha, kind", [("1ms", ParameterTypeError), (None, None),
+@pytest.mark.parametrize("alpha, kind", [("1 fortnight", InvalidParameterError), (None, None),
                                          ([1e-6], ParameterTypeError),
                                          (-1e-6, InvalidParameterError),
                                          (float("inf"), InvalidParameterError),
                                          (True, ParameterTypeError)])
 def test_alpha_is_checked_by_the_units_validators(alpha, kind):
+    # a time with a unit is read as one, like the CLI's --alpha
+    assert sm.scaling_factor("bert", 8, 1e10, alpha="1ms") == \
+        sm.scaling_factor("bert", 8, 1e10, alpha=1e-3)
     if kind is None:  # None: the cluster's latency, else 0
         assert sm.scaling_factor("bert", 8, 1e10, alpha=alpha) == \
             sm.scaling_factor("bert", 8, 1e10)

@@ -1,0 +1,195 @@
+"""Validate fit_cluster on published measured runs: calibrate from at most two, predict the rest.
+
+The data are Zhang et al.'s measured ResNet-50 scaling on AWS p3dn (NetAI 2020,
+arXiv:2006.10103; ``benchmarks/data/netai2020/``): 2, 4 and 8 servers of 8 V100 with one
+100 Gbit/s NIC each, Horovod over NCCL 2.4.8 sockets, the NIC capped at 1-100 Gbit/s. The
+protocol:
+
+1. the compute times of Fig. 2 (forward + backward alone and inside the distributed
+   runs) give the compute slowdown;
+2. ``scalemodel.fit_cluster`` fits the cluster from at most two measured runs, with the
+   setup the paper states (``fusion="horovod"``, ``algorithm="nccl-2.4"``, 8 GPUs per
+   node) and nothing else;
+3. the fitted cluster predicts every other run; the error is that of the iteration time,
+   ``predicted / measured - 1`` (= measured SF / predicted SF - 1).
+
+The primary protocol takes one small-scale and one large-scale run at the full line
+rate (2 and 8 servers at 100 Gbit/s), as a user with a fresh cluster would; the script also
+reports one run only, other pairs, and all 105 pairs, and the ideal model without a fit.
+Target (issue 10): median at most 5 %, largest at most 15 %.
+
+Run: ``python benchmarks/validate_published.py [--all-pairs] [--runs FILE.csv]``. It prints
+the tables and writes ``benchmarks/results/validate_published.txt`` and ``.json``, which
+the design guide shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import scalemodel as sm
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data" / "netai2020"
+RESULTS = HERE / "results"
+SETUP = dict(fusion="horovod", algorithm="nccl-2.4", gpus_per_node=8)
+TARGET = (0.05, 0.15)
+
+
+def p3dn_runs():
+    """The measured runs (Fig. 3) with the compute times of Fig. 2, as fit_cluster runs,
+    and the single-GPU compute run."""
+    comp = {}
+    with open(DATA / "netai2020_fig2_computation_time.csv") as fh:
+        for row in csv.DictReader(fh):
+            if row["model"] == "resnet50":
+                comp[int(row["total_gpus"])] = float(row["computation_time_ms"]) * 1e-3
+    runs = []
+    with open(DATA / "netai2020_fig3_scaling_vs_bandwidth_resnet50.csv") as fh:
+        for row in csv.DictReader(fh):
+            n, bw = int(row["total_gpus"]), float(row["bandwidth_gbps"]) * 1e9
+            runs.append(dict(model="resnet50", n=n, bw=bw,
+                             scaling_factor=float(row["scaling_factor_pct"]) / 100,
+                             compute_time=comp[n], label=f"{n // 8} servers @ {bw / 1e9:g}G"))
+    single = dict(model="resnet50", n=1, bw=100e9, scaling_factor=1.0, compute_time=comp[1],
+                  label="1 GPU (compute only)")
+    return runs, single
+
+
+def evaluate(runs, single, calibrate, setup=SETUP):
+    """Fit from ``single`` (if any) and the runs labelled ``calibrate``; predict the rest."""
+    cal = ([single] if single else []) + [r for r in runs if r["label"] in calibrate]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.CalibrationWarning)
+        fit = sm.fit_cluster(cal, **setup)
+    rows = []
+    for r in runs:
+        if r["label"] in calibrate:
+            continue
+        sf = sm.scaling_factor(r["model"], r["n"], r["bw"], fusion=setup["fusion"],
+                               algorithm=setup["algorithm"], cluster=fit.cluster)
+        rows.append((r, sf, r["scaling_factor"] / sf - 1))
+    err = np.abs([e for *_, e in rows])
+    return fit, rows, float(np.median(err)), float(err.max())
+
+
+def ideal(runs, setup=SETUP):
+    """The ideal model (no fit) on every run."""
+    rows = []
+    for r in runs:
+        sf = sm.scaling_factor(r["model"], r["n"], r["bw"], fusion=setup["fusion"],
+                               algorithm=setup["algorithm"],
+                               gpus_per_node=setup["gpus_per_node"])
+        rows.append((r, sf, r["scaling_factor"] / sf - 1))
+    err = np.abs([e for *_, e in rows])
+    return rows, float(np.median(err)), float(err.max())
+
+
+def table(rows):
+    out = [f"  {'run':22s} {'measured SF':>11s} {'predicted':>9s} {'error (time)':>12s}"]
+    for r, sf, e in rows:
+        out.append(f"  {r['label']:22s} {r['scaling_factor']:11.3f} {sf:9.3f} {100 * e:+11.1f} %")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--all-pairs", action="store_true",
+                    help="also calibrate from every pair of runs (105 fits, minutes)")
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    runs, single = p3dn_runs()
+    lines, record = [], {"setup": {k: str(v) for k, v in SETUP.items()}, "protocols": {}}
+
+    def say(*text):
+        for t in text:
+            print(t, flush=True)
+            lines.append(t)
+
+    say("Validation on Zhang et al.'s measured p3dn runs (ResNet-50, Horovod, NCCL 2.4.8 "
+        "sockets, 8 V100 and one NIC per server)",
+        f"setup: {', '.join(f'{k}={v!r}' for k, v in SETUP.items())}; compute slowdown from "
+        "Fig. 2's compute times", "")
+    rows, med, mx = ideal(runs)
+    say(f"ideal model, no fit: median |error| {100 * med:.1f} %, largest {100 * mx:.1f} %")
+    record["ideal"] = {"median": med, "largest": mx}
+    protocols = [
+        ("primary: 2 and 8 servers at 100 Gbit/s", ["2 servers @ 100G", "8 servers @ 100G"]),
+        ("one run: 8 servers at 100 Gbit/s", ["8 servers @ 100G"]),
+        ("2 servers at 10 and 8 servers at 100 Gbit/s", ["2 servers @ 10G",
+                                                          "8 servers @ 100G"]),
+        ("8 servers at 10 and at 100 Gbit/s", ["8 servers @ 10G", "8 servers @ 100G"]),
+    ]
+    for name, cal in protocols:
+        fit, rows, med, mx = evaluate(runs, single, cal)
+        ok = med <= TARGET[0] and mx <= TARGET[1]
+        say("", f"== {name}", f"calibrated on: {', '.join(cal)} (+ the compute times)",
+            *["  " + t for t in fit.message.splitlines()], *table(rows),
+            f"  held-out runs: {len(rows)}; median |error| {100 * med:.1f} %, largest "
+            f"{100 * mx:.1f} %  ({'meets' if ok else 'misses'} the target "
+            f"{100 * TARGET[0]:g} % / {100 * TARGET[1]:g} %)")
+        record["protocols"][name] = {
+            "calibrate": cal, "free": list(fit.free), "median": med, "largest": mx,
+            "parameters": {k: {"value": p.value, "interval": list(p.interval),
+                               "status": p.status}
+                           for k, p in fit.parameters.items() if p.status != "default"},
+            "rows": [{"run": r["label"], "measured": r["scaling_factor"], "predicted": sf,
+                      "error": e} for r, sf, e in rows]}
+        if name.startswith("primary"):
+            primary = fit
+    say("", "== what the primary fit answers: 64 GPUs, ResNet-50, target 0.9")
+    answers = {}
+    for bw in (10e9, 100e9):
+        ideal_res = sm.min_compression("resnet50", bw, n=64, **{
+            k: v for k, v in SETUP.items()})
+        res = sm.min_compression("resnet50", bw, n=64, fusion=SETUP["fusion"],
+                                 algorithm=SETUP["algorithm"], cluster=primary.cluster)
+        say(f"  {sm.format_bandwidth(bw):>13s}: fitted cluster needs {res.ratio:.3g}x "
+            f"({res.binding} binds; uncompressed {res.uncompressed_scaling_factor:.3f}, "
+            f"limit {res.max_scaling_factor:.3f}); ideal model {ideal_res.ratio:.3g}x")
+        answers[f"{bw:g}"] = {"ratio": res.ratio, "feasible": res.feasible,
+                              "binding": res.binding, "ideal_ratio": ideal_res.ratio,
+                              "message": res.message}
+    record["answers"] = answers
+    record["cluster"] = primary.cluster.to_dict()
+    if args.all_pairs:
+        say("", "== every pair of runs as the calibration (105 fits)")
+        meds, maxs, meets = [], [], 0
+        labels = [r["label"] for r in runs]
+        worst = None
+        for pair in itertools.combinations(labels, 2):
+            _, _, med, mx = evaluate(runs, single, list(pair))
+            meds.append(med)
+            maxs.append(mx)
+            meets += med <= TARGET[0] and mx <= TARGET[1]
+            if worst is None or mx > worst[1]:
+                worst = (pair, mx)
+        say(f"  median of the medians {100 * np.median(meds):.1f} %, median of the largest "
+            f"{100 * np.median(maxs):.1f} %; {meets} of {len(meds)} pairs meet the target; "
+            f"worst pair {worst[0]} (largest {100 * worst[1]:.1f} %)")
+        record["all_pairs"] = {"median_of_medians": float(np.median(meds)),
+                               "median_of_largest": float(np.median(maxs)),
+                               "meeting": int(meets), "pairs": len(meds),
+                               "worst": [list(worst[0]), worst[1]]}
+    say("", f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
+    if not args.no_write:
+        RESULTS.mkdir(exist_ok=True)
+        from scalemodel.profiles import atomic_write_text
+        atomic_write_text(RESULTS / "validate_published.txt", "\n".join(lines) + "\n")
+        atomic_write_text(RESULTS / "validate_published.json",
+                          json.dumps(record, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
