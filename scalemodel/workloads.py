@@ -24,6 +24,11 @@ computes it from the measured H100 profiles shipped with scalemodel
 (``bert-base-h100*``, ``bert-large-h100*``, ``gpt2-h100*``), model FLOPs over measured
 forward + backward time, per compute dtype, and says how well the FLOP-derived timeline
 matches the measured one. Pass ``efficiency=`` to use your own.
+
+The built-in LLMs (:func:`llm_profile`) do not use that measurement: the measured bf16
+profiles are small, launch-bound models (1 to 9 % MFU) whose efficiency does not transfer
+to 7B-70B models. Their default is ``PUBLISHED_LLM_EFFICIENCY``, the median MFU of
+MosaicML's published FSDP runs on H100s in bf16.
 """
 
 from __future__ import annotations
@@ -40,7 +45,23 @@ from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
 
 __all__ = ["TransformerConfig", "TensorFlops", "TransformerUnits", "EfficiencyMeasurement",
            "tensor_flops", "transformer_profile", "transformer_units", "measured_efficiency",
-           "ADAM_UPDATE_BYTES_PER_PARAM", "llm_names", "llm_config", "llm_profile"]
+           "ADAM_UPDATE_BYTES_PER_PARAM", "llm_names", "llm_config", "llm_profile",
+           "PUBLISHED_LLM_EFFICIENCY"]
+
+PUBLISHED_LLM_EFFICIENCY = 0.4085
+"""Default model FLOPs utilisation of the built-in LLMs (bf16 on an H100): 0.4085, the
+median MFU (40.85 %) of the eleven H100 bf16 runs without activation checkpointing in
+MosaicML's LLM Foundry benchmark table (``mosaicml/llm-foundry``,
+``scripts/train/benchmarking/README.md`` at commit 061f2c7, section "H100 80GB BF16"; rows
+17-27 of ``benchmarks/data/published_sharded.csv``: MPT-1B, 3B and 13B with PyTorch FSDP
+FULL_SHARD on 8 to 64 GPUs, 39.58 to 43.73 %; the median is row 24, MPT-1B on 64 GPUs).
+Their MFU counts 6 N FLOPs per token plus attention, within a few per cent of
+:func:`tensor_flops`, and it is an end-to-end rate (communication included); it barely
+changes from 8 to 64 GPUs, so their communication is hidden and this is the compute
+efficiency. The efficiency measured from scalemodel's own H100 profiles
+(:func:`measured_efficiency`, 0.047 in bf16) is of models of 0.1-0.3 B parameters on 512
+to 4,096 tokens per step, whose kernels are shorter than their launch: it measures the
+host, not the GPU, and would make an LLM compute 8.8 times too long."""
 
 ADAM_UPDATE_BYTES_PER_PARAM = 28
 """HBM traffic of one mixed-precision Adam step per parameter [bytes] for the update-time
@@ -772,7 +793,7 @@ def llm_config(name, *, seq=None, micro_batch=None, dtype=None) -> TransformerCo
 def llm_profile(name, gpu=None, *, efficiency=None):
     """The built-in workload profile of an LLM: :func:`transformer_profile` of
     :func:`llm_config` at the documented defaults (4096 tokens, micro-batch 1, bf16, on
-    an H100 SXM, measured efficiency).
+    an H100 SXM) with the published efficiency ``PUBLISHED_LLM_EFFICIENCY``.
 
     Parameters
     ----------
@@ -781,13 +802,19 @@ def llm_profile(name, gpu=None, *, efficiency=None):
     gpu : str, GPUSpec or None
         GPU; None: ``"h100-sxm"`` [-].
     efficiency : float or None
-        Model FLOPs utilisation; None: :func:`measured_efficiency` [-].
+        Model FLOPs utilisation; None: ``PUBLISHED_LLM_EFFICIENCY`` [-].
     """
     data = _llm_data()
     cfg = llm_config(name)
     entry = data["models"][cfg.name]
     prof = transformer_profile(cfg, data["defaults"]["gpu"] if gpu is None else gpu,
-                               efficiency=efficiency, name=cfg.name)
+                               efficiency=PUBLISHED_LLM_EFFICIENCY if efficiency is None
+                               else efficiency, name=cfg.name)
+    if efficiency is None:
+        prof.provenance["efficiency"] = (
+            f"published: {PUBLISHED_LLM_EFFICIENCY:g}, the median MFU of MosaicML LLM "
+            "Foundry's FSDP runs on H100s in bf16 (scalemodel.workloads."
+            "PUBLISHED_LLM_EFFICIENCY; benchmarks/data/published_sharded.csv rows 17-27)")
     prof.provenance["config_source"] = entry["source"]
     prof.provenance["paper"] = entry["paper"]
     return prof

@@ -1,16 +1,19 @@
 """Transformer configs: published parameter counts, FLOPs, FLOP-derived profiles and
 units, the measured efficiency, and the built-in LLMs."""
 
+import csv
 import json
+import statistics
 from importlib import resources
+from pathlib import Path
 
 import attrs
 import numpy as np
 import pytest
 
 import scalemodel as sm
-from scalemodel.workloads import (MEASURED_CONFIGS, TransformerConfig, llm_names, llm_profile,
-                                  tensor_flops)
+from scalemodel.workloads import (MEASURED_CONFIGS, PUBLISHED_LLM_EFFICIENCY, TransformerConfig,
+                                  llm_names, llm_profile, tensor_flops)
 
 LLM = json.loads(resources.files("scalemodel").joinpath("data", "llm_configs.json").read_text())
 LLAMA2_7B = TransformerConfig(layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000)
@@ -169,10 +172,17 @@ def test_builtin_llms_are_listed_loaded_and_cached():
     p = sm.load_profile("llama-2-7b")
     assert sm.load_profile("Llama-2-7B") is p and sm.load_profile("llama2-7b") is p
     assert "config.json" in p.provenance["config_source"]
-    assert p.provenance["efficiency"].startswith("measured")
+    assert p.provenance["efficiency"].startswith("published")
     assert p.forward_time == pytest.approx(
         tensor_flops(sm.llm_config("llama-2-7b")).forward
-        / (sm.get_gpu("h100-sxm").peak("bf16") * sm.measured_efficiency("bf16").efficiency))
+        / (sm.get_gpu("h100-sxm").peak("bf16") * PUBLISHED_LLM_EFFICIENCY))
+    # the published rows it comes from: rows 17-27 of the published table, median MFU
+    table = Path(__file__).parents[1] / "benchmarks" / "data" / "published_sharded.csv"
+    rows = list(csv.DictReader(table.read_text().splitlines()))
+    mfu = [float(r["mfu_percent"]) for r in rows[16:27]]
+    assert all(r["gpu"] == "h100-sxm" and r["activation_checkpointing"] == "False"
+               for r in rows[16:27])
+    assert PUBLISHED_LLM_EFFICIENCY == pytest.approx(statistics.median(mfu) / 100, abs=1e-12)
     res = sm.min_compression("llama-2-7b", bw="100Gbps", n=64)
     assert res.ratio >= 1
     with pytest.raises(sm.UnknownNameError) as exc:

@@ -1,0 +1,845 @@
+r"""Sharded data parallelism (ZeRO-1/2/3, PyTorch FSDP, hybrid shard) in closed form.
+
+Plain data parallelism (DDP) all-reduces gradients while backward runs
+(:mod:`scalemodel.overlap`). Sharded data parallelism splits the model state over the
+:math:`s` GPUs of a shard group (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+Training Trillion Parameter Models", SC 2020, arXiv:1910.02054; Zhao et al., "PyTorch FSDP:
+Experiences on Scaling Fully Sharded Data Parallel", VLDB 2023, arXiv:2304.11277) and
+replaces the all-reduce by its two halves, a reduce-scatter of gradients and an
+all-gather of parameters, scheduled around the compute:
+
+=================== ======================================================================
+strategy            communication per iteration (one *unit* = one wrapped module)
+=================== ======================================================================
+``zero1``/``zero2`` reduce-scatter each gradient bucket when backward has produced it;
+                    after the optimizer step on the local shard, all-gather the updated
+                    parameters (DeepSpeed ZeRO stages 1 and 2: both move the bytes of one
+                    all-reduce)
+``zero3``           before each unit's forward, all-gather its parameters (prefetched one
+                    unit ahead); again before its backward (prefetched one unit ahead,
+                    PyTorch FSDP's ``BACKWARD_PRE``); reduce-scatter its gradients when
+                    its backward ends (FSDP ``FULL_SHARD``)
+``hybrid_shard``    as ``zero3`` with the shard group a node: all-gathers and
+                    reduce-scatters stay inside the node, and each reduce-scattered shard
+                    is then all-reduced across the nodes (FSDP ``HYBRID_SHARD``)
+=================== ======================================================================
+
+The model
+---------
+
+Two resources run one iteration: the compute stream (forward of the units in order, then
+backward in reverse order, then the optimizer step on the local shard of the state,
+:math:`T_u / s`) and one communication channel that serves collectives first in, first
+out, in the order the program issues them. A collective of :math:`S` bytes costs
+:math:`a + b\,x` as in :mod:`scalemodel.collectives`, with :math:`x` the time per wire bit.
+Let the units be :math:`k = 0 \dots K-1` in forward order with forward times :math:`f_k`,
+parameter all-gathers :math:`g_k` and, counting :math:`i = 0 \dots K-1` in *backward*
+order (:math:`i = 0` is the last unit of forward), backward times :math:`b_i`, backward
+all-gathers :math:`a_i` and reduce-scatters :math:`r_i`. Under ``zero3``:
+
+* forward: :math:`g_0` is issued at time 0; unit :math:`k` computes once its forward
+  has ended and :math:`g_k` has arrived; when it starts, :math:`g_{k+1}` is issued;
+* backward: the last unit of forward stays gathered (FSDP keeps its root and the last
+  unit, which backward needs first); when unit :math:`i` starts its backward,
+  :math:`a_{i+1}` is issued, and when it ends, :math:`r_i`.
+
+Every start is the max of the end of what it waits for, every end a start plus a
+duration: a max-plus linear system whose completion times are longest paths, each a sum
+of durations and so a line in :math:`x`. Because prefetching is one unit ahead and the
+channel is FIFO, the system telescopes. In forward, :math:`g_{k+1}` always starts when
+unit :math:`k` starts (the channel has finished :math:`g_k`, which unit :math:`k` waited
+for), so the start :math:`S_k` of unit :math:`k` obeys :math:`S_{k+1} = S_k +
+\max(f_k, g_{k+1})`. In backward, :math:`r_{i-1}` always starts exactly when unit
+:math:`i` starts (its backward start :math:`S'_i` is the later of the end of unit
+:math:`i-1` and of :math:`a_i`, which precedes :math:`r_{i-1}` on the channel), so
+:math:`a_{i+1}` arrives at :math:`S'_i + r_{i-1} + a_{i+1}` and
+:math:`S'_{i+1} = S'_i + \max(b_i, r_{i-1} + a_{i+1})`. Adding the tail,
+
+.. math::
+   :label: zero3
+
+   T_n = g_0 + \sum_{k=0}^{K-2} \max(f_k,\, g_{k+1}) + f_{K-1}
+         + \sum_{i=0}^{K-2} \max(b_i,\, r_{i-1} + a_{i+1})
+         + \max(b_{K-1},\, r_{K-2}) + r_{K-1} + \frac{T_u}{s},
+   \qquad r_{-1} = 0 .
+
+Under ``zero1`` / ``zero2`` forward needs no communication, the reduce-scatters of the
+buckets :math:`j` (ready at :math:`R_j`) follow equation :eq:`iteration`, and the
+all-gathers :math:`g_j` of the updated parameters run back to back after the step:
+
+.. math::
+   :label: zero12
+
+   T_n = T_f + \max\Big(T_b,\; \max_j \big(R_j + \sum_{i \ge j} r_i\big)\Big)
+         + \frac{T_u}{n} + \sum_j g_j .
+
+Each term of :eq:`zero3` is a line or the max of two lines, so :math:`T_n` is convex and
+piecewise linear in :math:`x`: the sum of :math:`2K - 1` two-piece functions has at most
+:math:`2K` pieces, found by sorting the :math:`2K - 1` breakpoints and taking cumulative
+sums (:func:`sum_of_maxima`). The pieces' lines are the upper envelope the rest of
+scalemodel works with (:class:`~scalemodel.overlap.UpperEnvelope`), so the scaling
+factor, the exact inverse solvers and "what binds" apply unchanged. The compute slowdown
+:math:`\sigma` of a cluster multiplies :math:`f, b, T_f, T_b`; its per-collective cost
+:math:`c_0` is part of every collective and its per-iteration cost :math:`t_s` of the
+last one. ``tests/des_sharding.py`` plays the same schedules event by event, collective
+step by step, and the property tests hold :eq:`zero3` and :eq:`zero12` to it (relative
+1e-9).
+
+**Bytes.** A reduce-scatter or all-gather of :math:`S` bytes on a ring of :math:`s` GPUs
+moves :math:`(s-1)/s \cdot S` per GPU, half an all-reduce. ZeRO-1/2 therefore move the
+bytes of an all-reduce (with parameters and gradients of one dtype), ZeRO-3 1.5 times
+that, less the last unit's backward all-gather that FSDP skips. Parameters travel in
+``param_dtype`` and gradients in ``reduce_dtype`` (:class:`Sharding`; both default to
+the profile's gradient dtype, bf16 for the built-in LLMs, as LLM Foundry's "PURE" mixed
+precision).
+
+**Wrapping.** Under sharding ``fusion=`` is the wrapping policy: ``"block"`` (the
+default when the profile's tensor names have numbered blocks, ``layers.3.``,
+``encoder.layer.3.``, ``h.3.``, ``layer4.2.``: one unit per block, and one per run of
+tensors outside blocks, such as the embeddings and the head), ``"none"`` (one unit per
+tensor; the default for profiles without names) or :class:`SizeWrap` (FSDP's
+``size_based_auto_wrap_policy``). ``zero1`` / ``zero2`` also take the fusions of
+plain data parallelism (``"ddp"`` buckets, DeepSpeed's reduce buckets; ``"horovod"``,
+``"bsp"``), which say how gradients are bucketed for the reduce-scatter.
+A unit's forward time is the profile's forward time split in proportion to the units'
+backward times (exact for the FLOP-derived profiles, whose backward is twice the forward
+everywhere).
+
+**Topology.** With ``gpus_per_node`` the rings of ``zero1/2/3`` span all GPUs as NCCL's
+flat ring does (:mod:`scalemodel.collectives`). ``hybrid_shard`` shards over the
+``gpus_per_node`` GPUs of a node (8 when no topology is given, as the two-level
+all-reduce assumes) and its all-reduce across nodes uses ``algorithm`` among the nodes,
+the node's GPUs running one such all-reduce each over its NICs. Collectives that stay
+inside a node while others cross the network cost a constant time (their intra-node
+bits at ``intra_bw``, uncompressed); when nothing crosses the network the intra-node
+link is the wire, as for plain data parallelism.
+
+**Compression.** ``compression=`` divides the bytes of every collective of the
+schedule, parameters and gradients alike (as ZeRO++, arXiv:2306.10209, quantizes both).
+The planner (:func:`~scalemodel.plan_compression`) instead compresses gradients only,
+with the compressors that compose with a reduce-scatter (:data:`SHARDING_COMPRESSORS`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import weakref
+
+import attrs
+import numpy as np
+
+from .collectives import CollectiveOptions, collective_cost
+from .exceptions import (InvalidParameterError, ParameterTypeError, ScalemodelError,
+                         UnknownNameError)
+from .hardware import DTYPE_BYTES, canonical_dtype
+from .memory import SHARDING_ALIASES, SHARDING_STRATEGIES, canonical_sharding
+from .overlap import OverlapLines, UpperEnvelope
+from .topology import HIERARCHICAL_GPUS_PER_NODE
+
+__all__ = ["Sharding", "SizeWrap", "ShardUnits", "ShardedSchedule", "resolve_sharding",
+           "shard_units", "sharded_schedule", "sum_of_maxima", "SHARDING_STRATEGIES",
+           "SHARDING_ALIASES", "WRAP_POLICIES", "SHARDING_COMPRESSORS"]
+
+WRAP_POLICIES = ("block", "none")
+"""Named wrapping policies: ``"block"`` (numbered blocks from the tensor names) and
+``"none"`` (one unit per tensor); :class:`SizeWrap` for size-based wrapping."""
+
+_WRAP_ALIASES = {"transformer": "block", "blocks": "block", "layer": "block",
+                 "per-tensor": "none", "per_tensor": "none", "tensor": "none",
+                 "wfbp": "none"}
+
+_BUCKET_FUSIONS = ("ddp", "horovod", "bsp", "none")
+"""Fusions of plain data parallelism that ``zero1`` / ``zero2`` accept as gradient
+buckets for the reduce-scatter."""
+
+SHARDING_COMPRESSORS = {
+    "fp16": "composes: FSDP's reduce_dtype / fp16_compress_hook reduce-scatter 16-bit "
+            "gradients",
+    "bf16": "composes: FSDP's reduce_dtype / bf16_compress_hook reduce-scatter 16-bit "
+            "gradients",
+    "int8": "composes as a low-precision reduce-scatter (ZeRO++ qgZ, arXiv:2306.10209)",
+    "signsgd": "does not compose: its all-gather of signs replaces the reduce-scatter, "
+               "which FSDP's hooks cannot do",
+    "topk": "does not compose: a sparse all-gather of (index, value) pairs replaces the "
+            "reduce-scatter, which FSDP's communication hooks do not support",
+    "randomk": "does not compose: a sparse all-gather replaces the reduce-scatter, which "
+               "FSDP's communication hooks do not support",
+    "powersgd": "does not compose: PowerSGD all-reduces low-rank factors of whole "
+                "matrices; FSDP's hooks see flattened shards (torch's PowerSGD hook is "
+                "DDP-only)",
+}
+"""Which compressors compose with a reduce-scatter under sharding, and why: the
+low-precision ones do (they only change the dtype of the reduce), the sparse, 1-bit and
+low-rank ones do not (FSDP's ``register_comm_hook`` supports only reduce-dtype casts;
+torch.distributed.algorithms._comm_hooks.default_hooks)."""
+
+
+# --------------------------------------------------------------------------- sharding
+
+def _opt_dtype(name):
+    def convert(value):
+        if value is None:
+            return None
+        d = canonical_dtype(value, name)
+        return "fp32" if d == "tf32" else d
+    return convert
+
+
+def _strategy(value):
+    return canonical_sharding(value)
+
+
+@attrs.frozen
+class Sharding:
+    """A sharding strategy and the dtypes its collectives carry.
+
+    Parameters
+    ----------
+    strategy : str
+        ``"none"`` (plain DDP), ``"zero1"``, ``"zero2"`` (alias ``"shard_grad_op"``),
+        ``"zero3"`` (aliases ``"full_shard"``, ``"fsdp"``) or ``"hybrid_shard"``
+        (``"hsdp"``); case-insensitive [-].
+    param_dtype : str or None
+        Dtype of the parameters as all-gathered; None: the profile's gradient dtype [-].
+    reduce_dtype : str or None
+        Dtype of the gradients as reduce-scattered (FSDP ``MixedPrecision.reduce_dtype``;
+        ``"fp32"`` for a bf16 model reduced in fp32); None: ``param_dtype`` [-].
+
+    Raises
+    ------
+    UnknownNameError
+        An unknown strategy or dtype; suggests the closest.
+    """
+
+    strategy: str = attrs.field(default="zero3", converter=_strategy)
+    param_dtype: str | None = attrs.field(default=None, converter=_opt_dtype("param_dtype"))
+    reduce_dtype: str | None = attrs.field(default=None,
+                                           converter=_opt_dtype("reduce_dtype"))
+
+    @property
+    def sharded(self) -> bool:
+        """True unless the strategy is ``"none"``."""
+        return self.strategy != "none"
+
+    @property
+    def full_shard(self) -> bool:
+        """True for ``"zero3"`` and ``"hybrid_shard"`` (parameters gathered per unit)."""
+        return self.strategy in ("zero3", "hybrid_shard")
+
+    def element_bytes(self, profile) -> tuple:
+        """Bytes per element of the profile's gradients, of the all-gathered parameters
+        and of the reduce-scattered gradients [bytes]."""
+        elem = _profile_element_bytes(profile)
+        p = DTYPE_BYTES[self.param_dtype] if self.param_dtype else elem
+        r = DTYPE_BYTES[self.reduce_dtype] if self.reduce_dtype else p
+        return elem, p, r
+
+
+def resolve_sharding(sharding) -> Sharding:
+    """A :class:`Sharding` from a strategy name or a :class:`Sharding` [-].
+
+    Parameters
+    ----------
+    sharding : str or Sharding
+        A strategy name (see :class:`Sharding`) or a :class:`Sharding` [-].
+
+    Raises
+    ------
+    UnknownNameError
+        Unknown strategy; suggests the closest.
+    ParameterTypeError
+        Neither a string nor a :class:`Sharding`.
+    """
+    if isinstance(sharding, Sharding):
+        return sharding
+    if sharding is None:
+        return Sharding("none")
+    if not isinstance(sharding, str):
+        raise ParameterTypeError("sharding", sharding,
+                                 "a strategy name such as 'zero3' or a Sharding")
+    return Sharding(sharding)
+
+
+def _profile_element_bytes(profile) -> int:
+    try:
+        d = canonical_dtype(str(profile.precision))
+    except ScalemodelError:  # a label such as "mixed": fp32 gradients
+        return 4
+    return DTYPE_BYTES["fp32" if d == "tf32" else d]
+
+
+# --------------------------------------------------------------------------- wrapping
+
+@attrs.frozen
+class SizeWrap:
+    """Size-based wrapping, as FSDP's ``size_based_auto_wrap_policy``: consecutive tensors
+    (in forward order) form a unit once they hold at least ``min_params`` parameters; the
+    rest forms the last unit.
+
+    Parameters
+    ----------
+    min_params : float
+        Parameters per unit, at least; FSDP's default is 1e8 [-].
+    """
+
+    min_params: float = attrs.field(default=1e8)
+
+    def __attrs_post_init__(self):
+        v = self.min_params
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(v) or v < 1:
+            raise InvalidParameterError("min_params", v, "must be a finite number >= 1 "
+                                        "of parameters per unit")
+        object.__setattr__(self, "min_params", float(v))
+
+
+_BLOCK_KEY = re.compile(r"^(.*?(?:^|\.)\d+)\.")
+
+
+def _block_keys(names):
+    """The block of each tensor name (``"layers.3"``), or None outside numbered blocks."""
+    out = []
+    for name in names:
+        m = _BLOCK_KEY.match(name)
+        out.append(m.group(1) if m else None)
+    return out
+
+
+def _runs(keys):
+    """Start indices of the maximal runs of equal keys."""
+    starts = [0]
+    for i in range(1, len(keys)):
+        if keys[i] != keys[i - 1]:
+            starts.append(i)
+    return starts
+
+
+def resolve_wrap(fusion, strategy, profile):
+    """The wrapping policy (``"block"``, ``"none"`` or a :class:`SizeWrap`) or, for
+    ``zero1`` / ``zero2``, a bucket fusion of :mod:`scalemodel.fusion`, for ``fusion``
+    under ``strategy`` [-].
+
+    Parameters
+    ----------
+    fusion : str, SizeWrap, fusion policy or None
+        None: ``"block"`` when the profile's tensor names have numbered blocks, else
+        ``"none"`` [-].
+    strategy : str
+        Canonical strategy name [-].
+    profile : WorkloadProfile
+        The workload [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        A fusion that is not a wrapping policy under ``zero3`` / ``hybrid_shard`` (DDP
+        buckets, Horovod's fusion, MG-WFBP), or ``"block"`` on a profile without numbered
+        blocks.
+    """
+    from .fusion import FUSIONS, MGWFBP, PLANNED_MGWFBP, resolve_fusion
+
+    names = profile.tensor_names
+    if fusion is None:
+        if names is not None and any(k is not None for k in _block_keys(names)):
+            return "block"
+        return "none"
+    if isinstance(fusion, SizeWrap):
+        return fusion
+    if isinstance(fusion, str):
+        key = fusion.strip().lower().replace("_", "-")
+        key = _WRAP_ALIASES.get(key, key)
+        if key == "block":
+            if names is None or not any(k is not None for k in _block_keys(names)):
+                raise InvalidParameterError(
+                    "fusion", fusion, f"the profile {profile.name!r} has no numbered "
+                    "blocks in its tensor names (layers.<i>., h.<i>., ...) to wrap",
+                    "Pass fusion='none' (one unit per tensor) or SizeWrap(min_params)")
+            return "block"
+        if key == "none":
+            return "none"
+    if strategy in ("zero1", "zero2"):
+        policy = resolve_fusion(fusion)
+        if policy is PLANNED_MGWFBP or isinstance(policy, MGWFBP):
+            raise InvalidParameterError(
+                "fusion", fusion, f"MG-WFBP plans all-reduce buckets; it is not modelled "
+                f"under sharding={strategy!r}", "Use 'block', 'ddp', 'horovod' or 'none'")
+        return policy
+    known = tuple(WRAP_POLICIES) + ("SizeWrap(min_params)",)
+    if isinstance(fusion, str) and fusion.strip().lower().replace("_", "-") not in FUSIONS:
+        raise UnknownNameError("fusion", fusion, WRAP_POLICIES, aliases=_WRAP_ALIASES,
+                               extra="or SizeWrap(min_params)")
+    raise InvalidParameterError(
+        "fusion", fusion, f"is not a wrapping policy: under sharding={strategy!r} fusion= "
+        "says how parameters are wrapped into units that are all-gathered and "
+        "reduce-scattered one at a time",
+        f"Use one of {', '.join(known)}")
+
+
+# --------------------------------------------------------------------------- units
+
+@attrs.frozen(eq=False)
+class ShardUnits:
+    """The units of wrapping of a profile, in forward order.
+
+    Attributes
+    ----------
+    names : tuple of str
+        A label per unit (its block, or its first tensor).
+    members : tuple of numpy.ndarray
+        Indices of each unit's tensors in the profile's (backward-order) arrays.
+    params : numpy.ndarray
+        Parameters per unit [-].
+    forward : numpy.ndarray
+        Forward compute per unit, no slowdown [s].
+    backward : numpy.ndarray
+        Backward compute per unit, no slowdown [s].
+    ready : numpy.ndarray
+        Time from the start of backward at which the unit's last gradient is ready, no
+        slowdown [s].
+    """
+
+    names: tuple
+    members: tuple
+    params: np.ndarray
+    forward: np.ndarray
+    backward: np.ndarray
+    ready: np.ndarray
+
+    def __len__(self):
+        return len(self.names)
+
+
+_UNITS_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def shard_units(profile, wrap="block") -> ShardUnits:
+    """Split a profile's tensors into units of wrapping.
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The workload; its tensors are in backward order [-].
+    wrap : str or SizeWrap
+        ``"block"``, ``"none"`` or a :class:`SizeWrap` [-].
+
+    Returns
+    -------
+    ShardUnits
+        Units in forward order. A unit's backward time is the span of the profile's ready
+        times its tensors cover (the last unit also takes the backward time after the last
+        gradient); its forward time is the profile's forward time in the same proportion.
+
+    Raises
+    ------
+    InvalidParameterError
+        A :class:`SizeWrap` asking for units larger than the model.
+    """
+    key = wrap if isinstance(wrap, str) else ("size", wrap.min_params)
+    per = _UNITS_CACHE.setdefault(profile, {})
+    if key in per:
+        return per[key]
+    sizes = np.asarray(profile.tensor_bytes, float)
+    count = sizes / _profile_element_bytes(profile)
+    k = len(sizes)
+    names = profile.tensor_names
+    if wrap == "none":
+        starts = np.arange(k)
+    elif wrap == "block":
+        starts = np.asarray(_runs(_block_keys(names)))
+    else:
+        total = float(count.sum())
+        if wrap.min_params > total:
+            raise InvalidParameterError(
+                "min_params", wrap.min_params, f"a wrapping unit larger than the model "
+                f"({profile.name!r} has {total:.6g} parameters)",
+                "Pass a smaller SizeWrap(min_params)")
+        fwd_counts = count[::-1]
+        ends, acc = [], 0.0
+        for i, c in enumerate(fwd_counts.tolist()):
+            acc += c
+            if acc >= wrap.min_params:
+                ends.append(i + 1)
+                acc = 0.0
+        if not ends or ends[-1] != k:
+            ends.append(k)
+        starts = np.sort(k - np.asarray(ends))  # forward-order ends -> backward starts
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.append(starts[1:], k)
+    ready = np.asarray(profile.tensor_ready, float)
+    done = ready[ends - 1]
+    bwd = np.diff(np.concatenate(([0.0], done)))
+    bwd[-1] += max(0.0, profile.backward_time - float(done[-1]))
+    tb = float(bwd.sum())
+    fwd = profile.forward_time * (bwd / tb if tb > 0 else np.full(len(bwd), 1 / len(bwd)))
+    params = np.add.reduceat(count, starts)
+    if wrap == "block":
+        keys = _block_keys(names)
+        labels = [keys[s] or names[s] for s in starts.tolist()]
+    elif names is not None:
+        labels = [names[s] for s in starts.tolist()]
+    else:
+        labels = [f"tensor {s}" for s in starts.tolist()]
+    members = tuple(np.arange(a, b) for a, b in zip(starts.tolist(), ends.tolist()))
+    out = ShardUnits(names=tuple(labels[::-1]), members=members[::-1],
+                     params=params[::-1].copy(), forward=fwd[::-1].copy(),
+                     backward=bwd[::-1].copy(), ready=done[::-1].copy())
+    per[key] = out
+    return out
+
+
+# --------------------------------------------------------------------------- envelopes
+
+# columns of a line's parts: compute, latency, overhead, fixed [s] and wire bits [bit]
+_C, _LAT, _OVH, _FIX, _BITS = range(5)
+
+
+def sum_of_maxima(base, a, b):
+    r"""The pieces of :math:`\ell_0(x) + \sum_t \max(\ell^a_t(x), \ell^b_t(x))` on
+    :math:`x \ge 0`, a convex piecewise-linear function.
+
+    Each line is given by its parts (columns: compute, latency, overhead, fixed [s] and
+    wire bits [bit]); its intercept is the sum of the first four, its slope the bits.
+
+    Parameters
+    ----------
+    base : array_like
+        Parts of :math:`\ell_0`, shape (5,) [s, s, s, s, bit].
+    a, b : array_like
+        Parts of the two lines of each term, shape (T, 5) [s, s, s, s, bit].
+
+    Returns
+    -------
+    numpy.ndarray
+        Parts of the piece lines, shape (P + 1, 5) with P <= T the number of breakpoints
+        on :math:`x > 0`: piece 0 holds near :math:`x = 0`, each next piece past the next
+        breakpoint. Their upper envelope is the function.
+
+    Notes
+    -----
+    For each term let :math:`\ell^-` be the line of smaller slope and :math:`\ell^+` the
+    other; :math:`\max(\ell^-, \ell^+)` is :math:`\ell^-` up to the breakpoint
+    :math:`X_t = (c^- - c^+)/(m^+ - m^-)` and :math:`\ell^+` after it. With the
+    breakpoints sorted, piece :math:`p` is :math:`\ell_0 + \sum_t \ell^-_t +
+    \sum_{q \le p} (\ell^+_{(q)} - \ell^-_{(q)})`.
+    """
+    base = np.asarray(base, float).copy()
+    a = np.asarray(a, float).reshape(-1, 5)
+    b = np.asarray(b, float).reshape(-1, 5)
+    ca, cb = a[:, :4].sum(axis=1), b[:, :4].sum(axis=1)
+    ma, mb = a[:, _BITS], b[:, _BITS]
+    swap = (ma > mb) | ((ma == mb) & (ca < cb))
+    lo = np.where(swap[:, None], b, a)
+    hi = np.where(swap[:, None], a, b)
+    clo, chi = np.where(swap, cb, ca), np.where(swap, ca, cb)
+    mlo, mhi = np.where(swap, mb, ma), np.where(swap, ma, mb)
+    grows = mhi > mlo
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        cross = np.where(grows, (clo - chi) / np.where(grows, mhi - mlo, 1.0), np.inf)
+    always_hi = grows & (cross <= 0)
+    never_hi = ~grows | ~np.isfinite(cross)
+    base += hi[always_hi].sum(axis=0) + lo[never_hi & ~always_hi].sum(axis=0)
+    live = ~always_hi & ~never_hi
+    order = np.argsort(cross[live], kind="stable")
+    lo_l, hi_l = lo[live][order], hi[live][order]
+    first = base + lo_l.sum(axis=0)
+    steps = np.cumsum(hi_l - lo_l, axis=0)
+    return np.vstack((first[None, :], first[None, :] + steps))
+
+
+# --------------------------------------------------------------------------- schedule
+
+@attrs.frozen(eq=False)
+class ShardedSchedule:
+    """One sharded iteration on ``n`` GPUs in closed form (equations :eq:`zero3`,
+    :eq:`zero12`).
+
+    Attributes
+    ----------
+    strategy : str
+        Canonical strategy name.
+    n : int
+        GPUs [-].
+    group : int
+        GPUs a shard is split over: ``n``, or a node's GPUs under ``hybrid_shard`` [-].
+    units : int
+        Units (``zero3``, ``hybrid_shard``) or gradient buckets (``zero1``, ``zero2``) [-].
+    lines : OverlapLines
+        Lines whose upper envelope is :math:`T_n - \\sigma T_f - T_u` in the time per wire
+        bit :math:`x_\\text{eff}`; line 0 is the compute alone (slope 0), a lower bound
+        that communication only lengthens.
+    envelope : UpperEnvelope
+        Their upper envelope.
+    xmap : tuple
+        ``(k1, k2)``: :math:`x_\\text{eff} = \\max(k_1 x, k_2 / r)` [-], [s/bit].
+    update : float
+        Optimizer step on the local shard, :math:`T_u / s` [s].
+    op_constant : numpy.ndarray
+        Each collective's time besides its wire bits (latency, overhead, fixed costs,
+        constant intra-node time) [s].
+    op_bits : numpy.ndarray
+        Each collective's wire bits (the slope in :math:`x_\\text{eff}`) [bit].
+    param_bytes : float
+        Parameter bytes all-gathered per iteration, summed over the all-gathers [bytes].
+    grad_bytes : float
+        Gradient bytes reduce-scattered per iteration [bytes].
+    nic_bits : float
+        Bits each NIC (each GPU's link without a topology) carries per iteration,
+        uncompressed [bit].
+    intra_bits : float
+        Bits each GPU's intra-node link carries per iteration, uncompressed [bit].
+    """
+
+    strategy: str
+    n: int
+    group: int
+    units: int
+    lines: OverlapLines
+    envelope: UpperEnvelope
+    xmap: tuple
+    update: float
+    op_constant: np.ndarray
+    op_bits: np.ndarray
+    param_bytes: float
+    grad_bytes: float
+    nic_bits: float
+    intra_bits: float
+
+    @property
+    def n_collectives(self) -> int:
+        """Collectives per iteration (a hybrid reduce-scatter and its all-reduce are
+        one op of the channel, counted once) [-]."""
+        return len(self.op_bits)
+
+    def channel_time(self, x_eff):
+        """Time the communication channel is busy per iteration at ``x_eff`` [s/bit]
+        [s]."""
+        return float(self.op_constant.sum() + self.op_bits.sum() * float(x_eff))
+
+
+class _Ops:
+    """Collective costs of one kind for a vector of buffers, as parts rows."""
+
+    def __init__(self, cost, fixed, codec):
+        self.lat = np.asarray(cost.latency, float)
+        self.ovh = np.asarray(cost.overhead, float) + codec
+        self.bits = np.asarray(cost.bits, float)
+        self.intra = np.asarray(cost.intra_bits, float)
+        self.intra_bw = float(cost.intra_bw)
+        self.fix = np.broadcast_to(np.asarray(fixed, float), self.bits.shape).copy()
+
+    def parts(self, mode, intra_bw):
+        """(k, 5) parts with the wire ``mode``: ``"nic"`` (NIC bits are the slope; an
+        op with intra-node bits only costs them as a constant), ``"intra"`` (the
+        intra-node bits are the slope) or ``"flat"``."""
+        p = np.zeros((len(self.bits), 5))
+        p[:, _LAT], p[:, _FIX] = self.lat, self.fix
+        p[:, _OVH] = self.ovh
+        if mode == "intra":
+            p[:, _BITS] = self.intra
+        else:
+            p[:, _BITS] = self.bits
+            if mode == "nic":
+                alone = (self.bits == 0) & (self.intra > 0)
+                p[:, _OVH] += np.where(alone, self.intra / intra_bw, 0.0)
+        return p
+
+
+def _wire_mode(ops):
+    """The wire of a schedule and its x_eff map (see ``Scenario.x_effective``)."""
+    bits = np.concatenate([o.bits for o in ops])
+    intra = np.concatenate([o.intra for o in ops])
+    intra_bw = ops[0].intra_bw
+    if bits.any():
+        both = (bits > 0) & (intra > 0)
+        if not both.any():
+            return "nic", (1.0, 0.0), intra_bw
+        rho = intra[both] / bits[both]
+        if (bits > 0).sum() != both.sum() or np.ptp(rho) > 1e-9 * rho.max():
+            raise ScalemodelError("sharded collectives with different intra-node to NIC "
+                                  "ratios: no single wire map")  # not reachable
+        return "nic", (1.0, float(rho.max()) / intra_bw), intra_bw
+    if intra.any():
+        return "intra", (0.0, 1.0 / intra_bw), intra_bw
+    return "flat", (1.0, 0.0), intra_bw
+
+
+def _check_n(n, strategy):
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise ParameterTypeError("n", n, "a single integer number of GPUs")
+    n = int(n)
+    if n < 2:
+        raise InvalidParameterError("n", n, f"sharding={strategy!r} needs at least 2 GPUs "
+                                    "to shard over", "Use sharding='none' for one GPU")
+    return n
+
+
+def _hybrid_group(n, options):
+    g = options.gpus_per_node or HIERARCHICAL_GPUS_PER_NODE
+    if n > g and n % g:
+        raise InvalidParameterError(
+            "n", n, f"hybrid_shard needs n to be a multiple of gpus_per_node={g} "
+            "(a full shard group per node)")
+    return min(n, g), (n // g if n > g else 1), g
+
+
+def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,
+                     slowdown=1.0, collective_overhead=0.0, sync_overhead=0.0,
+                     codec_cost=0.0, compressed=False, buckets=None,
+                     gradient_scale=1.0, gradient_overhead=None) -> ShardedSchedule:
+    """The closed form of one sharded iteration, equations :eq:`zero3` and :eq:`zero12`.
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The workload [-].
+    n : int
+        GPUs, >= 2 [-].
+    sharding : Sharding
+        Strategy and dtypes [-].
+    wrap : str, SizeWrap or fusion policy
+        From :func:`resolve_wrap` [-].
+    algorithm : str
+        All-reduce across nodes under ``hybrid_shard`` [-].
+    options : CollectiveOptions or None
+        Latency and topology constants [-].
+    slowdown : float
+        Compute slowdown :math:`\\sigma` [-].
+    collective_overhead : float
+        Fixed cost of every collective [s].
+    sync_overhead : float
+        Fixed cost once per iteration, after the last collective [s].
+    codec_cost : float
+        Encode + decode time per uncompressed byte of each collective's buffer, when
+        ``compressed`` [s/byte].
+    compressed : bool
+        Whether the codec cost applies [-].
+    buckets : Buckets or None
+        Gradient buckets for ``zero1`` / ``zero2`` when ``wrap`` is a bucket fusion
+        (ready times on the distributed timeline, slowdown included) [-].
+    gradient_scale : float or array_like
+        Factor on the wire bits of the gradient collectives only (a gradient compressor
+        of the planner: 1/ratio), per reduce-scatter or scalar [-].
+    gradient_overhead : array_like or None
+        Extra time on each gradient collective (encode and decode) [s].
+
+    Returns
+    -------
+    ShardedSchedule
+    """
+    strategy = sharding.strategy
+    n = _check_n(n, strategy)
+    options = options or CollectiveOptions()
+    red = profile.reduction
+    elem, pb, rb = sharding.element_bytes(profile)
+    sigma = float(slowdown)
+    c0 = float(collective_overhead)
+    codec = float(codec_cost) if compressed else 0.0
+    scale = np.asarray(gradient_scale, float)
+
+    if strategy == "hybrid_shard":
+        if algorithm == "hierarchical":
+            raise InvalidParameterError(
+                "algorithm", algorithm, "hybrid_shard all-reduces each shard across nodes, "
+                "one GPU per node in each all-reduce: a two-level all-reduce makes no sense "
+                "there", "Use 'ring', 'tree' or 'nccl'")
+        s, m, g = _hybrid_group(n, options)
+        intra_opt = attrs.evolve(options, gpus_per_node=g)
+    else:
+        s, m, g = n, 1, None
+        intra_opt = options
+
+    def gather(nbytes):
+        cost = collective_cost("ring", nbytes, s, reduction=red, options=intra_opt,
+                               kind="all_gather")
+        return [_Ops(cost, c0, codec * nbytes)]
+
+    def scatter(nbytes):
+        """The gradient collectives of each bucket: a reduce-scatter (and, across the
+        nodes of hybrid_shard, the all-reduce of its shard), as one op of the channel."""
+        cost = collective_cost("ring", nbytes, s, reduction=red, options=intra_opt,
+                               kind="reduce_scatter")
+        rs = _Ops(cost, c0, codec * nbytes)
+        rs.bits, rs.intra = rs.bits * scale, rs.intra * scale
+        if gradient_overhead is not None:
+            rs.ovh = rs.ovh + np.asarray(gradient_overhead, float)
+        if m == 1:
+            return [rs]
+        flat = attrs.evolve(options, gpus_per_node=None, nics_per_node=1)
+        ar = _Ops(collective_cost(algorithm, nbytes / g, m, reduction=red, options=flat),
+                  c0, 0.0)
+        ar.bits = ar.bits * (g / options.nics_per_node) * scale
+        ar.intra = np.zeros_like(ar.bits)
+        return [rs, ar]
+
+    def parts(ops, mode, ibw):
+        return sum(o.parts(mode, ibw) for o in ops)
+
+    if sharding.full_shard:
+        units = shard_units(profile, wrap)
+        K = len(units)
+        P = units.params * pb
+        G = units.params * rb
+        ag_f, ag_b, rs = gather(P), gather(P[::-1]), scatter(G[::-1])  # b, r: backward order
+        mode, xmap, ibw = _wire_mode(ag_f + ag_b + rs)
+        gp, ap, rp = parts(ag_f, mode, ibw), parts(ag_b, mode, ibw), parts(rs, mode, ibw)
+        rp[-1, _FIX] += float(sync_overhead)
+        comp = np.zeros((K, 5))
+        comp[:, _C] = sigma * units.forward
+        bcomp = np.zeros((K, 5))
+        bcomp[:, _C] = sigma * units.backward[::-1]
+        r_prev = np.vstack((np.zeros((1, 5)), rp[:-1]))  # r_{i-1}, with r_{-1} = 0
+        base = gp[0] + comp[-1] + rp[-1]
+        ta = np.vstack((comp[:-1], bcomp[:-1], bcomp[-1:]))
+        tb = np.vstack((gp[1:], r_prev[:-1] + ap[1:], r_prev[-1:]))
+        pieces = sum_of_maxima(base, ta, tb)
+        ops_parts = np.vstack((gp, ap[1:], rp))
+        kept = np.arange(K) > 0  # backward all-gathers: all but the unit kept gathered
+        param_bytes = float(P.sum() + P[::-1][kept].sum())
+        grad_bytes = float(G.sum())
+        nic = float(sum(o.bits.sum() for o in ag_f + rs) + ag_b[0].bits[kept].sum())
+        intra = float(sum(o.intra.sum() for o in ag_f + rs) + ag_b[0].intra[kept].sum())
+        count = K
+    else:
+        if isinstance(wrap, (str, SizeWrap)):
+            units = shard_units(profile, wrap)
+            params = units.params[::-1]  # backward order
+            ready = sigma * units.ready[::-1]
+        else:
+            if buckets is None:
+                raise ScalemodelError("zero1/zero2 with a bucket fusion need its buckets")
+            params = np.asarray(buckets.nbytes, float) / elem
+            ready = np.asarray(buckets.ready, float)
+        G, P = params * rb, params * pb
+        rs, ag = scatter(G), gather(P)
+        mode, xmap, ibw = _wire_mode(rs + ag)
+        rp, gp = parts(rs, mode, ibw), parts(ag, mode, ibw)
+        gp[-1, _FIX] += float(sync_overhead)
+        tails = np.cumsum(rp[::-1], axis=0)[::-1]
+        tails[:, _C] += ready
+        end_b = np.zeros((1, 5))
+        end_b[0, _C] = sigma * profile.backward_time
+        chain = gp.sum(axis=0)
+        chain[_C] += sigma * profile.forward_time
+        pieces = np.vstack((end_b, tails)) + chain[None, :]
+        ops_parts = np.vstack((rp, gp))
+        param_bytes, grad_bytes = float(P.sum()), float(G.sum())
+        nic = float(sum(o.bits.sum() for o in rs + ag))
+        intra = float(sum(o.intra.sum() for o in rs + ag))
+        count = len(params)
+    fwd = sigma * profile.forward_time
+    offset = profile.update_time / s - profile.update_time - fwd
+    floor = np.zeros((1, 5))  # line 0: compute alone
+    floor[0, _C] = fwd + sigma * profile.backward_time
+    every = np.vstack((floor, pieces))
+    intercept = every[:, :4].sum(axis=1) + offset
+    slope = every[:, _BITS].copy()
+    lines = OverlapLines(intercept=intercept, slope=slope, latency=every[:, _LAT],
+                         overhead=every[:, _OVH], bits=slope, ready=every[:, _C] - fwd,
+                         fixed=every[:, _FIX])
+    return ShardedSchedule(
+        strategy=strategy, n=n, group=s, units=count, lines=lines,
+        envelope=UpperEnvelope(intercept, slope), xmap=xmap,
+        update=profile.update_time / s, op_constant=ops_parts[:, :4].sum(axis=1),
+        op_bits=ops_parts[:, _BITS].copy(), param_bytes=param_bytes, grad_bytes=grad_bytes,
+        nic_bits=nic, intra_bits=intra)

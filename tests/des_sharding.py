@@ -1,0 +1,306 @@
+"""A discrete-event simulation of one sharded data-parallel iteration (ZeRO-1/2/3, FSDP
+full and hybrid shard).
+
+It is the independent reference for ``scalemodel.sharding``, so it shares no model code
+with scalemodel: the units are grouped here from the tensor names, the compute stream and
+the one communication channel are played event by event (a heap of events; the channel
+serves collectives first in, first out, in the order the program issues them), and each
+reduce-scatter, all-gather and all-reduce is played step by step, every ring step paying
+its latency, its bytes on the slowest link it uses and its reductions. Only the profile
+data and the reduction-cost callable come from the library; the all-reduce of
+``hybrid_shard`` across nodes is played by ``des_reference.collective_seconds``, the
+independent reference of plain data parallelism.
+
+The schedules (what waits for what, and when each collective is issued):
+
+* ``zero3`` / ``hybrid_shard``: forward unit k waits for the all-gather of its
+  parameters; when it starts, the all-gather of unit k+1 is issued (one ahead; the first
+  at time 0). The last unit of forward stays gathered; every other unit waits, before its
+  backward, for a second all-gather, issued when the unit before it in backward starts
+  its backward. When a unit's backward ends its gradients are reduce-scattered (and under
+  ``hybrid_shard`` the shard is then all-reduced across nodes, on the same channel).
+* ``zero1`` / ``zero2``: forward without communication; each gradient bucket is
+  reduce-scattered when it is ready; after backward and the last reduce-scatter, the
+  optimizer step; then the updated parameters of every bucket are all-gathered.
+
+The optimizer step runs on the local shard: update time / shard group size.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+
+from des_reference import _fuse, collective_seconds
+
+_BLOCK = re.compile(r"^(.*?(?:^|\.)\d+)\.")
+
+
+def group_units(names, n_tensors, wrap):
+    """Tensor indices (backward order) of each unit, in backward order. ``wrap``:
+    "block", "none" or a number of parameters (size-based, counted in forward order),
+    which then needs ``params`` (see :func:`units_of`)."""
+    if wrap == "none":
+        return [[i] for i in range(n_tensors)]
+    groups, last = [], object()
+    for i, name in enumerate(names):
+        m = _BLOCK.match(name)
+        key = m.group(1) if m else None
+        if not groups or key != last:
+            groups.append([])
+        groups[-1].append(i)
+        last = key
+    return groups
+
+
+def size_units(params, min_params):
+    """Size-based wrapping: walk the tensors in forward order (the reverse of the
+    profile's), close a unit once it holds min_params parameters; the rest is a unit."""
+    k = len(params)
+    fwd_groups, cur, acc = [], [], 0.0
+    for j in range(k):  # forward position j is backward index k-1-j
+        cur.append(k - 1 - j)
+        acc += params[k - 1 - j]
+        if acc >= min_params:
+            fwd_groups.append(cur)
+            cur, acc = [], 0.0
+    if cur:
+        fwd_groups.append(cur)
+    return [sorted(g) for g in reversed(fwd_groups)]  # backward order
+
+
+def _ring_half(nbytes, ranks, bw_eff, intra_eff, alpha, intra_alpha, red, reduce,
+               per_node=None, nics=1):
+    """One ring pass (reduce-scatter or all-gather) of an nbytes buffer over ``ranks``
+    GPUs: ranks-1 steps of nbytes/ranks. Without a topology every GPU has its own link at
+    bw_eff; with one (per_node GPUs per node) a step lasts as long as its slowest link, a
+    NIC (one ring edge leaves each node per step, over the node's NICs) or a GPU's
+    intra-node link, and a hop across nodes pays alpha, one inside a node intra_alpha."""
+    if ranks == 1:
+        return 0.0
+    chunk = nbytes / ranks
+    t = 0.0
+    for hop in range(ranks - 1):
+        if per_node is None:
+            t += alpha + chunk * 8 / bw_eff
+        else:
+            nodes = -(-ranks // per_node)
+            crosses = (hop // per_node) != ((hop + 1) // per_node)
+            nic = chunk / nics * 8 / bw_eff if nodes > 1 else 0.0
+            link = chunk * 8 / intra_eff if min(per_node, ranks) > 1 else 0.0
+            t += (alpha if crosses else intra_alpha) + max(nic, link)
+        if reduce:
+            t += red(chunk)
+    return t
+
+
+def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
+                     fusion_params=None, param_bytes=None, reduce_bytes=None,
+                     utilization=1.0, compression=1.0, algorithm="ring", alpha=0.0,
+                     codec_cost=0.0, slowdown=1.0, collective_overhead=0.0,
+                     sync_overhead=0.0, gpus_per_node=None, nics_per_node=1,
+                     intra_bw=2.4e12, intra_alpha=0.0, element_bytes=None):
+    """Iteration time [s] of one sharded iteration on n GPUs, by discrete-event simulation.
+
+    ``param_bytes`` / ``reduce_bytes``: bytes per element of the all-gathered parameters
+    and of the reduce-scattered gradients (default: the profile's gradient element size,
+    ``element_bytes``). ``wrap``: "block", "none" or a minimum parameter count per unit
+    (zero3, hybrid_shard, and zero1/2 when ``fusion`` is None); ``fusion``: the bucket
+    fusion of zero1/2 ("ddp", "horovod", "none", or None to use ``wrap``).
+    """
+    elem = element_bytes
+    pbytes = param_bytes or elem
+    rbytes = reduce_bytes or pbytes
+    red = lambda b: float(profile.reduction(b))  # noqa: E731
+    sizes = [float(s) for s in profile.tensor_bytes]
+    params = [s / elem for s in sizes]
+    ready = [float(t) for t in profile.tensor_ready]
+    names = profile.tensor_names
+    k = len(sizes)
+    sigma = slowdown
+    bw_eff = utilization * bw * compression
+
+    # ------------------------------------------------------------ shard group, links
+    if strategy == "hybrid_shard":
+        g = gpus_per_node or 8
+        group = min(n, g)
+        nodes = n // g if n > g else 1
+    else:
+        group, nodes, g = n, 1, gpus_per_node
+    # the intra-node link carries compressed bytes, except under hybrid_shard across
+    # nodes: its intra-node collectives are not on the network's wire
+    if strategy == "hybrid_shard" and nodes > 1:
+        intra_eff = intra_bw
+    else:
+        intra_eff = intra_bw * compression
+
+    def half(nbytes, reduce):
+        if strategy == "hybrid_shard":
+            return _ring_half(nbytes, group, bw_eff, intra_eff, alpha, intra_alpha, red,
+                              reduce, per_node=g, nics=nics_per_node)
+        return _ring_half(nbytes, group, bw_eff, intra_eff, alpha, intra_alpha, red, reduce,
+                          per_node=gpus_per_node, nics=nics_per_node)
+
+    def gather_time(unit_params):
+        nbytes = unit_params * pbytes
+        t = half(nbytes, False) + collective_overhead
+        if compression > 1:
+            t += codec_cost * nbytes
+        return t
+
+    def scatter_time(unit_params):
+        nbytes = unit_params * rbytes
+        t = half(nbytes, True) + collective_overhead
+        if compression > 1:
+            t += codec_cost * nbytes
+        if strategy == "hybrid_shard" and nodes > 1:
+            # g all-reduces of nbytes/g, one per GPU of the node, share its NICs
+            share_bw = bw_eff * nics_per_node / g
+            t += collective_seconds(algorithm, nbytes / g, nodes, share_bw, alpha, red)
+            t += collective_overhead
+        return t
+
+    # ------------------------------------------------------------ units / buckets
+    if strategy in ("zero3", "hybrid_shard") or fusion is None:
+        if isinstance(wrap, str):
+            groups = group_units(names, k, wrap)
+        else:
+            groups = size_units(params, wrap)
+        unit_params = [sum(params[i] for i in grp) for grp in groups]  # backward order
+        unit_done = [max(ready[i] for i in grp) for grp in groups]
+        back = []
+        prev = 0.0
+        for d in unit_done:
+            back.append(d - prev)
+            prev = d
+        back[-1] += max(0.0, profile.backward_time - unit_done[-1])
+        tb = sum(back)
+        fwd_b = [profile.forward_time * b / tb if tb > 0 else profile.forward_time / len(back)
+                 for b in back]
+    else:
+        buckets = _fuse(fusion, sizes, [sigma * t for t in ready], fusion_params or {})
+        unit_params = [s / elem for s, _ in buckets]
+        unit_done = [t for _, t in buckets]  # already on the distributed timeline
+
+    update = profile.update_time / group
+
+    # ------------------------------------------------------------ the event loop
+    # compute tasks: (duration, gate op or None, ops issued at start, ops issued at end)
+    ops_dur = {}
+    tasks = []
+    K = len(unit_params)
+    if strategy in ("zero3", "hybrid_shard"):
+        fwd_order = list(range(K))[::-1]  # backward index of forward unit j
+        for j, u in enumerate(fwd_order):
+            ops_dur[("agf", u)] = gather_time(unit_params[u])
+        for i in range(K):
+            if i > 0:
+                ops_dur[("agb", i)] = gather_time(unit_params[i])
+            ops_dur[("rs", i)] = scatter_time(unit_params[i])
+        for j, u in enumerate(fwd_order):
+            start_ops = [("agf", fwd_order[j + 1])] if j + 1 < K else []
+            tasks.append((sigma * fwd_b[u], ("agf", u), start_ops, []))
+        for i in range(K):
+            gate = ("agb", i) if i > 0 else None
+            start_ops = [("agb", i + 1)] if i + 1 < K else []
+            tasks.append((sigma * back[i], gate, start_ops, [("rs", i)]))
+        last_op = ("rs", K - 1)
+    else:
+        tasks.append((sigma * profile.forward_time, None, [], []))
+        # backward: one task per gap between bucket ready times
+        t_prev = 0.0
+        for i, d in enumerate(unit_done):
+            ops_dur[("rs", i)] = scatter_time(unit_params[i])
+            end = d if fusion is not None else sigma * d
+            tasks.append((max(0.0, end - t_prev), None, [], [("rs", i)]))
+            t_prev = max(t_prev, end)
+        tasks.append((max(0.0, sigma * profile.backward_time - t_prev), None, [], []))
+        for i in range(K):
+            ops_dur[("ag", i)] = gather_time(unit_params[i])
+        last_op = ("ag", K - 1)
+    ops_dur[last_op] += sync_overhead
+
+    done = {}
+    queue = []  # issued, not started
+    channel_free_at = 0.0
+    channel_busy = False
+    events = []  # (time, seq, kind, payload)
+    seq = 0
+
+    def push(t, kind, payload):
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (t, seq, kind, payload))
+
+    def issue(op, t):
+        queue.append(op)
+        push(t, "kick", None)
+
+    # the compute stream runs tasks in order; a task starts when the previous one has
+    # ended and its gate op is done
+    task_i = 0
+    compute_free = 0.0
+    compute_running = False
+
+    def try_start_compute(t):
+        nonlocal task_i, compute_running
+        if compute_running or task_i >= len(tasks):
+            return
+        dur, gate, start_ops, _ = tasks[task_i]
+        if gate is not None and gate not in done:
+            return
+        for op in start_ops:
+            issue(op, t)
+        compute_running = True
+        push(t + dur, "task_end", task_i)
+
+    def try_start_channel(t):
+        nonlocal channel_busy
+        if channel_busy or not queue:
+            return
+        op = queue.pop(0)
+        channel_busy = True
+        push(t + ops_dur[op], "op_end", op)
+
+    if strategy in ("zero3", "hybrid_shard"):
+        issue(("agf", K - 1), 0.0)  # the first unit of forward: gathered at time 0
+    push(0.0, "kick", None)
+    end_compute = 0.0
+    last_comm = 0.0
+    while events:
+        t, _, kind, payload = heapq.heappop(events)
+        if kind == "task_end":
+            compute_running = False
+            for op in tasks[payload][3]:
+                issue(op, t)
+            task_i += 1
+            end_compute = t
+        elif kind == "op_end":
+            channel_busy = False
+            done[payload] = t
+            last_comm = max(last_comm, t)
+        try_start_channel(t)
+        try_start_compute(t)
+    assert task_i == len(tasks) and not queue, "deadlock in the sharded schedule"
+    if strategy in ("zero3", "hybrid_shard"):
+        return max(end_compute, last_comm) + update
+    # zero1/zero2: step after backward and the reduce-scatters, then the all-gathers
+    t = max(end_compute, last_comm) + update
+    for i in range(K):
+        t += ops_dur[("ag", i)]
+    return t
+
+
+def wire_bytes_per_gpu(strategy, unit_params, n, param_bytes, reduce_bytes):
+    """Bytes each GPU sends per iteration over a flat ring (no topology): a reduce-scatter
+    or all-gather of S bytes sends (n-1)/n S; zero3 all-gathers every unit twice except
+    the last of forward, which stays gathered (unit_params in backward order)."""
+    f = (n - 1) / n
+    p = sum(unit_params)
+    if strategy in ("zero1", "zero2"):
+        return f * (p * reduce_bytes + p * param_bytes)
+    return f * (p * reduce_bytes + p * param_bytes + (p - unit_params[0]) * param_bytes)
+
+
+__all__ = ["simulate_sharded", "group_units", "size_units", "wire_bytes_per_gpu", "math"]
