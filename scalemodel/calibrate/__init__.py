@@ -8,11 +8,13 @@ and are imported on use.
 
 from .fit import COLLECTIVE_MODELS, CollectiveFit, cluster_from_fits, fit_collective
 from .nccl_tests import NcclTestsResult, read_nccl_tests
+from .trace import TraceReport, read_trace
 from .overhead import HostOverheadFit, OverlapFit, fit_host_overhead, fit_overlap
 from .uncertainty import (PredictionInterval, min_compression_interval,
                           scaling_factor_interval)
 
 __all__ = ["COLLECTIVE_MODELS", "CollectiveFit", "cluster_from_fits", "fit_collective",
-           "NcclTestsResult", "read_nccl_tests", "HostOverheadFit", "OverlapFit",
+           "NcclTestsResult", "read_nccl_tests", "TraceReport", "read_trace",
+           "HostOverheadFit", "OverlapFit",
            "fit_host_overhead", "fit_overlap", "PredictionInterval",
            "min_compression_interval", "scaling_factor_interval"]

@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "[s] (default: %(default)s)")
     p.add_argument("--name", help="cluster name (default: host name and backend)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--trace", help="also save a torch.profiler trace of the DDP step, one "
+                   "file per rank (<stem>.rank<r>.json); read it with from-trace")
     return p
 
 
@@ -394,7 +396,8 @@ def _measure(args, steps, dist, timeout, profile, cluster, line_rate, model_name
             _log(f"scaling: DDP on {world} ranks, bucket cap {args.bucket_cap_mb} MiB")
         ddp = measure_ddp(args.model, batch_size=args.batch_size, warmup=args.warmup,
                           iterations=args.iterations, bucket_cap_mb=args.bucket_cap_mb,
-                          progress=progress, timeout=timeout, amp=args.amp)
+                          progress=progress, timeout=timeout, amp=args.amp,
+                          trace=args.trace)
         if rank == 0:
             if compute is not None:
                 # the compute step's shape, the speed of the paired local iterations
@@ -589,6 +592,9 @@ def main(argv=None) -> int:
     try:
         if argv and argv[0] == "from-nccl-tests":
             return from_nccl_tests(argv[1:])
+        if argv and argv[0] == "from-trace":
+            from .trace import main as from_trace
+            return from_trace(argv[1:])
         return run(build_parser().parse_args(argv))
     except (ScalemodelError, ValueError, TypeError, OSError) as exc:
         print(f"scalemodel.calibrate: error{_who()}: {_one_line(exc)}", file=sys.stderr)

@@ -90,7 +90,7 @@ class DDPMeasurement:
 
 def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_cap_mb=25.0,
                 device=None, threads=None, lr=0.01, group=None, progress=True,
-                timeout=None, amp=None) -> DDPMeasurement:
+                timeout=None, amp=None, trace=None) -> DDPMeasurement:
     """Train ``model`` with DDP on every rank of the process group and time it.
 
     Parameters
@@ -120,6 +120,11 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
     amp : {None, "bf16", "fp16"}
         Mixed precision for forward and loss, as in
         :func:`~scalemodel.calibrate.compute.measure_compute` [-].
+    trace : str or os.PathLike, optional
+        After the timed iterations, record a few more DDP iterations with
+        ``torch.profiler`` and save each rank's trace as ``<stem>.rank<r>.json``
+        (:func:`scalemodel.calibrate.trace.record_trace`), readable with
+        :func:`scalemodel.calibrate.trace.read_trace` [path].
 
     Returns
     -------
@@ -178,6 +183,9 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
         worst = torch.tensor([times, local], dtype=torch.float64,
                              device=device if backend == "nccl" else "cpu")
         dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
+        if trace is not None:
+            from .trace import record_trace
+            record_trace(trace, lambda: step(True), rank=rank, cuda=device.type == "cuda")
     except CalibrationError:
         raise
     except RuntimeError as exc:
