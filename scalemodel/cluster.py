@@ -17,7 +17,7 @@ ceiling (none by default). Between measured line rates :math:`B_i` the *achieved
 :math:`A_i = \max_{k \le i} u_k B_k` (a running maximum, so that more line rate never
 achieves less) is interpolated linearly in :math:`(\log B, \log A)`; outside the table the
 end utilization holds. :math:`B_\text{eff}` is therefore non-decreasing in :math:`B`, and
-the inverse solvers invert it exactly (:meth:`ClusterProfile.line_rate_for`). Pass a cluster to
+the inverse solvers invert it exactly (:meth:`~scalemodel.ClusterProfile.line_rate_for`). Pass a cluster to
 :func:`~scalemodel.scaling_factor`, :func:`~scalemodel.min_compression` or
 :func:`~scalemodel.required_bandwidth` as ``cluster=`` (an object or a JSON file);
 calibration writes such files.

@@ -268,12 +268,17 @@ def _zeros_like(s):
     return CollectiveCost(z, z.copy(), z.copy(), z.copy())
 
 
+def _nodes(n, opt):
+    """Nodes a run of ``n`` workers spans, as ``Topology.nodes`` (without building one)."""
+    return -(-int(n) // opt.gpus_per_node) if opt.gpus_per_node else int(n)
+
+
 def _split_latency(n, opt, inter_steps_per_node, steps):
     """Latency of ``steps`` pipeline steps of which ``inter_steps_per_node * (m - 1)`` cross
     nodes (NCCL's ring: nInter = 2(nNodes - 1) for all-reduce); flat: all cross."""
     if opt.gpus_per_node is None:
         return steps * opt.alpha
-    m = opt.topology.nodes(n)
+    m = _nodes(n, opt)
     inter = inter_steps_per_node * (m - 1)
     return (steps - inter) * opt.intra_alpha + inter * opt.alpha
 
@@ -298,7 +303,7 @@ def _on_links(per_link, n, opt):
     """Split a flat ring's per-link bits into NIC bits and intra-node bits."""
     if opt.gpus_per_node is None:
         return per_link, np.zeros_like(per_link)
-    m = opt.topology.nodes(n)
+    m = _nodes(n, opt)
     intra = per_link if min(opt.gpus_per_node, n) > 1 else np.zeros_like(per_link)
     nic = per_link / opt.nics_per_node if m > 1 else np.zeros_like(per_link)
     return nic, intra
@@ -325,7 +330,7 @@ def _tree_cost(s, n, red, opt):
             overhead=red(s),
             bits=2.0 * 8.0 * s,
         )
-    m = opt.topology.nodes(n)
+    m = _nodes(n, opt)
     g = min(opt.gpus_per_node, n)
     factor = {1: 0.0, 2: 1.0, 3: 1.5}.get(m, 2.0)
     depth = math.ceil(math.log2(m)) if m > 1 else 0
@@ -380,7 +385,7 @@ def _hierarchical_cost(s, n, red, opt):
 def _allgather_cost(s, n, red, opt):
     """Ring all-gather of S bytes from every worker: n-1 steps, (n-1) S bytes received.
 
-    With a topology it is a flat ring as for :func:`_ring_cost`: each node's NICs carry
+    With a topology it is a flat ring as for the ring all-reduce: each node's NICs carry
     (n-1) S together, each GPU's intra-node link the same.
     """
     nic, intra = _on_links((n - 1) * 8.0 * s, n, opt)

@@ -2,7 +2,7 @@ r"""Fit a cluster from measured training runs.
 
 A user rarely can run our calibration on a rented cluster, but usually has a few measured
 runs: throughput (or iteration time) at some worker counts and line rates. From those,
-:func:`fit_cluster` estimates the terms that make a real cluster slower than the ideal
+:func:`~scalemodel.fit_cluster` estimates the terms that make a real cluster slower than the ideal
 model (:mod:`scalemodel.cluster`):
 
 =========================  =======================================  ==================
@@ -46,7 +46,7 @@ by robust least squares on the residuals
 (the relative error of the iteration time in units of the run's uncertainty
 :math:`s_i`) plus weakly informative priors that pull each free parameter towards its ideal
 default, :math:`\big((g(\theta_p) - g(\theta_p^0))/w_p\big)^2`, with the scales
-:math:`w_p` of :data:`PRIORS`. The subset with the smallest
+:math:`w_p` of :data:`~scalemodel.fitting.PRIORS`. The subset with the smallest
 :math:`\sum \rho_i^2 + \text{prior} + 2|S|` (Akaike's penalty) wins: so one run fits the
 single parameter that explains it at the least surprise, and more runs free more
 parameters when they are needed. Intervals come from the Jacobian at the optimum
@@ -126,7 +126,7 @@ _ORDER = ("ceiling", "utilization", "sync_overhead", "collective_overhead",
 """Tie-break order of parameters of equal evidence."""
 
 AUTO = ("ceiling", "utilization", "sync_overhead", "collective_overhead", "compute_slowdown")
-"""Parameters :func:`fit_cluster` chooses among by itself. The others (``alpha``,
+"""Parameters :func:`~scalemodel.fit_cluster` chooses among by itself. The others (``alpha``,
 ``overlap``, ``host_overhead``) come from the transport calibration or ``fit=``: their
 signatures in a few scaling runs are too close to the ones above to tell apart."""
 
@@ -390,7 +390,7 @@ class RunResidual:
 
 @attrs.frozen(eq=False)
 class ClusterFit:
-    """Result of :func:`fit_cluster`.
+    """Result of :func:`~scalemodel.fit_cluster`.
 
     Attributes
     ----------
@@ -662,7 +662,7 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=8, nics_p
     name : str
         Name of the fitted cluster [-].
     **given
-        Values to hold for any parameter of :data:`PRIORS`, e.g. ``compute_slowdown=1.1``
+        Values to hold for any parameter of :data:`~scalemodel.fitting.PRIORS`, e.g. ``compute_slowdown=1.1``
         [unit of the parameter].
 
     Returns

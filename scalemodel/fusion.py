@@ -21,10 +21,10 @@ Policies
 :class:`PerTensor`
     No fusion: one message per gradient tensor, sent as soon as it is ready: wait-free
     backpropagation (WFBP, Zhang et al., "Poseidon", USENIX ATC 2017); ``"wfbp"``.
-:class:`AfterBackward`
+:class:`~scalemodel.fusion.AfterBackward`
     All gradients in one message after backward ends: bulk synchronous (BSP) without
     overlap; ``"bsp"``.
-:class:`MGWFBP`
+:class:`~scalemodel.fusion.MGWFBP`
     Merged-gradient WFBP (S. Shi, X. Chu, B. Li, "MG-WFBP: Efficient Data Communication
     for Distributed Synchronous SGD Algorithms", INFOCOM 2019, arXiv:1811.11141): walking
     the gradients in backward order, merge a gradient into the next one when the next is
@@ -37,6 +37,8 @@ Policies
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import attrs
 import numpy as np
@@ -60,16 +62,40 @@ class Buckets:
         Size of each bucket [bytes], in communication order.
     ready : numpy.ndarray
         Time each bucket is ready, from the start of backward [s].
-    members : tuple of numpy.ndarray
-        Indices of the tensors in each bucket.
+    members : sequence of numpy.ndarray
+        Indices of the tensors in each bucket (made when read).
     """
 
     nbytes: np.ndarray
     ready: np.ndarray
-    members: tuple
+    members: Sequence
 
     def __len__(self):
         return len(self.nbytes)
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Index of each bucket's first tensor [-]."""
+        if isinstance(self.members, _Ranges):
+            return self.members.starts
+        return np.asarray([int(m[0]) for m in self.members], dtype=np.int64)
+
+
+class _Ranges(Sequence):
+    """Consecutive index ranges ``[start, end)``, each made into an array when read (a
+    model with hundreds of buckets reads none of them)."""
+
+    def __init__(self, starts, ends):
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.ends = np.asarray(ends, dtype=np.int64)
+
+    def __len__(self):
+        return len(self.starts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return np.arange(self.starts[i], self.ends[i])
 
 
 def _from_boundaries(sizes, ready, ends):
@@ -77,8 +103,7 @@ def _from_boundaries(sizes, ready, ends):
     starts = np.concatenate(([0], ends[:-1]))
     nbytes = np.add.reduceat(sizes, starts).astype(float)
     rdy = np.maximum.reduceat(ready, starts)
-    members = tuple(np.arange(a, b) for a, b in zip(starts, ends))
-    return Buckets(nbytes, rdy, members)
+    return Buckets(nbytes, rdy, _Ranges(starts, ends))
 
 
 def _check_size(value, name):
@@ -104,7 +129,7 @@ class DDPBuckets:
     def buckets(self, sizes, ready) -> Buckets:
         """Assign tensors (in backward order) to buckets; see the module docs."""
         ends, acc, limit = [], 0.0, self.first_bucket_bytes
-        for i, s in enumerate(sizes):
+        for i, s in enumerate(np.asarray(sizes, dtype=float).tolist()):
             acc += s
             if acc >= limit:
                 ends.append(i + 1)

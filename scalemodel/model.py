@@ -43,6 +43,7 @@ from .cluster import load_cluster
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
 from .overlap import UpperEnvelope, overlap_lines
+from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
 from .profiles import WorkloadProfile, load_profile
 from .topology import resolve_topology
 from .units import (broadcast_shape, check_count, check_fraction, check_nonnegative,
@@ -92,6 +93,10 @@ class Scenario:
     cluster : ClusterProfile or None
         Calibrated transport: its latency, achieved bandwidth, reduction cost, topology,
         compute slowdown and fixed costs.
+    sharding : Sharding or None
+        Sharded data parallelism (:mod:`scalemodel.sharding`); None for plain data
+        parallelism. With it ``fusion`` is the wrapping policy, and :meth:`lines` are
+        those of the sharded schedule (eq. :eq:`zero3`).
     """
 
     profile: WorkloadProfile
@@ -100,17 +105,19 @@ class Scenario:
     options: CollectiveOptions
     codec_cost: float = 0.0
     cluster: object = None
+    sharding: object = None
     _buckets: object = attrs.field(default=None, init=False)
     _cache: dict = attrs.field(factory=dict, init=False)
     _wire: dict = attrs.field(factory=dict, init=False)
 
     @classmethod
-    def build(cls, model, *, algorithm="ring", fusion="ddp", alpha=None, codec_cost=0.0,
+    def build(cls, model, *, algorithm="ring", fusion=None, alpha=None, codec_cost=0.0,
               gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-              cluster=None, nics_per_node=None):
+              cluster=None, nics_per_node=None, sharding="none"):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`."""
         profile = load_profile(model)
         alpha = _scalar_float(alpha, "alpha")
+        shard = resolve_sharding(sharding)
         topology = None
         if cluster is not None:
             cluster = load_cluster(cluster)
@@ -119,6 +126,11 @@ class Scenario:
             topology = cluster.topology
             if cluster.reduction is not None:
                 profile = attrs.evolve(profile, reduction=cluster.reduction)
+            if cluster.overlap < 1.0 and shard.sharded:
+                raise InvalidParameterError(
+                    "sharding", shard.strategy, f"the cluster {cluster.name!r} has an "
+                    f"overlap efficiency of {cluster.overlap:g} < 1, which is not modelled "
+                    "under sharding", "Use sharding='none', or a cluster calibrated on GPUs")
             if cluster.overlap < 1.0:  # eq. (overlap-efficiency) of scalemodel.cluster
                 eta, r = cluster.overlap, profile.tensor_ready
                 late = np.maximum.accumulate(eta * r + (1.0 - eta) * profile.backward_time)
@@ -127,11 +139,16 @@ class Scenario:
         topology = resolve_topology(topology, gpus_per_node=gpus_per_node,
                                     nics_per_node=nics_per_node, intra_bw=intra_bw,
                                     intra_alpha=intra_alpha)
+        if shard.sharded:
+            policy = resolve_wrap(fusion, shard.strategy, profile)
+        else:
+            policy, shard = resolve_fusion("ddp" if fusion is None else fusion), None
         return cls(
             cluster=cluster,
             profile=profile,
             algorithm=resolve_algorithm(algorithm),
-            fusion=resolve_fusion(fusion),
+            fusion=policy,
+            sharding=shard,
             options=CollectiveOptions.from_topology(topology, alpha=alpha or 0.0,
                                                     ps_servers=ps_servers),
             codec_cost=float(check_nonnegative(codec_cost, "codec_cost")),
@@ -204,8 +221,12 @@ class Scenario:
                 "Use Scenario.planned(n, x), or pass MGWFBP(startup, per_byte)")
         if self._buckets is None:
             p = self.profile
-            object.__setattr__(self, "_buckets", self.fusion.buckets(
-                p.tensor_bytes, self.compute_slowdown * p.tensor_ready))
+            if self.sharding is not None and not hasattr(self.fusion, "buckets"):
+                # a wrapping policy: each unit's gradients are one reduce-scatter
+                made = unit_buckets(p, self.fusion, self.compute_slowdown)
+            else:
+                made = self.fusion.buckets(p.tensor_bytes, self.compute_slowdown * p.tensor_ready)
+            object.__setattr__(self, "_buckets", made)
         return self._buckets
 
     def make_lines(self, n, ready, cost, overhead=None):
@@ -213,7 +234,7 @@ class Scenario:
         distributed timeline, as :attr:`buckets`) with collective costs ``cost`` (a
         :class:`~scalemodel.collectives.CollectiveCost`); ``overhead`` [s] replaces the
         cost's overhead when given. Returns the lines, their envelope and the wire map
-        ``(k1, k2)`` of :meth:`x_effective`."""
+        ``(k1, k2)`` of :meth:`Scenario.x_effective`."""
         n = int(n)
         sigma = self.slowdown(n)
         ready = np.asarray(ready, float) * (sigma / self.compute_slowdown)
@@ -234,11 +255,14 @@ class Scenario:
 
     def lines(self, n: int, compressed: bool = False):
         """:class:`~scalemodel.overlap.OverlapLines` and their envelope for ``n`` workers,
-        in :math:`x_\\text{eff}` (see :meth:`x_effective`).
+        in :math:`x_\\text{eff}` (see :meth:`Scenario.x_effective`).
 
         ``compressed`` adds the encode/decode cost (paid only when the ratio is > 1).
         """
         key = (int(n), bool(compressed) and self.codec_cost > 0)
+        if self.sharding is not None:
+            sched = self.schedule(key[0], key[1])
+            return sched.lines, sched.envelope
         if key not in self._cache:
             b = self.buckets
             cost = collective_cost(self.algorithm, b.nbytes, key[0],
@@ -249,6 +273,38 @@ class Scenario:
             lines, env, xmap = self.make_lines(key[0], b.ready, cost, overhead)
             self._cache[key] = (lines, env)
             self._wire[key[0]] = xmap
+        return self._cache[key]
+
+    def schedule(self, n, compressed=False, *, gradient_scale=None, gradient_overhead=None,
+                 alpha_counts=False):
+        """The sharded iteration on ``n`` workers in closed form
+        (:class:`~scalemodel.sharding.ShardedSchedule`); cached unless a gradient
+        compressor's ``gradient_scale`` [-] (factor on the gradient collectives' wire bits)
+        or ``gradient_overhead`` [s] (encode and decode per gradient collective) is given,
+        or the latency counts of its lines (``alpha_counts``). ``compressed`` adds the
+        codec cost as in :meth:`lines`."""
+        if self.sharding is None:
+            raise InvalidParameterError("sharding", "none", "a plain data-parallel scenario "
+                                        "has no sharded schedule", "Use Scenario.lines")
+        n = int(n)
+        compressed = bool(compressed) and self.codec_cost > 0
+        custom = gradient_scale is not None or gradient_overhead is not None or alpha_counts
+        key = ("schedule", n, compressed)
+        if custom or key not in self._cache:
+            cl = self.cluster
+            sched = sharded_schedule(
+                self.profile, n, sharding=self.sharding, wrap=self.fusion,
+                algorithm=self.algorithm, options=self.options, slowdown=self.slowdown(n),
+                collective_overhead=0.0 if cl is None else cl.collective_overhead,
+                sync_overhead=0.0 if cl is None else cl.sync_overhead,
+                codec_cost=self.codec_cost, compressed=compressed,
+                buckets=self.buckets if hasattr(self.fusion, "buckets") else None,
+                gradient_scale=1.0 if gradient_scale is None else gradient_scale,
+                gradient_overhead=gradient_overhead, alpha_counts=alpha_counts)
+            if custom:
+                return sched
+            self._cache[key] = sched
+            self._wire[n] = sched.xmap
         return self._cache[key]
 
     def wire_map(self, n):
@@ -385,13 +441,20 @@ TOPOLOGY_DOC = """alpha : float or None
         A calibrated cluster (object or JSON file): supplies the latency, the achieved
         fraction of each line rate (which ``utilization`` then multiplies), the topology,
         the compute slowdown, the fixed costs and, when it has one, the reduction cost.
-        See :mod:`scalemodel.cluster` [-]."""
+        See :mod:`scalemodel.cluster` [-].
+    sharding : str or Sharding
+        ``"none"`` (plain data parallelism, DDP: the default), ``"zero1"``, ``"zero2"``
+        (``"shard_grad_op"``), ``"zero3"`` (``"full_shard"``, ``"fsdp"``) or
+        ``"hybrid_shard"``, or a :class:`~scalemodel.sharding.Sharding` with the
+        parameter and reduce dtypes; see :mod:`scalemodel.sharding`. Sharding needs
+        ``n >= 2``; its optimizer step runs on the local shard, so the scaling factor can
+        exceed 1 when communication hides [-]."""
 
 
 def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm="ring",
-                   fusion="ddp", alpha=None, codec_cost=0.0, gpus_per_node=None,
+                   fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                   cluster=None):
+                   cluster=None, sharding="none"):
     r"""Scaling factor of data-parallel training, equation :eq:`scaling-factor`.
 
     Any of ``n``, ``bw``, ``utilization`` and ``compression`` may be an array; they
@@ -412,19 +475,22 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     utilization : float or array_like
         Fraction of the line rate the transport achieves, in (0, 1] [-].
     compression : float or array_like
-        Compression ratio r >= 1 dividing the bytes on the wire [-].
+        Compression ratio r >= 1 dividing the bytes on the wire (under sharding, of every
+        collective) [-].
     algorithm : str
         Collective: ``"ring"``, ``"tree"``, ``"halving-doubling"``, ``"hierarchical"``,
         ``"allgather"`` or ``"ps"`` [-].
-    fusion : str or fusion policy
+    fusion : str, fusion policy or None
         ``"ddp"`` (PyTorch DDP buckets, the default), ``"horovod"``, ``"none"`` (per
-        tensor, WFBP), ``"bsp"`` (all after backward) or ``"mg-wfbp"`` [-].
+        tensor, WFBP), ``"bsp"`` (all after backward) or ``"mg-wfbp"``; under sharding the
+        wrapping policy: ``"block"`` (the default), ``"none"`` or a
+        :class:`~scalemodel.sharding.SizeWrap` [-].
     {topology}
 
     Returns
     -------
     float or numpy.ndarray
-        Scaling factor in (0, 1] [-].
+        Scaling factor, in (0, 1] without sharding [-].
 
     Examples
     --------
@@ -436,7 +502,8 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
-                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
+                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
+                        sharding=sharding)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / (np.multiply(np.multiply(u, bw), r))
     t = sc.iteration_times(n, x, r)
@@ -458,9 +525,10 @@ class IterationTime:
     backward : float
         Backward pass, slowdown included [s].
     exposed_communication : float
-        Communication that ends after backward, i.e. not hidden by it [s].
+        Communication that ends after backward, i.e. not hidden by it; under sharding
+        all communication not hidden behind forward or backward [s].
     update : float
-        Optimizer step [s].
+        Optimizer step (under sharding on the local shard of the state) [s].
     total : float
         forward + backward + exposed_communication + update [s].
     communication : float
@@ -468,7 +536,7 @@ class IterationTime:
     scaling_factor : float
         Single-worker over this iteration time [-].
     n_buckets : int
-        Messages per iteration [-].
+        Messages (collectives) per iteration [-].
     binding : str
         What binds, one of :data:`BINDINGS`: ``"compute"`` (or ``"slowdown"``) when
         communication is hidden, else the largest part on the critical path.
@@ -493,18 +561,18 @@ class IterationTime:
 
 
 def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm="ring",
-                   fusion="ddp", alpha=None, codec_cost=0.0, gpus_per_node=None,
+                   fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                   cluster=None) -> IterationTime:
+                   cluster=None, sharding="none") -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
     Parameters
     ----------
-    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster
+    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding
         As in :func:`scaling_factor`, scalars only: ``n`` [workers], ``bw`` [bits/s],
         ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost``
         [s/byte], ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw``
-        [bits/s], ``intra_alpha`` [s], ``ps_servers`` [servers].
+        [bits/s], ``intra_alpha`` [s], ``ps_servers`` [servers], ``sharding`` [-].
 
     Returns
     -------
@@ -519,7 +587,8 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
-                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster)
+                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
+                        sharding=sharding)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
     sc = sc.planned(n, 1.0 / (u * bw * r), r)
@@ -533,8 +602,12 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     sigma = sc.slowdown(n)
     fwd, bwd = sigma * p.forward_time, sigma * p.backward_time
     total = fwd + end + p.update_time
+    update, messages = p.update_time, len(sc.buckets)
+    if sc.sharding is not None:  # eq. (zero3): forward may wait, the step is sharded
+        sched = sc.schedule(n, r > 1)
+        busy, update, messages = sched.channel_time(x), sched.update, sched.n_collectives
     return IterationTime(
-        forward=fwd, backward=bwd, exposed_communication=max(0.0, end - bwd),
-        update=p.update_time, total=total, communication=busy,
-        scaling_factor=p.iteration_time / total, n_buckets=len(sc.buckets), binding=binding,
+        forward=fwd, backward=bwd, exposed_communication=max(0.0, total - fwd - bwd - update),
+        update=update, total=total, communication=busy,
+        scaling_factor=p.iteration_time / total, n_buckets=messages, binding=binding,
         critical_parts=parts, compute_slowdown=sigma)

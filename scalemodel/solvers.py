@@ -78,6 +78,14 @@ class CompressionResult:
         ``(lo, hi)`` of the ratio over the cluster's fitted intervals (its pessimistic
         and optimistic corners, :meth:`~scalemodel.ClusterProfile.corners`); None without
         intervals [-].
+    memory_per_gpu : float or None
+        Memory each GPU needs in this configuration (:func:`~scalemodel.memory`); None
+        when it is not known (a profile without a transformer configuration and no
+        ``gpu=``) [bytes].
+    fits : bool or None
+        Whether ``memory_per_gpu`` fits on ``gpu``; the message says so when it does not.
+    gpu : str or None
+        The GPU the memory is checked against.
     """
 
     ratio: float
@@ -93,6 +101,9 @@ class CompressionResult:
     target: float
     utilization: float
     interval: tuple | None = None
+    memory_per_gpu: float | None = None
+    fits: bool | None = None
+    gpu: str | None = None
 
 
 @attrs.frozen
@@ -121,6 +132,12 @@ class BandwidthResult:
     interval : tuple of float or None
         ``(lo, hi)`` of ``bw`` over the cluster's fitted intervals; None without
         intervals [bits/s].
+    memory_per_gpu : float or None
+        Memory each GPU needs (:func:`~scalemodel.memory`); None when unknown [bytes].
+    fits : bool or None
+        Whether it fits on ``gpu``; the message says so when it does not.
+    gpu : str or None
+        The GPU the memory is checked against.
     """
 
     bw: float
@@ -135,6 +152,55 @@ class BandwidthResult:
     compression: float
     utilization: float
     interval: tuple | None = None
+    memory_per_gpu: float | None = None
+    fits: bool | None = None
+    gpu: str | None = None
+
+
+def memory_check(sc, n, gpu=None):
+    """Memory per GPU of a scenario on ``n`` workers: ``(per_gpu [bytes], fits, gpu name,
+    note)``, where the note is empty when it fits; all None when unknown (a profile without
+    a transformer configuration and no ``gpu``).
+
+    Parameters
+    ----------
+    sc : Scenario
+        The scenario (its profile, sharding and topology) [-].
+    n : int
+        Workers [workers].
+    gpu : str, GPUSpec or None
+        The GPU; None: the one the profile was derived for, when it has a transformer
+        configuration [-].
+    """
+    from .memory import memory
+
+    p = sc.profile
+    derived = isinstance(p.provenance.get("config"), dict)
+    if gpu is None and not derived:
+        return None, None, None, ""
+    if gpu is None:
+        gpu = p.provenance.get("gpu") or "h100-sxm"
+    shard = sc.sharding
+    kw = {}
+    if shard is not None:
+        kw = dict(param_dtype=shard.param_dtype, grad_dtype=shard.reduce_dtype)
+    if shard is not None and shard.strategy == "hybrid_shard":
+        kw["gpus_per_node"] = sc.options.gpus_per_node or 8
+    strategy = "none" if shard is None or int(n) < 2 else shard.strategy
+    m = memory(p, int(n), sharding=strategy, gpu=gpu, **kw)
+    note = "" if m.fits else (f"; does not fit on {m.gpu.name}: {m.per_gpu / 2**30:.1f} GiB "
+                              f"per GPU > {m.gpu.hbm_bytes / 2**30:.0f} GiB "
+                              f"(sharding={m.sharding!r}"
+                              + ("" if m.complete else ", activations unknown") + ")")
+    return float(m.per_gpu), bool(m.fits), m.gpu.name, note
+
+
+def _with_memory(result, sc, n, gpu):
+    per, fits, name, note = memory_check(sc, n, gpu)
+    if per is None:
+        return result
+    return attrs.evolve(result, memory_per_gpu=per, fits=fits, gpu=name,
+                        message=result.message + note)
 
 
 def _with_interval(result, sc, solve, field, what):
@@ -177,7 +243,7 @@ def _sf_at(sc, n, x_eff, compressed, *, r=1.0, bw=None):
 
 def _why_not(binding, parts, limit, target):
     detail = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in parts.items() if k != "bandwidth")
-    return (f"even unlimited {{what}} reaches only {limit:.4g} < target {target:g}: "
+    return (f"even unlimited {{what}} reaches only {limit:.3f} < target {target:g}: "
             f"{binding} binds ({detail} on the critical path)")
 
 
@@ -204,9 +270,10 @@ def _limit_message(what, limit, target):
 
 
 def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilization=1.0,
-                    algorithm="ring", fusion="ddp", alpha=None, codec_cost=0.0,
+                    algorithm="ring", fusion=None, alpha=None, codec_cost=0.0,
                     gpus_per_node=None, nics_per_node=None, intra_bw=None, intra_alpha=None,
-                    ps_servers=None, cluster=None) -> CompressionResult:
+                    ps_servers=None, cluster=None, sharding="none",
+                    gpu=None) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -223,9 +290,13 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         :data:`~scalemodel.solvers.DEFAULT_TARGET` (0.9) [-].
     utilization : float
         Fraction of the line rate achieved, in (0, 1] [-].
-    algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster
+    algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [s], [s/byte], [workers],
-        [NICs], [bits/s], [s], [servers], a cluster profile or file.
+        [NICs], [bits/s], [s], [servers], a cluster profile or file, [-]. Under sharding
+        the ratio divides the bytes of every collective.
+    gpu : str, GPUSpec or None
+        GPU whose memory is checked (:func:`~scalemodel.memory`); None: the profile's,
+        for profiles derived from a transformer configuration, else no check [-].
 
     Returns
     -------
@@ -249,12 +320,14 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                               codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                               nics_per_node=nics_per_node, intra_bw=intra_bw,
-                              intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cl)
+                              intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cl,
+                              sharding=sharding)
 
     sc = build(cluster)
-    return _with_interval(_min_compression(sc, bw, n, target, u), sc,
-                          lambda cl: _min_compression(build(cl), bw, n, target, u),
-                          "ratio", "ratio")
+    res = _with_interval(_min_compression(sc, bw, n, target, u), sc,
+                         lambda cl: _min_compression(build(cl), bw, n, target, u),
+                         "ratio", "ratio")
+    return _with_memory(res, sc, n, gpu)
 
 
 def _min_compression(sc, bw, n, target, u) -> CompressionResult:
@@ -303,9 +376,10 @@ def _min_compression(sc, bw, n, target, u) -> CompressionResult:
 
 
 def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression=1.0,
-                       utilization=1.0, algorithm="ring", fusion="ddp", alpha=None,
+                       utilization=1.0, algorithm="ring", fusion=None, alpha=None,
                        codec_cost=0.0, gpus_per_node=None, nics_per_node=None, intra_bw=None,
-                       intra_alpha=None, ps_servers=None, cluster=None) -> BandwidthResult:
+                       intra_alpha=None, ps_servers=None, cluster=None, sharding="none",
+                       gpu=None) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -320,10 +394,12 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         Compression ratio >= 1 [-].
     utilization : float
         Fraction of the line rate achieved, in (0, 1] [-].
-    algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster
+    algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding
         As in :func:`~scalemodel.scaling_factor`. With a cluster, ``bw`` is the line rate
         whose achieved bandwidth (eq. :eq:`achieved`) is enough; when the transport's
         ceiling is below what is needed, no line rate is.
+    gpu : str, GPUSpec or None
+        GPU whose memory is checked, as in :func:`min_compression` [-].
 
     Returns
     -------
@@ -347,12 +423,14 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                               codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                               nics_per_node=nics_per_node, intra_bw=intra_bw,
-                              intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cl)
+                              intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cl,
+                              sharding=sharding)
 
     sc = build(cluster)
-    return _with_interval(_solve_bandwidth(sc, n, target, r, u), sc,
-                          lambda cl: _solve_bandwidth(build(cl), n, target, r, u),
-                          "bw", "bw")
+    res = _with_interval(_solve_bandwidth(sc, n, target, r, u), sc,
+                         lambda cl: _solve_bandwidth(build(cl), n, target, r, u),
+                         "bw", "bw")
+    return _with_memory(res, sc, n, gpu)
 
 
 def _solve_bandwidth(sc, n, target, r, u) -> BandwidthResult:

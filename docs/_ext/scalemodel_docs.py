@@ -739,6 +739,107 @@ def fig_emulated(out: Path):
     _save(fig, out / "emulated.png")
 
 
+# --------------------------------------------------------------------------- real clusters
+
+def _validation():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "validate_published.py"
+    spec = importlib.util.spec_from_file_location("validate_published", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def inc_p3dn(out: Path):
+    """Fit the p3dn cluster from the primary protocol and tabulate the held-out runs."""
+    import json
+
+    from scalemodel.fitting import _fmt
+
+    v = _validation()
+    runs, single = v.p3dn_runs()
+    rows_ideal, med_i, max_i = v.ideal(runs)
+    text = []
+    summary = []
+    for name, cal in (("two runs: 2 and 8 servers at 100 Gbit/s (primary)",
+                       ["2 servers @ 100G", "8 servers @ 100G"]),
+                      ("one run: 8 servers at 100 Gbit/s", ["8 servers @ 100G"]),
+                      ("two runs: 2 servers at 10, 8 servers at 100 Gbit/s",
+                       ["2 servers @ 10G", "8 servers @ 100G"]),
+                      ("two runs: 8 servers at 10 and at 100 Gbit/s",
+                       ["8 servers @ 10G", "8 servers @ 100G"])):
+        fit, rows, med, mx = v.evaluate(runs, single, cal)
+        free = ", ".join(f"{k} = {_fmt(fit.parameters[k].value, fit.parameters[k].unit)}"
+                         for k in fit.free)
+        summary.append([name, free, f"{100 * med:.1f} %", f"{100 * mx:.1f} %",
+                        "yes" if med <= 0.05 and mx <= 0.15 else "**no**"])
+        if name.endswith("(primary)"):
+            primary, primary_rows = fit, rows
+    text.append(_table(["calibrated on", "fitted", "median error", "largest error",
+                        "meets 5 % / 15 %"], summary,
+                       title="Held-out iteration-time errors by calibration protocol"))
+    text.append(f"\nThe ideal model without a fit errs by {100 * med_i:.1f} % (median) and "
+                f"{100 * max_i:.1f} % (largest) on the same runs.\n")
+    rows = [[r["label"], f"{r['scaling_factor']:.3f}", f"{sf:.3f}", f"{100 * e:+.1f} %"]
+            for r, sf, e in primary_rows]
+    text.append(_table(["run", "measured SF", "predicted SF", "iteration-time error"], rows,
+                       title="The primary protocol, run by run"))
+    par = primary.parameters
+    text.append("\nThe fitted cluster (95 % intervals): " + "; ".join(
+        f"{k} {_fmt(p.value, p.unit)} [{_fmt(p.interval[0], p.unit)}, "
+        f"{_fmt(p.interval[1], p.unit)}] ({p.status})"
+        for k, p in par.items() if p.status != "default") + ".\n")
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    saved = results / "validate_published.json"
+    if saved.exists():
+        rec = json.loads(saved.read_text()).get("all_pairs")
+        if rec:
+            text.append(
+                f"\nEvery one of the {rec['pairs']} pairs of runs as the calibration "
+                f"(``python benchmarks/validate_published.py --all-pairs``, committed in "
+                f"``benchmarks/results/``): median of the medians "
+                f"{100 * rec['median_of_medians']:.1f} %, median of the largest errors "
+                f"{100 * rec['median_of_largest']:.1f} %; {rec['meeting']} of "
+                f"{rec['pairs']} pairs meet the target.\n")
+    _write(out / "p3dn.inc", "\n".join(text))
+    _write(out / "p3dn_cluster.json", json.dumps(primary.cluster.to_dict(), indent=1))
+
+
+def fig_p3dn(out: Path):
+    """Measured, fitted and ideal scaling factor against the bandwidth cap."""
+    import matplotlib.pyplot as plt
+
+    import scalemodel as sm
+
+    v = _validation()
+    runs, single = v.p3dn_runs()
+    fit, *_ = v.evaluate(runs, single, ["2 servers @ 100G", "8 servers @ 100G"])
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    bw = np.logspace(9, 11, 60)
+    for n, colour in ((16, "C0"), (32, "C1"), (64, "C2")):
+        meas = sorted((r["bw"], r["scaling_factor"]) for r in runs if r["n"] == n)
+        ax.plot([b / 1e9 for b, _ in meas], [s for _, s in meas], "o", color=colour,
+                label=f"{n // 8} servers measured")
+        ax.plot(bw / 1e9, sm.scaling_factor("resnet50", n, bw, cluster=fit.cluster,
+                                            **{k: v.SETUP[k] for k in ("fusion",
+                                                                        "algorithm")}),
+                "-", color=colour, label=f"{n // 8} servers fitted")
+        ax.plot(bw / 1e9, sm.scaling_factor("resnet50", n, bw, **v.SETUP), ":",
+                color=colour, alpha=0.7)
+    for r in runs:
+        if r["label"] in ("2 servers @ 100G", "8 servers @ 100G"):
+            ax.plot(r["bw"] / 1e9, r["scaling_factor"], "s", ms=11, mfc="none", mec="k")
+    ax.set_xscale("log")
+    ax.set_xlabel("bandwidth cap per NIC [Gbit/s]")
+    ax.set_ylabel("scaling factor")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("ResNet-50 on p3dn: measured (dots), fitted from the two squared runs "
+                 "(lines), ideal (dotted)", fontsize=8)
+    ax.legend(fontsize=7, ncol=2, loc="lower right")
+    _save(fig, out / "p3dn.png")
+
+
 # --------------------------------------------------------------------------- sphinx
 
 
@@ -754,7 +855,7 @@ def generate(srcdir: Path, log=print):
     steps = [fig_scaling_vs_bandwidth, fig_min_ratio_vs_bandwidth, fig_timeline, fig_envelope,
              fig_fusion_algorithms, fig_utilization, fig_whatif, fig_breakeven, fig_codec,
              inc_codec, inc_h100_validation, inc_profiles,
-             fig_emulated, inc_emulated,
+             fig_emulated, inc_emulated, inc_p3dn, fig_p3dn,
              inc_whatif,
              inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent)]
     t0 = time.perf_counter()
