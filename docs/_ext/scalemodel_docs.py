@@ -801,7 +801,12 @@ def inc_p3dn(out: Path):
                 f"``benchmarks/results/``): median of the medians "
                 f"{100 * rec['median_of_medians']:.1f} %, median of the largest errors "
                 f"{100 * rec['median_of_largest']:.1f} %; {rec['meeting']} of "
-                f"{rec['pairs']} pairs meet the target.\n")
+                f"{rec['pairs']} pairs meet the target. By what the pair holds:\n")
+            rows = [[k, f"{v['meeting']} of {v['pairs']}", f"{100 * v['median_largest']:.1f} %"]
+                    for k, v in sorted(rec.get("groups", {}).items())]
+            if rows:
+                text.append(_table(["the two runs", "meet 5 % / 15 %",
+                                    "median largest error"], rows))
     _write(out / "p3dn.inc", "\n".join(text))
     _write(out / "p3dn_cluster.json", json.dumps(primary.cluster.to_dict(), indent=1))
 
