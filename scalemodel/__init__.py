@@ -31,6 +31,7 @@ from .sensitivity import Sensitivities, sensitivities
 from .units import format_bandwidth, parse_bandwidth
 from .hardware import GPUSpec, get_gpu, list_gpus
 from .memory import MemoryEstimate, memory
+from .sharding import Sharding, SizeWrap
 from .workloads import (TransformerConfig, llm_config, measured_efficiency,
                         transformer_profile, transformer_units)
 
@@ -54,4 +55,4 @@ __all__ = [
 ]
 __all__ += ["GPUSpec", "get_gpu", "list_gpus", "memory", "MemoryEstimate",
             "TransformerConfig", "llm_config", "measured_efficiency", "transformer_profile",
-            "transformer_units"]
+            "transformer_units", "Sharding", "SizeWrap"]

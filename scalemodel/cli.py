@@ -210,19 +210,30 @@ def _model_options(p):
                    help="calibrated or fitted cluster profile supplying latency, achieved "
                         "bandwidth, topology, compute slowdown and fixed costs [JSON file] "
                         "(default: none, the ideal network above)")
+    p.add_argument("--sharding", default="none",
+                   help="data parallelism: none (DDP), zero1, zero2 (shard_grad_op), zero3 "
+                        "(full_shard, fsdp) or hybrid_shard (full shard inside a node, "
+                        "replicas across nodes); needs --n >= 2 [-] (default none)")
+    p.add_argument("--gpu", default=None,
+                   help="GPU whose memory is checked, e.g. h100-sxm, a100-80gb (see "
+                        "scalemodel.list_gpus()) [name] (default: the profile's, for the "
+                        "built-in LLMs and other config-derived profiles; else no check)")
     _json_option(p)
 
 
-def _algorithm_options(p):
+def _algorithm_options(p, *, fit=False):
     p.add_argument("--algorithm", default="ring",
                    help="all-reduce algorithm: ring, tree, halving-doubling, hierarchical, "
                         "allgather, ps, or nccl (NCCL's own ring/tree and protocol choice "
                         "per message; nccl-2.4 ... nccl-2.7 for older releases) [-] "
                         "(default ring)")
-    p.add_argument("--fusion", default="ddp",
+    p.add_argument("--fusion", default="ddp" if fit else None,
                    help="gradient bucketing: ddp (PyTorch DDP buckets), horovod, none (per "
-                        "tensor, WFBP), bsp (all after backward) or mg-wfbp [-] "
-                        "(default ddp)")
+                        "tensor, WFBP), bsp (all after backward) or mg-wfbp"
+                        + ("" if fit else "; with --sharding the wrapping: block (one unit "
+                           "per transformer block) or none (per tensor)")
+                        + " [-] (default ddp" + ("" if fit else "; block with --sharding")
+                        + ")")
 
 
 def _topology_options(p, *, fit=False):
@@ -369,7 +380,8 @@ _WHEN_GIVEN = ("alpha", "gpus_per_node", "nics_per_node", "intra_bw", "intra_alp
 
 
 def _network(args):
-    out = dict(utilization=args.utilization, algorithm=args.algorithm, fusion=args.fusion)
+    out = dict(utilization=args.utilization, algorithm=args.algorithm, fusion=args.fusion,
+               sharding=args.sharding)
     out.update({k: getattr(args, k) for k in _WHEN_GIVEN if getattr(args, k) is not None})
     return out
 
@@ -399,19 +411,45 @@ def _print_json(obj):
     print(json.dumps(_jsonable(obj), indent=2))
 
 
+def _memory(args, n):
+    """Memory per GPU [bytes], whether it fits and the GPU, for ``n`` workers (Nones when
+    unknown; see ``solvers.memory_check``)."""
+    from .model import Scenario
+    from .solvers import memory_check
+
+    kw = {k: v for k, v in _common(args).items() if k != "utilization"}
+    return memory_check(Scenario.build(args.model, **kw), n, args.gpu)[:3]
+
+
+def _memory_text(per, fits, gpu):
+    return (f"{per / 2**30:.1f} GiB per GPU, "
+            + ("fits on " if fits else "does NOT fit on ") + gpu)
+
+
 def cmd_scaling(args):
     rows = []
+    memory = {n: _memory(args, n) for n in args.n}
     for n in args.n:
+        per, fits, gpu = memory[n]
         for bw in args.bw:
             for r in args.compression:
                 sf = scaling_factor(args.model, n=n, bw=bw, compression=r, **_common(args))
-                rows.append({"n": n, "bw": bw, "compression": r, "scaling_factor": sf})
+                row = {"n": n, "bw": bw, "compression": r, "scaling_factor": sf}
+                if per is not None:
+                    row.update(memory_per_gpu=per, fits=fits, gpu=gpu)
+                rows.append(row)
     if args.json:
-        return _print_json({"model": args.model, "results": rows})
-    print(f"{'n':>6} {'bandwidth':>14} {'ratio':>7} {'scaling factor':>15}")
+        return _print_json({"model": args.model, "sharding": args.sharding, "results": rows})
+    known = any(per is not None for per, _, _ in memory.values())
+    print(f"{'n':>6} {'bandwidth':>14} {'ratio':>7} {'scaling factor':>15}"
+          + (f" {'memory/GPU':>11}  fits" if known else ""))
     for row in rows:
-        print(f"{row['n']:>6d} {format_bandwidth(row['bw']):>14} {row['compression']:>7g} "
-              f"{row['scaling_factor']:>15.4f}")
+        line = (f"{row['n']:>6d} {format_bandwidth(row['bw']):>14} {row['compression']:>7g} "
+                f"{row['scaling_factor']:>15.4f}")
+        if "memory_per_gpu" in row:
+            line += (f" {row['memory_per_gpu'] / 2**30:>7.1f} GiB  "
+                     + ("yes" if row["fits"] else f"NO ({row['gpu']})"))
+        print(line)
 
 
 def _parts(parts):
@@ -419,7 +457,8 @@ def _parts(parts):
 
 
 def cmd_min_compression(args):
-    res = min_compression(args.model, args.bw, n=args.n, target=args.target, **_common(args))
+    res = min_compression(args.model, args.bw, n=args.n, target=args.target, gpu=args.gpu,
+                          **_common(args))
     if args.json:
         return _print_json(res)
     ratio = "none possible" if not res.feasible else f"{res.ratio:.3g}x"
@@ -430,11 +469,13 @@ def cmd_min_compression(args):
     print(f"what binds:                {res.binding}"
           + (f" ({_parts(res.critical_parts)} on the critical path)" if res.critical_parts else
              " (communication is hidden behind backward)"))
+    if res.memory_per_gpu is not None:
+        print(f"memory:                    {_memory_text(res.memory_per_gpu, res.fits, res.gpu)}")
     print(res.message)
 
 
 def cmd_required_bandwidth(args):
-    res = required_bandwidth(args.model, n=args.n, target=args.target,
+    res = required_bandwidth(args.model, n=args.n, target=args.target, gpu=args.gpu,
                              compression=args.compression, **_common(args))
     if args.json:
         return _print_json(res)
@@ -442,20 +483,29 @@ def cmd_required_bandwidth(args):
     print(f"required bandwidth per worker: {bw}")
     print(f"scaling factor reached:        {res.scaling_factor:.4f} (target {res.target:g})")
     print(f"what binds:                    {res.binding}")
+    if res.memory_per_gpu is not None:
+        print(f"memory:                        "
+              f"{_memory_text(res.memory_per_gpu, res.fits, res.gpu)}")
     print(res.message)
 
 
 def cmd_iteration(args):
     res = iteration_time(args.model, n=args.n, bw=args.bw, compression=args.compression,
                          **_common(args))
+    per, fits, gpu = _memory(args, args.n)
     if args.json:
-        return _print_json(res)
+        data = _jsonable(res)
+        if per is not None:
+            data.update(memory_per_gpu=per, fits=fits, gpu=gpu)
+        return _print_json(data)
     for field in ("forward", "backward", "exposed_communication", "update", "total",
                   "communication"):
         print(f"{field:<24}{getattr(res, field) * 1e3:10.3f} ms")
     print(f"{'scaling factor':<24}{res.scaling_factor:10.4f}")
     print(f"{'messages':<24}{res.n_buckets:10d}")
     print(f"{'what binds':<24}{res.binding:>10}")
+    if per is not None:
+        print(f"{'memory':<24}{_memory_text(per, fits, gpu)}")
 
 
 def _plan_kwargs(args):
@@ -471,7 +521,7 @@ def cmd_plan(args):
     from .planner import plan_compression
 
     plan = plan_compression(args.model, args.bw, n=args.n, target=args.target,
-                            compressors=args.compressors, **_plan_kwargs(args))
+                            compressors=args.compressors, gpu=args.gpu, **_plan_kwargs(args))
     if args.json:
         rows = []
         for r in plan.rows:
@@ -541,7 +591,7 @@ def _build_fit(sub):
     p.add_argument("runs", help="CSV of measured runs, header: model,n,bw,scaling_factor "
                    "or iteration_time[,single_worker_time,compute_time,fusion,algorithm,"
                    "uncertainty,label] [file] (required)")
-    _algorithm_options(p)
+    _algorithm_options(p, fit=True)
     _topology_options(p, fit=True)
     p.add_argument("--cluster", default=None,
                    help="cluster to start from, e.g. the transport calibration's [JSON file] "

@@ -40,7 +40,45 @@ def _header(row, tool):
             f"scaling factor {row.scaling_factor:.3f}, {state}) with {tool}")
 
 
+_FSDP_STRATEGY = {"zero2": "SHARD_GRAD_OP", "zero3": "FULL_SHARD",
+                  "hybrid_shard": "HYBRID_SHARD"}
+
+
+def _fsdp(row):
+    """PyTorch FSDP (zero2, zero3, hybrid_shard) or DeepSpeed ZeRO-1: the reduce dtype is
+    the only compression FSDP's hooks allow (scalemodel.sharding.SHARDING_COMPRESSORS)."""
+    name = row.compressor
+    if row.sharding == "zero1":
+        out = [_header(row, "DeepSpeed ZeRO stage 1"),
+               'ds_config = {"zero_optimization": {"stage": 1, "reduce_scatter": True}, '
+               '"bf16": {"enabled": True}}']
+        if name in ("fp16", "bf16"):
+            out.append(f'ds_config["communication_data_type"] = "{name}"')
+        elif name != "none":
+            out.append(f"# {name} does not compose with ZeRO's reduce-scatter")
+        return "\n".join(out)
+    out = [_header(row, "PyTorch FSDP"),
+           "import torch",
+           "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, "
+           "MixedPrecision, ShardingStrategy"]
+    reduce = {"fp16": "torch.float16", "bf16": "torch.bfloat16"}.get(name)
+    mp = (f"MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype={reduce})" if reduce else
+          "MixedPrecision(param_dtype=torch.bfloat16)")
+    out.append(f"model = FSDP(model, sharding_strategy=ShardingStrategy."
+               f"{_FSDP_STRATEGY[row.sharding]}, mixed_precision={mp}, "
+               "auto_wrap_policy=...)  # wrap each transformer block")
+    if name == "int8":
+        out.append("# FSDP has no stock 8-bit reduce-scatter; DeepSpeed ZeRO++ does "
+                   '(ds_config["zero_optimization"]["zero_quantized_gradients"] = True)')
+    elif name not in ("none", "fp16", "bf16"):
+        out.append(f"# {name} does not compose with FSDP's reduce-scatter: its hooks only "
+                   "change the reduce dtype")
+    return "\n".join(out)
+
+
 def _pytorch(row):
+    if getattr(row, "sharding", "none") != "none":
+        return _fsdp(row)
     cap, why = _ddp_cap_mb(row.fusion)
     name = row.compressor
     out = [_header(row, "PyTorch DDP"),
@@ -76,6 +114,9 @@ def _pytorch(row):
 
 
 def _horovod(row):
+    if getattr(row, "sharding", "none") != "none":
+        return (_header(row, "Horovod") + "\n# Horovod has no sharded data parallelism "
+                f"(sharding={row.sharding!r}): use framework='pytorch' for FSDP settings")
     fusion = row.fusion
     if isinstance(fusion, HorovodFusion):
         threshold, cycle, why = fusion.threshold_bytes, fusion.cycle_time, ""

@@ -43,6 +43,7 @@ unknown (``None``) and ``per_gpu`` counts the known parts only (``complete`` is 
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 
@@ -258,7 +259,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         Sharding with ``n=1``; ``"hybrid_shard"`` without ``gpus_per_node`` on a GPU with
         no usual server; a negative bucket.
     """
-    from .workloads import _grad_dtype, transformer_units
+    from .workloads import _grad_dtype
 
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
@@ -313,10 +314,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
                      + ("; full checkpointing: 2sbh per layer + one layer" if
                         activation_checkpointing else "") + "; fp32 logits 4sbV")
         if strategy in ("zero3", "hybrid_shard"):
-            u = transformer_units(cfg, spec, efficiency=1.0, param_dtype=pd)
-            blocks = np.array(u.kind) == "block"
-            biggest = float(u.param_count[blocks].max()) if blocks.any() else 0.0
-            root = float(u.param_count[~blocks].sum())
+            biggest, root = _block_and_root(cfg)
             gathered = pb * (2 * biggest + root) + gb * biggest * one
             buffers = buffers + gathered
             notes.append("buffers: two all-gathered blocks (current + prefetched), one "
@@ -341,6 +339,17 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
                           sharding=strategy, n=int(ns[()]) if scalar else ns,
                           parameter_count=psi, complete=activations is not None,
                           notes="; ".join(notes))
+
+
+@functools.lru_cache(maxsize=64)
+def _block_and_root(cfg):
+    """Parameters of the largest block and of the root unit (embeddings, head) [-]."""
+    from .workloads import transformer_units
+
+    u = transformer_units(cfg, "h100-sxm", efficiency=1.0)
+    blocks = np.array(u.kind) == "block"
+    biggest = float(u.param_count[blocks].max()) if blocks.any() else 0.0
+    return biggest, float(u.param_count[~blocks].sum())
 
 
 def _activations(cfg, checkpointing, flash) -> float:

@@ -134,19 +134,38 @@ class UpperEnvelope:
         m = np.asarray(slope, dtype=float)
         # slope ascending; for equal slopes the highest intercept last, so it wins
         order = np.lexsort((c, m))
+        # on x >= 0 a line is never above one whose slope and intercept are both at least
+        # as large: keep only the lines whose intercept beats every later one (vectorized)
+        cs = c[order]
+        keep = np.ones(len(order), dtype=bool)
+        keep[:-1] = cs[:-1] > np.maximum.accumulate(cs[::-1])[::-1][1:]
+        order = order[keep]
+        # now slopes rise and intercepts fall; a line on or below the chord of its two
+        # neighbours is nowhere the highest: drop all such lines at once, a few times
+        for _ in range(6):
+            if len(order) <= 16:
+                break
+            co, mo = c[order], m[order]
+            useless = ((co[:-2] - co[2:]) * (mo[1:-1] - mo[:-2])
+                       <= (co[:-2] - co[1:-1]) * (mo[2:] - mo[:-2]))
+            if not useless.any():
+                break
+            order = order[np.concatenate(([True], ~useless, [True]))]
+        cl, ml = c[order].tolist(), m[order].tolist()  # Python floats: a fast exact scan
         hull: list[int] = []
-        for j in order:
-            if hull and m[hull[-1]] == m[j]:
+        for j in range(len(order)):
+            cj, mj = cl[j], ml[j]
+            if hull and ml[hull[-1]] == mj:
                 hull.pop()  # same slope, lower (or equal) intercept: never above j
             while len(hull) >= 2:
                 i1, i2 = hull[-2], hull[-1]
                 # i2 is useless if j overtakes i1 no later than i2 does
-                if (c[i1] - c[j]) * (m[i2] - m[i1]) <= (c[i1] - c[i2]) * (m[j] - m[i1]):
+                if (cl[i1] - cj) * (ml[i2] - ml[i1]) <= (cl[i1] - cl[i2]) * (mj - ml[i1]):
                     hull.pop()
                 else:
                     break
             hull.append(j)
-        hull_arr = np.asarray(hull, dtype=np.int64)
+        hull_arr = order[np.asarray(hull, dtype=np.int64)]
         hc, hm = c[hull_arr], m[hull_arr]
         with np.errstate(over="ignore"):  # tiny slope differences: a break at +inf is right
             breaks = (hc[:-1] - hc[1:]) / (hm[1:] - hm[:-1])

@@ -37,6 +37,18 @@ the built-in profiles). The planner finds the **least aggressive** setting that 
 the target by bisection (integers: on the integers, ending with a setting that reaches it
 and the next that does not; density: in log density to a relative 1e-9).
 
+Under **sharding** (:mod:`scalemodel.sharding`) gradients travel by reduce-scatter. Only
+compressors that change the dtype of that reduce compose with it: ``fp16`` and ``bf16``
+(FSDP's ``MixedPrecision.reduce_dtype`` or its ``fp16_compress_hook``) and ``int8`` as a
+quantized reduce-scatter (ZeRO++'s qgZ, arXiv:2306.10209; each GPU decodes its shard of
+every peer's message, :math:`N` elements). Sign, sparse and low-rank compressors replace
+the reduction by an all-gather or by factors of whole matrices, which FSDP's hooks do not
+allow; the plan lists them as not composing (:data:`~scalemodel.sharding.SHARDING_COMPRESSORS`
+says why). A composing compressor divides the bytes of the gradient collectives
+(reduce-scatter, and the all-reduce across nodes of ``hybrid_shard``) and adds its
+encode and decode time to them; parameter all-gathers stay uncompressed. The iteration is
+then again eq. :eq:`zero3` or :eq:`zero12`.
+
 The **break-even bandwidth** of a compressor is the line rate below which it beats no
 compression: the iteration times with and without it are both upper envelopes of lines in
 :math:`x`, hence piecewise linear; on every interval between their breakpoints their
@@ -55,7 +67,9 @@ from .compressors import ALLREDUCE, ELEMENT_BYTES, Compressor, codec_costs_for, 
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import Scenario, _binding, effective_utilization
 from .overlap import UpperEnvelope
-from .solvers import DEFAULT_N, DEFAULT_TARGET, _line_rate_for, _scalar, min_compression
+from .sharding import SHARDING_COMPRESSORS
+from .solvers import (DEFAULT_N, DEFAULT_TARGET, _line_rate_for, _scalar, memory_check,
+                      min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
 __all__ = ["plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth",
@@ -87,10 +101,64 @@ class _Evaluated:
 
 
 def _members_starts(buckets):
-    return np.asarray([int(m[0]) for m in buckets.members], dtype=np.int64)
+    return buckets.starts
+
+
+def composes(sc, comp) -> bool:
+    """Whether ``comp`` can compress the gradients of scenario ``sc``: always without
+    sharding; under sharding only the low-precision reduce-scatters [-]."""
+    if sc.sharding is None or comp.name == "none":
+        return True
+    return SHARDING_COMPRESSORS.get(comp.name, "").startswith("composes")
+
+
+def _check_composes(sc, comp):
+    if not composes(sc, comp):
+        raise InvalidParameterError(
+            "compressor", comp.name, f"does not compose with the reduce-scatter of "
+            f"sharding={sc.sharding.strategy!r}: {SHARDING_COMPRESSORS[comp.name]}",
+            "Use fp16, bf16 or int8 under sharding")
+
+
+def _evaluate_sharded(sc, comp, n, codec) -> _Evaluated:
+    """A low-precision reduce-scatter under sharding: the gradient collectives carry the
+    compressor's bytes and its encode and decode time (see the module docs)."""
+    p = sc.profile
+    b = sc.buckets  # the gradient collectives, in the schedule's order
+    e = ELEMENT_BYTES.get(p.precision.lower(), 4)
+    numel = np.round(p.tensor_bytes / e)
+    tc = comp._costs(numel, p.tensor_shapes, n, codec[comp.family], e)
+    starts = b.starts
+    rb = sc.sharding.element_bytes(p)[2]
+    raw = np.add.reduceat(numel, starts) * rb
+    # no compressor: the reduce-scatter carries the reduce dtype (which may differ from
+    # the profile's); a compressor: its own bytes, never more than that
+    wire = raw if comp.name == "none" else np.minimum(
+        np.add.reduceat(tc.wire_bytes, starts), raw)
+    scale = np.where(raw > 0, wire / np.where(raw > 0, raw, 1.0), 1.0)
+    decode = tc.decode_time
+    if any(c != ALLREDUCE for c in tc.phase_collectives):
+        decode = decode / n  # all-gathered in DDP; here each GPU decodes only its shard
+    enc = np.add.reduceat(tc.encode_time, starts)
+    dec = np.add.reduceat(decode, starts)
+    calls = np.add.reduceat(tc.calls, starts)
+    used = np.add.reduceat((tc.encode_time + tc.decode_time > 0) | (tc.calls > 0), starts) > 0
+    launch = codec[comp.family].launch * (calls + np.where(used, comp.calls_per_bucket, 0))
+    sched = sc.schedule(n, False, gradient_scale=scale, gradient_overhead=enc + dec + launch)
+    base = sc.schedule(n, False)
+    return _Evaluated(lines=sched.lines, env=sched.envelope, bits=float(sched.op_bits.sum()),
+                      raw_bits=float(base.op_bits.sum()),
+                      encode=float(enc.sum() + launch.sum() / 2),
+                      decode=float(dec.sum() + launch.sum() / 2),
+                      n_collectives=sched.n_collectives, collective="reduce_scatter",
+                      per_worker_ratio=float(raw.sum() / wire.sum()), n=n,
+                      xmap=(float(sched.xmap[0]), float(sched.xmap[1])))
 
 
 def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated:
+    if sc.sharding is not None:
+        _check_composes(sc, comp)
+        return _evaluate_sharded(sc, comp, n, codec)
     p = sc.profile
     b = sc.buckets
     e = ELEMENT_BYTES.get(p.precision.lower(), 4)
@@ -156,11 +224,11 @@ def _sf(sc, ev, x):
 
 
 def _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers,
-           cluster, nics_per_node=None):
+           cluster, nics_per_node=None, sharding="none"):
     return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                           gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                           intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
-                          cluster=cluster)
+                          cluster=cluster, sharding=sharding)
 
 
 def _fixed_buckets(sc):
@@ -236,6 +304,8 @@ class PlanRow:
         The compressor object at ``setting``.
     fusion : object
         The plan's fusion policy (for the knob snippet).
+    sharding : str
+        The plan's sharding strategy (``"none"``: plain data parallelism) [-].
     """
 
     compressor: str
@@ -255,6 +325,7 @@ class PlanRow:
     note: str
     config: Compressor
     fusion: object
+    sharding: str = "none"
 
     def setting_text(self) -> str:
         """The setting for people, e.g. ``'rank 52'`` or ``'density 0.0021'``."""
@@ -310,6 +381,14 @@ class CompressionPlan:
     codec_note : str
         Where the encode and decode costs come from, and a warning when the defaults
         (measured on an H100) are applied to a profile of another device.
+    sharding : str
+        The sharding strategy planned for (``"none"``: plain data parallelism) [-].
+    memory_per_gpu : float or None
+        Memory each GPU needs (:func:`~scalemodel.memory`); None when unknown [bytes].
+    fits : bool or None
+        Whether it fits on ``gpu``; the message says so when it does not.
+    gpu : str or None
+        The GPU the memory is checked against.
     """
 
     rows: tuple
@@ -325,6 +404,10 @@ class CompressionPlan:
     utilization: float
     algorithm: str
     codec_note: str = ""
+    sharding: str = "none"
+    memory_per_gpu: float | None = None
+    fits: bool | None = None
+    gpu: str | None = None
 
     def snippet(self, framework="pytorch") -> str:
         """Settings of the best row (of ``"none"`` when no compression is needed or none
@@ -367,6 +450,20 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False):
     """Search the knob (unless ``fixed``) and make the row; ``sf_none`` is the
     uncompressed scaling factor."""
     p = sc.profile
+    strategy = "none" if sc.sharding is None else sc.sharding.strategy
+    if not composes(sc, comp):
+        none = _evaluate(sc, get_compressor("none"), n, codec)
+        x_eff = float(_x_eff(none, x))
+        return PlanRow(
+            compressor=comp.name, setting_name=comp.knob,
+            setting=None if comp.knob is None else comp.setting, feasible=False,
+            beats_uncompressed=False, recommended=False, ratio=1.0, effective_ratio=1.0,
+            scaling_factor=sf_none, binding=_binding(none.lines, int(none.env.argmax(x_eff)),
+                                                     x_eff)[0],
+            encode_time=0.0, decode_time=0.0, collective="reduce_scatter",
+            n_collectives=none.n_collectives,
+            note=f"not with sharding={strategy!r}: {SHARDING_COMPRESSORS[comp.name]}",
+            config=comp, fusion=fusion, sharding=strategy)
     e = ELEMENT_BYTES.get(p.precision.lower(), 4)
     numel = np.round(p.tensor_bytes / e)
     cache = {}
@@ -442,7 +539,7 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False):
         beats_uncompressed=beats, recommended=recommended, ratio=ev.per_worker_ratio,
         effective_ratio=eff, scaling_factor=sf, binding=binding, encode_time=ev.encode,
         decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
-        note=note, config=config, fusion=fusion)
+        note=note, config=config, fusion=fusion, sharding=strategy)
 
 
 def _codec_note(profile, cluster, comps):
@@ -463,17 +560,20 @@ def _codec_note(profile, cluster, comps):
     return note
 
 
-def _ideal_text(ideal):
+def _ideal_text(ideal, sharded=False):
     """What free compression of the all-reduce would need, never ``"infx"``."""
+    what = "of every collective (parameters too) " if sharded else ""
     if ideal.feasible and math.isfinite(ideal.ratio):
-        return f"ideal compression would need {ideal.ratio:.3g}x"
-    return f"ideal compression of the all-reduce could not reach it ({ideal.binding} binds)"
+        return f"ideal compression {what}would need {ideal.ratio:.3g}x"
+    return (f"ideal compression {what or 'of the all-reduce '}could not reach it "
+            f"({ideal.binding} binds)")
 
 
 def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilization=1.0,
-                     cluster=None, algorithm="ring", fusion="ddp", compressors=None,
+                     cluster=None, algorithm="ring", fusion=None, compressors=None,
                      alpha=None, gpus_per_node=None, intra_bw=None, intra_alpha=None,
-                     ps_servers=None, nics_per_node=None) -> CompressionPlan:
+                     ps_servers=None, nics_per_node=None, sharding="none",
+                     gpu=None) -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
 
@@ -495,8 +595,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         :data:`~scalemodel.compressors.DEFAULT_CODEC_COSTS` [-].
     algorithm : str
         All-reduce algorithm for the all-reduced phases [-].
-    fusion : str or fusion policy
-        ``"ddp"``, ``"horovod"``, ``"none"`` or a policy object [-].
+    fusion : str, fusion policy or None
+        ``"ddp"`` (the default), ``"horovod"``, ``"none"`` or a policy object; under
+        sharding the wrapping policy (``"block"`` by default) [-].
     compressors : sequence of str or Compressor, optional
         What to compare; default :data:`~scalemodel.planner.DEFAULT_PLAN_COMPRESSORS`. A
         name or an object has its knob searched; a name with a setting (``"topk:0.01"``,
@@ -505,6 +606,12 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers, nics_per_node
         As in :func:`~scalemodel.scaling_factor` (``None``: the cluster's value, else the
         default there): [s], [workers], [bits/s], [s], [servers], [NICs].
+    sharding : str or Sharding
+        As in :func:`~scalemodel.scaling_factor`; under sharding only the compressors
+        that compose with a reduce-scatter are evaluated, the others are listed as not
+        composing [-].
+    gpu : str, GPUSpec or None
+        GPU whose memory is checked, as in :func:`~scalemodel.min_compression` [-].
 
     Returns
     -------
@@ -524,7 +631,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     comps = _compressor_list(compressors)
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
-                ps_servers, cluster, nics_per_node)
+                ps_servers, cluster, nics_per_node, sharding)
     codec = codec_costs_for(sc.cluster)
     u_eff = effective_utilization(sc, bw, u)
     x = 1.0 / (u_eff * bw)
@@ -535,7 +642,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                             algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
                             gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                             intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
-                            cluster=cluster)
+                            cluster=cluster, sharding=sc.sharding or "none")
     rows = [_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed)
             for c, fixed in comps]
     rows.sort(key=lambda r: (not r.recommended, r.ratio if r.recommended else 0.0,
@@ -554,7 +661,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                     "recommended")
     elif best is not None:
         others = [r.compressor for r in rows if r.recommended and r is not best]
-        ideal_text = _ideal_text(ideal)
+        ideal_text = _ideal_text(ideal, sc.sharding is not None)
         msg = (f"{where} scales {sf_none:.3f} uncompressed; best: {best.compressor} "
                f"{best.setting_text() if best.setting_name else ''}".rstrip()
                + f" ({best.ratio:.3g}x, codec "
@@ -573,24 +680,32 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                    f"{top.scaling_factor:.3f})"
     else:
         why = "; ".join(f"{r.compressor}: {r.note}" for r in rows
-                        if r.compressor != "none" and r.note)
+                        if r.compressor != "none" and r.note
+                        and not r.note.startswith("not with sharding"))
         msg = (f"no compressor reaches {target:g}: {where} scales {sf_none:.3f} "
-               f"uncompressed and {_ideal_text(ideal)}, but "
+               f"uncompressed and {_ideal_text(ideal, sc.sharding is not None)}, but "
                + (why or "none is strong or cheap enough"))
+    strategy = "none" if sc.sharding is None else sc.sharding.strategy
+    shut = [r.compressor for r in rows if r.note.startswith("not with sharding")]
+    if shut:
+        msg += (f"; under sharding={strategy!r} only low-precision reduce-scatters compose: "
+                f"{', '.join(shut)} do not (FSDP's hooks only change the reduce dtype)")
+    per, fits, gpu_name, note = memory_check(sc, n, gpu)
     return CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
-                           message=msg, uncompressed_scaling_factor=sf_none,
+                           message=msg + note, uncompressed_scaling_factor=sf_none,
                            ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
                            utilization=u, algorithm=sc.algorithm,
-                           codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps]))
+                           codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps]),
+                           sharding=strategy, memory_per_gpu=per, fits=fits, gpu=gpu_name)
 
 
 # --------------------------------------------------------------------------- curves
 
 
 def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, cluster=None,
-                              algorithm="ring", fusion="ddp", alpha=None, gpus_per_node=None,
+                              algorithm="ring", fusion=None, alpha=None, gpus_per_node=None,
                               intra_bw=None, intra_alpha=None, ps_servers=None,
-                              nics_per_node=None):
+                              nics_per_node=None, sharding="none"):
     """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
 
     ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
@@ -613,6 +728,9 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
         [servers].
     nics_per_node
         As in :func:`plan_compression` [NICs].
+    sharding : str or Sharding
+        As in :func:`plan_compression`; a compressor that does not compose with the
+        reduce-scatter raises :class:`~scalemodel.InvalidParameterError` [-].
 
     Returns
     -------
@@ -624,8 +742,9 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     bw = parse_bandwidth(bw, "bw")
     u = check_fraction(utilization, "utilization")
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
-                ps_servers, cluster, nics_per_node)
+                ps_servers, cluster, nics_per_node, sharding)
     _fixed_buckets(sc)
+    _check_composes(sc, comp)
     codec = codec_costs_for(sc.cluster)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / np.multiply(u, bw)
@@ -667,9 +786,9 @@ def _crossing(env_a, env_b):
 
 
 def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, cluster=None,
-                        algorithm="ring", fusion="ddp", alpha=None, gpus_per_node=None,
+                        algorithm="ring", fusion=None, alpha=None, gpus_per_node=None,
                         intra_bw=None, intra_alpha=None, ps_servers=None,
-                        nics_per_node=None):
+                        nics_per_node=None, sharding="none"):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in
@@ -691,6 +810,9 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
         [servers].
     nics_per_node
         As in :func:`plan_compression` [NICs].
+    sharding : str or Sharding
+        As in :func:`plan_compression`; a compressor that does not compose with the
+        reduce-scatter raises :class:`~scalemodel.InvalidParameterError` [-].
 
     Returns
     -------
@@ -709,8 +831,9 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     n = check_count(n, "n")
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
-                ps_servers, cluster, nics_per_node)
+                ps_servers, cluster, nics_per_node, sharding)
     _fixed_buckets(sc)
+    _check_composes(sc, comp)
     codec = codec_costs_for(sc.cluster)
     none = get_compressor("none")
     out = []

@@ -80,9 +80,9 @@ class Sensitivities:
 
 
 def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
-                  algorithm="ring", fusion="ddp", codec_cost=0.0, gpus_per_node=None,
+                  algorithm="ring", fusion=None, codec_cost=0.0, gpus_per_node=None,
                   nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                  cluster=None) -> Sensitivities:
+                  cluster=None, sharding="none") -> Sensitivities:
     """Derivatives and elasticities of the scaling factor, eqs. :eq:`sensitivities` and
     :eq:`elasticities`; vectorized like :func:`~scalemodel.scaling_factor`.
 
@@ -100,9 +100,9 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
         Compression ratio >= 1 [-].
     alpha : float or None
         Per-message latency; ``None`` means the cluster's, else 0 [s].
-    algorithm, fusion, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster
+    algorithm, fusion, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [s/byte], [workers], [NICs],
-        [bits/s], [s], [servers], a cluster profile or file.
+        [bits/s], [s], [servers], a cluster profile or file, [-].
 
     Returns
     -------
@@ -119,7 +119,7 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
     n, bw, u, r = _prepare(n, bw, utilization, compression)
     kw = dict(algorithm=algorithm, fusion=fusion, codec_cost=codec_cost,
               gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, intra_bw=intra_bw,
-              ps_servers=ps_servers, cluster=cluster)
+              ps_servers=ps_servers, cluster=cluster, sharding=sharding)
     sc = Scenario.build(model, alpha=alpha, intra_alpha=intra_alpha, **kw)
     counts = Scenario.build(model, alpha=1.0, intra_alpha=0.0, **kw)  # latency counts
     alpha = sc.options.alpha
@@ -144,7 +144,10 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
             if not part.any():
                 continue
             lines, env = sc.lines(int(nv), bool(flag))
-            lat_lines = counts.lines(int(nv), bool(flag))[0]
+            if sc.sharding is not None:  # its lines depend on alpha: count on the same ones
+                lat_count = sc.schedule(int(nv), bool(flag), alpha_counts=True).alpha_count
+            else:
+                lat_count = counts.lines(int(nv), bool(flag))[0].latency
             with np.errstate(divide="ignore"):
                 l_net = np.log(k1) + log_x[part]
                 l_intra = np.log(k2) - np.log(rr[part])
@@ -154,7 +157,7 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
             log_xe[part] = lxe
             net[part] = np.where(l_net >= l_intra, 1.0, 0.0)
             m[part] = lines.slope[j]
-            lam[part] = lat_lines.latency[j]
+            lam[part] = lat_count[j]
             rest[part] = sc.forward(int(nv)) + lines.intercept[j] + p.update_time
     with np.errstate(divide="ignore"):
         log_wire = np.where(m > 0, np.log(np.where(m > 0, m, 1.0)) + log_xe, -np.inf)

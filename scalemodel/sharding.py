@@ -122,6 +122,7 @@ with the compressors that compose with a reduce-scatter (:data:`SHARDING_COMPRES
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import weakref
@@ -138,7 +139,7 @@ from .overlap import OverlapLines, UpperEnvelope
 from .topology import HIERARCHICAL_GPUS_PER_NODE
 
 __all__ = ["Sharding", "SizeWrap", "ShardUnits", "ShardedSchedule", "resolve_sharding",
-           "shard_units", "sharded_schedule", "sum_of_maxima", "SHARDING_STRATEGIES",
+           "resolve_wrap", "shard_units", "unit_buckets", "sharded_schedule", "sum_of_maxima", "SHARDING_STRATEGIES",
            "SHARDING_ALIASES", "WRAP_POLICIES", "SHARDING_COMPRESSORS"]
 
 WRAP_POLICIES = ("block", "none")
@@ -297,13 +298,15 @@ class SizeWrap:
 _BLOCK_KEY = re.compile(r"^(.*?(?:^|\.)\d+)\.")
 
 
+@functools.lru_cache(maxsize=128)
 def _block_keys(names):
-    """The block of each tensor name (``"layers.3"``), or None outside numbered blocks."""
+    """The block of each tensor name (``"layers.3"``), or None outside numbered blocks
+    (cached: profiles keep their names tuple)."""
     out = []
     for name in names:
         m = _BLOCK_KEY.match(name)
         out.append(m.group(1) if m else None)
-    return out
+    return tuple(out)
 
 
 def _runs(keys):
@@ -341,7 +344,7 @@ def resolve_wrap(fusion, strategy, profile):
 
     names = profile.tensor_names
     if fusion is None:
-        if names is not None and any(k is not None for k in _block_keys(names)):
+        if names is not None and any(k is not None for k in _block_keys(tuple(names))):
             return "block"
         return "none"
     if isinstance(fusion, SizeWrap):
@@ -350,7 +353,7 @@ def resolve_wrap(fusion, strategy, profile):
         key = fusion.strip().lower().replace("_", "-")
         key = _WRAP_ALIASES.get(key, key)
         if key == "block":
-            if names is None or not any(k is not None for k in _block_keys(names)):
+            if names is None or not any(k is not None for k in _block_keys(tuple(names))):
                 raise InvalidParameterError(
                     "fusion", fusion, f"the profile {profile.name!r} has no numbered "
                     "blocks in its tensor names (layers.<i>., h.<i>., ...) to wrap",
@@ -446,7 +449,7 @@ def shard_units(profile, wrap="block") -> ShardUnits:
     if wrap == "none":
         starts = np.arange(k)
     elif wrap == "block":
-        starts = np.asarray(_runs(_block_keys(names)))
+        starts = np.asarray(_runs(_block_keys(tuple(names))))
     else:
         total = float(count.sum())
         if wrap.min_params > total:
@@ -474,7 +477,7 @@ def shard_units(profile, wrap="block") -> ShardUnits:
     fwd = profile.forward_time * (bwd / tb if tb > 0 else np.full(len(bwd), 1 / len(bwd)))
     params = np.add.reduceat(count, starts)
     if wrap == "block":
-        keys = _block_keys(names)
+        keys = _block_keys(tuple(names))
         labels = [keys[s] or names[s] for s in starts.tolist()]
     elif names is not None:
         labels = [names[s] for s in starts.tolist()]
@@ -488,10 +491,38 @@ def shard_units(profile, wrap="block") -> ShardUnits:
     return out
 
 
+def unit_buckets(profile, wrap, slowdown=1.0):
+    """The reduce-scatters of a wrapping as buckets (backward order): each unit's gradient
+    bytes (the profile's dtype), ready when its last gradient is, on the distributed
+    timeline (times ``slowdown`` [-]).
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The workload [-].
+    wrap : str or SizeWrap
+        The wrapping policy [-].
+    slowdown : float
+        Compute slowdown applied to the ready times [-].
+
+    Returns
+    -------
+    Buckets
+    """
+    from .fusion import Buckets
+
+    units = shard_units(profile, wrap)
+    elem = _profile_element_bytes(profile)
+    return Buckets(nbytes=units.params[::-1] * elem, ready=slowdown * units.ready[::-1],
+                   members=units.members[::-1])
+
+
 # --------------------------------------------------------------------------- envelopes
 
-# columns of a line's parts: compute, latency, overhead, fixed [s] and wire bits [bit]
-_C, _LAT, _OVH, _FIX, _BITS = range(5)
+# columns of a line's parts: compute, latency, overhead, fixed [s], wire bits [bit] and
+# the number of network latencies alpha on it (carried along, not part of the line)
+_C, _LAT, _OVH, _FIX, _BITS, _NALPHA = range(6)
+_W = 6
 
 
 def sum_of_maxima(base, a, b):
@@ -499,19 +530,20 @@ def sum_of_maxima(base, a, b):
     :math:`x \ge 0`, a convex piecewise-linear function.
 
     Each line is given by its parts (columns: compute, latency, overhead, fixed [s] and
-    wire bits [bit]); its intercept is the sum of the first four, its slope the bits.
+    wire bits [bit], then any columns carried along); its intercept is the sum of the
+    first four, its slope the bits.
 
     Parameters
     ----------
     base : array_like
-        Parts of :math:`\ell_0`, shape (5,) [s, s, s, s, bit].
+        Parts of :math:`\ell_0`, shape (w,) with w >= 5 [s, s, s, s, bit, ...].
     a, b : array_like
-        Parts of the two lines of each term, shape (T, 5) [s, s, s, s, bit].
+        Parts of the two lines of each term, shape (T, w) [s, s, s, s, bit, ...].
 
     Returns
     -------
     numpy.ndarray
-        Parts of the piece lines, shape (P + 1, 5) with P <= T the number of breakpoints
+        Parts of the piece lines, shape (P + 1, w) with P <= T the number of breakpoints
         on :math:`x > 0`: piece 0 holds near :math:`x = 0`, each next piece past the next
         breakpoint. Their upper envelope is the function.
 
@@ -524,8 +556,8 @@ def sum_of_maxima(base, a, b):
     \sum_{q \le p} (\ell^+_{(q)} - \ell^-_{(q)})`.
     """
     base = np.asarray(base, float).copy()
-    a = np.asarray(a, float).reshape(-1, 5)
-    b = np.asarray(b, float).reshape(-1, 5)
+    a = np.asarray(a, float).reshape(-1, base.shape[-1])
+    b = np.asarray(b, float).reshape(-1, base.shape[-1])
     ca, cb = a[:, :4].sum(axis=1), b[:, :4].sum(axis=1)
     ma, mb = a[:, _BITS], b[:, _BITS]
     swap = (ma > mb) | ((ma == mb) & (ca < cb))
@@ -588,6 +620,8 @@ class ShardedSchedule:
         uncompressed [bit].
     intra_bits : float
         Bits each GPU's intra-node link carries per iteration, uncompressed [bit].
+    alpha_count : numpy.ndarray or None
+        Network latencies on each line, when asked for (``alpha_counts=True``) [-].
     """
 
     strategy: str
@@ -604,6 +638,7 @@ class ShardedSchedule:
     grad_bytes: float
     nic_bits: float
     intra_bits: float
+    alpha_count: np.ndarray | None = None
 
     @property
     def n_collectives(self) -> int:
@@ -620,8 +655,9 @@ class ShardedSchedule:
 class _Ops:
     """Collective costs of one kind for a vector of buffers, as parts rows."""
 
-    def __init__(self, cost, fixed, codec):
+    def __init__(self, cost, fixed, codec, nalpha=0.0):
         self.lat = np.asarray(cost.latency, float)
+        self.nalpha = np.broadcast_to(np.asarray(nalpha, float), self.lat.shape)
         self.ovh = np.asarray(cost.overhead, float) + codec
         self.bits = np.asarray(cost.bits, float)
         self.intra = np.asarray(cost.intra_bits, float)
@@ -629,11 +665,12 @@ class _Ops:
         self.fix = np.broadcast_to(np.asarray(fixed, float), self.bits.shape).copy()
 
     def parts(self, mode, intra_bw):
-        """(k, 5) parts with the wire ``mode``: ``"nic"`` (NIC bits are the slope; an
+        """(k, 6) parts with the wire ``mode``: ``"nic"`` (NIC bits are the slope; an
         op with intra-node bits only costs them as a constant), ``"intra"`` (the
         intra-node bits are the slope) or ``"flat"``."""
-        p = np.zeros((len(self.bits), 5))
+        p = np.zeros((len(self.bits), _W))
         p[:, _LAT], p[:, _FIX] = self.lat, self.fix
+        p[:, _NALPHA] = self.nalpha
         p[:, _OVH] = self.ovh
         if mode == "intra":
             p[:, _BITS] = self.intra
@@ -686,7 +723,8 @@ def _hybrid_group(n, options):
 def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,
                      slowdown=1.0, collective_overhead=0.0, sync_overhead=0.0,
                      codec_cost=0.0, compressed=False, buckets=None,
-                     gradient_scale=1.0, gradient_overhead=None) -> ShardedSchedule:
+                     gradient_scale=1.0, gradient_overhead=None,
+                     alpha_counts=False) -> ShardedSchedule:
     """The closed form of one sharded iteration, equations :eq:`zero3` and :eq:`zero12`.
 
     Parameters
@@ -722,6 +760,9 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         of the planner: 1/ratio), per reduce-scatter or scalar [-].
     gradient_overhead : array_like or None
         Extra time on each gradient collective (encode and decode) [s].
+    alpha_counts : bool
+        Also count the network latencies on each line (``alpha_count``), for
+        :func:`~scalemodel.sensitivities` [-].
 
     Returns
     -------
@@ -749,17 +790,25 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         s, m, g = n, 1, None
         intra_opt = options
 
+    def count(kind, nbytes, ranks, opts, algorithm="ring"):
+        """Network latencies per collective: its latency with alpha 1, intra_alpha 0."""
+        if not alpha_counts:
+            return 0.0
+        unit = attrs.evolve(opts, alpha=1.0, intra_alpha=0.0)
+        return collective_cost(algorithm, nbytes, ranks, options=unit, kind=kind).latency
+
     def gather(nbytes):
         cost = collective_cost("ring", nbytes, s, reduction=red, options=intra_opt,
                                kind="all_gather")
-        return [_Ops(cost, c0, codec * nbytes)]
+        return [_Ops(cost, c0, codec * nbytes,
+                     count("all_gather", nbytes, s, intra_opt))]
 
     def scatter(nbytes):
         """The gradient collectives of each bucket: a reduce-scatter (and, across the
         nodes of hybrid_shard, the all-reduce of its shard), as one op of the channel."""
         cost = collective_cost("ring", nbytes, s, reduction=red, options=intra_opt,
                                kind="reduce_scatter")
-        rs = _Ops(cost, c0, codec * nbytes)
+        rs = _Ops(cost, c0, codec * nbytes, count("reduce_scatter", nbytes, s, intra_opt))
         rs.bits, rs.intra = rs.bits * scale, rs.intra * scale
         if gradient_overhead is not None:
             rs.ovh = rs.ovh + np.asarray(gradient_overhead, float)
@@ -767,7 +816,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
             return [rs]
         flat = attrs.evolve(options, gpus_per_node=None, nics_per_node=1)
         ar = _Ops(collective_cost(algorithm, nbytes / g, m, reduction=red, options=flat),
-                  c0, 0.0)
+                  c0, 0.0, count("all_reduce", nbytes / g, m, flat, algorithm))
         ar.bits = ar.bits * (g / options.nics_per_node) * scale
         ar.intra = np.zeros_like(ar.bits)
         return [rs, ar]
@@ -784,11 +833,11 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         mode, xmap, ibw = _wire_mode(ag_f + ag_b + rs)
         gp, ap, rp = parts(ag_f, mode, ibw), parts(ag_b, mode, ibw), parts(rs, mode, ibw)
         rp[-1, _FIX] += float(sync_overhead)
-        comp = np.zeros((K, 5))
+        comp = np.zeros((K, _W))
         comp[:, _C] = sigma * units.forward
-        bcomp = np.zeros((K, 5))
+        bcomp = np.zeros((K, _W))
         bcomp[:, _C] = sigma * units.backward[::-1]
-        r_prev = np.vstack((np.zeros((1, 5)), rp[:-1]))  # r_{i-1}, with r_{-1} = 0
+        r_prev = np.vstack((np.zeros((1, _W)), rp[:-1]))  # r_{i-1}, with r_{-1} = 0
         base = gp[0] + comp[-1] + rp[-1]
         ta = np.vstack((comp[:-1], bcomp[:-1], bcomp[-1:]))
         tb = np.vstack((gp[1:], r_prev[:-1] + ap[1:], r_prev[-1:]))
@@ -817,7 +866,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         gp[-1, _FIX] += float(sync_overhead)
         tails = np.cumsum(rp[::-1], axis=0)[::-1]
         tails[:, _C] += ready
-        end_b = np.zeros((1, 5))
+        end_b = np.zeros((1, _W))
         end_b[0, _C] = sigma * profile.backward_time
         chain = gp.sum(axis=0)
         chain[_C] += sigma * profile.forward_time
@@ -829,7 +878,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         count = len(params)
     fwd = sigma * profile.forward_time
     offset = profile.update_time / s - profile.update_time - fwd
-    floor = np.zeros((1, 5))  # line 0: compute alone
+    floor = np.zeros((1, _W))  # line 0: compute alone
     floor[0, _C] = fwd + sigma * profile.backward_time
     every = np.vstack((floor, pieces))
     intercept = every[:, :4].sum(axis=1) + offset
@@ -842,4 +891,5 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         envelope=UpperEnvelope(intercept, slope), xmap=xmap,
         update=profile.update_time / s, op_constant=ops_parts[:, :4].sum(axis=1),
         op_bits=ops_parts[:, _BITS].copy(), param_bytes=param_bytes, grad_bytes=grad_bytes,
-        nic_bits=nic, intra_bits=intra)
+        nic_bits=nic, intra_bits=intra,
+        alpha_count=every[:, _NALPHA].copy() if alpha_counts else None)

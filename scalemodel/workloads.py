@@ -33,6 +33,7 @@ MosaicML's published FSDP runs on H100s in bf16.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -232,7 +233,7 @@ class TransformerConfig:
     @property
     def parameter_count(self) -> int:
         """Parameters, exactly [-]."""
-        return int(sum(math.prod(t[1]) for t in _tensors(self)))
+        return _parameter_count(self)
 
     @property
     def block_parameter_count(self) -> int:
@@ -242,10 +243,21 @@ class TransformerConfig:
 
 # --------------------------------------------------------------------------- tensors
 
+@functools.lru_cache(maxsize=64)
+def _parameter_count(cfg: TransformerConfig) -> int:
+    return int(sum(math.prod(t[1]) for t in _tensors(cfg)))
+
+
+@functools.lru_cache(maxsize=64)
 def _tensors(cfg: TransformerConfig):
     """Parameter tensors in forward order: (name, shape, kind, unit) with unit -1 for the
     embeddings, 0..layers-1 for the blocks and ``layers`` for the head. ``kind`` is
-    ``"matmul"`` (a weight of a matrix multiply), ``"embedding"`` or ``"vector"``."""
+    ``"matmul"`` (a weight of a matrix multiply), ``"embedding"`` or ``"vector"``. Cached:
+    configurations are frozen, and the solvers ask for the counts on every call."""
+    return tuple(_tensor_list(cfg))
+
+
+def _tensor_list(cfg: TransformerConfig):
     h, kvd, f = cfg.hidden, cfg.kv_heads * cfg.head_dim, cfg.ffn
     out = [("embed.weight", (cfg.vocab, h), "embedding", -1)]
     if cfg.learned_positions:

@@ -185,7 +185,9 @@ def test_defaults_in_help_are_the_defaults():
     args = cli._resolve(cli.build_parser().parse_args(
         ["min-compression", "--model", "bert", "--bw", "10Gbps"]))
     assert args.n == sm.solvers.DEFAULT_N and args.target == sm.solvers.DEFAULT_TARGET
-    assert args.utilization == 1.0 and args.codec_cost == 0.0 and args.fusion == "ddp"
+    assert args.utilization == 1.0 and args.codec_cost == 0.0 and args.sharding == "none"
+    # fusion not given: the API's default, DDP buckets (transformer blocks under sharding)
+    assert args.fusion is None and sm.Scenario.build("bert", fusion=None).fusion == sm.DDPBuckets()
     # not given: not passed on, so the API's defaults (or the cluster's values) apply
     assert args.alpha is None and args.gpus_per_node is None and args.intra_bw is None
     assert "alpha" not in cli._common(args) and "intra_bw" not in cli._common(args)

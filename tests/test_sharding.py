@@ -109,27 +109,30 @@ def configurations(draw, profile, strategy=None):
 
 
 def predict(profile, cfg):
-    """Iteration time [s] from the closed form of scalemodel.sharding."""
+    """Iteration time [s] from the public API, and the scenario's sharded schedule."""
     sh = Sharding(cfg["strategy"], param_dtype=cfg["param_dtype"],
                   reduce_dtype=cfg["reduce_dtype"])
-    wrap = resolve_wrap(cfg["fusion"], sh.strategy, profile)
     topo = {k: cfg[k] for k in ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha")
             if k in cfg}
-    opts = CollectiveOptions(alpha=cfg["alpha"], **topo)
-    sigma = cfg["slowdown"]
-    buckets = None
-    if not isinstance(wrap, (str, SizeWrap)):
-        buckets = wrap.buckets(profile.tensor_bytes, sigma * profile.tensor_ready)
-    r = cfg["compression"]
-    s = sharded_schedule(profile, cfg["n"], sharding=sh, wrap=wrap,
-                         algorithm=cfg["algorithm"], options=opts, slowdown=sigma,
-                         collective_overhead=cfg["collective_overhead"],
-                         sync_overhead=cfg["sync_overhead"], codec_cost=cfg["codec_cost"],
-                         compressed=r > 1, buckets=buckets)
-    x = 1.0 / (cfg["utilization"] * cfg["bw"] * r)
-    k1, k2 = s.xmap
-    x_eff = max(k1 * x, k2 / r) if k2 else x
-    return sigma * profile.forward_time + float(s.envelope(x_eff)) + profile.update_time, s
+    cluster = None
+    if cfg["slowdown"] > 1 or cfg["collective_overhead"] or cfg["sync_overhead"]:
+        cluster = sm.ClusterProfile(compute_slowdown=cfg["slowdown"],
+                                    collective_overhead=cfg["collective_overhead"],
+                                    sync_overhead=cfg["sync_overhead"],
+                                    provenance={"source": "test"})
+    kw = dict(n=cfg["n"], bw=cfg["bw"], utilization=cfg["utilization"],
+              compression=cfg["compression"], algorithm=cfg["algorithm"],
+              fusion=cfg["fusion"], alpha=cfg["alpha"], codec_cost=cfg["codec_cost"],
+              cluster=cluster, sharding=sh, **topo)
+    it = sm.iteration_time(profile, **kw)
+    sf = sm.scaling_factor(profile, **kw)
+    assert sf == pytest.approx(profile.iteration_time / it.total, rel=1e-12)
+    assert it.total == pytest.approx(it.forward + it.backward + it.exposed_communication
+                                     + it.update, rel=1e-9)
+    assert it.binding in sm.BINDINGS
+    sc = sm.Scenario.build(profile, **{k: v for k, v in kw.items()
+                                       if k not in ("n", "bw", "utilization", "compression")})
+    return it.total, sc.schedule(cfg["n"], cfg["compression"] > 1)
 
 
 def simulate(profile, cfg):
