@@ -351,3 +351,169 @@ def test_hybrid_shard_bad_input():
         sharded_schedule(p, 16, sharding=Sharding("hybrid_shard"), wrap="block",
                          options=opts, algorithm="hierarchical")
     assert exc.value.parameter == "algorithm"
+
+
+# --------------------------------------------------------------------------- the public API
+
+H100_NVLINK = sm.get_gpu("h100-sxm").intra_node_bw
+NODES = dict(gpus_per_node=8, intra_bw=H100_NVLINK)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_inverse_solvers_are_exact_under_sharding(strategy):
+    res = sm.min_compression("llama-2-7b", "100Gbps", n=64, sharding=strategy, **NODES)
+    assert res.feasible and res.ratio > 1
+    sf = sm.scaling_factor("llama-2-7b", 64, "100Gbps", compression=res.ratio,
+                           sharding=strategy, **NODES)
+    assert sf == pytest.approx(0.9, rel=1e-9) and sf >= 0.9
+    below = sm.scaling_factor("llama-2-7b", 64, "100Gbps", compression=res.ratio * 0.999,
+                              sharding=strategy, **NODES)
+    assert below < 0.9
+    bw = sm.required_bandwidth("llama-2-7b", n=64, sharding=strategy, **NODES)
+    assert sm.scaling_factor("llama-2-7b", 64, bw.bw, sharding=strategy,
+                             **NODES) == pytest.approx(0.9, rel=1e-9)
+    assert bw.fits is True and bw.memory_per_gpu > 0 and bw.gpu == "h100-sxm"
+
+
+def test_scaling_factor_grids_and_monotone_under_sharding():
+    grid = np.logspace(9, 12, 30)
+    for strategy in STRATEGIES:
+        sf = sm.scaling_factor("llama-2-13b", np.array([[16], [64]]), grid,
+                               sharding=strategy, **NODES)
+        assert sf.shape == (2, 30) and np.all(np.isfinite(sf))
+        assert np.all(np.diff(sf, axis=1) >= -1e-12)
+        for i, n in enumerate((16, 64)):
+            assert sf[i, 7] == pytest.approx(sm.scaling_factor(
+                "llama-2-13b", n, grid[7], sharding=strategy, **NODES), rel=1e-14)
+    with pytest.raises(sm.InvalidParameterError) as exc:
+        sm.scaling_factor("llama-2-7b", [1, 8], "100Gbps", sharding="zero3")
+    assert exc.value.parameter == "n"
+
+
+def test_hybrid_shard_inside_one_node_is_zero3():
+    for n in (2, 4, 8):
+        a = sm.scaling_factor("llama-2-7b", n, "10Gbps", sharding="hybrid_shard", **NODES)
+        b = sm.scaling_factor("llama-2-7b", n, "10Gbps", sharding="zero3", **NODES)
+        assert a == pytest.approx(b, rel=1e-12)
+
+
+def test_iteration_time_under_sharding():
+    it = sm.iteration_time("llama-2-7b", 64, "100Gbps", sharding="zero3", **NODES)
+    p = sm.load_profile("llama-2-7b")
+    assert it.update == pytest.approx(p.update_time / 64)
+    assert it.n_buckets == 34 + 33 + 34  # forward and backward all-gathers, reduce-scatters
+    assert it.communication >= it.exposed_communication > 0
+    assert it.binding == "bandwidth"
+    fast = sm.iteration_time("llama-2-7b", 64, "3200Gbps", sharding="zero3", nics_per_node=8,
+                             **NODES)
+    assert fast.exposed_communication < 0.1 * it.exposed_communication
+    # the sharded optimizer step: faster than one GPU's, so the scaling factor may pass 1
+    assert fast.scaling_factor > 1.0
+
+
+def test_memory_next_to_the_solvers():
+    ddp = sm.min_compression("llama-2-7b", "100Gbps", n=64)
+    assert ddp.fits is False and "does not fit on h100-sxm" in ddp.message
+    assert ddp.memory_per_gpu == pytest.approx(sm.memory("llama-2-7b", 64).per_gpu)
+    z3 = sm.min_compression("llama-2-7b", "100Gbps", n=64, sharding="zero3")
+    assert z3.fits is True and "does not fit" not in z3.message
+    assert z3.memory_per_gpu == pytest.approx(
+        sm.memory("llama-2-7b", 64, sharding="zero3").per_gpu)
+    other = sm.min_compression("llama-2-7b", "100Gbps", n=64, sharding="zero3", gpu="a100-40gb")
+    assert other.gpu == "a100-40gb"
+    assert sm.min_compression("bert", "10Gbps").memory_per_gpu is None  # no config, no gpu
+    # scaling_factor never refuses for memory
+    assert sm.scaling_factor("llama-2-70b", 8, "100Gbps") > 0
+    plan = sm.plan_compression("llama-2-70b", "100Gbps", n=8, compressors=["fp16"])
+    assert plan.fits is False and "does not fit" in plan.message
+
+
+def test_compression_planning_under_sharding():
+    mixed = Sharding("zero3", reduce_dtype="fp32")
+    plan = sm.plan_compression("llama-2-7b", "100Gbps", n=64, sharding=mixed, **NODES)
+    rows = {r.compressor: r for r in plan.rows}
+    for name in ("topk", "randomk", "signsgd", "powersgd"):
+        assert not rows[name].feasible and "does not compose" in rows[name].note
+    assert "only low-precision reduce-scatters compose" in plan.message
+    assert rows["fp16"].ratio == pytest.approx(2.0) and rows["none"].ratio == 1.0
+    assert rows["fp16"].collective == "reduce_scatter" and plan.sharding == "zero3"
+    assert "FSDP" in rows["fp16"].snippet() and "reduce_dtype=torch.float16" in rows[
+        "fp16"].snippet()
+    # fp16 halves the fp32 reduce-scatter: the scaling factor it reaches is that of the
+    # closed form with the gradient collectives' bits halved and its codec time added
+    sc = sm.Scenario.build("llama-2-7b", sharding=mixed, **NODES)
+    none = sm.scaling_factor("llama-2-7b", 64, "100Gbps", sharding=mixed, **NODES)
+    assert rows["none"].scaling_factor == pytest.approx(none, rel=1e-12)
+    half = sc.schedule(64, gradient_scale=0.5)
+    x = 1 / 100e9
+    sf_half = sc.profile.iteration_time / (sc.forward(64) + half.envelope(x)
+                                          + sc.profile.update_time)
+    assert none < rows["fp16"].scaling_factor < sf_half
+    # break-even: exact crossing of the two envelopes
+    be = sm.breakeven_bandwidth("llama-2-7b", "fp16", n=64, sharding=mixed, **NODES)
+    assert 0 < be < math.inf
+    for f, better in ((0.5, True), (2.0, False)):
+        with_fp16 = sm.compressed_scaling_factor("llama-2-7b", "fp16", 64, be * f,
+                                                 sharding=mixed, **NODES)
+        without = sm.scaling_factor("llama-2-7b", 64, be * f, sharding=mixed, **NODES)
+        assert (with_fp16 > without) == better
+    with pytest.raises(sm.InvalidParameterError) as exc:
+        sm.breakeven_bandwidth("llama-2-7b", "topk", n=64, sharding="zero3")
+    assert exc.value.parameter == "compressor" and "topk" in str(exc.value)
+
+
+def test_sensitivities_under_sharding_match_finite_differences():
+    kw = dict(sharding="zero3", alpha=5e-6, **NODES)
+    s = sm.sensitivities("llama-2-7b", 64, 100e9, **kw)
+
+    def sf(**change):
+        args = dict(dict(bw=100e9, alpha=5e-6), **change)
+        return sm.scaling_factor("llama-2-7b", 64, args["bw"], sharding="zero3",
+                                 alpha=args["alpha"], **NODES)
+
+    assert s.d_alpha == pytest.approx((sf(alpha=5e-6 + 1e-9) - sf(alpha=5e-6 - 1e-9)) / 2e-9,
+                                      rel=1e-4)
+    assert s.d_bw == pytest.approx((sf(bw=100e9 + 1e6) - sf(bw=100e9 - 1e6)) / 2e6, rel=1e-4)
+
+
+def test_cli_takes_sharding_and_shows_memory(capsys):
+    from scalemodel.cli import main
+
+    assert main(["scaling", "--model", "llama-2-7b", "--n", "8,64", "--bw", "100Gbps",
+                 "--sharding", "fsdp", "--gpus-per-node", "8"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "memory/GPU" in out and "GiB" in out
+    assert main(["min-compression", "--model", "llama-2-7b", "--bw", "100Gbps", "--sharding",
+                 "zero3", "--gpus-per-node", "8"]) in (0, None)
+    assert "memory:" in capsys.readouterr().out
+    assert main(["min-compression", "--model", "llama-2-7b", "--bw", "100Gbps", "--sharding",
+                 "zero4"]) == 2
+    err = capsys.readouterr().err
+    assert "sharding='zero4'" in err and "zero3" in err
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1, 1), st.floats(0, 10)), min_size=1, max_size=400),
+       st.lists(st.floats(0, 5), min_size=1, max_size=20))
+def test_envelope_of_many_lines_is_the_maximum(lines, xs):
+    # enough lines for the vectorized chord passes of UpperEnvelope to run
+    c = np.array([a for a, _ in lines])
+    m = np.array([b for _, b in lines])
+    env = sm.overlap.UpperEnvelope(c, m)
+    x = np.asarray(xs)
+    brute = np.max(c[:, None] + m[:, None] * x[None, :], axis=0)
+    np.testing.assert_allclose(env(x), brute, rtol=1e-12, atol=1e-12)
+
+
+def test_envelope_of_tangent_lines():
+    # lines tangent to x^2/4 (all on the envelope) and others just below them: the
+    # chord passes must drop exactly the ones below
+    rng = np.random.default_rng(7)
+    m = np.sort(rng.uniform(0, 10, 300))
+    c = -m**2 / 4
+    below = c - rng.uniform(1e-6, 1e-2, 300)
+    env = sm.overlap.UpperEnvelope(np.concatenate((c, below)), np.concatenate((m, m)))
+    x = np.linspace(0, 5, 2001)
+    brute = np.max(c[:, None] + m[:, None] * x[None, :], axis=0)
+    np.testing.assert_allclose(env(x), brute, rtol=1e-12, atol=1e-12)
+    assert set(env.index.tolist()) <= set(range(300))
