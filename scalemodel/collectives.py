@@ -14,7 +14,10 @@ carries [bit], :math:`B` the line rate [bits/s], :math:`u \in (0, 1]` the achiev
 utilization of that line rate, :math:`r \ge 1` the compression ratio that divides the
 bytes on the wire, and :math:`\Gamma` the time of the element-wise reductions (a linear
 :math:`\gamma S` or a measured size-to-time curve, see :class:`ReductionCost`) plus any
-intra-node transfers. Writing :math:`x = 1/(u B r)` [s/bit], every collective is a straight
+intra-node transfers. A collective that reduces in :math:`k` steps pays a reduction's
+launch latency :math:`t_0` once and every step its per-byte part,
+:math:`t_0 + k\,\gamma\,s` (:meth:`ReductionCost.steps`, :math:`\gamma` the per-byte
+cost): NCCL reduces inside its one communication kernel, at memory bandwidth. Writing :math:`x = 1/(u B r)` [s/bit], every collective is a straight
 line :math:`T = a + W x` in :math:`x`; the overlap model builds on exactly that.
 
 The step counts and the bytes per step are those of the ring [3]_ and the recursive
@@ -133,6 +136,41 @@ class ReductionCost:
     def from_table(cls, nbytes, seconds, name="table"):
         """A reduction cost measured as (size [bytes], time [s]) pairs."""
         return cls(table_bytes=nbytes, table_seconds=seconds, name=name)
+
+    @property
+    def floor(self) -> float:
+        """The fixed part of one call, its kernel launch [s]: the linear form's
+        ``latency``, or the table's smallest time (the flat part of a measured curve)."""
+        if self.table_bytes is not None:
+            return float(np.min(self.table_seconds))
+        return self.latency
+
+    @property
+    def per_byte(self) -> float:
+        """The marginal time per byte [s/byte]: ``gamma``, or a table's slope from its
+        floor to its largest size (memory bandwidth, once the launch no longer hides it)."""
+        if self.table_bytes is not None:
+            b, t = self.table_bytes[-1], self.table_seconds[-1]
+            return float(max(t - self.floor, 0.0) / b) if b > 0 else 0.0
+        return self.gamma
+
+    def steps(self, chunk, count):
+        r"""Time of ``count`` reductions of ``chunk`` bytes each inside one collective [s]:
+        the launch is paid once and every step its bytes, :math:`t_0 + k\,\gamma\,s`
+        (NCCL reduces inside its one communication kernel, at memory bandwidth; the launch
+        latency of a separately measured reduction is not paid per step).
+
+        Parameters
+        ----------
+        chunk : float or array_like
+            Bytes reduced per step [bytes].
+        count : int
+            Steps [-].
+        """
+        chunk = np.asarray(chunk, dtype=float)
+        if count <= 0:
+            return np.zeros_like(chunk)
+        return np.where(chunk > 0, self.floor + count * self.per_byte * chunk, 0.0)
 
     def __call__(self, nbytes):
         """Time of one reduction of ``nbytes`` bytes [s] (vectorized; 0 for 0 bytes)."""
@@ -294,7 +332,7 @@ def _ring_cost(s, n, red, opt):
     nic, intra = _on_links(per_link, n, opt)
     return CollectiveCost(
         latency=np.full_like(s, _split_latency(n, opt, 2, 2.0 * (n - 1))),
-        overhead=(n - 1) * red(s / n),
+        overhead=red.steps(s / n, n - 1),
         bits=nic, intra_bits=intra, intra_bw=opt.intra_bw,
     )
 
@@ -327,7 +365,7 @@ def _tree_cost(s, n, red, opt):
         depth = math.ceil(math.log2(n))
         return CollectiveCost(
             latency=np.full_like(s, 2.0 * depth * opt.alpha),
-            overhead=red(s),
+            overhead=red.steps(s, 1),
             bits=2.0 * 8.0 * s,
         )
     m = _nodes(n, opt)
@@ -336,7 +374,7 @@ def _tree_cost(s, n, red, opt):
     depth = math.ceil(math.log2(m)) if m > 1 else 0
     return CollectiveCost(
         latency=np.full_like(s, 2.0 * ((g - 1) * opt.intra_alpha + depth * opt.alpha)),
-        overhead=red(s),
+        overhead=red.steps(s, 1),
         bits=factor * 8.0 * s / opt.nics_per_node,
         intra_bits=(8.0 * s if g > 1 else np.zeros_like(s)), intra_bw=opt.intra_bw,
     )
@@ -351,12 +389,13 @@ def _halving_doubling_cost(s, n, red, opt):
     """
     k = int(math.floor(math.log2(n)))
     p = 2**k
-    overhead = sum((red(s / 2.0**j) for j in range(1, k + 1)), np.zeros_like(s))
+    reduced = s * (1.0 - 0.5**k)  # bytes reduced over the halving steps: s/2 + s/4 + ...
     steps, factor = 2.0 * k, 2.0 * (p - 1) / p
     if p != n:
         steps += 2.0
         factor += 2.0
-        overhead = overhead + red(s)
+        reduced = reduced + s
+    overhead = np.where(s > 0, red.floor + red.per_byte * reduced, 0.0)
     return CollectiveCost(np.full_like(s, steps * opt.alpha), overhead, factor * 8.0 * s)
 
 
@@ -376,7 +415,8 @@ def _hierarchical_cost(s, n, red, opt):
             "n", n, f"the hierarchical all-reduce needs n to be a multiple of gpus_per_node={g}")
     m = n // g
     intra_bits = 2.0 * (g - 1) / g * 8.0 * s
-    overhead = intra_bits / opt.intra_bw + (g - 1) * red(s / g) + (m - 1) * red(s / (g * m))
+    overhead = (intra_bits / opt.intra_bw + red.steps(s / g, g - 1)
+                + red.steps(s / (g * m), m - 1))
     latency = 2.0 * (g - 1) * opt.intra_alpha + 2.0 * (m - 1) * opt.alpha
     return CollectiveCost(np.full_like(s, latency), overhead,
                           2.0 * (m - 1) / m * 8.0 * s / opt.nics_per_node)
@@ -406,10 +446,10 @@ def _parameter_server_cost(s, n, red, opt):
     p = opt.ps_servers
     if p is None:
         bits = 2.0 * (n - 1) / n * 8.0 * s
-        overhead = (n - 1) * red(s / n)
+        overhead = red.steps(s / n, n - 1)
     else:
         bits = 2.0 * max(1.0, n / p) * 8.0 * s
-        overhead = n * red(s / p)
+        overhead = red.steps(s / p, n)
     return CollectiveCost(np.full_like(s, 2.0 * opt.alpha), overhead, bits)
 
 
@@ -507,7 +547,7 @@ def _ring_half_cost(s, n, red, opt, reduce):
     nic, intra = _on_links((n - 1) / n * 8.0 * s, n, opt)
     return CollectiveCost(
         latency=np.full_like(s, _split_latency(n, opt, 1, n - 1.0)),
-        overhead=(n - 1) * red(s / n) if reduce else np.zeros_like(s),
+        overhead=red.steps(s / n, n - 1) if reduce else np.zeros_like(s),
         bits=nic, intra_bits=intra, intra_bw=opt.intra_bw,
     )
 

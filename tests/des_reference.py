@@ -119,12 +119,39 @@ def _flat_ring_topology(s, n, bw_eff, intra_eff, alpha, intra_alpha, red, g, nic
     return t
 
 
+def _floor(reduction):
+    """A reduction's launch latency: the linear form's constant, or a table's least time."""
+    if reduction.table_bytes is not None:
+        return float(min(reduction.table_seconds))
+    return float(reduction.latency)
+
+
+def _launch_once(red, floor, per_byte):
+    """A reduction inside one collective kernel: its launch latency ``floor`` is paid by
+    the collective once (added by ``collective_seconds``), every step its bytes at the
+    reduction's per-byte cost."""
+    return lambda b: per_byte * b if b > 0 else 0.0
+
+
+def _per_byte(reduction):
+    """Marginal cost of a reduction: gamma, or a table's slope from its floor to its end."""
+    if reduction.table_bytes is not None:
+        return max(reduction.table_seconds[-1] - _floor(reduction), 0.0) / \
+            reduction.table_bytes[-1]
+    return float(reduction.gamma)
+
+
 def collective_seconds(algorithm, s, n, bw_eff, alpha, red, *, gpus_per_node=None,
                        intra_bw=2.4e12, intra_alpha=0.0, ps_servers=None, nics_per_node=1,
-                       ratio=1.0):
+                       ratio=1.0, red_floor=None, red_per_byte=None):
     """Play one collective step by step; bw_eff = utilization x bw x ratio [bits/s]."""
     if n == 1:
         return 0.0
+    if red_floor is not None and algorithm not in ("allgather", "hierarchical") and s > 0:
+        return red_floor + collective_seconds(
+            algorithm, s, n, bw_eff, alpha, _launch_once(red, red_floor, red_per_byte),
+            gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
+            ps_servers=ps_servers, nics_per_node=nics_per_node, ratio=ratio)
     intra_eff = intra_bw * ratio
     if gpus_per_node is not None and algorithm in ("ring", "allgather"):
         if algorithm == "ring":
@@ -145,6 +172,9 @@ def collective_seconds(algorithm, s, n, bw_eff, alpha, red, *, gpus_per_node=Non
         g = min(gpus_per_node or 8, n)
         m = n // g
         t = 0.0
+        if red_floor is not None and s > 0:  # two reducing collectives: two launches
+            t += red_floor * ((g > 1) + (m > 1))
+            red = _launch_once(red, red_floor, red_per_byte)
         # intra-node reduce-scatter and all-gather: a ring of g at intra_bw, uncompressed
         for lat, nbytes, ovh in _ring_steps(s, g, red):
             t += intra_alpha + nbytes * 8 / intra_bw + ovh
@@ -218,7 +248,8 @@ def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
             k = queue.pop(0)
             s = buckets[k][0]
             dur = collective_seconds(algorithm, s, n, bw_eff, alpha, lambda b: float(red(b)),
-                                     ratio=compression, **topology)
+                                     ratio=compression, red_floor=_floor(red),
+                                     red_per_byte=_per_byte(red), **topology)
             if compression > 1 and n > 1:
                 dur += codec_cost * s
             if n > 1:
@@ -279,7 +310,9 @@ def simulate_compressed_iteration(profile, n, bw, *, phase_bytes, phase_algorith
             nbytes = sum(phase_bytes[i][p] for i in group)
             if nbytes > 0:
                 dur += collective_seconds(algorithm if alg == "allreduce" else alg, nbytes,
-                                          n, bw_eff, alpha, lambda b: float(red(b)))
+                                          n, bw_eff, alpha, lambda b: float(red(b)),
+                                          red_floor=_floor(red),
+                                          red_per_byte=_per_byte(red))
         codec = sum(tensor_codec[i] for i in group)
         if n > 1 and codec > 0:
             dur += codec + bucket_codec

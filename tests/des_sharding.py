@@ -90,8 +90,8 @@ def _ring_half(nbytes, ranks, bw_eff, intra_eff, alpha, intra_alpha, red, reduce
             nic = chunk / nics * 8 / bw_eff if nodes > 1 else 0.0
             link = chunk * 8 / intra_eff if min(per_node, ranks) > 1 else 0.0
             t += (alpha if crosses else intra_alpha) + max(nic, link)
-        if reduce:
-            t += red(chunk)
+        if reduce:  # one kernel: the reduction's launch latency once, then per byte
+            t += (red.floor if hop == 0 else 0.0) + red.per_byte * chunk
     return t
 
 
@@ -112,7 +112,16 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     elem = element_bytes
     pbytes = param_bytes or elem
     rbytes = reduce_bytes or pbytes
-    red = lambda b: float(profile.reduction(b))  # noqa: E731
+    class _Red:  # the reduction: launch latency once per kernel, then per byte
+        _r = profile.reduction
+        floor = (_r.latency if _r.table_bytes is None else float(min(_r.table_seconds)))
+        per_byte = (_r.gamma if _r.table_bytes is None else
+                    max(float(_r.table_seconds[-1]) - floor, 0.0) / float(_r.table_bytes[-1]))
+
+        def __call__(self, b):
+            return float(profile.reduction(b))
+
+    red = _Red()
     sizes = [float(s) for s in profile.tensor_bytes]
     params = [s / elem for s in sizes]
     ready = [float(t) for t in profile.tensor_ready]
@@ -157,7 +166,8 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
         if strategy == "hybrid_shard" and nodes > 1:
             # g all-reduces of nbytes/g, one per GPU of the node, share its NICs
             share_bw = bw_eff * nics_per_node / g
-            t += collective_seconds(algorithm, nbytes / g, nodes, share_bw, alpha, red)
+            t += collective_seconds(algorithm, nbytes / g, nodes, share_bw, alpha, red,
+                                    red_floor=red.floor, red_per_byte=red.per_byte)
             t += collective_overhead
         return t
 

@@ -21,8 +21,21 @@ def test_ring_with_reduction_and_compression():
     red = sm.ReductionCost(gamma=1e-11, latency=1e-5)
     t = sm.ring_allreduce_time(S, 8, BW, compression=4, utilization=0.5, reduction=red)
     wire = 2 * 7 / 8 * 8 * S / (0.5 * BW * 4)
-    reductions = 7 * (1e-5 + 1e-11 * S / 8)
+    # 7 reduction steps inside one kernel: its 10 us launch once, every step its bytes
+    reductions = 1e-5 + 7 * 1e-11 * S / 8
     assert t == pytest.approx(wire + reductions)
+
+
+def test_reduction_launch_is_paid_once_per_collective():
+    # the V100 vector-add curve is flat at ~10 us (its launch) up to ~1 MB: on 4096
+    # workers the ring's 4095 steps of tiny chunks must not pay 4095 launches
+    red = sm.load_profile("resnet50").reduction
+    t = sm.ring_allreduce_time(25e6, 4096, 100e9, reduction=red)
+    wire = 2 * 4095 / 4096 * 8 * 25e6 / 100e9
+    assert t == pytest.approx(wire + red.floor + 4095 / 4096 * 25e6 * red.per_byte)
+    assert t < wire + 2e-4  # 4095 launches would add 38 ms
+    assert red.steps(1e3, 4095) == pytest.approx(red.floor + 4095 * 1e3 * red.per_byte)
+    assert 1 / red.per_byte == pytest.approx(277e9, rel=0.01)  # the V100's ~275 GB/s
 
 
 def test_tree_and_halving_doubling():
@@ -84,3 +97,11 @@ def test_bandwidth_strings():
     np.testing.assert_array_equal(sm.parse_bandwidth(["1Gbps", 2e9]), [1e9, 2e9])
     assert sm.format_bandwidth(2.5e10) == "25 Gbit/s"
     assert math.isclose(sm.ring_allreduce_time(S, 4, "10Gbps"), sm.ring_allreduce_time(S, 4, 1e10))
+
+
+def test_large_worker_counts_are_not_lost_to_reduction_launches():
+    # issue 11: resnet50 at 100 Gbit/s fell to 0.455 at n=4096, "overhead binds", because
+    # every one of the ring's n-1 steps paid the measured reduction's 10 us launch
+    sf = sm.scaling_factor("resnet50", [64, 1024, 4096], 100e9, fusion="horovod")
+    assert np.all(sf > 0.99)
+    assert sm.iteration_time("resnet50", 4096, 100e9, fusion="horovod").binding != "overhead"
