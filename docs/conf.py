@@ -43,6 +43,9 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.doctest",
     "sphinx.ext.mathjax",
+    # MathJax shipped with the guide (copied to _static/mathjax): the equations render
+    # offline, with no request to a CDN (package sphinx-mathjax-offline, the docs extra)
+    "sphinx-mathjax-offline",
     "numpydoc",
     "scalemodel_docs",  # figures and tables from the library, at build time
 ]
@@ -56,6 +59,8 @@ numfig = False
 html_theme = "furo"
 html_title = f"scalemodel {release} design guide"
 html_show_sourcelink = False
+html_static_path = ["_static"]
+html_css_files = ["wrap.css"]  # long code and output lines wrap, no horizontal scrollbar
 
 # --------------------------------------------------------------------------- autodoc
 autodoc_typehints = "none"

@@ -23,8 +23,9 @@ torch = pytest.importorskip("torch", reason="calibration needs torch: pip instal
                             "'scalemodel[calibrate]' torch==2.13.0")
 
 from helpers_faults import DEATH  # noqa: E402
+from scalemodel.calibrate.__main__ import main as calibrate_main  # noqa: E402
 
-pytestmark = pytest.mark.slow
+slow = pytest.mark.slow  # subprocesses that import torch, train or start ranks
 
 TESTS = Path(__file__).resolve().parent
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
@@ -85,6 +86,7 @@ def inputs(tmp_path):
     return ["--profile", "profile.json", "--cluster", "transport.json"]
 
 
+@slow
 @pytest.mark.parametrize("model, steps, where", [
     ("helpers_faults:dies_in_compute", "compute", "all_gather_object"),
     ("helpers_faults:dies_in_compute", "scaling", "DDP"),
@@ -103,6 +105,7 @@ def test_a_peer_dying_gives_every_survivor_one_line(tmp_path, model, steps, wher
     assert files(tmp_path) == before  # nothing written, no temporary file
 
 
+@slow
 def test_a_peer_dying_under_torchrun(tmp_path):
     """torchrun stops the survivors with SIGTERM (or they see the dead peer first):
     either way one line each, and no file."""
@@ -122,6 +125,7 @@ def test_a_peer_dying_under_torchrun(tmp_path):
     assert files(tmp_path) == []
 
 
+@slow
 def test_sigterm_to_torchrun_stops_every_rank_with_one_line(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
@@ -148,6 +152,7 @@ def test_sigterm_to_torchrun_stops_every_rank_with_one_line(tmp_path):
     assert files(tmp_path) == []  # the compute step's profile was only staged
 
 
+@slow
 def test_sigterm_to_a_single_process_leaves_nothing(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "scalemodel.calibrate", "--model",
                              "helpers_faults:slow", "--batch-size", "64", "--iterations",
@@ -180,43 +185,83 @@ def assert_refused_before_measuring(out, *words):
         assert w in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("value", ["-5", "inf", "0", "nan", "1e300"])
-def test_bad_timeout_is_one_line_naming_it(tmp_path, value):
-    out = calibrate(["--model", "mlp", f"--timeout={value}"], tmp_path)
-    assert_refused_before_measuring(out, "--timeout=")
+def run_main(args, capsys, monkeypatch, tmp_path):
+    """``python -m scalemodel.calibrate ARGS`` in this process (it stops before torch)."""
+    import warnings
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    monkeypatch.chdir(tmp_path)
+    rc = calibrate_main(args)
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-5", "inf", "0", "nan", "1e300", "-inf"])
+def test_bad_timeout_is_one_line_naming_it(tmp_path, capsys, monkeypatch, value):
+    rc, err = run_main(["--model", "mlp", f"--timeout={value}"], capsys, monkeypatch,
+                       tmp_path)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith("scalemodel.calibrate: error: --timeout=") and "(0, 1e+06]" in err
     assert files(tmp_path) == []
 
 
 @pytest.mark.parametrize("args, words", [
     (["--batch-size", "0"], ["--batch-size=0"]),
     (["--iterations", "2"], ["--iterations=2"]),
+    (["--warmup", "0"], ["--warmup=0", ">= 1"]),  # DDP needs a warm-up iteration
+    (["--repeats", "-1"], ["--repeats=-1"]),
     (["--bucket-cap-mb", "nan"], ["--bucket-cap-mb=nan"]),
+    (["--pin-cpu", "100000"], ["--pin-cpu=100000"]),
     (["--collectives", "all_gather"], ["--collectives", "all_reduce"]),
+    (["--collectives", "all_reduce,bcast"], ["--collectives"]),
     (["--min-size", "1MiB", "--max-size", "4MiB"], ["--max-size", "at least 4"]),
+    (["--min-size", "lots"], ["size='lots'"]),
     (["--algorithm", "rnig"], ["algorithm='rnig'"]),
+    (["--steps", "compute,nope"], ["unknown step", "nope"]),
+    (["--line-rate", "fast"], ["--line-rate='fast'"]),
     (["--model", "no_such_module:f"], ["cannot import"]),
     (["--model", "os:sep"], ["is not a function"]),
+    (["--model", "mlp:"], ["names a module and a function"]),
     (["--profile", "missing.json", "--steps", "scaling", "--cluster", "c.json"],
      ["missing.json"]),
 ])
-def test_bad_options_are_refused_before_measuring(tmp_path, args, words):
-    out = calibrate(["--model", "mlp", *args] if "--model" not in args else args, tmp_path)
-    assert_refused_before_measuring(out, *words)
+def test_bad_options_are_refused_before_measuring(tmp_path, capsys, monkeypatch, args,
+                                                  words):
+    argv = args if "--model" in args else ["--model", "mlp", *args]
+    rc, err = run_main(argv, capsys, monkeypatch, tmp_path)
+    assert rc == 2 and err.count("\n") == 1, err  # one line: no progress, no traceback
+    assert err.startswith("scalemodel.calibrate: error: ")
+    for w in words:
+        assert w in err, err
     assert files(tmp_path) == []
 
 
-def test_torchvision_name_without_torchvision_is_one_line(tmp_path):
+def test_torchvision_name_without_torchvision_is_one_line(tmp_path, capsys, monkeypatch):
     try:
         import torchvision  # noqa: F401
     except Exception:  # noqa: BLE001 - missing, or built for another torch
         pass
     else:
         pytest.skip("torchvision is installed and loads here")
-    out = calibrate(["--model", "resnet50"], tmp_path)
-    assert_refused_before_measuring(out, "model='resnet50'", "torchvision",
-                                    "package.module:function")
+    rc, err = run_main(["--model", "resnet50"], capsys, monkeypatch, tmp_path)
+    assert rc == 2 and err.count("\n") == 1, err
+    for w in ("model='resnet50'", "torchvision", "does not install it",
+              "package.module:function"):
+        assert w in err, err
 
 
+def calibrate(args, cwd, prefix=(), timeout=120):
+    return subprocess.run([*prefix, sys.executable, "-m", "scalemodel.calibrate", *args],
+                          cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_refused_before_measuring(out, *words):
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.count("\n") == 1, out.stderr  # one line: no progress, no traceback
+    assert "compute:" not in out.stderr
+    for w in words:
+        assert w in out.stderr, out.stderr
+
+
+@slow
 def test_out_pointing_at_a_folder_or_under_a_file(tmp_path):
     (tmp_path / "results").mkdir()
     (tmp_path / "notes.txt").write_text("x")
@@ -242,6 +287,7 @@ def read_only(folder):
     return ("unshare", "-m", "sh", "-c", script, str(folder))
 
 
+@slow
 def test_out_in_a_read_only_folder_is_refused_before_measuring(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -257,6 +303,7 @@ def test_out_in_a_read_only_folder_is_refused_before_measuring(tmp_path):
     assert files(ro) == []
 
 
+@slow
 def test_without_torchrun_it_says_what_it_ran_and_skipped(tmp_path):
     out = calibrate(["--model", "helpers_faults:slow", "--batch-size", "2", "--iterations",
                      "3", "--warmup", "1", "--threads", "1", "--quiet"], tmp_path)
@@ -272,6 +319,7 @@ def test_without_torchrun_it_says_what_it_ran_and_skipped(tmp_path):
                                     "torchrun")
 
 
+@slow
 def test_staged_outputs_appear_together(tmp_path):
     """Under torchrun, all three files appear at the end: none of them before the
     scaling step is done, and with the umask's permissions."""

@@ -42,6 +42,7 @@ def torchrun(args, tmp_path, nproc=2, timeout=240):
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_measure_compute_records_every_gradient(tmp_path):
     m = measure_compute("convnet", batch_size=4, warmup=1, iterations=3, threads=1)
     p = m.profile
@@ -100,6 +101,7 @@ def test_sizes_parse():
         default_sizes("1MiB", "4KiB")
 
 
+@pytest.mark.slow
 def test_end_to_end_under_torchrun(tmp_path):
     """The one command, 2 gloo ranks: profile, cluster, report; all plug into the API."""
     out = torchrun(["--model", "mlp", "--batch-size", "16", "--out", "cluster.json",
@@ -127,6 +129,7 @@ def test_end_to_end_under_torchrun(tmp_path):
     assert not list(tmp_path.glob("*.tmp*")) and not list(tmp_path.glob(".*"))
 
 
+@pytest.mark.slow
 def test_profile_recorded_for_another_model(tmp_path):
     p = measure_compute("convnet", batch_size=2, warmup=1, iterations=3, threads=1,
                         reduction=False).profile
@@ -145,6 +148,7 @@ def test_bad_steps_is_a_clear_error(tmp_path):
     assert out.returncode == 2 and "unknown step" in out.stderr
 
 
+@pytest.mark.slow
 def test_more_nccl_ranks_than_gpus_is_a_clear_error(tmp_path):
     """nccl needs one GPU per rank: more ranks on a node than GPUs fails with advice."""
     import torch
@@ -180,6 +184,7 @@ FAULTY_RANK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, words", [("die", "peer rank"), ("stall", "timed out")])
 def test_dead_or_stuck_rank_is_a_clear_error(tmp_path, mode, words):
     script = tmp_path / "faulty.py"
@@ -197,6 +202,7 @@ def test_dead_or_stuck_rank_is_a_clear_error(tmp_path, mode, words):
     assert "CalibrationError" in out0 and words in out0 and "all_reduce" in out0
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_leaves_no_file(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),

@@ -33,6 +33,7 @@ def _runs(cluster, grid, model="resnet50", fusion="horovod", algorithm="ring",
     return runs
 
 
+@pytest.mark.slow
 def test_recovers_known_parameters():
     truth = sm.ClusterProfile(topology=TOPO, ceiling=18e9, sync_overhead=0.015,
                               compute_slowdown=1.12, provenance={"source": "test"})
@@ -84,6 +85,7 @@ def test_one_run_fits_one_parameter_and_reproduces_it():
     assert "fitted" in str(fit)
 
 
+@pytest.mark.slow
 def test_given_values_are_held_and_more_runs_free_more():
     truth = sm.ClusterProfile(topology=TOPO, ceiling=30e9, sync_overhead=0.02,
                               provenance={"source": "test"})

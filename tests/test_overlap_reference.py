@@ -82,6 +82,7 @@ def cluster_terms(draw):
     return terms, topo
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(profiles(), settings_(), cluster_terms())
 def test_cluster_terms_equal_discrete_event_reference(profile, cfg, terms):

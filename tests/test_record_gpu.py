@@ -13,6 +13,7 @@ pytest.importorskip("torch", reason="the recording script measures with torch")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_record_script_writes_profiles_and_codec_costs(tmp_path):
     out = tmp_path / "rec"
     env = dict(os.environ, PYTHON=sys.executable, MODELS="mlp=mlp:8 small=convnet:4",

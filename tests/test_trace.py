@@ -461,6 +461,7 @@ def test_trace_without_steps_world_size_or_collectives(tmp_path):
     bad(tmp_path, tmp_path / "quiet.json", match=r"quiet\.json.*no collective")
 
 
+@pytest.mark.slow
 def test_traces_of_different_jobs(tmp_path):
     one = DATA / "ddp_1rank.json.gz"
     b = DATA / "ddp_2ranks_allreduce_b.json.gz"
@@ -479,6 +480,7 @@ def test_traces_of_different_jobs(tmp_path):
 
 # --------------------------------------------------------------------------- command line
 
+@pytest.mark.slow
 def test_cli_json_and_out(tmp_path):
     res = cli(DATA / "ddp_2ranks_allreduce_b.json.gz", "--json", "--out", tmp_path / "b")
     assert res.returncode == 0, res.stderr

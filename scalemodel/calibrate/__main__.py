@@ -267,7 +267,7 @@ def run(args) -> int:
 
     _WRITTEN.clear()
     steps = _check_args(args)
-    line_rate = parse_bandwidth(args.line_rate) if args.line_rate else None
+    line_rate = parse_bandwidth(args.line_rate, "--line-rate") if args.line_rate else None
     from .models import model_name as _model_name
     model_name = _model_name(args.model)
     out, profile_path, report_path = _paths(args, model_name)
