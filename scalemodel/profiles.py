@@ -537,7 +537,8 @@ def atomic_write_files(files) -> None:
                                            dir=path.parent)
                 staged.append((tmp, path))
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    os.fchmod(fh.fileno(), mode)
+                    if hasattr(os, "fchmod"):  # mkstemp makes it 0600
+                        os.fchmod(fh.fileno(), mode)
                     fh.write(text)
                     fh.flush()
                     os.fsync(fh.fileno())
