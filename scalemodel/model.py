@@ -372,14 +372,16 @@ class Scenario:
             wire = "ceiling"
         else:
             wire = "bandwidth"
-        value = lines.intercept[j] + lines.slope[j] * x_eff
+        with np.errstate(over="ignore"):  # an unbounded wire time is +inf
+            value = lines.intercept[j] + lines.slope[j] * x_eff
+            wire_time = float(lines.slope[j] * x_eff)
         if j == 0 or value <= lines.intercept[0] * (1 + 1e-12):
             # the backward pass itself ends last (ties included, e.g. n = 1)
             if sigma > 1:
                 return "slowdown", {"slowdown": (sigma - 1) * (p.forward_time
                                                              + p.backward_time)}
             return "compute", {}
-        parts = {"latency": float(lines.latency[j]), "bandwidth": float(lines.slope[j] * x_eff),
+        parts = {"latency": float(lines.latency[j]), "bandwidth": wire_time,
                  "overhead": float(lines.overhead[j])}
         if lines.fixed[j] > 0:
             parts["fixed"] = float(lines.fixed[j])

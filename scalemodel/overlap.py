@@ -185,10 +185,11 @@ class UpperEnvelope:
 
     def __call__(self, x):
         """:math:`E(x)` (vectorized)."""
-        if len(self.breaks) == 0:
-            return self.intercept[0] + self.slope[0] * np.asarray(x, dtype=float)
-        k = self.piece(x)
-        return self.intercept[k] + self.slope[k] * x
+        with np.errstate(over="ignore"):  # x near 1e300: the time is +inf, exactly so
+            if len(self.breaks) == 0:
+                return self.intercept[0] + self.slope[0] * np.asarray(x, dtype=float)
+            k = self.piece(x)
+            return self.intercept[k] + self.slope[k] * x
 
     def argmax(self, x):
         """Index (into the original lines) of a line that attains :math:`E(x)`."""
