@@ -65,6 +65,34 @@ def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
     print(f"largest relative difference closed form vs reference on {des_samples} samples: "
           f"{diff:.2e}")
 
+    # the same grid on a fitted real cluster: topology (8 GPUs per node), NCCL's choice,
+    # compute slowdown, per-iteration fixed cost, a transport ceiling
+    cluster = sm.ClusterProfile(
+        name="p3dn-like", topology=sm.Topology(gpus_per_node=8), ceiling=21e9,
+        compute_slowdown=1.14, sync_overhead=0.022, collective_overhead=1e-4,
+        provenance={"source": "benchmark"})
+    n8 = np.array([8, 16, 24, 32, 64, 128, 256, 512, 1024, 2048])[None, :, None, None]
+    dt, _ = best_of(lambda: sm.scaling_factor(profile, n8, bw, utilization=u, compression=r,
+                                              fusion=fusion, algorithm="nccl-2.4",
+                                              cluster=cluster), repeat)
+    print(f"closed form on a fitted cluster (topology, NCCL 2.4 choice, slowdown, fixed "
+          f"costs, ceiling): {dt * 1e3:8.1f} ms per grid -> {size / dt:12.3e} "
+          f"configurations/s")
+
+    # one solve: a single question, everything included (profile cached)
+    for name, kw in (("resnet50", dict(fusion=fusion)), ("bert", {}),
+                     ("resnet50 on the fitted cluster",
+                      dict(fusion=fusion, algorithm="nccl-2.4", cluster=cluster,
+                           target=0.7)),
+                     ("llama-2-7b", {})):
+        model_name = name.split()[0]
+        sm.min_compression(model_name, 10e9, **kw)  # load and cache the profile
+        dt_solve, _ = best_of(lambda: sm.min_compression(model_name, 10e9, **kw), 20)
+        dt_bw, _ = best_of(lambda: sm.required_bandwidth(
+            model_name, **{k: v for k, v in kw.items()}), 20)
+        print(f"one solve, {name}: min_compression {dt_solve * 1e3:.3f} ms, "
+              f"required_bandwidth {dt_bw * 1e3:.3f} ms")
+
 
 if __name__ == "__main__":
     main()

@@ -35,11 +35,13 @@ the intra-node bits as slopes when the run fits in one node.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import attrs
 import numpy as np
 
 from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
-from .cluster import load_cluster
+from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
 from .overlap import UpperEnvelope, overlap_lines
@@ -59,6 +61,25 @@ critical path: the compute ``slowdown``, message ``latency``, wire time (``bandw
 ``ceiling`` when the transport's ceiling, not the line rate, limits it; ``intra-node`` when
 the intra-node link is the slowest), ``overhead`` (reductions, encode/decode, serial
 intra-node copies) or ``fixed`` (the cluster's per-collective and per-iteration costs)."""
+
+
+SCENARIO_CACHE_SIZE = 64
+"""How many recent scenarios :meth:`Scenario.build` keeps [-]."""
+
+_SCENARIOS: "OrderedDict" = OrderedDict()
+
+
+def _cache_key(profile, cluster, kw):
+    """A hashable key of a build's arguments, or None when they cannot be cached (a
+    cluster given as a file, an unhashable value)."""
+    if cluster is not None and not isinstance(cluster, ClusterProfile):
+        return None
+    try:
+        key = (id(profile), id(cluster), tuple(sorted(kw.items())))
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _scalar_float(value, name):
@@ -114,8 +135,32 @@ class Scenario:
     def build(cls, model, *, algorithm="ring", fusion=None, alpha=None, codec_cost=0.0,
               gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
               cluster=None, nics_per_node=None, sharding="none"):
-        """Validate the arguments and make a scenario; see :func:`scaling_factor`."""
+        """Validate the arguments and make a scenario; see :func:`scaling_factor`.
+
+        Scenarios (and the lines they cache) are kept for the last
+        :data:`SCENARIO_CACHE_SIZE` argument sets whose model and cluster are objects or
+        built-in names (a file is read again every time), so that repeated questions on
+        one workload cost only the solve."""
         profile = load_profile(model)
+        kw = dict(algorithm=algorithm, fusion=fusion, alpha=alpha, codec_cost=codec_cost,
+                  gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
+                  ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding)
+        key = _cache_key(profile, cluster, kw)
+        if key is not None:
+            hit = _SCENARIOS.get(key)
+            if hit is not None and hit[0] is profile and hit[1] is cluster:
+                _SCENARIOS.move_to_end(key)
+                return hit[2]
+        sc = cls._build(profile, cluster=cluster, **kw)
+        if key is not None:
+            _SCENARIOS[key] = (profile, cluster, sc)
+            while len(_SCENARIOS) > SCENARIO_CACHE_SIZE:
+                _SCENARIOS.popitem(last=False)
+        return sc
+
+    @classmethod
+    def _build(cls, profile, *, algorithm, fusion, alpha, codec_cost, gpus_per_node,
+               intra_bw, intra_alpha, ps_servers, cluster, nics_per_node, sharding):
         alpha = _scalar_float(alpha, "alpha")
         shard = resolve_sharding(sharding)
         topology = None
@@ -497,8 +542,8 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     Examples
     --------
     >>> import scalemodel
-    >>> round(scalemodel.scaling_factor("resnet50", n=64, bw="100Gbps", fusion="horovod"), 3)
-    0.99...
+    >>> round(scalemodel.scaling_factor("resnet50", n=64, bw="10Gbps", fusion="horovod"), 3)
+    0.556
     """
     n, bw, u, r = _prepare(n, bw, utilization, compression)
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,

@@ -412,7 +412,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     >>> import scalemodel
     >>> res = scalemodel.required_bandwidth("resnet50", n=64, target=0.9, fusion="horovod")
     >>> print(scalemodel.format_bandwidth(res.bw))
-    24.39 Gbit/s
+    22.03 Gbit/s
     """
     n = _scalar("n", check_count(n, "n"))
     target = _scalar("target", check_fraction(target, "target"))
