@@ -88,6 +88,10 @@ numpydoc_xref_aliases.update({
     "OverlapLines": "scalemodel.overlap.OverlapLines",
     "Compressor": "scalemodel.compressors.Compressor",
     "TensorCosts": "scalemodel.compressors.TensorCosts",
+    "Sharding": "scalemodel.Sharding",
+    "SizeWrap": "scalemodel.SizeWrap",
+    "ShardedSchedule": "scalemodel.sharding.ShardedSchedule",
+    "ShardUnits": "scalemodel.sharding.ShardUnits",
 })
 
 # --------------------------------------------------------------------------- nitpicky

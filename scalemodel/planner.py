@@ -106,17 +106,30 @@ def _members_starts(buckets):
 
 def composes(sc, comp) -> bool:
     """Whether ``comp`` can compress the gradients of scenario ``sc``: always without
-    sharding; under sharding only the low-precision reduce-scatters [-]."""
+    sharding; under sharding only the low-precision reduce-scatters
+    (:data:`~scalemodel.sharding.SHARDING_COMPRESSORS`).
+
+    Parameters
+    ----------
+    sc : Scenario
+        The scenario [-].
+    comp : Compressor
+        The compressor [-].
+    """
     if sc.sharding is None or comp.name == "none":
         return True
     return SHARDING_COMPRESSORS.get(comp.name, "").startswith("composes")
+
+
+def _why_not_composes(name):
+    return SHARDING_COMPRESSORS[name].removeprefix("does not compose: ")
 
 
 def _check_composes(sc, comp):
     if not composes(sc, comp):
         raise InvalidParameterError(
             "compressor", comp.name, f"does not compose with the reduce-scatter of "
-            f"sharding={sc.sharding.strategy!r}: {SHARDING_COMPRESSORS[comp.name]}",
+            f"sharding={sc.sharding.strategy!r}: {_why_not_composes(comp.name)}",
             "Use fp16, bf16 or int8 under sharding")
 
 
@@ -462,7 +475,8 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False):
                                                      x_eff)[0],
             encode_time=0.0, decode_time=0.0, collective="reduce_scatter",
             n_collectives=none.n_collectives,
-            note=f"not with sharding={strategy!r}: {SHARDING_COMPRESSORS[comp.name]}",
+            note=(f"does not compose with sharding={strategy!r}: "
+                  f"{_why_not_composes(comp.name)}"),
             config=comp, fusion=fusion, sharding=strategy)
     e = ELEMENT_BYTES.get(p.precision.lower(), 4)
     numel = np.round(p.tensor_bytes / e)
@@ -681,12 +695,12 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     else:
         why = "; ".join(f"{r.compressor}: {r.note}" for r in rows
                         if r.compressor != "none" and r.note
-                        and not r.note.startswith("not with sharding"))
+                        and not r.note.startswith("does not compose with"))
         msg = (f"no compressor reaches {target:g}: {where} scales {sf_none:.3f} "
                f"uncompressed and {_ideal_text(ideal, sc.sharding is not None)}, but "
                + (why or "none is strong or cheap enough"))
     strategy = "none" if sc.sharding is None else sc.sharding.strategy
-    shut = [r.compressor for r in rows if r.note.startswith("not with sharding")]
+    shut = [r.compressor for r in rows if r.note.startswith("does not compose with")]
     if shut:
         msg += (f"; under sharding={strategy!r} only low-precision reduce-scatters compose: "
                 f"{', '.join(shut)} do not (FSDP's hooks only change the reduce dtype)")

@@ -845,6 +845,92 @@ def fig_p3dn(out: Path):
     _save(fig, out / "p3dn.png")
 
 
+# --------------------------------------------------------------------------- sharding
+
+SHARDING_CLUSTER = dict(gpus_per_node=8, nics_per_node=1)
+"""The cluster of the guide's sharding question: nodes of 8 H100 SXM (NVLink at the
+GPU's datasheet rate) with one 100 Gbit/s NIC each."""
+
+SHARDING_STYLE = {"none": ("DDP (no sharding)", "C0", "-"),
+                  "zero2": ("ZeRO-2 / SHARD_GRAD_OP", "C1", "-"),
+                  "zero3": ("ZeRO-3 / FSDP FULL_SHARD", "C2", "-"),
+                  "hybrid_shard": ("HYBRID_SHARD", "C3", "--")}
+
+
+def fig_sharding(out: Path, model="llama-2-7b"):
+    """Scaling factor and memory per GPU against the GPU count, per strategy."""
+    import matplotlib.pyplot as plt
+
+    import scalemodel as sm
+
+    intra = sm.get_gpu("h100-sxm").intra_node_bw
+    ns = np.array([8, 16, 32, 64, 128, 256, 512])
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(13.5, 4.0))
+    for strategy, (label, colour, ls) in SHARDING_STYLE.items():
+        for ax, nics, bw in ((a1, 1, 100e9), (a2, 8, 400e9)):
+            sf = sm.scaling_factor(model, ns, bw, sharding=strategy, gpus_per_node=8,
+                                   nics_per_node=nics, intra_bw=intra)
+            ax.plot(ns, sf, marker="o", ms=3, color=colour, ls=ls, lw=1.8, label=label)
+        mem = sm.memory(model, ns, sharding=strategy).per_gpu / 2**30
+        a3.plot(ns, mem, marker="o", ms=3, color=colour, ls=ls, lw=1.8, label=label)
+    for ax, title in ((a1, "one 100 Gbit/s NIC per node"),
+                      (a2, "eight 400 Gbit/s NICs per node (DGX H100)")):
+        ax.axhline(1.0, color="k", lw=0.6, ls=":")
+        ax.axhline(0.9, color="k", lw=0.8, ls=":")
+        ax.set_ylim(0, 1.2)
+        ax.set_ylabel("scaling factor [-]")
+        ax.set_title(f"{model}, nodes of 8 H100: {title}", fontsize=9)
+    hbm = sm.get_gpu("h100-sxm").hbm_bytes / 2**30
+    a3.axhline(hbm, color="k", lw=0.8, ls=":")
+    a3.text(8.5, hbm + 2, "H100: 80 GB", fontsize=8)
+    a3.set_ylim(0, 130)
+    a3.set_ylabel("memory per GPU [GiB]")
+    a3.set_title(f"{model}: memory per GPU (Adam, bf16, 4,096 tokens)", fontsize=9)
+    for ax in (a1, a2, a3):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns)
+        ax.set_xticklabels([str(n) for n in ns])
+        ax.set_xlabel("GPUs n (log scale)")
+        ax.grid(True, alpha=0.3)
+    a1.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    _save(fig, out / "sharding.png")
+
+
+def _sharded_validation():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "validate_sharded.py"
+    spec = importlib.util.spec_from_file_location("validate_sharded", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def inc_sharded_validation(out: Path):
+    """Published FSDP throughput against the prediction (benchmarks/validate_sharded.py)."""
+    v = _sharded_validation()
+    results, stats = v.evaluate()
+    head, body = v.table(results)
+    text = _table(head, body, title="Published (LLM Foundry) against predicted tokens per "
+                  "second per GPU; one efficiency fitted per series on its fewest-GPU row")
+    (med, mx), (fmed, fmx) = stats["model"], stats["flat"]
+    k, smed, smx = stats["same_batch"]
+    text += (f"\nOver the {stats['predicted_rows']} predicted rows ({stats['series']} "
+             f"series): median absolute error **{100 * med:.1f} %**, largest "
+             f"**{100 * mx:.1f} %**. The flat baseline (every row at its calibration row's "
+             f"per-GPU throughput) errs by {100 * fmed:.1f} % and {100 * fmx:.1f} %. On the "
+             f"{k} rows with the calibration row's micro-batch: median {100 * smed:.1f} %, "
+             f"largest {100 * smx:.1f} %.\n")
+    _write(out / "sharded_validation.inc", text)
+
+
+def inc_sharding_cli(out: Path):
+    argv = ["scaling", "--model", "llama-2-7b", "--n", "8,64,512", "--bw", "100Gbps",
+            "--sharding", "fsdp", "--gpus-per-node", "8", "--intra-bw", "450GB/s"]
+    _write(out / "cli_sharding.inc", _console(argv, _cli(argv)))
+
+
 # --------------------------------------------------------------------------- sphinx
 
 
@@ -862,7 +948,8 @@ def generate(srcdir: Path, log=print):
              inc_codec, inc_h100_validation, inc_profiles,
              fig_emulated, inc_emulated, inc_p3dn, fig_p3dn,
              inc_whatif,
-             inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent)]
+             inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent),
+             fig_sharding, inc_sharded_validation, inc_sharding_cli]
     t0 = time.perf_counter()
     for step in steps:
         step(out)

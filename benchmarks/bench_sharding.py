@@ -1,0 +1,70 @@
+"""Speed of the questions on the built-in LLMs, plain and sharded.
+
+For each built-in LLM and strategy: one ``min_compression`` call (64 GPUs, 8 per node,
+100 Gbit/s), the whole call as a user makes it (building the scenario, its lines and
+envelope, the inverse and the memory check; the profile itself is loaded once and
+cached by ``load_profile``). Reported: the best of several repeats of the mean over a
+batch of calls, on one core. Also the closed form against the discrete-event reference
+of ``tests/des_sharding.py`` on one configuration.
+
+Run: ``python benchmarks/bench_sharding.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import scalemodel as sm
+
+MODELS = ("llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b",
+          "mistral-7b")
+STRATEGIES = ("none", "zero2", "zero3", "hybrid_shard")
+NODE = dict(gpus_per_node=8, intra_bw=sm.get_gpu("h100-sxm").intra_node_bw)
+
+
+def best_of(fn, calls=40, repeats=5):
+    """Seconds per call: the best of ``repeats`` batches of ``calls`` [s]."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
+def main():
+    for m in MODELS:
+        sm.load_profile(m)  # built once per process, then cached
+    print("min_compression, 64 GPUs (8 per node), 100 Gbit/s [ms per call]")
+    print(f"{'model':<14}" + "".join(f"{s:>14}" for s in STRATEGIES))
+    worst = 0.0
+    for m in MODELS:
+        cells = []
+        for s in STRATEGIES:
+            t = best_of(lambda: sm.min_compression(m, "100Gbps", n=64, sharding=s, **NODE))
+            worst = max(worst, t)
+            cells.append(f"{t * 1e3:>14.3f}")
+        print(f"{m:<14}" + "".join(cells))
+    print(f"slowest: {worst * 1e3:.3f} ms")
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from des_sharding import simulate_sharded
+
+    p = sm.load_profile("llama-2-7b")
+    t_closed = best_of(lambda: sm.scaling_factor(p, 64, 100e9, sharding="zero3", **NODE))
+    t0 = time.perf_counter()
+    t_des = simulate_sharded(p, 64, 100e9, strategy="zero3", wrap="block", fusion=None,
+                             element_bytes=2, **NODE)
+    des = time.perf_counter() - t0
+    closed = sm.iteration_time(p, 64, 100e9, sharding="zero3", **NODE).total
+    print(f"llama-2-7b zero3 on 64 GPUs: closed form {t_closed * 1e3:.3f} ms per call, "
+          f"discrete-event reference {des * 1e3:.0f} ms; relative difference "
+          f"{abs(closed / t_des - 1):.1e}")
+
+
+if __name__ == "__main__":
+    main()
