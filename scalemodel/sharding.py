@@ -829,9 +829,12 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         K = len(units)
         P = units.params * pb
         G = units.params * rb
-        ag_f, ag_b, rs = gather(P), gather(P[::-1]), scatter(G[::-1])  # b, r: backward order
-        mode, xmap, ibw = _wire_mode(ag_f + ag_b + rs)
-        gp, ap, rp = parts(ag_f, mode, ibw), parts(ag_b, mode, ibw), parts(rs, mode, ibw)
+        # forward all-gathers (forward order), backward ones and reduce-scatters
+        # (backward order): the all-gathers in one call
+        ag, rs = gather(np.concatenate((P, P[::-1]))), scatter(G[::-1])
+        mode, xmap, ibw = _wire_mode(ag + rs)
+        agp, rp = parts(ag, mode, ibw), parts(rs, mode, ibw)
+        gp, ap = agp[:K], agp[K:]
         rp[-1, _FIX] += float(sync_overhead)
         comp = np.zeros((K, _W))
         comp[:, _C] = sigma * units.forward
@@ -846,8 +849,9 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         kept = np.arange(K) > 0  # backward all-gathers: all but the unit kept gathered
         param_bytes = float(P.sum() + P[::-1][kept].sum())
         grad_bytes = float(G.sum())
-        nic = float(sum(o.bits.sum() for o in ag_f + rs) + ag_b[0].bits[kept].sum())
-        intra = float(sum(o.intra.sum() for o in ag_f + rs) + ag_b[0].intra[kept].sum())
+        used = np.concatenate((np.ones(K, dtype=bool), kept))
+        nic = float(ag[0].bits[used].sum() + sum(o.bits.sum() for o in rs))
+        intra = float(ag[0].intra[used].sum() + sum(o.intra.sum() for o in rs))
         count = K
     else:
         if isinstance(wrap, (str, SizeWrap)):

@@ -172,6 +172,15 @@ def memory_check(sc, n, gpu=None):
         The GPU; None: the one the profile was derived for, when it has a transformer
         configuration [-].
     """
+    if gpu is not None and not isinstance(gpu, str):  # a GPUSpec object: not cached
+        return _memory_check(sc, n, gpu)
+    key = ("memory", int(n), gpu)
+    if key not in sc._cache:  # a scenario's memory does not change: ask once
+        sc._cache[key] = _memory_check(sc, n, gpu)
+    return sc._cache[key]
+
+
+def _memory_check(sc, n, gpu):
     from .memory import memory
 
     p = sc.profile
