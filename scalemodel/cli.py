@@ -544,10 +544,18 @@ def cmd_breakeven(args):
     from .compressors import get_compressor
     from .planner import _codec_note, breakeven_bandwidth
 
+    from .sharding import SHARDING_COMPRESSORS, resolve_sharding
+
     comps = [get_compressor(c, "--compressors") for c in args.compressors]
     kw = _plan_kwargs(args)
+    sharded = resolve_sharding(args.sharding).sharded
     rows = []
     for comp in comps:
+        why = SHARDING_COMPRESSORS.get(comp.name, "composes")
+        if sharded and comp.name != "none" and not why.startswith("composes"):
+            rows.append({"compressor": comp.describe(), "n": args.n, "breakeven_bw": None,
+                         "note": f"under --sharding {args.sharding}: {why}"})
+            continue
         bws = breakeven_bandwidth(args.model, comp, n=np.asarray(args.n), **kw)
         rows.append({"compressor": comp.describe(), "n": args.n,
                      "breakeven_bw": [float(b) for b in np.atleast_1d(bws)]})
@@ -558,6 +566,9 @@ def cmd_breakeven(args):
     print("line rate below which each compressor beats no compression")
     print(f"{'compressor':<24}" + "".join(f"{'n=' + str(n):>16}" for n in args.n))
     for row in rows:
+        if row["breakeven_bw"] is None:
+            print(f"{row['compressor']:<24}{row['note']}")
+            continue
         cells = []
         for b in row["breakeven_bw"]:
             cells.append("never" if b == 0 else "always" if math.isinf(b)

@@ -486,6 +486,10 @@ def test_cli_takes_sharding_and_shows_memory(capsys):
     assert main(["min-compression", "--model", "llama-2-7b", "--bw", "100Gbps", "--sharding",
                  "zero3", "--gpus-per-node", "8"]) in (0, None)
     assert "memory:" in capsys.readouterr().out
+    assert main(["breakeven", "--model", "llama-2-7b", "--n", "64", "--sharding", "fsdp",
+                 "--gpus-per-node", "8", "--compressors", "fp16,int8,topk"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "topk" in out and "does not compose" in out and "int8" in out
     assert main(["min-compression", "--model", "llama-2-7b", "--bw", "100Gbps", "--sharding",
                  "zero4"]) == 2
     err = capsys.readouterr().err
