@@ -37,8 +37,9 @@ parameter all-gathers :math:`g_k` and, counting :math:`i = 0 \dots K-1` in *back
 order (:math:`i = 0` is the last unit of forward), backward times :math:`b_i`, backward
 all-gathers :math:`a_i` and reduce-scatters :math:`r_i`. Under ``zero3``:
 
-* forward: :math:`g_0` is issued at time 0; unit :math:`k` computes once its forward
-  has ended and :math:`g_k` has arrived; when it starts, :math:`g_{k+1}` is issued;
+* forward: :math:`g_0` is issued at time 0; unit :math:`k` computes once unit
+  :math:`k-1` has and :math:`g_k` has arrived; when it starts, :math:`g_{k+1}` is
+  issued;
 * backward: the last unit of forward stays gathered (FSDP keeps its root and the last
   unit, which backward needs first); when unit :math:`i` starts its backward,
   :math:`a_{i+1}` is issued, and when it ends, :math:`r_i`.
