@@ -853,7 +853,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         used = np.concatenate((np.ones(K, dtype=bool), kept))
         nic = float(ag[0].bits[used].sum() + sum(o.bits.sum() for o in rs))
         intra = float(ag[0].intra[used].sum() + sum(o.intra.sum() for o in rs))
-        count = K
+        n_units = K
     else:
         if isinstance(wrap, (str, SizeWrap)):
             units = shard_units(profile, wrap)
@@ -880,7 +880,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         param_bytes, grad_bytes = float(P.sum()), float(G.sum())
         nic = float(sum(o.bits.sum() for o in rs + ag))
         intra = float(sum(o.intra.sum() for o in rs + ag))
-        count = len(params)
+        n_units = len(params)
     fwd = sigma * profile.forward_time
     offset = profile.update_time / s - profile.update_time - fwd
     floor = np.zeros((1, _W))  # line 0: compute alone
@@ -892,7 +892,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
                          overhead=every[:, _OVH], bits=slope, ready=every[:, _C] - fwd,
                          fixed=every[:, _FIX])
     return ShardedSchedule(
-        strategy=strategy, n=n, group=s, units=count, lines=lines,
+        strategy=strategy, n=n, group=s, units=n_units, lines=lines,
         envelope=UpperEnvelope(intercept, slope), xmap=xmap,
         update=profile.update_time / s, op_constant=ops_parts[:, :4].sum(axis=1),
         op_bits=ops_parts[:, _BITS].copy(), param_bytes=param_bytes, grad_bytes=grad_bytes,

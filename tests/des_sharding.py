@@ -233,7 +233,6 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
 
     done = {}
     queue = []  # issued, not started
-    channel_free_at = 0.0
     channel_busy = False
     events = []  # (time, seq, kind, payload)
     seq = 0
@@ -250,7 +249,6 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     # the compute stream runs tasks in order; a task starts when the previous one has
     # ended and its gate op is done
     task_i = 0
-    compute_free = 0.0
     compute_running = False
 
     def try_start_compute(t):
