@@ -65,7 +65,7 @@ import numpy as np
 from .collectives import CollectiveCost, collective_cost
 from .compressors import ALLREDUCE, ELEMENT_BYTES, Compressor, codec_costs_for, get_compressor
 from .exceptions import InvalidParameterError, ParameterTypeError
-from .model import Scenario, _binding, effective_utilization
+from .model import Scenario, effective_utilization
 from .overlap import UpperEnvelope
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _line_rate_for, _scalar, memory_check,
@@ -402,6 +402,9 @@ class CompressionPlan:
         Whether it fits on ``gpu``; the message says so when it does not.
     gpu : str or None
         The GPU the memory is checked against.
+    best_interval : tuple of float or None
+        ``(lo, hi)`` scaling factor of the best row over a fitted cluster's intervals
+        (its pessimistic and optimistic corners); None without intervals or best row [-].
     """
 
     rows: tuple
@@ -421,6 +424,7 @@ class CompressionPlan:
     memory_per_gpu: float | None = None
     fits: bool | None = None
     gpu: str | None = None
+    best_interval: tuple | None = None
 
     def snippet(self, framework="pytorch") -> str:
         """Settings of the best row (of ``"none"`` when no compression is needed or none
@@ -459,9 +463,9 @@ class CompressionPlan:
 _BEAT_MARGIN = 1e-9
 
 
-def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False):
+def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None):
     """Search the knob (unless ``fixed``) and make the row; ``sf_none`` is the
-    uncompressed scaling factor."""
+    uncompressed scaling factor; ``bw`` [bits/s] lets the binding name the ceiling."""
     p = sc.profile
     strategy = "none" if sc.sharding is None else sc.sharding.strategy
     if not composes(sc, comp):
@@ -471,8 +475,8 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False):
             compressor=comp.name, setting_name=comp.knob,
             setting=None if comp.knob is None else comp.setting, feasible=False,
             beats_uncompressed=False, recommended=False, ratio=1.0, effective_ratio=1.0,
-            scaling_factor=sf_none, binding=_binding(none.lines, int(none.env.argmax(x_eff)),
-                                                     x_eff)[0],
+            scaling_factor=sf_none, binding=sc.critical(
+                n, none.lines, int(none.env.argmax(x_eff)), x_eff, bw=bw)[0],
             encode_time=0.0, decode_time=0.0, collective="reduce_scatter",
             n_collectives=none.n_collectives,
             note=(f"does not compose with sharding={strategy!r}: "
@@ -528,7 +532,7 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False):
     recommended = feasible and (beats or comp.name == "none")
     x_eff = float(_x_eff(ev, x))
     j = int(ev.env.argmax(x_eff))
-    binding, _ = _binding(ev.lines, j, x_eff)
+    binding, _ = sc.critical(n, ev.lines, j, x_eff, bw=bw)
     eff = ev.raw_bits / ev.bits if ev.bits > 0 else math.inf
     growth = (f"all-gather traffic grows with n: it sends less than the uncompressed "
               f"all-reduce only for n < {2 * ev.per_worker_ratio:.3g}")
@@ -657,7 +661,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                             gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                             intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
                             cluster=cluster, sharding=sc.sharding or "none")
-    rows = [_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed)
+    rows = [_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw)
             for c, fixed in comps]
     rows.sort(key=lambda r: (not r.recommended, r.ratio if r.recommended else 0.0,
                              -r.scaling_factor))
@@ -705,7 +709,20 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         msg += (f"; under sharding={strategy!r} only low-precision reduce-scatters compose: "
                 f"{', '.join(shut)} do not (FSDP's hooks only change the reduce dtype)")
     per, fits, gpu_name, note = memory_check(sc, n, gpu)
+    best_interval = None
+    if best is not None and sc.cluster is not None and sc.cluster.intervals:
+        worst_cl, best_cl = sc.cluster.corners()
+        kw = dict(utilization=u, algorithm=algorithm, fusion=fusion, alpha=alpha,
+                  gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
+                  ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding)
+        ends = [compressed_scaling_factor(model, best.config, n, bw, cluster=c, **kw)
+                for c in (worst_cl, best_cl)]
+        best_interval = (float(min(ends + [best.scaling_factor])),
+                         float(max(ends + [best.scaling_factor])))
+        msg += (f"; over the fit's intervals {best.compressor} reaches "
+                f"{best_interval[0]:.3f} to {best_interval[1]:.3f}")
     return CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
+                           best_interval=best_interval,
                            message=msg + note, uncompressed_scaling_factor=sf_none,
                            ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
                            utilization=u, algorithm=sc.algorithm,
