@@ -90,10 +90,11 @@ def inputs(tmp_path):
 @pytest.mark.parametrize("model, steps, where", [
     ("helpers_faults:dies_in_compute", "compute", "all_gather_object"),
     ("helpers_faults:dies_in_compute", "scaling", "DDP"),
-    ("helpers_faults:dies_before_final_barrier", "compute", "final barrier"),
+    ("helpers_faults:dies_before_final_barrier", "scaling", "final barrier"),
 ])
 def test_a_peer_dying_gives_every_survivor_one_line(tmp_path, model, steps, where):
-    extra = inputs(tmp_path) if steps == "scaling" else []
+    extra = [*inputs(tmp_path), "--no-fit-host-overhead", "--line-rate", "10Gbps"] \
+        if steps == "scaling" else []
     before = files(tmp_path)
     results = ranks(["--model", model, "--steps", steps, "--out", "cluster.json",
                      *extra, *QUICK], tmp_path)
@@ -222,16 +223,22 @@ def test_bad_timeout_is_one_line_naming_it(tmp_path, capsys, monkeypatch, value)
     (["--model", "mlp:"], ["names a module and a function"]),
     (["--profile", "missing.json", "--steps", "scaling", "--cluster", "c.json"],
      ["missing.json"]),
+    (["--steps", "scaling", "--profile", "p.json", "--cluster", "c.json"],
+     ["needs a line rate", "--line-rate", "c.json"]),
 ])
 def test_bad_options_are_refused_before_measuring(tmp_path, capsys, monkeypatch, args,
                                                   words):
     argv = args if "--model" in args else ["--model", "mlp", *args]
+    if "p.json" in args:  # valid inputs, so that the check under test is reached
+        sm.save_profile(sm.load_profile("resnet50"), tmp_path / "p.json")
+        sm.save_cluster(sm.ClusterProfile(provenance={"source": "test"}), tmp_path / "c.json")
+    before = files(tmp_path)
     rc, err = run_main(argv, capsys, monkeypatch, tmp_path)
     assert rc == 2 and err.count("\n") == 1, err  # one line: no progress, no traceback
     assert err.startswith("scalemodel.calibrate: error: ")
     for w in words:
         assert w in err, err
-    assert files(tmp_path) == []
+    assert files(tmp_path) == before
 
 
 def test_torchvision_name_without_torchvision_is_one_line(tmp_path, capsys, monkeypatch):

@@ -274,6 +274,11 @@ def run(args) -> int:
     # inputs are read before anything is measured
     profile = load_profile_for(args) if args.profile else None
     cluster = load_cluster(args.cluster) if args.cluster else None
+    if ("scaling" in steps and line_rate is None and "transport" not in steps
+            and cluster.extra.get("fitted_bandwidth") is None):
+        raise CalibrationError(f"the scaling step needs a line rate for its prediction: pass "
+                               f"--line-rate (the --cluster file {args.cluster} has no "
+                               "fitted bandwidth)")
     dist, timeout = _init(args)
     rank, world = dist.get_rank(), dist.get_world_size()
     skipped = []
