@@ -122,6 +122,12 @@ def test_end_to_end_under_torchrun(tmp_path):
     assert 0 < report["predicted_scaling_factor"] <= 1
     lo, hi = report["predicted_interval"]
     assert lo <= report["predicted_scaling_factor"] <= hi
+    # the compute slowdown from the paired backward spans, in the report and the cluster
+    assert report["compute_slowdown"]["iterations"] == 3
+    assert cluster.compute_slowdown == report["compute_slowdown"]["value"] >= 1
+    assert [r["model"].split(" (")[0] for r in report["checks"]] == ["transport fit only",
+                                                                       "fitted here"]
+    assert len(report["ddp"]["backward"]) == len(report["ddp"]["local_backward"]) == 3
     # it plugs in directly
     s = sm.scaling_factor(str(tmp_path / "cluster.mlp.json"), n=64, bw="10Gbps",
                           cluster=str(tmp_path / "cluster.json"))

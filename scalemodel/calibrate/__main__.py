@@ -16,12 +16,22 @@ and each rank says why in one line:
    each gradient is ready; rank 0's medians become the workload profile
    (``<out stem>.<model>.json``).
 2. ``transport``: all-reduce, all-gather and send/recv over message sizes; fits of
-   latency and achieved bandwidth become the cluster profile (``--out``).
+   latency and achieved bandwidth become the cluster profile (``--out``). When the world
+   spans nodes with several ranks each (torchrun's ``LOCAL_WORLD_SIZE`` > 1), every node
+   also sweeps all-reduce among its own ranks, all nodes at once: that fit is the
+   intra-node link, the cluster gets the topology (``gpus_per_node`` =
+   ``LOCAL_WORLD_SIZE``, ``--nics-per-node``, the intra-node rate and latency), and the
+   world's all-reduce is fitted with it (the latency of a step across nodes, the
+   bandwidth of one NIC).
 3. ``scaling``: real DDP at the full world size, each iteration paired with a local one
-   (``DDP.no_sync()``) for the single-worker time; the measured scaling factor, the
-   calibrated model's prediction with its interval, and the error, side by side
-   (``<out stem>.report.json``). The per-byte host overhead that makes the model match
-   this run is fitted and stored in the cluster profile (``--fit-host-overhead``).
+   (``DDP.no_sync()``) for the single-worker time. The backward spans of the two give
+   the compute slowdown (stored in the cluster profile, 1 when not significantly above
+   1); the overlap efficiency and the per-byte host overhead are fitted on top of it
+   (``--fit-host-overhead``). The report (``<out stem>.report.json``) sets the measured
+   scaling factor and iteration time beside the predictions of the transport fit alone
+   and of the fully fitted cluster, and, as a check of generalization, of the cluster
+   fitted on half of the iterations for the other half (and of a ``--cluster`` given
+   with fitted terms, which were fitted elsewhere).
 
 Without torchrun it runs as a single process: the compute step, and a line saying it
 skipped the other two, which need at least two ranks (asking for them with ``--steps``
@@ -30,6 +40,9 @@ instead of measuring::
 
     python -m scalemodel.calibrate from-nccl-tests all_reduce_perf.log \\
         --line-rate 100Gbps --out cluster.json
+
+With ``--gpus-per-node`` (or ``--nodes``) and two all-reduce logs, one inside a node and
+one across nodes, it fits both as the transport step does.
 """
 
 from __future__ import annotations
@@ -79,8 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated subset of compute,transport,scaling (default: all "
                    "three under torchrun; a single process runs compute and says it skipped "
                    "the others, which need at least 2 ranks)")
-    p.add_argument("--line-rate", help="NIC line rate per worker, e.g. 100Gbps; needed for "
+    p.add_argument("--line-rate", help="line rate of one NIC, e.g. 100Gbps (with several "
+                   "ranks per node, one of the node's --nics-per-node NICs); needed for "
                    "the utilization and the prediction (default: the fitted bandwidth)")
+    p.add_argument("--nics-per-node", type=int, default=1, help="NICs per node, when the "
+                   "world spans nodes with several ranks each (default: %(default)s)")
     p.add_argument("--min-size", default="4KiB", help="smallest message [bytes]")
     p.add_argument("--max-size", default="256MiB", help="largest message [bytes]")
     p.add_argument("--collectives", default="all_reduce,all_gather,send_recv")
@@ -176,6 +192,7 @@ def _check_args(args):
                                  ("--iterations", args.iterations, 3),
                                  ("--warmup", args.warmup, 1 if "scaling" in steps else 0),
                                  ("--threads", args.threads, 1),
+                                 ("--nics-per-node", args.nics_per_node, 1),
                                  ("--pin-cpu", args.pin_cpu, 0)):
         if value is not None and value < least:
             raise InvalidParameterError(option, value, f"an integer >= {least}")
@@ -187,7 +204,8 @@ def _check_args(args):
         raise InvalidParameterError("--pin-cpu", args.pin_cpu, "a CPU this process may run "
                                     f"on: {sorted(os.sched_getaffinity(0))}")
     if "transport" in steps:
-        from .transport import COLLECTIVES, default_sizes
+        from .transport import COLLECTIVES, default_sizes, local_world_size
+        local_world_size()  # LOCAL_WORLD_SIZE, when torchrun set it, is a count
         colls = [c.strip() for c in args.collectives.split(",") if c.strip()]
         unknown = [c for c in colls if c not in COLLECTIVES]
         if unknown or "all_reduce" not in colls:
@@ -387,13 +405,27 @@ def _measure(args, steps, dist, timeout, profile, cluster, line_rate, model_name
                               f"({min(medians) * 1e3:.1f} to {max(medians) * 1e3:.1f} ms); "
                               "the slowest rank sets the pace", CalibrationWarning)
     if "transport" in steps:
-        from .transport import default_sizes, run_sweep
+        from .transport import default_sizes, local_world_size, run_intra_node_sweep, run_sweep
         colls = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
-        sweep = run_sweep(default_sizes(args.min_size, args.max_size),
-                          collectives=colls, warmup=args.warmup, repeats=args.repeats,
+        sizes = default_sizes(args.min_size, args.max_size)
+        sweep = run_sweep(sizes, collectives=colls, warmup=args.warmup, repeats=args.repeats,
                           progress=progress, timeout=timeout)
+        local = local_world_size()
+        intra = None
+        if 1 < local < world:  # the world spans nodes of several ranks each
+            if progress:
+                _log(f"transport: all-reduce inside each node ({local} ranks per node, "
+                     "every node at once)")
+            intra = run_intra_node_sweep(sizes, warmup=args.warmup, repeats=args.repeats,
+                                         progress=progress, timeout=timeout)
+            if intra is None and rank == 0:
+                import warnings
+                from ..exceptions import CalibrationWarning
+                warnings.warn("the nodes hold different numbers of ranks: no intra-node "
+                              "sweep, the cluster has no topology", CalibrationWarning)
         if rank == 0:
-            cluster = _fit_cluster(args, sweep, line_rate, progress)
+            cluster = _fit_cluster(args, sweep, line_rate, progress, intra=intra,
+                                   local=local)
             stage(out, "cluster profile", cluster)
     if "scaling" in steps:
         from .scaling import measure_ddp
@@ -417,30 +449,50 @@ def _measure(args, steps, dist, timeout, profile, cluster, line_rate, model_name
     return staged
 
 
-def _fit_cluster(args, sweep, line_rate, progress):
+def _fit_cluster(args, sweep, line_rate, progress, intra=None, local=1):
+    """The cluster profile from the world's sweep and, when the world spans nodes of
+    several ranks, the intra-node sweep (its fit gives the topology, with which the
+    world's all-reduce and all-gather are fitted)."""
     import socket
 
-    from .fit import cluster_from_fits, fit_collective
+    from .fit import cluster_from_fits, fit_collective, intra_node_topology
     algorithms = {"all_reduce": args.algorithm, "all_gather": "allgather",
                   "send_recv": "p2p"}
+    intra_fit = topology = None
+    if intra is not None:
+        intra_fit = fit_collective(intra.nbytes, intra.seconds["all_reduce"],
+                                   collective="all_reduce", n=intra.world_size,
+                                   algorithm="ring")
+        topology = intra_node_topology(intra_fit, gpus_per_node=local,
+                                       nics_per_node=args.nics_per_node)
+        if progress:
+            _log(f"fit intra-node {intra_fit} ({intra.groups} nodes at once, the slowest "
+                 "per size)")
     fits = {}
     for coll in sweep.seconds:
+        algorithm = algorithms.get(coll, args.algorithm)
         fits[coll] = fit_collective(sweep.nbytes, sweep.seconds[coll], collective=coll,
                                     n=sweep.world_size, line_rate=line_rate,
-                                    algorithm=algorithms.get(coll, args.algorithm))
+                                    algorithm=algorithm,
+                                    topology=None if algorithm == "p2p" else topology)
         if progress:
             _log(f"fit {fits[coll]}")
     name = args.name or f"{socket.gethostname()}-{sweep.backend}"
     prov = {"source": "measured by python -m scalemodel.calibrate",
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "backend": sweep.backend, "world_size": sweep.world_size, "device": sweep.device,
-            "line_rate": line_rate, "host": socket.gethostname()}
+            "line_rate": line_rate, "host": socket.gethostname(), "local_world_size": local}
+    if local == sweep.world_size > 1:
+        prov["note"] = ("every rank is on one node: the fits describe the intra-node link, "
+                        "no NIC was measured")
     cluster = cluster_from_fits([fits["all_reduce"]], name=name, line_rate=line_rate,
-                                provenance=prov)
+                                provenance=prov, intra=intra_fit)
     import attrs
     extra = dict(cluster.extra)
     extra["collective_fits"] = {k: f.to_dict() for k, f in fits.items()}
     extra["sweep"] = sweep.to_dict()
+    if intra is not None:
+        extra["intra_node_sweep"] = intra.to_dict()
     return attrs.evolve(cluster, extra=extra)
 
 
@@ -458,14 +510,45 @@ def _rescaled(profile, iteration):
                         update_time=profile.update_time * f, provenance=prov)
 
 
-def _report(args, profile, compute, cluster, ddp, world, line_rate):
-    import attrs
-    import numpy as np
+def _has_terms(cluster) -> bool:
+    """Whether ``cluster`` carries terms fitted on top of its transport."""
+    return (cluster.compute_slowdown != 1.0 or cluster.overlap != 1.0
+            or cluster.collective_overhead != 0.0 or cluster.sync_overhead != 0.0
+            or "host_overhead" in cluster.extra)
 
+
+def _check_row(label, predicted, meas, fitted):
+    """One row of the scaling check: predicted against measured scaling factor and
+    iteration time (predicted from the measured single-worker time: T1 / S) [-], [s]."""
+    s_meas = meas.scaling_factor
+    tn_pred = meas.local_median / predicted
+    return {"model": label, "fitted_to_these_iterations": bool(fitted),
+            "iterations": int(meas.seconds.size),
+            "predicted_scaling_factor": float(predicted),
+            "measured_scaling_factor": float(s_meas),
+            "scaling_factor_error": float(predicted - s_meas),
+            "predicted_iteration_time": float(tn_pred),
+            "measured_iteration_time": float(meas.median),
+            "iteration_time_error": float(tn_pred / meas.median - 1.0)}
+
+
+def _terms_label(fit):
+    parts = [f"slowdown {fit.compute_slowdown:.3g}"]
+    if fit.overlap is not None:
+        parts.append(f"overlap {fit.cluster.overlap:.2f}")
+    if fit.host is not None:
+        parts.append(f"host {fit.host.gamma * 1e9:.3g} ns/B")
+    return ", ".join(parts)
+
+
+def _report(args, profile, compute, cluster, ddp, world, line_rate):
     from .. import scaling_factor
     from ..cluster import load_cluster
-    cluster = load_cluster(cluster)
-    bw = line_rate if line_rate is not None else cluster.extra.get("fitted_bandwidth")
+    from ..exceptions import ScalemodelError
+    from .overhead import fit_host_effects, transport_only
+    from .uncertainty import scaling_factor_interval
+    given = load_cluster(cluster)
+    bw = line_rate if line_rate is not None else given.extra.get("fitted_bandwidth")
     if bw is None:
         raise CalibrationError("no line rate: pass --line-rate")
     t1 = ddp.local_median  # paired with the DDP iterations (see measure_ddp)
@@ -474,84 +557,199 @@ def _report(args, profile, compute, cluster, ddp, world, line_rate):
     fit_overhead = args.fit_host_overhead
     if fit_overhead is None:
         fit_overhead = ddp.backend == "gloo"
+    slow = ddp.compute_slowdown()
     report = {"model": args.model, "world_size": world, "line_rate": bw,
               "t1_median": t1, "tn_median": ddp.median, "tn_p10_p90": ddp.interval(),
               "t1_compute_step": (compute.spread()["median"] if compute is not None
                                   else None),
-              "measured_scaling_factor": measured, "ddp": ddp.to_dict()}
-    predicted = scaling_factor(profile, world, bw, cluster=cluster, **kw)
-    report["predicted_scaling_factor"] = predicted
+              "measured_scaling_factor": measured, "ddp": ddp.to_dict(),
+              "compute_slowdown": None if slow is None else slow.to_dict()}
+    spread = profile.provenance.get("spread") or {}
+    c_iv = (spread.get("rel_lo", 1.0), spread.get("rel_hi", 1.0))
+    transport = transport_only(given)
+    predicted = scaling_factor(profile, world, bw, cluster=transport, **kw)
+    ci = scaling_factor_interval(profile, world, bw, cluster=transport,
+                                 compute_interval=c_iv, **kw)
+    report["predicted_scaling_factor"] = predicted  # the transport fit alone
+    report["predicted_interval"] = [ci.lo, ci.hi]
+    checks = [_check_row("transport fit only", predicted, ddp, False)]
+    if _has_terms(given):  # fitted elsewhere (another model, rate or run): generalization
+        checks.append(_check_row("the given --cluster (fitted elsewhere)", scaling_factor(
+            profile, world, bw, cluster=given, **kw), ddp, False))
+    fitted_from = {"model": args.model, "line_rate": bw, "world_size": world}
+
+    def fit(prof, meas, iterations):
+        est = meas.compute_slowdown()
+        return fit_host_effects(
+            prof, world, bw, meas.scaling_factor, cluster=given,
+            compute_slowdown=1.0 if est is None else est.value,
+            slowdown_interval=None if est is None else est.cluster_interval,
+            fit_overhead=fit_overhead, fitted_from=dict(fitted_from, iterations=iterations),
+            **kw)
+
+    terms = fit(profile, ddp, "all")
+    full = terms.cluster
+    s_full = scaling_factor(profile, world, bw, cluster=full, **kw)
+    checks.append(_check_row(f"fitted here ({_terms_label(terms)})", s_full, ddp, True))
+    ci_full = scaling_factor_interval(profile, world, bw, cluster=full,
+                                      compute_interval=c_iv, **kw)
+    report["predicted_scaling_factor_fitted"] = s_full
+    report["predicted_interval_fitted"] = [ci_full.lo, ci_full.hi]
+    if ddp.seconds.size >= 6 and slow is not None:
+        # generalization across iterations: fit on the even ones, check the odd ones
+        even, odd = ddp.subset(slice(0, None, 2)), ddp.subset(slice(1, None, 2))
+
+        def as_measured(meas):  # the profile's compute at these iterations' local speed
+            return _rescaled(profile, meas.local_median) if compute is not None else profile
+
+        try:
+            half = fit(as_measured(even), even, "even")
+            s_odd = scaling_factor(as_measured(odd), world, bw, cluster=half.cluster, **kw)
+            checks.append(_check_row(f"fitted on the {even.seconds.size} even iterations, "
+                                     f"checked on the {odd.seconds.size} odd ones", s_odd,
+                                     odd, False))
+        except ScalemodelError as exc:
+            report["held_out_note"] = f"the held-out check could not be fitted: {exc}"
+    report["checks"] = checks
+    report["overlap"] = report["host_overhead"] = None
+    if terms.overlap is not None:
+        o = terms.overlap
+        report["overlap"] = {"overlap": o.overlap, "predicted_full": o.predicted_full,
+                             "predicted_none": o.predicted_none, "clipped": o.clipped}
+    if terms.host is not None:
+        report["host_overhead"] = {"gamma": terms.host.gamma}
+    # the cluster to write: the fitted one, unless a --cluster that was fitted elsewhere
+    # is only being checked here (--no-fit-host-overhead)
+    report["_cluster"] = full if (fit_overhead or not _has_terms(given)) else None
     lines = [f"scaling check: {args.model}, {world} workers, line rate {bw / 1e9:g} Gbit/s",
              f"  measured:  T1 {t1 * 1e3:.1f} ms, T{world} {ddp.median * 1e3:.1f} ms, "
              f"scaling factor {measured:.3f}",
              f"  predicted: scaling factor {predicted:.3f} (transport fit only), "
-             f"error {predicted - measured:+.3f}"]
-    try:
-        from .uncertainty import scaling_factor_interval
-        spread = (profile.provenance.get("spread") or {})
-        ci = scaling_factor_interval(profile, world, bw, cluster=cluster,
-                                     compute_interval=(spread.get("rel_lo", 1.0),
-                                                       spread.get("rel_hi", 1.0)), **kw)
-        report["predicted_interval"] = [ci.lo, ci.hi]
-        lines[-1] += f", interval [{ci.lo:.3f}, {ci.hi:.3f}]"
-    except ImportError:  # pragma: no cover
-        pass
-    report["overlap"] = report["host_overhead"] = None
-    report["_cluster"] = None
-    if fit_overhead:
-        from .overhead import fit_host_overhead, fit_overlap
-        o = fit_overlap(profile, world, bw, measured, cluster=cluster, **kw)
-        report["overlap"] = {"overlap": o.overlap, "predicted_full": o.predicted_full,
-                             "predicted_none": o.predicted_none, "clipped": o.clipped}
-        fitted = {"model": args.model, "line_rate": bw, "world_size": world,
-                  "measured_scaling_factor": measured}
-        cluster = attrs.evolve(cluster, overlap=o.overlap,
-                               extra=dict(cluster.extra, overlap_fit=dict(
-                                   report["overlap"], fitted_from=fitted)))
-        lines.append(f"  {o}")
-        if o.clipped and measured < o.predicted_none:
-            # slower than even no overlap: the rest is a per-byte host cost
-            from ..collectives import ReductionCost
-            h = fit_host_overhead(profile, world, bw, profile.iteration_time / measured,
-                                  cluster=cluster, **kw)
-            report["host_overhead"] = {"gamma": h.gamma}
-            cluster = attrs.evolve(cluster, reduction=ReductionCost(gamma=h.gamma,
-                                                                     name="host overhead"),
-                                   extra=dict(cluster.extra, host_overhead={
-                                       "gamma": h.gamma, "fitted_from": fitted}))
-            lines.append(f"  and {h}")
-        report["_cluster"] = cluster
+             f"error {predicted - measured:+.3f}, interval [{ci.lo:.3f}, {ci.hi:.3f}]"]
+    if slow is not None:
+        lines.append(f"  {slow}")
+    width = max(len(r["model"]) for r in checks)
+    lines.append(f"  {'model':<{width}}  scaling factor (error)  T{world} [ms] (error)")
+    for r in checks:
+        mark = "  <- fitted to these iterations" if r["fitted_to_these_iterations"] else ""
+        lines.append(f"  {r['model']:<{width}}  {r['predicted_scaling_factor']:.3f} "
+                     f"({r['scaling_factor_error']:+.3f}){'':7s}"
+                     f"{r['predicted_iteration_time'] * 1e3:8.1f} "
+                     f"({100 * r['iteration_time_error']:+.1f} %){mark}")
+    if "held_out_note" in report:
+        lines.append(f"  {report['held_out_note']}")
+    lines.extend(f"  {line}" for line in terms.lines())
+    if report["_cluster"] is not None:
         lines.append("  stored in the cluster profile, so predictions at other line rates "
                      "and for other models include it")
+    else:
+        lines.append("  the given --cluster is checked, not refitted (--no-fit-host-overhead)")
     report["text"] = "\n".join(lines)
     return report
 
 
 def from_nccl_tests(argv) -> int:
-    p = argparse.ArgumentParser(prog="python -m scalemodel.calibrate from-nccl-tests",
-                                description="Fit a cluster profile from nccl-tests output.")
+    p = argparse.ArgumentParser(
+        prog="python -m scalemodel.calibrate from-nccl-tests",
+        description="Fit a cluster profile from nccl-tests output. With --gpus-per-node "
+        "(or --nodes), an all-reduce log inside one node fits the intra-node link and a "
+        "log across nodes is fitted with that topology, as the transport step does.")
     p.add_argument("files", nargs="+", help="stdout of all_reduce_perf (and friends)")
-    p.add_argument("--line-rate", help="NIC line rate per GPU, e.g. 400Gbps")
+    p.add_argument("--line-rate", help="line rate of one NIC, e.g. 400Gbps")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs per node of the runs: a log "
+                   "whose GPUs fit in one node is the intra-node link, one across nodes is "
+                   "fitted with the topology")
+    p.add_argument("--nodes", type=int, help="nodes of the largest run (its GPUs per node "
+                   "are its world size over this), instead of --gpus-per-node")
+    p.add_argument("--nics-per-node", type=int, default=1, help="NICs per node, with "
+                   "--gpus-per-node or --nodes (default: %(default)s)")
     p.add_argument("--out", default="cluster.json")
     p.add_argument("--name", default="nccl-tests")
     args = p.parse_args(argv)
     from ..cluster import save_cluster
-    from .fit import cluster_from_fits
+    from ..exceptions import InvalidParameterError
+    from .fit import COLLECTIVE_MODELS, cluster_from_fits
     from .nccl_tests import read_nccl_tests
-    line_rate = parse_bandwidth(args.line_rate) if args.line_rate else None
+    line_rate = parse_bandwidth(args.line_rate, "--line-rate") if args.line_rate else None
+    for option, value in (("--gpus-per-node", args.gpus_per_node), ("--nodes", args.nodes),
+                          ("--nics-per-node", args.nics_per_node)):
+        if value is not None and value < 1:
+            raise InvalidParameterError(option, value, "an integer >= 1")
+    if args.gpus_per_node is not None and args.nodes is not None:
+        raise InvalidParameterError("--nodes", args.nodes, "either --nodes or "
+                                    "--gpus-per-node, not both")
+    why = _check_outputs([(args.out, "--out")])
+    if why:
+        raise CalibrationError(f"{why}; nothing was read")
+    results = [read_nccl_tests(Path(f)) for f in args.files]
+    topology, intra, intra_fit, notes = _nccl_tests_topology(results, args)
     fits = []
-    for f in args.files:
-        res = read_nccl_tests(Path(f))
-        fit = res.fit(line_rate=line_rate)
+    for res in results:
+        # one message or a chain has no topology to fit: those stay flat
+        across = (topology is not None and res.world_size > topology.gpus_per_node
+                  and COLLECTIVE_MODELS.get(res.collective) not in ("p2p", "chain"))
+        if topology is not None and res is intra:
+            continue
+        fit = res.fit(line_rate=line_rate, topology=topology if across else None)
         print(fit)
         fits.append(fit)
     ar = [f for f in fits if f.collective == "all_reduce"] or fits
-    cluster = cluster_from_fits(ar, name=args.name, line_rate=line_rate,
+    if topology is not None:
+        ar = [f for f in ar if f.topology is not None]
+    if intra_fit is not None:
+        print(f"intra-node: {intra_fit}")
+    for note in notes:
+        print(note)
+    cluster = cluster_from_fits(ar, name=args.name, line_rate=line_rate, intra=intra_fit,
                                 provenance={"source": "nccl-tests output: " +
                                             ", ".join(args.files)})
     save_cluster(cluster, args.out)
     print(f"wrote {args.out}")
     return 0
+
+
+def _nccl_tests_topology(results, args):
+    """``(topology, intra-node result, its fit, notes)`` of nccl-tests results for
+    ``--gpus-per-node`` / ``--nodes`` (``(None, None, None, [])`` without them)."""
+    from ..exceptions import InvalidParameterError
+    from ..topology import Topology
+    from .fit import intra_node_topology
+    if args.gpus_per_node is None and args.nodes is None:
+        return None, None, None, []
+    reduce = [r for r in results if r.collective == "all_reduce"]
+    if not reduce:
+        raise CalibrationError("--gpus-per-node / --nodes: the topology is fitted from "
+                               "all_reduce_perf logs, and none was given")
+    g = args.gpus_per_node
+    if g is None:
+        largest = max(r.world_size for r in reduce)
+        if largest % args.nodes:
+            raise InvalidParameterError("--nodes", args.nodes, f"a divisor of the largest "
+                                        f"all-reduce run's {largest} GPUs")
+        g = largest // args.nodes
+    across = [r for r in reduce if r.world_size > g]
+    inside = [r for r in reduce if 1 < r.world_size <= g]
+    if not across:
+        raise CalibrationError(f"{g} GPUs per node: every all-reduce log runs inside one "
+                               "node; give a log across nodes too, or leave out "
+                               "--gpus-per-node / --nodes")
+    notes = []
+    intra = max(inside, key=lambda r: r.world_size) if inside else None
+    intra_fit = None
+    if intra is None:
+        topology = Topology(gpus_per_node=g, nics_per_node=args.nics_per_node)
+        notes.append(f"no all-reduce log inside one node: the intra-node link is taken at "
+                     f"{topology.intra_bw / 1e9:g} Gbit/s and 0 s latency (the defaults); "
+                     f"give a log of all_reduce_perf on the {g} GPUs of one node to "
+                     "measure it")
+    else:
+        intra_fit = intra.fit()
+        topology = intra_node_topology(intra_fit, gpus_per_node=g,
+                                       nics_per_node=args.nics_per_node)
+        if len(inside) > 1:
+            notes.append(f"{len(inside)} all-reduce logs inside one node: the intra-node "
+                         f"link is fitted from {intra.source} ({intra.world_size} GPUs)")
+    return topology, intra, intra_fit, notes
 
 
 def _format_warning(message, category, *args, **kwargs):

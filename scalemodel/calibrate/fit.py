@@ -18,6 +18,28 @@ alpha-beta model [H94]_, extended with gamma as in Thakur et al. [TRG05]_). Poin
 a reduce-scatter moves what a ring all-gather moves (its sums folded into :math:`B`).
 With these, the fitted :math:`B` is nccl-tests' large-message bus bandwidth.
 
+**With a topology** (``topology=``, :class:`~scalemodel.topology.Topology`: :math:`g`
+GPUs and :math:`\nu` NICs per node, so :math:`n` ranks span :math:`M = \lceil n/g
+\rceil` nodes) the coefficients are those of the library's topology-aware collective.
+For NCCL's flat ring all-reduce, which crosses each node boundary once per direction,
+
+.. math::
+   :label: fit-model-topology
+
+   t(m) = 2(n - M)\,\alpha_\text{intra} + 2(M - 1)\,\alpha
+          + \frac{2\frac{n-1}{n}\,8m}{\nu B} ,
+
+with :math:`\alpha_\text{intra}` known (fitted inside one node beforehand), :math:`\alpha`
+the latency of a step that crosses nodes and :math:`B` the achieved bandwidth of **one
+NIC**. A node's NICs carry :math:`2\frac{n-1}{n} 8m` bits together, as much as each
+worker's link in the flat model, so with one NIC per node :math:`B` is the same number
+as without a topology (nccl-tests' bus bandwidth), and with :math:`\nu` NICs it is the
+bus bandwidth over :math:`\nu`. What changes is the latency: the flat model counts
+:math:`2(n-1)` steps at :math:`\alpha`, the topology only the :math:`2(M-1)` that cross
+nodes. The fit assumes the NICs, not the intra-node links, bind (the wire time is the
+larger of the two, eq. :eq:`wire-max`); it warns when the fitted bandwidth says
+otherwise.
+
 The fit minimises *relative* residuals :math:`(t_\text{model} - t)/t` (times span five
 orders of magnitude over a sweep; absolute residuals would ignore the small messages that
 determine :math:`\alpha`) with a robust soft-L1 loss (a few slow outliers, common on
@@ -50,9 +72,11 @@ from ..cluster import ClusterProfile
 from ..collectives import CollectiveOptions, ReductionCost, collective_cost, resolve_algorithm
 from ..exceptions import (CalibrationError, CalibrationWarning, InvalidParameterError,
                           ParameterTypeError)
+from ..topology import Topology
 from ..units import check_nonnegative, parse_bandwidth
 
-__all__ = ["CollectiveFit", "fit_collective", "cluster_from_fits", "COLLECTIVE_MODELS"]
+__all__ = ["CollectiveFit", "fit_collective", "cluster_from_fits", "intra_node_topology",
+           "COLLECTIVE_MODELS"]
 
 #: the model algorithm of each measured collective: library algorithms
 #: (:data:`scalemodel.ALGORITHMS`) where one fits, else a one-message point-to-point
@@ -67,18 +91,38 @@ _PARAMS = ("alpha", "bandwidth", "gamma")
 
 
 def _coefficients(collective, algorithm, nbytes, n):
-    """Per-size coefficients ``(L, bits, R)`` of eq. :eq:`fit-model`: sequential messages
-    [-], bits sent per worker [bit] and bytes summed [bytes]."""
+    """Per-size coefficients ``(L, bits, R)`` of eq. :eq:`fit-model` without a topology:
+    sequential messages [-], bits sent per worker [bit] and bytes summed [bytes]."""
+    return _columns(collective, algorithm, nbytes, n)[:3]
+
+
+def _columns(collective, algorithm, nbytes, n, topology=None):
+    """Per-size coefficients ``(L, bits, R, offset)`` of eq. :eq:`fit-model`: sequential
+    network messages [-], bits on each network link [bit], bytes summed [bytes] and the
+    known part of the time [s] (with a topology: the intra-node steps at its
+    ``intra_alpha``, eq. :eq:`fit-model-topology`; else 0)."""
     m = np.asarray(check_nonnegative(nbytes, "nbytes"), dtype=float)
+    zero = np.zeros_like(m)
     if algorithm == "p2p":
-        return np.ones_like(m), 8.0 * m, np.zeros_like(m)
+        return np.ones_like(m), 8.0 * m, zero, zero.copy()
     if algorithm == "chain":
-        return np.full_like(m, float(n - 1)), 8.0 * m, np.zeros_like(m)
-    lat = collective_cost(algorithm, m, n, options=CollectiveOptions(alpha=1.0)).latency
-    bits = collective_cost(algorithm, m, n).bits
-    red = collective_cost(algorithm, m, n, reduction=ReductionCost(gamma=1.0)).overhead
+        return np.full_like(m, float(n - 1)), 8.0 * m, zero, zero.copy()
+    if topology is None or topology.flat:
+        lat = collective_cost(algorithm, m, n, options=CollectiveOptions(alpha=1.0)).latency
+        bits = collective_cost(algorithm, m, n).bits
+        red = collective_cost(algorithm, m, n, reduction=ReductionCost(gamma=1.0)).overhead
+        return (np.broadcast_to(np.asarray(lat, float), m.shape).copy(),
+                np.asarray(bits, float), np.asarray(red, float), zero.copy())
+    opt = CollectiveOptions.from_topology(topology, alpha=0.0)
+    unit = attrs.evolve(opt, alpha=1.0, intra_alpha=0.0)
+    lat = collective_cost(algorithm, m, n, options=unit).latency
+    known = collective_cost(algorithm, m, n, options=opt)  # intra-node steps, copies
+    red = collective_cost(algorithm, m, n, options=opt,
+                          reduction=ReductionCost(gamma=1.0)).overhead - known.overhead
+    offset = np.asarray(known.latency, float) + np.asarray(known.overhead, float)
     return (np.broadcast_to(np.asarray(lat, float), m.shape).copy(),
-            np.asarray(bits, float), np.asarray(red, float))
+            np.asarray(known.bits, float), np.asarray(red, float),
+            np.broadcast_to(offset, m.shape).copy())
 
 
 def _array(value):
@@ -128,6 +172,10 @@ class CollectiveFit:
         Relative residual where the robust loss flattens [-].
     repetitions : int
         Repetitions per size behind each median [-].
+    topology : Topology or None
+        The topology the coefficients were computed with (eq.
+        :eq:`fit-model-topology`): ``alpha`` is then the latency of a step across nodes
+        and ``bandwidth`` that of one NIC; ``None`` for the flat model [-].
     """
 
     collective: str
@@ -146,6 +194,7 @@ class CollectiveFit:
     loss: str = "soft_l1"
     f_scale: float | None = None
     repetitions: int = 1
+    topology: Topology | None = None
 
     @property
     def utilization(self):
@@ -167,8 +216,9 @@ class CollectiveFit:
         float or numpy.ndarray
             Time [s].
         """
-        lat, bits, red = _coefficients(self.collective, self.algorithm, nbytes, self.n)
-        t = lat * self.alpha + bits / self.bandwidth + red * (self.gamma or 0.0)
+        lat, bits, red, known = _columns(self.collective, self.algorithm, nbytes, self.n,
+                                         self.topology)
+        t = known + lat * self.alpha + bits / self.bandwidth + red * (self.gamma or 0.0)
         return float(t) if np.ndim(t) == 0 else t
 
     def to_dict(self) -> dict:
@@ -180,7 +230,8 @@ class CollectiveFit:
                 "nbytes": self.nbytes.tolist(), "seconds": self.seconds.tolist(),
                 "residuals": self.residuals.tolist(), "line_rate": self.line_rate,
                 "utilization": self.utilization, "loss": self.loss, "f_scale": self.f_scale,
-                "repetitions": self.repetitions}
+                "repetitions": self.repetitions,
+                "topology": None if self.topology is None else self.topology.to_dict()}
 
     @classmethod
     def from_dict(cls, d) -> "CollectiveFit":
@@ -202,8 +253,10 @@ class CollectiveFit:
                        line_rate=None if d.get("line_rate") is None else float(d["line_rate"]),
                        loss=str(d.get("loss", "soft_l1")),
                        f_scale=None if d.get("f_scale") is None else float(d["f_scale"]),
-                       repetitions=int(d.get("repetitions", 1)))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+                       repetitions=int(d.get("repetitions", 1)),
+                       topology=None if d.get("topology") is None else Topology(
+                           **{k: v for k, v in d["topology"].items() if v is not None}))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise InvalidParameterError("d", "<dict>", f"not a CollectiveFit dict ({exc!r})") \
                 from None
 
@@ -219,6 +272,11 @@ class CollectiveFit:
             text += (f", gamma {self.gamma * 1e12:.3g} ps/byte [{g_lo * 1e12:.3g}, "
                      f"{g_hi * 1e12:.3g}]")
         text += f" ({pct}), R^2 {self.r2:.4f} (log times)"
+        if self.topology is not None:
+            t = self.topology
+            text += (f", {t.gpus_per_node} per node x {t.nics_per_node} NIC (alpha across "
+                     f"nodes, bandwidth per NIC; intra-node {t.intra_bw / 1e9:.4g} Gbit/s, "
+                     f"{t.intra_alpha * 1e6:.2f} us)")
         if self.line_rate is not None:
             text += f", utilization {self.utilization:.3f} of {self.line_rate / 1e9:g} Gbit/s"
         return text
@@ -262,7 +320,7 @@ def _check_bounds(bounds):
 def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=None,
                    line_rate=None, alpha0=None, bandwidth0=None, fit_gamma=False,
                    gamma0=None, bounds=None, loss="soft_l1", f_scale=None, confidence=0.95,
-                   min_points=4, r2_warn=0.95, **overrides) -> CollectiveFit:
+                   min_points=4, r2_warn=0.95, topology=None, **overrides) -> CollectiveFit:
     r"""Fit eq. :eq:`fit-model` to measured collective times.
 
     The fit minimises :math:`\sum_i \rho\big(((t_\text{model}(m_i) - t_i)/t_i)^2\big)`
@@ -321,6 +379,12 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
     r2_warn : float
         Warn (:class:`~scalemodel.CalibrationWarning`) below this :math:`R^2` of the log
         times [-].
+    topology : Topology, optional
+        Where the ``n`` workers sit (GPUs and NICs per node, the intra-node link's
+        latency and rate, e.g. from :func:`intra_node_topology`): the model is then the
+        library's topology-aware one, eq. :eq:`fit-model-topology`, ``alpha`` the latency
+        of a step across nodes and ``bandwidth`` that of one NIC. The workers must span
+        more than one node. Library algorithms only (not ``"p2p"`` / ``"chain"``) [-].
     **overrides
         Hold a parameter fixed instead of fitting it: ``alpha`` [s], ``bandwidth``
         [bits/s] or ``gamma`` [s/byte]. Other keywords are rejected.
@@ -340,13 +404,18 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
         bandwidth.
     InvalidParameterError
         Non-finite or non-positive sizes or times, mismatched shapes, bad ``n``,
-        ``confidence``, ``bounds`` or an unknown override.
+        ``confidence``, ``bounds``, an unknown override, or a ``topology`` in which the
+        ``n`` workers fit in one node (no NIC carries anything).
+    ParameterTypeError
+        ``topology`` is not a :class:`~scalemodel.topology.Topology`.
 
     Warns
     -----
     CalibrationWarning
-        :math:`R^2 < r2\_warn`; or the bandwidth exceeds ``line_rate`` even at its
-        interval's low end (the utilization is clipped to 1).
+        :math:`R^2 < r2\_warn`; the bandwidth exceeds ``line_rate`` even at its
+        interval's low end (the utilization is clipped to 1); or, with a topology, the
+        intra-node links would be slower than the fitted NIC bandwidth (then they, not
+        the NICs, bound the measured times).
 
     Examples
     --------
@@ -401,7 +470,20 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
             "--max-size) or add sizes")
     if line_rate is not None:
         line_rate = float(parse_bandwidth(line_rate, "line_rate"))
-    lat, bits, red = _coefficients(collective, algorithm, m, n)
+    if topology is not None:
+        if not isinstance(topology, Topology):
+            raise ParameterTypeError("topology", topology, "a scalemodel Topology or None")
+        if topology.flat:
+            topology = None
+        elif algorithm in _LOCAL_MODELS:
+            raise InvalidParameterError("topology", topology, f"the {algorithm!r} model "
+                                        "has no topology; fit it without one")
+        elif topology.nodes(n) < 2:
+            raise InvalidParameterError(
+                "topology", topology, f"{n} workers at {topology.gpus_per_node} per node "
+                "fit in one node, so no NIC carries anything", "Fit a run inside one node "
+                "without a topology: it measures the intra-node link (intra_node_topology)")
+    lat, bits, red, known = _columns(collective, algorithm, m, n, topology)
     X = np.column_stack([lat, bits, red])
     fixed = {}
     if "alpha" in overrides:
@@ -430,7 +512,8 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
     lower, upper = _check_bounds(bounds)
     start = {0: alpha0, 1: None if bandwidth0 is None else
              1.0 / float(parse_bandwidth(bandwidth0, "bandwidth0")), 2: gamma0}
-    p, cov, fun, f_used = _solve(t, X, fixed, free, start, lower, upper, loss, f_scale)
+    p, cov, fun, f_used = _solve(t, X, fixed, free, start, lower, upper, loss, f_scale,
+                                 known)
     dof = max(1, t.size - len(free))
     q = float(stats.t.ppf(0.5 + confidence / 2, dof))
     se = np.sqrt(np.maximum(np.diag(cov), 0.0))
@@ -445,9 +528,25 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
     if fit_gamma or "gamma" in overrides:
         gamma = p[2]
         intervals["gamma"] = iv[2]
-    fitted = X @ p
+    fitted = known + X @ p
+    if topology is not None:
+        _check_nic_binds(collective, topology, 1.0 / p[1])
     return _finish(collective, algorithm, n, p[0], 1.0 / p[1], gamma, intervals, confidence,
-                   m, t, fitted, line_rate, r2_warn, loss, f_used, reps)
+                   m, t, fitted, line_rate, r2_warn, loss, f_used, reps, topology)
+
+
+def _check_nic_binds(collective, topology, bandwidth):
+    """Warn when the intra-node links would be slower than the fitted NICs: in a flat
+    ring each GPU's link carries what the node's NICs carry together, so the NICs bind
+    only while ``intra_bw > nics_per_node * bandwidth`` (eq. :eq:`wire-max`)."""
+    nics = topology.nics_per_node * bandwidth
+    if topology.intra_bw < nics:
+        warnings.warn(f"{collective}: with {topology.nics_per_node} NIC(s) per node at the "
+                      f"fitted {bandwidth / 1e9:.4g} Gbit/s each, the intra-node links "
+                      f"({topology.intra_bw / 1e9:.4g} Gbit/s) are the slower ones, so the "
+                      "measured times do not tell the NICs' bandwidth (only that it is at "
+                      "least this); check the intra-node rate and --nics-per-node",
+                      CalibrationWarning, stacklevel=3)
 
 
 def _nonneg(value, name):
@@ -466,11 +565,14 @@ def _collinear(a, b):
     return bool(np.ptp(ratio) <= 1e-9 * np.max(np.abs(ratio)))
 
 
-def _solve(t, X, fixed, free, start, lower, upper, loss, f_scale):
+def _solve(t, X, fixed, free, start, lower, upper, loss, f_scale, known=None):
     """Robust bounded least squares of the relative residuals, eq. :eq:`fit-model` is
-    linear in ``p = (alpha, 1/B, gamma)``; returns ``p``, the covariance of the free
-    parameters, the residuals and the f_scale used."""
+    linear in ``p = (alpha, 1/B, gamma)`` (``known`` [s] is the part of the times that
+    does not depend on them); returns ``p``, the covariance of the free parameters, the
+    residuals and the f_scale used."""
     base = sum((X[:, i] * v for i, v in fixed.items()), np.zeros_like(t))
+    if known is not None:
+        base = base + known
     A = X[:, free] / t[:, None]
     rhs = 1.0 - base / t
     guess = np.linalg.lstsq(A, rhs, rcond=None)[0]
@@ -518,12 +620,22 @@ def _solve(t, X, fixed, free, start, lower, upper, loss, f_scale):
     fun = A @ p_free - rhs
     dof = max(1, t.size - len(free))
     s2 = float(np.sum(fun ** 2) / dof)
-    cov = s2 * np.linalg.pinv(A.T @ A)
-    return p, cov, fun, float(f_scale)
+    return p, s2 * _normal_inverse(A), fun, float(f_scale)
+
+
+def _normal_inverse(A):
+    r""":math:`(A^\top A)^{-1}` (pseudo-inverse where singular), computed on the columns
+    scaled to unit norm: the latency and bandwidth columns differ by up to ten orders of
+    magnitude, and the pseudo-inverse of the unscaled product would drop the latency's
+    direction as numerically null (a zero-width interval)."""
+    norm = np.linalg.norm(A, axis=0)
+    norm = np.where(norm > 0, norm, 1.0)
+    scaled = A / norm
+    return np.linalg.pinv(scaled.T @ scaled) / np.outer(norm, norm)
 
 
 def _finish(collective, algorithm, n, alpha, bandwidth, gamma, intervals, confidence, m, t,
-            fitted, line_rate, r2_warn, loss, f_scale, reps):
+            fitted, line_rate, r2_warn, loss, f_scale, reps, topology=None):
     lt, lf = np.log(t), np.log(np.maximum(fitted, 1e-300))
     ss_res = float(np.sum((lt - lf) ** 2))
     ss_tot = float(np.sum((lt - lt.mean()) ** 2))
@@ -534,7 +646,7 @@ def _finish(collective, algorithm, n, alpha, bandwidth, gamma, intervals, confid
                         gamma=None if gamma is None else float(gamma), intervals=intervals,
                         confidence=float(confidence), r2=float(r2), nbytes=m, seconds=t,
                         residuals=(fitted - t) / t, line_rate=line_rate, loss=str(loss),
-                        f_scale=f_scale, repetitions=reps)
+                        f_scale=f_scale, repetitions=reps, topology=topology)
     if r2 < r2_warn:
         warnings.warn(f"{collective}: the fit explains the measured times poorly (R^2 "
                       f"{r2:.3f} < {r2_warn}); the largest relative residual is "
@@ -549,9 +661,51 @@ def _finish(collective, algorithm, n, alpha, bandwidth, gamma, intervals, confid
     return fit
 
 
+def intra_node_topology(fit, *, gpus_per_node=None, nics_per_node=1) -> Topology:
+    r"""The topology of nodes whose intra-node link was measured by ``fit``.
+
+    ``fit`` is a ring all-reduce among ranks of **one** node, fitted without a topology
+    (the transport step's intra-node sweep, or nccl-tests run inside one node). A ring
+    inside one node moves :math:`2\frac{g-1}{g} 8m` bits over every GPU's link in
+    :math:`2(g-1)` steps, which is eq. :eq:`fit-model` itself, so its latency is the
+    intra-node step latency and its bandwidth the rate of one GPU's intra-node link per
+    direction: exactly :class:`~scalemodel.topology.Topology`'s ``intra_alpha`` and
+    ``intra_bw``.
+
+    Parameters
+    ----------
+    fit : CollectiveFit
+        An all-reduce fitted with the ring model and no topology [-].
+    gpus_per_node : int, optional
+        Workers per node; the fit's ``n`` by default (a sweep over every GPU of the
+        node) [workers].
+    nics_per_node : int
+        Network interfaces per node [NICs].
+
+    Returns
+    -------
+    Topology
+        With ``intra_bw`` = the fitted bandwidth [bits/s] and ``intra_alpha`` = the
+        fitted latency [s].
+    """
+    if not isinstance(fit, CollectiveFit):
+        raise ParameterTypeError("fit", fit, "a CollectiveFit of an intra-node all-reduce")
+    if fit.collective != "all_reduce" or fit.algorithm != "ring" or fit.topology is not None:
+        raise InvalidParameterError("fit", f"{fit.collective} ({fit.algorithm}"
+                                    f"{', with a topology' if fit.topology else ''})",
+                                    "a ring all-reduce inside one node, fitted without a "
+                                    "topology")
+    g = fit.n if gpus_per_node is None else gpus_per_node
+    if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < fit.n:
+        raise InvalidParameterError("gpus_per_node", gpus_per_node,
+                                    f"an integer >= the {fit.n} ranks of the intra-node fit")
+    return Topology(gpus_per_node=int(g), nics_per_node=nics_per_node,
+                    intra_bw=fit.bandwidth, intra_alpha=fit.alpha)
+
+
 def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
                       collective="all_reduce", reduction=None,
-                      saturation=0.05) -> ClusterProfile:
+                      saturation=0.05, intra=None) -> ClusterProfile:
     r"""A cluster profile from one fit, or from fits at several line rates.
 
     Parameters
@@ -574,13 +728,19 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
     saturation : float
         Relative gain of achieved bandwidth below which the two fastest line rates count
         as saturated (see Notes) [-].
+    intra : CollectiveFit, optional
+        The all-reduce fitted inside one node (see :func:`intra_node_topology`), when
+        the world spans nodes [-].
 
     Returns
     -------
     ClusterProfile
         With ``intervals`` and ``extra["fits"]`` (every fit's dict: its measured sizes,
         median times and residuals), ``extra["confidence"]`` and, with several rates,
-        ``extra["achieved_bandwidth"]``.
+        ``extra["achieved_bandwidth"]``. Fits made with a topology give the cluster that
+        topology (they must share it); ``intra`` adds ``extra["intra_node_fit"]`` and the
+        intervals ``intra_bw`` [bits/s] and ``intra_alpha`` [s], and gives the topology
+        when the fits have none.
 
     Notes
     -----
@@ -621,6 +781,26 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
                 for f in fits]
     extra = {"fits": [f.to_dict() for f in fits], "confidence": fits[0].confidence,
              "collective": fits[0].collective}
+    topos = {f.topology for f in fits}
+    if len(topos) > 1:
+        raise InvalidParameterError("fits", [f.topology for f in fits],
+                                    "fits made with one topology (or all without)")
+    topology = topos.pop()
+    a_extra = {}
+    if intra is not None:
+        made = intra_node_topology(intra, **({} if topology is None else {
+            "gpus_per_node": topology.gpus_per_node,
+            "nics_per_node": topology.nics_per_node}))
+        if topology is None:
+            topology = made
+        elif not (math.isclose(topology.intra_bw, made.intra_bw, rel_tol=1e-9)
+                  and math.isclose(topology.intra_alpha, made.intra_alpha, rel_tol=1e-9,
+                                   abs_tol=1e-15)):
+            raise InvalidParameterError("intra", str(intra), "the fit the topology of "
+                                        "fits was made from (its intra_bw and intra_alpha)")
+        extra["intra_node_fit"] = intra.to_dict()
+        a_extra = {"intra_bw": tuple(intra.intervals["bandwidth"]),
+                   "intra_alpha": tuple(intra.intervals["alpha"])}
     alpha = float(np.median([f.alpha for f in fits]))
     a_iv = (float(min(f.intervals["alpha"][0] for f in fits)),
             float(max(f.intervals["alpha"][1] for f in fits)))
@@ -631,7 +811,8 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
         prov["note"] = ("no line rate was given: the fitted bandwidth is taken as the line "
                         "rate (utilization 1); pass bw=fitted_bandwidth or give --line-rate")
         return ClusterProfile(name=name, alpha=alpha, utilization=1.0, reduction=reduction,
-                              intervals={"alpha": a_iv}, provenance=prov, extra=extra)
+                              intervals={"alpha": a_iv, **a_extra}, provenance=prov,
+                              extra=extra, topology=topology)
 
     def u_interval(f):
         lo, hi = f.intervals["bandwidth"]
@@ -646,14 +827,16 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
         f = rated[0]
         extra["fitted_bandwidth"] = f.bandwidth
         return ClusterProfile(name=name, alpha=alpha, utilization=f.utilization,
-                              reduction=reduction,
-                              intervals={"alpha": a_iv, "utilization": u_interval(f)},
+                              reduction=reduction, topology=topology,
+                              intervals={"alpha": a_iv, "utilization": u_interval(f),
+                                         **a_extra},
                               provenance=prov, extra=extra)
     achieved = np.array([f.bandwidth for f in rated])
     util = np.minimum(1.0, achieved / rates)
     u_ivs = [u_interval(f) for f in rated]
     intervals = {"alpha": a_iv, "utilization": u_ivs[-1],
-                 "table_utilization": ([lo for lo, _ in u_ivs], [hi for _, hi in u_ivs])}
+                 "table_utilization": ([lo for lo, _ in u_ivs], [hi for _, hi in u_ivs]),
+                 **a_extra}
     ceiling = None
     if achieved[-1] < (1.0 + saturation) * achieved[-2]:
         ceiling = float(max(achieved[-1], achieved[-2]))
@@ -663,4 +846,5 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
     extra["achieved_bandwidth"] = {"line_rate": rates.tolist(), "bandwidth": achieved.tolist()}
     return ClusterProfile(name=name, alpha=alpha, utilization=float(util[-1]), ceiling=ceiling,
                           table_line_rate=rates, table_utilization=util, reduction=reduction,
-                          intervals=intervals, provenance=prov, extra=extra)
+                          intervals=intervals, provenance=prov, extra=extra,
+                          topology=topology)

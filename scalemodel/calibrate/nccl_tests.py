@@ -30,6 +30,15 @@ before mid-2020 the all-gather and reduce-scatter ``algbw`` already held the
 ``scalemodel.calibrate.fit.COLLECTIVE_MODELS``, the fitted bandwidth
 :math:`B` of eq. :eq:`fit-model` is the large-message ``busbw`` in bits/s.
 
+Runs across nodes with several GPUs each are fitted with their topology
+(``fit(topology=...)``, eq. :eq:`fit-model-topology`): NCCL's flat ring makes a node's
+NICs carry what each GPU's link carries, so with one NIC per node :math:`B` is still the
+``busbw`` and with :math:`\nu` NICs the ``busbw`` over :math:`\nu`; the latency is then
+that of a step across nodes. A run inside one node (all its GPUs, or fewer) is the
+intra-node link (:func:`scalemodel.calibrate.fit.intra_node_topology`). The command
+``python -m scalemodel.calibrate from-nccl-tests`` does both with ``--gpus-per-node``
+(or ``--nodes``) and one log of each.
+
 Format references: NVIDIA/nccl-tests ``README.md``, ``doc/PERFORMANCE.md`` and
 ``src/all_gather.cu`` (2019 header); outputs quoted in NVIDIA/nccl-tests issues #107
 (older layout) and #119, and in aws/aws-k8s-tester PR #503 (``[1,0]<stdout>:`` prefixes).
@@ -140,7 +149,8 @@ class NcclTestsResult:
         which : str
             Times to fit, see :meth:`seconds` [-].
         **kwargs
-            Passed to ``fit_collective`` (``algorithm``, ``loss``, ``confidence``, ...).
+            Passed to ``fit_collective`` (``algorithm``, ``loss``, ``confidence``,
+            ``topology`` for a run across nodes, ...).
 
         Returns
         -------

@@ -17,6 +17,16 @@ equal the measured DDP iteration time at the calibration setting,
 solved by bisection (the iteration time grows monotonically with :math:`\gamma_h`). It
 enters the model as a linear reduction cost of the cluster (the ``overhead`` of every
 collective), and predictions at other line rates and for other models reuse it.
+
+Both fits keep every other term of the cluster they are given, in particular its
+compute slowdown :math:`\sigma` (eq. :eq:`iteration-cluster`): they explain what is left
+once the measured slowdown is in the model. :func:`fit_host_effects` does the three in
+order, as the calibration's scaling step does: :math:`\sigma` measured from the DDP
+run's backward spans (:func:`scalemodel.calibrate.scaling.estimate_slowdown`), then the
+overlap efficiency :math:`\eta` on top of it, then, only where even :math:`\eta = 0`
+predicts a faster run than measured, the per-byte host cost :math:`\gamma_h`.
+:func:`transport_only` strips these terms again, for the check of the transport fit
+alone.
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ from ..model import iteration_time
 from ..profiles import load_profile
 from ..cluster import load_cluster
 
-__all__ = ["HostOverheadFit", "fit_host_overhead", "OverlapFit", "fit_overlap"]
+__all__ = ["HostOverheadFit", "fit_host_overhead", "OverlapFit", "fit_overlap",
+           "HostEffectsFit", "fit_host_effects", "transport_only"]
 
 
 @attrs.frozen
@@ -186,3 +197,164 @@ def fit_overlap(model, n, bw, measured, *, cluster, algorithm="ring",
         return OverlapFit(0.0, float(measured), full, none, measured < none)
     eta = brentq(lambda e: s(e) - measured, 0.0, 1.0, xtol=1e-6)
     return OverlapFit(float(eta), float(measured), full, none, False)
+
+
+_TERMS = ("compute_slowdown", "overlap", "collective_overhead", "sync_overhead")
+_FITTED_EXTRA = ("host_overhead", "host_overhead_note", "overlap_fit", "compute_slowdown_fit")
+
+
+def transport_only(cluster):
+    """The cluster without the terms fitted on top of its transport: no compute slowdown,
+    full overlap, no fixed costs and no fitted host overhead (a reduction cost that the
+    calibration stored as ``extra["host_overhead"]``). Latency, achieved bandwidth,
+    ceiling, topology and a measured reduction cost stay.
+
+    Parameters
+    ----------
+    cluster : ClusterProfile or path
+        A calibrated cluster [-].
+
+    Returns
+    -------
+    ClusterProfile
+        The transport part, named ``<name> (transport only)``.
+    """
+    cl = load_cluster(cluster)
+    extra = {k: v for k, v in cl.extra.items()
+             if k not in _FITTED_EXTRA}
+    reduction = None if "host_overhead" in cl.extra else cl.reduction
+    intervals = {k: v for k, v in cl.intervals.items() if k not in _TERMS}
+    return attrs.evolve(cl, compute_slowdown=1.0, overlap=1.0, collective_overhead=0.0,
+                        sync_overhead=0.0, reduction=reduction, intervals=intervals,
+                        extra=extra)
+
+
+@attrs.frozen(eq=False)
+class HostEffectsFit:
+    """Result of :func:`fit_host_effects`.
+
+    Parameters
+    ----------
+    cluster : ClusterProfile
+        The given cluster with the compute slowdown, and (when fitted) the overlap
+        efficiency and the host overhead, set [-].
+    compute_slowdown : float
+        :math:`\\sigma` put in the cluster [-].
+    overlap : OverlapFit or None
+        The overlap fit made on top of :math:`\\sigma`, when asked [-].
+    host : HostOverheadFit or None
+        The host-overhead fit, when even :math:`\\eta = 0` was faster than measured
+        (None, with a :class:`~scalemodel.CalibrationWarning` and
+        ``cluster.extra["host_overhead_note"]``, when no per-byte cost up to
+        :func:`fit_host_overhead`'s ``gamma_max`` explains the run) [-].
+    """
+
+    cluster: object
+    compute_slowdown: float
+    overlap: OverlapFit | None = None
+    host: HostOverheadFit | None = None
+
+    def lines(self) -> list:
+        """What was fitted, one line each."""
+        out = []
+        if self.overlap is not None:
+            out.append(str(self.overlap))
+        if self.host is not None:
+            out.append(f"and {self.host}")
+        elif "host_overhead_note" in self.cluster.extra:
+            out.append(self.cluster.extra["host_overhead_note"])
+        return out
+
+
+def fit_host_effects(model, n, bw, measured, *, cluster, compute_slowdown=1.0,
+                     slowdown_interval=None, fit_overhead=True, algorithm="ring",
+                     fusion="ddp", fitted_from=None) -> HostEffectsFit:
+    """The compute slowdown, then the overlap efficiency and the host overhead on top of
+    it, from one measured DDP run (see the module).
+
+    The cluster's own slowdown, overlap and fitted host overhead are replaced (a
+    measured reduction table and the fixed costs stay): :math:`\\sigma` is set to
+    ``compute_slowdown``; with ``fit_overhead``, :func:`fit_overlap` solves for
+    :math:`\\eta` with that :math:`\\sigma` in the model, and when the run is slower than
+    even :math:`\\eta = 0` predicts, :func:`fit_host_overhead` the per-byte cost of the
+    rest.
+
+    Parameters
+    ----------
+    model : str, path or WorkloadProfile
+        The workload measured; its iteration time is the single-worker time of the run
+        [-].
+    n : int
+        Workers in the measured run [workers].
+    bw : float
+        Line rate of the measured run [bits/s].
+    measured : float
+        Measured scaling factor [-].
+    cluster : ClusterProfile or path
+        The transport calibrated at the same setting [-].
+    compute_slowdown : float
+        Measured :math:`\\sigma \\ge 1` (e.g.
+        the ``value`` of a :class:`~scalemodel.calibrate.scaling.SlowdownEstimate`) [-].
+    slowdown_interval : tuple of float, optional
+        Its interval, stored in the cluster's ``intervals`` [-].
+    fit_overhead : bool
+        Also fit the overlap efficiency and the host overhead [-].
+    algorithm, fusion : str
+        As in :func:`scalemodel.scaling_factor` [-].
+    fitted_from : dict, optional
+        What the fits were made from (model, line rate, ...), kept in the cluster's
+        ``extra`` [-].
+
+    Returns
+    -------
+    HostEffectsFit
+        The cluster with the terms and the fits behind them.
+    """
+    from ..collectives import ReductionCost
+    profile = load_profile(model)
+    cl = load_cluster(cluster)
+    if not (isinstance(measured, (int, float)) and math.isfinite(measured) and measured > 0):
+        raise InvalidParameterError("measured", measured, "a finite scaling factor > 0 [-]")
+    sigma = float(compute_slowdown)
+    if not (math.isfinite(sigma) and sigma >= 1.0):
+        raise InvalidParameterError("compute_slowdown", compute_slowdown, "a factor >= 1")
+    fitted_from = dict(fitted_from or {}, measured_scaling_factor=float(measured))
+    extra = {k: v for k, v in cl.extra.items() if k not in _FITTED_EXTRA}
+    extra["compute_slowdown_fit"] = {"compute_slowdown": sigma, "interval": (
+        None if slowdown_interval is None else [float(v) for v in slowdown_interval]),
+        "fitted_from": fitted_from}
+    intervals = {k: v for k, v in cl.intervals.items() if k not in ("compute_slowdown",
+                                                                     "overlap")}
+    if slowdown_interval is not None:
+        lo, hi = (float(v) for v in slowdown_interval)
+        intervals["compute_slowdown"] = (max(1.0, min(lo, sigma)), max(hi, sigma))
+    cl = attrs.evolve(cl, compute_slowdown=sigma, overlap=1.0, intervals=intervals,
+                      reduction=None if "host_overhead" in cl.extra else cl.reduction,
+                      extra=extra)
+    if not fit_overhead:
+        return HostEffectsFit(cl, sigma)
+    kw = dict(algorithm=algorithm, fusion=fusion)
+    o = fit_overlap(profile, n, bw, measured, cluster=cl, **kw)
+    cl = attrs.evolve(cl, overlap=o.overlap, extra=dict(cl.extra, overlap_fit={
+        "overlap": o.overlap, "predicted_full": o.predicted_full,
+        "predicted_none": o.predicted_none, "clipped": o.clipped,
+        "fitted_from": fitted_from}))
+    h = None
+    if o.clipped and measured < o.predicted_none:
+        # slower than even no overlap: the rest is a per-byte host cost
+        try:
+            h = fit_host_overhead(profile, n, bw, profile.iteration_time / measured,
+                                  cluster=cl, **kw)
+        except InvalidParameterError as exc:  # no per-byte cost explains it
+            import warnings
+
+            from ..exceptions import CalibrationWarning
+            note = (f"no host overhead fitted: {exc} (a cost that does not grow with the "
+                    "bytes, such as the framework's per-iteration work on a small model?)")
+            warnings.warn(note, CalibrationWarning, stacklevel=2)
+            cl = attrs.evolve(cl, extra=dict(cl.extra, host_overhead_note=note))
+            return HostEffectsFit(cl, sigma, o, None)
+        cl = attrs.evolve(cl, reduction=ReductionCost(gamma=h.gamma, name="host overhead"),
+                          extra=dict(cl.extra, host_overhead={"gamma": h.gamma,
+                                                              "fitted_from": fitted_from}))
+    return HostEffectsFit(cl, sigma, o, h)

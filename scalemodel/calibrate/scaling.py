@@ -14,6 +14,36 @@ measured scaling factor is
 
 medians over iterations (weak scaling, the definition of Zhang et al., arXiv:2006.10103,
 and of :func:`scalemodel.scaling_factor`).
+
+**Compute slowdown.** In every iteration, DDP and local alike, each gradient's moment of
+readiness is recorded (``Tensor.register_post_accumulate_grad_hook``; the hooks fire
+when the autograd engine *dispatches* the accumulation, so on a GPU each hook records a
+CUDA event on the current stream, read after the iteration's synchronization, and on
+the CPU the wall clock). The *backward span* is the time from the start of backward to
+the last gradient ready: backward's compute, without the wait for the last all-reduce
+that ``loss.backward()`` includes under DDP. The compute slowdown of
+:class:`~scalemodel.ClusterProfile` (eq. :eq:`iteration-cluster`) is
+
+.. math::
+   :label: slowdown-measured
+
+   \\sigma = \\frac{\\operatorname{median}_i b_i^\\text{DDP}}
+                  {\\operatorname{median}_i b_i^\\text{local}} ,
+
+each span the slowest rank's, with a bootstrap interval over the paired iterations
+(:func:`estimate_slowdown`). What it measures depends on the hardware:
+
+- on **GPUs** (nccl), backward and the all-reduces run on different streams; what slows
+  backward is NCCL's kernels taking SMs and memory bandwidth, and DDP's copies into its
+  buckets. Zhang et al. (Fig. 2) measured up to 15 %;
+- on **CPUs** (gloo), there are no separate engines: gloo's threads, DDP's bucket copies
+  and the kernel's TCP stack take CPU time from backward on the same cores, so
+  :math:`\\sigma` is the share of the cores communication takes while backward runs
+  (tens of per cent on a 2-core host). The other side of the same sharing, how little
+  communication progresses while backward runs, is the overlap efficiency
+  :math:`\\eta`, fitted on top of :math:`\\sigma` by
+  :func:`~scalemodel.calibrate.overhead.fit_host_effects`. On CPUs :math:`\\sigma`
+  depends on how much communication runs during backward, hence on the line rate.
 """
 
 from __future__ import annotations
@@ -24,12 +54,133 @@ import time
 import attrs
 import numpy as np
 
-from ..exceptions import CalibrationError
+from ..exceptions import CalibrationError, InvalidParameterError
 from .compute import autocast_context
 from .models import load_model, loss_function
 from .transport import distributed_context, peer_failure
 
-__all__ = ["DDPMeasurement", "measure_ddp"]
+__all__ = ["DDPMeasurement", "measure_ddp", "SlowdownEstimate", "estimate_slowdown"]
+
+
+@attrs.frozen(eq=False)
+class SlowdownEstimate:
+    """The compute slowdown of DDP iterations over local ones, eq.
+    :eq:`slowdown-measured`.
+
+    Parameters
+    ----------
+    value : float
+        The slowdown to use: ``measured`` when significantly above 1, else 1 [-].
+    measured : float
+        Median DDP backward span over median local backward span [-].
+    interval : tuple of float
+        Bootstrap interval of ``measured`` at ``confidence`` [-].
+    significant : bool
+        Whether the interval lies above 1 [-].
+    confidence : float
+        Level of the interval [-].
+    iterations : int
+        Paired iterations behind it [-].
+    forward_ratio : float or None
+        Median DDP forward over median local forward, for comparison (the model applies
+        :math:`\\sigma` to forward too) [-].
+    """
+
+    value: float
+    measured: float
+    interval: tuple
+    significant: bool
+    confidence: float
+    iterations: int
+    forward_ratio: float | None = None
+
+    @property
+    def cluster_interval(self) -> tuple:
+        """The interval to store with ``value`` in a cluster profile: the measured one,
+        clipped at 1 (the model has no speed-up) [-]."""
+        return (max(1.0, self.interval[0]), max(1.0, self.interval[1]))
+
+    def __str__(self):
+        lo, hi = self.interval
+        text = (f"compute slowdown {self.measured:.3f} [{lo:.3f}, {hi:.3f}] "
+                f"({self.confidence:.0%}, {self.iterations} paired iterations; backward "
+                "with DDP over without)")
+        if not self.significant:
+            text += ": not significantly above 1, so 1 is used"
+        if self.forward_ratio is not None:
+            text += f"; forward {self.forward_ratio:.3f}"
+        return text
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return {"value": self.value, "measured": self.measured,
+                "interval": list(self.interval), "significant": self.significant,
+                "confidence": self.confidence, "iterations": self.iterations,
+                "forward_ratio": self.forward_ratio}
+
+
+def estimate_slowdown(ddp, local, *, forward=None, local_forward=None, confidence=0.95,
+                      resamples=4000, seed=0) -> SlowdownEstimate:
+    """The compute slowdown from paired backward spans, eq. :eq:`slowdown-measured`.
+
+    The interval is the percentile bootstrap of the ratio of medians over the pairs
+    (``resamples`` resamples of the pairs, with a fixed ``seed``: the same data give
+    the same interval). The slowdown is used only when the interval's low end is above
+    1; otherwise the run gives no evidence of one and ``value`` is 1.
+
+    Parameters
+    ----------
+    ddp, local : array_like
+        Backward spans of the DDP iterations and of their paired local iterations [s].
+    forward, local_forward : array_like, optional
+        Forward times of the same iterations, for the forward ratio [s].
+    confidence : float
+        Level of the interval, in (0, 1) [-].
+    resamples : int
+        Bootstrap resamples [-].
+    seed : int
+        Seed of the resampling [-].
+
+    Returns
+    -------
+    SlowdownEstimate
+        The slowdown, its interval and whether it is significant.
+
+    Examples
+    --------
+    >>> from scalemodel.calibrate.scaling import estimate_slowdown
+    >>> est = estimate_slowdown([1.10, 1.12, 1.11, 1.09, 1.13], [1.0, 1.01, 0.99, 1.0, 1.02])
+    >>> round(est.measured, 3), est.significant, est.value == est.measured
+    (1.11, True, True)
+    """
+    d = np.asarray(ddp, dtype=float)
+    lo_ = np.asarray(local, dtype=float)
+    if d.ndim != 1 or d.shape != lo_.shape or d.size < 2:
+        raise InvalidParameterError("ddp", f"{d.size} spans against {lo_.size}",
+                                    "one backward span per DDP iteration and one per "
+                                    "paired local iteration, at least 2 pairs")
+    if not (np.all(np.isfinite(d)) and np.all(d > 0) and np.all(np.isfinite(lo_))
+            and np.all(lo_ > 0)):
+        raise InvalidParameterError("local", lo_.tolist(), "finite spans > 0 [s]")
+    if not 0 < confidence < 1:
+        raise InvalidParameterError("confidence", confidence, "in (0, 1)")
+    measured = float(np.median(d) / np.median(lo_))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, d.size, size=(int(resamples), d.size))
+    ratios = np.median(d[idx], axis=1) / np.median(lo_[idx], axis=1)
+    tail = 50.0 * (1.0 - confidence)
+    lo, hi = (float(v) for v in np.percentile(ratios, [tail, 100.0 - tail]))
+    lo, hi = min(lo, measured), max(hi, measured)
+    significant = bool(lo > 1.0)
+    fwd = None
+    if forward is not None and local_forward is not None:
+        f, lf = np.asarray(forward, float), np.asarray(local_forward, float)
+        if f.size and lf.size and np.median(lf) > 0:
+            fwd = float(np.median(f) / np.median(lf))
+    return SlowdownEstimate(value=measured if significant else 1.0, measured=measured,
+                            interval=(lo, hi), significant=significant,
+                            confidence=float(confidence), iterations=int(d.size),
+                            forward_ratio=fwd)
 
 
 @attrs.frozen(eq=False)
@@ -51,6 +202,16 @@ class DDPMeasurement:
         DDP's bucket cap [MiB].
     backend : str
         The process group's backend [-].
+    backward : numpy.ndarray or None
+        Backward spans of the DDP iterations (start of backward to the last gradient
+        ready), the slowest rank's per iteration [s].
+    local_backward : numpy.ndarray or None
+        The same for the local iterations [s].
+    forward, local_forward : numpy.ndarray or None
+        Forward times (with the loss) of the DDP and local iterations, the slowest
+        rank's [s].
+    timer : str
+        What timed the spans (``"CUDA events"`` or ``"time.perf_counter"``) [-].
     """
 
     seconds: np.ndarray
@@ -59,6 +220,11 @@ class DDPMeasurement:
     batch_size: int
     bucket_cap_mb: float
     backend: str
+    backward: np.ndarray | None = None
+    local_backward: np.ndarray | None = None
+    forward: np.ndarray | None = None
+    local_forward: np.ndarray | None = None
+    timer: str = "time.perf_counter"
 
     @property
     def median(self) -> float:
@@ -79,13 +245,48 @@ class DDPMeasurement:
         """Percentiles of the iteration time [s]."""
         return tuple(float(v) for v in np.percentile(self.seconds, q))
 
+    def subset(self, index) -> "DDPMeasurement":
+        """The measurement of some of the iterations only.
+
+        Parameters
+        ----------
+        index : slice or array_like
+            Which iterations (a slice, indices or a boolean mask) [-].
+        """
+        def take(a):
+            return None if a is None else np.asarray(a)[index]
+        return attrs.evolve(self, seconds=take(self.seconds),
+                            local_seconds=take(self.local_seconds),
+                            backward=take(self.backward),
+                            local_backward=take(self.local_backward),
+                            forward=take(self.forward), local_forward=take(self.local_forward))
+
+    def compute_slowdown(self, confidence=0.95) -> SlowdownEstimate | None:
+        """The compute slowdown of these iterations, :func:`estimate_slowdown`; None when
+        the backward spans were not recorded.
+
+        Parameters
+        ----------
+        confidence : float
+            Level of the interval [-].
+        """
+        if self.backward is None or self.local_backward is None:
+            return None
+        return estimate_slowdown(self.backward, self.local_backward, forward=self.forward,
+                                 local_forward=self.local_forward, confidence=confidence)
+
     def to_dict(self) -> dict:
         """JSON-ready form."""
-        return {"seconds": self.seconds.tolist(), "median": self.median,
-                "local_seconds": self.local_seconds.tolist(),
-                "local_median": self.local_median,
-                "world_size": self.world_size, "batch_size": self.batch_size,
-                "bucket_cap_mb": self.bucket_cap_mb, "backend": self.backend}
+        out = {"seconds": self.seconds.tolist(), "median": self.median,
+               "local_seconds": self.local_seconds.tolist(),
+               "local_median": self.local_median,
+               "world_size": self.world_size, "batch_size": self.batch_size,
+               "bucket_cap_mb": self.bucket_cap_mb, "backend": self.backend,
+               "timer": self.timer}
+        for name in ("backward", "local_backward", "forward", "local_forward"):
+            v = getattr(self, name)
+            out[name] = None if v is None else np.asarray(v).tolist()
+        return out
 
 
 def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_cap_mb=25.0,
@@ -151,36 +352,59 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
     rank = dist.get_rank(group)
     import contextlib
-    times, local = [], []
+
+    from .compute import _Clock
+    clock = _Clock(device)
+    marks = {}
+
+    def hook(p):  # fires when the accumulation is dispatched: a CUDA event on a GPU
+        marks[id(p)] = clock.mark()
+
+    handles = [p.register_post_accumulate_grad_hook(hook) for p in net.parameters()
+               if p.requires_grad]
+    rows = {k: [] for k in ("ddp", "local", "bwd", "local_bwd", "fwd", "local_fwd")}
 
     def step(sync_grads):
+        """One iteration: (iteration time, forward time, backward span) [s]."""
         dist.barrier(group=group)
         sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
+        marks.clear()
         with contextlib.nullcontext() if sync_grads else ddp.no_sync():
+            f0 = clock.mark()
             with autocast():
                 loss = loss_fn(ddp(x), y)
+            b0 = clock.mark()
             loss.backward()
+            b1 = clock.mark()
         opt.step()
         sync()
-        return time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        clock.sync()
+        # the last gradient ready, not the end of loss.backward(): under DDP that waits
+        # for the last all-reduce as well
+        ends = list(marks.values()) or [b1]
+        span = max(clock.elapsed(b0, m) for m in ends)
+        return elapsed, clock.elapsed(f0, b0), max(span, 1e-9)
 
     try:
         for it in range(warmup + iterations):
             # a local iteration (no all-reduce) and a DDP one, back to back, so both see
             # the same machine: the single-worker time is measured where it is used
-            t_local = step(False)
-            t_ddp = step(True)
+            t_local, f_local, b_local = step(False)
+            t_ddp, f_ddp, b_ddp = step(True)
             if it >= warmup:
-                local.append(t_local)
-                times.append(t_ddp)
+                for k, v in (("ddp", t_ddp), ("local", t_local), ("bwd", b_ddp),
+                             ("local_bwd", b_local), ("fwd", f_ddp), ("local_fwd", f_local)):
+                    rows[k].append(v)
             if progress and rank == 0:
                 print(f"[scalemodel.calibrate] DDP iteration {it + 1}/{warmup + iterations}"
                       f"{' (warm-up)' if it < warmup else ''}: {t_ddp * 1e3:.1f} ms "
-                      f"(without communication {t_local * 1e3:.1f} ms)", file=sys.stderr,
+                      f"(without communication {t_local * 1e3:.1f} ms; backward "
+                      f"{b_ddp * 1e3:.1f} vs {b_local * 1e3:.1f} ms)", file=sys.stderr,
                       flush=True)
-        worst = torch.tensor([times, local], dtype=torch.float64,
+        worst = torch.tensor([rows[k] for k in rows], dtype=torch.float64,
                              device=device if backend == "nccl" else "cpu")
         dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
         if trace is not None:
@@ -189,10 +413,16 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
     except CalibrationError:
         raise
     except RuntimeError as exc:
-        raise peer_failure(f"DDP training at iteration {len(times) + 1}", exc,
+        raise peer_failure(f"DDP training at iteration {len(rows['ddp']) + 1}", exc,
                            timeout) from exc
-    worst = worst.cpu().numpy()
-    return DDPMeasurement(seconds=worst[0], local_seconds=worst[1],
+    finally:
+        for h in handles:
+            h.remove()
+    worst = dict(zip(rows, worst.cpu().numpy()))
+    return DDPMeasurement(seconds=worst["ddp"], local_seconds=worst["local"],
                           world_size=dist.get_world_size(group),
                           batch_size=batch_size, bucket_cap_mb=float(bucket_cap_mb),
-                          backend=backend)
+                          backend=backend, backward=worst["bwd"],
+                          local_backward=worst["local_bwd"], forward=worst["fwd"],
+                          local_forward=worst["local_fwd"],
+                          timer="CUDA events" if clock.cuda else "time.perf_counter")

@@ -12,6 +12,7 @@ saying which collective at which size, and what to check.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -21,7 +22,8 @@ import numpy as np
 from ..exceptions import CalibrationError, InvalidParameterError
 from .models import _torch
 
-__all__ = ["TransportSweep", "default_sizes", "run_sweep", "parse_size", "peer_failure"]
+__all__ = ["TransportSweep", "default_sizes", "run_sweep", "parse_size", "peer_failure",
+           "local_world_size", "node_groups", "run_intra_node_sweep"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "send_recv")
 _SUFFIX = {"": 1, "b": 1, "k": 1024, "kib": 1024, "kb": 1000, "m": 1024 ** 2, "mib": 1024 ** 2,
@@ -83,6 +85,11 @@ class TransportSweep:
     seconds : dict
         ``{collective: array (sizes x repetitions)}``, the slowest rank's time of each
         repetition [s]; ``send_recv`` holds one-way times (half a round trip) [s].
+    groups : int
+        Groups that ran the sweep at the same time, each of ``world_size`` ranks: 1 for
+        the whole world; one per node for an intra-node sweep
+        (:func:`run_intra_node_sweep`), whose times are then the slowest node's per
+        size [-].
     """
 
     backend: str
@@ -90,6 +97,7 @@ class TransportSweep:
     device: str
     nbytes: np.ndarray
     seconds: dict
+    groups: int = 1
 
     def medians(self, collective) -> np.ndarray:
         """Median time per size of one collective [s]."""
@@ -108,7 +116,7 @@ class TransportSweep:
     def to_dict(self) -> dict:
         """JSON-ready form (kept in the cluster profile's ``extra``)."""
         return {"backend": self.backend, "world_size": self.world_size, "device": self.device,
-                "nbytes": self.nbytes.tolist(),
+                "nbytes": self.nbytes.tolist(), "groups": self.groups,
                 "seconds": {k: np.asarray(v).tolist() for k, v in self.seconds.items()}}
 
     @classmethod
@@ -116,7 +124,8 @@ class TransportSweep:
         """Inverse of :meth:`to_dict`."""
         return cls(backend=data["backend"], world_size=int(data["world_size"]),
                    device=data.get("device", ""), nbytes=np.asarray(data["nbytes"], float),
-                   seconds={k: np.asarray(v, float) for k, v in data["seconds"].items()})
+                   seconds={k: np.asarray(v, float) for k, v in data["seconds"].items()},
+                   groups=int(data.get("groups", 1)))
 
 
 def distributed_context(who, group, device, **counts):
@@ -177,7 +186,7 @@ def _fail(collective, nbytes, exc, timeout):
 
 def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2, repeats=5,
               budget=2.0, device=None, group=None, progress=True,
-              timeout=None) -> TransportSweep:
+              timeout=None, label="") -> TransportSweep:
     """Time the collectives over ``sizes`` on the current process group (all ranks).
 
     Parameters
@@ -196,16 +205,19 @@ def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2,
     device : str or torch.device, optional
         Where the buffers live; the current CUDA device under nccl, else the CPU [-].
     group : ProcessGroup, optional
-        The group; the default group when omitted [-].
+        The group; the default group when omitted. Several disjoint groups may sweep at
+        the same time (:func:`run_intra_node_sweep`) [-].
     progress : bool
-        Print progress lines to stderr on rank 0 [-].
+        Print progress lines to stderr on rank 0 of the world [-].
     timeout : datetime.timedelta, optional
         The process group's timeout, only to word error messages [s].
+    label : str
+        Prefix of the progress lines and error messages, e.g. ``"intra-node"`` [-].
 
     Returns
     -------
     TransportSweep
-        On every rank.
+        On every rank of ``group``.
     """
     torch, dist, backend, device, sync = distributed_context(
         "run_sweep", group, device, warmup=(warmup, 0), repeats=(repeats, 3))
@@ -216,6 +228,13 @@ def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2,
                                                               dtype=float)
     n = dist.get_world_size(group)
     rank = dist.get_rank(group)
+    show = progress and dist.get_rank() == 0
+    prefix = f"{label} " if label else ""
+
+    def world_rank(r):  # torch.distributed names sources and peers by their world rank
+        return r if group is None else dist.get_global_rank(group, r)
+
+    root, last = world_rank(0), world_rank(n - 1)
     from .compute import device_name
     results = {}
     for coll in collectives:
@@ -235,11 +254,11 @@ def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2,
                 elif coll == "all_gather":
                     dist.all_gather(out, buf, group=group)
                 elif rank == 0:
-                    dist.send(buf, peer, group=group)
-                    dist.recv(buf, peer, group=group)
+                    dist.send(buf, last, group=group)
+                    dist.recv(buf, last, group=group)
                 elif rank == peer:
-                    dist.recv(buf, 0, group=group)
-                    dist.send(buf, 0, group=group)
+                    dist.recv(buf, root, group=group)
+                    dist.send(buf, root, group=group)
 
             times = []
             try:
@@ -256,7 +275,7 @@ def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2,
                     if i == 0:  # agree on how many repetitions fit the budget
                         want = torch.tensor([max(3, min(repeats, int(budget / max(times[0],
                                                                                   1e-9))))])
-                        dist.broadcast(want, 0, group=group)
+                        dist.broadcast(want, root, group=group)
                         reps = int(want.item())
                     if i + 1 >= reps:
                         break
@@ -265,13 +284,13 @@ def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2,
                     worst = worst.to(device)
                 dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
             except RuntimeError as exc:  # DistBackendError subclasses RuntimeError
-                raise _fail(coll, nbytes, exc, timeout) from exc
+                raise _fail(prefix + coll, nbytes, exc, timeout) from exc
             t = worst.cpu().numpy()
             if coll == "send_recv":
                 t = t / 2.0
             rows.append(t)
-            if progress and rank == 0:
-                print(f"[scalemodel.calibrate] {coll:>10} {_human(nbytes):>9} "
+            if show:
+                print(f"[scalemodel.calibrate] {prefix}{coll:>10} {_human(nbytes):>9} "
                       f"({k + 1}/{len(grid)}): median {np.median(t) * 1e3:9.3f} ms over "
                       f"{t.size} reps", file=sys.stderr, flush=True)
         # repetition counts differ between sizes: pad short rows with their own median
@@ -280,6 +299,122 @@ def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2,
                                                    constant_values=np.nan) for r in rows]))
     return TransportSweep(backend=backend, world_size=n, device=device_name(device),
                           nbytes=sizes, seconds=results)
+
+
+def local_world_size() -> int:
+    """Ranks on this node, from torchrun's ``LOCAL_WORLD_SIZE`` (1 when unset) [ranks]."""
+    text = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidParameterError("LOCAL_WORLD_SIZE", text, "an integer >= 1 (ranks on "
+                                    "this node; torchrun sets it)")
+    return value
+
+
+def _node_key():
+    """Which node this rank is on: torchrun's ``GROUP_RANK`` (the node's rank), else
+    ``RANK - LOCAL_RANK`` (torchrun numbers the ranks of a node consecutively)."""
+    if "GROUP_RANK" in os.environ:
+        return ("node", int(os.environ["GROUP_RANK"]))
+    return ("first rank", int(os.environ.get("RANK", 0)) - int(os.environ.get("LOCAL_RANK",
+                                                                             0)))
+
+
+def node_groups(timeout=None):
+    """One process group per node, from every rank's node (collective: call it on every
+    rank of the default group).
+
+    Parameters
+    ----------
+    timeout : datetime.timedelta, optional
+        The process group's timeout, for the new groups and error messages [s].
+
+    Returns
+    -------
+    tuple
+        ``(group, nodes)``: this rank's node group and the world ranks of every node, in
+        node order; ``(None, nodes)`` when the nodes do not all hold the same number of
+        ranks (their sweeps would not be comparable).
+    """
+    torch = _torch()
+    dist = torch.distributed
+    world = dist.get_world_size()
+    keys = [None] * world
+    try:
+        dist.all_gather_object(keys, _node_key())
+        members = {}
+        for r, k in enumerate(keys):
+            members.setdefault(tuple(k), []).append(r)
+        nodes = [members[k] for k in sorted(members)]
+        # every rank creates every group, in the same order (torch.distributed's rule)
+        kw = {} if timeout is None else {"timeout": timeout}
+        groups = [dist.new_group(ranks, **kw) for ranks in nodes]
+    except RuntimeError as exc:
+        raise peer_failure("forming the intra-node groups", exc, timeout) from exc
+    if len({len(ranks) for ranks in nodes}) > 1:
+        return None, nodes
+    me = dist.get_rank()
+    mine = next(g for g, ranks in zip(groups, nodes) if me in ranks)
+    return mine, nodes
+
+
+def run_intra_node_sweep(sizes=None, *, warmup=2, repeats=5, budget=2.0, device=None,
+                         progress=True, timeout=None):
+    """All-reduce inside every node, all nodes at once (collective: every rank calls it).
+
+    Each node's ranks form a group (:func:`node_groups`) and sweep ``sizes`` with
+    :func:`run_sweep`, every node at the same time, as the intra-node hops of a flat
+    ring run in every node at once. The times kept are, per size, those of the node
+    with the largest median (the slowest intra-node link sets a ring's pace).
+
+    Parameters
+    ----------
+    sizes : array_like, optional
+        Message sizes per rank [bytes]; :func:`default_sizes` by default.
+    warmup : int
+        Untimed repetitions per size [-].
+    repeats : int
+        Timed repetitions per size, at most [-].
+    budget : float
+        Time per size after which fewer repetitions are taken (never fewer than 3) [s].
+    device : str or torch.device, optional
+        Where the buffers live [-].
+    progress : bool
+        Print progress lines to stderr on rank 0 [-].
+    timeout : datetime.timedelta, optional
+        The process group's timeout, only to word error messages [s].
+
+    Returns
+    -------
+    TransportSweep or None
+        ``world_size`` = ranks per node, ``groups`` = nodes, on every rank; ``None``
+        when the nodes hold different numbers of ranks.
+    """
+    torch = _torch()
+    dist = torch.distributed
+    group, nodes = node_groups(timeout)
+    if group is None:
+        return None
+    sweep = run_sweep(sizes, collectives=("all_reduce",), warmup=warmup, repeats=repeats,
+                      budget=budget, device=device, group=group, progress=progress,
+                      timeout=timeout, label="intra-node")
+    mine = sweep.seconds["all_reduce"] if dist.get_rank(group) == 0 else None
+    every = [None] * dist.get_world_size()
+    try:
+        dist.all_gather_object(every, mine)
+    except RuntimeError as exc:
+        raise peer_failure("gathering the intra-node sweeps (all_gather_object)", exc,
+                           timeout) from exc
+    per_node = [np.asarray(every[ranks[0]], dtype=float) for ranks in nodes]
+    width = max(a.shape[1] for a in per_node)
+    per_node = np.stack([_fill_nan(np.pad(a, ((0, 0), (0, width - a.shape[1])),
+                                          constant_values=np.nan)) for a in per_node])
+    slowest = np.argmax(np.median(per_node, axis=2), axis=0)  # per size
+    seconds = per_node[slowest, np.arange(per_node.shape[1])]
+    return attrs.evolve(sweep, seconds={"all_reduce": seconds}, groups=len(nodes))
 
 
 def _fill_nan(a):

@@ -18,8 +18,12 @@ and the minimum compression ratio, which falls as :math:`S` rises, takes its bou
 the same corners the other way round. A utilization table moves row by row to the ends
 of its per-row intervals (``intervals["table_utilization"]``, written by
 :func:`~scalemodel.calibrate.fit.cluster_from_fits`), or, without them, in proportion to
-the ``utilization`` interval. Two extra evaluations, vectorized over ``n`` and ``bw``
-like :func:`scalemodel.scaling_factor`.
+the ``utilization`` interval. The terms a calibration fits on top of the transport go
+the same way: the scaling factor falls with the compute slowdown :math:`\sigma` and the
+fixed costs and rises with the overlap efficiency :math:`\eta`. The cluster's two
+corners are :meth:`scalemodel.ClusterProfile.corners` (one rule for every caller); this
+module adds the compute scale :math:`c`. Two extra evaluations, vectorized over ``n``
+and ``bw`` like :func:`scalemodel.scaling_factor`.
 
 The level of the result is that of each parameter's interval (the cluster's
 ``extra["confidence"]``); the box's joint coverage is at least that of its least certain
@@ -40,9 +44,6 @@ from ..solvers import min_compression
 
 __all__ = ["PredictionInterval", "scaling_factor_interval", "min_compression_interval",
            "corner_inputs"]
-
-_TINY_UTILIZATION = 1e-9
-
 
 def _fmt(v):
     return "inf" if np.isinf(v) else f"{v:.3f}"
@@ -114,7 +115,9 @@ def corner_inputs(model, cluster, compute_interval=None):
         The workload [-].
     cluster : ClusterProfile or path
         A calibrated cluster with ``intervals`` for ``alpha`` / ``utilization`` /
-        ``table_utilization`` / ``ceiling`` (missing ones count as exact) [-].
+        ``table_utilization`` / ``ceiling`` / ``compute_slowdown`` / ``overlap`` /
+        ``collective_overhead`` / ``sync_overhead`` (missing ones count as exact); its
+        corners are :meth:`~scalemodel.ClusterProfile.corners` [-].
     compute_interval : tuple of float, optional
         ``(lo, hi)`` relative scale of the compute times, e.g. the 10th and 90th
         percentile of measured iteration times over the median, with
@@ -141,12 +144,29 @@ def corner_inputs(model, cluster, compute_interval=None):
     if not (0 < c_lo <= 1 <= c_hi and np.isfinite(c_hi)):
         raise InvalidParameterError("compute_interval", compute_interval,
                                     "(lo, hi) with 0 < lo <= 1 <= hi")
+    _check_intervals(cl)
+    worst, best = cl.corners()  # the cluster side: one rule, ClusterProfile's
+    return (_scaled(profile, c_lo), worst), (_scaled(profile, c_hi), best)
+
+
+_CORNER_FIELDS = ("alpha", "utilization", "ceiling", "compute_slowdown", "overlap",
+                  "collective_overhead", "sync_overhead")
+
+
+def _check_intervals(cl):
+    """Every interval that :meth:`~scalemodel.ClusterProfile.corners` reads is a pair of
+    numbers, and the table's interval holds one bound per row."""
     iv = cl.intervals
-    a_lo, a_hi = _pair(iv.get("alpha"), "alpha", (cl.alpha, cl.alpha))
-    u_lo, u_hi = _pair(iv.get("utilization"), "utilization", (cl.utilization, cl.utilization))
-    c_iv = _pair(iv.get("ceiling"), "ceiling", (cl.ceiling, cl.ceiling))
+    for name in _CORNER_FIELDS:
+        if iv.get(name) is None:
+            continue
+        lo, hi = _pair(iv[name], name, None)
+        try:
+            float(lo), float(hi)
+        except (TypeError, ValueError):
+            raise InvalidParameterError(f"cluster.intervals[{name!r}]", iv[name],
+                                        "a pair (lo, hi) of numbers") from None
     table = cl.table_utilization
-    rows = None
     if table is not None and iv.get("table_utilization") is not None:
         t_lo, t_hi = (np.asarray(x, dtype=float) for x in
                       _pair(iv["table_utilization"], "table_utilization", None))
@@ -154,25 +174,6 @@ def corner_inputs(model, cluster, compute_interval=None):
             raise InvalidParameterError("cluster.intervals['table_utilization']",
                                         iv["table_utilization"],
                                         f"two lists of {table.size} bounds, one per row")
-        rows = (t_lo, t_hi)
-
-    def clip_u(u):
-        return np.clip(np.asarray(u, dtype=float), _TINY_UTILIZATION, 1.0)
-
-    def variant(alpha, u, k, ceiling):
-        kw = {"alpha": max(0.0, float(alpha)), "utilization": float(clip_u(u))}
-        if table is not None:
-            if rows is not None:
-                kw["table_utilization"] = clip_u(np.minimum(rows[k], 1.0))
-            else:
-                kw["table_utilization"] = clip_u(table * (u / cl.utilization))
-        if cl.ceiling is not None and ceiling is not None:
-            kw["ceiling"] = float(ceiling)
-        return attrs.evolve(cl, **kw)
-
-    worst = (_scaled(profile, c_lo), variant(a_hi, u_lo, 0, c_iv[0]))
-    best = (_scaled(profile, c_hi), variant(a_lo, u_hi, 1, c_iv[1]))
-    return worst, best
 
 
 def _confidence(cluster):
