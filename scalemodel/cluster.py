@@ -403,6 +403,10 @@ class ClusterProfile:
                 field = getattr(exc, "parameter", "<value>")
                 raise ProfileFormatError(source, f"topology.{field}", str(exc)) from None
         table = data.get("utilization_table")
+        if table is not None and not (isinstance(table, dict)
+                                      and {"line_rate", "utilization"} <= set(table)):
+            raise ProfileFormatError(source, "utilization_table", "must be an object "
+                                     "{\"line_rate\": [bits/s ...], \"utilization\": [...]}")
         try:
             return cls(
                 name=str(data.get("name", "cluster")), alpha=data.get("alpha", 0.0),

@@ -16,7 +16,7 @@ bytes on the wire, and :math:`\Gamma` the time of the element-wise reductions (a
 :math:`\gamma S` or a measured size-to-time curve, see :class:`ReductionCost`) plus any
 intra-node transfers. A collective that reduces in :math:`k` steps pays a reduction's
 launch latency :math:`t_0` once and every step its per-byte part,
-:math:`t_0 + k\,\gamma\,s` (:meth:`ReductionCost.steps`, :math:`\gamma` the per-byte
+:math:`t_0 + k\,\gamma\,s` (:meth:`~scalemodel.ReductionCost.steps`, :math:`\gamma` the per-byte
 cost): NCCL reduces inside its one communication kernel, at memory bandwidth. Writing :math:`x = 1/(u B r)` [s/bit], every collective is a straight
 line :math:`T = a + W x` in :math:`x`; the overlap model builds on exactly that.
 

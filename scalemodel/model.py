@@ -64,7 +64,7 @@ intra-node copies) or ``fixed`` (the cluster's per-collective and per-iteration 
 
 
 SCENARIO_CACHE_SIZE = 64
-"""How many recent scenarios :meth:`Scenario.build` keeps [-]."""
+"""How many recent scenarios :meth:`~scalemodel.Scenario.build` keeps [-]."""
 
 _SCENARIOS: "OrderedDict" = OrderedDict()
 
@@ -138,7 +138,7 @@ class Scenario:
         """Validate the arguments and make a scenario; see :func:`scaling_factor`.
 
         Scenarios (and the lines they cache) are kept for the last
-        :data:`SCENARIO_CACHE_SIZE` argument sets whose model and cluster are objects or
+        :data:`~scalemodel.model.SCENARIO_CACHE_SIZE` argument sets whose model and cluster are objects or
         built-in names (a file is read again every time), so that repeated questions on
         one workload cost only the solve."""
         profile = load_profile(model)

@@ -64,3 +64,11 @@ def test_cluster_file_round_trip_and_errors(tmp_path):
     (tmp_path / "cut.json").write_text(json.dumps(cl.to_dict())[:40])
     with pytest.raises(sm.ProfileFormatError, match="truncated"):
         sm.load_cluster(tmp_path / "cut.json")
+
+
+def test_utilization_table_of_the_wrong_type_names_the_field():
+    data = sm.ClusterProfile(provenance={"source": "test"}).to_dict()
+    for bad in (5, [1, 2], {"line_rate": [1e9]}):
+        data["utilization_table"] = bad
+        with pytest.raises(sm.ProfileFormatError, match="utilization_table"):
+            sm.ClusterProfile.from_dict(data)
