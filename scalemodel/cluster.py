@@ -310,6 +310,13 @@ class ClusterProfile:
             scale_hi = best["utilization"] / self.utilization
             worst["table_utilization"] = np.clip(self.table_utilization * scale_lo, 1e-9, 1)
             best["table_utilization"] = np.clip(self.table_utilization * scale_hi, 1e-9, 1)
+        if self.topology is not None and ("intra_bw" in iv or "intra_alpha" in iv):
+            t = self.topology
+            bw_lo, bw_hi = pair("intra_bw", t.intra_bw)
+            a_lo, a_hi = pair("intra_alpha", t.intra_alpha)
+            bw_lo, a_lo = max(bw_lo, 1.0), max(a_lo, 0.0)
+            worst["topology"] = attrs.evolve(t, intra_bw=bw_lo, intra_alpha=a_hi)
+            best["topology"] = attrs.evolve(t, intra_bw=bw_hi, intra_alpha=a_lo)
         if not worst:
             return self, self
         return attrs.evolve(self, **worst), attrs.evolve(self, **best)

@@ -622,7 +622,15 @@ def _solve(problem, free):
         (lo, hi)
 
 
-def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=8, nics_per_node=None,
+class _Default(int):
+    """An int default that knows it was not passed (its repr is the number)."""
+
+
+_GPUS_PER_NODE = _Default(8)
+
+
+def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER_NODE,
+                nics_per_node=None,
                 intra_bw=None, intra_alpha=None, ps_servers=None, cluster=None, fit=None,
                 hold=None, confidence=0.95, max_free=None, name="fitted", **given
                 ) -> ClusterFit:
@@ -637,8 +645,8 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=8, nics_p
     fusion : str or fusion policy
         Fusion of the runs that do not name one [-].
     gpus_per_node : int or None
-        GPUs per node of the cluster (its topology; ``None``: every worker its own link)
-        [workers].
+        GPUs per node of the cluster (its topology; ``None``: every worker its own link);
+        default 8, or the starting ``cluster``'s when it has a topology [workers].
     nics_per_node : int or None
         NICs per node; ``None``: 1 [NICs].
     intra_bw : float, str or None
@@ -696,6 +704,8 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=8, nics_p
     runs = load_runs(runs)
     base = load_cluster(cluster) if cluster is not None else ClusterProfile(
         name=name, provenance={"source": "fit_cluster"})
+    if gpus_per_node is _GPUS_PER_NODE and base.topology is not None:
+        gpus_per_node = None  # not given: keep the starting cluster's topology
     topo = resolve_topology(base.topology, gpus_per_node=gpus_per_node,
                             nics_per_node=nics_per_node, intra_bw=intra_bw,
                             intra_alpha=intra_alpha)

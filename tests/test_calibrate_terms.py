@@ -397,7 +397,7 @@ def ddp_from(prof, cluster, n, bw, *, sigma_spans=1.0, iterations=10, seed=6):
     return DDPMeasurement(seconds=tn, local_seconds=t1, world_size=n, batch_size=32,
                           bucket_cap_mb=25.0, backend="gloo",
                           backward=bwd * sigma_spans * rng.lognormal(0, 0.01, iterations),
-                          local_backward=bwd, forward=np.full(iterations, 0.01),
+                          local_backward=bwd, forward=np.full(iterations, 0.01 * sigma_spans),
                           local_forward=np.full(iterations, 0.01))
 
 

@@ -188,3 +188,25 @@ def test_load_runs_converts_units_and_checks_types():
                                     "single_worker_time": 0.5}])[0].measured_sf, 0.5)
     np.testing.assert_equal(len(load_runs([{"model": "bert", "n": 8, "bw": 1e10,
                                             "scaling_factor": 0.5}] * 3)), 3)
+
+
+def test_a_starting_cluster_keeps_its_topology_unless_told():
+    start = sm.ClusterProfile(topology=sm.Topology(gpus_per_node=4, intra_bw=1e12),
+                              provenance={"source": "test"})
+    runs = [{"model": "resnet50", "n": 16, "bw": 1e11, "scaling_factor": 0.8}]
+    fit = sm.fit_cluster(runs, cluster=start, fusion="horovod")
+    assert fit.cluster.topology.gpus_per_node == 4 and fit.cluster.topology.intra_bw == 1e12
+    fit = sm.fit_cluster(runs, cluster=start, fusion="horovod", gpus_per_node=8)
+    assert fit.cluster.topology.gpus_per_node == 8
+    assert sm.fit_cluster(runs, fusion="horovod").cluster.topology.gpus_per_node == 8
+
+
+def test_corners_move_the_intra_node_link_too():
+    cl = sm.ClusterProfile(topology=sm.Topology(gpus_per_node=8, intra_bw=1e11),
+                           intervals={"intra_bw": (5e10, 2e11), "intra_alpha": (0, 1e-5)},
+                           provenance={"source": "test"})
+    worst, best = cl.corners()
+    assert worst.topology.intra_bw == 5e10 and worst.topology.intra_alpha == 1e-5
+    assert best.topology.intra_bw == 2e11 and best.topology.intra_alpha == 0
+    sf = [sm.scaling_factor("bert", 64, 4e11, cluster=c) for c in (worst, cl, best)]
+    assert sf[0] <= sf[1] <= sf[2] and sf[0] < sf[2]

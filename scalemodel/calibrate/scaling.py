@@ -27,10 +27,13 @@ that ``loss.backward()`` includes under DDP. The compute slowdown of
 .. math::
    :label: slowdown-measured
 
-   \\sigma = \\frac{\\operatorname{median}_i b_i^\\text{DDP}}
-                  {\\operatorname{median}_i b_i^\\text{local}} ,
+   \\sigma = \\frac{\\operatorname{median}_i (f_i + b_i)^\\text{DDP}}
+                  {\\operatorname{median}_i (f_i + b_i)^\\text{local}} ,
 
-each span the slowest rank's, with a bootstrap interval over the paired iterations
+with :math:`f_i` the forward time and :math:`b_i` the backward span (to the last gradient
+ready), the sum because the model stretches forward and backward alike (the quantity of
+Zhang et al.'s Fig. 2); each span the slowest rank's, with a bootstrap interval over the
+paired iterations
 (:func:`estimate_slowdown`). What it measures depends on the hardware:
 
 - on **GPUs** (nccl), backward and the all-reduces run on different streams; what slows
@@ -131,7 +134,8 @@ def estimate_slowdown(ddp, local, *, forward=None, local_forward=None, confidenc
     Parameters
     ----------
     ddp, local : array_like
-        Backward spans of the DDP iterations and of their paired local iterations [s].
+        Compute spans (forward + backward to the last gradient, or backward alone) of the
+        DDP iterations and of their paired local iterations [s].
     forward, local_forward : array_like, optional
         Forward times of the same iterations, for the forward ratio [s].
     confidence : float
@@ -272,7 +276,14 @@ class DDPMeasurement:
         """
         if self.backward is None or self.local_backward is None:
             return None
-        return estimate_slowdown(self.backward, self.local_backward, forward=self.forward,
+        ddp, local = np.asarray(self.backward, float), np.asarray(self.local_backward, float)
+        if self.forward is not None and self.local_forward is not None and \
+                np.size(self.forward) == ddp.size and np.size(self.local_forward) == local.size:
+            # the model stretches forward and backward by sigma (as Zhang et al.'s Fig. 2
+            # measured forward + backward): the same sum here
+            ddp = ddp + np.asarray(self.forward, float)
+            local = local + np.asarray(self.local_forward, float)
+        return estimate_slowdown(ddp, local, forward=self.forward,
                                  local_forward=self.local_forward, confidence=confidence)
 
     def to_dict(self) -> dict:
