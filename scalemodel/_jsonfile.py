@@ -31,6 +31,76 @@ MAX_DEPTH = 32
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
+def read_text_file(path, *, what: str, max_bytes: int = MAX_BYTES) -> str:
+    """Read one text file given by a user: a regular file (a FIFO or a folder is refused,
+    never waited on), at most ``max_bytes``, UTF-8.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file [path].
+    what : str
+        What the file is, for messages [-].
+    max_bytes : int
+        Largest accepted size [bytes].
+
+    Returns
+    -------
+    str
+        The text.
+
+    Raises
+    ------
+    ProfileFormatError
+        Not a regular file, unreadable, too large or not UTF-8; names the file.
+    """
+    source = os.fspath(path)
+
+    def fail(field, problem):
+        return ProfileFormatError(source, field, f"{what}: {problem}")
+
+    raw = _read_bytes(source, fail, max_bytes)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise fail("<file>", f"is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
+                   f"{exc.start} (line {line})") from None
+
+
+def _read_bytes(source, fail, max_bytes):
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; checked just below
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise fail("<file>", f"cannot be opened: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a folder" if stat.S_ISDIR(st.st_mode) else
+                    "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else
+                    "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+            raise fail("<file>", f"is {kind}; give a regular file")
+        if st.st_size > max_bytes:
+            raise fail("<file>", f"is {st.st_size} bytes, more than the limit of {max_bytes}")
+        chunks, total = [], 0
+        while True:  # read at most max_bytes + 1: the file may grow while it is read
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise fail("<file>", f"is more than the limit of {max_bytes} bytes")
+    except OSError as exc:
+        raise fail("<file>", f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def read_json_file(path, *, what: str, max_bytes: int = MAX_BYTES,
                    max_depth: int = MAX_DEPTH):
     """Read and parse one JSON file given by a user.
@@ -63,42 +133,7 @@ def read_json_file(path, *, what: str, max_bytes: int = MAX_BYTES,
     def fail(field, problem):
         return ProfileFormatError(source, field, f"{what}: {problem}")
 
-    try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; checked just below
-        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise fail("<file>", f"cannot be opened: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a folder" if stat.S_ISDIR(st.st_mode) else
-                    "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else
-                    "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
-                    "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-            raise fail("<file>", f"is {kind}; give a regular JSON file")
-        if st.st_size > max_bytes:
-            raise fail("<file>", f"is {st.st_size} bytes, more than the limit of {max_bytes}")
-        chunks, total = [], 0
-        while True:  # read at most max_bytes + 1: the file may grow while it is read
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise fail("<file>", f"is more than the limit of {max_bytes} bytes")
-    except OSError as exc:
-        raise fail("<file>", f"cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    raw = b"".join(chunks)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise fail("<file>", f"is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
-                   f"{exc.start} (line {line})") from None
+    text = read_text_file(path, what=what, max_bytes=max_bytes)
     depth = nesting_depth(text)
     if depth > max_depth:
         raise fail("<json>", f"nests {depth} levels deep, more than the limit of {max_depth}")

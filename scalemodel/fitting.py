@@ -57,6 +57,7 @@ than their uncertainties say), transformed back through :math:`g`.
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import math
 import os
@@ -66,6 +67,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from ._jsonfile import read_text_file
 from .cluster import ClusterProfile, load_cluster
 from .collectives import ReductionCost
 from .exceptions import (CalibrationError, CalibrationWarning, InvalidParameterError,
@@ -293,14 +295,12 @@ def load_runs(runs) -> list[Run]:
     """
     if isinstance(runs, (str, os.PathLike)):
         path = Path(runs)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise InvalidParameterError("runs", os.fspath(runs), "no such file")
-        if path.stat().st_size > 16 * 2**20:
-            raise ProfileFormatError(str(path), "<file>", "larger than 16 MiB: not a run list")
+        text = read_text_file(path, what="run list", max_bytes=16 * 2**20)
         try:
-            with open(path, newline="", encoding="utf-8") as fh:
-                rows = list(csv.DictReader(fh))
-        except (UnicodeDecodeError, csv.Error) as exc:
+            rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        except csv.Error as exc:
             raise ProfileFormatError(str(path), "<csv>", f"not a readable CSV: {exc}") from None
         base = path.parent
         for row in rows:

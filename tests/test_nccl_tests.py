@@ -152,8 +152,12 @@ def test_collective_from_file_name_or_argument(tmp_path):
 def test_bad_input_names_the_line(tmp_path):
     with pytest.raises(sm.ProfileFormatError, match="no nccl-tests table"):
         read_nccl_tests("hello\nworld\n")
-    with pytest.raises(sm.ProfileFormatError, match="cannot be read"):
+    with pytest.raises(sm.ProfileFormatError, match="cannot be opened"):
         read_nccl_tests(tmp_path / "missing.log")
+    import os
+    os.mkfifo(tmp_path / "fifo.log")  # a named pipe is refused, never waited on
+    with pytest.raises(sm.ProfileFormatError, match="FIFO"):
+        read_nccl_tests(tmp_path / "fifo.log")
     text = nccl_text("all_reduce", 4, 1e-5, 1e11)
     lines = text.splitlines()
     row = next(i for i, x in enumerate(lines) if x.strip().startswith("4096"))

@@ -53,6 +53,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from .._jsonfile import read_text_file
 from ..exceptions import CalibrationError, InvalidParameterError, ProfileFormatError
 
 __all__ = ["NcclTestsResult", "read_nccl_tests", "BUS_FACTOR"]
@@ -209,10 +210,7 @@ def read_nccl_tests(source, *, collective=None) -> NcclTestsResult:
     """
     if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source):
         path = Path(source)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ProfileFormatError(str(path), "<file>", f"cannot be read: {exc}") from None
+        text = read_text_file(path, what="nccl-tests output")  # regular files only
         name = str(path)
         hint = path.name
     elif isinstance(source, str):
