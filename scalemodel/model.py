@@ -383,24 +383,43 @@ class Scenario:
                 out[idx] = self.planned(n[idx], x[idx], r[idx]).iteration_times(
                     n[idx], x[idx], r[idx])
             return out
-        compressed = (r > 1) & (self.codec_cost > 0)
         shape = np.broadcast_shapes(n.shape, np.shape(x), r.shape)
         x = np.broadcast_to(x, shape)
         rr = np.broadcast_to(r, shape)
         out = np.empty(shape)
-        fwd = np.empty(shape)
-        for nv in np.unique(n):
-            for flag in np.unique(compressed):
-                env = self.lines(int(nv), bool(flag))[1]
-                part = (n == nv) & (compressed == flag)
-                if part.all():
-                    out[...] = env(self.x_effective(nv, x, rr))
-                    fwd[...] = self.forward(nv)
-                else:
-                    part = np.broadcast_to(part, shape)
-                    out[part] = env(self.x_effective(nv, x[part], rr[part]))
-                    fwd[part] = self.forward(nv)
-        return fwd + out + self.profile.update_time
+        nb = n.reshape((1,) * (len(shape) - n.ndim) + n.shape)
+        if nb.size <= 4096:
+            # n varies along its own axes: each value's block is a view (no masks over
+            # the whole grid, which would cost one pass per worker count)
+            axes = [d for d, k in enumerate(nb.shape) if k > 1]
+            for idx in np.ndindex(*(nb.shape[d] for d in axes)):
+                block = [slice(None)] * len(shape)
+                for d, i in zip(axes, idx):
+                    block[d] = slice(i, i + 1)
+                block = tuple(block)
+                self._fill(out, block, int(nb[block].flat[0]), x[block], rr[block])
+        else:
+            n_full = np.broadcast_to(nb, shape)
+            for nv in np.unique(n):
+                part = n_full == nv
+                sub = np.empty(int(part.sum()))
+                self._fill(sub, slice(None), int(nv), x[part], rr[part])
+                out[part] = sub
+        return out + self.profile.update_time
+
+    def _fill(self, out, where, n, x, r):
+        """``out[where]`` = forward + envelope for ``n`` workers at ``x``, ``r``."""
+        compressed = (r > 1) & (self.codec_cost > 0)
+        if not compressed.any() or compressed.all():
+            env = self.lines(n, bool(compressed.flat[0]) if compressed.size else False)[1]
+            out[where] = env(self.x_effective(n, x, r)) + self.forward(n)
+            return
+        block = np.empty(np.shape(x))
+        for flag in (False, True):
+            env = self.lines(n, flag)[1]
+            part = compressed == flag
+            block[part] = env(self.x_effective(n, x[part], r[part])) + self.forward(n)
+        out[where] = block
 
     # ------------------------------------------------------------------ what binds
 

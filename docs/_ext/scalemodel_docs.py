@@ -655,24 +655,31 @@ def inc_emulated(out: Path):
     import statistics
 
     data = _emulated()
-    rows, errs = [], []
+    rows, errs, terrs, other = [], [], [], []
+    calibrated_on = data["calibration"]["model"]
     for r in data["records"]:
         e = r["predicted"] - r["measured"]
+        te = r["measured"] / r["predicted"] - 1  # predicted / measured iteration time - 1
         cal = r["calibration_point"]
         if not cal:
             errs.append(abs(e))
+            terrs.append(abs(te))
+            if r["model"] != calibrated_on.split(":")[0]:
+                other.append(abs(te))
         lo, hi = r["tn_p10_p90"]
         rows.append([r["model"], f"{r['line_rate'] / 1e6:g}", f"{r['t1'] * 1e3:.1f}",
                      f"{r['tn'] * 1e3:.1f} [{lo * 1e3:.0f}, {hi * 1e3:.0f}]",
                      f"{r['measured']:.3f}", f"{r['predicted']:.3f}",
                      f"{e:+.3f}" + (" (calibration point)" if cal else ""),
+                     f"{100 * te:+.1f} %",
                      f"{r['predicted_transport_only']:.3f}"])
     cal = data["calibration"]
     cl = cal["cluster"]
     host = (cl.get("host_overhead") or {}).get("gamma", 0.0)
     eta = cl.get("overlap", 1.0)
     text = _table(["model", "line rate [Mbit/s]", "T1 [ms]", "T2 [ms] (p10, p90)",
-                   "measured S", "predicted S", "error", "transport fit alone"], rows,
+                   "measured S", "predicted S", "error", "iteration-time error",
+                   "transport fit alone"], rows,
                   title="Two workers on the emulated cluster: predicted against measured "
                         "scaling factor")
     text += (f"\nCalibrated once, at {cal['rate'] / 1e6:g} Mbit/s with ``{cal['model']}``: "
@@ -680,7 +687,10 @@ def inc_emulated(out: Path):
              f"{cl['utilization']:.3f}, overlap efficiency :math:`\\eta` = {eta:.2f}, "
              f"host overhead {host * 1e9:.2f} ns/byte. "
              f"Over the {len(errs)} settings not used to calibrate: median absolute error "
-             f"**{statistics.median(errs):.3f}**, largest **{max(errs):.3f}** "
+             f"**{statistics.median(errs):.3f}**, largest **{max(errs):.3f}** in scaling "
+             f"factor; in iteration time median **{100 * statistics.median(terrs):.1f} %**, "
+             f"largest **{100 * max(terrs):.1f} %** (on the model not calibrated on alone: "
+             f"largest {100 * max(other or [0.0]):.1f} %) "
              f"({data['iterations']} timed iterations per run; measured {data['date']} on "
              f"{data['machine']}).\n")
     repeat = EMULATED.parent / "emulated-repeat" / "emulated.json"

@@ -317,6 +317,9 @@ def run(args) -> int:
         if "scaling" in steps:
             outputs.append((report_path, "--report-out" if args.report_out else
                             "the report (--report-out)"))
+            if args.trace:
+                from .trace import rank_trace_path
+                outputs.append((rank_trace_path(args.trace, 0), "--trace"))
         why = [_check_outputs(outputs) if rank == 0 else None]
         _collective("sharing the output check", dist.broadcast_object_list, why, src=0,
                     timeout=timeout)
@@ -326,11 +329,12 @@ def run(args) -> int:
         staged = _measure(args, steps, dist, timeout, profile, cluster, line_rate,
                           model_name, out, profile_path, report_path)
         _final_barrier(dist, timeout)
-        if rank == 0:
-            texts = {path: text for path, (_, text) in staged.items()}
+        texts = {path: text for path, (_, text) in staged.items()}
+        if texts:  # rank 0 its files, every rank its own trace (--trace)
             with profiles._signals_held():  # an interrupt now comes after the last rename
                 profiles.atomic_write_files(texts)
                 _WRITTEN.extend(str(p) for p in texts)
+        if rank == 0:
             ran = ", ".join(steps)
             wrote = "; ".join(f"{label} {path}" for path, (label, _) in staged.items())
             msg = f"ran {ran}; wrote {wrote or 'nothing'}"
@@ -435,6 +439,9 @@ def _measure(args, steps, dist, timeout, profile, cluster, line_rate, model_name
                           iterations=args.iterations, bucket_cap_mb=args.bucket_cap_mb,
                           progress=progress, timeout=timeout, amp=args.amp,
                           trace=args.trace)
+        if ddp.trace_text is not None:  # every rank writes its own, with the others
+            from .trace import rank_trace_path
+            staged[rank_trace_path(args.trace, rank)] = ("trace", ddp.trace_text)
         if rank == 0:
             if compute is not None:
                 # the compute step's shape, the speed of the paired local iterations

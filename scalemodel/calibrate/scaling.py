@@ -229,6 +229,7 @@ class DDPMeasurement:
     forward: np.ndarray | None = None
     local_forward: np.ndarray | None = None
     timer: str = "time.perf_counter"
+    trace_text: str | None = attrs.field(default=None, repr=False)
 
     @property
     def median(self) -> float:
@@ -334,7 +335,8 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
         :func:`~scalemodel.calibrate.compute.measure_compute` [-].
     trace : str or os.PathLike, optional
         After the timed iterations, record a few more DDP iterations with
-        ``torch.profiler`` and save each rank's trace as ``<stem>.rank<r>.json``
+        ``torch.profiler``; this rank's trace is returned as ``trace_text``, for the
+        caller to write as ``<stem>.rank<r>.json`` with its other outputs
         (:func:`scalemodel.calibrate.trace.record_trace`), readable with
         :func:`scalemodel.calibrate.trace.read_trace` [path].
 
@@ -374,6 +376,7 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
     handles = [p.register_post_accumulate_grad_hook(hook) for p in net.parameters()
                if p.requires_grad]
     rows = {k: [] for k in ("ddp", "local", "bwd", "local_bwd", "fwd", "local_fwd")}
+    trace_text = None
 
     def step(sync_grads):
         """One iteration: (iteration time, forward time, backward span) [s]."""
@@ -418,9 +421,10 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
         worst = torch.tensor([rows[k] for k in rows], dtype=torch.float64,
                              device=device if backend == "nccl" else "cpu")
         dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
-        if trace is not None:
+        if trace is not None:  # kept in memory: the caller writes it with its outputs
             from .trace import record_trace
-            record_trace(trace, lambda: step(True), rank=rank, cuda=device.type == "cuda")
+            trace_text = record_trace(trace, lambda: step(True), rank=rank,
+                                      cuda=device.type == "cuda", stage=True)
     except CalibrationError:
         raise
     except RuntimeError as exc:
@@ -436,4 +440,5 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
                           backend=backend, backward=worst["bwd"],
                           local_backward=worst["local_bwd"], forward=worst["fwd"],
                           local_forward=worst["local_fwd"],
-                          timer="CUDA events" if clock.cuda else "time.perf_counter")
+                          timer="CUDA events" if clock.cuda else "time.perf_counter",
+                          trace_text=trace_text)

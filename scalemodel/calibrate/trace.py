@@ -2087,7 +2087,7 @@ def rank_trace_path(path, rank):
     return p.with_name(f"{name or 'trace'}.rank{int(rank)}.json")
 
 
-def record_trace(path, step, *, rank, cuda=False, iterations=5, warmup=1):
+def record_trace(path, step, *, rank, cuda=False, iterations=5, warmup=1, stage=False):
     """Run ``step`` under ``torch.profiler`` and save the trace of this rank, atomically.
 
     The profiler records CPU operators with their input shapes (so the collectives' sizes
@@ -2109,15 +2109,27 @@ def record_trace(path, step, *, rank, cuda=False, iterations=5, warmup=1):
         Iterations recorded [-].
     warmup : int
         Iterations run under the profiler first and not recorded [-].
+    stage : bool
+        Return the trace's text instead of writing it, for a caller that writes all its
+        outputs together at the end (the calibration) [-].
 
     Returns
     -------
-    pathlib.Path
-        The file written.
+    pathlib.Path or str
+        The file written, or with ``stage`` the trace's text.
     """
+    import shutil
     import tempfile
 
     from torch.profiler import ProfilerActivity, profile, schedule
+    if stage:
+        folder = tempfile.mkdtemp(prefix="scalemodel-trace-")
+        try:
+            written = record_trace(Path(folder) / "trace.json", step, rank=rank, cuda=cuda,
+                                   iterations=iterations, warmup=warmup)
+            return written.read_text(encoding="utf-8")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     out = rank_trace_path(path, rank)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
