@@ -212,6 +212,12 @@ def _with_memory(result, sc, n, gpu):
                         message=result.message + note)
 
 
+def _builder(model, **kw):
+    """``build(cluster)``: the scenario of this question on a given cluster (the asked one,
+    or a corner of its intervals)."""
+    return lambda cl: Scenario.build(model, cluster=cl, **kw)
+
+
 def _with_interval(result, sc, solve, field, what):
     """``result`` with the interval of ``field`` over the cluster's corners (``solve``
     answers the same question on another cluster)."""
@@ -324,14 +330,10 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     bw = _scalar("bw", parse_bandwidth(bw, "bw"))
     target = _scalar("target", check_fraction(target, "target"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
-
-    def build(cl):
-        return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                              codec_cost=codec_cost, gpus_per_node=gpus_per_node,
-                              nics_per_node=nics_per_node, intra_bw=intra_bw,
-                              intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cl,
-                              sharding=sharding)
-
+    build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
+                     codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                     nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
+                     ps_servers=ps_servers, sharding=sharding)
     sc = build(cluster)
     res = _with_interval(_min_compression(sc, bw, n, target, u), sc,
                          lambda cl: _min_compression(build(cl), bw, n, target, u),
@@ -427,14 +429,10 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     target = _scalar("target", check_fraction(target, "target"))
     r = _scalar("compression", check_ratio(compression, "compression"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
-
-    def build(cl):
-        return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                              codec_cost=codec_cost, gpus_per_node=gpus_per_node,
-                              nics_per_node=nics_per_node, intra_bw=intra_bw,
-                              intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cl,
-                              sharding=sharding)
-
+    build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
+                     codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                     nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
+                     ps_servers=ps_servers, sharding=sharding)
     sc = build(cluster)
     res = _with_interval(_solve_bandwidth(sc, n, target, r, u), sc,
                          lambda cl: _solve_bandwidth(build(cl), n, target, r, u),
