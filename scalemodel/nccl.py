@@ -871,12 +871,7 @@ def protocol_efficiency(protocol):
     return PROTOCOL_EFFICIENCY[_name(protocol, "protocol", NCCL_PROTOCOLS)]
 
 
-def nccl_latency(collective, algorithm, protocol, n_ranks, n_nodes, *, arch="volta",
-                 intra="nvlink", n_channels=None, inter_bw=None, version="2.30",
-                 nics_per_node=1, nic_path="PHB", cpu="intel"):
-    """NCCL's latency of one (algorithm, protocol) for a collective, as set at init.
-
-    Parameters
+_PAIR_PARAMETERS = """Parameters
     ----------
     collective : str
         ``"all_reduce"``, ``"reduce_scatter"`` or ``"all_gather"`` [-].
@@ -903,7 +898,16 @@ def nccl_latency(collective, algorithm, protocol, n_ranks, n_nodes, *, arch="vol
     nic_path : str
         As in :func:`nccl_choice` [-].
     cpu : str
-        As in :func:`nccl_choice` [-].
+        As in :func:`nccl_choice` [-]."""
+"""The parameters :func:`nccl_latency` and :func:`nccl_bandwidth` share."""
+
+
+def nccl_latency(collective, algorithm, protocol, n_ranks, n_nodes, *, arch="volta",
+                 intra="nvlink", n_channels=None, inter_bw=None, version="2.30",
+                 nics_per_node=1, nic_path="PHB", cpu="intel"):
+    """NCCL's latency of one (algorithm, protocol) for a collective, as set at init.
+
+    {parameters}
 
     Returns
     -------
@@ -956,34 +960,7 @@ def nccl_bandwidth(collective, algorithm, protocol, n_ranks, n_nodes, *, arch="v
                    nics_per_node=1, nic_path="PHB", cpu="intel"):
     """NCCL's algorithm bandwidth of one (algorithm, protocol), as set at init.
 
-    Parameters
-    ----------
-    collective : str
-        ``"all_reduce"``, ``"reduce_scatter"`` or ``"all_gather"`` [-].
-    algorithm : str
-        ``"ring"``, ``"tree"`` or ``"pat"`` [-].
-    protocol : str
-        ``"LL"``, ``"LL128"`` or ``"Simple"`` [-].
-    n_ranks : int
-        GPUs in the communicator [-].
-    n_nodes : int
-        Nodes they span [-].
-    arch : str
-        As in :func:`nccl_choice` [-].
-    intra : str
-        As in :func:`nccl_choice` [-].
-    n_channels : int or None
-        As in :func:`nccl_choice` [-].
-    inter_bw : float, str or None
-        As in :func:`nccl_choice` [bits/s].
-    version : str
-        As in :func:`nccl_choice` [-].
-    nics_per_node : int
-        As in :func:`nccl_choice` [-].
-    nic_path : str
-        As in :func:`nccl_choice` [-].
-    cpu : str
-        As in :func:`nccl_choice` [-].
+    {parameters}
 
     Returns
     -------
@@ -1195,3 +1172,7 @@ def nccl_choice(collective, nbytes, n_ranks, n_nodes, *, arch="volta", intra="nv
     return NcclChoice(coll, version, sizes, names_a.reshape(shape), names_p.reshape(shape),
                       time.reshape(shape), (lat * _US).reshape(shape),
                       (bw * _GB).reshape(shape), eff.reshape(shape), topo)
+
+
+for _fn in (nccl_latency, nccl_bandwidth):
+    _fn.__doc__ = _fn.__doc__.replace("{parameters}", _PAIR_PARAMETERS.strip())
