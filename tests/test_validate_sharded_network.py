@@ -1,0 +1,80 @@
+"""The second published source of benchmarks/validate_sharded.py (ZeRO-3 at 100 to 800
+Gbit/s per node): structural facts of the evaluation, not its error values."""
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def validate():
+    spec = importlib.util.spec_from_file_location(
+        "validate_sharded", ROOT / "benchmarks" / "validate_sharded.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def evaluated(validate):
+    return validate.evaluate_network()
+
+
+def test_every_row_with_a_stated_shape_is_predicted(validate, evaluated):
+    results, stats = evaluated
+    with open(validate.NETWORK_DATA) as fh:
+        csv_rows = list(csv.DictReader(fh))
+    assert [r["row"] for r in results] == [int(r["row"]) for r in csv_rows]
+    for r in results:
+        if r["model"] in validate.ZEROPP_GPT:
+            assert r["predicted"] is not None and r["predicted"] > 0
+            assert 0 < r["efficiency"] <= 1 and 0 <= r["exposed"] < 1
+        else:
+            assert r["predicted"] is None
+    predicted = [r for r in results if r["predicted"] is not None]
+    assert stats["predicted_rows"] == sum(not r["calibration"] for r in predicted) > 0
+    assert stats["recorded_rows"] == len(results) - len(predicted)
+
+
+def test_parameter_counts_match_the_stated_sizes(validate, evaluated):
+    results, _ = evaluated
+    for r in results:
+        if r["config"] is not None:
+            stated = float(r["stated"].rstrip("B")) * 1e9
+            assert r["config"].parameter_count == pytest.approx(stated, rel=0.05)
+            assert r["config"].micro_batch * r["config"].seq == r["tokens"]
+
+
+def test_one_calibration_row_per_series_at_its_highest_bandwidth(evaluated):
+    results, stats = evaluated
+    series = {}
+    for r in results:
+        if r["predicted"] is not None:
+            series.setdefault((r["model"], r["tokens"]), []).append(r)
+    assert len(series) == stats["series"]
+    for members in series.values():
+        cal = [r for r in members if r["calibration"]]
+        assert len(cal) == 1
+        assert cal[0]["gbps"] == max(r["gbps"] for r in members)
+        assert len({r["efficiency"] for r in members}) == 1
+
+
+def test_calibration_rows_are_reproduced_exactly(evaluated):
+    results, _ = evaluated
+    for r in results:
+        if r["predicted"] is not None and r["calibration"]:
+            assert r["predicted"] == pytest.approx(r["tflops"], rel=1e-6)
+            assert r["serial"] == pytest.approx(r["tflops"], rel=1e-6)
+            assert r["flat_error"] == 0
+
+
+def test_fewer_links_never_predict_more_throughput(validate, evaluated):
+    results, _ = evaluated
+    cal = next(r for r in results if r["predicted"] is not None and r["calibration"])
+    tflops = [validate.predicted_network_step(dict(cal, links=k), cal["efficiency"])[0]
+              for k in (1, 2, 4, 8)]
+    assert tflops == sorted(tflops)
