@@ -1,12 +1,20 @@
 """Speed of the questions on the built-in LLMs, plain and sharded.
 
 For each built-in LLM and strategy: one ``min_compression`` call (64 GPUs, 8 per node,
-100 Gbit/s), the whole call as a user makes it: "cold" builds the scenario, its lines and
-envelope every time (the scenario cache of ``Scenario.build`` emptied before each call),
-"warm" is a repeated question (the cached scenario: only the inverse and the memory
-check); the profile itself is loaded once and cached by ``load_profile``. Reported: the
-best of several repeats of the mean over a batch of calls, on one core. Also the closed form against the discrete-event reference
-of ``tests/des_sharding.py`` on one configuration.
+100 Gbit/s), the whole call as a user makes it, at three temperatures:
+
+* **first**: a question never asked before. Every cache of questions and arguments is
+  emptied before each call (:func:`scalemodel.model.clear_caches`: the scenario, its
+  schedule and envelope, the validated topology and options, the line rate read from
+  text); only the loaded profile and what it is made of (its units by block, its DDP
+  buckets) are kept. Loading a built-in LLM the first time takes 3-10 ms.
+* **new n**: a question on a scenario asked before at another worker count (the
+  schedule for this count is new; the scenario and its arguments are not).
+* **warm**: the same question again (only the inverse and the result are computed).
+
+Reported: the best of several repeats of the mean over a batch of calls, on one core.
+Also the closed form against the discrete-event reference of ``tests/des_sharding.py``
+on one configuration.
 
 Run: ``python benchmarks/bench_sharding.py``.
 """
@@ -38,11 +46,12 @@ def best_of(fn, calls=40, repeats=5):
 
 
 def main():
-    from scalemodel import model
+    from scalemodel.model import clear_caches
 
     for m in MODELS:
         sm.load_profile(m)  # built once per process, then cached
-    for label, cold in (("cold", True), ("warm", False)):
+    counts = iter(range(8, 10**6, 8))  # a worker count not asked before, every call
+    for label in ("first", "new n", "warm"):
         print(f"min_compression, 64 GPUs (8 per node), 100 Gbit/s, {label} [ms per call]")
         print(f"{'model':<14}" + "".join(f"{s:>14}" for s in STRATEGIES))
         worst = 0.0
@@ -50,9 +59,12 @@ def main():
             cells = []
             for s in STRATEGIES:
                 def call():
-                    if cold:
-                        model._SCENARIOS.clear()
-                    sm.min_compression(m, "100Gbps", n=64, sharding=s, **NODE)
+                    n = 64
+                    if label == "first":
+                        clear_caches()
+                    elif label == "new n":
+                        n = 64 + next(counts)
+                    sm.min_compression(m, "100Gbps", n=n, sharding=s, **NODE)
                 t = best_of(call)
                 worst = max(worst, t)
                 cells.append(f"{t * 1e3:>14.3f}")

@@ -44,6 +44,7 @@ References
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from typing import Callable
@@ -52,9 +53,10 @@ import attrs
 import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
+from .nccl import NCCL_ARCHS
 from .topology import DEFAULT_INTRA_BW, HIERARCHICAL_GPUS_PER_NODE, Topology
-from .units import (check_count, check_fraction, check_nonnegative, check_ratio,
-                    parse_bandwidth, parse_duration, scalar_converter)
+from .units import (_TINY, MAX_COUNT, check_count, check_fraction, check_nonnegative,
+                    check_ratio, parse_bandwidth, parse_duration, scalar_converter)
 
 __all__ = [
     "ReductionCost",
@@ -227,11 +229,12 @@ class CollectiveOptions:
 
     def __attrs_post_init__(self):
         check_nonnegative(self.alpha, "alpha")
-        topo = Topology(self.gpus_per_node, self.nics_per_node, self.intra_bw, self.intra_alpha,
-                        self.arch, self.intra_link)
-        for name in ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha", "arch",
-                     "intra_link"):
-            object.__setattr__(self, name, getattr(topo, name))
+        if not _canonical_topology(self):  # validated (and converted) by a Topology
+            topo = Topology(self.gpus_per_node, self.nics_per_node, self.intra_bw,
+                            self.intra_alpha, self.arch, self.intra_link)
+            for name in ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha", "arch",
+                         "intra_link"):
+                object.__setattr__(self, name, getattr(topo, name))
         if self.ps_servers is not None:
             object.__setattr__(self, "ps_servers", check_count(self.ps_servers, "ps_servers"))
             if isinstance(self.ps_servers, np.ndarray):
@@ -240,16 +243,64 @@ class CollectiveOptions:
     @classmethod
     def from_topology(cls, topology, *, alpha=0.0, ps_servers=None):
         """Options from a :class:`~scalemodel.topology.Topology` [-]."""
+        if cls is CollectiveOptions:
+            try:  # validated once per distinct question (the type keeps 8 and 8.0 apart)
+                return _options_from(topology, type(alpha), alpha, type(ps_servers),
+                                     ps_servers)
+            except TypeError:  # an unhashable value: validated, and refused, uncached
+                pass
         return cls(alpha=alpha, gpus_per_node=topology.gpus_per_node,
                    intra_bw=topology.intra_bw, intra_alpha=topology.intra_alpha,
                    ps_servers=ps_servers, nics_per_node=topology.nics_per_node,
                    arch=topology.arch, intra_link=topology.intra_link)
+
+    def evolve(self, **changes):
+        """These options with ``changes`` (validated values of its fields), cached [-]."""
+        try:
+            return _options_evolved(self, tuple(sorted(
+                (k, type(v), v) for k, v in changes.items())))
+        except TypeError:
+            return _replaced(self, changes)
 
     @property
     def topology(self) -> Topology:
         """The topology part of the options."""
         return Topology(self.gpus_per_node, self.nics_per_node, self.intra_bw,
                         self.intra_alpha, self.arch, self.intra_link)
+
+
+def _canonical_topology(o) -> bool:
+    """True when the topology fields are already what :class:`Topology` would make of
+    them (plain ints, a finite positive float rate, a finite latency >= 0, known names):
+    options evolved from valid ones need no second conversion."""
+    g, k, bw, a = o.gpus_per_node, o.nics_per_node, o.intra_bw, o.intra_alpha
+    return ((g is None or (type(g) is int and 1 <= g <= MAX_COUNT))
+            and type(k) is int and 1 <= k <= MAX_COUNT
+            and type(bw) is float and _TINY <= bw < math.inf
+            and type(a) is float and 0.0 <= a < math.inf
+            and o.arch in NCCL_ARCHS and o.intra_link in ("nvlink", "pci"))
+
+
+@functools.lru_cache(maxsize=256)
+def _options_from(topology, _ta, alpha, _tp, ps_servers):
+    return CollectiveOptions(alpha=alpha, gpus_per_node=topology.gpus_per_node,
+                             intra_bw=topology.intra_bw, intra_alpha=topology.intra_alpha,
+                             ps_servers=ps_servers, nics_per_node=topology.nics_per_node,
+                             arch=topology.arch, intra_link=topology.intra_link)
+
+
+@functools.lru_cache(maxsize=256)
+def _options_evolved(options, changes):
+    return _replaced(options, {k: v for k, _, v in changes})
+
+
+def _replaced(o, changes):
+    """``attrs.evolve`` for :class:`CollectiveOptions`, without its introspection."""
+    fields = dict(alpha=o.alpha, gpus_per_node=o.gpus_per_node, intra_bw=o.intra_bw,
+                  intra_alpha=o.intra_alpha, ps_servers=o.ps_servers,
+                  nics_per_node=o.nics_per_node, arch=o.arch, intra_link=o.intra_link)
+    fields.update(changes)
+    return CollectiveOptions(**fields)
 
 
 # --------------------------------------------------------------------------- coefficients
@@ -478,7 +529,7 @@ def _nccl(version):
                              nics_per_node=opt.nics_per_node)
         tree = np.asarray(choice.algorithm) == "tree"
         eff = np.vectorize(PROTOCOL_EFFICIENCY.get, otypes=[float])(np.asarray(choice.protocol))
-        topo = opt if opt.gpus_per_node else attrs.evolve(opt, gpus_per_node=1)
+        topo = opt if opt.gpus_per_node else opt.evolve(gpus_per_node=1)
         ring, tr = _ring_cost(sizes, n, red, topo), _tree_cost(sizes, n, red, topo)
 
         def pick(a, b):

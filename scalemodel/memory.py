@@ -44,6 +44,7 @@ unknown (``None``) and ``per_gpu`` counts the known parts only (``complete`` is 
 from __future__ import annotations
 
 import functools
+import weakref
 import math
 import types
 
@@ -151,6 +152,8 @@ class MemoryEstimate:
 
 
 def _check_n(n, sharding):
+    if type(n) is int and n >= (1 if sharding == "none" else 2):  # the common case
+        return np.asarray(n)
     arr = np.asarray(n)
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
@@ -176,7 +179,9 @@ def _resolve_model(model, micro_batch, seq):
     else:
         prof = load_profile(model)
         if isinstance(prof, WorkloadProfile) and isinstance(prof.provenance.get("config"), dict):
-            cfg = TransformerConfig(**prof.provenance["config"])
+            cfg = _CONFIGS.get(prof)
+            if cfg is None:  # kept with the profile while it lives
+                cfg = _CONFIGS[prof] = _config_from(prof.provenance["config"])
         else:
             elem = DTYPE_BYTES.get(_precision(prof.precision), 4)
             return None, prof.total_bytes / elem, elem, prof.name
@@ -188,6 +193,27 @@ def _resolve_model(model, micro_batch, seq):
     if changes:
         cfg = attrs.evolve(cfg, **changes)
     return cfg, float(cfg.parameter_count), None, cfg.name or "transformer"
+
+
+_CONFIGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _config_from(fields):
+    """The :class:`~scalemodel.TransformerConfig` a derived profile records, validated once
+    per distinct record."""
+    from .workloads import TransformerConfig
+
+    try:
+        return _config_cached(tuple(sorted((k, type(v), v) for k, v in fields.items())))
+    except TypeError:  # an unhashable field (a file's list): validated, and refused
+        return TransformerConfig(**fields)
+
+
+@functools.lru_cache(maxsize=64)
+def _config_cached(items):
+    from .workloads import TransformerConfig
+
+    return TransformerConfig(**{k: v for k, _, v in items})
 
 
 def _precision(text):
@@ -287,7 +313,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     master = 4 if pb < 4 else 0
     ob = master + 4 * states
 
-    group = ns.astype(float)
+    scalar = ns.ndim == 0  # one answer: Python floats (the array path gives the same)
+    group = float(ns) if scalar else ns.astype(float)
     if strategy == "hybrid_shard":
         g = spec.gpus_per_server if gpus_per_node is None else gpus_per_node
         if g is None:
@@ -295,8 +322,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
                                         "server recorded", "Pass gpus_per_node=")
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1:
             raise InvalidParameterError("gpus_per_node", g, "must be an integer >= 1")
-        group = np.minimum(group, float(g))
-    one = np.ones_like(group)
+        group = min(group, float(g)) if scalar else np.minimum(group, float(g))
+    one = 1.0 if scalar else np.ones_like(group)
     div_p = group if strategy in ("zero3", "hybrid_shard") else one
     div_g = group if strategy in ("zero2", "zero3", "hybrid_shard") else one
     div_o = one if strategy == "none" else group
@@ -326,17 +353,16 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         notes.append(f"{label}: no transformer config, so activations are unknown and not "
                      "counted; parameters from the gradient bytes")
     total = params + grads + optim + buffers + (activations if activations is not None else 0)
-    scalar = np.ndim(n) == 0
 
     def out(x):
-        return None if x is None else (float(x[()]) if scalar else x)
+        return None if x is None else (float(x) if scalar else x)
 
     parts = {"parameters": out(params), "gradients": out(grads), "optimizer": out(optim),
              "activations": out(activations), "buffers": out(buffers)}
     fits = total <= spec.hbm_bytes
     return MemoryEstimate(per_gpu=out(total), parts=types.MappingProxyType(parts),
-                          fits=bool(fits[()]) if scalar else fits, gpu=spec,
-                          sharding=strategy, n=int(ns[()]) if scalar else ns,
+                          fits=bool(fits) if scalar else fits, gpu=spec,
+                          sharding=strategy, n=int(ns) if scalar else ns,
                           parameter_count=psi, complete=activations is not None,
                           notes="; ".join(notes))
 

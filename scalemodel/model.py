@@ -35,6 +35,7 @@ the intra-node bits as slopes when the run fits in one node.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 import attrs
@@ -67,6 +68,36 @@ SCENARIO_CACHE_SIZE = 64
 """How many recent scenarios :meth:`~scalemodel.Scenario.build` keeps [-]."""
 
 _SCENARIOS: "OrderedDict" = OrderedDict()
+
+_BUCKETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+"""Buckets of a profile (a key while it lives) by policy and compute slowdown."""
+
+
+def clear_caches(*, profiles=False):
+    """Forget every question asked so far: the cached scenarios (with their lines and
+    schedules) and the validated arguments (topologies, collective options, line rates
+    written as text, per-byte ring costs). With ``profiles=True`` also what was derived
+    from loaded profiles (buckets, shard units, configs) and the loaded built-in profiles
+    themselves. Answers do not change; the next question pays for everything again (the
+    benchmarks use this to time a first question).
+
+    Parameters
+    ----------
+    profiles : bool
+        Also forget the loaded profiles and what was derived from them [-].
+    """
+    from . import collectives, profiles as profiles_mod, sharding, topology, units
+    from .memory import _CONFIGS, _config_cached  # (the package's "memory" is a function)
+
+    _SCENARIOS.clear()
+    for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
+               sharding._ring_half_per_byte, units._parse_bandwidth_string, _config_cached):
+        fn.cache_clear()
+    if profiles:
+        _BUCKETS.clear()
+        sharding._UNITS_CACHE.clear()
+        _CONFIGS.clear()
+        profiles_mod._CACHE.clear()
 
 
 def _cache_key(profile, cluster, kw):
@@ -266,11 +297,25 @@ class Scenario:
                 "Use Scenario.planned(n, x), or pass MGWFBP(startup, per_byte)")
         if self._buckets is None:
             p = self.profile
-            if self.sharding is not None and not hasattr(self.fusion, "buckets"):
-                # a wrapping policy: each unit's gradients are one reduce-scatter
-                made = unit_buckets(p, self.fusion, self.compute_slowdown)
-            else:
-                made = self.fusion.buckets(p.tensor_bytes, self.compute_slowdown * p.tensor_ready)
+            # what a policy makes of a profile is kept with the profile (as its shard
+            # units are): a new question on a loaded model does not bucket it again
+            per = _BUCKETS.setdefault(p, {})
+            key = (self.sharding is not None, self.fusion, self.compute_slowdown)
+            try:  # MG-WFBP's are planned per configuration: not kept
+                made = None if isinstance(self.fusion, MGWFBP) else per.get(key)
+            except TypeError:  # an unhashable policy: not kept
+                key, made = None, None
+            if isinstance(self.fusion, MGWFBP):
+                key = None
+            if made is None:
+                if self.sharding is not None and not hasattr(self.fusion, "buckets"):
+                    # a wrapping policy: each unit's gradients are one reduce-scatter
+                    made = unit_buckets(p, self.fusion, self.compute_slowdown)
+                else:
+                    made = self.fusion.buckets(p.tensor_bytes,
+                                               self.compute_slowdown * p.tensor_ready)
+                if key is not None:
+                    per[key] = made
             object.__setattr__(self, "_buckets", made)
         return self._buckets
 

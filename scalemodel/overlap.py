@@ -114,6 +114,25 @@ def overlap_lines(ready, latency, overhead, bits, backward_time, fixed=0.0) -> O
     )
 
 
+_WALK_STEPS = 12
+
+
+def _walk(c, m):
+    """Positions of the lines on top for x >= 0, for lines whose slopes ``m`` rise and
+    intercepts ``c`` fall (the first is on top at 0): from each, the next is the one that
+    crosses it first (the steepest on ties). None when more than :data:`_WALK_STEPS`
+    lines are on top (the hull scan is then faster)."""
+    pos, last, hull = 0, len(c) - 1, [0]
+    with np.errstate(over="ignore", divide="ignore"):
+        for _ in range(_WALK_STEPS):
+            if pos == last:
+                return hull
+            xs = (c[pos] - c[pos + 1:]) / (m[pos + 1:] - m[pos])
+            pos = last - int(np.argmin(xs[::-1]))
+            hull.append(pos)
+    return hull if pos == last else None
+
+
 class UpperEnvelope:
     r"""Upper envelope :math:`E(x) = \max_j (c_j + m_j x)` of lines with :math:`m_j \ge 0`,
     on :math:`x \ge 0`.
@@ -140,8 +159,14 @@ class UpperEnvelope:
         keep = np.ones(len(order), dtype=bool)
         keep[:-1] = cs[:-1] > np.maximum.accumulate(cs[::-1])[::-1][1:]
         order = order[keep]
-        # now slopes rise and intercepts fall; a line on or below the chord of its two
-        # neighbours is nowhere the highest: drop all such lines at once, a few times
+        # now slopes rise and intercepts fall. Few lines on top among many (DDP's hundreds
+        # of buckets): walk the envelope from x = 0, each next line the first to cross
+        wrapped = _walk(c[order], m[order]) if len(order) > 16 else None
+        if wrapped is not None:
+            self._finish(c, m, order[wrapped])
+            return
+        # a line on or below the chord of its two neighbours is nowhere the highest: drop
+        # all such lines at once, a few times
         for _ in range(6):
             if len(order) <= 16:
                 break
@@ -165,7 +190,10 @@ class UpperEnvelope:
                 else:
                     break
             hull.append(j)
-        hull_arr = order[np.asarray(hull, dtype=np.int64)]
+        self._finish(c, m, order[np.asarray(hull, dtype=np.int64)])
+
+    def _finish(self, c, m, hull_arr):
+        """Keep the hull lines ``hull_arr`` (slopes rising) that matter on x >= 0."""
         hc, hm = c[hull_arr], m[hull_arr]
         with np.errstate(over="ignore"):  # tiny slope differences: a break at +inf is right
             breaks = (hc[:-1] - hc[1:]) / (hm[1:] - hm[:-1])
@@ -176,6 +204,51 @@ class UpperEnvelope:
         self.slope = hm[first:]
         self.breaks = breaks[first:]
 
+    @classmethod
+    def of_convex(cls, intercept, slope, breaks):
+        r"""The envelope of line 0, a constant (slope 0), and lines 1..P that are the pieces
+        of a convex piecewise-linear function on :math:`x \ge 0` with slopes rising,
+        line :math:`p+2` taking over from line :math:`p+1` at ``breaks[p]`` (ascending,
+        > 0), as :func:`~scalemodel.sharding.sum_of_maxima` makes them. No hull is
+        built: the constant cuts the chain once, where the chain first rises above it.
+        Falls back to the general construction when the chain is not as promised.
+
+        Parameters
+        ----------
+        intercept, slope : array_like
+            :math:`c_j`, :math:`m_j` of the P + 1 lines, the constant first [s], [s/unit].
+        breaks : array_like
+            The chain's P - 1 breakpoints, ascending [unit].
+        """
+        c = np.asarray(intercept, dtype=float)
+        m = np.asarray(slope, dtype=float)
+        br = np.asarray(breaks, dtype=float)
+        k = len(c) - 1  # pieces of the chain
+        if (k < 1 or len(br) != k - 1 or m[0] != 0.0 or not np.all(m[1:] >= 0)
+                or (k > 1 and not (br[0] > 0 and np.all(br[1:] >= br[:-1])
+                                   and np.all(m[2:] > m[1:-1])))):
+            return cls(c, m)
+        floor = c[0]
+        if c[1] >= floor:  # the chain is on top from x = 0 (ties: the chain, as the hull)
+            first, head = 1, None
+        elif m[-1] <= 0.0:  # a flat chain below the constant
+            first, head = None, None
+        else:  # the constant, until the piece that crosses it
+            ends = c[1:-1] + m[1:-1] * br  # each piece's value where it hands over
+            j = int(np.count_nonzero(ends <= floor))
+            first, head = j + 1, (floor - c[j + 1]) / m[j + 1]
+        env = cls.__new__(cls)
+        if first is None:
+            env.index = np.zeros(1, dtype=np.int64)
+            env.intercept, env.slope, env.breaks = c[:1], m[:1], br[:0]
+            return env
+        env.index = np.arange(first, k + 1) if head is None else \
+            np.concatenate(([0], np.arange(first, k + 1)))
+        env.intercept = c[first:] if head is None else np.concatenate((c[:1], c[first:]))
+        env.slope = m[first:] if head is None else np.concatenate((m[:1], m[first:]))
+        env.breaks = br[first - 1:] if head is None else np.concatenate(([head], br[first - 1:]))
+        return env
+
     def __len__(self):
         return len(self.index)
 
@@ -185,6 +258,9 @@ class UpperEnvelope:
 
     def __call__(self, x):
         """:math:`E(x)` (vectorized)."""
+        if type(x) is float and -1e200 < x < 1e200 and len(self.breaks):  # no overflow
+            k = self.piece(x)
+            return self.intercept[k] + self.slope[k] * x
         with np.errstate(over="ignore"):  # x near 1e300: the time is +inf, exactly so
             if len(self.breaks) == 0:
                 return self.intercept[0] + self.slope[0] * np.asarray(x, dtype=float)

@@ -131,7 +131,8 @@ import weakref
 import attrs
 import numpy as np
 
-from .collectives import CollectiveOptions, collective_cost
+from .collectives import (ALGORITHMS, NO_REDUCTION_COST, CollectiveOptions, _ring_half_cost,
+                          collective_cost, resolve_algorithm)
 from .exceptions import (InvalidParameterError, ParameterTypeError, ScalemodelError,
                          UnknownNameError)
 from .hardware import DTYPE_BYTES, canonical_dtype
@@ -526,7 +527,7 @@ _C, _LAT, _OVH, _FIX, _BITS, _NALPHA = range(6)
 _W = 6
 
 
-def sum_of_maxima(base, a, b):
+def sum_of_maxima(base, a, b, *, breaks=False):
     r"""The pieces of :math:`\ell_0(x) + \sum_t \max(\ell^a_t(x), \ell^b_t(x))` on
     :math:`x \ge 0`, a convex piecewise-linear function.
 
@@ -540,13 +541,17 @@ def sum_of_maxima(base, a, b):
         Parts of :math:`\ell_0`, shape (w,) with w >= 5 [s, s, s, s, bit, ...].
     a, b : array_like
         Parts of the two lines of each term, shape (T, w) [s, s, s, s, bit, ...].
+    breaks : bool
+        Also return the breakpoints [-].
 
     Returns
     -------
     numpy.ndarray
         Parts of the piece lines, shape (P + 1, w) with P <= T the number of breakpoints
         on :math:`x > 0`: piece 0 holds near :math:`x = 0`, each next piece past the next
-        breakpoint. Their upper envelope is the function.
+        breakpoint. Their upper envelope is the function. With ``breaks=True``, also
+        the P breakpoints in ascending order (the value of :math:`x` where each next piece
+        takes over) [s/bit].
 
     Notes
     -----
@@ -556,28 +561,30 @@ def sum_of_maxima(base, a, b):
     breakpoints sorted, piece :math:`p` is :math:`\ell_0 + \sum_t \ell^-_t +
     \sum_{q \le p} (\ell^+_{(q)} - \ell^-_{(q)})`.
     """
-    base = np.asarray(base, float).copy()
-    a = np.asarray(a, float).reshape(-1, base.shape[-1])
-    b = np.asarray(b, float).reshape(-1, base.shape[-1])
+    base = np.asarray(base, float)
+    w = base.shape[-1]
+    a = np.asarray(a, float).reshape(-1, w)
+    b = np.asarray(b, float).reshape(-1, w)
     ca, cb = a[:, :4].sum(axis=1), b[:, :4].sum(axis=1)
     ma, mb = a[:, _BITS], b[:, _BITS]
     swap = (ma > mb) | ((ma == mb) & (ca < cb))
     lo = np.where(swap[:, None], b, a)
-    hi = np.where(swap[:, None], a, b)
-    clo, chi = np.where(swap, cb, ca), np.where(swap, ca, cb)
-    mlo, mhi = np.where(swap, mb, ma), np.where(swap, ma, mb)
-    grows = mhi > mlo
+    step = np.where(swap[:, None], a, b) - lo  # l+ - l-, as parts
+    dm = step[:, _BITS]  # m+ - m- >= 0
+    grows = dm > 0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        cross = np.where(grows, (clo - chi) / np.where(grows, mhi - mlo, 1.0), np.inf)
-    always_hi = grows & (cross <= 0)
-    never_hi = ~grows | ~np.isfinite(cross)
-    base += hi[always_hi].sum(axis=0) + lo[never_hi & ~always_hi].sum(axis=0)
-    live = ~always_hi & ~never_hi
-    order = np.argsort(cross[live], kind="stable")
-    lo_l, hi_l = lo[live][order], hi[live][order]
-    first = base + lo_l.sum(axis=0)
-    steps = np.cumsum(hi_l - lo_l, axis=0)
-    return np.vstack((first[None, :], first[None, :] + steps))
+        cross = np.where(swap, cb - ca, ca - cb) / np.where(grows, dm, 1.0)  # (c- - c+)/..
+    # l+ is on top for every x >= 0 (X_t <= 0); l- when l+ never overtakes it (equal
+    # slopes, or a breakpoint beyond the floats); otherwise the term changes at X_t
+    live = grows & (cross > 0) & (cross < np.inf)
+    first = base + lo.sum(axis=0) + step[grows & (cross <= 0)].sum(axis=0)
+    at = np.flatnonzero(live)
+    order = at[np.argsort(cross[at], kind="stable")]
+    pieces = np.empty((len(order) + 1, w))
+    pieces[0] = first
+    np.cumsum(step[order], axis=0, out=pieces[1:])
+    pieces[1:] += first
+    return (pieces, cross[order]) if breaks else pieces
 
 
 # --------------------------------------------------------------------------- schedule
@@ -657,13 +664,13 @@ class _Ops:
     """Collective costs of one kind for a vector of buffers, as parts rows."""
 
     def __init__(self, cost, fixed, codec, nalpha=0.0):
-        self.lat = np.asarray(cost.latency, float)
-        self.nalpha = np.broadcast_to(np.asarray(nalpha, float), self.lat.shape)
+        self.lat = cost.latency  # latency, fixed cost and latency count: a scalar or one
+        self.nalpha = nalpha  # value per op
         self.ovh = np.asarray(cost.overhead, float) + codec
         self.bits = np.asarray(cost.bits, float)
         self.intra = np.asarray(cost.intra_bits, float)
         self.intra_bw = float(cost.intra_bw)
-        self.fix = np.broadcast_to(np.asarray(fixed, float), self.bits.shape).copy()
+        self.fix = fixed
 
     def parts(self, mode, intra_bw):
         """(k, 6) parts with the wire ``mode``: ``"nic"`` (NIC bits are the slope; an
@@ -679,8 +686,21 @@ class _Ops:
             p[:, _BITS] = self.bits
             if mode == "nic":
                 alone = (self.bits == 0) & (self.intra > 0)
-                p[:, _OVH] += np.where(alone, self.intra / intra_bw, 0.0)
+                if alone.any():
+                    p[:, _OVH] += np.where(alone, self.intra / intra_bw, 0.0)
         return p
+
+
+_ONE_BYTE = np.ones(1)
+
+
+@functools.lru_cache(maxsize=256)
+def _ring_half_per_byte(n, options):
+    """NIC bits and intra-node bits per byte of one ring phase (reduce-scatter or
+    all-gather) on ``n`` ranks, its latency [s] and the intra-node rate [bits/s]."""
+    one = _ring_half_cost(_ONE_BYTE, n, NO_REDUCTION_COST, options, False)
+    return (float(one.bits[0]), float(one.intra_bits[0]), float(one.latency[0]),
+            float(one.intra_bw))
 
 
 def _wire_mode(ops):
@@ -693,7 +713,8 @@ def _wire_mode(ops):
         if not both.any():
             return "nic", (1.0, 0.0), intra_bw
         rho = intra[both] / bits[both]
-        if (bits > 0).sum() != both.sum() or np.ptp(rho) > 1e-9 * rho.max():
+        if np.count_nonzero(bits > 0) != np.count_nonzero(both) \
+                or rho.max() - rho.min() > 1e-9 * rho.max():
             raise ScalemodelError("sharded collectives with different intra-node to NIC "
                                   "ratios: no single wire map")  # not reachable
         return "nic", (1.0, float(rho.max()) / intra_bw), intra_bw
@@ -786,7 +807,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
                 "one GPU per node in each all-reduce: a two-level all-reduce makes no sense "
                 "there", "Use 'ring', 'tree' or 'nccl'")
         s, m, g = _hybrid_group(n, options)
-        intra_opt = attrs.evolve(options, gpus_per_node=g)
+        intra_opt = options.evolve(gpus_per_node=g)
     else:
         s, m, g = n, 1, None
         intra_opt = options
@@ -795,35 +816,47 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         """Network latencies per collective: its latency with alpha 1, intra_alpha 0."""
         if not alpha_counts:
             return 0.0
-        unit = attrs.evolve(opts, alpha=1.0, intra_alpha=0.0)
+        unit = opts.evolve(alpha=1.0, intra_alpha=0.0)
         return collective_cost(algorithm, nbytes, ranks, options=unit, kind=kind).latency
 
-    def gather(nbytes):
-        cost = collective_cost("ring", nbytes, s, reduction=red, options=intra_opt,
-                               kind="all_gather")
-        return [_Ops(cost, c0, codec * nbytes,
-                     count("all_gather", nbytes, s, intra_opt))]
-
-    def scatter(nbytes):
-        """The gradient collectives of each bucket: a reduce-scatter (and, across the
-        nodes of hybrid_shard, the all-reduce of its shard), as one op of the channel."""
-        cost = collective_cost("ring", nbytes, s, reduction=red, options=intra_opt,
-                               kind="reduce_scatter")
-        rs = _Ops(cost, c0, codec * nbytes, count("reduce_scatter", nbytes, s, intra_opt))
-        rs.bits, rs.intra = rs.bits * scale, rs.intra * scale
+    def ring_ops(gathered, scattered):
+        """All the iteration's collectives as parts rows: the all-gathers of ``gathered``
+        bytes, then the reduce-scatters of ``scattered`` (and, across the nodes of
+        hybrid_shard, the all-reduce of each shard: one op of the channel with its
+        reduce-scatter). Returns the parts, the NIC and intra-node bits of each row, the
+        wire map and the row where the reduce-scatters start."""
+        k = len(gathered)
+        sizes = np.concatenate((gathered, scattered))
+        # a ring phase's wire bits are linear in the size and its latency is constant:
+        # its cost per byte, once per ring and topology
+        ops = _Ops.__new__(_Ops)
+        kb, ki, ops.lat, ops.intra_bw = _ring_half_per_byte(s, intra_opt)
+        ops.bits, ops.intra = kb * sizes, ki * sizes
+        ops.ovh = codec * sizes
+        ops.fix, ops.nalpha = c0, count("all_gather", sizes, s, intra_opt)
+        rows = slice(k, None)  # the reduce-scatters: their reduction and compressor
+        ops.ovh[rows] += red.steps(scattered / s, s - 1)
         if gradient_overhead is not None:
-            rs.ovh = rs.ovh + np.asarray(gradient_overhead, float)
-        if m == 1:
-            return [rs]
-        flat = attrs.evolve(options, gpus_per_node=None, nics_per_node=1)
-        ar = _Ops(collective_cost(algorithm, nbytes / g, m, reduction=red, options=flat),
-                  c0, 0.0, count("all_reduce", nbytes / g, m, flat, algorithm))
-        ar.bits = ar.bits * (g / options.nics_per_node) * scale
-        ar.intra = np.zeros_like(ar.bits)
-        return [rs, ar]
-
-    def parts(ops, mode, ibw):
-        return sum(o.parts(mode, ibw) for o in ops)
+            ops.ovh[rows] += np.asarray(gradient_overhead, float)
+        if scale.ndim or float(scale) != 1.0:
+            ops.bits[rows] *= scale
+            ops.intra[rows] *= scale
+        every = [ops]
+        if m > 1:
+            flat = options.evolve(gpus_per_node=None, nics_per_node=1)
+            cost = ALGORITHMS[resolve_algorithm(algorithm)](scattered / g, m, red, flat)
+            ar = _Ops(cost, c0, 0.0, count("all_reduce", scattered / g, m, flat, algorithm))
+            ar.bits = ar.bits * (g / options.nics_per_node) * scale
+            ar.intra = np.zeros_like(ar.bits)
+            every.append(ar)
+        mode, xmap, ibw = _wire_mode(every)
+        rows_parts = ops.parts(mode, ibw)
+        if m > 1:
+            rows_parts[rows] += ar.parts(mode, ibw)
+        bits = ops.bits.copy()
+        if m > 1:
+            bits[rows] += ar.bits
+        return rows_parts, bits, ops.intra, xmap, k
 
     if sharding.full_shard:
         units = shard_units(profile, wrap)
@@ -831,28 +864,29 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         P = units.params * pb
         G = units.params * rb
         # forward all-gathers (forward order), backward ones and reduce-scatters
-        # (backward order): the all-gathers in one call
-        ag, rs = gather(np.concatenate((P, P[::-1]))), scatter(G[::-1])
-        mode, xmap, ibw = _wire_mode(ag + rs)
-        agp, rp = parts(ag, mode, ibw), parts(rs, mode, ibw)
-        gp, ap = agp[:K], agp[K:]
+        # (backward order), in one call
+        every, bits, ibits, xmap, _ = ring_ops(np.concatenate((P, P[::-1])), G[::-1])
+        gp, ap, rp = every[:K], every[K:2 * K], every[2 * K:]
         rp[-1, _FIX] += float(sync_overhead)
-        comp = np.zeros((K, _W))
-        comp[:, _C] = sigma * units.forward
-        bcomp = np.zeros((K, _W))
-        bcomp[:, _C] = sigma * units.backward[::-1]
-        r_prev = np.vstack((np.zeros((1, _W)), rp[:-1]))  # r_{i-1}, with r_{-1} = 0
-        base = gp[0] + comp[-1] + rp[-1]
-        ta = np.vstack((comp[:-1], bcomp[:-1], bcomp[-1:]))
-        tb = np.vstack((gp[1:], r_prev[:-1] + ap[1:], r_prev[-1:]))
-        pieces = sum_of_maxima(base, ta, tb)
-        ops_parts = np.vstack((gp, ap[1:], rp))
-        kept = np.arange(K) > 0  # backward all-gathers: all but the unit kept gathered
-        param_bytes = float(P.sum() + P[::-1][kept].sum())
+        fc = sigma * units.forward  # forward compute, forward order
+        bc = sigma * units.backward[::-1]  # backward compute, backward order
+        base = gp[0] + rp[-1]
+        base[_C] += fc[-1]
+        # the terms: compute (a constant) against communication, eq. (zero3)
+        ta = np.zeros((2 * K - 1, _W))
+        ta[:, _C] = np.concatenate((fc[:-1], bc))
+        tb = np.empty((2 * K - 1, _W))
+        tb[:K - 1] = gp[1:]
+        tb[K - 1:2 * K - 2] = ap[1:]
+        tb[K:2 * K - 2] += rp[:K - 2]  # r_{i-1}, with r_{-1} = 0
+        tb[2 * K - 2] = rp[K - 2] if K > 1 else 0.0  # r_{K-2} alone on the last term
+        pieces, chain_breaks = sum_of_maxima(base, ta, tb, breaks=True)
+        # backward all-gathers: all but the first, of the unit kept gathered (row K)
+        ops_parts = np.concatenate((every[:K], every[K + 1:]))
+        param_bytes = float(2.0 * P.sum() - P[-1])
         grad_bytes = float(G.sum())
-        used = np.concatenate((np.ones(K, dtype=bool), kept))
-        nic = float(ag[0].bits[used].sum() + sum(o.bits.sum() for o in rs))
-        intra = float(ag[0].intra[used].sum() + sum(o.intra.sum() for o in rs))
+        nic = float(bits.sum() - bits[K])
+        intra = float(ibits.sum() - ibits[K])
         n_units = K
     else:
         if isinstance(wrap, (str, SizeWrap)):
@@ -865,9 +899,8 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
             params = np.asarray(buckets.nbytes, float) / elem
             ready = np.asarray(buckets.ready, float)
         G, P = params * rb, params * pb
-        rs, ag = scatter(G), gather(P)
-        mode, xmap, ibw = _wire_mode(rs + ag)
-        rp, gp = parts(rs, mode, ibw), parts(ag, mode, ibw)
+        every, bits, ibits, xmap, k = ring_ops(P, G)
+        gp, rp = every[:k], every[k:]
         gp[-1, _FIX] += float(sync_overhead)
         tails = np.cumsum(rp[::-1], axis=0)[::-1]
         tails[:, _C] += ready
@@ -876,24 +909,27 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         chain = gp.sum(axis=0)
         chain[_C] += sigma * profile.forward_time
         pieces = np.vstack((end_b, tails)) + chain[None, :]
-        ops_parts = np.vstack((rp, gp))
+        ops_parts = np.concatenate((rp, gp))
         param_bytes, grad_bytes = float(P.sum()), float(G.sum())
-        nic = float(sum(o.bits.sum() for o in rs + ag))
-        intra = float(sum(o.intra.sum() for o in rs + ag))
+        nic, intra = float(bits.sum()), float(ibits.sum())
         n_units = len(params)
     fwd = sigma * profile.forward_time
     offset = profile.update_time / s - profile.update_time - fwd
     floor = np.zeros((1, _W))  # line 0: compute alone
     floor[0, _C] = fwd + sigma * profile.backward_time
-    every = np.vstack((floor, pieces))
+    every = np.concatenate((floor, pieces))
     intercept = every[:, :4].sum(axis=1) + offset
     slope = every[:, _BITS].copy()
+    if sharding.full_shard:  # the pieces are a convex chain: no hull to build
+        envelope = UpperEnvelope.of_convex(intercept, slope, chain_breaks)
+    else:
+        envelope = UpperEnvelope(intercept, slope)
     lines = OverlapLines(intercept=intercept, slope=slope, latency=every[:, _LAT],
                          overhead=every[:, _OVH], bits=slope, ready=every[:, _C] - fwd,
                          fixed=every[:, _FIX])
     return ShardedSchedule(
         strategy=strategy, n=n, group=s, units=n_units, lines=lines,
-        envelope=UpperEnvelope(intercept, slope), xmap=xmap,
+        envelope=envelope, xmap=xmap,
         update=profile.update_time / s, op_constant=ops_parts[:, :4].sum(axis=1),
         op_bits=ops_parts[:, _BITS].copy(), param_bytes=param_bytes, grad_bytes=grad_bytes,
         nic_bits=nic, intra_bits=intra,

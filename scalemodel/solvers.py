@@ -240,6 +240,8 @@ def _with_interval(result, sc, solve, field, what):
 
 
 def _scalar(name, value):
+    if type(value) in (int, float):
+        return value
     if np.ndim(value):
         raise ParameterTypeError(name, value, "a scalar (the solvers answer one question; "
                                  "loop or use scaling_factor for grids)")
@@ -248,12 +250,18 @@ def _scalar(name, value):
 
 def _sf_at(sc, n, x_eff, compressed, *, r=1.0, bw=None):
     """Scaling factor, binding and critical parts at ``x_eff`` [s/bit]."""
+    sf, why = _sf_lazy(sc, n, x_eff, compressed, r=r, bw=bw)
+    return (sf, *why())
+
+
+def _sf_lazy(sc, n, x_eff, compressed, *, r=1.0, bw=None):
+    """Scaling factor at ``x_eff`` [s/bit], and a function that tells what binds there
+    (binding, critical parts) when an answer needs it."""
     p = sc.profile
     lines, env = sc.lines(n, compressed)
     end = float(env(x_eff))
     sf = p.iteration_time / (sc.forward(n) + end + p.update_time)
-    binding, parts = sc.critical(n, lines, int(env.argmax(x_eff)), x_eff, r=r, bw=bw)
-    return sf, binding, parts
+    return sf, lambda: sc.critical(n, lines, int(env.argmax(x_eff)), x_eff, r=r, bw=bw)
 
 
 def _why_not(binding, parts, limit, target):
@@ -352,11 +360,12 @@ def _min_compression(sc, bw, n, target, u) -> CompressionResult:
                                     "(10e9 or '10Gbps' is 10 Gbit/s)")
     sc = sc.planned(n, x_net)  # MG-WFBP: planned for this network, uncompressed
     base = float(sc.x_effective(n, x_net, 1.0))  # x_eff at ratio 1
-    sf1, bind1, parts1 = _sf_at(sc, n, base, False, bw=bw)
-    sf_inf, bind_inf, parts_inf = _sf_at(sc, n, 0.0, True, r=math.inf, bw=bw)
+    sf1, why1 = _sf_lazy(sc, n, base, False, bw=bw)
+    sf_inf, why_inf = _sf_lazy(sc, n, 0.0, True, r=math.inf, bw=bw)
     common = dict(uncompressed_scaling_factor=sf1, max_scaling_factor=sf_inf, n=n, bw=bw,
                   target=target, utilization=u)
     if sf1 >= target:
+        bind1, parts1 = why1()
         return CompressionResult(
             ratio=1.0, feasible=True, scaling_factor=sf1, binding=bind1,
             message=(f"no compression needed: {p.name} on {n} workers at "
@@ -365,6 +374,7 @@ def _min_compression(sc, bw, n, target, u) -> CompressionResult:
     level = p.iteration_time / target - sc.forward(n) - p.update_time
     x_star = _x_star(sc.lines(n, True)[1], level)
     if not x_star > 0:
+        bind_inf, parts_inf = why_inf()
         if x_star == 0.0 and sf_inf >= target * (1 - 1e-12):
             msg = _limit_message("compression", sf_inf, target)
         else:

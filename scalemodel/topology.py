@@ -20,6 +20,7 @@ passes one explicitly (:func:`resolve_topology`).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -148,10 +149,25 @@ def resolve_topology(cluster_topology=None, *, gpus_per_node=None, nics_per_node
     Topology
         The resolved topology.
     """
-    base = cluster_topology if cluster_topology is not None else Topology()
+    base = cluster_topology if cluster_topology is not None else _DEFAULT
     if not isinstance(base, Topology):
         raise ParameterTypeError("topology", base, "a Topology")
-    changes = {k: v for k, v in (("gpus_per_node", gpus_per_node),
-                                 ("nics_per_node", nics_per_node), ("intra_bw", intra_bw),
-                                 ("intra_alpha", intra_alpha)) if v is not None}
-    return attrs.evolve(base, **changes) if changes else base
+    changes = tuple((k, type(v), v) for k, v in (
+        ("gpus_per_node", gpus_per_node), ("nics_per_node", nics_per_node),
+        ("intra_bw", intra_bw), ("intra_alpha", intra_alpha)) if v is not None)
+    if not changes:
+        return base
+    try:
+        return _evolved(base, changes)
+    except TypeError:  # an unhashable value (an array): validated, and refused, uncached
+        return attrs.evolve(base, **{k: v for k, _, v in changes})
+
+
+_DEFAULT = Topology()
+
+
+@functools.lru_cache(maxsize=256)
+def _evolved(base, changes):
+    """``base`` with ``changes`` (``(name, type, value)`` triples: the type keeps ``8`` and
+    ``8.0`` apart), validated once per distinct question."""
+    return attrs.evolve(base, **{k: v for k, _, v in changes})

@@ -105,3 +105,21 @@ def test_large_worker_counts_are_not_lost_to_reduction_launches():
     sf = sm.scaling_factor("resnet50", [64, 1024, 4096], 100e9, fusion="horovod")
     assert np.all(sf > 0.99)
     assert sm.iteration_time("resnet50", 4096, 100e9, fusion="horovod").binding != "overhead"
+
+
+def test_options_evolve_keeps_every_field_and_validates():
+    import attrs
+
+    from scalemodel.collectives import CollectiveOptions
+
+    o = CollectiveOptions(alpha=2e-6, gpus_per_node=4, intra_bw=1e12, intra_alpha=1e-6,
+                          ps_servers=2, nics_per_node=2, arch="hopper", intra_link="pci")
+    e = o.evolve(gpus_per_node=8)
+    for f in attrs.fields(CollectiveOptions):  # a new field must be carried over too
+        want = 8 if f.name == "gpus_per_node" else getattr(o, f.name)
+        assert getattr(e, f.name) == want, f.name
+    assert o.evolve(gpus_per_node=8) is e  # kept: validated once per distinct change
+    with pytest.raises(sm.InvalidParameterError, match="gpus_per_node"):
+        o.evolve(gpus_per_node=0)
+    with pytest.raises(sm.ParameterTypeError, match="gpus_per_node"):
+        o.evolve(gpus_per_node=8.0)  # the type is part of the question: not the cached 8

@@ -193,3 +193,49 @@ def test_codec_cost_applies_only_when_compressing(synthetic):
     cheap = sm.scaling_factor(synthetic, 16, 1e9, compression=4)
     costly = sm.scaling_factor(synthetic, 16, 1e9, compression=4, codec_cost=1e-9)
     assert costly < cheap
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 5)), min_size=0, max_size=40),
+       st.floats(0, 30), st.floats(0, 3), st.floats(0, 2),
+       st.lists(st.floats(0, 10), min_size=1, max_size=20))
+def test_envelope_of_a_convex_chain_and_a_constant(terms, floor, c0, m0, xs):
+    # the sharded schedule's lines: a constant (compute alone) and the pieces of a sum of
+    # maxima of a constant and a rising line; built without a hull, it is the maximum
+    from scalemodel.sharding import sum_of_maxima
+
+    a = np.zeros((len(terms), 6))
+    b = np.zeros((len(terms), 6))
+    for t, (ct, mt) in enumerate(terms):
+        a[t, 0] = 0.5
+        b[t, 1], b[t, 4] = ct, mt
+    base = np.array([c0, 0, 0, 0, m0, 0])
+    pieces, breaks = sum_of_maxima(base, a, b, breaks=True)
+    c = np.concatenate(([floor], pieces[:, :4].sum(axis=1)))
+    m = np.concatenate(([0.0], pieces[:, 4]))
+    env = UpperEnvelope.of_convex(c, m, breaks)
+    x = np.asarray(xs)
+    brute = np.max(c[:, None] + m[:, None] * x[None, :], axis=0)
+    np.testing.assert_allclose(env(x), brute, rtol=1e-12, atol=1e-12)
+    j = env.argmax(x)
+    np.testing.assert_allclose(c[j] + m[j] * x, brute, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(env(x), UpperEnvelope(c, m)(x), rtol=1e-12, atol=1e-12)
+
+
+def test_envelope_walk_and_scan_find_the_same_lines():
+    # hundreds of lines with a handful on top (DDP's buckets): the walk from x = 0 and
+    # the hull scan (forced by more lines on top than the walk takes) agree
+    rng = np.random.default_rng(3)
+    top_m = np.array([0.0, 1.0, 2.5, 4.0, 7.0])
+    top_c = np.array([10.0, 8.5, 5.0, 0.0, -12.0])
+    m = rng.uniform(0, 7, 500)
+    lo = np.max(top_c[:, None] + top_m[:, None] * np.linspace(0, 10, 50)[None, :], axis=0)
+    c = -100.0 - rng.uniform(0, 1, 500)  # far below the top lines
+    env = UpperEnvelope(np.concatenate((top_c, c)), np.concatenate((top_m, m)))
+    assert env.index.tolist() == [0, 1, 2, 3, 4]
+    x = np.linspace(0, 10, 50)
+    np.testing.assert_allclose(env(x), lo, rtol=1e-12)
+    # a parabola's tangents: 40 lines on top, more than the walk takes
+    mt = np.linspace(0, 10, 40)
+    many = UpperEnvelope(np.concatenate((-mt**2 / 4, c)), np.concatenate((mt, m)))
+    assert many.index.tolist() == list(range(40))
