@@ -231,7 +231,8 @@ def _algorithm_options(p, *, fit=False):
                    help="gradient bucketing: ddp (PyTorch DDP buckets), horovod, none (per "
                         "tensor, WFBP), bsp (all after backward) or mg-wfbp"
                         + ("" if fit else "; with --sharding the wrapping: block (one unit "
-                           "per transformer block) or none (per tensor)")
+                           "per transformer block, FSDP), module (per submodule, DeepSpeed "
+                           "ZeRO-3) or none (per tensor)")
                         + " [-] (default ddp" + ("" if fit else "; block with --sharding")
                         + ")")
 

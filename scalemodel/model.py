@@ -594,8 +594,8 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     fusion : str, fusion policy or None
         ``"ddp"`` (PyTorch DDP buckets, the default), ``"horovod"``, ``"none"`` (per
         tensor, WFBP), ``"bsp"`` (all after backward) or ``"mg-wfbp"``; under sharding the
-        wrapping policy: ``"block"`` (the default), ``"none"`` or a
-        :class:`~scalemodel.sharding.SizeWrap` [-].
+        wrapping policy: ``"block"`` (the default; FSDP), ``"module"`` (DeepSpeed
+        ZeRO-3), ``"none"`` or a :class:`~scalemodel.sharding.SizeWrap` [-].
     {topology}
 
     Returns

@@ -97,8 +97,11 @@ precision).
 **Wrapping.** Under sharding ``fusion=`` is the wrapping policy: ``"block"`` (the
 default when the profile's tensor names have numbered blocks, ``layers.3.``,
 ``encoder.layer.3.``, ``h.3.``, ``layer4.2.``: one unit per block, and one per run of
-tensors outside blocks, such as the embeddings and the head), ``"none"`` (one unit per
-tensor; the default for profiles without names) or :class:`SizeWrap` (FSDP's
+tensors outside blocks, such as the embeddings and the head: FSDP's transformer
+auto-wrap), ``"module"`` (one unit per module, the tensors whose names differ only after
+their last dot: a Linear's weight and bias; DeepSpeed ZeRO-3 all-gathers each submodule's
+own parameters as it runs and prefetches the next), ``"none"`` (one unit per tensor; the
+default for profiles without names) or :class:`SizeWrap` (FSDP's
 ``size_based_auto_wrap_policy``). ``zero1`` / ``zero2`` also take the fusions of
 plain data parallelism (``"ddp"`` buckets, DeepSpeed's reduce buckets; ``"horovod"``,
 ``"bsp"``), which say how gradients are bucketed for the reduce-scatter.
@@ -144,11 +147,15 @@ __all__ = ["Sharding", "SizeWrap", "ShardUnits", "ShardedSchedule", "resolve_sha
            "resolve_wrap", "shard_units", "unit_buckets", "sharded_schedule", "sum_of_maxima", "SHARDING_STRATEGIES",
            "SHARDING_ALIASES", "WRAP_POLICIES", "SHARDING_COMPRESSORS"]
 
-WRAP_POLICIES = ("block", "none")
-"""Named wrapping policies: ``"block"`` (numbered blocks from the tensor names) and
-``"none"`` (one unit per tensor); :class:`SizeWrap` for size-based wrapping."""
+WRAP_POLICIES = ("block", "module", "none")
+"""Named wrapping policies: ``"block"`` (numbered blocks from the tensor names: FSDP's
+transformer auto-wrap), ``"module"`` (the tensors of each module, a name's part before
+its last dot: DeepSpeed ZeRO-3, which gathers each submodule's own parameters when the
+submodule runs and prefetches the next ones) and ``"none"`` (one unit per tensor);
+:class:`SizeWrap` for size-based wrapping."""
 
 _WRAP_ALIASES = {"transformer": "block", "blocks": "block", "layer": "block",
+                 "modules": "module", "submodule": "module", "per-module": "module",
                  "per-tensor": "none", "per_tensor": "none", "tensor": "none",
                  "wfbp": "none"}
 
@@ -311,6 +318,12 @@ def _block_keys(names):
     return tuple(out)
 
 
+def _module_keys(names):
+    """The module of each tensor name: the name before its last dot (``"layers.3.attn.q"``
+    for ``"layers.3.attn.q.weight"``)."""
+    return tuple(name.rsplit(".", 1)[0] for name in names)
+
+
 def _runs(keys):
     """Start indices of the maximal runs of equal keys."""
     starts = [0]
@@ -321,7 +334,8 @@ def _runs(keys):
 
 
 def resolve_wrap(fusion, strategy, profile):
-    """The wrapping policy (``"block"``, ``"none"`` or a :class:`SizeWrap`) or, for
+    """The wrapping policy (``"block"``, ``"module"``, ``"none"`` or a :class:`SizeWrap`)
+    or, for
     ``zero1`` / ``zero2``, a bucket fusion of :mod:`scalemodel.fusion`, for ``fusion``
     under ``strategy`` [-].
 
@@ -339,8 +353,8 @@ def resolve_wrap(fusion, strategy, profile):
     ------
     InvalidParameterError
         A fusion that is not a wrapping policy under ``zero3`` / ``hybrid_shard`` (DDP
-        buckets, Horovod's fusion, MG-WFBP), or ``"block"`` on a profile without numbered
-        blocks.
+        buckets, Horovod's fusion, MG-WFBP), ``"block"`` on a profile without numbered
+        blocks, or ``"module"`` on a profile without tensor names.
     """
     from .fusion import FUSIONS, MGWFBP, PLANNED_MGWFBP, resolve_fusion
 
@@ -361,6 +375,13 @@ def resolve_wrap(fusion, strategy, profile):
                     "blocks in its tensor names (layers.<i>., h.<i>., ...) to wrap",
                     "Pass fusion='none' (one unit per tensor) or SizeWrap(min_params)")
             return "block"
+        if key == "module":
+            if names is None:
+                raise InvalidParameterError(
+                    "fusion", fusion, f"the profile {profile.name!r} has no tensor names "
+                    "to find its modules in",
+                    "Pass fusion='none' (one unit per tensor) or SizeWrap(min_params)")
+            return "module"
         if key == "none":
             return "none"
     if strategy in ("zero1", "zero2"):
@@ -426,7 +447,7 @@ def shard_units(profile, wrap="block") -> ShardUnits:
     profile : WorkloadProfile
         The workload; its tensors are in backward order [-].
     wrap : str or SizeWrap
-        ``"block"``, ``"none"`` or a :class:`SizeWrap` [-].
+        ``"block"``, ``"module"``, ``"none"`` or a :class:`SizeWrap` [-].
 
     Returns
     -------
@@ -452,6 +473,8 @@ def shard_units(profile, wrap="block") -> ShardUnits:
         starts = np.arange(k)
     elif wrap == "block":
         starts = np.asarray(_runs(_block_keys(tuple(names))))
+    elif wrap == "module":
+        starts = np.asarray(_runs(_module_keys(names)))
     else:
         total = float(count.sum())
         if wrap.min_params > total:
@@ -481,6 +504,9 @@ def shard_units(profile, wrap="block") -> ShardUnits:
     if wrap == "block":
         keys = _block_keys(tuple(names))
         labels = [keys[s] or names[s] for s in starts.tolist()]
+    elif wrap == "module":
+        keys = _module_keys(names)
+        labels = [keys[s] for s in starts.tolist()]
     elif names is not None:
         labels = [names[s] for s in starts.tolist()]
     else:

@@ -39,14 +39,18 @@ _BLOCK = re.compile(r"^(.*?(?:^|\.)\d+)\.")
 
 def group_units(names, n_tensors, wrap):
     """Tensor indices (backward order) of each unit, in backward order. ``wrap``:
-    "block", "none" or a number of parameters (size-based, counted in forward order),
+    "block", "module", "none" or a number of parameters (size-based, counted in forward order),
     which then needs ``params`` (see :func:`units_of`)."""
     if wrap == "none":
         return [[i] for i in range(n_tensors)]
     groups, last = [], object()
     for i, name in enumerate(names):
-        m = _BLOCK.match(name)
-        key = m.group(1) if m else None
+        if wrap == "module":  # the owning module: everything before the last dot
+            cut = name.rfind(".")
+            key = name[:cut] if cut >= 0 else name
+        else:
+            m = _BLOCK.match(name)
+            key = m.group(1) if m else None
         if not groups or key != last:
             groups.append([])
         groups[-1].append(i)

@@ -28,8 +28,8 @@ def named_profile(head, blocks, embed, waits, forward=0.03, extra_backward=0.0,
         labels.append(f"head.w{i}")
         sizes.append(s)
     for b in reversed(range(len(blocks))):
-        for j, s in enumerate(blocks[b]):
-            labels.append(f"layers.{b}.w{j}")
+        for j, s in enumerate(blocks[b]):  # modules of a weight and a bias
+            labels.append(f"layers.{b}.m{j // 2}.{'bias' if j % 2 else 'weight'}")
             sizes.append(s)
     for i, s in enumerate(embed):
         labels.append(f"embed.w{i}")
@@ -71,7 +71,8 @@ def configurations(draw, profile, strategy=None):
     total = float(np.sum(profile.tensor_bytes)) / ELEM[profile.precision]
     blocks = profile.tensor_names is not None and any(
         name.startswith("layers.") for name in profile.tensor_names)
-    wraps = ["none"] + (["block"] if blocks else [])
+    wraps = ["none"] + (["block"] if blocks else []) + (
+        ["module"] if profile.tensor_names is not None else [])
     wrap = draw(st.sampled_from(wraps + ["size"]))
     if wrap == "size":
         wrap = SizeWrap(draw(st.floats(1.0, total)))
@@ -273,6 +274,33 @@ def test_units_of_the_builtin_llms():
     assert all(c >= 1e9 for c in sized.params[:-1]) and sized.params.sum() == u.params.sum()
 
 
+def test_module_wrapping_gathers_each_module_with_its_bias():
+    # DeepSpeed ZeRO-3 gathers a submodule's own parameters (a Linear's weight and bias
+    # together): one unit per module, in the order the modules run
+    cfg = sm.TransformerConfig(layers=2, hidden=64, heads=4, ffn=256, vocab=100, seq=16,
+                               micro_batch=1, dtype="fp16", tied_embeddings=True,
+                               gated_ffn=False, norm="layernorm", bias=True,
+                               learned_positions=16, final_norm=True)
+    p = sm.transformer_profile(cfg, "v100-sxm2-32gb", efficiency=0.4)
+    u = shard_units(p, "module")
+    modules = {name.rsplit(".", 1)[0] for name in p.tensor_names}
+    assert len(u) == len(modules) < len(p.tensor_names)
+    assert "layers.0.attn.q" in u.names and u.params.sum() == cfg.parameter_count
+    # every unit holds exactly its module's tensors
+    for label, members in zip(u.names, u.members):
+        assert {p.tensor_names[i].rsplit(".", 1)[0] for i in members} == {label}
+    assert u.backward.sum() == pytest.approx(p.backward_time)
+    # per tensor, a bias between two weights is a unit of no compute that the prefetch
+    # of one unit ahead waits behind; per module it is not
+    node = dict(gpus_per_node=8, intra_bw=1e12)
+    t = {w: sm.iteration_time(p, 16, 10e9, sharding="zero3", fusion=w, **node).total
+         for w in ("none", "module", "block")}
+    assert t["module"] < t["none"]
+    des = simulate_sharded(p, 16, 10e9, strategy="zero3", wrap="module", fusion=None,
+                           element_bytes=2, **node)
+    assert t["module"] == pytest.approx(des, rel=1e-9)
+
+
 def test_memory_model_state_per_parameter():
     for name in ("llama-2-7b", "llama-2-70b"):
         ddp = sm.memory(name, 64)
@@ -336,6 +364,10 @@ def test_bad_wrapping():
     with pytest.raises(sm.InvalidParameterError) as exc:
         resolve_wrap("block", "zero3", resnet)
     assert exc.value.parameter == "fusion" and "resnet50" in str(exc.value)
+    with pytest.raises(sm.InvalidParameterError) as exc:
+        resolve_wrap("module", "zero3", resnet)
+    assert exc.value.parameter == "fusion" and "no tensor names" in str(exc.value)
+    assert resolve_wrap("submodule", "zero3", p) == "module"
     assert resolve_wrap(None, "zero3", sm.load_profile("resnet50-h100")) == "block"
     assert resolve_fusion("ddp") is not None
 

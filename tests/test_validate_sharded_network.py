@@ -69,6 +69,7 @@ def test_calibration_rows_are_reproduced_exactly(evaluated):
         if r["predicted"] is not None and r["calibration"]:
             assert r["predicted"] == pytest.approx(r["tflops"], rel=1e-6)
             assert r["serial"] == pytest.approx(r["tflops"], rel=1e-6)
+            assert r["block"] == pytest.approx(r["tflops"], rel=1e-6)
             assert r["flat_error"] == 0
 
 
@@ -78,3 +79,12 @@ def test_fewer_links_never_predict_more_throughput(validate, evaluated):
     tflops = [validate.predicted_network_step(dict(cal, links=k), cal["efficiency"])[0]
               for k in (1, 2, 4, 8)]
     assert tflops == sorted(tflops)
+
+
+def test_deepspeed_gathers_per_module(validate, evaluated):
+    # the primary prediction wraps as DeepSpeed ZeRO-3 gathers (per submodule); the first
+    # run's block wrapping stays beside it
+    assert validate.ZEROPP_WRAP == "module"
+    results, _ = evaluated
+    held = [r for r in results if r["predicted"] is not None and not r["calibration"]]
+    assert all(r["predicted"] != r["block"] for r in held)
