@@ -101,8 +101,9 @@ tensors outside blocks, such as the embeddings and the head: FSDP's transformer
 auto-wrap), ``"module"`` (one unit per module, the tensors whose names differ only after
 their last dot: a Linear's weight and bias; DeepSpeed ZeRO-3 all-gathers each submodule's
 own parameters as it runs and prefetches the next), ``"none"`` (one unit per tensor; the
-default for profiles without names) or :class:`SizeWrap` (FSDP's
-``size_based_auto_wrap_policy``). ``zero1`` / ``zero2`` also take the fusions of
+default for profiles without names; with biases it is pessimistic: a bias between two
+weights is a unit with almost no compute, and the next weight's all-gather, one unit
+ahead, waits behind it) or :class:`SizeWrap` (FSDP's ``size_based_auto_wrap_policy``). ``zero1`` / ``zero2`` also take the fusions of
 plain data parallelism (``"ddp"`` buckets, DeepSpeed's reduce buckets; ``"horovod"``,
 ``"bsp"``), which say how gradients are bucketed for the reduce-scatter.
 A unit's forward time is the profile's forward time split in proportion to the units'
