@@ -45,7 +45,11 @@ user later imposes with ``tc``: NCCL 2.6+ reads ``/sys/class/net/<if>/speed`` fo
 and falls back to 10 Gbit/s when it cannot (AWS ENA interfaces report no speed, see
 github.com/amzn/amzn-drivers issues 61 and 289); NCCL 2.5 assumed 12 GB/s (100 Gbit/s)
 for every NIC; NCCL 2.4 had no bandwidth model at all. ``n_channels=`` and ``inter_bw=``
-override the search where the real system differs.
+override the search where the real system differs. The search keeps the largest channels
+x speed the NIC carries, while a two-node tree's bandwidth is channels x its intra-node
+speed, so below about 8 Gbit/s per NIC a faster NIC can get fewer, faster channels and a
+slower prediction on two nodes, as NCCL itself would (``tests/test_nccl.py`` shows one);
+from 10 Gbit/s up a faster NIC never predicts slower there.
 
 Not modelled: CollNet (SHARP), NVLS / NVLS-Tree (NVLink SHARP, Hopper and later with
 NVSwitch), tuner plugins, ``NCCL_ALGO`` / ``NCCL_PROTO`` / ``NCCL_*THRESHOLD*`` environment
