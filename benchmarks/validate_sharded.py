@@ -15,9 +15,9 @@ Protocol (stated before looking at the errors):
    biases, LayerNorm, tied embeddings); its exact parameter count must equal the table's
    ``NumParams`` (checked). Per row: the row's micro-batch and sequence, bf16; with
    activation checkpointing the backward pass recomputes the forward (3x instead of 2x
-   the forward FLOPs, as the table's HFU counts it); gradient accumulation repeats the
-   forward and backward, with all their collectives, ``grad_accum`` times per optimizer
-   step.
+   the forward FLOPs, as the table's HFU counts it); gradient accumulation as the
+   profile's ``grad_accum``: forward and backward, with all their collectives,
+   ``grad_accum`` times per optimizer step.
 2. **The network from the table or the usual server.** A100 rows: the stated 1600 Gbit/s
    per node, as 8 NICs of 200 Gbit/s (DGX A100 / p4d); H100 rows state none: the usual
    DGX H100, 8 NICs of 400 Gbit/s (``scalemodel/data/gpus.json``). 8 GPUs per node with
@@ -126,9 +126,11 @@ def published_rows():
 
 
 def profile_for(row, efficiency):
-    """The row's workload profile at a compute efficiency [-]."""
+    """The row's workload profile at a compute efficiency [-]: its micro-batch, and its
+    gradient accumulation (FSDP gathers and reduce-scatters in every micro-batch)."""
     p = transformer_profile(row["config"], row["gpu"], efficiency=efficiency,
-                            name=f"{row['model']}-row{row['row']}")
+                            name=f"{row['model']}-row{row['row']}",
+                            grad_accum=row["grad_accum"])
     if row["checkpointing"]:  # backward recomputes the forward: 3 F instead of 2 F
         p = attrs.evolve(p, tensor_ready=1.5 * p.tensor_ready,
                          backward_time=1.5 * p.backward_time)
@@ -142,10 +144,8 @@ def predicted_step(row, efficiency):
     it = sm.iteration_time(profile_for(row, efficiency), row["n"], bw, sharding="zero3",
                            gpus_per_node=8, nics_per_node=nics,
                            intra_bw=sm.get_gpu(row["gpu"]).intra_node_bw)
-    micro = it.total - it.update  # forward, backward and their collectives
-    step = row["grad_accum"] * micro + it.update
-    tokens = row["grad_accum"] * row["micro_batch"] * row["seq"] / step
-    return tokens, row["grad_accum"] * it.exposed_communication / step
+    tokens = row["grad_accum"] * row["micro_batch"] * row["seq"] / it.total
+    return tokens, it.exposed_communication / it.total
 
 
 def predicted_tokens_per_gpu(row, efficiency):

@@ -196,6 +196,10 @@ def _model_options(p):
                    help="workload: a built-in profile name (resnet50, bert...; see "
                         "`scalemodel profiles`) or a profile JSON file [name or path] "
                         "(required)")
+    _add(p, "--grad-accum", _count, default=1,
+         help="micro-batches per optimizer step (gradient accumulation): DDP and zero1 "
+              "reduce on the last one only, zero2, zero3 and hybrid_shard on every one [-] "
+              "(default: the profile's, 1 for the built-in ones)")
     _add(p, "--utilization", _fraction, default=1.0,
          help="fraction of the line rate the transport achieves, in (0, 1] [-] (default 1)")
     _algorithm_options(p)
@@ -440,7 +444,7 @@ def cmd_scaling(args):
                     row.update(memory_per_gpu=per, fits=fits, gpu=gpu)
                 rows.append(row)
     if args.json:
-        return _print_json({"model": args.model, "sharding": args.sharding, "results": rows})
+        return _print_json({"model": getattr(args, "model_name", args.model), "sharding": args.sharding, "results": rows})
     known = any(per is not None for per, _, _ in memory.values())
     print(f"{'n':>6} {'bandwidth':>14} {'ratio':>7} {'scaling factor':>15}"
           + (f" {'memory/GPU':>11}  fits" if known else ""))
@@ -563,7 +567,7 @@ def cmd_breakeven(args):
     cluster = load_cluster(args.cluster) if args.cluster is not None else None
     note = _codec_note(load_profile(args.model), cluster, comps)
     if args.json:
-        return _print_json({"model": args.model, "results": rows, "codec_note": note})
+        return _print_json({"model": getattr(args, "model_name", args.model), "results": rows, "codec_note": note})
     print("line rate below which each compressor beats no compression")
     print(f"{'compressor':<24}" + "".join(f"{'n=' + str(n):>16}" for n in args.n))
     for row in rows:
@@ -717,6 +721,9 @@ def main(argv=None):
     args = parser.parse_args(_join_dash_values(parser, argv))
     try:
         _resolve(args)
+        if getattr(args, "grad_accum", 1) != 1:  # the workload, accumulating
+            args.model_name = args.model
+            args.model = load_profile(args.model).with_grad_accum(args.grad_accum)
         args.func(args)
     except ScalemodelError as exc:
         print(f"scalemodel: error: {exc}", file=sys.stderr)

@@ -338,8 +338,12 @@ class Scenario:
         else:
             wire, xmap = bits, (1.0, 0.0)
         ovh = cost.overhead if overhead is None else overhead
-        lines = overlap_lines(ready, cost.latency, ovh, wire,
-                              sigma * self.profile.backward_time,
+        p = self.profile
+        # gradient accumulation: the micro-batches before the last one run without
+        # communication (DDP's no_sync); they delay the last backward, and its buckets
+        shift = (p.grad_accum - 1) * sigma * (p.forward_time + p.backward_time)
+        lines = overlap_lines(ready + shift, cost.latency, ovh, wire,
+                              sigma * p.backward_time + shift,
                               fixed=self._fixed(n, len(np.atleast_1d(ready))))
         return lines, UpperEnvelope(lines.intercept, lines.slope), xmap
 
@@ -487,8 +491,8 @@ class Scenario:
         if j == 0 or value <= lines.intercept[0] * (1 + 1e-12):
             # the backward pass itself ends last (ties included, e.g. n = 1)
             if sigma > 1:
-                return "slowdown", {"slowdown": (sigma - 1) * (p.forward_time
-                                                             + p.backward_time)}
+                return "slowdown", {"slowdown": (sigma - 1) * p.grad_accum * (
+                    p.forward_time + p.backward_time)}
             return "compute", {}
         parts = {"latency": float(lines.latency[j]), "bandwidth": wire_time,
                  "overhead": float(lines.overhead[j])}
@@ -632,9 +636,10 @@ class IterationTime:
     Attributes
     ----------
     forward : float
-        Forward pass and everything before backward, slowdown included [s].
+        Forward passes and everything before backward, slowdown included; with gradient
+        accumulation those of every micro-batch [s].
     backward : float
-        Backward pass, slowdown included [s].
+        Backward passes, slowdown included (every micro-batch's) [s].
     exposed_communication : float
         Communication that ends after backward, i.e. not hidden by it; under sharding
         all communication not hidden behind forward or backward [s].
@@ -647,7 +652,7 @@ class IterationTime:
     scaling_factor : float
         Single-worker over this iteration time [-].
     n_buckets : int
-        Messages (collectives) per iteration [-].
+        Messages (collectives) per iteration (optimizer step) [-].
     binding : str
         What binds, one of :data:`BINDINGS`: ``"compute"`` (or ``"slowdown"``) when
         communication is hidden, else the largest part on the critical path.
@@ -711,8 +716,8 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     busy = (float(lines.latency[1] + lines.overhead[1] + lines.fixed[1] + lines.bits[1] * x)
             if n > 1 else 0.0)
     sigma = sc.slowdown(n)
-    fwd, bwd = sigma * p.forward_time, sigma * p.backward_time
-    total = fwd + end + p.update_time
+    total = sigma * p.forward_time + end + p.update_time
+    fwd, bwd = (p.grad_accum * sigma * t for t in (p.forward_time, p.backward_time))
     update, messages = p.update_time, len(sc.buckets)
     if sc.sharding is not None:  # eq. (zero3): forward may wait, the step is sharded
         sched = sc.schedule(n, r > 1)

@@ -159,10 +159,11 @@ def _evaluate_sharded(sc, comp, n, codec) -> _Evaluated:
     launch = codec[comp.family].launch * (calls + np.where(used, comp.calls_per_bucket, 0))
     sched = sc.schedule(n, False, gradient_scale=scale, gradient_overhead=enc + dec + launch)
     base = sc.schedule(n, False)
-    return _Evaluated(lines=sched.lines, env=sched.envelope, bits=float(sched.op_bits.sum()),
-                      raw_bits=float(base.op_bits.sum()),
-                      encode=float(enc.sum() + launch.sum() / 2),
-                      decode=float(dec.sum() + launch.sum() / 2),
+    rounds = sched.gradient_rounds  # micro-batches whose gradients are reduce-scattered
+    return _Evaluated(lines=sched.lines, env=sched.envelope, bits=sched.wire_bits,
+                      raw_bits=base.wire_bits,
+                      encode=rounds * float(enc.sum() + launch.sum() / 2),
+                      decode=rounds * float(dec.sum() + launch.sum() / 2),
                       n_collectives=sched.n_collectives, collective="reduce_scatter",
                       per_worker_ratio=float(raw.sum() / wire.sum()), n=n,
                       xmap=(float(sched.xmap[0]), float(sched.xmap[1])))

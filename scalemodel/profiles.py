@@ -113,6 +113,12 @@ class WorkloadProfile:
         Labels.
     provenance : dict
         Where the numbers come from (at least ``source``).
+    grad_accum : int
+        Micro-batches per optimizer step (gradient accumulation): forward and backward run
+        ``grad_accum`` times per step, the optimizer once. The gradients are reduced on the
+        last micro-batch only under DDP and ``zero1`` (``no_sync`` for the others), on
+        every micro-batch under ``zero2``, ``zero3`` and ``hybrid_shard``, whose gradients
+        are sharded [-].
     """
 
     name: str
@@ -131,6 +137,7 @@ class WorkloadProfile:
     precision: str = "fp32"
     provenance: dict = attrs.field(factory=dict)
     source: str = "<object>"
+    grad_accum: int = 1
 
     def __attrs_post_init__(self):
         src = self.source
@@ -184,6 +191,14 @@ class WorkloadProfile:
             object.__setattr__(self, "tensor_shapes", _check_shapes(src, self.tensor_shapes, b))
         if not isinstance(self.reduction, ReductionCost):
             raise ProfileFormatError(src, "reduction", "must be a ReductionCost")
+        k = self.grad_accum
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= 10**6:
+            raise ProfileFormatError(src, "grad_accum", "micro-batches per optimizer step "
+                                     f"must be an integer in [1, 1000000], got {_short_repr(k)}")
+        object.__setattr__(self, "grad_accum", int(k))
+        if not k * (self.forward_time + self.backward_time) + self.update_time <= MAX_TIME:
+            raise ProfileFormatError(src, "grad_accum", f"{k} micro-batches make a step longer "
+                                     f"than {MAX_TIME:g} s (a day)")
         b.setflags(write=False)
         r.setflags(write=False)
         object.__setattr__(self, "tensor_bytes", b)
@@ -191,8 +206,25 @@ class WorkloadProfile:
 
     @property
     def iteration_time(self) -> float:
-        """Single-worker iteration time, forward + backward + update [s]."""
-        return self.forward_time + self.backward_time + self.update_time
+        """Single-worker iteration (optimizer step) time: ``grad_accum`` times forward +
+        backward, then the update [s]."""
+        return self.grad_accum * (self.forward_time + self.backward_time) + self.update_time
+
+    def with_grad_accum(self, grad_accum) -> "WorkloadProfile":
+        """This profile with ``grad_accum`` micro-batches per optimizer step.
+
+        Parameters
+        ----------
+        grad_accum : int
+            Micro-batches per optimizer step, >= 1 [-].
+        """
+        if isinstance(grad_accum, bool) or not isinstance(grad_accum, (int, np.integer)) \
+                or not 1 <= grad_accum <= 10**6:
+            raise InvalidParameterError("grad_accum", grad_accum,
+                                        "must be an integer in [1, 1000000]")
+        if int(grad_accum) == self.grad_accum:
+            return self
+        return attrs.evolve(self, grad_accum=int(grad_accum))
 
     @property
     def total_bytes(self) -> float:
@@ -226,6 +258,7 @@ class WorkloadProfile:
                         **({"shapes": [list(sh) for sh in self.tensor_shapes]}
                            if self.tensor_shapes is not None else {})},
             "reduction": reduction,
+            **({"grad_accum": self.grad_accum} if self.grad_accum != 1 else {}),
         }
 
     @classmethod
@@ -263,6 +296,10 @@ class WorkloadProfile:
         batch = data.get("batch_size", 1)
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ProfileFormatError(source, "batch_size", f"must be an integer >= 1, got {batch!r}")
+        accum = data.get("grad_accum", 1)
+        if not isinstance(accum, int) or isinstance(accum, bool):
+            raise ProfileFormatError(source, "grad_accum", "must be an integer >= 1, got "
+                                     f"{_short_repr(accum)}")
         return cls(
             name=data["name"], tensor_bytes=tensor_bytes, tensor_ready=tensor_ready,
             tensor_names=tensors.get("names"), tensor_shapes=tensors.get("shapes"),
@@ -272,6 +309,7 @@ class WorkloadProfile:
             batch_size=batch, description=data.get("description", ""),
             device=data.get("device", ""), framework=data.get("framework", ""),
             precision=data.get("precision", "fp32"), provenance=prov, source=source,
+            grad_accum=accum,
         )
 
 

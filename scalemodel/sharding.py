@@ -646,6 +646,9 @@ class ShardedSchedule:
         constant intra-node time) [s].
     op_bits : numpy.ndarray
         Each collective's wire bits (the slope in :math:`x_\\text{eff}`) [bit].
+    op_count : numpy.ndarray
+        How many times each collective runs per iteration (optimizer step): the
+        profile's ``grad_accum`` for those of every micro-batch, else 1 [-].
     param_bytes : float
         Parameter bytes all-gathered per iteration, summed over the all-gathers [bytes].
     grad_bytes : float
@@ -657,6 +660,10 @@ class ShardedSchedule:
         Bits each GPU's intra-node link carries per iteration, uncompressed [bit].
     alpha_count : numpy.ndarray or None
         Network latencies on each line, when asked for (``alpha_counts=True``) [-].
+    gradient_rounds : int
+        Micro-batches whose gradients are reduce-scattered per iteration: the profile's
+        ``grad_accum`` under ``zero2``, ``zero3`` and ``hybrid_shard``, 1 under ``zero1``
+        [-].
     """
 
     strategy: str
@@ -669,22 +676,30 @@ class ShardedSchedule:
     update: float
     op_constant: np.ndarray
     op_bits: np.ndarray
+    op_count: np.ndarray
     param_bytes: float
     grad_bytes: float
     nic_bits: float
     intra_bits: float
     alpha_count: np.ndarray | None = None
+    gradient_rounds: int = 1
 
     @property
     def n_collectives(self) -> int:
         """Collectives per iteration (a hybrid reduce-scatter and its all-reduce are
         one op of the channel, counted once) [-]."""
-        return len(self.op_bits)
+        return int(self.op_count.sum())
+
+    @property
+    def wire_bits(self) -> float:
+        """Wire bits of all the iteration's collectives (the envelope's slope when the
+        channel is never idle) [bit]."""
+        return float(self.op_count @ self.op_bits)
 
     def channel_time(self, x_eff):
         """Time the communication channel is busy per iteration at ``x_eff`` [s/bit]
         [s]."""
-        return float(self.op_constant.sum() + self.op_bits.sum() * float(x_eff))
+        return float(self.op_count @ (self.op_constant + self.op_bits * float(x_eff)))
 
 
 class _Ops:
@@ -819,6 +834,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
     """
     strategy = sharding.strategy
     n = _check_n(n, strategy)
+    acc = profile.grad_accum  # micro-batches per optimizer step
     options = options or CollectiveOptions()
     red = profile.reduction
     elem, pb, rb = sharding.element_bytes(profile)
@@ -908,13 +924,16 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         tb[K:2 * K - 2] += rp[:K - 2]  # r_{i-1}, with r_{-1} = 0
         tb[2 * K - 2] = rp[K - 2] if K > 1 else 0.0  # r_{K-2} alone on the last term
         pieces, chain_breaks = sum_of_maxima(base, ta, tb, breaks=True)
+        # every micro-batch gathers and reduce-scatters again: the step is acc of them
+        pieces *= acc
         # backward all-gathers: all but the first, of the unit kept gathered (row K)
         ops_parts = np.concatenate((every[:K], every[K + 1:]))
-        param_bytes = float(2.0 * P.sum() - P[-1])
-        grad_bytes = float(G.sum())
-        nic = float(bits.sum() - bits[K])
-        intra = float(ibits.sum() - ibits[K])
-        n_units = K
+        op_count = np.full(len(ops_parts), float(acc))
+        param_bytes = acc * float(2.0 * P.sum() - P[-1])
+        grad_bytes = acc * float(G.sum())
+        nic = acc * float(bits.sum() - bits[K])
+        intra = acc * float(ibits.sum() - ibits[K])
+        n_units, rounds = K, acc
     else:
         if isinstance(wrap, (str, SizeWrap)):
             units = shard_units(profile, wrap)
@@ -933,17 +952,24 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         tails[:, _C] += ready
         end_b = np.zeros((1, _W))
         end_b[0, _C] = sigma * profile.backward_time
-        chain = gp.sum(axis=0)
-        chain[_C] += sigma * profile.forward_time
-        pieces = np.vstack((end_b, tails)) + chain[None, :]
+        # eq. (zero12): the micro-batches that reduce-scatter (every one under zero2, the
+        # last under zero1) each end with their reduce-scatters; the others are compute
+        # alone; the updated parameters are all-gathered once, after the step
+        rounds = acc if strategy == "zero2" else 1
+        pieces = rounds * np.concatenate((end_b, tails)) + gp.sum(axis=0)[None, :]
+        pieces[:, _C] += (rounds * sigma * profile.forward_time
+                          + (acc - rounds) * sigma * (profile.forward_time
+                                                      + profile.backward_time))
         ops_parts = np.concatenate((rp, gp))
-        param_bytes, grad_bytes = float(P.sum()), float(G.sum())
-        nic, intra = float(bits.sum()), float(ibits.sum())
+        op_count = np.concatenate((np.full(len(rp), float(rounds)), np.ones(len(gp))))
+        param_bytes, grad_bytes = float(P.sum()), rounds * float(G.sum())
+        nic = float(bits[:k].sum() + rounds * bits[k:].sum())
+        intra = float(ibits[:k].sum() + rounds * ibits[k:].sum())
         n_units = len(params)
     fwd = sigma * profile.forward_time
     offset = profile.update_time / s - profile.update_time - fwd
     floor = np.zeros((1, _W))  # line 0: compute alone
-    floor[0, _C] = fwd + sigma * profile.backward_time
+    floor[0, _C] = acc * (fwd + sigma * profile.backward_time)
     every = np.concatenate((floor, pieces))
     intercept = every[:, :4].sum(axis=1) + offset
     slope = every[:, _BITS].copy()
@@ -958,6 +984,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         strategy=strategy, n=n, group=s, units=n_units, lines=lines,
         envelope=envelope, xmap=xmap,
         update=profile.update_time / s, op_constant=ops_parts[:, :4].sum(axis=1),
-        op_bits=ops_parts[:, _BITS].copy(), param_bytes=param_bytes, grad_bytes=grad_bytes,
-        nic_bits=nic, intra_bits=intra,
-        alpha_count=every[:, _NALPHA].copy() if alpha_counts else None)
+        op_bits=ops_parts[:, _BITS].copy(), op_count=op_count, param_bytes=param_bytes,
+        grad_bytes=grad_bytes, nic_bits=nic, intra_bits=intra,
+        alpha_count=every[:, _NALPHA].copy() if alpha_counts else None,
+        gradient_rounds=rounds)

@@ -666,7 +666,8 @@ def _reduction_for(gpu: GPUSpec) -> ReductionCost:
 
 
 def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency=None,
-                        dtype=None, grad_dtype=None, update_time=None, name=None):
+                        dtype=None, grad_dtype=None, update_time=None, name=None,
+                        grad_accum=1):
     """A workload profile for training ``config`` on one ``gpu``, derived from FLOPs.
 
     Parameters
@@ -688,6 +689,9 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
         ``ADAM_UPDATE_BYTES_PER_PARAM`` x parameters / HBM bandwidth [s].
     name : str or None
         Profile name; None: ``config.name`` or ``"transformer"`` [-].
+    grad_accum : int
+        Micro-batches of ``config.micro_batch`` sequences per optimizer step (gradient
+        accumulation; see :class:`~scalemodel.WorkloadProfile`) [-].
 
     Returns
     -------
@@ -742,7 +746,7 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
                     "derivation": "matmul 2*T*in*out forward, attention 4*b*s^2*d forward "
                                   "per layer, backward 2x forward; time = FLOPs / (peak x "
                                   "efficiency); ready = cumulative backward FLOPs in reverse "
-                                  "forward order"})
+                                  "forward order"}).with_grad_accum(grad_accum)
 
 
 # --------------------------------------------------------------------------- built-in LLMs

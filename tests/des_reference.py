@@ -221,8 +221,11 @@ def _fuse(kind, sizes, ready, params):
 def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
                        algorithm="ring", fusion="ddp", alpha=0.0, codec_cost=0.0,
                        fusion_params=None, slowdown=1.0, collective_overhead=0.0,
-                       sync_overhead=0.0, **topology):
+                       sync_overhead=0.0, grad_accum=1, **topology):
     """Iteration time [s] of ``n`` workers by discrete-event simulation.
+
+    With ``grad_accum`` micro-batches per step, those before the last run forward and
+    backward without communicating (DDP's ``no_sync``); the last is simulated.
 
     ``slowdown`` stretches forward and backward (every gradient is ready ``slowdown``
     times later) when n > 1; every collective occupies the channel
@@ -260,7 +263,8 @@ def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
             seq += 1
             heapq.heappush(events, (t + dur, seq, "done", k))
     end = max(sigma * profile.backward_time, last_end if n > 1 else -math.inf)
-    return sigma * profile.forward_time + end + profile.update_time
+    quiet = (grad_accum - 1) * sigma * (profile.forward_time + profile.backward_time)
+    return quiet + sigma * profile.forward_time + end + profile.update_time
 
 
 def _fuse_indices(kind, sizes, ready, params):

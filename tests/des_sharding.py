@@ -104,8 +104,14 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
                      utilization=1.0, compression=1.0, algorithm="ring", alpha=0.0,
                      codec_cost=0.0, slowdown=1.0, collective_overhead=0.0,
                      sync_overhead=0.0, gpus_per_node=None, nics_per_node=1,
-                     intra_bw=2.4e12, intra_alpha=0.0, element_bytes=None):
+                     intra_bw=2.4e12, intra_alpha=0.0, element_bytes=None, grad_accum=1):
     """Iteration time [s] of one sharded iteration on n GPUs, by discrete-event simulation.
+
+    ``grad_accum`` micro-batches per step, each ending in a synchronization (FSDP and
+    DeepSpeed wait for their reduce-scatters at the end of backward): zero3 and
+    hybrid_shard gather and reduce-scatter in every one, zero2 reduce-scatters in every
+    one, zero1 only in the last (the others are forward and backward alone); the update
+    and zero1/2's all-gathers of the updated parameters come once, after the last.
 
     ``param_bytes`` / ``reduce_bytes``: bytes per element of the all-gathered parameters
     and of the reduce-scattered gradients (default: the profile's gradient element size,
@@ -295,10 +301,15 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
         try_start_channel(t)
         try_start_compute(t)
     assert task_i == len(tasks) and not queue, "deadlock in the sharded schedule"
+    micro = max(end_compute, last_comm)  # one micro-batch, its collectives included
     if strategy in ("zero3", "hybrid_shard"):
-        return max(end_compute, last_comm) + update
+        return grad_accum * micro + update
     # zero1/zero2: step after backward and the reduce-scatters, then the all-gathers
-    t = max(end_compute, last_comm) + update
+    if strategy == "zero2":
+        t = grad_accum * micro + update
+    else:  # zero1: the micro-batches before the last one reduce nothing
+        t = (grad_accum - 1) * sigma * (profile.forward_time + profile.backward_time)
+        t += micro + update
     for i in range(K):
         t += ops_dur[("ag", i)]
     return t

@@ -67,6 +67,26 @@ def test_closed_form_equals_discrete_event_reference(profile, cfg):
                                      + it.update, rel=1e-12)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profiles(), settings_(), st.integers(2, 9), st.floats(1.0, 1.5))
+def test_gradient_accumulation_equals_discrete_event_reference(profile, cfg, k, sigma):
+    # k micro-batches per step: DDP communicates on the last one only (no_sync)
+    p = profile.with_grad_accum(k)
+    assert p.iteration_time == pytest.approx(k * (profile.forward_time
+                                                  + profile.backward_time)
+                                             + profile.update_time, rel=1e-12)
+    cl = sm.ClusterProfile(compute_slowdown=sigma, provenance={"source": "test"})
+    t_des = simulate_iteration(p, grad_accum=k, slowdown=sigma, **cfg)
+    it = sm.iteration_time(p, cluster=cl, **cfg)
+    assert it.total == pytest.approx(t_des, rel=1e-9)
+    assert it.total == pytest.approx(it.forward + it.backward + it.exposed_communication
+                                     + it.update, rel=1e-9)
+    assert sm.scaling_factor(p, cluster=cl, **cfg) == pytest.approx(
+        p.iteration_time / t_des, rel=1e-9)
+    if cfg["n"] == 1:
+        assert it.total == pytest.approx(p.iteration_time, rel=1e-12)
+
+
 @st.composite
 def cluster_terms(draw):
     """The terms a calibrated cluster adds: compute slowdown and fixed costs, with a

@@ -164,3 +164,4 @@ def test_transformer_order():
     assert base.index("encoder.layer.11.output.dense.weight") < \
         base.index("encoder.layer.0.output.dense.weight")
 
+

@@ -20,7 +20,7 @@ ELEM = {"fp32": 4, "bf16": 2}
 
 
 def named_profile(head, blocks, embed, waits, forward=0.03, extra_backward=0.0,
-                  update=0.01, reduction=None, precision="fp32", names=True):
+                  update=0.01, reduction=None, precision="fp32", names=True, grad_accum=1):
     """A profile whose tensors (backward order) are a head run, numbered blocks (last
     first) and an embedding run: sizes [bytes] per tensor, waits [s] between gradients."""
     labels, sizes = [], []
@@ -42,7 +42,7 @@ def named_profile(head, blocks, embed, waits, forward=0.03, extra_backward=0.0,
         reduction=reduction if reduction is not None else sm.ReductionCost(gamma=1 / 275e9,
                                                                            latency=1e-5),
         precision=precision, tensor_names=tuple(labels) if names else None,
-        provenance={"source": "synthetic test profile"})
+        provenance={"source": "synthetic test profile"}, grad_accum=grad_accum)
 
 
 @st.composite
@@ -62,7 +62,8 @@ def profiles(draw):
                          extra_backward=draw(st.floats(0, 0.01)),
                          update=draw(st.floats(0, 0.05)), reduction=red,
                          precision=draw(st.sampled_from(["fp32", "bf16"])),
-                         names=bool(n_blocks) or draw(st.booleans()))
+                         names=bool(n_blocks) or draw(st.booleans()),
+                         grad_accum=draw(st.sampled_from([1, 1, 2, 5])))
 
 
 @st.composite
@@ -151,7 +152,8 @@ def simulate(profile, cfg):
         utilization=cfg["utilization"], compression=cfg["compression"],
         algorithm=cfg["algorithm"], alpha=cfg["alpha"], codec_cost=cfg["codec_cost"],
         slowdown=cfg["slowdown"], collective_overhead=cfg["collective_overhead"],
-        sync_overhead=cfg["sync_overhead"], element_bytes=elem, **topo)
+        sync_overhead=cfg["sync_overhead"], element_bytes=elem,
+        grad_accum=profile.grad_accum, **topo)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

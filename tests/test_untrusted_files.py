@@ -289,3 +289,23 @@ def test_signal_during_an_atomic_write_leaves_no_temporary_file(tmp_path, sig):
     assert "written" not in out  # the signal took effect right after the write
     assert [p.name for p in dest.parent.iterdir()] == ["cluster.json"]
     assert dest.stat().st_size == size  # complete, never half written
+
+
+def test_gradient_accumulation_in_the_profile_file(tmp_path):
+    p = sm.load_profile("bert").with_grad_accum(4)
+    assert p.iteration_time == pytest.approx(4 * (p.forward_time + p.backward_time)
+                                             + p.update_time)
+    path = sm.save_profile(p, tmp_path / "bert-accum.json")
+    back = sm.load_profile(path)
+    assert back.grad_accum == 4 and back.iteration_time == pytest.approx(p.iteration_time)
+    assert "grad_accum" not in sm.load_profile("bert").to_dict()  # files stay as they were
+    data = p.to_dict()
+    for bad in (0, -1, 2.5, True, "4", 10**7):
+        data["grad_accum"] = bad
+        with pytest.raises(sm.ProfileFormatError) as exc:
+            sm.WorkloadProfile.from_dict(data, "accum.json")
+        assert exc.value.field == "grad_accum"
+    with pytest.raises(sm.InvalidParameterError) as exc:
+        p.with_grad_accum(0)
+    assert exc.value.parameter == "grad_accum"
+    assert p.with_grad_accum(4) is p
