@@ -163,3 +163,4 @@ def test_transformer_order():
     assert "h.11.mlp.c_proj.bias" in gpt
     assert base.index("encoder.layer.11.output.dense.weight") < \
         base.index("encoder.layer.0.output.dense.weight")
+
