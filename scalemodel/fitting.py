@@ -24,7 +24,8 @@ parameter                  meaning                                  default (ide
 worker count ``n`` and line rate ``bw`` [bits/s] and either its ``scaling_factor`` or its
 ``iteration_time`` [s] (with ``single_worker_time`` [s] when known: then the scaling factor
 is their ratio). Optional: ``compute_time`` [s] (forward + backward measured inside the
-run), ``fusion``, ``algorithm`` (frameworks differ between runs), ``uncertainty`` (relative
+run, per iteration: all micro-batches' with gradient accumulation), ``fusion``,
+``algorithm`` (frameworks differ between runs), ``uncertainty`` (relative
 standard uncertainty of the measured time, default 2 %) and ``label``. A run with ``n = 1``
 and a ``compute_time`` gives the single-worker compute that the others' compute times are
 compared with.
@@ -164,7 +165,7 @@ class Run:
     single_worker_time : float or None
         Measured single-worker iteration time [s].
     compute_time : float or None
-        Forward + backward measured in this run [s].
+        Forward + backward measured in this run, per iteration (every micro-batch's) [s].
     fusion, algorithm : str or None
         This run's fusion and collective, if they differ from the fit's [-].
     uncertainty : float
@@ -256,7 +257,7 @@ def _one_run(i, raw) -> Run:
         raise InvalidParameterError(f"runs[{i}].iteration_time", raw.get("iteration_time"),
                                     f"is shorter than its own compute time {tc:g} s")
     if it is not None and t1 is None and sf is None:
-        compute = profile.forward_time + profile.backward_time
+        compute = profile.grad_accum * (profile.forward_time + profile.backward_time)
         if it < compute * (1 - 1e-9):
             raise InvalidParameterError(
                 f"runs[{i}].iteration_time", raw.get("iteration_time"),
@@ -901,7 +902,7 @@ def _measured_slowdown(runs):
             ref = float(np.median(refs))
         else:
             p = r.profile
-            ref = p.forward_time + p.backward_time
+            ref = p.grad_accum * (p.forward_time + p.backward_time)  # per step
             if r.single_worker_time is not None:
                 ref *= r.single_worker_time / p.iteration_time
         ratios.append(r.compute_time / ref)
