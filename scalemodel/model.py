@@ -91,7 +91,8 @@ def clear_caches(*, profiles=False):
 
     _SCENARIOS.clear()
     for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
-               sharding._ring_half_per_byte, units._parse_bandwidth_string, _config_cached):
+               sharding._ring_half_per_byte, sharding._ring_per_byte,
+               units._parse_bandwidth_string, _config_cached):
         fn.cache_clear()
     if profiles:
         _BUCKETS.clear()

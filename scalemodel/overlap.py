@@ -234,9 +234,12 @@ class UpperEnvelope:
         elif m[-1] <= 0.0:  # a flat chain below the constant
             first, head = None, None
         else:  # the constant, until the piece that crosses it
-            ends = c[1:-1] + m[1:-1] * br  # each piece's value where it hands over
-            j = int(np.count_nonzero(ends <= floor))
-            first, head = j + 1, (floor - c[j + 1]) / m[j + 1]
+            with np.errstate(over="ignore"):  # subnormal slopes: a crossing at +inf
+                ends = c[1:-1] + m[1:-1] * br  # each piece's value where it hands over
+                j = int(np.count_nonzero(ends <= floor))
+                first, head = j + 1, (floor - c[j + 1]) / m[j + 1]
+            if not head < np.inf:  # beyond the floats: the constant everywhere
+                first, head = None, None
         env = cls.__new__(cls)
         if first is None:
             env.index = np.zeros(1, dtype=np.int64)

@@ -745,6 +745,15 @@ def _ring_half_per_byte(n, options):
             float(one.intra_bw))
 
 
+@functools.lru_cache(maxsize=256)
+def _ring_per_byte(n, options):
+    """NIC bits per byte of a ring all-reduce on ``n`` ranks without its reductions (see
+    :func:`_ring_half_per_byte`), its latency [s] and the intra-node rate [bits/s]."""
+    one = ALGORITHMS["ring"](_ONE_BYTE, n, NO_REDUCTION_COST, options)
+    return (float(one.bits[0]), float(one.intra_bits[0]), float(one.latency[0]),
+            float(one.intra_bw))
+
+
 def _wire_mode(ops):
     """The wire of a schedule and its x_eff map (see ``Scenario.x_effective``)."""
     bits = np.concatenate([o.bits for o in ops])
@@ -887,8 +896,16 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         every = [ops]
         if m > 1:
             flat = options.evolve(gpus_per_node=None, nics_per_node=1)
-            cost = ALGORITHMS[resolve_algorithm(algorithm)](scattered / g, m, red, flat)
-            ar = _Ops(cost, c0, 0.0, count("all_reduce", scattered / g, m, flat, algorithm))
+            name = resolve_algorithm(algorithm)
+            shard = scattered / g
+            if name == "ring":  # linear in the size but for its reductions: per byte
+                ar = _Ops.__new__(_Ops)
+                kb, _, ar.lat, ar.intra_bw = _ring_per_byte(m, flat)
+                ar.bits, ar.ovh = kb * shard, red.steps(shard / m, m - 1)
+                ar.fix, ar.nalpha = c0, count("all_reduce", shard, m, flat, algorithm)
+            else:
+                ar = _Ops(ALGORITHMS[name](shard, m, red, flat), c0, 0.0,
+                          count("all_reduce", shard, m, flat, algorithm))
             ar.bits = ar.bits * (g / options.nics_per_node) * scale
             ar.intra = np.zeros_like(ar.bits)
             every.append(ar)
@@ -924,8 +941,8 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         tb[K:2 * K - 2] += rp[:K - 2]  # r_{i-1}, with r_{-1} = 0
         tb[2 * K - 2] = rp[K - 2] if K > 1 else 0.0  # r_{K-2} alone on the last term
         pieces, chain_breaks = sum_of_maxima(base, ta, tb, breaks=True)
-        # every micro-batch gathers and reduce-scatters again: the step is acc of them
-        pieces *= acc
+        if acc > 1:  # every micro-batch gathers and reduce-scatters again
+            pieces *= acc
         # backward all-gathers: all but the first, of the unit kept gathered (row K)
         ops_parts = np.concatenate((every[:K], every[K + 1:]))
         op_count = np.full(len(ops_parts), float(acc))
