@@ -754,6 +754,19 @@ def _ring_per_byte(n, options):
             float(one.intra_bw))
 
 
+def _linear_wire_mode(kb, ki, intra_bw, network_ops):
+    """:func:`_wire_mode` for collectives whose NIC and intra-node bits are ``kb`` and
+    ``ki`` per byte [bit/byte], and, with ``network_ops``, all-reduces with NIC bits only
+    (hybrid_shard across nodes)."""
+    if kb > 0.0:
+        return "nic", (1.0, (ki / kb) / intra_bw if ki > 0.0 else 0.0)
+    if network_ops:  # the NIC carries only the all-reduces: intra-node bits are constants
+        return "nic", (1.0, 0.0)
+    if ki > 0.0:
+        return "intra", (0.0, 1.0 / intra_bw)
+    return "flat", (1.0, 0.0)
+
+
 def _wire_mode(ops):
     """The wire of a schedule and its x_eff map (see ``Scenario.x_effective``)."""
     bits = np.concatenate([o.bits for o in ops])
@@ -909,7 +922,11 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
             ar.bits = ar.bits * (g / options.nics_per_node) * scale
             ar.intra = np.zeros_like(ar.bits)
             every.append(ar)
-        mode, xmap, ibw = _wire_mode(every)
+        if m == 1 or kb == 0.0:  # one linear family of ops (and hybrid's all-reduces)
+            mode, xmap = _linear_wire_mode(kb, ki, ops.intra_bw, m > 1)
+            ibw = ops.intra_bw
+        else:
+            mode, xmap, ibw = _wire_mode(every)
         rows_parts = ops.parts(mode, ibw)
         if m > 1:
             rows_parts[rows] += ar.parts(mode, ibw)
