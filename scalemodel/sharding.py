@@ -913,8 +913,8 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
             shard = scattered / g
             if name == "ring":  # linear in the size but for its reductions: per byte
                 ar = _Ops.__new__(_Ops)
-                kb, _, ar.lat, ar.intra_bw = _ring_per_byte(m, flat)
-                ar.bits, ar.ovh = kb * shard, red.steps(shard / m, m - 1)
+                ar_kb, _, ar.lat, ar.intra_bw = _ring_per_byte(m, flat)
+                ar.bits, ar.ovh = ar_kb * shard, red.steps(shard / m, m - 1)
                 ar.fix, ar.nalpha = c0, count("all_reduce", shard, m, flat, algorithm)
             else:
                 ar = _Ops(ALGORITHMS[name](shard, m, red, flat), c0, 0.0,
