@@ -196,7 +196,7 @@ def _model_options(p):
                    help="workload: a built-in profile name (resnet50, bert...; see "
                         "`scalemodel profiles`) or a profile JSON file [name or path] "
                         "(required)")
-    _add(p, "--grad-accum", _count, default=1,
+    _add(p, "--grad-accum", _count, default=None,
          help="micro-batches per optimizer step (gradient accumulation): DDP and zero1 "
               "reduce on the last one only, zero2, zero3 and hybrid_shard on every one [-] "
               "(default: the profile's, 1 for the built-in ones)")
@@ -721,7 +721,7 @@ def main(argv=None):
     args = parser.parse_args(_join_dash_values(parser, argv))
     try:
         _resolve(args)
-        if getattr(args, "grad_accum", 1) != 1:  # the workload, accumulating
+        if getattr(args, "grad_accum", None) is not None:  # the workload, accumulating
             args.model_name = args.model
             args.model = load_profile(args.model).with_grad_accum(args.grad_accum)
         args.func(args)

@@ -76,3 +76,28 @@ def test_output_into_a_closed_pipe_is_not_a_traceback():
     err = proc.stderr.read().decode()
     proc.stderr.close()
     assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err
+
+
+def test_grad_accum_option(tmp_path):
+    import scalemodel as sm
+    node = dict(gpus_per_node=8)
+    code, out, err = run("scaling", "--model", "llama-2-7b", "--n", "64", "--bw", "100Gbps",
+                         "--gpus-per-node", "8", "--grad-accum", "8", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["model"] == "llama-2-7b"
+    p = sm.load_profile("llama-2-7b")
+    want = sm.scaling_factor(p.with_grad_accum(8), 64, 100e9, **node)
+    assert data["results"][0]["scaling_factor"] == pytest.approx(want)
+    # a profile file's own accumulation is kept, and --grad-accum 1 sets it back to 1
+    path = sm.save_profile(p.with_grad_accum(4), tmp_path / "accum.json")
+    for flag, k in (((), 4), (("--grad-accum", "1"), 1)):
+        code, out, err = run("scaling", "--model", str(path), "--n", "64", "--bw",
+                             "100Gbps", "--gpus-per-node", "8", "--json", *flag)
+        assert code == 0, err
+        got = json.loads(out)["results"][0]["scaling_factor"]
+        assert got == pytest.approx(sm.scaling_factor(p.with_grad_accum(k), 64, 100e9,
+                                                      **node))
+    code, _, err = run("scaling", "--model", "bert", "--n", "8", "--bw", "10Gbps",
+                       "--grad-accum", "0")
+    assert code == 2 and "--grad-accum" in err
