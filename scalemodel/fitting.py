@@ -65,65 +65,15 @@ import attrs
 import numpy as np
 
 from .cluster import ClusterProfile, load_cluster
-from .collectives import ReductionCost
-from .exceptions import (CalibrationError, CalibrationWarning, InvalidParameterError,
-                         ParameterTypeError)
+from .exceptions import CalibrationWarning, InvalidParameterError, ParameterTypeError
+from .fit_priors import _ORDER, AUTO, PRIORS
+from .fit_problem import _Problem, _solve
 from .model import Scenario
 from .runs import DEFAULT_UNCERTAINTY, Run, _renamed, load_runs
 from .topology import resolve_topology
 
 __all__ = ["fit_cluster", "ClusterFit", "FittedParameter", "RunResidual", "Run",
            "load_runs", "PRIORS", "DEFAULT_UNCERTAINTY"]
-
-@attrs.frozen
-class _Prior:
-    default: float
-    scale: float
-    lower: float
-    upper: float
-    unit: str
-    source: str
-    log: bool = False  # transform g = ln(value / reference) (value > 0)
-
-
-PRIORS = {
-    "compute_slowdown": _Prior(1.0, math.log(1.15), 1.0, 3.0, "-", "Zhang et al. "
-                               "(arXiv:2006.10103) Fig. 2: distributed compute up to 15 % "
-                               "slower; scale ln 1.15", log=True),
-    "ceiling": _Prior(math.inf, math.log(4.0), 0.02, 1.0, "bits/s", "transports reach "
-                      "1/4 to all of the line rate (Zhang et al. Fig. 4); scale ln 4 below "
-                      "the largest line rate of the runs", log=True),
-    "utilization": _Prior(1.0, math.log(1 / 0.9), 0.02, 1.0, "-", "transports fill a "
-                          "slow link (Zhang et al. Fig. 4: 95 % of 1 Gbit/s used); scale "
-                          "ln(1/0.9) below full line rate", log=True),
-    "sync_overhead": _Prior(0.0, 1e-2, 0.0, 0.5, "s", "scale 10 ms: twice Horovod's "
-                            "cycle time (5 ms, HOROVOD_CYCLE_TIME), which the last "
-                            "gradients wait for before their negotiation"),
-    "collective_overhead": _Prior(0.0, 5e-4, 0.0, 0.02, "s", "scale 0.5 ms: kernel launch "
-                                  "(~10 us) up to per-tensor framework negotiation"),
-    "alpha": _Prior(0.0, 5e-5, 0.0, 2e-3, "s", "scale 50 us: NCCL's network hop latency "
-                    "(14 us, Simple protocol) plus its base (8.4 us), from its tuning model"),
-    "overlap": _Prior(1.0, 0.25, 0.0, 1.0, "-", "GPUs overlap fully (own copy and "
-                      "compute engines); scale 0.25"),
-    "host_overhead": _Prior(0.0, 2e-10, 0.0, 5e-9, "s/byte", "scale 0.2 ns/byte (a "
-                            "memory copy at 5 GB/s)"),
-}
-"""Weakly informative priors of the fitted parameters: ideal default, scale of the
-penalty (in the log of the value for ``log`` parameters, in the value's unit otherwise),
-bounds and their source. ``ceiling`` bounds are fractions of the largest line rate."""
-
-_ORDER = ("ceiling", "utilization", "sync_overhead", "collective_overhead",
-          "compute_slowdown", "alpha", "overlap", "host_overhead")
-"""Tie-break order of parameters of equal evidence."""
-
-AUTO = ("ceiling", "utilization", "sync_overhead", "collective_overhead", "compute_slowdown")
-"""Parameters :func:`~scalemodel.fit_cluster` chooses among by itself. The others (``alpha``,
-``overlap``, ``host_overhead``) come from the transport calibration or ``fit=``: their
-signatures in a few scaling runs are too close to the ones above to tell apart."""
-
-_ROBUST_SCALE = 3.0
-"""Normalized residual beyond which a run's pull grows linearly, not quadratically (soft
-L1 loss): one wild run cannot drag the fit [-]."""
 
 # --------------------------------------------------------------------------- results
 
@@ -244,189 +194,6 @@ class ClusterFit:
         return self.message
 
 
-# --------------------------------------------------------------------------- model
-
-
-class _Problem:
-    """Runs, the fixed setting and how parameters map to a cluster."""
-
-    def __init__(self, runs, base, settings, fixed):
-        self.runs = runs
-        self.base = base
-        self.settings = settings
-        self.fixed = fixed  # name -> value (given or measured)
-        self.bw_max = max(r.bw for r in runs)
-        groups = {}
-        for i, r in enumerate(runs):
-            key = (id(r.profile), r.fusion or settings["fusion"],
-                   r.algorithm or settings["algorithm"])
-            groups.setdefault(key, []).append(i)
-        self.groups = groups
-        self.measured_t = np.empty(len(runs))
-        self.sigma_t = np.array([r.uncertainty for r in runs])
-        for i, r in enumerate(runs):
-            sf = r.measured_sf
-            t1 = r.profile.iteration_time
-            self.measured_t[i] = t1 / sf if sf is not None else r.iteration_time
-
-    # parameter transforms: g(value) in fitting coordinates
-    def to_g(self, name, value):
-        p = PRIORS[name]
-        if name == "ceiling":
-            return math.log(self.bw_max / value) if math.isfinite(value) else 0.0
-        if p.log:
-            return math.log(value / p.default) if name != "utilization" else -math.log(value)
-        return value
-
-    def from_g(self, name, g):
-        p = PRIORS[name]
-        if name == "ceiling":
-            return self.bw_max * math.exp(-g)
-        if name == "utilization":
-            return math.exp(-g)
-        if p.log:
-            return p.default * math.exp(g)
-        return g
-
-    def g_bounds(self, name):
-        p = PRIORS[name]
-        if name == "ceiling":
-            return 0.0, -math.log(p.lower)
-        if name == "utilization":
-            return 0.0, -math.log(p.lower)
-        if p.log:
-            return 0.0, math.log(p.upper / p.default)
-        return p.lower, p.upper
-
-    def g_default(self, name):
-        if name == "ceiling":
-            return 0.0
-        p = PRIORS[name]
-        return 0.0 if p.log or name == "utilization" else p.default
-
-    def cluster(self, values):
-        """A ClusterProfile with ``values`` (name -> value) over the base."""
-        v = dict(self.fixed)
-        v.update(values)
-        changes = {}
-        for name, value in v.items():
-            if name == "ceiling":
-                changes["ceiling"] = None if not math.isfinite(value) else value
-            elif name == "host_overhead":
-                red = self.base.reduction
-                if value > 0 or red is not None:
-                    gamma = (red.gamma if red is not None and red.table_bytes is None
-                             else 0.0) + value
-                    latency = red.latency if red is not None and red.table_bytes is None else 0.0
-                    changes["reduction"] = ReductionCost(gamma=gamma, latency=latency,
-                                                         name="fitted host overhead")
-            else:
-                changes[name] = value
-        return attrs.evolve(self.base, **changes)
-
-    _FAST = ("ceiling", "utilization", "sync_overhead", "collective_overhead")
-
-    def predict(self, values):
-        """Model iteration times of every run [s] (in the profile's units).
-
-        Ceiling, utilization and the fixed costs change only :math:`x` and the lines'
-        intercepts (eq. :eq:`iteration-cluster`), so the lines are built once per value of
-        the other parameters and the envelope is evaluated directly."""
-        cl = self.cluster(values)
-        slow_key = tuple((k, v) for k, v in sorted({**self.fixed, **values}.items())
-                         if k not in self._FAST)
-        cache = self.__dict__.setdefault("_lines", {})
-        if slow_key not in cache:
-            if len(cache) > 64:
-                cache.clear()
-            bare = attrs.evolve(cl, ceiling=None, utilization=1.0, table_line_rate=None,
-                                table_utilization=None, sync_overhead=0.0,
-                                collective_overhead=0.0)
-            entry = {}
-            for (gkey, fusion, algorithm), idx in self.groups.items():
-                prof = self.runs[idx[0]].profile
-                sc = Scenario.build(prof, algorithm=algorithm, fusion=fusion,
-                                    cluster=bare, ps_servers=self.settings["ps_servers"])
-                for i in idx:
-                    n = self.runs[i].n
-                    if sc.needs_plan:
-                        entry[i] = ("scenario", sc)
-                        continue
-                    lines = sc.lines(n, False)[0]
-                    k = len(lines.intercept) - 1
-                    count = np.concatenate(([0.0], np.arange(k, 0, -1, dtype=float)))
-                    last = np.concatenate(([0.0], np.ones(k)))
-                    entry[i] = ("lines", sc, lines, count if n > 1 else 0 * count,
-                                last if n > 1 else 0 * last)
-            cache[slow_key] = entry
-        entry = cache[slow_key]
-        out = np.empty(len(self.runs))
-        for i, r in enumerate(self.runs):
-            e = entry[i]
-            u = float(cl.utilization_at(r.bw))
-            x = 1.0 / (u * r.bw)
-            if e[0] == "scenario":
-                sc = attrs.evolve(e[1], cluster=cl)
-                out[i] = float(sc.planned(r.n, x).iteration_times(r.n, x, 1.0))
-                continue
-            _, sc, lines, count, last = e
-            xe = float(sc.x_effective(r.n, x, 1.0))
-            c = (lines.intercept + cl.collective_overhead * count + cl.sync_overhead * last
-                 + lines.slope * xe)
-            out[i] = sc.forward(r.n) + float(np.max(c)) + r.profile.update_time
-        return out
-
-    def residuals(self, values):
-        return (np.log(self.predict(values)) - np.log(self.measured_t)) / self.sigma_t
-
-
-def _solve(problem, free):
-    """Fit ``free`` parameters (MAP with priors); returns (values, g, J, chi2, prior)."""
-    from scipy.optimize import least_squares
-
-    names = list(free)
-    lo = np.array([problem.g_bounds(k)[0] for k in names])
-    hi = np.array([problem.g_bounds(k)[1] for k in names])
-    g0 = np.array([problem.g_default(k) for k in names])
-    scale = np.array([PRIORS[k].scale for k in names])
-
-    def values(g):
-        return {k: problem.from_g(k, float(x)) for k, x in zip(names, g)}
-
-    f2 = _ROBUST_SCALE ** 2
-
-    def fun(g):
-        # robust (soft L1) on the runs, quadratic on the priors: sqrt of the loss per run
-        r = problem.residuals(values(g))
-        robust = np.sign(r) * np.sqrt(2.0 * f2 * (np.sqrt(1.0 + r * r / f2) - 1.0))
-        return np.concatenate((robust, (g - g0) / scale))
-
-    # the cost is flat where a parameter has no effect (a ceiling above what is needed)
-    # and kinked where the critical path changes: start from the best points of a grid
-    per = max(3, int(round(40 ** (1.0 / len(names)))))
-    axes = [np.linspace(a, b, per) for a, b in zip(lo, hi)]
-    grid = np.array(list(itertools.product(*axes))) if len(names) > 1 else axes[0][:, None]
-    costs = np.array([float(np.sum(fun(gp) ** 2)) for gp in grid])
-    best = None
-    for start in grid[np.argsort(costs)[:2]]:
-        try:
-            res = least_squares(fun, start, bounds=(lo, hi), x_scale=scale, diff_step=1e-3,
-                                max_nfev=200)
-        except ValueError:
-            continue
-        cost = float(np.sum(res.fun ** 2))
-        if best is None or cost < best[0]:
-            best = (cost, res)
-    if best is None:
-        raise CalibrationError(f"the fit of {', '.join(names)} failed to start")
-    res = best[1]
-    k = len(problem.runs)
-    r = problem.residuals(values(res.x))
-    prior = res.fun[k:]
-    return values(res.x), res.x, res.jac, float(np.sum(r ** 2)), float(np.sum(prior ** 2)), \
-        (lo, hi)
-
-
 class _Default(int):
     """An int default that knows it was not passed (its repr is the number)."""
 
@@ -498,14 +265,63 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
     >>> fit.free
     ('ceiling',)
     """
-    from scipy.stats import norm
+    _check_keywords(given, confidence, fit, hold)
+    runs, base = _load_and_check(runs, cluster=cluster, name=name, algorithm=algorithm,
+                                 fusion=fusion, gpus_per_node=gpus_per_node,
+                                 nics_per_node=nics_per_node, intra_bw=intra_bw,
+                                 intra_alpha=intra_alpha)
+    fixed, statuses, sigma = _fixed_values(runs, given, base, from_cluster=cluster is not None)
+    settings = dict(algorithm=algorithm, fusion=fusion, ps_servers=ps_servers)
+    subsets, fixed_all = _candidate_sets(runs, fixed, fit=fit, hold=hold, max_free=max_free)
+    problem = _Problem(runs, base, settings, fixed_all)
+    solutions = _solve_each(problem, subsets)
+    best = solutions[0]
+    params = _parameters(problem, best, fixed_all, statuses, sigma, base,
+                         confidence=confidence, from_cluster=cluster is not None)
+    residuals = _residuals(problem, best.values)
+    alternatives = _alternatives(solutions)
+    fitted = _fitted_cluster(problem, best, params, algorithm=algorithm, fusion=fusion)
+    return ClusterFit(cluster=fitted, parameters=params, residuals=residuals,
+                      free=tuple(best.free), chi2=best.chi2,
+                      message=_message(best, params, residuals, alternatives),
+                      alternatives=alternatives)
 
+
+# --------------------------------------------------------------------------- the steps
+
+
+@attrs.frozen(eq=False)
+class _Solution:
+    """One candidate set of free parameters, fitted."""
+
+    score: float  # chi2 + prior + 2 |free| (Akaike)
+    free: tuple
+    values: dict
+    g: np.ndarray
+    jac: object
+    chi2: float
+    prior: float
+    bounds: object
+
+
+def _check_keywords(given, confidence, fit, hold):
+    """Unknown parameter names and a confidence outside (0, 1) are errors."""
     unknown = set(given) - set(PRIORS)
     if unknown:
         raise InvalidParameterError("fit_cluster", sorted(unknown), "unknown keywords",
                                     f"Parameters: {', '.join(PRIORS)}")
     if not 0 < confidence < 1:
         raise InvalidParameterError("confidence", confidence, "must be in (0, 1)")
+    for option, names in (("hold", hold), ("fit", fit)):
+        bad = set(names or ()) - set(PRIORS)
+        if bad:
+            raise InvalidParameterError(option, sorted(bad), "unknown parameters",
+                                        f"Parameters: {', '.join(PRIORS)}")
+
+
+def _load_and_check(runs, *, cluster, name, algorithm, fusion, gpus_per_node,
+                    nics_per_node, intra_bw, intra_alpha):
+    """The validated runs and the cluster to start from (with the topology)."""
     runs = load_runs(runs)
     base = load_cluster(cluster) if cluster is not None else ClusterProfile(
         name=name, provenance={"source": "fit_cluster"})
@@ -515,7 +331,6 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
                             nics_per_node=nics_per_node, intra_bw=intra_bw,
                             intra_alpha=intra_alpha)
     base = attrs.evolve(base, name=name, topology=None if topo.flat else topo)
-    settings = dict(algorithm=algorithm, fusion=fusion, ps_servers=ps_servers)
     Scenario.build(runs[0].profile, algorithm=algorithm, fusion=fusion)  # validate names
     for i, r in enumerate(runs):
         if r.fusion is not None or r.algorithm is not None:
@@ -524,6 +339,16 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
                                fusion=r.fusion or fusion)
             except (InvalidParameterError, ParameterTypeError) as exc:
                 raise _renamed(exc, f"runs[{i}].{exc.parameter}") from None
+    if not any(r.n > 1 for r in runs):
+        raise InvalidParameterError("runs", [r.label for r in runs],
+                                    "needs at least one run with n > 1")
+    return runs, base
+
+
+def _fixed_values(runs, given, base, *, from_cluster):
+    """Values not fitted: given by keyword, measured (the compute slowdown from compute
+    times) or taken from the starting cluster. Returns (values, statuses, measured
+    slowdown or None)."""
     fixed, statuses = {}, {}
     for k, v in given.items():
         fixed[k] = float(v)
@@ -532,78 +357,54 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
     if sigma is not None and "compute_slowdown" not in fixed:
         fixed["compute_slowdown"] = sigma[0]
         statuses["compute_slowdown"] = "measured"
-    for k in ("alpha", "utilization", "overlap", "compute_slowdown", "collective_overhead",
-              "sync_overhead"):
-        if k not in fixed and cluster is not None:
-            fixed.setdefault(k, getattr(base, k))
-            statuses.setdefault(k, "from cluster")
-    problem = _Problem(runs, base, settings, {})
-    informative = [r for r in runs if r.n > 1]
-    if not informative:
-        raise InvalidParameterError("runs", [r.label for r in runs],
-                                    "needs at least one run with n > 1")
+    if from_cluster:
+        for k in ("alpha", "utilization", "overlap", "compute_slowdown",
+                  "collective_overhead", "sync_overhead"):
+            if k not in fixed:
+                fixed[k] = getattr(base, k)
+                statuses[k] = "from cluster"
+    return fixed, statuses, sigma
+
+
+def _candidate_sets(runs, fixed, *, fit, hold, max_free):
+    """The sets of free parameters to try, and the values held in all of them."""
     hold = set(hold or ())
-    bad = hold - set(PRIORS)
-    if bad:
-        raise InvalidParameterError("hold", sorted(bad), "unknown parameters",
-                                    f"Parameters: {', '.join(PRIORS)}")
     candidates = [k for k in AUTO if k not in fixed and k not in hold]
     fixed_all = dict(fixed)
     if fit is not None:
         fit = tuple(fit)
-        bad = set(fit) - set(PRIORS)
-        if bad:
-            raise InvalidParameterError("fit", sorted(bad), "unknown parameters",
-                                        f"Parameters: {', '.join(PRIORS)}")
         for k in fit:
             fixed_all.pop(k, None)
-        subsets = [fit]
-    else:
-        top = min(len(informative), len(candidates), 4 if max_free is None else max_free)
-        subsets = [s for p in range(1, top + 1) for s in itertools.combinations(candidates, p)]
-    problem.fixed = fixed_all
-    if not subsets:
-        subsets = [()]
-    results = []
+        return [fit], fixed_all
+    informative = sum(r.n > 1 for r in runs)
+    top = min(informative, len(candidates), 4 if max_free is None else max_free)
+    subsets = [s for p in range(1, top + 1) for s in itertools.combinations(candidates, p)]
+    return subsets or [()], fixed_all
+
+
+def _solve_each(problem, subsets):
+    """Every candidate set fitted, best (lowest score) first; ties go to fewer parameters,
+    then to :data:`_ORDER`."""
+    solutions = []
     for subset in subsets:
         if not subset:
-            r = problem.residuals({})
-            results.append((float(np.sum(r ** 2)), subset, {}, np.zeros(0), None, float(
-                np.sum(r ** 2)), 0.0, None))
+            chi2 = float(np.sum(problem.residuals({}) ** 2))
+            solutions.append(_Solution(chi2, (), {}, np.zeros(0), None, chi2, 0.0, None))
             continue
         vals, g, jac, chi2, prior, bounds = _solve(problem, subset)
-        score = chi2 + prior + 2.0 * len(subset)
-        results.append((score, subset, vals, g, jac, chi2, prior, bounds))
+        solutions.append(_Solution(chi2 + prior + 2.0 * len(subset), tuple(subset), vals, g,
+                                   jac, chi2, prior, bounds))
     order = {k: i for i, k in enumerate(_ORDER)}
-    results.sort(key=lambda t: (round(t[0], 6), len(t[1]), [order[k] for k in t[1]]))
-    score, free, vals, g, jac, chi2, prior, bounds = results[0]
-    # intervals (Laplace), inflated when the runs scatter more than their uncertainty
-    z = float(norm.ppf(0.5 + confidence / 2))
-    params = {}
-    k_runs = len(runs)
-    dof = k_runs - len(free)
-    inflate = math.sqrt(max(1.0, chi2 / dof)) if dof > 0 else 1.0
-    cov = None
-    if len(free):
-        try:
-            cov = np.linalg.pinv(jac.T @ jac) * inflate ** 2
-        except np.linalg.LinAlgError:
-            cov = None
-    for i, k in enumerate(free):
-        lo_g, hi_g = bounds[0][i], bounds[1][i]
-        sd = math.sqrt(max(cov[i, i], 0.0)) if cov is not None else math.inf
-        a = max(lo_g, g[i] - z * sd)
-        b = min(hi_g, g[i] + z * sd)
-        ends = sorted((float(problem.from_g(k, a)), float(problem.from_g(k, b))))
-        # the lower bound is the ideal value (no effect); the upper one is a real limit
-        at_bound = bool(g[i] >= hi_g - 1e-3 * (hi_g - lo_g))
-        params[k] = FittedParameter(k, vals[k], tuple(ends), PRIORS[k].unit, "fitted",
-                                    at_bound, f"fitted to {k_runs} run(s); prior: "
-                                    f"{PRIORS[k].source}")
-        if at_bound:
-            warnings.warn(CalibrationWarning(
-                f"fit_cluster: {k} = {vals[k]:.4g} {PRIORS[k].unit} sits at its bound: the "
-                f"runs ask for more than the model's range allows"), stacklevel=2)
+    solutions.sort(key=lambda s: (round(s.score, 6), len(s.free), [order[k] for k in s.free]))
+    return solutions
+
+
+def _parameters(problem, best, fixed_all, statuses, sigma, base, *, confidence,
+                from_cluster):
+    """Every parameter with its value, interval and status: the fitted ones with Laplace
+    intervals (inflated when the runs scatter more than their uncertainty), the others
+    as held."""
+    params = _fitted_parameters(problem, best, confidence)
     for k in _ORDER:
         if k in params:
             continue
@@ -619,13 +420,53 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
                        f"{sigma[2]} run(s)")
             params[k] = FittedParameter(k, v, tuple(iv), PRIORS[k].unit, st, False, src)
         else:
-            v = PRIORS[k].default if cluster is None else _base_value(base, k)
+            v = PRIORS[k].default if not from_cluster else _base_value(base, k)
             params[k] = FittedParameter(k, v, (v, v), PRIORS[k].unit, "default", False,
                                         "held at the ideal model's value (no evidence "
-                                        "needed it)" if cluster is None else
+                                        "needed it)" if not from_cluster else
                                         "from the starting cluster")
-    fitted_cluster = problem.cluster(vals)
-    pred = problem.predict(vals)
+    return params
+
+
+def _fitted_parameters(problem, best, confidence):
+    """The free parameters of ``best`` with their intervals (Laplace approximation)."""
+    from scipy.stats import norm
+
+    free, g, jac, bounds, vals = best.free, best.g, best.jac, best.bounds, best.values
+    z = float(norm.ppf(0.5 + confidence / 2))
+    k_runs = len(problem.runs)
+    dof = k_runs - len(free)
+    inflate = math.sqrt(max(1.0, best.chi2 / dof)) if dof > 0 else 1.0
+    cov = None
+    if len(free):
+        try:
+            cov = np.linalg.pinv(jac.T @ jac) * inflate ** 2
+        except np.linalg.LinAlgError:
+            cov = None
+    params = {}
+    for i, k in enumerate(free):
+        lo_g, hi_g = bounds[0][i], bounds[1][i]
+        sd = math.sqrt(max(cov[i, i], 0.0)) if cov is not None else math.inf
+        a = max(lo_g, g[i] - z * sd)
+        b = min(hi_g, g[i] + z * sd)
+        ends = sorted((float(problem.from_g(k, a)), float(problem.from_g(k, b))))
+        # the lower bound is the ideal value (no effect); the upper one is a real limit
+        at_bound = bool(g[i] >= hi_g - 1e-3 * (hi_g - lo_g))
+        params[k] = FittedParameter(k, vals[k], tuple(ends), PRIORS[k].unit, "fitted",
+                                    at_bound, f"fitted to {k_runs} run(s); prior: "
+                                    f"{PRIORS[k].source}")
+        if at_bound:
+            warnings.warn(CalibrationWarning(
+                f"fit_cluster: {k} = {vals[k]:.4g} {PRIORS[k].unit} sits at its bound: the "
+                f"runs ask for more than the model's range allows"), stacklevel=4)
+    return params
+
+
+def _residuals(problem, values):
+    """Measured against fitted per run; a warning names each run missed by more than
+    three of its uncertainties."""
+    runs = problem.runs
+    pred = problem.predict(values)
     residuals = []
     for i, r in enumerate(runs):
         t1 = r.profile.iteration_time
@@ -633,19 +474,33 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
         residuals.append(RunResidual(r.label, r.n, r.bw, float(problem.measured_t[i]),
                                      float(pred[i]), float(pred[i] / problem.measured_t[i] - 1),
                                      float(m_sf), float(t1 / pred[i])))
-    worst = max(residuals, key=lambda x: abs(x.error))
-    contradict = [x for x, r in zip(residuals, runs)
-                  if abs(math.log1p(x.error)) > 3 * r.uncertainty]
-    for x in contradict:
-        warnings.warn(CalibrationWarning(
-            f"fit_cluster: run {x.label!r} (n={x.n}, bw={x.bw:g}) is missed by "
-            f"{100 * x.error:+.1f} %: it contradicts the others or the model"), stacklevel=2)
+    for x, r in zip(residuals, runs):
+        if abs(math.log1p(x.error)) > 3 * r.uncertainty:
+            warnings.warn(CalibrationWarning(
+                f"fit_cluster: run {x.label!r} (n={x.n}, bw={x.bw:g}) is missed by "
+                f"{100 * x.error:+.1f} %: it contradicts the others or the model"),
+                stacklevel=3)
+    return residuals
+
+
+def _alternatives(solutions):
+    """The other candidate sets that explain the runs almost as well (score within 2 of
+    the best)."""
+    best = solutions[0].score
+    return [{"free": list(s.free), "values": dict(s.values), "chi2": s.chi2, "score": s.score}
+            for s in solutions[1:] if s.score <= best + 2.0 and s.free]
+
+
+_INTERVAL_FIELDS = ("alpha", "utilization", "ceiling", "compute_slowdown",
+                    "collective_overhead", "sync_overhead", "overlap")
+
+
+def _fitted_cluster(problem, best, params, *, algorithm, fusion):
+    """The cluster of the best solution, with its intervals and provenance."""
+    base, runs = problem.base, problem.runs
     intervals = dict(base.intervals)
     for k, p in params.items():
-        if p.status in ("fitted", "measured") and k in ("alpha", "utilization", "ceiling",
-                                                         "compute_slowdown",
-                                                         "collective_overhead",
-                                                         "sync_overhead", "overlap"):
+        if p.status in ("fitted", "measured") and k in _INTERVAL_FIELDS:
             intervals[k] = p.interval
     provenance = dict(base.provenance)
     provenance.update({
@@ -654,10 +509,17 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
                   "measured_iteration_time": float(problem.measured_t[i]),
                   "uncertainty": r.uncertainty} for i, r in enumerate(runs)],
         "settings": {"algorithm": algorithm, "fusion": str(fusion)},
-        "free": list(free), "chi2": chi2,
+        "free": list(best.free), "chi2": best.chi2,
     })
-    fitted_cluster = attrs.evolve(fitted_cluster, intervals=intervals, provenance=provenance)
-    lines = [f"fitted {', '.join(free) if free else 'nothing'} to {k_runs} run(s); "
+    return attrs.evolve(problem.cluster(best.values), intervals=intervals,
+                        provenance=provenance)
+
+
+def _message(best, params, residuals, alternatives):
+    """One paragraph for people: what was fitted, the largest miss, the values."""
+    worst = max(residuals, key=lambda x: abs(x.error))
+    free = best.free
+    lines = [f"fitted {', '.join(free) if free else 'nothing'} to {len(residuals)} run(s); "
              f"largest miss {100 * worst.error:+.1f} % ({worst.label})"]
     for k in _ORDER:
         p = params[k]
@@ -665,16 +527,11 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
             continue
         lines.append(f"  {k:20s} {_fmt(p.value, p.unit)}  [{_fmt(p.interval[0], p.unit)}, "
                      f"{_fmt(p.interval[1], p.unit)}]  {p.status}")
-    alternatives = [{"free": list(t[1]), "values": dict(t[2]), "chi2": t[5], "score": t[0]}
-                    for t in results[1:] if t[0] <= score + 2.0 and t[1]]
     if alternatives:
         lines.append("  the runs fit about as well with: " + "; ".join(
             ", ".join(f"{k}={_fmt(v, PRIORS[k].unit)}" for k, v in a["values"].items())
             for a in alternatives[:3]) + " (more runs would tell them apart)")
-    return ClusterFit(cluster=fitted_cluster, parameters=params, residuals=residuals,
-                      free=tuple(free), chi2=chi2, message="\n".join(lines),
-                      alternatives=alternatives)
-
+    return "\n".join(lines)
 
 def _base_value(base, k):
     if k == "ceiling":
