@@ -17,6 +17,7 @@ __all__ = [
     "ProfileFormatError",
     "CalibrationError",
     "CalibrationWarning",
+    "ModelWarning",
 ]
 
 
@@ -107,6 +108,12 @@ class CalibrationError(ScalemodelError, RuntimeError):
 class CalibrationWarning(UserWarning):
     """A calibration result is usable but suspect, for example a fit whose R^2 is poor
     or a measurement whose spread across repetitions is large."""
+
+
+class ModelWarning(UserWarning):
+    """An input has a detail the model cannot express and leaves out, for example a
+    Hugging Face config's biases on only some projections; the message names it and what
+    it amounts to."""
 
 
 def _short_repr(value: object, limit: int = 80) -> str:

@@ -188,14 +188,20 @@ class TransformerConfig:
     @classmethod
     def from_hf_config(cls, config: dict, *, seq: int = 4096, micro_batch: int = 1,
                        dtype: str = "bf16", name: str = "") -> "TransformerConfig":
-        """A Llama / Mistral config from a Hugging Face ``config.json`` dict.
+        """A config from a Hugging Face ``config.json`` dict of any common family.
+
+        Llama / Mistral / Qwen2 / Gemma (``hidden_size``, ``num_hidden_layers``,
+        ``num_attention_heads``, ``intermediate_size``, ``vocab_size``, optionally
+        ``num_key_value_heads``, ``tie_word_embeddings``), GPT-2 (``n_embd``, ``n_layer``,
+        ``n_head``, ``n_inner``, ``n_positions``), GPT-NeoX, Falcon and BERT; the family
+        comes from ``model_type`` or the key names. See :mod:`scalemodel.hf_configs` for
+        what each family implies and what it cannot express (said in a
+        :class:`~scalemodel.exceptions.ModelWarning`).
 
         Parameters
         ----------
         config : dict
-            The parsed ``config.json`` (``hidden_size``, ``num_hidden_layers``,
-            ``num_attention_heads``, ``intermediate_size``, ``vocab_size``, optionally
-            ``num_key_value_heads``, ``tie_word_embeddings``) [-].
+            The parsed ``config.json`` [-].
         seq : int
             Sequence length [tokens].
         micro_batch : int
@@ -203,22 +209,21 @@ class TransformerConfig:
         dtype : str
             Compute dtype [-].
         name : str
-            A label [-].
+            A label; default the config's ``_name_or_path`` [-].
+
+        Examples
+        --------
+        >>> from scalemodel.workloads import TransformerConfig
+        >>> gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+        ...         "n_positions": 1024, "vocab_size": 50257}
+        >>> TransformerConfig.from_hf_config(gpt2, seq=1024).parameter_count
+        124439808
         """
-        if not isinstance(config, dict):
-            raise ParameterTypeError("config", config, "a dict parsed from config.json")
-        try:
-            return cls(layers=config["num_hidden_layers"], hidden=config["hidden_size"],
-                       heads=config["num_attention_heads"], ffn=config["intermediate_size"],
-                       vocab=config["vocab_size"],
-                       kv_heads=config.get("num_key_value_heads"), seq=seq,
-                       micro_batch=micro_batch, dtype=dtype,
-                       tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-                       bias=bool(config.get("attention_bias", False)),
-                       name=name or str(config.get("_name_or_path", "")))
-        except KeyError as exc:
-            raise InvalidParameterError("config", f"<missing {exc.args[0]!r}>",
-                                        f"config.json must have {exc.args[0]!r}") from None
+        from .hf_configs import config_kwargs
+
+        kw = config_kwargs(config)
+        return cls(seq=seq, micro_batch=micro_batch, dtype=dtype,
+                   name=name or str(config.get("_name_or_path", "")), **kw)
 
     @property
     def head_dim(self) -> int:

@@ -1,0 +1,187 @@
+r"""Reading Hugging Face ``config.json`` files of the common transformer families.
+
+:meth:`TransformerConfig.from_hf_config <scalemodel.workloads.TransformerConfig.from_hf_config>`
+maps the key names each family uses onto one :class:`~scalemodel.workloads.TransformerConfig`.
+The family comes from ``model_type`` when the file has it, else from the key names
+(``n_embd`` is GPT-2's, ``hidden_size`` the Llama family's). What each family's
+architecture implies (norm kind, biases, gated feed-forward, tied output projection,
+learned positions) is taken from its modelling code in ``transformers``:
+
+=============  =================  ======  =====  =====  ====================  ==========
+family         keys               norm    bias   gated  output projection     positions
+=============  =================  ======  =====  =====  ====================  ==========
+llama,         ``hidden_size``,   RMS     no     yes    ``tie_word_``         rotary
+mistral,       ``num_hidden_                            ``embeddings``
+qwen2, gemma   layers``, ...                            (Gemma: tied)
+gpt2           ``n_embd``,        Layer   yes    no     tied                  learned
+               ``n_layer``,                                                   (``n_positions``)
+               ``n_head``,
+               ``n_inner``
+gpt_neox       ``hidden_size``,   Layer   yes    no     ``tie_word_``         rotary
+               ...                                      ``embeddings``
+falcon         ``hidden_size``,   Layer   from   no     tied                  rotary
+               ``num_attention_           ``bias``
+               heads``, ``num_kv_
+               heads``
+bert           ``hidden_size``,   Layer   yes    no     tied, with a          learned
+               ...                (post)                transform and bias    + types
+=============  =================  ======  =====  =====  ====================  ==========
+
+Details a family has that the config cannot express are listed in a
+:class:`~scalemodel.exceptions.ModelWarning` (never silently dropped): Qwen2's biases on the
+query, key and value projections only (:math:`(h + 2 d_{kv})` parameters per layer
+missing), Falcon's parallel block with one norm (counted as two: :math:`2h` extra per
+layer), and a ``head_dim`` that differs from ``hidden / heads`` (Gemma-7B) is refused,
+since every projection's shape would be wrong.
+
+Checked against published parameter counts in ``tests/test_hf_configs.py``: GPT-2
+124,439,808 (torchvision-style exact count of the released model), Pythia-160M (GPT-NeoX)
+162,322,944 (Biderman et al., 2023, Table 1), Falcon-7B 6,921,720,704 (its model card's
+count; ours counts one extra norm per block, 290,816 parameters, and says so).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
+
+__all__ = ["FAMILIES", "family_of", "config_kwargs"]
+
+FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gpt2", "gpt_neox", "falcon", "bert")
+"""Families :meth:`~scalemodel.workloads.TransformerConfig.from_hf_config` maps [-]."""
+
+_LLAMA_LIKE = {"llama", "mistral", "mixtral_dense", "qwen2", "gemma", "qwen", "yi",
+               "internlm2"}
+
+
+def family_of(config: dict) -> str:
+    """The family of a parsed ``config.json``: its ``model_type`` when known, else
+    guessed from the key names [-].
+
+    Parameters
+    ----------
+    config : dict
+        The parsed file [-].
+    """
+    kind = str(config.get("model_type", "")).lower().replace("-", "_")
+    if kind in _LLAMA_LIKE:
+        return "gemma" if kind == "gemma" else ("qwen2" if kind.startswith("qwen")
+                                                else "llama")
+    if kind in ("gpt2", "gpt_neox", "falcon", "bert"):
+        return kind
+    if kind in ("refinedweb", "refinedwebmodel", "rw"):
+        return "falcon"
+    if kind:
+        raise InvalidParameterError(
+            "config.model_type", config.get("model_type"), "is not a family scalemodel "
+            "maps", f"Known: {', '.join(FAMILIES)}; or build a TransformerConfig by hand")
+    if "n_embd" in config:
+        return "gpt2"
+    if "hidden_size" in config:
+        return "llama"
+    raise InvalidParameterError("config", "<no model_type, hidden_size or n_embd>",
+                                "is not a transformer config.json this reader knows",
+                                f"Known families: {', '.join(FAMILIES)}")
+
+
+def _get(config, *keys, default=KeyError):
+    for k in keys:
+        if config.get(k) is not None:
+            return config[k]
+    if default is KeyError:
+        raise InvalidParameterError("config", f"<missing {keys[0]!r}>",
+                                    f"config.json must have {' or '.join(map(repr, keys))}")
+    return default
+
+
+def _check_head_dim(config, hidden, heads):
+    hd = config.get("head_dim")
+    if hd is not None and heads and hd * heads != hidden:
+        raise InvalidParameterError(
+            "config.head_dim", hd, f"times num_attention_heads={heads} is not "
+            f"hidden_size={hidden}", "Projections wider than the model (Gemma-7B) are not "
+            "modelled; build a TransformerConfig whose heads x head_dim is the width")
+
+
+def config_kwargs(config: dict) -> dict:
+    """Keyword arguments of :class:`~scalemodel.workloads.TransformerConfig` (without
+    ``seq``, ``micro_batch``, ``dtype``, ``name``) from a parsed ``config.json`` [-].
+
+    Warns (:class:`~scalemodel.exceptions.ModelWarning`) with every detail of the family
+    that the config cannot express.
+
+    Parameters
+    ----------
+    config : dict
+        The parsed file [-].
+    """
+    if not isinstance(config, dict):
+        raise ParameterTypeError("config", config, "a dict parsed from config.json")
+    family = family_of(config)
+    unmapped = []
+    if family == "gpt2":
+        hidden = _get(config, "n_embd", "hidden_size")
+        kw = dict(layers=_get(config, "n_layer", "num_hidden_layers"), hidden=hidden,
+                  heads=_get(config, "n_head", "num_attention_heads"),
+                  ffn=_get(config, "n_inner", default=None) or 4 * hidden,
+                  vocab=_get(config, "vocab_size"), gated_ffn=False, norm="layernorm",
+                  bias=True, learned_positions=_get(config, "n_positions",
+                                                    "max_position_embeddings"),
+                  tied_embeddings=bool(config.get("tie_word_embeddings", True)))
+    elif family == "bert":
+        kw = dict(layers=_get(config, "num_hidden_layers"), hidden=_get(config, "hidden_size"),
+                  heads=_get(config, "num_attention_heads"),
+                  ffn=_get(config, "intermediate_size"), vocab=_get(config, "vocab_size"),
+                  gated_ffn=False, norm="layernorm", bias=True, prenorm=False,
+                  learned_positions=_get(config, "max_position_embeddings"),
+                  token_types=_get(config, "type_vocab_size", default=2),
+                  embedding_norm=True, final_norm=False, head_transform=True,
+                  head_bias=True, tied_embeddings=True)
+    elif family == "gpt_neox":
+        kw = dict(layers=_get(config, "num_hidden_layers"), hidden=_get(config, "hidden_size"),
+                  heads=_get(config, "num_attention_heads"),
+                  ffn=_get(config, "intermediate_size"), vocab=_get(config, "vocab_size"),
+                  gated_ffn=False, norm="layernorm", bias=True,
+                  tied_embeddings=bool(config.get("tie_word_embeddings", False)))
+    elif family == "falcon":
+        hidden = _get(config, "hidden_size", "n_embed")
+        heads = _get(config, "num_attention_heads", "n_head")
+        new_arch = bool(config.get("new_decoder_architecture", False))
+        if new_arch:
+            kv = _get(config, "num_kv_heads", "n_head_kv", default=heads)
+        else:
+            kv = 1 if config.get("multi_query", True) else heads
+        kw = dict(layers=_get(config, "num_hidden_layers", "n_layer"), hidden=hidden,
+                  heads=heads, kv_heads=kv,
+                  ffn=_get(config, "ffn_hidden_size", default=None) or 4 * hidden,
+                  vocab=_get(config, "vocab_size"), gated_ffn=False, norm="layernorm",
+                  bias=bool(config.get("bias", False)),
+                  tied_embeddings=bool(config.get("tie_word_embeddings", True)))
+        if config.get("parallel_attn", True) and not new_arch:
+            unmapped.append(f"parallel_attn: one norm per block, counted as two "
+                            f"(+{2 * hidden} parameters per block)")
+    else:  # llama, mistral, qwen2, gemma
+        hidden = _get(config, "hidden_size")
+        heads = _get(config, "num_attention_heads")
+        _check_head_dim(config, hidden, heads)
+        kw = dict(layers=_get(config, "num_hidden_layers"), hidden=hidden, heads=heads,
+                  ffn=_get(config, "intermediate_size"), vocab=_get(config, "vocab_size"),
+                  kv_heads=config.get("num_key_value_heads"),
+                  tied_embeddings=bool(config.get("tie_word_embeddings",
+                                                  family == "gemma")),
+                  bias=bool(config.get("attention_bias", False)))
+        if family == "qwen2" and not config.get("attention_bias", False):
+            kv = kw["kv_heads"] or heads
+            unmapped.append(f"biases of the query, key and value projections "
+                            f"(+{hidden + 2 * kv * (hidden // heads)} parameters per block)")
+    if family != "llama" and family != "qwen2" and family != "gemma":
+        _check_head_dim(config, kw["hidden"], kw["heads"])
+    for key in ("num_experts", "num_local_experts", "moe_num_experts"):
+        if config.get(key):
+            raise InvalidParameterError(f"config.{key}", config[key], "mixture-of-experts "
+                                        "layers are not modelled")
+    if unmapped:
+        warnings.warn(ModelWarning(f"config.json ({family}): not expressible, left out: "
+                                   + "; ".join(unmapped)), stacklevel=3)
+    return kw

@@ -1,0 +1,87 @@
+"""Hugging Face config.json files of the common families, against published counts."""
+
+import warnings
+
+import attrs
+import pytest
+
+import scalemodel as sm
+from scalemodel.exceptions import ModelWarning
+from scalemodel.workloads import MEASURED_CONFIGS, TransformerConfig
+
+GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
+        "n_positions": 1024, "vocab_size": 50257}
+PYTHIA_160M = {"model_type": "gpt_neox", "hidden_size": 768, "num_hidden_layers": 12,
+               "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50304,
+               "tie_word_embeddings": False, "max_position_embeddings": 2048}
+FALCON_7B = {"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32,
+             "num_attention_heads": 71, "multi_query": True, "parallel_attn": True,
+             "bias": False, "vocab_size": 65024, "new_decoder_architecture": False}
+QWEN2_7B = {"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
+            "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
+            "vocab_size": 152064, "tie_word_embeddings": False}
+BERT_BASE = {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12,
+             "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522,
+             "max_position_embeddings": 512, "type_vocab_size": 2}
+
+
+def test_gpt2_keys_give_the_released_count():
+    # GPT-2 small: 124,439,808 (../shared/data/published/model_parameter_counts.csv)
+    cfg = TransformerConfig.from_hf_config(GPT2, seq=1024, micro_batch=4, dtype="fp32")
+    assert cfg.parameter_count == 124_439_808
+    assert attrs.evolve(cfg, name="") == MEASURED_CONFIGS["gpt2-h100"]()
+    # without model_type the key names say GPT-2
+    no_type = {k: v for k, v in GPT2.items() if k != "model_type"}
+    assert TransformerConfig.from_hf_config(no_type).parameter_count == 124_439_808
+
+
+def test_gpt_neox_pythia_160m():
+    # Biderman et al., "Pythia" (ICML 2023), Table 1: 162,322,944 total parameters
+    assert TransformerConfig.from_hf_config(PYTHIA_160M).parameter_count == 162_322_944
+
+
+def test_bert_matches_the_measured_shape():
+    cfg = TransformerConfig.from_hf_config(BERT_BASE, seq=64, micro_batch=64, dtype="fp32")
+    assert attrs.evolve(cfg, name="") == MEASURED_CONFIGS["bert-base-h100"]()
+
+
+def test_falcon_counts_one_extra_norm_and_says_so():
+    # Falcon-7B's model card: 6,921,720,704 parameters; its parallel block has one norm
+    with pytest.warns(ModelWarning, match="parallel_attn.*9088 parameters per block"):
+        cfg = TransformerConfig.from_hf_config(FALCON_7B)
+    assert cfg.kv_heads == 1
+    assert cfg.parameter_count == 6_921_720_704 + 32 * 2 * 4544
+
+
+def test_qwen2_says_which_biases_it_leaves_out():
+    with pytest.warns(ModelWarning, match=r"query, key and value.*\+4608"):
+        cfg = TransformerConfig.from_hf_config(QWEN2_7B)
+    # Qwen2-7B: 7,615,616,512 with its q/k/v biases (28 x 4608 of them)
+    assert cfg.parameter_count + 28 * 4608 == 7_615_616_512
+
+
+def test_llama_family_unchanged_and_quiet():
+    cfg = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
+           "vocab_size": 32000}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = TransformerConfig.from_hf_config(cfg)
+    assert got.parameter_count == sm.llm_config("llama-2-7b").parameter_count
+
+
+def test_what_cannot_be_mapped_is_refused_by_name():
+    gemma7 = {"model_type": "gemma", "hidden_size": 3072, "num_hidden_layers": 28,
+              "num_attention_heads": 16, "head_dim": 256, "intermediate_size": 24576,
+              "vocab_size": 256000}
+    with pytest.raises(sm.InvalidParameterError, match="config.head_dim"):
+        TransformerConfig.from_hf_config(gemma7)
+    with pytest.raises(sm.InvalidParameterError, match="config.model_type"):
+        TransformerConfig.from_hf_config({"model_type": "t5", "d_model": 512})
+    with pytest.raises(sm.InvalidParameterError, match="num_local_experts"):
+        TransformerConfig.from_hf_config({**QWEN2_7B, "model_type": "llama",
+                                          "num_local_experts": 8})
+    with pytest.raises(sm.InvalidParameterError, match="n_layer"):
+        TransformerConfig.from_hf_config({"n_embd": 64})
+    with pytest.raises(sm.ParameterTypeError):
+        TransformerConfig.from_hf_config([1, 2])
