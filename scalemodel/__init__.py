@@ -16,8 +16,8 @@ from .collectives import (ALGORITHMS, CollectiveOptions, ReductionCost, allgathe
                           hierarchical_allreduce_time, parameter_server_time,
                           ring_allreduce_time, tree_allreduce_time)
 from .exceptions import (CalibrationError, CalibrationWarning, InvalidParameterError,
-                         ParameterTypeError, ProfileFormatError, ScalemodelError,
-                         UnknownNameError)
+                         ModelWarning, ParameterTypeError, ProfileFormatError,
+                         ScalemodelError, UnknownNameError)
 from .fusion import DDPBuckets, HorovodFusion, PerTensor, bucket_ready_times
 from .model import BINDINGS, IterationTime, Scenario, iteration_time, scaling_factor
 from .topology import Topology
@@ -47,7 +47,7 @@ __all__ = [
     "parameter_server_time", "DDPBuckets", "HorovodFusion", "PerTensor",
     "bucket_ready_times", "parse_bandwidth", "format_bandwidth", "ScalemodelError",
     "InvalidParameterError", "ParameterTypeError", "UnknownNameError", "ProfileFormatError",
-    "CalibrationError", "CalibrationWarning",
+    "CalibrationError", "CalibrationWarning", "ModelWarning",
     "plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth",
     "compressed_scaling_factor", "sensitivities", "Sensitivities", "COMPRESSORS",
     "get_compressor", "CodecCost", "NoCompression", "CastCompressor", "IntQuantizer",
