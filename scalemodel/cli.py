@@ -196,6 +196,12 @@ def _model_options(p):
                    help="workload: a built-in profile name (resnet50, bert...; see "
                         "`scalemodel profiles`) or a profile JSON file [name or path] "
                         "(required)")
+    _add(p, "--seq", _count, default=None,
+         help="sequence length when --model is a Hugging Face config.json [tokens] "
+              "(default: the config's max_position_embeddings)")
+    _add(p, "--micro-batch", _count, default=None,
+         help="sequences per GPU per step when --model is a Hugging Face config.json "
+              "[samples] (default 1)")
     _add(p, "--grad-accum", _count, default=None,
          help="micro-batches per optimizer step (gradient accumulation): DDP and zero1 "
               "reduce on the last one only, zero2, zero3 and hybrid_shard on every one [-] "
@@ -715,12 +721,34 @@ def _join_dash_values(parser, argv):
     return out
 
 
+def _config_model(args):
+    """``--model config.json`` of a Hugging Face model: a profile derived from FLOPs on
+    ``--gpu`` (default h100-sxm) with ``--seq`` and ``--micro-batch``."""
+    import os
+
+    from ._jsonfile import read_json_file
+    from .hf_configs import is_hf_config, load_hf_profile
+
+    model = getattr(args, "model", None)
+    if not (isinstance(model, str) and model.endswith(".json") and os.path.isfile(model)):
+        if getattr(args, "seq", None) is not None or getattr(args, "micro_batch", None):
+            from .exceptions import InvalidParameterError
+            raise InvalidParameterError("--seq/--micro-batch", model, "apply only when "
+                                        "--model is a Hugging Face config.json")
+        return
+    if is_hf_config(read_json_file(model, what="workload profile or config.json")):
+        args.model_name = model
+        args.model = load_hf_profile(model, seq=args.seq, micro_batch=args.micro_batch,
+                                     gpu=getattr(args, "gpu", None))
+
+
 def main(argv=None):
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(_join_dash_values(parser, argv))
     try:
         _resolve(args)
+        _config_model(args)
         if getattr(args, "grad_accum", None) is not None:  # the workload, accumulating
             args.model_name = args.model
             args.model = load_profile(args.model).with_grad_accum(args.grad_accum)

@@ -46,7 +46,7 @@ import warnings
 
 from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 
-__all__ = ["FAMILIES", "family_of", "config_kwargs"]
+__all__ = ["FAMILIES", "family_of", "config_kwargs", "is_hf_config", "load_hf_profile"]
 
 FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gpt2", "gpt_neox", "falcon", "bert")
 """Families :meth:`~scalemodel.workloads.TransformerConfig.from_hf_config` maps [-]."""
@@ -185,3 +185,55 @@ def config_kwargs(config: dict) -> dict:
         warnings.warn(ModelWarning(f"config.json ({family}): not expressible, left out: "
                                    + "; ".join(unmapped)), stacklevel=3)
     return kw
+
+
+def is_hf_config(data) -> bool:
+    """Whether parsed JSON ``data`` looks like a Hugging Face ``config.json`` (not a
+    scalemodel profile) [-].
+
+    Parameters
+    ----------
+    data : object
+        Parsed JSON [-].
+    """
+    return (isinstance(data, dict) and "format" not in data
+            and any(k in data for k in ("model_type", "hidden_size", "n_embd")))
+
+
+def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None):
+    """A workload profile, derived from FLOPs, for a Hugging Face ``config.json`` file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``config.json`` file [path].
+    seq : int or None
+        Sequence length; None: the config's ``max_position_embeddings`` /
+        ``n_positions``, else 4096 [tokens].
+    micro_batch : int or None
+        Sequences per GPU per step; None: 1 [samples].
+    gpu : str or None
+        GPU the profile is timed on; None: ``"h100-sxm"`` [-].
+    dtype : str or None
+        Compute dtype; None: ``"bf16"`` [-].
+
+    Returns
+    -------
+    WorkloadProfile
+        As :func:`~scalemodel.transformer_profile` makes it, named after the file.
+    """
+    from pathlib import Path
+
+    from ._jsonfile import read_json_file
+    from .workloads import TransformerConfig, transformer_profile
+
+    data = read_json_file(path, what="config.json")
+    if not is_hf_config(data):
+        raise InvalidParameterError("model", str(path), "is neither a scalemodel workload "
+                                    "profile nor a Hugging Face config.json")
+    if seq is None:
+        seq = data.get("max_position_embeddings") or data.get("n_positions") or 4096
+    cfg = TransformerConfig.from_hf_config(data, seq=int(seq), micro_batch=micro_batch or 1,
+                                           dtype=dtype or "bf16",
+                                           name=data.get("_name_or_path") or Path(path).stem)
+    return transformer_profile(cfg, gpu or "h100-sxm")

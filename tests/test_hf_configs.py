@@ -85,3 +85,23 @@ def test_what_cannot_be_mapped_is_refused_by_name():
         TransformerConfig.from_hf_config({"n_embd": 64})
     with pytest.raises(sm.ParameterTypeError):
         TransformerConfig.from_hf_config([1, 2])
+
+
+def test_cli_takes_a_config_json(tmp_path, capsys):
+    import json
+
+    from scalemodel.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**GPT2, "_name_or_path": "gpt2"}))
+    assert main(["min-compression", "--model", str(path), "--bw", "10Gbps",
+                 "--micro-batch", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    prof = sm.transformer_profile(TransformerConfig.from_hf_config(
+        GPT2, seq=1024, micro_batch=8, name="gpt2"), "h100-sxm")
+    assert out["ratio"] == pytest.approx(sm.min_compression(prof, "10Gbps").ratio)
+    assert main(["min-compression", "--model", "bert", "--bw", "10Gbps",
+                 "--seq", "128"]) == 2
+    assert "--seq" in capsys.readouterr().err
+    path.write_text(json.dumps({"something": 1}))
+    assert main(["min-compression", "--model", str(path), "--bw", "10Gbps"]) == 2
