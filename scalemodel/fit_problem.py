@@ -17,27 +17,73 @@ from .collectives import ReductionCost
 from .exceptions import CalibrationError
 from .fit_priors import PRIORS
 from .model import Scenario
+from .overlap import UpperEnvelope
 
 _ROBUST_SCALE = 3.0
 """Normalized residual beyond which a run's pull grows linearly, not quadratically (soft
 L1 loss): one wild run cannot drag the fit [-]."""
 
 
+MAX_RUNS = 100_000
+"""Most runs :func:`~scalemodel.fit_cluster` takes [runs]. A fit evaluates every run in
+one vectorized pass per parameter vector (a few thousand passes), so its time grows
+linearly with the runs: about a second per 10^4 runs of distinct configurations on one
+core. Beyond this many, a sample of the runs tells as much and a fit would take minutes."""
+
+_DENSE_CELLS = 200_000
+"""Lines x points below which a group's envelope is evaluated as one dense max [-]."""
+
+_BARE = {"ceiling": None, "utilization": 1.0, "table_line_rate": None,
+         "table_utilization": None, "sync_overhead": 0.0, "collective_overhead": 0.0,
+         "bucket_overhead": 0.0, "iteration_overhead": 0.0, "straggler_spread": 0.0}
+"""Cluster fields that :meth:`_Problem.predict` applies itself (set to these values on
+the cluster the lines are built with); those the cluster does not have are skipped."""
+
+
+def expected_max_normal(n):
+    r""":math:`e_n = \Phi^{-1}((n - 0.375)/(n + 0.25))`, Blom's approximation of the
+    expected maximum of ``n`` standard normals (0 for one) [-]."""
+    from scipy.special import ndtri
+    n = np.asarray(n, dtype=float)
+    return ndtri((n - 0.375) / (n + 0.25))
+
+
 class _Problem:
-    """Runs, the fixed setting and how parameters map to a cluster."""
+    """Runs, the fixed setting and how parameters map to a cluster.
+
+    Runs are grouped by what fixes their lines (profile, fusion, algorithm, sharding,
+    bucket cap, worker count); within a group only the line rate differs, and each
+    distinct (group, line rate) is evaluated once, all of a group's at once."""
 
     def __init__(self, runs, base, settings, fixed):
+        from .fusion import DDPBuckets
         self.runs = runs
         self.base = base
         self.settings = settings
         self.fixed = fixed  # name -> value (given or measured)
         self.bw_max = max(r.bw for r in runs)
-        groups = {}
+        self._fields = {f.name for f in attrs.fields(type(base))}
+        configs, groups, config_of = {}, {}, np.empty(len(runs), dtype=np.int64)
         for i, r in enumerate(runs):
-            key = (id(r.profile), r.fusion or settings["fusion"],
-                   r.algorithm or settings["algorithm"])
-            groups.setdefault(key, []).append(i)
+            fusion = r.fusion or settings["fusion"]
+            cap = getattr(r, "bucket_cap_mb", None)
+            if cap is not None:
+                fusion = DDPBuckets(bucket_bytes=float(cap) * 2.0**20)
+            wrapped = bool(getattr(r, "wrapped", False)) and r.n == 1
+            gkey = (id(r.profile), fusion, r.algorithm or settings["algorithm"],
+                    getattr(r, "sharding", None) or "none", r.n, wrapped)
+            if gkey not in groups:
+                groups[gkey] = {"profile": r.profile, "configs": []}
+            ckey = (gkey, r.bw)
+            if ckey not in configs:
+                configs[ckey] = len(configs)
+                groups[gkey]["configs"].append(configs[ckey])
+            config_of[i] = configs[ckey]
         self.groups = groups
+        self.config_of = config_of
+        self.config_bw = np.array([bw for (_, bw) in configs], dtype=float)
+        for g in groups.values():
+            g["configs"] = np.asarray(g["configs"], dtype=np.int64)
         self.measured_t = np.empty(len(runs))
         self.sigma_t = np.array([r.uncertainty for r in runs])
         for i, r in enumerate(runs):
@@ -96,61 +142,106 @@ class _Problem:
                     latency = red.latency if red is not None and red.table_bytes is None else 0.0
                     changes["reduction"] = ReductionCost(gamma=gamma, latency=latency,
                                                          name="fitted host overhead")
-            else:
+            elif name in self._fields:
                 changes[name] = value
         return attrs.evolve(self.base, **changes)
 
-    _FAST = ("ceiling", "utilization", "sync_overhead", "collective_overhead")
+    _FAST = ("ceiling", "utilization", "sync_overhead", "collective_overhead",
+             "bucket_overhead", "iteration_overhead")
+
+    def _value(self, values, name):
+        v = values.get(name, self.fixed.get(name))
+        if v is None:
+            v = getattr(self.base, name, 0.0)
+        return float(v)
+
+    def _lines(self, values):
+        """Per group, what does not change with the fast parameters: the lines with
+        neither fixed costs nor ceiling (eq. :eq:`iteration-cluster`), and the counts by
+        which the fixed costs enter each line; or a scenario to evaluate in full
+        (MG-WFBP, sharding)."""
+        slow_key = tuple((k, v) for k, v in sorted({**self.fixed, **values}.items())
+                         if k not in self._FAST)
+        cache = self.__dict__.setdefault("_cache", {})
+        if slow_key in cache:
+            return cache[slow_key]
+        if len(cache) > 64:
+            cache.clear()
+        cl = self.cluster(values)
+        bare = attrs.evolve(cl, **{k: v for k, v in _BARE.items() if k in self._fields})
+        sigma = self._value(values, "compute_slowdown")
+        spread = self._value(values, "straggler_spread")
+        entry = {}
+        for gkey, g in self.groups.items():
+            _, fusion, algorithm, sharding, n, wrapped = gkey
+            if n > 1 and spread > 0:  # eq. (straggler): sigma_n
+                sigma_n = sigma * (1.0 + spread * float(expected_max_normal(n)))
+                grp_cluster = attrs.evolve(bare, compute_slowdown=min(sigma_n, 100.0))
+            else:
+                grp_cluster = bare
+            kw = dict(algorithm=algorithm, fusion=fusion, cluster=grp_cluster,
+                      ps_servers=self.settings["ps_servers"])
+            if sharding != "none":
+                kw["sharding"] = sharding
+            sc = Scenario.build(g["profile"], **kw)
+            if sc.needs_plan or sc.sharding is not None:
+                entry[gkey] = ("scenario", sc)
+                continue
+            lines = sc.lines(n, False)[0]
+            k = len(lines.intercept) - 1
+            if n > 1:
+                count = np.concatenate(([0.0], np.arange(k, 0, -1, dtype=float)))
+                last = np.concatenate(([0.0], np.ones(k)))
+                # per-bucket cost on the compute path: line j (bucket j in communication
+                # order and all after it) waits j of them, backward's end all K
+                per_bucket = np.concatenate(([float(k)], np.arange(1, k + 1, dtype=float)))
+                wrapper = 1.0
+            else:
+                count = last = np.zeros(k + 1)
+                per_bucket = np.zeros(k + 1)
+                per_bucket[0] = float(k) if wrapped else 0.0
+                wrapper = 1.0 if wrapped else 0.0
+            head = float(sc.forward(n)) + g["profile"].update_time
+            entry[gkey] = ("lines", sc, lines.intercept, lines.slope, count, last,
+                           per_bucket, wrapper, head, sc.wire_map(n))
+        cache[slow_key] = entry
+        return entry
 
     def predict(self, values):
-        """Model iteration times of every run [s] (in the profile's units).
+        """Model iteration times of every run [s] (in the profile's units), vectorized.
 
         Ceiling, utilization and the fixed costs change only :math:`x` and the lines'
         intercepts (eq. :eq:`iteration-cluster`), so the lines are built once per value of
-        the other parameters and the envelope is evaluated directly."""
+        the other parameters; then each group's envelope is evaluated at all its line
+        rates at once."""
+        entry = self._lines(values)
         cl = self.cluster(values)
-        slow_key = tuple((k, v) for k, v in sorted({**self.fixed, **values}.items())
-                         if k not in self._FAST)
-        cache = self.__dict__.setdefault("_lines", {})
-        if slow_key not in cache:
-            if len(cache) > 64:
-                cache.clear()
-            bare = attrs.evolve(cl, ceiling=None, utilization=1.0, table_line_rate=None,
-                                table_utilization=None, sync_overhead=0.0,
-                                collective_overhead=0.0)
-            entry = {}
-            for (gkey, fusion, algorithm), idx in self.groups.items():
-                prof = self.runs[idx[0]].profile
-                sc = Scenario.build(prof, algorithm=algorithm, fusion=fusion,
-                                    cluster=bare, ps_servers=self.settings["ps_servers"])
-                for i in idx:
-                    n = self.runs[i].n
-                    if sc.needs_plan:
-                        entry[i] = ("scenario", sc)
-                        continue
-                    lines = sc.lines(n, False)[0]
-                    k = len(lines.intercept) - 1
-                    count = np.concatenate(([0.0], np.arange(k, 0, -1, dtype=float)))
-                    last = np.concatenate(([0.0], np.ones(k)))
-                    entry[i] = ("lines", sc, lines, count if n > 1 else 0 * count,
-                                last if n > 1 else 0 * last)
-            cache[slow_key] = entry
-        entry = cache[slow_key]
-        out = np.empty(len(self.runs))
-        for i, r in enumerate(self.runs):
-            e = entry[i]
-            u = float(cl.utilization_at(r.bw))
-            x = 1.0 / (u * r.bw)
+        c0 = self._value(values, "collective_overhead")
+        ts = self._value(values, "sync_overhead")
+        cb = self._value(values, "bucket_overhead")
+        tw = self._value(values, "iteration_overhead")
+        with np.errstate(divide="ignore"):
+            x_all = 1.0 / (np.asarray(cl.utilization_at(self.config_bw), float)
+                           * self.config_bw)
+        out = np.empty(len(self.config_bw))
+        for gkey, g in self.groups.items():
+            idx = g["configs"]
+            x = x_all[idx]
+            e = entry[gkey]
             if e[0] == "scenario":
                 sc = attrs.evolve(e[1], cluster=cl)
-                out[i] = float(sc.planned(r.n, x).iteration_times(r.n, x, 1.0))
+                out[idx] = sc.iteration_times(np.full(len(idx), gkey[4]), x, 1.0)
                 continue
-            _, sc, lines, count, last = e
-            xe = float(sc.x_effective(r.n, x, 1.0))
-            c = (lines.intercept + cl.collective_overhead * count + cl.sync_overhead * last
-                 + lines.slope * xe)
-            out[i] = sc.forward(r.n) + float(np.max(c)) + r.profile.update_time
-        return out
+            _, sc, intercept, slope, count, last, per_bucket, wrapper, head, (k1, k2) = e
+            c = intercept + c0 * count + ts * last + cb * per_bucket
+            xe = k1 * x if k2 == 0.0 else np.maximum(k1 * x, k2)
+            if len(c) * len(xe) <= _DENSE_CELLS:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    env = np.max(c[:, None] + slope[:, None] * xe[None, :], axis=0)
+            else:
+                env = UpperEnvelope(c, slope)(xe)
+            out[idx] = head + wrapper * tw + env
+        return out[self.config_of]
 
     def residuals(self, values):
         return (np.log(self.predict(values)) - np.log(self.measured_t)) / self.sigma_t

@@ -67,13 +67,13 @@ import numpy as np
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import CalibrationWarning, InvalidParameterError, ParameterTypeError
 from .fit_priors import _ORDER, AUTO, PRIORS
-from .fit_problem import _Problem, _solve
+from .fit_problem import MAX_RUNS, _Problem, _solve
 from .model import Scenario
 from .runs import DEFAULT_UNCERTAINTY, Run, _renamed, load_runs
 from .topology import resolve_topology
 
 __all__ = ["fit_cluster", "ClusterFit", "FittedParameter", "RunResidual", "Run",
-           "load_runs", "PRIORS", "DEFAULT_UNCERTAINTY"]
+           "load_runs", "PRIORS", "DEFAULT_UNCERTAINTY", "MAX_RUNS"]
 
 # --------------------------------------------------------------------------- results
 
@@ -322,7 +322,11 @@ def _check_keywords(given, confidence, fit, hold):
 def _load_and_check(runs, *, cluster, name, algorithm, fusion, gpus_per_node,
                     nics_per_node, intra_bw, intra_alpha):
     """The validated runs and the cluster to start from (with the topology)."""
+    if isinstance(runs, (list, tuple)) and len(runs) > MAX_RUNS:
+        _too_many(len(runs))
     runs = load_runs(runs)
+    if len(runs) > MAX_RUNS:
+        _too_many(len(runs))
     base = load_cluster(cluster) if cluster is not None else ClusterProfile(
         name=name, provenance={"source": "fit_cluster"})
     if gpus_per_node is _GPUS_PER_NODE and base.topology is not None:
@@ -343,6 +347,12 @@ def _load_and_check(runs, *, cluster, name, algorithm, fusion, gpus_per_node,
         raise InvalidParameterError("runs", [r.label for r in runs],
                                     "needs at least one run with n > 1")
     return runs, base
+
+
+def _too_many(count):
+    raise InvalidParameterError("runs", f"{count} runs", f"at most {MAX_RUNS} runs "
+                                "(scalemodel.fitting.MAX_RUNS)", "Fit a random sample of "
+                                "them: a few hundred runs per configuration tell as much")
 
 
 def _fixed_values(runs, given, base, *, from_cluster):

@@ -102,8 +102,8 @@ def test_given_values_are_held_and_more_runs_free_more():
 
 def test_iteration_times_and_csv(tmp_path):
     truth = sm.ClusterProfile(topology=TOPO, ceiling=20e9, provenance={"source": "test"})
-    p = sm.load_profile("resnet50")
-    t1 = 0.2  # this cluster's own single-GPU time: twice the profile's
+    t1 = 0.08  # this cluster's own single-GPU time: 0.62x the profile's
+    p = sm.load_profile("resnet50").scaled_to(t1)  # the runs' compute is the measured one
     rows = []
     for n, bw in [(16, 100e9), (64, 100e9)]:
         sf = sm.scaling_factor(p, n, bw, fusion="horovod", cluster=truth)
@@ -218,3 +218,11 @@ def test_a_fifo_for_runs_is_refused_not_waited_on(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(sm.ProfileFormatError, match="FIFO"):
         sm.fit_cluster(fifo)
+
+
+def test_more_runs_than_the_limit_are_refused(monkeypatch):
+    import scalemodel.fitting as fitting
+    monkeypatch.setattr(fitting, "MAX_RUNS", 3)
+    run = {"model": "resnet50", "n": 16, "bw": 1e10, "scaling_factor": 0.5}
+    with pytest.raises(sm.InvalidParameterError, match=r"runs=.*4 runs.*at most 3"):
+        sm.fit_cluster([run] * 4)
