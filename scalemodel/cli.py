@@ -31,7 +31,8 @@ from .solvers import DEFAULT_N, DEFAULT_TARGET, min_compression, required_bandwi
 from .units import (MIN_TEXT_BANDWIDTH, _split_bandwidth, check_count, check_fraction,
                     check_nonnegative, check_ratio, format_bandwidth, parse_bandwidth,
                     parse_duration)
-from .whatif import PAPER_BW, PAPER_N, PAPER_RATIOS, format_whatif_table, whatif_table
+from .whatif import (PAPER_BW, PAPER_N, PAPER_RATIOS, REDUCTION_LAUNCHES, format_whatif_table,
+                     whatif_table)
 
 EPILOG = ("Bandwidth is per worker link in bits per second: 10e9, or with a unit: 10Gbps, "
           "'100 Gbit/s', 100GbE, or 25GB/s (upper-case B: bytes per second); text below "
@@ -378,6 +379,10 @@ def _build_profiles(sub):
 
 def _build_whatif(sub):
     p = _sub(sub, "whatif", "the paper's what-if table (resnet50/101, vgg16)")
+    p.add_argument("--reduction-launch", choices=REDUCTION_LAUNCHES, default="per-step",
+                   help="charge the vector add's launch at each of the ring's N-1 steps, as "
+                        "the paper's simulator does (per-step, the default), or once per "
+                        "collective, as NCCL does (once)")
     _json_option(p)
     p.set_defaults(func=cmd_whatif)
 
@@ -666,11 +671,13 @@ def cmd_fit(args):
 
 
 def cmd_whatif(args):
-    table = whatif_table()
+    table = whatif_table(reduction_launch=args.reduction_launch)
     if args.json:
         return _print_json({"n": PAPER_N, "bw": PAPER_BW, "ratios": PAPER_RATIOS,
-                            "axes": ["ratio", "n", "bw"], "scaling_factor": table})
-    print(format_whatif_table(table))
+                            "axes": ["ratio", "n", "bw"],
+                            "reduction_launch": args.reduction_launch,
+                            "scaling_factor": table})
+    print(format_whatif_table(table, reduction_launch=args.reduction_launch))
 
 
 BUILDERS = (_build_scaling, _build_min_compression, _build_required_bandwidth,

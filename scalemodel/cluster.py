@@ -355,12 +355,7 @@ class ClusterProfile:
             out["utilization_table"] = {"line_rate": self.table_line_rate.tolist(),
                                         "utilization": self.table_utilization.tolist()}
         if self.reduction is not None:
-            red = self.reduction
-            out["reduction"] = ({"kind": "table", "name": red.name,
-                                 "bytes": red.table_bytes.tolist(),
-                                 "seconds": red.table_seconds.tolist()}
-                                if red.table_bytes is not None else
-                                {"kind": "linear", "latency": red.latency, "gamma": red.gamma})
+            out["reduction"] = self.reduction.to_dict()
         if self.overlap != 1.0:
             out["overlap"] = self.overlap
         if self.topology is not None:

@@ -104,6 +104,30 @@ class ReductionCost:
         linear form.
     name : str
         Label for reports.
+    per_step : bool
+        How a collective that reduces in :math:`k` steps is charged (:meth:`steps`).
+        ``False`` (the default, NCCL's way): one launch per collective and every step its
+        bytes, :math:`t_0 + k\,\gamma\,s`; NCCL sums inside its one communication kernel.
+        ``True``: the whole cost of one reduction, launch included, at each step,
+        :math:`k\,t(s)`, as if every step launched its own vector-add kernel; this is how
+        the simulator of Zhang et al. (``simulation/sim_with_compression_comm.py`` in
+        netx-repo/training-bottleneck) charges a ring all-reduce,
+        :math:`(N-1)\,t(S/N)` with :math:`t` the measured V100 vector-add curve and its
+        ~10 us floor, and what :mod:`scalemodel.whatif` uses to reproduce it [-].
+
+    Examples
+    --------
+    A 64 MiB ring all-reduce among 64 workers: 63 steps of 1 MiB, on the floor of the
+    measured V100 curve (about 10 us each) when every step is charged its launch:
+
+    >>> from scalemodel.collectives import collective_cost
+    >>> from scalemodel.profiles import load_profile
+    >>> red = load_profile("resnet50").reduction          # measured V100 vector add
+    >>> once = collective_cost("ring", 64 * 2**20, 64, reduction=red).overhead
+    >>> steps = collective_cost("ring", 64 * 2**20, 64,
+    ...                         reduction=red.with_per_step(True)).overhead
+    >>> round(float(once) * 1e3, 3), round(float(steps) * 1e3, 3)  # [ms]
+    (0.248, 0.664)
     """
 
     gamma: float = attrs.field(default=0.0, converter=scalar_converter("gamma"))
@@ -112,8 +136,12 @@ class ReductionCost:
     table_bytes: np.ndarray | None = attrs.field(default=None)
     table_seconds: np.ndarray | None = attrs.field(default=None)
     name: str = "linear"
+    per_step: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self):
+        if not isinstance(self.per_step, (bool, np.bool_)):
+            raise ParameterTypeError("per_step", self.per_step, "True or False")
+        object.__setattr__(self, "per_step", bool(self.per_step))
         check_nonnegative(self.gamma, "gamma")
         check_nonnegative(self.latency, "latency")
         if (self.table_bytes is None) != (self.table_seconds is None):
@@ -135,9 +163,31 @@ class ReductionCost:
             object.__setattr__(self, "table_seconds", ys)
 
     @classmethod
-    def from_table(cls, nbytes, seconds, name="table"):
-        """A reduction cost measured as (size [bytes], time [s]) pairs."""
-        return cls(table_bytes=nbytes, table_seconds=seconds, name=name)
+    def from_table(cls, nbytes, seconds, name="table", *, per_step=False):
+        """A reduction cost measured as (size [bytes], time [s]) pairs [-]."""
+        return cls(table_bytes=nbytes, table_seconds=seconds, name=name, per_step=per_step)
+
+    def with_per_step(self, per_step=True) -> "ReductionCost":
+        """This cost with its steps charged one launch each (``True``) or one launch per
+        collective (``False``); see the class docs [-].
+
+        Parameters
+        ----------
+        per_step : bool
+            Charge the whole reduction, launch included, at every step [-].
+        """
+        return attrs.evolve(self, per_step=per_step)
+
+    def to_dict(self) -> dict:
+        """The cost as the ``reduction`` object of a profile or cluster file [-]."""
+        if self.table_bytes is not None:
+            out = {"kind": "table", "name": self.name, "bytes": self.table_bytes.tolist(),
+                   "seconds": self.table_seconds.tolist()}
+        else:
+            out = {"kind": "linear", "latency": self.latency, "gamma": self.gamma}
+        if self.per_step:
+            out["per_step"] = True
+        return out
 
     @property
     def floor(self) -> float:
@@ -158,9 +208,11 @@ class ReductionCost:
 
     def steps(self, chunk, count):
         r"""Time of ``count`` reductions of ``chunk`` bytes each inside one collective [s]:
-        the launch is paid once and every step its bytes, :math:`t_0 + k\,\gamma\,s`
-        (NCCL reduces inside its one communication kernel, at memory bandwidth; the launch
-        latency of a separately measured reduction is not paid per step).
+        by default the launch is paid once and every step its bytes,
+        :math:`t_0 + k\,\gamma\,s` (NCCL reduces inside its one communication kernel, at
+        memory bandwidth; the launch latency of a separately measured reduction is not paid
+        per step); with ``per_step=True`` every step pays a whole reduction,
+        :math:`k\,t(s)` (the measured curve interpolated at ``chunk``, its floor included).
 
         Parameters
         ----------
@@ -172,6 +224,8 @@ class ReductionCost:
         chunk = np.asarray(chunk, dtype=float)
         if count <= 0:
             return np.zeros_like(chunk)
+        if self.per_step:
+            return count * self(chunk)
         return np.where(chunk > 0, self.floor + count * self.per_byte * chunk, 0.0)
 
     def __call__(self, nbytes):
@@ -446,7 +500,10 @@ def _halving_doubling_cost(s, n, red, opt):
         steps += 2.0
         factor += 2.0
         reduced = reduced + s
-    overhead = np.where(s > 0, red.floor + red.per_byte * reduced, 0.0)
+    if red.per_step:  # every halving step (and the fold) launches its own reduction
+        overhead = sum(red(s * 0.5**i) for i in range(1, k + 1)) + (red(s) if p != n else 0.0)
+    else:
+        overhead = np.where(s > 0, red.floor + red.per_byte * reduced, 0.0)
     return CollectiveCost(np.full_like(s, steps * opt.alpha), overhead, factor * 8.0 * s)
 
 

@@ -239,12 +239,7 @@ class WorkloadProfile:
 
     def to_dict(self) -> dict:
         """The profile as a JSON-ready dict in the file format."""
-        red = self.reduction
-        if red.table_bytes is not None:
-            reduction = {"kind": "table", "name": red.name, "bytes": red.table_bytes.tolist(),
-                         "seconds": red.table_seconds.tolist()}
-        else:
-            reduction = {"kind": "linear", "latency": red.latency, "gamma": red.gamma}
+        reduction = self.reduction.to_dict()
         return {
             "format": FORMAT, "format_version": FORMAT_VERSION, "name": self.name,
             "description": self.description, "provenance": self.provenance,
@@ -351,6 +346,10 @@ def _reduction_from(spec, source, folder=None) -> ReductionCost:
         raise ProfileFormatError(source, "reduction", "must be a table name or an object, "
                                  f"got {_short_repr(spec)}")
     kind = spec.get("kind")
+    per_step = spec.get("per_step", False)  # ReductionCost.per_step
+    if not isinstance(per_step, bool):
+        raise ProfileFormatError(source, "reduction.per_step",
+                                 f"expected true or false, got {_short_repr(per_step)}")
     if kind == "table":
         for key in ("bytes", "seconds"):
             if key not in spec:
@@ -359,11 +358,11 @@ def _reduction_from(spec, source, folder=None) -> ReductionCost:
         if not isinstance(name, str):
             raise ProfileFormatError(source, "reduction.name",
                                      f"expected a string, got {_short_repr(name)}")
-        return _table_cost(source, "reduction.", spec, name)
+        return _table_cost(source, "reduction.", spec, name).with_per_step(per_step)
     if kind == "linear":
         values = {key: _finite_nonneg(source, f"reduction.{key}", spec.get(key, 0.0))
                   for key in ("gamma", "latency")}
-        return ReductionCost(**values)
+        return ReductionCost(**values, per_step=per_step)
     raise ProfileFormatError(source, "reduction.kind",
                              f"expected 'table' or 'linear', got {_short_repr(kind)}")
 

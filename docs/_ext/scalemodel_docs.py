@@ -349,7 +349,7 @@ def fig_utilization(out: Path, model="resnet50", n=64):
 def fig_whatif(out: Path):
     import matplotlib.pyplot as plt
 
-    from scalemodel.whatif import PAPER_BW, PAPER_MODELS, PAPER_N, whatif_table
+    from scalemodel.whatif import PAPER_BW, PAPER_MODELS, PAPER_N, paper_profile, whatif_table
     import scalemodel as sm
 
     bw_dense = np.logspace(9, 11, 150)
@@ -359,8 +359,8 @@ def fig_whatif(out: Path):
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.8), sharey=True)
     for ax, model in zip(axes, PAPER_MODELS):
         for i, r in enumerate(ratios):
-            line, = ax.plot(bw_dense, sm.scaling_factor(model, 64, bw_dense, compression=r,
-                                                        fusion="horovod"), lw=1.5,
+            line, = ax.plot(bw_dense, sm.scaling_factor(paper_profile(model), 64, bw_dense,
+                                                        compression=r, fusion="horovod"), lw=1.5,
                             label=f"r = {r}")
             ax.plot(PAPER_BW, table[model][i, j64], "o", color=line.get_color(), ms=4)
         ax.axhline(0.9, color="k", lw=0.8, ls=":")
