@@ -1,0 +1,649 @@
+"""Validate calibrations that transfer: fit a cluster on ONE model, predict the others.
+
+Issue 17, item 9. Per source (one cluster, one transport), the protocol is fixed before
+any error is computed:
+
+1. **Calibrate** with ``scalemodel.fit_cluster`` on ONE model: at most two measured runs,
+   each with its measured single-worker time where the source has one (no transport
+   data: none of these sources publishes an nccl-tests log), with the setup the source
+   states (fusion and bucket size, collective, GPUs and NICs per node) and nothing else.
+2. **Predict** every other run of the same cluster and transport: other models, other
+   worker counts, other bucket sizes, and single-GPU runs with the DDP wrapper. The
+   error is that of the iteration time, ``predicted / measured - 1``.
+3. **Interval**: ``iteration_time(...).scaling_factor_interval`` when the library has it,
+   else the scaling factor at the fitted cluster's two ``corners()``; a run is inside
+   when its measured time is inside the interval's times. Width: (high - low) / measured
+   time.
+4. **Baselines** beside every figure: the ideal model (no cluster, the same topology and
+   profile), and "carry the measured scaling factor over" (each held-out run gets the
+   measured scaling factor of the calibration run with the nearest worker count).
+5. **Bucket-size sign**: for every (model, worker count) with 1 MB and 25 MB runs
+   (PyTorch's DDP benchmark), is the predicted 1 MB iteration slower, as measured? For
+   Li et al.'s sweeps, every bucket size against 25 MB where the measured difference
+   exceeds twice the reading uncertainty.
+
+Sources (``../shared/data/published``, see its README): PyTorch's DDP benchmark
+(exact; DGX-1: 8 V100 with NVLink and 4 x 100 Gbit/s InfiniBand per machine; NCCL),
+Li et al. VLDB 2020 (approximate figure readings; recalled as 4 servers of 8 V100 with
+one 100 Gbit/s NIC each; NCCL and Gloo as two transports), and Zhang et al.'s p3dn runs
+(only ResNet-50 has published iteration times there, so only other worker counts and
+line rates are held out; loaded by ``validate_published``).
+
+New library features (fitted per-bucket and per-iteration costs, profiles rescaled to a
+run's single-worker time, intervals over alternatives, the DDP wrapper at n = 1) are
+detected at run time, so the same script gives the numbers before and after them; the
+header says which were used.
+
+Targets (issue 17; printed, not tuned to): median |error| <= 5 %, largest <= 15 %, at
+least 80 % of the runs inside their interval, the bucket-size sign right in every row.
+
+Run: ``python benchmarks/validate_transfer.py [--no-write] [--sources a,b]``; writes
+``benchmarks/results/validate_transfer.txt`` and ``.json`` (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import inspect
+import json
+import math
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import scalemodel as sm
+from scalemodel.fusion import DDPBuckets
+
+HERE = Path(__file__).resolve().parent
+PUBLISHED = HERE / "data" / "pytorch_ddp"  # copies of ../shared/data/published files
+RESULTS = HERE / "results"
+MiB = 2**20
+TARGET = {"median": 0.05, "largest": 0.15, "coverage": 0.80}
+DEFAULT_UNC = 0.02  # the library's DEFAULT_UNCERTAINTY (2 %), when a source gives none
+
+
+# ----------------------------------------------------------------------------- features
+
+def features():
+    """Which of issue 17's library features this scalemodel has (detected, not assumed)."""
+    from scalemodel import runs as runs_mod
+    from scalemodel.model import IterationTime, Scenario
+
+    keys = getattr(runs_mod, "_RUN_KEYS", set())
+    fields = {f.name for f in getattr(IterationTime, "__attrs_attrs__", ())}
+    params = inspect.signature(sm.fit_cluster).parameters
+    return {
+        "scaled_profiles": hasattr(sm.WorkloadProfile, "scaled_to"),
+        "interval": "scaling_factor_interval" in fields,
+        "wrapped": hasattr(Scenario, "wrapped_single_worker_time"),
+        "transport": "transport" in params,
+        "run_keys": sorted(k for k in ("bucket_cap_mb", "wrapped", "sharding", "grad_accum",
+                                       "tokens_per_second_per_gpu") if k in keys),
+        "bucket_overhead": hasattr(sm.ClusterProfile(), "bucket_overhead"),
+    }
+
+
+# ----------------------------------------------------------------------------- rows
+
+@dataclass
+class Row:
+    """One measured run of a source (calibration or held out)."""
+
+    label: str
+    model: object  # built-in profile name or WorkloadProfile
+    n: int
+    bw: float  # one NIC's line rate [bits/s]
+    time: float  # measured iteration time [s]
+    t1: float  # measured single-worker time, no DDP wrapper [s]
+    fusion: object = "ddp"
+    bucket_mb: float | None = None  # None: the fusion's default
+    wrapped: bool = False  # a single-GPU run with the DDP wrapper
+    uncertainty: float = DEFAULT_UNC
+    extra: dict = field(default_factory=dict)  # fit_cluster keys given as they are
+
+    @property
+    def sf(self):
+        """Measured scaling factor [-]."""
+        return self.t1 / self.time
+
+    def fit_keys(self):
+        """Keys of ``extra`` that fit_cluster takes."""
+        return {k: v for k, v in self.extra.items() if k == "compute_time"}
+
+
+@dataclass
+class Source:
+    """A cluster + transport: its setup, calibration runs and held-out runs."""
+
+    key: str
+    title: str
+    setup: dict  # fit_cluster keywords (algorithm, fusion, gpus_per_node, nics_per_node)
+    calibration: list  # Rows
+    heldout: list  # Rows
+    notes: list = field(default_factory=list)
+    sign_pairs: list = field(default_factory=list)  # (label, small Row, reference Row, tol)
+    single: dict | None = None  # an extra fit_cluster run (n = 1 compute time)
+
+
+def ddp_fusion(bucket_mb):
+    """PyTorch DDP buckets of ``bucket_cap_mb`` (0: one bucket per tensor after the
+    1 MiB first bucket)."""
+    if bucket_mb is None or bucket_mb == 25:
+        return "ddp"
+    return DDPBuckets(cap_bytes=max(bucket_mb * MiB, 1.0))
+
+
+def has_profile(name):
+    try:
+        sm.load_profile(name)
+        return True
+    except sm.ScalemodelError:
+        return False
+
+
+def _gpus(n):
+    return "1 GPU" if n == 1 else f"{n} GPUs"
+
+
+def read_csv(name):
+    with open(PUBLISHED / name, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# ----------------------------------------------------------------------------- ResNeXt
+
+RESNEXT = {  # torchvision/models/resnet.py: blocks per layer, groups, width_per_group
+    "resnext50_32x4d": ((3, 4, 6, 3), 32, 4, 25_028_904),
+    "resnext101_32x8d": ((3, 4, 23, 3), 32, 8, 88_791_336),
+}
+"""ResNeXt shapes and torchvision's published parameter counts (its model documentation:
+resnext50_32x4d 25,028,904; resnext101_32x8d 88,791,336), checked when the profile is
+built."""
+
+
+def resnext_layers(blocks, groups, width_per_group, num_classes=1000):
+    """torchvision's Bottleneck ResNeXt in REGISTRATION order: per layer with parameters,
+    (module name, parameter shapes, forward FLOPs per sample). Convolutions: 2 x Cout x
+    Cin/groups x k^2 x output pixels, no bias; BatchNorm: weight and bias, 4 FLOPs per
+    element; the stride sits on the 3x3 convolution (ResNet v1.5) and on the 1x1
+    downsample; 224 x 224 input, 112 after the stem, 56 after max pooling."""
+    def conv(name, cout, cin, k, pix, g=1):
+        return (name, [(cout, cin // g, k, k)], 2 * cout * (cin // g) * k * k * pix * pix)
+
+    def bn(name, c, pix):
+        return (name, [(c,), (c,)], 4 * c * pix * pix)
+
+    layers = [conv("conv1", 64, 3, 7, 112), bn("bn1", 64, 112)]
+    inplanes, pix = 64, 56
+    for i, (planes, count) in enumerate(zip((64, 128, 256, 512), blocks)):
+        width = planes * width_per_group // 64 * groups
+        out = planes * 4
+        for b in range(count):
+            stride = 2 if (b == 0 and i > 0) else 1
+            p_in, p_out = pix, pix // stride
+            pre = f"layer{i + 1}.{b}"
+            layers += [conv(f"{pre}.conv1", width, inplanes, 1, p_in), bn(f"{pre}.bn1", width, p_in),
+                       conv(f"{pre}.conv2", width, width, 3, p_out, groups),
+                       bn(f"{pre}.bn2", width, p_out),
+                       conv(f"{pre}.conv3", out, width, 1, p_out), bn(f"{pre}.bn3", out, p_out)]
+            if b == 0:
+                layers += [conv(f"{pre}.downsample.0", out, inplanes, 1, p_out),
+                           bn(f"{pre}.downsample.1", out, p_out)]
+            inplanes, pix = out, p_out
+    layers.append(("fc", [(num_classes, 2048), (num_classes,)], 2 * 2048 * num_classes))
+    return layers
+
+
+def resnext_profile(name, t_iter, source):
+    """A ResNeXt profile: exact torchvision gradient shapes, backward ready times from a
+    FLOP-proportional split (backward = 2 x forward FLOPs; forward:backward 1:2 of the
+    measured single-GPU iteration ``t_iter`` [s]; no separate update time, as the
+    built-in CNN profiles), fp32, batch 32, the V100 reduction of the built-in
+    ``resnet50``."""
+    blocks, groups, wpg, count = RESNEXT[name]
+    layers = resnext_layers(blocks, groups, wpg)
+    n_params = sum(math.prod(s) for _, shapes, _ in layers for s in shapes)
+    assert n_params == count, (name, n_params, count)
+    backward, total = 2.0 * t_iter / 3.0, 2.0 * sum(f for *_, f in layers)
+    names, shapes, ready, done = [], [], [], 0
+    for module, shp, flops in reversed(layers):  # backward order
+        done += 2 * flops
+        suffixes = ("weight", "bias")[:len(shp)]
+        for suffix, s in reversed(list(zip(suffixes, shp))):
+            names.append(f"{module}.{suffix}")
+            shapes.append(s)
+            ready.append(backward * done / total)
+    ready[-1] = backward
+    return sm.WorkloadProfile(
+        name=name, tensor_bytes=np.array([4 * math.prod(s) for s in shapes], dtype=float),
+        tensor_ready=np.array(ready), forward_time=t_iter - backward, backward_time=backward,
+        update_time=0.0, reduction=sm.load_profile("resnet50").reduction, batch_size=32,
+        tensor_names=tuple(names), tensor_shapes=tuple(shapes),
+        description=f"{name}, V100 fp32, batch 32: exact shapes, FLOP-proportional timing",
+        device="NVIDIA V100 (DGX-1)", framework="PyTorch", precision="fp32",
+        provenance={"source": source, "derivation": resnext_profile.__doc__})
+
+
+# ----------------------------------------------------------------------------- sources
+
+def ddp_benchmark_source():
+    """PyTorch's DDP benchmark README (exact): p75 of sec/iter everywhere (the bucket
+    table gives only p75 and p95)."""
+    rows = read_csv("pytorch_ddp_benchmark_readme_v100.csv")
+    models = []
+    for r in rows:
+        if r["model"] not in models:
+            models.append(r["model"])
+    t1 = {r["model"]: float(r["value"]) for r in rows
+          if r["metric"] == "sec_per_iter_p75" and r["gpus_total"] == "1"
+          and r["strategy"].startswith("none")}
+    profiles = {}
+    for m in models:
+        if has_profile(m):
+            profiles[m] = m
+        elif m in RESNEXT:
+            profiles[m] = resnext_profile(m, t1[m], (
+                "single-GPU time: the 'no ddp' p75 sec/iter of PyTorch's DDP benchmark "
+                "(pytorch/pytorch@bf69c149b872e3c19ad493406a6d67ce3e97d716:benchmarks/"
+                "distributed/ddp/README.md); shapes from torchvision/models/resnet.py"))
+    present = list(profiles)
+    missing = [m for m in models if m not in present]
+    bw = 100e9
+    unc = 0.01  # exact table: 3 decimals (0.5 ms) and p75 over 10 iterations x ranks
+
+    def row(r, bucket, label):
+        n = int(r["gpus_total"])
+        return Row(label=label, model=profiles[r["model"]], n=n, bw=bw, time=float(r["value"]),
+                   t1=t1[r["model"]], fusion=ddp_fusion(bucket), bucket_mb=bucket,
+                   wrapped=n == 1, uncertainty=unc)
+
+    main, b1, b25 = {}, {}, {}
+    for r in rows:
+        if r["model"] not in present:
+            continue
+        key = (r["model"], int(r["gpus_total"]))
+        if r["metric"] == "sec_per_iter_p75" and r["strategy"] == "ddp":
+            main[key] = row(r, 25, f"{r['model']} {_gpus(key[1])} 25 MB")
+        elif r["metric"] == "sec_per_iter_p75_bucket1MB":
+            b1[key] = row(r, 1, f"{r['model']} {_gpus(key[1])} 1 MB")
+        elif r["metric"] == "sec_per_iter_p75_bucket25MB_DERIVED":
+            b25[key] = row(r, 25, f"{r['model']} {_gpus(key[1])} 25 MB (bucket table)")
+    cal_keys = [("resnet50", 16)]
+    calibration = [main[("resnet50", 16)], b1[("resnet50", 16)]]
+    heldout = [v for k, v in main.items() if v not in calibration]
+    heldout += [v for k, v in b1.items() if v not in calibration]
+    pairs = [(f"{m} {_gpus(n)}", b1[(m, n)], b25[(m, n)], 0.0)
+             for (m, n) in b1 if (m, n) in b25 and (m, n) not in cal_keys]
+    notes = ["setup: DGX-1 (8 V100, NVLink; 4 x 100 Gbit/s InfiniBand per machine), NCCL "
+             "(PyTorch 1.4: NCCL 2.4), DDP buckets 25 MB (1 MB where stated); p75 of "
+             "sec/iter; single-worker time = the 'no ddp' row",
+             "calibration: resnet50 on 2 machines x 8 GPUs at 25 MB (main table) and at "
+             "1 MB (bucket table)",
+             "held out: the other models at 1-16 GPUs (n = 1: DDP wrapper on one GPU) at "
+             "25 MB, every model at 1 MB; bucket sign: 1 MB vs the table's 25 MB baseline "
+             "(DERIVED from its printed difference)"]
+    built = [m for m, p in profiles.items() if not isinstance(p, str)]
+    if built:
+        notes.append(f"no built-in profile for {', '.join(built)}: built here from "
+                     "torchvision's exact parameter shapes (counts checked), backward ready "
+                     "times FLOP-proportional, scaled to the 'no ddp' time")
+    if missing:
+        notes.append(f"left out (no profile): {', '.join(missing)}")
+    return Source("ddp-benchmark", "PyTorch DDP benchmark (DGX-1 V100, IB, NCCL; exact)",
+                  dict(algorithm="nccl-2.4", fusion="ddp", gpus_per_node=8,
+                       nics_per_node=4),
+                  calibration, heldout, notes, pairs)
+
+
+VLDB_BERT = "bert-large"
+"""Li et al. do not say which BERT in the material available here; BERT-Large is assumed
+(stated, not fitted): only its 1.3 GB of fp32 gradients explains the measured step
+from 0.23 s on one server to 0.44 s on two at 100 Gbit/s."""
+
+
+def vldb_sources():
+    """Li et al. (VLDB 2020) Figs. 7, 8 (bucket sweeps at 16 and 32 GPUs) and 12 (plain
+    DDP, rr1, at 1-32 GPUs); NCCL and Gloo are two transports, two sources."""
+    rows = read_csv("pytorch_ddp_vldb2020_figs6_7_8_12.csv")
+    out = []
+    for backend in ("NCCL", "Gloo"):
+        sel = [r for r in rows if f"{backend} backend" in r["framework"]]
+        t1 = {}
+        for r in sel:
+            if r["metric"] == "per_iter_latency_median_rr1" and r["gpus_total"] == "1":
+                t1[r["model"]] = float(r["value"])
+        bucket, fig12 = {}, {}
+        for r in sel:
+            m = "resnet50" if r["model"] == "resnet50" else VLDB_BERT
+            n = int(r["gpus_total"] or 0)
+            read = _read_unc(r["notes"])
+            unc = max(DEFAULT_UNC, read / float(r["value"]))
+            if r["metric"].startswith("per_iter_latency_median_bucket_"):
+                mb = float(r["metric"].rsplit("_", 1)[1].rstrip("MB"))
+                bucket[(m, n, mb)] = Row(
+                    f"{r['model']} {n} GPUs {mb:g} MB", m, n, 100e9, float(r["value"]),
+                    t1[r["model"]], ddp_fusion(mb), mb, False, unc, {"read": read})
+            elif r["metric"] == "per_iter_latency_median_rr1" and n > 1:
+                fig12[(m, n)] = Row(f"{r['model']} {n} GPUs 25 MB (Fig. 12)", m, n, 100e9,
+                                    float(r["value"]), t1[r["model"]], "ddp", 25, False,
+                                    unc, {"read": read})
+        calibration = [bucket[("resnet50", 32, 25.0)], bucket[("resnet50", 32, 5.0)]]
+        heldout = [v for v in bucket.values() if v not in calibration]
+        heldout += [v for (m, n), v in fig12.items() if n not in (16, 32)]
+        pairs = []
+        for (m, n, mb), v in bucket.items():
+            ref = bucket.get((m, n, 25.0))
+            if mb == 25 or ref is None or (m == "resnet50" and n == 32):
+                continue
+            tol = 2 * math.hypot(v.extra["read"], ref.extra["read"])
+            pairs.append((f"{v.label} vs 25 MB", v, ref, tol))
+        notes = [f"setup (recalled, not verified): 4 servers x 8 V100 with NVLink, one "
+                 f"100 Gbit/s NIC each; {backend}; BERT taken as {VLDB_BERT} (not stated); "
+                 f"single-worker time = the 1-GPU DDP run of Fig. 12 (no 'no ddp' run "
+                 f"published); 0 MB = one bucket per gradient after the 1 MiB first one",
+                 "calibration: resnet50 on 32 GPUs at 25 MB and at 5 MB",
+                 "held out: resnet50 and BERT at the other bucket sizes (0-200 MB) on 16 "
+                 "and 32 GPUs, Fig. 12 at 2-24 GPUs (16 and 32 are in Figs. 7/8)"]
+        algorithm = "nccl-2.4" if backend == "NCCL" else "ring"
+        out.append(Source(f"vldb-{backend.lower()}",
+                          f"Li et al. VLDB 2020, {backend} (V100, 100 Gbit/s; approximate)",
+                          dict(algorithm=algorithm, fusion="ddp", gpus_per_node=8,
+                               nics_per_node=1),
+                          calibration, heldout, notes, pairs))
+    return out
+
+
+def _read_unc(notes):
+    """The '+-X s' reading uncertainty of a figure row [s]."""
+    i = notes.find("read uncertainty +-")
+    if i < 0:
+        return 0.0
+    text = notes[i + len("read uncertainty +-"):].split()[0]
+    return float(text.rstrip("s;"))
+
+
+def p3dn_source():
+    """Zhang et al.'s p3dn runs through validate_published (its loader, its protocol)."""
+    sys.path.insert(0, str(HERE))
+    import validate_published as vp
+
+    runs, single = vp.p3dn_runs()
+    cal_labels = ["2 servers @ 100G", "8 servers @ 100G"]
+    t1 = sm.load_profile("resnet50").iteration_time
+    cal, held = [], []
+    for r in runs:
+        row = Row(r["label"], "resnet50", r["n"], r["bw"], t1 / r["scaling_factor"], t1,
+                  "horovod", None, False, DEFAULT_UNC, {"compute_time": r["compute_time"]})
+        (cal if r["label"] in cal_labels else held).append(row)
+    notes = ["setup (validate_published): 8 V100 and one NIC per server, Horovod over NCCL "
+             "2.4.8 sockets, line rate capped 1-100 Gbit/s; compute slowdown from Fig. 2",
+             "calibration: " + ", ".join(cal_labels) + " (+ the 1-GPU compute time)",
+             "held out: the other worker counts and line rates of ResNet-50 (no other "
+             "model has published iteration times on this cluster)"]
+    return Source("p3dn", "Zhang et al. p3dn (ResNet-50, Horovod; approximate)",
+                  dict(vp.SETUP, nics_per_node=1), cal, held, notes, [], single)
+
+
+# ----------------------------------------------------------------------------- model
+
+def _profile(row, feats):
+    p = sm.load_profile(row.model)
+    if feats["scaled_profiles"] and not math.isclose(row.t1, p.iteration_time, rel_tol=1e-9):
+        p = p.scaled_to(row.t1)
+    return p
+
+
+def fit_runs(source, feats):
+    """The calibration runs as fit_cluster takes them."""
+    out = [dict(source.single)] if source.single else []
+    for r in source.calibration:
+        run = dict(model=_profile(r, feats), n=r.n, bw=r.bw, label=r.label,
+                   uncertainty=r.uncertainty, iteration_time=r.time,
+                   single_worker_time=r.t1, **r.fit_keys())
+        if r.fusion != source.setup["fusion"]:
+            run["fusion"] = r.fusion
+        out.append(run)
+    return out
+
+
+def calibrate(source, feats):
+    runs = fit_runs(source, feats)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sm.fit_cluster(runs, **source.setup)
+
+
+def _topology(setup):
+    return {k: setup[k] for k in ("gpus_per_node", "nics_per_node") if k in setup}
+
+
+def predict(row, source, feats, cluster):
+    """(predicted time, (low, high) time interval) of one run [s]."""
+    prof = _profile(row, feats)
+    scale = row.t1 / prof.iteration_time  # 1 with rescaled profiles
+    alg = source.setup["algorithm"]
+    kw = dict(fusion=row.fusion, algorithm=alg)
+    if cluster is None:
+        kw.update(_topology(source.setup))
+    else:
+        kw["cluster"] = cluster
+    if row.n == 1:
+        if not (row.wrapped and feats["wrapped"]) or cluster is None:
+            return row.t1, (row.t1, row.t1)
+        from scalemodel.model import Scenario
+        times = []
+        for cl in (cluster, *cluster.corners()):
+            sc = Scenario.build(prof, algorithm=alg, fusion=row.fusion, cluster=cl)
+            times.append(float(sc.wrapped_single_worker_time()) * scale)
+        return times[0], (min(times), max(times))
+    it = sm.iteration_time(prof, row.n, row.bw, **kw)
+    t = row.t1 / it.scaling_factor
+    if cluster is None:
+        return t, (t, t)
+    if feats["interval"]:
+        lo, hi = it.scaling_factor_interval
+    else:
+        worst, best = cluster.corners()
+        lo = sm.scaling_factor(prof, row.n, row.bw, **dict(kw, cluster=worst))
+        hi = sm.scaling_factor(prof, row.n, row.bw, **dict(kw, cluster=best))
+        lo, hi = min(lo, hi, it.scaling_factor), max(lo, hi, it.scaling_factor)
+    t_lo = row.t1 / hi if hi and math.isfinite(hi) else 0.0
+    t_hi = row.t1 / lo if lo and lo > 0 else math.inf
+    return t, (t_lo, t_hi)
+
+
+def carried(row, source):
+    """Baseline: the measured scaling factor of the calibration run nearest in n."""
+    cal = min(source.calibration, key=lambda c: (abs(c.n - row.n), -c.bw))
+    return row.t1 / cal.sf
+
+
+# ----------------------------------------------------------------------------- evaluate
+
+def evaluate(source, feats, say):
+    t0 = time.perf_counter()
+    fit = calibrate(source, feats)
+    say(f"  fitted in {time.perf_counter() - t0:.1f} s: "
+        + fit.message.splitlines()[0])
+    for line in fit.message.splitlines()[1:]:
+        say("  " + line)
+    rows = []
+    for r in source.heldout:
+        t, (lo, hi) = predict(r, source, feats, fit.cluster)
+        t_ideal, _ = predict(r, source, feats, None)
+        rows.append(dict(label=r.label, n=r.n, measured=r.time, predicted=t,
+                         error=t / r.time - 1, low=lo, high=hi,
+                         inside=bool(lo * (1 - 1e-12) <= r.time <= hi * (1 + 1e-12)),
+                         width=(hi - lo) / r.time if math.isfinite(hi) else math.inf,
+                         ideal=t_ideal / r.time - 1, carried=carried(r, source) / r.time - 1))
+    signs = []
+    for label, small, ref, tol in source.sign_pairs:
+        measured = small.time - ref.time
+        if abs(measured) <= tol:
+            continue
+        p_small, _ = predict(small, source, feats, fit.cluster)
+        p_ref, _ = predict(ref, source, feats, fit.cluster)
+        i_small, _ = predict(small, source, feats, None)
+        i_ref, _ = predict(ref, source, feats, None)
+        signs.append(dict(label=label, measured=measured / ref.time,
+                          predicted=p_small / p_ref - 1, ideal=i_small / i_ref - 1,
+                          right=bool(np.sign(p_small - p_ref) == np.sign(measured))))
+    return fit, rows, signs
+
+
+def summary(rows, signs):
+    err = np.abs([r["error"] for r in rows])
+    width = np.array([r["width"] for r in rows])
+    out = {"runs": len(rows), "median": float(np.median(err)), "largest": float(err.max()),
+           "inside": float(np.mean([r["inside"] for r in rows])),
+           "median_width": float(np.median(width)),
+           "ideal_median": float(np.median(np.abs([r["ideal"] for r in rows]))),
+           "ideal_largest": float(np.max(np.abs([r["ideal"] for r in rows]))),
+           "carried_median": float(np.median(np.abs([r["carried"] for r in rows]))),
+           "carried_largest": float(np.max(np.abs([r["carried"] for r in rows])))}
+    if signs:
+        out["sign_right"] = int(sum(s["right"] for s in signs))
+        out["sign_pairs"] = len(signs)
+    out["meets"] = bool(out["median"] <= TARGET["median"]
+                        and out["largest"] <= TARGET["largest"]
+                        and out["inside"] >= TARGET["coverage"]
+                        and (not signs or out["sign_right"] == len(signs)))
+    return out
+
+
+def _pct(v, signed=False):
+    if not math.isfinite(v):
+        return "unbounded"
+    return f"{100 * v:+.1f} %" if signed else f"{100 * v:.1f} %"
+
+
+def _ms(v):
+    return f"{1e3 * v:.1f}" if math.isfinite(v) else "inf"
+
+
+def row_lines(rows):
+    out = [f"    {'held-out run':34s} {'measured':>8s} {'predicted':>9s} {'error':>8s} "
+           f"{'interval [ms]':>17s} {'in':>3s} {'ideal':>8s} {'carried':>8s}"]
+    for r in rows:
+        out.append(f"    {r['label']:34s} {_ms(r['measured']):>8s} {_ms(r['predicted']):>9s} "
+                   f"{_pct(r['error'], True):>8s} "
+                   f"{'[' + _ms(r['low']) + ', ' + _ms(r['high']) + ']':>17s} "
+                   f"{'yes' if r['inside'] else 'no':>3s} {_pct(r['ideal'], True):>8s} "
+                   f"{_pct(r['carried'], True):>8s}")
+    return out
+
+
+def table(results):
+    """The cross-workload table, one line per source."""
+    head = (f"{'source':14s} {'runs':>4s} {'median':>7s} {'largest':>8s} {'inside':>7s} "
+            f"{'width':>6s} | {'ideal med/max':>15s} | {'carried med/max':>15s} | "
+            f"{'bucket sign':>11s}")
+    out = [head, "-" * len(head)]
+    for key, s in results.items():
+        sign = f"{s['sign_right']}/{s['sign_pairs']}" if "sign_pairs" in s else "-"
+        out.append(f"{key:14s} {s['runs']:4d} {_pct(s['median']):>7s} "
+                   f"{_pct(s['largest']):>8s} {_pct(s['inside']):>7s} "
+                   f"{_pct(s['median_width']):>6s} | "
+                   f"{_pct(s['ideal_median']) + ' / ' + _pct(s['ideal_largest']):>15s} | "
+                   f"{_pct(s['carried_median']) + ' / ' + _pct(s['carried_largest']):>15s} | "
+                   f"{sign:>11s}")
+    out.append(f"targets: median <= {100 * TARGET['median']:g} %, largest <= "
+               f"{100 * TARGET['largest']:g} %, >= {100 * TARGET['coverage']:g} % inside, "
+               "bucket sign right in every row")
+    return out
+
+
+SOURCES = {"ddp-benchmark": lambda: [ddp_benchmark_source()], "vldb": vldb_sources,
+           "p3dn": lambda: [p3dn_source()]}
+
+
+def run(keys=None, say=print):
+    """Every source's fit, rows and summary (the script's core; ``keys`` picks sources)."""
+    feats = features()
+    record = {"features": feats, "sources": {}}
+    for key in keys or SOURCES:
+        for source in SOURCES[key]():
+            say("", f"== {source.key}: {source.title}", *["  " + t for t in source.notes])
+            fit, rows, signs = evaluate(source, feats, say)
+            s = summary(rows, signs)
+            say(*row_lines(rows))
+            if signs:
+                say(f"    bucket-size sign (small bucket vs 25 MB; measured / predicted / "
+                    f"ideal):")
+                for g in signs:
+                    say(f"    {g['label']:40s} {_pct(g['measured'], True):>8s} "
+                        f"{_pct(g['predicted'], True):>8s} {_pct(g['ideal'], True):>8s}  "
+                        f"{'right' if g['right'] else 'WRONG'}")
+            say(f"  {source.key}: {s['runs']} held-out runs, median |error| "
+                f"{_pct(s['median'])}, largest {_pct(s['largest'])}, inside "
+                f"{_pct(s['inside'])} (median width {_pct(s['median_width'])})"
+                + (f", bucket sign right {s['sign_right']} of {s['sign_pairs']}"
+                   if signs else ""))
+            record["sources"][source.key] = {
+                "title": source.title, "notes": source.notes, "summary": s,
+                "calibration": [r.label for r in source.calibration],
+                "free": list(fit.free), "cluster": fit.cluster.to_dict(),
+                "rows": rows, "signs": signs}
+    return record
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--sources", default=None,
+                    help=f"comma-separated subset of {', '.join(SOURCES)}")
+    args = ap.parse_args(argv)
+    keys = args.sources.split(",") if args.sources else None
+    t0 = time.perf_counter()
+    lines = []
+
+    def say(*text):
+        for t in text:
+            print(t, flush=True)
+            lines.append(t)
+
+    feats = features()
+    say("Calibrations that transfer: fit on one model, predict the others (issue 17)",
+        "library features used: " + ", ".join(
+            f"{k}={'yes' if v is True else 'no' if v is False else v or 'none'}"
+            for k, v in feats.items()))
+    record = run(keys, say)
+    summ = {k: v["summary"] for k, v in record["sources"].items()}
+    say("", "== summary (error of the iteration time; 'width' = median (high - low) / "
+            "measured)", *table(summ))
+    say("", f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
+    if not args.no_write:
+        from scalemodel.profiles import atomic_write_text
+        RESULTS.mkdir(exist_ok=True)
+        atomic_write_text(RESULTS / "validate_transfer.txt", "\n".join(lines) + "\n")
+        atomic_write_text(RESULTS / "validate_transfer.json",
+                          json.dumps(_finite(record), indent=1, default=_json_default, allow_nan=False))
+    return 0
+
+
+def _finite(o):
+    """JSON-ready: an unbounded (inf) or undefined (nan) number is None."""
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return o
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
