@@ -14,7 +14,7 @@ import attrs
 import numpy as np
 
 from .collectives import ReductionCost
-from .exceptions import CalibrationError
+from .exceptions import CalibrationError, ScalemodelError
 from .fit_priors import PRIORS
 from .model import Scenario
 from .overlap import UpperEnvelope
@@ -48,6 +48,19 @@ def expected_max_normal(n):
     return ndtri((n - 0.375) / (n + 0.25))
 
 
+def _scales_with_compute(fusion, sharding):
+    """Whether a fusion's buckets are the same whatever the compute speed (size-based),
+    so that the compute slowdown only scales the lines' compute part [-]."""
+    from .fusion import AfterBackward, DDPBuckets, PerTensor, resolve_fusion
+    if sharding != "none":
+        return False
+    try:
+        policy = resolve_fusion("ddp" if fusion is None else fusion)
+    except ScalemodelError:  # validated elsewhere; rebuild the lines then
+        return False
+    return isinstance(policy, (DDPBuckets, PerTensor, AfterBackward))
+
+
 class _Problem:
     """Runs, the fixed setting and how parameters map to a cluster.
 
@@ -68,7 +81,7 @@ class _Problem:
             fusion = r.fusion or settings["fusion"]
             cap = getattr(r, "bucket_cap_mb", None)
             if cap is not None:
-                fusion = DDPBuckets(bucket_bytes=float(cap) * 2.0**20)
+                fusion = DDPBuckets(cap_bytes=float(cap) * 2.0**20)
             wrapped = bool(getattr(r, "wrapped", False)) and r.n == 1
             gkey = (id(r.profile), fusion, r.algorithm or settings["algorithm"],
                     getattr(r, "sharding", None) or "none", r.n, wrapped)
@@ -82,8 +95,9 @@ class _Problem:
         self.groups = groups
         self.config_of = config_of
         self.config_bw = np.array([bw for (_, bw) in configs], dtype=float)
-        for g in groups.values():
+        for gkey, g in groups.items():
             g["configs"] = np.asarray(g["configs"], dtype=np.int64)
+            g["linear"] = _scales_with_compute(gkey[1], gkey[3])
         self.measured_t = np.empty(len(runs))
         self.sigma_t = np.array([r.uncertainty for r in runs])
         for i, r in enumerate(runs):
@@ -148,6 +162,10 @@ class _Problem:
 
     _FAST = ("ceiling", "utilization", "sync_overhead", "collective_overhead",
              "bucket_overhead", "iteration_overhead")
+    """Parameters that change only x and the lines' intercepts."""
+    _COMPUTE = ("compute_slowdown", "straggler_spread")
+    """Parameters that scale the compute part of every line: fast where the buckets do
+    not depend on the timeline (size-based fusion), else the lines are built again."""
 
     def _value(self, values, name):
         v = values.get(name, self.fixed.get(name))
@@ -155,63 +173,79 @@ class _Problem:
             v = getattr(self.base, name, 0.0)
         return float(v)
 
-    def _lines(self, values):
-        """Per group, what does not change with the fast parameters: the lines with
-        neither fixed costs nor ceiling (eq. :eq:`iteration-cluster`), and the counts by
-        which the fixed costs enter each line; or a scenario to evaluate in full
-        (MG-WFBP, sharding)."""
-        slow_key = tuple((k, v) for k, v in sorted({**self.fixed, **values}.items())
-                         if k not in self._FAST)
-        cache = self.__dict__.setdefault("_cache", {})
-        if slow_key in cache:
-            return cache[slow_key]
-        if len(cache) > 64:
-            cache.clear()
-        cl = self.cluster(values)
-        bare = attrs.evolve(cl, **{k: v for k, v in _BARE.items() if k in self._fields})
+    def _sigma_n(self, values, n):
+        r""":math:`\sigma_n = \sigma (1 + s e_n)` for ``n`` workers (1 for one) [-]."""
+        if n <= 1:
+            return 1.0
         sigma = self._value(values, "compute_slowdown")
         spread = self._value(values, "straggler_spread")
+        return sigma * (1.0 + spread * float(expected_max_normal(n))) if spread else sigma
+
+    def _lines(self, values):
+        r"""Per group, what does not change with the fast parameters: the lines without
+        fixed costs or ceiling (eq. :eq:`iteration-cluster`) split into their compute part
+        (scaled by :math:`\sigma_n`) and the rest, and the counts by which the fixed costs
+        enter each line; or a scenario to evaluate in full (MG-WFBP, sharding)."""
+        merged = {**self.fixed, **values}
+        key = tuple((k, v) for k, v in sorted(merged.items())
+                    if k not in self._FAST and k not in self._COMPUTE)
+        full = key + tuple((k, merged[k]) for k in self._COMPUTE if k in merged)
+        cache = self.__dict__.setdefault("_cache", {})
+        if len(cache) > 256:
+            cache.clear()
+        cl = None
         entry = {}
         for gkey, g in self.groups.items():
-            _, fusion, algorithm, sharding, n, wrapped = gkey
-            if n > 1 and spread > 0:  # eq. (straggler): sigma_n
-                sigma_n = sigma * (1.0 + spread * float(expected_max_normal(n)))
-                grp_cluster = attrs.evolve(bare, compute_slowdown=min(sigma_n, 100.0))
-            else:
-                grp_cluster = bare
-            kw = dict(algorithm=algorithm, fusion=fusion, cluster=grp_cluster,
-                      ps_servers=self.settings["ps_servers"])
-            if sharding != "none":
-                kw["sharding"] = sharding
-            sc = Scenario.build(g["profile"], **kw)
-            if sc.needs_plan or sc.sharding is not None:
-                entry[gkey] = ("scenario", sc)
-                continue
-            lines = sc.lines(n, False)[0]
-            k = len(lines.intercept) - 1
-            if n > 1:
-                count = np.concatenate(([0.0], np.arange(k, 0, -1, dtype=float)))
-                last = np.concatenate(([0.0], np.ones(k)))
-                # per-bucket cost on the compute path: line j (bucket j in communication
-                # order and all after it) waits j of them, backward's end all K
-                per_bucket = np.concatenate(([float(k)], np.arange(1, k + 1, dtype=float)))
-                wrapper = 1.0
-            else:
-                count = last = np.zeros(k + 1)
-                per_bucket = np.zeros(k + 1)
-                per_bucket[0] = float(k) if wrapped else 0.0
-                wrapper = 1.0 if wrapped else 0.0
-            head = float(sc.forward(n)) + g["profile"].update_time
-            entry[gkey] = ("lines", sc, lines.intercept, lines.slope, count, last,
-                           per_bucket, wrapper, head, sc.wire_map(n))
-        cache[slow_key] = entry
+            linear = g["linear"]
+            ckey = (gkey, key if linear else full)
+            if ckey not in cache:
+                if cl is None:
+                    cl = self.cluster(values)
+                cache[ckey] = self._group_lines(gkey, g, cl, linear, values)
+            entry[gkey] = cache[ckey]
         return entry
+
+    def _group_lines(self, gkey, g, cl, linear, values):
+        _, fusion, algorithm, sharding, n, wrapped = gkey
+        bare = attrs.evolve(cl, **{k: v for k, v in _BARE.items() if k in self._fields})
+        sigma_n = 1.0 if linear else self._sigma_n(values, n)
+        bare = attrs.evolve(bare, compute_slowdown=min(max(sigma_n, 1.0), 100.0))
+        kw = dict(algorithm=algorithm, fusion=fusion, cluster=bare,
+                  ps_servers=self.settings["ps_servers"])
+        if sharding != "none":
+            kw["sharding"] = sharding
+        sc = Scenario.build(g["profile"], **kw)
+        if sc.needs_plan or sc.sharding is not None:
+            return ("scenario", sc)
+        lines = sc.lines(n, False)[0]
+        k = len(lines.intercept) - 1
+        if n > 1:
+            count = np.concatenate(([0.0], np.arange(k, 0, -1, dtype=float)))
+            last = np.concatenate(([0.0], np.ones(k)))
+            # per-bucket cost on the compute path: line j (bucket j in communication
+            # order and all after it) waits for j of them, backward's end for all K
+            per_bucket = np.concatenate(([float(k)], np.arange(1, k + 1, dtype=float)))
+            wrapper = 1.0
+        else:
+            count = last = np.zeros(k + 1)
+            per_bucket = np.zeros(k + 1)
+            per_bucket[0] = float(k) if wrapped else 0.0
+            wrapper = 1.0 if wrapped else 0.0
+        compute = lines.ready.copy()
+        compute[0] = lines.intercept[0]  # backward's end: all compute
+        if not linear:  # built at sigma_n already
+            compute = np.zeros_like(compute)
+        rest = lines.intercept - compute
+        forward = float(sc.forward(n))
+        return ("lines", linear, compute, rest, lines.slope, count, last, per_bucket, wrapper,
+                forward, g["profile"].update_time, sc.wire_map(n))
 
     def predict(self, values):
         """Model iteration times of every run [s] (in the profile's units), vectorized.
 
         Ceiling, utilization and the fixed costs change only :math:`x` and the lines'
-        intercepts (eq. :eq:`iteration-cluster`), so the lines are built once per value of
+        intercepts (eq. :eq:`iteration-cluster`), and with size-based buckets the compute
+        slowdown only scales their compute part, so the lines are built once per value of
         the other parameters; then each group's envelope is evaluated at all its line
         rates at once."""
         entry = self._lines(values)
@@ -228,19 +262,22 @@ class _Problem:
             idx = g["configs"]
             x = x_all[idx]
             e = entry[gkey]
+            n = gkey[4]
             if e[0] == "scenario":
                 sc = attrs.evolve(e[1], cluster=cl)
-                out[idx] = sc.iteration_times(np.full(len(idx), gkey[4]), x, 1.0)
+                out[idx] = sc.iteration_times(np.full(len(idx), n), x, 1.0)
                 continue
-            _, sc, intercept, slope, count, last, per_bucket, wrapper, head, (k1, k2) = e
-            c = intercept + c0 * count + ts * last + cb * per_bucket
+            (_, linear, compute, rest, slope, count, last, per_bucket, wrapper, forward,
+             update, (k1, k2)) = e
+            s_n = self._sigma_n(values, n) if linear else 1.0
+            c = s_n * compute + rest + c0 * count + ts * last + cb * per_bucket
             xe = k1 * x if k2 == 0.0 else np.maximum(k1 * x, k2)
             if len(c) * len(xe) <= _DENSE_CELLS:
                 with np.errstate(over="ignore", invalid="ignore"):
                     env = np.max(c[:, None] + slope[:, None] * xe[None, :], axis=0)
             else:
                 env = UpperEnvelope(c, slope)(xe)
-            out[idx] = head + wrapper * tw + env
+            out[idx] = s_n * forward + update + wrapper * tw + env
         return out[self.config_of]
 
     def residuals(self, values):
