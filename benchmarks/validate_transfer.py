@@ -389,6 +389,91 @@ def p3dn_source():
                   dict(vp.SETUP, nics_per_node=1), cal, held, notes, [], single)
 
 
+LLM_GPU = "a100-40gb"
+LLM_ASSUMED_EFFICIENCY = 0.5
+"""Compute efficiency the FLOP-derived MPT profiles start from; the fit replaces it with
+its own when the library fits ``efficiency``."""
+
+
+def llm_source():
+    """LLM Foundry's FSDP FULL_SHARD (ZeRO-3) runs of MPT models on A100 40GB with 1600
+    Gbit/s per node (validate_sharded's rows and profiles, imported): calibrate on
+    mpt-7b at its two smallest GPU counts, predict the other counts and models."""
+    sys.path.insert(0, str(HERE))
+    import validate_sharded as vs
+
+    rows = [r for r in vs.published_rows() if r["gpu"] == LLM_GPU]
+    bw, nics, net = vs.NETWORK[LLM_GPU]
+    mpt7 = sorted((r for r in rows if r["model"] == "mpt-7b"), key=lambda r: r["n"])
+    cal = mpt7[:2]
+    held = [r for r in rows if r not in cal]
+    notes = [f"setup (validate_sharded): {LLM_GPU}, {net}, 8 GPUs per node with NVLink, "
+             "FSDP FULL_SHARD as zero3 (the library's default wrapping: per block, as "
+             "FSDP's transformer auto-wrap), bf16, each row's micro-batch, "
+             "accumulation and "
+             "activation checkpointing; profiles derived from FLOPs (no single-GPU time)",
+             "calibration: " + ", ".join(f"{r['model']} on {r['n']} GPUs" for r in cal)
+             + " (measured tokens/s per GPU)",
+             "held out: mpt-7b at the larger counts, mpt-13b, mpt-30b, mpt-70b",
+             "baselines: 'ideal' = no cluster, efficiency bisected on the nearest "
+             "calibration run (validate_sharded's protocol); 'carried' = the nearest "
+             "calibration run's measured MFU"]
+    return dict(key="llm-foundry", title="LLM Foundry MPT, FSDP FULL_SHARD on A100 40GB "
+                "(1600 Gbit/s per node; exact)", rows=held, calibration=cal, notes=notes,
+                bw=bw, nics=nics, vs=vs)
+
+
+def _llm_time(row):
+    """Measured optimizer-step time of an LLM Foundry row [s]."""
+    return row["grad_accum"] * row["micro_batch"] * row["seq"] / row["tokens_per_gpu"]
+
+
+def evaluate_llm(src, feats, say):
+    """The LLM source's fit, rows and baselines; ``None`` rows when the library cannot
+    calibrate from sharded runs (said why)."""
+    vs, bw, nics = src["vs"], src["bw"], src["nics"]
+    topo = dict(gpus_per_node=8, nics_per_node=nics,
+                intra_bw=sm.get_gpu(LLM_GPU).intra_node_bw)
+    runs = [dict(model=vs.profile_for(r, LLM_ASSUMED_EFFICIENCY), n=r["n"], bw=bw,
+                 sharding="zero3", tokens_per_second_per_gpu=r["tokens_per_gpu"],
+                 label=f"{r['model']} {r['n']} GPUs") for r in src["calibration"]]
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = sm.fit_cluster(runs, algorithm="ring", fusion=None, **topo)
+    except (sm.ScalemodelError, TypeError) as exc:
+        say(f"  not calibrated: fit_cluster refuses these runs ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:160]})")
+        return None, None, []
+    say(f"  fitted in {time.perf_counter() - t0:.1f} s: " + fit.message.splitlines()[0])
+    for line in fit.message.splitlines()[1:]:
+        say("  " + line)
+    p = fit.parameters.get("efficiency")
+    eff = p.value if p is not None else LLM_ASSUMED_EFFICIENCY
+    cal_eff = {r["n"]: vs.fit_efficiency(r) for r in src["calibration"]}
+    rows = []
+    for r in src["rows"]:
+        prof = vs.profile_for(r, eff)
+        it = sm.iteration_time(prof, r["n"], bw, sharding="zero3", fusion=None,
+                               algorithm="ring", cluster=fit.cluster)
+        t = it.total
+        sf = it.scaling_factor
+        lo, hi = (it.scaling_factor_interval if feats["interval"] else (sf, sf))
+        t_lo, t_hi = t * sf / hi, (t * sf / lo if lo > 0 else math.inf)
+        cal = min(src["calibration"], key=lambda c: (abs(c["n"] - r["n"]), -c["n"]))
+        t_ideal = sm.iteration_time(vs.profile_for(r, cal_eff[cal["n"]]), r["n"], bw,
+                                    sharding="zero3", fusion=None, algorithm="ring",
+                                    **topo).total
+        m = _llm_time(r)
+        rows.append(dict(label=f"{r['model']} {r['n']} GPUs", n=r["n"], measured=m,
+                         predicted=t, error=t / m - 1, low=t_lo, high=t_hi,
+                         inside=bool(t_lo * (1 - 1e-12) <= m <= t_hi * (1 + 1e-12)),
+                         width=(t_hi - t_lo) / m if math.isfinite(t_hi) else math.inf,
+                         ideal=t_ideal / m - 1, carried=r["mfu"] / cal["mfu"] - 1))
+    return fit, rows, []
+
+
 # ----------------------------------------------------------------------------- model
 
 def _profile(row, feats):
@@ -559,7 +644,7 @@ def table(results):
 
 
 SOURCES = {"ddp-benchmark": lambda: [ddp_benchmark_source()], "vldb": vldb_sources,
-           "p3dn": lambda: [p3dn_source()]}
+           "p3dn": lambda: [p3dn_source()], "llm-foundry": lambda: [llm_source()]}
 
 
 def run(keys=None, say=print):
@@ -568,8 +653,19 @@ def run(keys=None, say=print):
     record = {"features": feats, "sources": {}}
     for key in keys or SOURCES:
         for source in SOURCES[key]():
-            say("", f"== {source.key}: {source.title}", *["  " + t for t in source.notes])
-            fit, rows, signs = evaluate(source, feats, say)
+            if isinstance(source, dict):  # the LLM source: its own runs and profiles
+                say("", f"== {source['key']}: {source['title']}",
+                    *["  " + t for t in source["notes"]])
+                fit, rows, signs = evaluate_llm(source, feats, say)
+                source = Source(source["key"], source["title"], {}, [], [], source["notes"])
+                if fit is None:
+                    record["sources"][source.key] = {"title": source.title,
+                                                     "notes": source.notes, "summary": None}
+                    continue
+            else:
+                say("", f"== {source.key}: {source.title}",
+                    *["  " + t for t in source.notes])
+                fit, rows, signs = evaluate(source, feats, say)
             s = summary(rows, signs)
             say(*row_lines(rows))
             if signs:
@@ -586,7 +682,7 @@ def run(keys=None, say=print):
                    if signs else ""))
             record["sources"][source.key] = {
                 "title": source.title, "notes": source.notes, "summary": s,
-                "calibration": [r.label for r in source.calibration],
+                "calibration": [r.label for r in source.calibration] or None,
                 "free": list(fit.free), "cluster": fit.cluster.to_dict(),
                 "rows": rows, "signs": signs}
     return record
@@ -613,9 +709,12 @@ def main(argv=None):
             f"{k}={'yes' if v is True else 'no' if v is False else v or 'none'}"
             for k, v in feats.items()))
     record = run(keys, say)
-    summ = {k: v["summary"] for k, v in record["sources"].items()}
+    summ = {k: v["summary"] for k, v in record["sources"].items() if v["summary"]}
+    skipped = [k for k, v in record["sources"].items() if not v["summary"]]
     say("", "== summary (error of the iteration time; 'width' = median (high - low) / "
             "measured)", *table(summ))
+    if skipped:
+        say(f"not calibrated (the library refuses their runs): {', '.join(skipped)}")
     say("", f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
     if not args.no_write:
         from scalemodel.profiles import atomic_write_text
