@@ -187,7 +187,8 @@ def resnext_layers(blocks, groups, width_per_group, num_classes=1000):
             stride = 2 if (b == 0 and i > 0) else 1
             p_in, p_out = pix, pix // stride
             pre = f"layer{i + 1}.{b}"
-            layers += [conv(f"{pre}.conv1", width, inplanes, 1, p_in), bn(f"{pre}.bn1", width, p_in),
+            layers += [conv(f"{pre}.conv1", width, inplanes, 1, p_in),
+                       bn(f"{pre}.bn1", width, p_in),
                        conv(f"{pre}.conv2", width, width, 3, p_out, groups),
                        bn(f"{pre}.bn2", width, p_out),
                        conv(f"{pre}.conv3", out, width, 1, p_out), bn(f"{pre}.bn3", out, p_out)]
@@ -522,7 +523,7 @@ def predict(row, source, feats, cluster):
             return row.t1, (row.t1, row.t1)
         from scalemodel.model import Scenario
         times = []
-        for cl in (cluster, *cluster.corners()):
+        for cl in _interval_clusters(cluster):
             sc = Scenario.build(prof, algorithm=alg, fusion=row.fusion, cluster=cl)
             times.append(float(sc.wrapped_single_worker_time()) * scale)
         return times[0], (min(times), max(times))
@@ -540,6 +541,16 @@ def predict(row, source, feats, cluster):
     t_lo = row.t1 / hi if hi and math.isfinite(hi) else 0.0
     t_hi = row.t1 / lo if lo and lo > 0 else math.inf
     return t, (t_lo, t_hi)
+
+
+def _interval_clusters(cluster):
+    """The fitted cluster, its corners, and every alternative explanation's corners
+    (when the library keeps alternatives on the cluster)."""
+    out = [cluster, *cluster.corners()]
+    for i in range(len(getattr(cluster, "alternatives", ()) or ())):
+        alt = cluster.with_alternative(i)
+        out += [alt, *alt.corners()]
+    return out
 
 
 def carried(row, source):
@@ -669,8 +680,8 @@ def run(keys=None, say=print):
             s = summary(rows, signs)
             say(*row_lines(rows))
             if signs:
-                say(f"    bucket-size sign (small bucket vs 25 MB; measured / predicted / "
-                    f"ideal):")
+                say("    bucket-size sign (small bucket vs 25 MB; measured / predicted / "
+                    "ideal):")
                 for g in signs:
                     say(f"    {g['label']:40s} {_pct(g['measured'], True):>8s} "
                         f"{_pct(g['predicted'], True):>8s} {_pct(g['ideal'], True):>8s}  "
@@ -695,6 +706,9 @@ def main(argv=None):
                     help=f"comma-separated subset of {', '.join(SOURCES)}")
     args = ap.parse_args(argv)
     keys = args.sources.split(",") if args.sources else None
+    if keys and set(keys) - set(SOURCES):
+        ap.error(f"--sources: unknown {', '.join(sorted(set(keys) - set(SOURCES)))}; "
+                 f"known: {', '.join(SOURCES)}")
     t0 = time.perf_counter()
     lines = []
 
@@ -721,7 +735,8 @@ def main(argv=None):
         RESULTS.mkdir(exist_ok=True)
         atomic_write_text(RESULTS / "validate_transfer.txt", "\n".join(lines) + "\n")
         atomic_write_text(RESULTS / "validate_transfer.json",
-                          json.dumps(_finite(record), indent=1, default=_json_default, allow_nan=False))
+                          json.dumps(_finite(record), indent=1, default=_json_default,
+                                     allow_nan=False))
     return 0
 
 
