@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 import os
 import signal
 import stat
 import tempfile
 import threading
+import weakref
 from importlib import resources
 from pathlib import Path
 
@@ -48,6 +50,29 @@ ALIASES = {"bert": "bert-base", "bert_base": "bert-base", "bert_large": "bert-la
 MAX_TIME = 86400.0
 """Longest single-worker iteration a profile may describe: one day [s]. Longer times are
 input errors (a unit slip) and would overflow the model's arithmetic near 1e308."""
+
+MIN_SCALED_TIME = 1e-9
+"""Shortest single-worker iteration :meth:`WorkloadProfile.scaled_to` accepts: a
+nanosecond [s]."""
+
+_SCALED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+"""profile -> {iteration time [s]: the profile scaled to it} (WorkloadProfile.scaled_to)."""
+_SCALED_PER_PROFILE = 256
+
+
+def _scaled_time(value) -> float:
+    """``value`` as a time for :meth:`WorkloadProfile.scaled_to`, validated [s]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ParameterTypeError("iteration_time", value, "a number of seconds")
+    try:
+        t = float(value)
+    except (OverflowError, ValueError):
+        t = math.inf
+    if not (math.isfinite(t) and MIN_SCALED_TIME <= t <= MAX_TIME):
+        raise InvalidParameterError("iteration_time", value, f"must be a time in "
+                                    f"[{MIN_SCALED_TIME:g}, {MAX_TIME:g}] s (a nanosecond to "
+                                    "a day)")
+    return t
 
 
 def _finite_nonneg(source, field, value):
@@ -225,6 +250,70 @@ class WorkloadProfile:
         if int(grad_accum) == self.grad_accum:
             return self
         return attrs.evolve(self, grad_accum=int(grad_accum))
+
+    def scaled_to(self, iteration_time) -> "WorkloadProfile":
+        """This profile running at another speed: its single-worker iteration (optimizer
+        step, every micro-batch) takes ``iteration_time``.
+
+        Forward, backward, every gradient's ready time and the update are multiplied by
+        one factor, ``iteration_time / self.iteration_time``: the profile keeps its shape
+        (which gradient is ready when, as a fraction of the backward pass) and a measured
+        single-worker time sets its speed. Gradient sizes, the reduction cost and
+        ``grad_accum`` are unchanged; ``provenance["scaled_to"]`` records the time, the
+        original one and the factor. The same profile scaled to the same time is the
+        same object (cached), so runs that share a workload share one profile.
+
+        Parameters
+        ----------
+        iteration_time : float
+            Single-worker iteration time, in [1e-9, ``MAX_TIME``] (a nanosecond to a day)
+            [s].
+
+        Returns
+        -------
+        WorkloadProfile
+            The scaled profile (``self`` when the time is already this profile's).
+
+        Raises
+        ------
+        InvalidParameterError
+            The time is not finite or outside [1e-9 s, a day]; names it.
+        ParameterTypeError
+            Not a real number.
+
+        Examples
+        --------
+        >>> p = load_profile("resnet50")
+        >>> q = p.scaled_to(0.097)
+        >>> round(q.iteration_time, 12), q.scaled_to(0.097) is q, p.scaled_to(0.097) is q
+        (0.097, True, True)
+        >>> bool(np.allclose(q.tensor_ready / q.backward_time, p.tensor_ready / p.backward_time))
+        True
+        """
+        t = _scaled_time(iteration_time)
+        if t == self.iteration_time:
+            return self
+        per = _SCALED.setdefault(self, {})
+        if t not in per:
+            if len(per) >= _SCALED_PER_PROFILE:  # bounded: forget the oldest
+                per.pop(next(iter(per)))
+            per[t] = self._scaled(t)
+        return per[t]
+
+    def _scaled(self, t):
+        f = t / self.iteration_time
+        prev = self.provenance.get("scaled_to") if isinstance(self.provenance, dict) else None
+        orig = prev.get("from_iteration_time") if isinstance(prev, dict) else None
+        orig = orig if isinstance(orig, float) else self.iteration_time
+        prov = dict(self.provenance)
+        prov["scaled_to"] = {"iteration_time": t, "from_iteration_time": orig,
+                             "factor": t / orig,
+                             "how": "forward, backward, ready times and update multiplied "
+                                    "by one factor (WorkloadProfile.scaled_to)"}
+        return attrs.evolve(self, forward_time=self.forward_time * f,
+                            backward_time=self.backward_time * f,
+                            update_time=self.update_time * f,
+                            tensor_ready=self.tensor_ready * f, provenance=prov)
 
     @property
     def total_bytes(self) -> float:

@@ -1,9 +1,44 @@
 """Measured runs, as :func:`~scalemodel.fit_cluster` takes them: validated one by one.
 
 A run names its ``model`` (built-in name, profile file or profile), the worker count ``n``
-and line rate ``bw`` [bits/s] and either its ``scaling_factor`` or its ``iteration_time``
-[s]; see :mod:`scalemodel.fitting` for the optional keys. :func:`load_runs` reads a list of
-mappings or a CSV file whose header names the keys.
+and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` [s] or
+``tokens_per_second_per_gpu`` [tokens/s]. Optional keys:
+
+``single_worker_time`` [s]
+    The same step measured on one worker without the data-parallel wrapper. It is the
+    truth about the compute: the run's profile is rescaled to it
+    (:meth:`~scalemodel.WorkloadProfile.scaled_to`), so the fit sees the measured
+    communication-to-compute ratio. A run up to 2 % (``NOISE_TOLERANCE``) faster than it
+    is measurement noise and accepted with a :class:`~scalemodel.CalibrationWarning`;
+    more is an error.
+``compute_time`` [s]
+    Forward + backward measured inside the run, per step (every micro-batch's).
+``sharding``
+    ``"none"`` (default), ``"zero1"``, ``"zero2"``, ``"zero3"``, ``"hybrid_shard"`` or an
+    alias (``"fsdp"``, ``"full_shard"``, ``"shard_grad_op"``, ``"hsdp"``).
+``grad_accum``
+    Micro-batches per optimizer step, an integer >= 1; default the profile's.
+``wrapped``
+    A single-worker run that used the data-parallel wrapper (DDP on one GPU): true or
+    false (a CSV cell ``true``/``false``/``1``/``0``/``yes``/``no``); default false.
+``bucket_cap_mb`` [MB]
+    The DDP bucket size of this run (0: one collective per tensor); default the fusion's.
+``tokens_per_second_per_gpu`` [tokens/s]
+    Instead of ``iteration_time``: the step time is the profile's tokens per optimizer
+    step per GPU (micro-batch x sequence x ``grad_accum``; a transformer or LLM profile
+    knows them) over this rate.
+``fusion``, ``algorithm``, ``uncertainty`` [-] (default 2 %), ``label``.
+
+Every number must be finite and inside a documented range (``MIN_RUN_TIME`` to
+``MAX_RUN_TIME`` for times, ``MIN_RUN_BW`` to ``MAX_RUN_BW`` for line rates,
+``MAX_BUCKET_CAP_MB``); worker counts and micro-batch counts are integers, never
+truncated. Bad input raises :class:`~scalemodel.InvalidParameterError` or
+:class:`~scalemodel.ParameterTypeError` naming ``runs[i].<key>`` and the value.
+
+:func:`load_runs` reads a list of mappings or a CSV file whose header names the keys
+(UTF-8, a byte-order mark allowed). In a CSV, a ``model`` cell that is a path is read
+relative to the CSV's folder and may not lead outside it (``..``, an absolute path, a
+link pointing out) unless the caller allows another folder (``allow_folder``).
 """
 
 from __future__ import annotations
@@ -11,26 +46,60 @@ from __future__ import annotations
 import csv
 import io
 import math
+import numbers
 import os
+import re
+import warnings
 from pathlib import Path
 
 import attrs
 
 from ._jsonfile import read_text_file
-from .exceptions import InvalidParameterError, ParameterTypeError, ProfileFormatError
-from .profiles import WorkloadProfile, load_profile
+from .exceptions import (CalibrationWarning, InvalidParameterError, ParameterTypeError,
+                         ProfileFormatError, ScalemodelError)
+from .profiles import MAX_TIME, WorkloadProfile, load_profile
 from .units import check_count, parse_bandwidth
 
-__all__ = ["Run", "load_runs", "DEFAULT_UNCERTAINTY"]
+__all__ = ["Run", "load_runs", "DEFAULT_UNCERTAINTY", "NOISE_TOLERANCE", "MIN_RUN_TIME",
+           "MAX_RUN_TIME", "MIN_RUN_BW", "MAX_RUN_BW", "MAX_BUCKET_CAP_MB"]
 
 DEFAULT_UNCERTAINTY = 0.02
 """Relative standard uncertainty of a measured iteration time when a run does not say:
 2 %, the run-to-run spread typical of throughput benchmarks (and about the reading error
 of the published figures scalemodel validates on) [-]."""
 
+NOISE_TOLERANCE = 0.02
+"""How much faster than its single-worker time a distributed run may be and still be
+accepted (as measurement noise, with a warning): 2 %, the default uncertainty [-]."""
+
+MIN_RUN_TIME = 1e-6
+"""Shortest accepted iteration, single-worker or compute time of a run: a microsecond
+(shorter is a unit slip) [s]."""
+
+MAX_RUN_TIME = MAX_TIME
+"""Longest accepted iteration, single-worker or compute time of a run: a day, the
+longest step a profile may describe (``scalemodel.profiles.MAX_TIME``) [s]."""
+
+MIN_RUN_BW = 1e6
+"""Lowest accepted line rate of a run: 1 Mbit/s (a smaller number is almost surely a
+unit slip, such as 10 for 10 Gbit/s) [bits/s]."""
+
+MAX_RUN_BW = 1e15
+"""Highest accepted line rate of a run: 1 Pbit/s [bits/s]."""
+
+MAX_BUCKET_CAP_MB = 1e6
+"""Largest accepted ``bucket_cap_mb``: a terabyte, far beyond any model's gradients
+[MB]."""
+
+MAX_UNCERTAINTY = 1.0
+"""Largest accepted relative uncertainty of a run: 100 % [-]."""
 
 _RUN_KEYS = {"model", "n", "bw", "scaling_factor", "iteration_time", "single_worker_time",
-             "compute_time", "fusion", "algorithm", "uncertainty", "label"}
+             "compute_time", "fusion", "algorithm", "uncertainty", "label", "sharding",
+             "grad_accum", "wrapped", "bucket_cap_mb", "tokens_per_second_per_gpu"}
+
+_TRUE = {"true", "yes", "1", "y", "t", "on"}
+_FALSE = {"false", "no", "0", "n", "f", "off"}
 
 
 # --------------------------------------------------------------------------- runs
@@ -45,7 +114,9 @@ class Run:
     label : str
         Name for reports.
     profile : WorkloadProfile
-        The workload.
+        The workload to fit with: the run's ``grad_accum`` applied, and scaled to its
+        ``single_worker_time`` when it gives one. Runs of the same model, accumulation
+        and single-worker time share one object.
     n : int
         Workers [workers].
     bw : float
@@ -53,7 +124,7 @@ class Run:
     scaling_factor : float or None
         Measured scaling factor [-].
     iteration_time : float or None
-        Measured iteration time [s].
+        Measured iteration time, or the one ``tokens_per_second_per_gpu`` implies [s].
     single_worker_time : float or None
         Measured single-worker iteration time [s].
     compute_time : float or None
@@ -62,6 +133,26 @@ class Run:
         This run's fusion and collective, if they differ from the fit's [-].
     uncertainty : float
         Relative standard uncertainty of the measured time [-].
+    sharding : str
+        Canonical sharding strategy: ``"none"``, ``"zero1"``, ``"zero2"``, ``"zero3"``
+        or ``"hybrid_shard"`` [-].
+    grad_accum : int or None
+        Micro-batches per optimizer step the run gave; None: the profile's
+        (``profile.grad_accum`` is the one in effect either way) [-].
+    wrapped : bool
+        A single-worker run that used the data-parallel wrapper [-].
+    bucket_cap_mb : float or None
+        DDP bucket size of this run, 0 for one collective per tensor; None: the
+        fusion's default [MB].
+    tokens_per_second_per_gpu : float or None
+        The measured throughput the iteration time was derived from [tokens/s].
+    compute_known : bool
+        False when the profile's compute is derived from FLOPs (a transformer or LLM
+        profile) and the run gives no ``single_worker_time``: its compute efficiency is
+        then unknown and may be fitted [-].
+    efficiency : float or None
+        Model FLOPs utilisation a FLOP-derived profile assumes (its provenance), else
+        None [-].
     """
 
     label: str
@@ -75,6 +166,13 @@ class Run:
     fusion: object
     algorithm: object
     uncertainty: float
+    sharding: str = "none"
+    grad_accum: int | None = None
+    wrapped: bool = False
+    bucket_cap_mb: float | None = None
+    tokens_per_second_per_gpu: float | None = None
+    compute_known: bool = True
+    efficiency: float | None = None
 
     @property
     def measured_sf(self):
@@ -86,79 +184,355 @@ class Run:
         return None
 
 
-def _num(run_i, key, value, *, positive=True, allow_none=True):
+# --------------------------------------------------------------------------- cells
+
+
+def _blank(value):
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _num(run_i, key, value, *, lo=None, hi=None, unit="", positive=True, allow_none=True):
+    """A run's number: finite, > 0 (``positive``) and within [lo, hi]."""
     name = f"runs[{run_i}].{key}"
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if _blank(value):
         if allow_none:
             return None
         raise InvalidParameterError(name, value, "is required")
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
         raise ParameterTypeError(name, value, "a number")
     try:
         v = float(value)
     except (TypeError, ValueError):
         raise ParameterTypeError(name, value, "a number") from None
+    except OverflowError:
+        v = math.inf
     if not math.isfinite(v) or (positive and v <= 0):
         raise InvalidParameterError(name, value, "must be finite and > 0")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise InvalidParameterError(name, value, f"must be in [{lo:g}, {hi:g}]{unit}")
     return v
 
 
-def _one_run(i, raw) -> Run:
+def _time(i, key, value):
+    return _num(i, key, value, lo=MIN_RUN_TIME, hi=MAX_RUN_TIME,
+                unit=" s (a microsecond to a day)")
+
+
+def _int(i, key, value, *, what):
+    """An integer cell: an int (not a float such as 16.5 or 16.0) or a string of one."""
+    name = f"runs[{i}].{key}"
+    if isinstance(value, str):
+        text = value.strip()
+        if not re.fullmatch(r"[+]?[0-9]{1,12}", text):
+            raise InvalidParameterError(name, value, f"must be an integer >= 1 ({what})")
+        value = int(text)
+    try:
+        return check_count(value, name)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ScalemodelError):
+            raise
+        raise ParameterTypeError(name, value, f"an integer >= 1 ({what})") from None
+
+
+def _bool(i, key, value):
+    if _blank(value):
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise InvalidParameterError(f"runs[{i}].{key}", value,
+                                "must be true or false (1/0, yes/no)")
+
+
+def _sharding(i, value):
+    from .sharding import Sharding, resolve_sharding
+
+    if _blank(value):
+        return "none"
+    if isinstance(value, Sharding) and (value.param_dtype or value.reduce_dtype):
+        raise InvalidParameterError(f"runs[{i}].sharding", value, "a run takes the "
+                                    "strategy only; dtypes are not supported per run")
+    try:
+        return resolve_sharding(value).strategy
+    except (InvalidParameterError, ParameterTypeError) as exc:
+        raise _renamed(exc, f"runs[{i}].sharding") from None
+
+
+def _bucket_cap(i, value):
+    if _blank(value):
+        return None
+    v = _num(i, "bucket_cap_mb", value, positive=False, lo=0.0, hi=MAX_BUCKET_CAP_MB,
+             unit=" MB (0: one collective per tensor)")
+    return v
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def _is_flop_derived(profile) -> bool:
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    return (str(prov.get("source", "")).startswith("FLOP-derived")
+            and "scaled_to" not in prov)
+
+
+def _profile_efficiency(profile):
+    """The model FLOPs utilisation a FLOP-derived profile assumes, or None [-]."""
+    if not _is_flop_derived(profile):
+        return None
+    m = re.match(r"\s*(?:published|measured|given):\s*([0-9.]+(?:[eE][-+]?[0-9]+)?)",
+                 str(profile.provenance.get("efficiency", "")))
+    try:
+        eff = float(m.group(1)) if m else None
+    except ValueError:
+        return None
+    return eff if eff is not None and 0 < eff <= 1 else None
+
+
+def _tokens_per_step(profile):
+    """Tokens per optimizer step per GPU of a profile that knows them, or None
+    [tokens]."""
+    cfg = profile.provenance.get("config") if isinstance(profile.provenance, dict) else None
+    if not isinstance(cfg, dict):
+        return None
+    seq, mb = cfg.get("seq"), cfg.get("micro_batch")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (seq, mb)):
+        return None
+    return float(seq * mb * profile.grad_accum)
+
+
+class _Where:
+    """Where a run list's ``model`` paths may lead, and the profiles loaded so far."""
+
+    def __init__(self, base=None, allowed=None):
+        self.base = base  # relative paths start here (None: as given, unconfined)
+        self.allowed = allowed  # real folders a path may end in (None: anywhere)
+        self.memo = {}  # (profile key, grad_accum) -> profile: runs share one object
+
+
+def _base_profile(i, model, where):
+    """The run's profile as named; a path confined to ``where.allowed`` when given."""
+    if _blank(model):
+        raise InvalidParameterError(f"runs[{i}].model", model, "is required")
+    if where.allowed is not None and isinstance(model, (str, os.PathLike)):
+        model = _confined(i, model, where)
+    key = ("path", os.fspath(model)) if isinstance(model, Path) else ("obj", id(model)) \
+        if isinstance(model, WorkloadProfile) else ("name", model)
+    if key in where.memo:
+        return where.memo[key]
+    try:
+        where.memo[key] = load_profile(model)
+    except (InvalidParameterError, ParameterTypeError, ProfileFormatError) as exc:
+        raise _renamed(exc, f"runs[{i}].model") from None
+    return where.memo[key]
+
+
+def _confined(i, model, where):
+    """``model`` as a built-in name, or as the real path of a file inside one of
+    ``where.allowed`` (relative paths start at ``where.base``)."""
+    from .exceptions import UnknownNameError
+    from .profiles import ALIASES, list_profiles
+
+    text = os.fspath(model)
+    rel = Path(text)
+    candidate = rel if rel.is_absolute() else where.base / rel
+    if not os.path.lexists(candidate) and not isinstance(model, os.PathLike) \
+            and _known_name(text):
+        return text  # a built-in name: no file is read
+    real = Path(os.path.realpath(candidate))
+    if not any(real == f or real.is_relative_to(f) for f in where.allowed):
+        allowed = " or ".join(str(f) for f in where.allowed)
+        what = "the run list's folder" if where.allowed == [where.base] else \
+            "the allowed folders"
+        raise InvalidParameterError(
+            f"runs[{i}].model", text, f"leads outside {what} ({allowed})",
+            "Give a built-in name or a profile path inside that folder; to allow another "
+            "folder, pass allow_folder=")
+    if not os.path.lexists(real):
+        raise UnknownNameError(f"runs[{i}].model", text, list_profiles(), aliases=ALIASES,
+                               extra=f"or the path of a profile file in {where.base} (no "
+                                     "such file there)")
+    return real
+
+
+def _known_name(text):
+    from .profiles import ALIASES, list_profiles
+    from .workloads import _llm_key
+
+    key = text.strip().lower()
+    names = set(list_profiles())
+    return ALIASES.get(key, key) in names or _llm_key(key) in names
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def _one_run(i, raw, where) -> Run:
     if not isinstance(raw, dict):
         raise ParameterTypeError(f"runs[{i}]", raw, "a mapping with model, n, bw and "
                                  "scaling_factor or iteration_time")
     unknown = set(raw) - _RUN_KEYS
     if unknown:
-        raise InvalidParameterError(f"runs[{i}]", sorted(unknown), "has unknown keys",
+        raise InvalidParameterError(f"runs[{i}]", sorted(map(str, unknown)),
+                                    "has unknown keys",
                                     f"Known keys: {', '.join(sorted(_RUN_KEYS))}")
     label = str(raw.get("label") or f"run {i}")
-    if raw.get("model") in (None, ""):
-        raise InvalidParameterError(f"runs[{i}].model", raw.get("model"), "is required")
-    try:
-        profile = load_profile(raw["model"])
-    except (InvalidParameterError, ParameterTypeError, ProfileFormatError) as exc:
-        raise _renamed(exc, f"runs[{i}].model") from None
-    try:
-        n = check_count(int(float(raw["n"])) if isinstance(raw.get("n"), str) else raw.get("n"),
-                        f"runs[{i}].n")
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, (InvalidParameterError, ParameterTypeError)):
-            raise
-        raise ParameterTypeError(f"runs[{i}].n", raw.get("n"), "an integer >= 1") from None
+    base = _base_profile(i, raw.get("model"), where)
+    n = _int(i, "n", raw.get("n"), what="a worker count")
     if not isinstance(n, int):
         raise ParameterTypeError(f"runs[{i}].n", raw.get("n"), "one integer")
-    bw = parse_bandwidth(raw.get("bw"), f"runs[{i}].bw")
+    bw = _line_rate(i, raw.get("bw"))
+    accum = None if _blank(raw.get("grad_accum")) else \
+        _int(i, "grad_accum", raw.get("grad_accum"), what="micro-batches per step")
+    if accum is not None and not isinstance(accum, int):
+        raise ParameterTypeError(f"runs[{i}].grad_accum", raw.get("grad_accum"), "one integer")
+    profile = _accumulating(i, base, accum, where.memo)
+    t = _measured(i, raw, label, profile)
+    efficiency = _profile_efficiency(profile)
+    if t["single_worker_time"] is not None:
+        profile = profile.scaled_to(t["single_worker_time"])
+    compute_known = not (_is_flop_derived(base) and t["single_worker_time"] is None)
+    _check_against_compute(i, raw, t, profile,
+                           None if compute_known else (efficiency or 1.0))
+    return Run(label=label, profile=profile, n=n, bw=bw, **t,
+               fusion=raw.get("fusion") or None, algorithm=raw.get("algorithm") or None,
+               sharding=_sharding(i, raw.get("sharding")), grad_accum=accum,
+               wrapped=_bool(i, "wrapped", raw.get("wrapped")),
+               bucket_cap_mb=_bucket_cap(i, raw.get("bucket_cap_mb")),
+               compute_known=compute_known, efficiency=efficiency)
+
+
+def _line_rate(i, value):
+    name = f"runs[{i}].bw"
+    bw = parse_bandwidth(value, name)
     if not isinstance(bw, float):
-        raise ParameterTypeError(f"runs[{i}].bw", raw.get("bw"), "one line rate")
+        raise ParameterTypeError(name, value, "one line rate")
+    if not MIN_RUN_BW <= bw <= MAX_RUN_BW:
+        raise InvalidParameterError(name, value, f"must be in [{MIN_RUN_BW:g}, "
+                                    f"{MAX_RUN_BW:g}] bits/s (1 Mbit/s to 1 Pbit/s)",
+                                    "A bare number is bits/s: write '10Gbps' or 10e9")
+    return bw
+
+
+def _accumulating(i, profile, accum, memo):
+    if accum is None:
+        return profile
+    key = ("accum", id(profile), accum)
+    if key not in memo:
+        try:
+            memo[key] = profile.with_grad_accum(accum)
+        except (InvalidParameterError, ProfileFormatError) as exc:
+            raise InvalidParameterError(f"runs[{i}].grad_accum", accum, str(exc)) from None
+    return memo[key]
+
+
+def _measured(i, raw, label, profile) -> dict:
+    """The run's measured numbers, checked against each other; the iteration time from
+    ``tokens_per_second_per_gpu`` when that is what the run gives."""
     sf = _num(i, "scaling_factor", raw.get("scaling_factor"))
-    it = _num(i, "iteration_time", raw.get("iteration_time"))
-    t1 = _num(i, "single_worker_time", raw.get("single_worker_time"))
-    tc = _num(i, "compute_time", raw.get("compute_time"))
-    unc = _num(i, "uncertainty", raw.get("uncertainty")) or DEFAULT_UNCERTAINTY
+    it = _time(i, "iteration_time", raw.get("iteration_time"))
+    tps = _num(i, "tokens_per_second_per_gpu", raw.get("tokens_per_second_per_gpu"))
+    t1 = _time(i, "single_worker_time", raw.get("single_worker_time"))
+    tc = _time(i, "compute_time", raw.get("compute_time"))
+    unc = _num(i, "uncertainty", raw.get("uncertainty"), lo=0.0, hi=MAX_UNCERTAINTY,
+               unit=" (a fraction: 0.02 is 2 %)") or DEFAULT_UNCERTAINTY
+    if tps is not None:
+        if it is not None:
+            raise InvalidParameterError(f"runs[{i}].tokens_per_second_per_gpu",
+                                        raw.get("tokens_per_second_per_gpu"),
+                                        "is given together with iteration_time",
+                                        "Give one of the two")
+        it = _from_tokens(i, raw, label, profile, tps)
     if sf is None and it is None:
         raise InvalidParameterError(f"runs[{i}]", label, "needs scaling_factor or "
-                                    "iteration_time [s]")
-    if sf is not None and not 0 < sf <= 1:
-        raise InvalidParameterError(f"runs[{i}].scaling_factor", raw.get("scaling_factor"),
-                                    "must be in (0, 1] (a fraction, not a percentage)")
-    if it is not None and t1 is not None and it < t1 * (1 - 1e-9):
-        raise InvalidParameterError(f"runs[{i}].iteration_time", raw.get("iteration_time"),
-                                    f"is shorter than the single-worker time {t1:g} s: a "
-                                    "distributed iteration cannot be faster")
+                                    "iteration_time [s] (or tokens_per_second_per_gpu "
+                                    "[tokens/s])")
+    if sf is not None:
+        _check_sf(i, raw, label, sf, t1 if t1 is not None else profile.iteration_time)
+    if it is not None and t1 is not None and it < t1:
+        key = "iteration_time" if tps is None else "tokens_per_second_per_gpu"
+        _faster_than_single(i, label, key, raw.get(key), it / t1,
+                            f"the single-worker time {t1:g} s")
     if it is not None and tc is not None and it < tc * (1 - 1e-9):
-        raise InvalidParameterError(f"runs[{i}].iteration_time", raw.get("iteration_time"),
+        raise InvalidParameterError(f"runs[{i}].iteration_time", raw.get("iteration_time", it),
                                     f"is shorter than its own compute time {tc:g} s")
-    if it is not None and t1 is None and sf is None:
-        compute = profile.grad_accum * (profile.forward_time + profile.backward_time)
+    return {"scaling_factor": sf, "iteration_time": it, "single_worker_time": t1,
+            "compute_time": tc, "uncertainty": unc, "tokens_per_second_per_gpu": tps}
+
+
+def _from_tokens(i, raw, label, profile, tps):
+    tokens = _tokens_per_step(profile)
+    name = f"runs[{i}].tokens_per_second_per_gpu"
+    if tokens is None:
+        raise InvalidParameterError(
+            name, raw.get("tokens_per_second_per_gpu"),
+            f"needs the profile's tokens per step, and {profile.name!r} does not know "
+            f"them (run {label!r})",
+            "Give iteration_time [s] instead, or use a transformer or LLM profile "
+            "(scalemodel.workloads.transformer_profile), whose provenance records its "
+            "sequence length and micro-batch")
+    it = tokens / tps
+    if not MIN_RUN_TIME <= it <= MAX_RUN_TIME:
+        raise InvalidParameterError(name, raw.get("tokens_per_second_per_gpu"),
+                                    f"makes a step of {it:g} s ({tokens:g} tokens per step "
+                                    f"per GPU), outside [{MIN_RUN_TIME:g}, {MAX_RUN_TIME:g}] s")
+    return it
+
+
+def _check_sf(i, raw, label, sf, t1):
+    name = f"runs[{i}].scaling_factor"
+    if sf > 1:
+        if sf > 1 / (1 - NOISE_TOLERANCE):
+            raise InvalidParameterError(name, raw.get("scaling_factor"),
+                                        "must be in (0, 1] (a fraction, not a percentage)")
+        _faster_than_single(i, label, "scaling_factor", raw.get("scaling_factor"), 1 / sf,
+                            "its single-worker time")
+    if not t1 / sf <= MAX_RUN_TIME:
+        raise InvalidParameterError(name, raw.get("scaling_factor"),
+                                    f"makes a step of {t1 / sf:g} s from a single-worker "
+                                    f"step of {t1:g} s: more than {MAX_RUN_TIME:g} s (a day)")
+
+
+def _faster_than_single(i, label, key, value, ratio, what):
+    """A distributed step ``ratio`` (< 1) of the single-worker one: noise within
+    ``NOISE_TOLERANCE`` (a warning), an error beyond."""
+    if ratio < 1 - NOISE_TOLERANCE:
+        raise InvalidParameterError(f"runs[{i}].{key}", value,
+                                    f"is {100 * (1 - ratio):.3g} % faster than {what}: a "
+                                    "distributed iteration cannot be faster (up to "
+                                    f"{100 * NOISE_TOLERANCE:g} % is taken as noise)")
+    warnings.warn(CalibrationWarning(
+        f"run {label!r} (runs[{i}].{key}={value!r}) is {100 * (1 - ratio):.2g} % faster "
+        f"than {what}: taken as measurement noise (up to {100 * NOISE_TOLERANCE:g} % is)"),
+        stacklevel=5)
+
+
+def _check_against_compute(i, raw, t, profile, efficiency):
+    """A run with only an iteration time may not be faster than the profile's compute;
+    with a FLOP-derived profile (``efficiency`` given), than that compute at 100 %
+    utilisation."""
+    it = t["iteration_time"]
+    if it is None or t["single_worker_time"] is not None or t["scaling_factor"] is not None:
+        return
+    key = "iteration_time" if t["tokens_per_second_per_gpu"] is None \
+        else "tokens_per_second_per_gpu"
+    value = raw.get(key)
+    compute = profile.grad_accum * (profile.forward_time + profile.backward_time)
+    if efficiency is None:
         if it < compute * (1 - 1e-9):
             raise InvalidParameterError(
-                f"runs[{i}].iteration_time", raw.get("iteration_time"),
-                f"is shorter than the profile's single-worker compute {compute:g} s",
-                "Give single_worker_time, or a profile measured on this hardware")
-    return Run(label=label, profile=profile, n=n, bw=bw, scaling_factor=sf,
-               iteration_time=it, single_worker_time=t1, compute_time=tc,
-               fusion=raw.get("fusion") or None, algorithm=raw.get("algorithm") or None,
-               uncertainty=unc)
+                f"runs[{i}].{key}", value,
+                f"makes a step shorter than the profile's single-worker compute "
+                f"{compute:g} s", "Give single_worker_time, or a profile measured on this "
+                "hardware")
+    elif it < compute * efficiency * (1 - 1e-9):
+        raise InvalidParameterError(
+            f"runs[{i}].{key}", value,
+            f"makes a step shorter than the profile's compute at 100 % of the GPU's peak "
+            f"({compute * efficiency:g} s): a model FLOPs utilisation above 1",
+            "Check the units, the GPU and the profile's sequence length and micro-batch")
 
 
 def _renamed(exc, name):
@@ -170,44 +544,101 @@ def _renamed(exc, name):
     new = type(exc).__new__(type(exc))
     Exception.__init__(new, str(exc).replace(f"{exc.parameter}=", f"{name}=", 1))
     new.parameter, new.value = name, exc.value
+    new.requirement = getattr(exc, "requirement", "")
     return new
 
 
-def load_runs(runs) -> list[Run]:
-    """Validate a list of run mappings, or read them from a CSV file.
+# --------------------------------------------------------------------------- lists
+
+
+def load_runs(runs, *, allow_folder=None) -> list[Run]:
+    """Validate a list of run mappings, or read them from a CSV file (see the module).
 
     Parameters
     ----------
     runs : list of dict, str or os.PathLike
-        The runs (see the module) or a CSV file whose header names the keys [-].
+        The runs or a CSV file whose header names the keys (UTF-8, a byte-order mark
+        allowed) [-].
+    allow_folder : str, os.PathLike, list of them, or None
+        Folders that a ``model`` path may lead into besides a CSV's own folder (paths in
+        a CSV are relative to its folder). Given with a list of mappings, their
+        ``model`` paths are confined to these folders too; None: a CSV's paths stay in
+        its folder and a list's paths are not confined [path].
 
     Returns
     -------
     list of Run
         The validated runs.
+
+    Raises
+    ------
+    InvalidParameterError, ParameterTypeError
+        A bad run: names ``runs[i].<key>`` and the value.
+    ProfileFormatError
+        The CSV is unreadable, or a row has more cells than the header; names the row.
     """
+    extra = _allowed_folders(allow_folder)
     if isinstance(runs, (str, os.PathLike)):
-        path = Path(runs)
-        if not os.path.lexists(path):
-            raise InvalidParameterError("runs", os.fspath(runs), "no such file")
-        text = read_text_file(path, what="run list", max_bytes=16 * 2**20)
-        try:
-            rows = list(csv.DictReader(io.StringIO(text, newline="")))
-        except csv.Error as exc:
-            raise ProfileFormatError(str(path), "<csv>", f"not a readable CSV: {exc}") from None
-        base = path.parent
-        for row in rows:
-            row.pop(None, None)  # cells beyond the header
-            if row.get("model") and not os.path.isabs(row["model"]) and \
-                    (base / row["model"]).is_file():
-                row["model"] = str(base / row["model"])
-            for k in list(row):
-                if row[k] is None or (isinstance(row[k], str) and not row[k].strip()):
-                    row[k] = None
-        runs = rows
+        base = Path(os.path.realpath(Path(runs).parent))
+        where = _Where(base, [base] + extra)
+        runs = _read_csv(runs)
+    else:
+        where = _Where(Path.cwd(), extra) if extra else _Where()
     if isinstance(runs, dict) or not hasattr(runs, "__iter__"):
         raise ParameterTypeError("runs", runs, "a list of run mappings or a CSV path")
     runs = list(runs)
     if not runs:
         raise InvalidParameterError("runs", runs, "needs at least one run")
-    return [_one_run(i, r) for i, r in enumerate(runs)]
+    return [_one_run(i, r, where) for i, r in enumerate(runs)]
+
+
+def _allowed_folders(allow_folder):
+    if allow_folder is None:
+        return []
+    items = [allow_folder] if isinstance(allow_folder, (str, os.PathLike)) else allow_folder
+    try:
+        items = list(items)
+    except TypeError:
+        raise ParameterTypeError("allow_folder", allow_folder,
+                                 "a folder path or a list of them") from None
+    out = []
+    for f in items:
+        if not isinstance(f, (str, os.PathLike)) or not os.fspath(f).strip():
+            raise ParameterTypeError("allow_folder", f, "a folder path")
+        real = Path(os.path.realpath(f))
+        if not real.is_dir():
+            raise InvalidParameterError("allow_folder", os.fspath(f), "is not a folder")
+        out.append(real)
+    return out
+
+
+def _read_csv(path) -> list[dict]:
+    """The rows of a run-list CSV as mappings (empty cells None)."""
+    if not os.path.lexists(path):
+        raise InvalidParameterError("runs", os.fspath(path), "no such file")
+    source = os.fspath(path)
+    text = read_text_file(path, what="run list", max_bytes=16 * 2**20)
+    text = text.removeprefix("\ufeff")  # Excel's "CSV UTF-8"
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:
+        raise ProfileFormatError(source, "<csv>", f"not a readable CSV: {exc}") from None
+    rows = [(line, r) for line, r in enumerate(rows, 1) if any(c.strip() for c in r)]
+    if not rows:
+        return []
+    header = [c.strip() for c in rows[0][1]]
+    seen = set()
+    for col in header:
+        if col in seen:
+            raise ProfileFormatError(source, "<header>", f"column {col!r} appears twice")
+        seen.add(col)
+    out = []
+    for k, (line, cells) in enumerate(rows[1:]):
+        if len(cells) > len(header) and any(c.strip() for c in cells[len(header):]):
+            raise ProfileFormatError(source, f"row {line}", f"runs[{k}] has {len(cells)} "
+                                     f"cells but the header names {len(header)} columns")
+        row = {}
+        for col, cell in zip(header, cells):
+            row[col] = None if not cell.strip() else cell.strip()
+        out.append(row)
+    return out
