@@ -28,6 +28,7 @@ from .profiles import WorkloadProfile, list_profiles, load_profile, save_profile
 from .solvers import (BandwidthResult, CompressionResult, min_compression,
                       required_bandwidth)
 from .sensitivity import Sensitivities, sensitivities
+from .buckets import BucketSizeResult, best_bucket_size
 from .units import format_bandwidth, parse_bandwidth
 from .hardware import GPUSpec, get_gpu, list_gpus
 from .memory import MemoryEstimate, memory
@@ -56,3 +57,4 @@ __all__ = [
 __all__ += ["GPUSpec", "get_gpu", "list_gpus", "memory", "MemoryEstimate",
             "TransformerConfig", "llm_config", "measured_efficiency", "transformer_profile",
             "transformer_units", "Sharding", "SizeWrap"]
+__all__ += ["best_bucket_size", "BucketSizeResult"]

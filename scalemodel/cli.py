@@ -1,5 +1,5 @@
 """Command line: ``scalemodel scaling | min-compression | required-bandwidth | iteration |
-plan | breakeven | fit | profiles | whatif``. Run ``scalemodel --help`` or
+plan | breakeven | fit | profiles | whatif | best-bucket``. Run ``scalemodel --help`` or
 ``scalemodel COMMAND --help``.
 
 Every value is read by the library's own parsers after argparse has split the line (an
@@ -377,6 +377,42 @@ def _build_profiles(sub):
     p.set_defaults(func=cmd_profiles)
 
 
+def _bucket_caps(text, option):
+    """A comma-separated list of bucket caps [MB], each finite and > 0."""
+    from .units import check_positive
+    return [_checked(item, option, _float, check_positive) for item in _items(text, option)]
+
+
+def _build_best_bucket(sub):
+    p = _sub(sub, "best-bucket", "the DDP bucket_cap_mb that makes an iteration fastest")
+    p.add_argument("--model", required=True,
+                   help="workload: a built-in profile name (resnet50, bert...; see "
+                        "`scalemodel profiles`) or a profile JSON file [name or path] "
+                        "(required)")
+    _n_option(p, required=True)
+    _bw_option(p)
+    p.add_argument("--cluster", default=None,
+                   help="calibrated or fitted cluster profile; its bucket_overhead (the "
+                        "framework's work per bucket) is what makes small buckets cost "
+                        "[JSON file] (default: none, the ideal network)")
+    _add(p, "--utilization", _fraction, default=1.0,
+         help="fraction of the line rate the transport achieves, in (0, 1] [-] (default 1)")
+    _compression_option(p)
+    p.add_argument("--algorithm", default=None,
+                   help="all-reduce algorithm: ring, tree, halving-doubling, hierarchical, "
+                        "allgather, ps, or nccl [-] (default: the one the --cluster was "
+                        "fitted under, else ring)")
+    _add(p, "--alpha", _seconds, default=None,
+         help="per-message network latency, seconds or with a unit (5us) [s] (default: "
+              "the cluster's, else 0)")
+    _topology_options(p)
+    _add(p, "--candidates", _bucket_caps, default=None,
+         help="bucket caps to try, comma-separated (5,10,25,50) [MB] (default 1, 2, ..., "
+              "200, refined to 0.1 around the best)")
+    _json_option(p)
+    p.set_defaults(func=cmd_best_bucket)
+
+
 def _build_whatif(sub):
     p = _sub(sub, "whatif", "the paper's what-if table (resnet50/101, vgg16)")
     p.add_argument("--reduction-launch", choices=REDUCTION_LAUNCHES, default="per-step",
@@ -670,6 +706,27 @@ def cmd_fit(args):
         print(f"wrote {args.out}; use it as --cluster {args.out}")
 
 
+def cmd_best_bucket(args):
+    from .buckets import best_bucket_size
+
+    kw = {k: getattr(args, k) for k in ("algorithm", "alpha", "gpus_per_node",
+                                         "nics_per_node", "intra_bw", "intra_alpha",
+                                         "cluster") if getattr(args, k) is not None}
+    res = best_bucket_size(args.model, args.n, args.bw, utilization=args.utilization,
+                           compression=args.compression, candidates=args.candidates, **kw)
+    if args.json:
+        return _print_json({k: v for k, v in _jsonable(res).items()
+                            if k not in ("candidates", "times")})
+    lo, hi = res.equivalent
+    print(f"best bucket_cap_mb:      {res.bucket_cap_mb:g} MB ({res.n_buckets} buckets"
+          + (f"; as fast from {lo:g} to {hi:g} MB)" if hi > lo else ")"))
+    print(f"iteration time:          {res.iteration_time * 1e3:.4g} ms (scaling factor "
+          f"{res.scaling_factor:.4f})")
+    print(f"with the default 25 MB:  {res.default_iteration_time * 1e3:.4g} ms (scaling "
+          f"factor {res.default_scaling_factor:.4f})")
+    print(res.message)
+
+
 def cmd_whatif(args):
     table = whatif_table(reduction_launch=args.reduction_launch)
     if args.json:
@@ -682,7 +739,7 @@ def cmd_whatif(args):
 
 BUILDERS = (_build_scaling, _build_min_compression, _build_required_bandwidth,
             _build_iteration, _build_plan, _build_breakeven, _build_fit, _build_profiles,
-            _build_whatif)
+            _build_whatif, _build_best_bucket)
 """One builder per subcommand, in the order ``--help`` lists them."""
 
 

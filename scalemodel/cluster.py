@@ -49,6 +49,18 @@ a field of the cluster and a closed-form term of :mod:`scalemodel.model`:
 - ``sync_overhead`` :math:`t_s` [s]: a fixed cost paid once per iteration after the last
   collective (the framework's final negotiation and synchronization: Horovod's cycle,
   waiting for every handle), on the critical path only when communication ends last.
+- ``bucket_overhead`` :math:`c_b` [s]: the framework's work per bucket (per tensor when
+  the fusion is per tensor) on the *compute* path of a distributed run (DDP's autograd
+  hook, the copy into the bucket, the launch): it delays the rest of the backward pass
+  and every later bucket, so backward does not hide it.
+- ``iteration_overhead`` :math:`t_w` [s]: the data-parallel wrapper's work once per
+  iteration (optimizer step) on the compute path (DDP's forward/prepare work); a
+  single-worker run with the wrapper pays it too
+  (:meth:`~scalemodel.Scenario.wrapped_single_worker_time`).
+- ``straggler_spread`` :math:`s` [-]: relative standard deviation of one worker's
+  per-iteration compute time; synchronous collectives wait for the slowest of the
+  :math:`n` workers, whose compute is :math:`1 + s\,e_n` times the mean (:math:`e_n`
+  the expected maximum of :math:`n` standard normals, Blom's approximation).
 
 File format (JSON): ``format`` = ``"scalemodel-cluster"``, ``format_version`` = 1,
 ``name``, ``provenance`` (object with ``source``), ``alpha`` [s], ``utilization`` [-],
@@ -59,7 +71,8 @@ overlap efficiency :math:`\eta` in [0, 1], eq. :eq:`overlap-efficiency`), option
 (``{"alpha": [lo, hi], "utilization": [lo, hi], "ceiling": [lo, hi], ...}``, confidence
 intervals of the fitted values), optional ``topology`` (``{"gpus_per_node", "nics_per_node",
 "intra_bw", "intra_alpha"}``), optional ``compute_slowdown`` [-], ``collective_overhead`` [s]
-and ``sync_overhead`` [s], optional ``codec_costs`` (``{family: {"encode": s/element,
+and ``sync_overhead`` [s], optional ``bucket_overhead`` [s], ``iteration_overhead`` [s]
+and ``straggler_spread`` [-], optional ``codec_costs`` (``{family: {"encode": s/element,
 "decode": s/element}}``, measured compression costs, see :mod:`scalemodel.compressors`),
 and any extra keys (kept in ``extra``).
 """
@@ -125,6 +138,15 @@ class ClusterProfile:
         Fixed cost of every collective, independent of its size and of n [s].
     sync_overhead : float
         Fixed cost paid once per iteration after the last collective [s].
+    bucket_overhead : float
+        Framework work per bucket (per tensor for per-tensor fusion) on the compute path
+        of a distributed run: it delays the backward pass and every later bucket [s].
+    iteration_overhead : float
+        The data-parallel wrapper's work once per iteration (optimizer step) on the
+        compute path, also on one worker with the wrapper [s].
+    straggler_spread : float
+        Relative standard deviation of one worker's per-iteration compute time; the
+        n-worker compute is that of the slowest worker [-].
     intervals : dict
         Confidence intervals ``{field: (lo, hi)}`` of fitted values; for the table,
         ``"table_utilization": ([lo per row], [hi per row])``.
@@ -153,6 +175,12 @@ class ClusterProfile:
         default=0.0, converter=scalar_converter("collective_overhead", parse_duration))
     sync_overhead: float = attrs.field(default=0.0, converter=scalar_converter(
         "sync_overhead", parse_duration))
+    bucket_overhead: float = attrs.field(default=0.0, converter=scalar_converter(
+        "bucket_overhead", parse_duration))
+    iteration_overhead: float = attrs.field(default=0.0, converter=scalar_converter(
+        "iteration_overhead", parse_duration))
+    straggler_spread: float = attrs.field(default=0.0,
+                                          converter=scalar_converter("straggler_spread"))
     intervals: dict = attrs.field(factory=dict)
     codec_costs: dict = attrs.field(factory=dict)
     provenance: dict = attrs.field(factory=dict)
@@ -168,6 +196,8 @@ class ClusterProfile:
                                         "must be in [1, 100] (1 means no slowdown)")
         check_nonnegative(self.collective_overhead, "collective_overhead")
         check_nonnegative(self.sync_overhead, "sync_overhead")
+        for name in ("bucket_overhead", "iteration_overhead", "straggler_spread"):
+            check_nonnegative(getattr(self, name), name)
         if self.topology is not None and not isinstance(self.topology, Topology):
             raise ParameterTypeError("topology", self.topology, "a Topology or None")
         object.__setattr__(self, "ceiling", _opt_positive(self.ceiling, "ceiling"))
@@ -274,8 +304,9 @@ class ClusterProfile:
     def corners(self):
         """The (pessimistic, optimistic) clusters at the ends of the fitted intervals.
 
-        The scaling factor falls with the latency, the compute slowdown and the fixed
-        costs, and rises with the utilization (every table row) and the ceiling, so over
+        The scaling factor falls with the latency, the compute slowdown, the fixed
+        costs and the framework terms (per-bucket, per-iteration, straggler spread), and
+        rises with the utilization (every table row) and the ceiling, so over
         the box of ``intervals`` its extremes sit at these two corners (see
         :mod:`scalemodel.calibrate.uncertainty`). Fields without an interval stay as they
         are. Returns ``(self, self)`` when there are no intervals.
@@ -289,6 +320,8 @@ class ClusterProfile:
         worst, best = {}, {}
         for name, rises in (("alpha", False), ("compute_slowdown", False),
                             ("collective_overhead", False), ("sync_overhead", False),
+                            ("bucket_overhead", False), ("iteration_overhead", False),
+                            ("straggler_spread", False),
                             ("utilization", True), ("overlap", True)):
             if name in iv:
                 lo, hi = pair(name, getattr(self, name))
@@ -296,7 +329,8 @@ class ClusterProfile:
                     lo = max(1.0, lo)
                 if name in ("utilization", "overlap"):
                     lo, hi = max(lo, 1e-9 if name == "utilization" else 0.0), min(hi, 1.0)
-                if name in ("alpha", "collective_overhead", "sync_overhead"):
+                if name in ("alpha", "collective_overhead", "sync_overhead",
+                            "bucket_overhead", "iteration_overhead", "straggler_spread"):
                     lo = max(lo, 0.0)
                 worst[name], best[name] = (lo, hi) if rises else (hi, lo)
         if "ceiling" in iv and self.ceiling is not None:
@@ -334,7 +368,9 @@ class ClusterProfile:
             parts.append(f"{t.gpus_per_node} GPUs x {t.nics_per_node} NIC per node, "
                          f"intra {format_bandwidth(t.intra_bw)}")
         for name, unit in (("compute_slowdown", ""), ("collective_overhead", " s"),
-                           ("sync_overhead", " s"), ("overlap", "")):
+                           ("sync_overhead", " s"), ("bucket_overhead", " s"),
+                           ("iteration_overhead", " s"), ("straggler_spread", ""),
+                           ("overlap", "")):
             v = getattr(self, name)
             if v != (1.0 if name in ("compute_slowdown", "overlap") else 0.0):
                 parts.append(f"{name}={v:.4g}{unit}")
@@ -361,7 +397,8 @@ class ClusterProfile:
         if self.topology is not None:
             out["topology"] = self.topology.to_dict()
         for name, default in (("compute_slowdown", 1.0), ("collective_overhead", 0.0),
-                              ("sync_overhead", 0.0)):
+                              ("sync_overhead", 0.0), ("bucket_overhead", 0.0),
+                              ("iteration_overhead", 0.0), ("straggler_spread", 0.0)):
             if getattr(self, name) != default:
                 out[name] = getattr(self, name)
         if self.intervals:
@@ -391,7 +428,8 @@ class ClusterProfile:
         known = {"format", "format_version", "name", "provenance", "alpha", "utilization",
                  "ceiling", "utilization_table", "reduction", "intervals", "codec_costs",
                  "overlap", "topology", "compute_slowdown", "collective_overhead",
-                 "sync_overhead"}
+                 "sync_overhead", "bucket_overhead", "iteration_overhead",
+                 "straggler_spread"}
         topo = data.get("topology")
         if topo is not None:
             keys = {"gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha", "arch",
@@ -421,6 +459,9 @@ class ClusterProfile:
                 compute_slowdown=data.get("compute_slowdown", 1.0),
                 collective_overhead=data.get("collective_overhead", 0.0),
                 sync_overhead=data.get("sync_overhead", 0.0),
+                bucket_overhead=data.get("bucket_overhead", 0.0),
+                iteration_overhead=data.get("iteration_overhead", 0.0),
+                straggler_spread=data.get("straggler_spread", 0.0),
                 intervals={k: tuple(v) for k, v in (data.get("intervals") or {}).items()},
                 codec_costs=data.get("codec_costs") or {},
                 provenance=prov, extra={k: v for k, v in data.items() if k not in known})

@@ -70,6 +70,58 @@ and random-k send values and int32 indices [3]_; all three are all-gathered as i
 Encode and decode run on the critical path: like the core model's ``codec_cost``, they are
 added to each bucket's time on the communication channel (:mod:`scalemodel.overlap`).
 
+Wire formats as implemented
+---------------------------
+The table above is the textbook format (PyTorch's hooks where there is one), and the
+default. Implementations differ, and the difference can decide whether a compressor wins;
+each difference is an attribute of the compressor (:meth:`Compressor.wire_format` lists
+the bytes of one tensor):
+
+.. list-table::
+   :header-rows: 1
+
+   * - attribute
+     - default
+     - the other choice, and who makes it
+   * - ``SignSGD(sign_bits=...)``
+     - 1 (8 signs a byte)
+     - 8: GRACE sends ``tf.bool`` / ``torch.uint8``, a byte per element: 4x, not 32x
+       (``grace_dl/*/compressor/signsgd.py``)
+   * - ``SignSGD(scale_bytes=...)``
+     - 4 (one fp32 scale)
+     - 0: plain signSGD, no scale
+   * - ``SignSGD(collective=...)``
+     - ``"allgather"``: :math:`(n-1) S` received
+     - ``"allreduce"``: DeepSpeed 1-bit Adam's compressed all-reduce (all-to-all of
+       packed signs, then all-gather of the re-compressed sums), a ring's traffic
+   * - ``TopK`` / ``RandomK(index_bytes=...)``
+     - 4 (int32 indices)
+     - 8: ``torch.topk``'s int64 indices, as GRACE's PyTorch top-k sends them
+   * - ``RandomK(shared_seed=...)``
+     - False (values and indices, all-gathered)
+     - True: GRACE seeds the indices with the tensor's name and the step, so only values
+       travel, by all-reduce
+   * - ``IntQuantizer(packed=..., scale_bytes=...)``
+     - packed ``bits``, 8 bytes of scale and zero point
+     - whole bytes per value and one fp32 scale (GRACE's 8-bit and QSGD: ``tf.int8``)
+   * - ``PowerSGD(matrix_view=...)``
+     - ``"pytorch"``: ``view(shape[0], -1)`` of (out, in, kh, kw), out x (in kh kw)
+     - ``"tensorflow"``: ``reshape(tensor, [shape[0], -1])`` of TF's (kh, kw, in, out)
+       kernel, kh x (kw in out): a 3x3 convolution at rank 1 is only about 3x smaller
+       (:func:`tensorflow_shape`); GRACE also compresses every tensor of two or more
+       dimensions (``min_compression_rate=0``)
+   * - ``per_tensor`` (every compressor)
+     - False: the compressed tensors of a bucket travel in one collective per phase
+     - True: one collective per tensor and phase whatever the fusion, each with its own
+       latency and launch (GRACE calls Horovod once per tensor)
+
+An all-gathered message of :math:`S` bytes costs every worker :math:`(n-1) S` received
+bytes, against the ring all-reduce's :math:`2 (n-1) S / n`: it sends less than the
+uncompressed all-reduce only while :math:`n < 2\rho` for a ratio :math:`\rho` (GRACE's
+byte-per-sign signSGD, :math:`\rho = 4`, never does from 8 workers on).
+``tests/test_wire_formats.py`` checks every format against numpy arrays of the dtype and
+shape the implementation sends.
+
 Default costs
 -------------
 No paper we could find tabulates per-element encode/decode costs in a form that transfers
@@ -115,10 +167,15 @@ from .units import check_nonnegative
 
 __all__ = ["CodecCost", "DEFAULT_CODEC_COSTS", "TensorCosts", "Compressor", "NoCompression",
            "CastCompressor", "IntQuantizer", "SignSGD", "TopK", "RandomK", "PowerSGD",
-           "COMPRESSORS", "get_compressor", "powersgd_ratio", "matrix_shape", "codec_costs_for"]
+           "COMPRESSORS", "get_compressor", "powersgd_ratio", "matrix_shape", "tensorflow_shape",
+           "codec_costs_for"]
 
 ALLREDUCE = "allreduce"
 """Phase collective meaning "the plan's all-reduce algorithm" (``ring`` by default)."""
+
+WIRE_ATTRIBUTES = ("sign_bits", "scale_bytes", "collective", "index_bytes", "shared_seed",
+                   "packed", "matrix_view", "min_compression_rate", "per_tensor")
+"""The compressor attributes that describe a wire format rather than a knob."""
 
 ELEMENT_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2,
                  "bfloat16": 2, "fp64": 8, "float64": 8}
@@ -272,6 +329,30 @@ def matrix_shape(numel, shape=None):
     return (rows, numel // rows)
 
 
+def tensorflow_shape(shape):
+    """The TensorFlow layout of a PyTorch-layout weight shape [elements per dimension]:
+    a linear layer (out, in) is a dense kernel (in, out); a convolution (out, in, k1, ...)
+    is (k1, ..., in, out); vectors stay as they are.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The shape in PyTorch's layout [elements per dimension].
+
+    Examples
+    --------
+    >>> from scalemodel.compressors import matrix_shape, tensorflow_shape
+    >>> tensorflow_shape((512, 256, 3, 3)), tensorflow_shape((1000, 2048))
+    ((3, 3, 256, 512), (2048, 1000))
+    >>> matrix_shape(512 * 256 * 9, tensorflow_shape((512, 256, 3, 3)))
+    (3, 393216)
+    """
+    shape = tuple(int(d) for d in shape)
+    if len(shape) < 2:
+        return shape
+    return shape[2:] + (shape[1], shape[0])
+
+
 def _check_rank(rank):
     if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, numbers.Integral):
         raise ParameterTypeError("rank", rank, "an integer >= 1")
@@ -307,6 +388,21 @@ def powersgd_ratio(rows, cols, rank):
 # --------------------------------------------------------------------------- compressors
 
 
+def _check_bool(name):
+    def check(instance, attribute, value):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ParameterTypeError(name, value, "True or False")
+    return check
+
+
+def _check_choice(name, choices):
+    def check(instance, attribute, value):
+        if value not in choices:
+            raise UnknownNameError(name, value, [str(c) for c in choices])
+    return check
+
+
+@attrs.define(frozen=True, auto_attribs=False, slots=False)
 class Compressor:
     """Base of the compressor classes (each a frozen attrs class).
 
@@ -314,7 +410,33 @@ class Compressor:
     :class:`CodecCost`), and at most one knob (``knob``: ``"rank"``, ``"density"`` or
     ``"bits"``) that the planner searches between ``knob_bounds``; a larger knob value
     compresses less.
+
+    **Wire formats.** What an implementation actually sends is set by attributes whose
+    defaults are the textbook formats scalemodel has always assumed (PyTorch's hooks where
+    there is one): on every compressor ``per_tensor`` (below); on :class:`SignSGD`
+    ``sign_bits`` (1: packed, 8: one byte per element) and ``scale_bytes``; on
+    :class:`IntQuantizer` ``packed`` and ``scale_bytes``; on :class:`TopK` and
+    :class:`RandomK` ``index_bytes`` (4: int32, 8: int64) and on :class:`RandomK`
+    ``shared_seed`` (all-reduce of values vs all-gather of values and indices); on
+    :class:`PowerSGD` ``matrix_view`` (the framework's matrix of a tensor: PyTorch's or
+    TensorFlow's). An all-gathered message of :math:`S` bytes costs each worker
+    :math:`(n-1) S` received bytes, an all-reduced one :math:`2 (n-1) S / n` (ring):
+    :func:`~scalemodel.collectives.collective_cost`. :meth:`wire_format` lists the
+    bytes of one tensor.
+
+    Parameters
+    ----------
+    per_tensor : bool
+        ``False`` (the default): the compressed tensors of a bucket of the fusion policy
+        travel together, one collective per phase and bucket (PyTorch's communication
+        hooks compress whole buckets). ``True``: every compressed tensor is its own
+        collective (per phase), whatever the fusion, each paying its latency and
+        reduction launch (GRACE's communicators call Horovod's ``allgather`` /
+        ``_allreduce`` once per tensor) [-].
     """
+
+    per_tensor = attrs.field(default=False, kw_only=True,
+                             validator=_check_bool("per_tensor"))
 
     name = "?"
     family = "none"
@@ -340,12 +462,57 @@ class Compressor:
         return (None, None)
 
     def describe(self) -> str:
-        """Name and setting, e.g. ``'powersgd rank 4'``."""
+        """Name and setting, e.g. ``'powersgd rank 4'``, and the wire format where it is
+        not the default, e.g. ``'signsgd (per_tensor=True, sign_bits=8)'``."""
         if self.knob is None:
-            return self.name
-        v = self.setting
-        return f"{self.name} {self.knob} {v:.3g}" if not self.knob_integer else \
-            f"{self.name} {self.knob} {v}"
+            text = self.name
+        else:
+            v = self.setting
+            text = f"{self.name} {self.knob} {v:.3g}" if not self.knob_integer else \
+                f"{self.name} {self.knob} {v}"
+        wire = self.wire_settings()
+        if wire:
+            text += " (" + ", ".join(f"{k}={v!r}" for k, v in wire.items()) + ")"
+        return text
+
+    def wire_settings(self) -> dict:
+        """The wire-format attributes that differ from their defaults,
+        ``{name: value}`` (see the class docs) [-]."""
+        out = {}
+        for f in attrs.fields(type(self)):
+            if f.name in WIRE_ATTRIBUTES and getattr(self, f.name) != f.default:
+                out[f.name] = getattr(self, f.name)
+        return out
+
+    def wire_format(self, shape, n=2, *, element_bytes=4) -> tuple:
+        """What one gradient tensor of ``shape`` becomes on the wire: one
+        ``(collective, bytes)`` pair per phase that sends anything, ``collective`` being
+        ``"allreduce"`` (the plan's all-reduce algorithm) or ``"allgather"``, ``bytes``
+        what each worker contributes [bytes].
+
+        Parameters
+        ----------
+        shape : tuple of int
+            The tensor's shape in PyTorch's layout (a built-in profile's
+            ``tensors.shapes``) [elements per dimension].
+        n : int
+            Number of workers [workers].
+        element_bytes : int
+            Bytes per uncompressed element (4: fp32) [bytes].
+
+        Examples
+        --------
+        >>> from scalemodel.compressors import SignSGD, TopK
+        >>> SignSGD().wire_format((1000, 1000)), SignSGD(sign_bits=8).wire_format((1000, 1000))
+        ((('allgather', 125004.0),), (('allgather', 1000004.0),))
+        >>> TopK(density=0.01, index_bytes=8).wire_format((1000, 1000))
+        (('allgather', 120000.0),)
+        """
+        shape = tuple(int(d) for d in shape)
+        numel = np.array([float(math.prod(shape))])
+        tc = self._costs(numel, [shape], int(n), CodecCost(0.0, 0.0), int(element_bytes))
+        return tuple((coll, float(b)) for coll, b in zip(tc.phase_collectives,
+                                                         tc.phase_bytes[0]) if b > 0)
 
     def tensor_costs(self, model, n, *, codec=None) -> TensorCosts:
         """Bytes, collectives and codec time of every gradient tensor of ``model``.
@@ -448,10 +615,19 @@ class IntQuantizer(Compressor):
     chunk : int or None
         Elements per scale (PyTorch's per-channel hook uses 512); None: one per tensor
         [elements].
+    packed : bool
+        ``True`` (the default): the values take ``bits`` bits each on the wire;
+        ``False``: each takes whole bytes, ``ceil(bits / 8)`` (GRACE's 8-bit and QSGD
+        send ``tf.int8`` / ``tf.int16`` tensors) [-].
+    scale_bytes : int
+        Bytes of scale data per chunk: 8 (the default; PyTorch's hooks all-gather an fp32
+        scale and zero point) or 4 (GRACE: one fp32 scale or norm per tensor) [bytes].
     """
 
     bits: int = attrs.field(default=8, converter=_check_bits)
     chunk: int | None = attrs.field(default=None)
+    packed: bool = attrs.field(default=True, validator=_check_bool("packed"))
+    scale_bytes: int = attrs.field(default=8, validator=_check_choice("scale_bytes", (0, 4, 8)))
     name = "int8"
     family = "int8"
     knob = "bits"
@@ -468,7 +644,8 @@ class IntQuantizer(Compressor):
 
     def _costs(self, numel, shapes, n, c, e):
         scales = 1 if self.chunk is None else np.ceil(numel / self.chunk)
-        nbytes = np.ceil(numel * self.bits / 8) + 8 * scales
+        bits = self.bits if self.packed else 8 * math.ceil(self.bits / 8)
+        nbytes = np.ceil(numel * bits / 8) + self.scale_bytes * scales
         return self._simple(numel, nbytes, "allgather", numel, n * numel, c)
 
 
@@ -476,14 +653,40 @@ class IntQuantizer(Compressor):
 class SignSGD(Compressor):
     """1-bit scaled sign with error feedback (EF-signSGD, Karimireddy et al. 2019): one
     bit per element plus one fp32 scale per tensor, all-gathered (a majority vote or mean
-    of the signs needs every worker's bits)."""
+    of the signs needs every worker's bits).
 
+    Parameters
+    ----------
+    sign_bits : int
+        Bits per sign on the wire: 1 (the default: packed, 8 signs a byte) or 8 (one byte
+        per element: GRACE sends the signs as a ``tf.bool`` or ``torch.uint8`` tensor,
+        ``grace_dl/*/compressor/signsgd.py``, so signSGD is 4x smaller than fp32, not 32x)
+        [bits].
+    scale_bytes : int
+        Bytes of scale per tensor: 4 (the default: one fp32, EF-signSGD's mean magnitude)
+        or 0 (plain signSGD sends no scale) [bytes].
+    collective : str
+        ``"allgather"`` (the default: every worker receives every other worker's signs,
+        :math:`(n-1) S`, and decodes :math:`n N` elements) or ``"allreduce"``: 1-bit
+        Adam's compressed all-reduce (DeepSpeed, ``deepspeed/runtime/comm/nccl.py``,
+        ``compressed_allreduce``: an all-to-all of each worker's packed signs, the chunk
+        owner sums and re-compresses them, an all-gather of the result), whose traffic is
+        a ring all-reduce's, :math:`2 (n-1) S / n`, decoding :math:`2 N` elements [-].
+    """
+
+    sign_bits: int = attrs.field(default=1, validator=_check_choice("sign_bits", (1, 8)))
+    scale_bytes: int = attrs.field(default=4, validator=_check_choice("scale_bytes", (0, 4)))
+    collective: str = attrs.field(default="allgather", validator=_check_choice(
+        "collective", ("allgather", "allreduce")))
     name = "signsgd"
     family = "signsgd"
     calls_per_tensor = 5
 
     def _costs(self, numel, shapes, n, c, e):
-        return self._simple(numel, np.ceil(numel / 8) + 4, "allgather", numel, n * numel, c)
+        nbytes = np.ceil(numel * self.sign_bits / 8) + self.scale_bytes
+        if self.collective == "allreduce":
+            return self._simple(numel, nbytes, ALLREDUCE, numel, 2 * numel, c)
+        return self._simple(numel, nbytes, "allgather", numel, n * numel, c)
 
 
 def _k(numel, density):
@@ -493,15 +696,19 @@ def _k(numel, density):
 @attrs.frozen
 class TopK(Compressor):
     """Top-k sparsification with error feedback: the ``density`` fraction of elements of
-    largest magnitude, as values plus int32 indices, all-gathered.
+    largest magnitude, as values plus indices, all-gathered.
 
     Parameters
     ----------
     density : float
         Fraction of the elements sent, in (0, 1] [-].
+    index_bytes : int
+        Bytes per index: 4 (the default: int32, as GRACE's TensorFlow code casts them) or
+        8 (int64: ``torch.topk``'s indices as GRACE's PyTorch code sends them) [bytes].
     """
 
     density: float = attrs.field(default=0.01, converter=_check_density)
+    index_bytes: int = attrs.field(default=4, validator=_check_choice("index_bytes", (4, 8)))
     name = "topk"
     family = "topk"
     knob = "density"
@@ -513,7 +720,7 @@ class TopK(Compressor):
 
     def _costs(self, numel, shapes, n, c, e):
         k = _k(numel, self.density)
-        return self._simple(numel, k * (e + 4), "allgather", numel, n * k, c)
+        return self._simple(numel, k * (e + self.index_bytes), "allgather", numel, n * k, c)
 
 
 @attrs.frozen
@@ -527,11 +734,17 @@ class RandomK(Compressor):
     density : float
         Fraction of the elements sent, in (0, 1] [-].
     shared_seed : bool
-        Whether all workers draw the same indices [-].
+        Whether all workers draw the same indices (GRACE seeds them with the tensor's name
+        and the step, so its random-k all-reduces values only); ``False`` (the default):
+        independent indices, values and indices all-gathered [-].
+    index_bytes : int
+        Bytes per index sent without a shared seed: 4 (int32, the default) or 8 (int64)
+        [bytes].
     """
 
     density: float = attrs.field(default=0.01, converter=_check_density)
-    shared_seed: bool = False
+    shared_seed: bool = attrs.field(default=False, validator=_check_bool("shared_seed"))
+    index_bytes: int = attrs.field(default=4, validator=_check_choice("index_bytes", (4, 8)))
     name = "randomk"
     family = "randomk"
     knob = "density"
@@ -553,7 +766,7 @@ class PowerSGD(Compressor):
     """PowerSGD rank-``rank`` low-rank compression with error feedback (Vogels et al. 2019;
     PyTorch ``powerSGD_hook``).
 
-    Each tensor is the matrix ``(shape[0], -1)``
+    Each tensor is the matrix ``(shape[0], -1)`` of the framework's layout
     (:func:`~scalemodel.compressors.matrix_shape`); matrices whose
     ratio (eq. :eq:`powersgd-ratio`) is at least ``min_compression_rate`` send P (rows x
     rank) and Q (cols x rank) in two sequential all-reduces; the rest (vectors, small
@@ -564,11 +777,23 @@ class PowerSGD(Compressor):
     rank : int
         Rank of the approximation (``matrix_approximation_rank``) [-].
     min_compression_rate : float
-        Smallest ratio for which a matrix is compressed (PyTorch default 2) [-].
+        Smallest ratio for which a matrix is compressed (PyTorch default 2; 0: every
+        matrix, as GRACE compresses every tensor of two or more dimensions) [-].
+    matrix_view : str
+        Whose layout the tensor is viewed in: ``"pytorch"`` (the default:
+        ``tensor.view(shape[0], -1)`` on PyTorch's shapes, a convolution
+        out x (in kh kw), a linear layer out x in, as ``powerSGD_hook`` and GRACE's
+        PyTorch code do) or ``"tensorflow"`` (``tf.reshape(tensor, [shape[0], -1])`` on
+        TensorFlow's shapes, a convolution kernel (kh, kw, in, out) becoming
+        kh x (kw in out) and a dense kernel (in, out) in x out, as GRACE's TensorFlow code
+        does: a 3x3 convolution at rank 1 is then only about 3x smaller). The profile's
+        shapes are PyTorch's; the TensorFlow view is derived from them [-].
     """
 
     rank: int = attrs.field(default=4, converter=_check_rank)
     min_compression_rate: float = attrs.field(default=2.0, converter=float)
+    matrix_view: str = attrs.field(default="pytorch", validator=_check_choice(
+        "matrix_view", ("pytorch", "tensorflow")))
     name = "powersgd"
     family = "powersgd"
     knob = "rank"
@@ -576,15 +801,18 @@ class PowerSGD(Compressor):
     calls_per_bucket = 2
 
     def __attrs_post_init__(self):
-        if not (math.isfinite(self.min_compression_rate) and self.min_compression_rate >= 1):
+        if not (math.isfinite(self.min_compression_rate) and self.min_compression_rate >= 0):
             raise InvalidParameterError("min_compression_rate", self.min_compression_rate,
-                                        "must be finite and >= 1")
+                                        "must be finite and >= 0")
 
     def _matrices(self, numel, shapes):
         rows = np.empty(numel.shape)
         cols = np.empty(numel.shape)
         for i, ne in enumerate(numel):
-            r, q = matrix_shape(ne, None if shapes is None else shapes[i])
+            shape = None if shapes is None else shapes[i]
+            if self.matrix_view == "tensorflow" and shape is not None:
+                shape = tensorflow_shape(shape)
+            r, q = matrix_shape(ne, shape)
             rows[i], cols[i] = r, q
         return rows, cols
 
@@ -596,11 +824,15 @@ class PowerSGD(Compressor):
 
     def _costs(self, numel, shapes, n, c, e):
         rows, cols = self._matrices(numel, shapes)
-        k = float(self.rank)
-        small = np.minimum(rows, cols) < k
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate = np.where(small, 0.0, rows * cols / (k * (rows + cols)))
-        comp = (np.minimum(rows, cols) > 1) & ~small & (rate >= self.min_compression_rate)
+        # PyTorch's hook: tensors of one dimension go uncompressed; a matrix's rank is
+        # clamped to min(rows, cols), and it is compressed when rows cols >= (rows + cols)
+        # rank min_compression_rate (for rate >= 1: never when min(rows, cols) < rank)
+        if shapes is not None:
+            matrix = np.array([len(sh) >= 2 for sh in shapes])
+        else:  # no shapes: a prime element count is a vector (matrix_shape)
+            matrix = np.minimum(rows, cols) > 1
+        k = np.minimum(float(self.rank), np.minimum(rows, cols))
+        comp = matrix & (rows * cols >= (rows + cols) * k * self.min_compression_rate)
         raw = np.where(comp, 0.0, numel * e)
         p = np.where(comp, rows * k * e, 0.0)
         q = np.where(comp, cols * k * e, 0.0)

@@ -172,6 +172,11 @@ def _evaluate_sharded(sc, comp, n, codec) -> _Evaluated:
 def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated:
     if sc.sharding is not None:
         _check_composes(sc, comp)
+        if comp.per_tensor:
+            raise InvalidParameterError(
+                "compressor", comp, f"sends per tensor (per_tensor=True), but under "
+                f"sharding={sc.sharding.strategy!r} the gradients travel in the sharding's "
+                "reduce-scatters", "Use per_tensor=False, or sharding='none'")
         return _evaluate_sharded(sc, comp, n, codec)
     p = sc.profile
     b = sc.buckets
@@ -185,15 +190,22 @@ def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated
     ncoll = 0
     main = ""
     biggest = -1.0
+    per_tensor = comp.per_tensor  # every compressed tensor its own collective
     for j, coll in enumerate(tc.phase_collectives):
         nbytes = np.add.reduceat(tc.phase_bytes[:, j], starts)
         alg = sc.algorithm if coll == ALLREDUCE else coll
-        cost = collective_cost(alg, nbytes, n, reduction=p.reduction, options=sc.options)
-        used = nbytes > 0
-        lat += np.where(used, cost.latency, 0.0)
-        ovh += np.where(used, cost.overhead, 0.0)
-        bits += np.where(used, cost.bits, 0.0)
-        intra += np.where(used, cost.intra_bits, 0.0)
+        each = tc.phase_bytes[:, j] if per_tensor else nbytes
+        cost = collective_cost(alg, each, n, reduction=p.reduction, options=sc.options)
+        used = each > 0
+
+        def add(part):  # per bucket, over the collectives that send
+            part = np.where(used, part, 0.0)
+            return np.add.reduceat(part, starts) if per_tensor else part
+
+        lat += add(cost.latency)
+        ovh += add(cost.overhead)
+        bits += add(cost.bits)
+        intra += add(cost.intra_bits)
         intra_bw = cost.intra_bw
         ncoll += int(used.sum())
         if nbytes.sum() > biggest:
@@ -207,9 +219,12 @@ def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated
         enc = np.add.reduceat(tc.encode_time, starts)
         dec = np.add.reduceat(tc.decode_time, starts)
         calls = np.add.reduceat(tc.calls, starts)
-        compressed = np.add.reduceat((tc.encode_time + tc.decode_time > 0) | (tc.calls > 0),
-                                     starts) > 0
-        calls = calls + np.where(compressed, comp.calls_per_bucket, 0)
+        compressed = (tc.encode_time + tc.decode_time > 0) | (tc.calls > 0)
+        if per_tensor:  # the per-bucket kernels run for every compressed tensor
+            calls = calls + comp.calls_per_bucket * np.add.reduceat(compressed, starts)
+        else:
+            calls = calls + np.where(np.add.reduceat(compressed, starts) > 0,
+                                     comp.calls_per_bucket, 0)
         launch = c.launch * calls
         ovh = ovh + enc + dec + launch
         encode = float(enc.sum() + launch.sum() / 2)

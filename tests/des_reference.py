@@ -218,10 +218,43 @@ def _fuse(kind, sizes, ready, params):
     return out
 
 
+def blom_expected_maximum(n):
+    """Blom's (n - 0.375)/(n + 0.25) quantile of the standard normal, found by bisection
+    on the normal distribution function (math.erfc), independently of scipy."""
+    if n <= 1:
+        return 0.0
+    q = (n - 0.375) / (n + 0.25)
+    lo, hi = -40.0, 40.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if 0.5 * math.erfc(-mid / math.sqrt(2.0)) < q:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-16 * max(1.0, abs(mid)):
+            break
+    return 0.5 * (lo + hi)
+
+
+def _compute_stream(ready, stretch, bucket_overhead):
+    """The backward pass on the compute stream: bucket k's last gradient is computed at
+    ``stretch`` times its ready time plus the framework work of the buckets before it,
+    then its own work (hook, copy, launch) runs on the stream for ``bucket_overhead``
+    seconds; the bucket is ready for the channel when that work ends. Returns the
+    buckets' ready times and the stream's total hook work."""
+    out, hooks = [], 0.0
+    for t in sorted(range(len(ready)), key=lambda k: ready[k]):
+        done = stretch * ready[t] + hooks
+        hooks += bucket_overhead
+        out.append((t, done + bucket_overhead))
+    return [r for _, r in sorted(out)], hooks
+
+
 def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
                        algorithm="ring", fusion="ddp", alpha=0.0, codec_cost=0.0,
                        fusion_params=None, slowdown=1.0, collective_overhead=0.0,
-                       sync_overhead=0.0, grad_accum=1, **topology):
+                       sync_overhead=0.0, grad_accum=1, bucket_overhead=0.0,
+                       iteration_overhead=0.0, straggler_spread=0.0, **topology):
     """Iteration time [s] of ``n`` workers by discrete-event simulation.
 
     With ``grad_accum`` micro-batches per step, those before the last run forward and
@@ -230,11 +263,23 @@ def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
     ``slowdown`` stretches forward and backward (every gradient is ready ``slowdown``
     times later) when n > 1; every collective occupies the channel
     ``collective_overhead`` seconds longer, and after the last one the iteration waits
-    ``sync_overhead`` seconds more (the framework's final synchronization)."""
+    ``sync_overhead`` seconds more (the framework's final synchronization).
+
+    The framework terms (n > 1 only): the slowest of ``n`` workers computes
+    ``1 + straggler_spread * e_n`` times longer than the mean (Blom's expected maximum
+    of n standard normals, every micro-batch; the fusion sees the mean timeline); every
+    bucket's work ``bucket_overhead`` runs on the compute stream of the communicating
+    micro-batch when the bucket closes, delaying what comes after it; the wrapper's
+    ``iteration_overhead`` runs once before the step's first forward."""
     bw_eff = utilization * bw * compression
     sigma = slowdown if n > 1 else 1.0
+    stretch = 1.0 + straggler_spread * blom_expected_maximum(n) if n > 1 else 1.0
     buckets = _fuse(fusion, list(profile.tensor_bytes),
                     [sigma * t for t in profile.tensor_ready], fusion_params or {})
+    ready, hooks = _compute_stream([t for _, t in buckets], stretch,
+                                   bucket_overhead if n > 1 else 0.0)
+    buckets = [(s, t) for (s, _), t in zip(buckets, ready)]
+    sigma *= stretch
     red = profile.reduction
     # events: (time, order, kind, payload)
     events = [(t, i, "ready", i) for i, (_, t) in enumerate(buckets)]
@@ -262,9 +307,10 @@ def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
             channel_busy = True
             seq += 1
             heapq.heappush(events, (t + dur, seq, "done", k))
-    end = max(sigma * profile.backward_time, last_end if n > 1 else -math.inf)
+    end = max(sigma * profile.backward_time + hooks, last_end if n > 1 else -math.inf)
     quiet = (grad_accum - 1) * sigma * (profile.forward_time + profile.backward_time)
-    return quiet + sigma * profile.forward_time + end + profile.update_time
+    wrapper = iteration_overhead if n > 1 else 0.0
+    return quiet + wrapper + sigma * profile.forward_time + end + profile.update_time
 
 
 def _fuse_indices(kind, sizes, ready, params):

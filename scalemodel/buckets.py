@@ -1,0 +1,209 @@
+r"""The best DDP bucket size for a model on a cluster.
+
+PyTorch DDP packs gradients into buckets of ``bucket_cap_mb`` (25 by default, counted in
+MiB: ``bucket_cap_mb * 2**20`` bytes; the first bucket is 1 MiB,
+:class:`~scalemodel.fusion.DDPBuckets`). Smaller buckets start communicating earlier and
+leave less to send after backward; but each bucket costs the framework work
+:math:`c_b` on the compute path (the cluster's ``bucket_overhead``, eq.
+:eq:`iteration-cluster`) and the collective's own latency and launch :math:`c_0` on the
+channel, so more buckets cost more. :func:`~scalemodel.best_bucket_size` evaluates the
+iteration time (eq. :eq:`iteration-cluster`) for every candidate cap and returns the
+fastest.
+
+The default candidates are 1, 2, ..., 200 MB (:data:`DEFAULT_CANDIDATES`); around the best
+of them the search is refined to 0.1 MB. Every candidate is one envelope of lines (its
+buckets differ), evaluated in closed form. The iteration time is piecewise constant in
+the cap (it changes only where a bucket boundary moves), so several caps can tie: the
+default 25 MB is returned when it is among the fastest, else the smallest of them, and
+the result's ``equivalent`` gives the range of the tied candidates.
+
+Without a per-bucket cost (no cluster, or one whose ``bucket_overhead`` is 0) smaller
+buckets are nearly free and the answer leans to the smallest ones; the message says so.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from .exceptions import InvalidParameterError, ParameterTypeError
+from .fusion import MiB, DDPBuckets
+from .units import format_bandwidth
+
+__all__ = ["best_bucket_size", "BucketSizeResult", "DEFAULT_CANDIDATES", "DEFAULT_BUCKET_MB"]
+
+DEFAULT_BUCKET_MB = 25.0
+"""PyTorch DDP's default ``bucket_cap_mb`` [MB, as DDP counts it: MiB]."""
+
+DEFAULT_CANDIDATES = tuple(float(v) for v in range(1, 201))
+"""Bucket caps tried by default: 1, 2, ..., 200 [MB], then refined to 0.1 MB."""
+
+_REFINE_STEP = 0.1
+_TIE = 1e-12  # relative: iteration times this close are the same bucketing
+
+
+@attrs.frozen
+class BucketSizeResult:
+    """The fastest DDP bucket cap for one configuration.
+
+    Attributes
+    ----------
+    bucket_cap_mb : float
+        The cap to pass as ``DistributedDataParallel(bucket_cap_mb=...)`` [MB, DDP's
+        MiB].
+    iteration_time : float
+        Iteration time with that cap [s].
+    scaling_factor : float
+        Single-worker over that iteration time [-].
+    default_iteration_time : float
+        Iteration time with DDP's default 25 MB [s].
+    default_scaling_factor : float
+        Scaling factor with the default 25 MB [-].
+    n_buckets : int
+        Buckets per iteration with the best cap [-].
+    equivalent : tuple
+        ``(low, high)``: the smallest and largest candidates as fast as the best [MB].
+    candidates : numpy.ndarray
+        Every cap evaluated, ascending [MB].
+    times : numpy.ndarray
+        Iteration time of each candidate [s].
+    message : str
+        One sentence with the answer and what it rests on.
+    """
+
+    bucket_cap_mb: float
+    iteration_time: float
+    scaling_factor: float
+    default_iteration_time: float
+    default_scaling_factor: float
+    n_buckets: int
+    equivalent: tuple
+    candidates: np.ndarray = attrs.field(repr=False)
+    times: np.ndarray = attrs.field(repr=False)
+    message: str = ""
+
+    @property
+    def speedup(self) -> float:
+        """Default iteration time over the best one, >= 1 [-]."""
+        return self.default_iteration_time / self.iteration_time
+
+
+def _check_candidates(candidates):
+    if candidates is None:
+        return np.asarray(DEFAULT_CANDIDATES), True
+    if isinstance(candidates, (str, bytes)):
+        raise ParameterTypeError("candidates", candidates, "a sequence of bucket caps [MB]")
+    c = np.atleast_1d(np.asarray(candidates, dtype=float))
+    if c.ndim != 1 or c.size == 0:
+        raise InvalidParameterError("candidates", candidates, "needs at least one cap [MB]")
+    bad = ~(np.isfinite(c) & (c > 0))
+    if bad.any():
+        raise InvalidParameterError("candidates", float(c[bad][0]),
+                                    "every bucket cap must be finite and > 0 [MB]")
+    return np.unique(c), False
+
+
+def _scenario(model, kw):
+    from .model import Scenario
+
+    kw = {k: v for k, v in kw.items() if v is not None}
+    return Scenario.build(model, fusion=DDPBuckets(), sharding="none", **kw)
+
+
+def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization=1.0,
+                     compression=1.0, algorithm=None, alpha=None, codec_cost=0.0,
+                     gpus_per_node=None, nics_per_node=None, intra_bw=None,
+                     intra_alpha=None, ps_servers=None) -> BucketSizeResult:
+    """The DDP ``bucket_cap_mb`` that minimizes the iteration time (see the module).
+
+    Parameters
+    ----------
+    model : str, os.PathLike or WorkloadProfile
+        A built-in profile name, a profile file or a profile object [-].
+    n : int
+        Number of workers [workers].
+    bw : float or str
+        Line rate of each worker's link (each NIC's with a topology) [bits/s].
+    cluster : ClusterProfile, str, os.PathLike or None
+        A calibrated cluster; its ``bucket_overhead`` is what makes small buckets cost
+        [-].
+    candidates : sequence of float or None
+        Caps to try; ``None`` tries :data:`~scalemodel.buckets.DEFAULT_CANDIDATES` and
+        refines around the best [MB].
+    utilization, compression, algorithm, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers
+        As in :func:`~scalemodel.scaling_factor`, scalars: ``utilization`` [-],
+        ``compression`` [-], ``algorithm`` [-], ``alpha`` [s], ``codec_cost`` [s/byte],
+        ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw`` [bits/s],
+        ``intra_alpha`` [s], ``ps_servers`` [servers].
+
+    Returns
+    -------
+    BucketSizeResult
+
+    Examples
+    --------
+    >>> import scalemodel
+    >>> cl = scalemodel.ClusterProfile(bucket_overhead=80e-6, provenance={"source": "doc"})
+    >>> res = scalemodel.best_bucket_size("resnet50", 16, "100Gbps", cluster=cl)
+    >>> res.bucket_cap_mb >= 25, res.iteration_time <= res.default_iteration_time
+    (True, True)
+    """
+    from .model import _prepare, effective_utilization
+
+    n, bw, u, r = _prepare(n, bw, utilization, compression)
+    for name, v in (("n", n), ("bw", bw), ("utilization", u), ("compression", r)):
+        if np.ndim(v):
+            raise ParameterTypeError(name, v, "a scalar (best_bucket_size answers one "
+                                     "configuration)")
+    cand, refine = _check_candidates(candidates)
+    base = _scenario(model, dict(cluster=cluster, algorithm=algorithm, alpha=alpha,
+                                 codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                                 nics_per_node=nics_per_node, intra_bw=intra_bw,
+                                 intra_alpha=intra_alpha, ps_servers=ps_servers))
+    x = 1.0 / (effective_utilization(base, bw, u) * bw * r)
+
+    def times(caps):
+        return np.array([float(attrs.evolve(base, fusion=DDPBuckets(c * MiB))
+                               .iteration_times(n, x, r)) for c in caps])
+
+    t = times(cand)
+    if refine:
+        best = float(cand[int(np.argmin(t))])
+        fine = np.round(np.arange(max(best - 1.0, _REFINE_STEP), best + 1.0 + 1e-9,
+                                  _REFINE_STEP), 6)
+        fine = fine[~np.isin(fine, cand)]
+        cand = np.concatenate((cand, fine))
+        t = np.concatenate((t, times(fine)))
+        order = np.argsort(cand)
+        cand, t = cand[order], t[order]
+    default = (t[cand == DEFAULT_BUCKET_MB][0] if np.any(cand == DEFAULT_BUCKET_MB)
+               else float(times([DEFAULT_BUCKET_MB])[0]))
+    return _result(base, n, bw, cand, t, float(default))
+
+
+def _result(base, n, bw, cand, t, default):
+    """The result object and its message."""
+    low = float(t.min())
+    tied = cand[t <= low * (1 + _TIE)]
+    best = DEFAULT_BUCKET_MB if DEFAULT_BUCKET_MB in tied else float(tied[0])
+    t_best = low if best != DEFAULT_BUCKET_MB else default
+    t1 = base.profile.iteration_time
+    k = len(attrs.evolve(base, fusion=DDPBuckets(best * MiB)).buckets)
+    where = (f"{base.profile.name} on {n} worker{'s' if n != 1 else ''} at "
+             f"{format_bandwidth(bw)}")
+    if best == DEFAULT_BUCKET_MB:
+        msg = (f"{where}: DDP's default bucket_cap_mb=25 is already among the fastest "
+               f"({t_best * 1e3:.4g} ms per iteration)")
+    else:
+        msg = (f"{where}: bucket_cap_mb={best:g} takes {t_best * 1e3:.4g} ms per iteration, "
+               f"{(default / t_best - 1) * 100:.2g} % faster than the default 25 MB "
+               f"({default * 1e3:.4g} ms)")
+    cl = base.cluster
+    if n > 1 and (cl is None or cl.bucket_overhead == 0):
+        msg += ("; without a per-bucket cost (the cluster's bucket_overhead) small buckets "
+                "look free, so calibrate one before shrinking them")
+    return BucketSizeResult(
+        bucket_cap_mb=best, iteration_time=t_best, scaling_factor=t1 / t_best,
+        default_iteration_time=default, default_scaling_factor=t1 / default, n_buckets=k,
+        equivalent=(float(tied[0]), float(tied[-1])), candidates=cand, times=t,
+        message=msg)
