@@ -27,7 +27,8 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     Instead of ``iteration_time``: the step time is the profile's tokens per optimizer
     step per GPU (micro-batch x sequence x ``grad_accum``; a transformer or LLM profile
     knows them) over this rate.
-``fusion``, ``algorithm``, ``uncertainty`` [-] (default 2 %), ``label``.
+
+``fusion``, ``algorithm``, ``uncertainty`` [-] (default 2 %) and ``label`` keep their meaning.
 
 Every number must be finite and inside a documented range (``MIN_RUN_TIME`` to
 ``MAX_RUN_TIME`` for times, ``MIN_RUN_BW`` to ``MAX_RUN_BW`` for line rates,
