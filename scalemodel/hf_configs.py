@@ -7,25 +7,16 @@ The family comes from ``model_type`` when the file has it, else from the key nam
 architecture implies (norm kind, biases, gated feed-forward, tied output projection,
 learned positions) is taken from its modelling code in ``transformers``:
 
-=============  =================  ======  =====  =====  ====================  ==========
-family         keys               norm    bias   gated  output projection     positions
-=============  =================  ======  =====  =====  ====================  ==========
-llama,         ``hidden_size``,   RMS     no     yes    ``tie_word_``         rotary
-mistral,       ``num_hidden_                            ``embeddings``
-qwen2, gemma   layers``, ...                            (Gemma: tied)
-gpt2           ``n_embd``,        Layer   yes    no     tied                  learned
-               ``n_layer``,                                                   (``n_positions``)
-               ``n_head``,
-               ``n_inner``
-gpt_neox       ``hidden_size``,   Layer   yes    no     ``tie_word_``         rotary
-               ...                                      ``embeddings``
-falcon         ``hidden_size``,   Layer   from   no     tied                  rotary
-               ``num_attention_           ``bias``
-               heads``, ``num_kv_
-               heads``
-bert           ``hidden_size``,   Layer   yes    no     tied, with a          learned
-               ...                (post)                transform and bias    + types
-=============  =================  ======  =====  =====  ====================  ==========
+==========================  ============================  =========  ======  =====  =================  =========
+family                      key names                     norm       biases  gated  output projection  positions
+==========================  ============================  =========  ======  =====  =================  =========
+llama, mistral, qwen2       ``hidden_size`` and the like  RMS        no      yes    as configured      rotary
+gemma                       ``hidden_size`` and the like  RMS        no      yes    tied               rotary
+gpt2                        ``n_embd``, ``n_layer``       Layer      yes     no     tied               learned
+gpt_neox                    ``hidden_size`` and the like  Layer      yes     no     as configured      rotary
+falcon                      ``hidden_size``, ``n_head``   Layer      config  no     tied               rotary
+bert                        ``hidden_size`` and the like  Layer      yes     no     tied, transformed  learned
+==========================  ============================  =========  ======  =====  =================  =========
 
 Details a family has that the config cannot express are listed in a
 :class:`~scalemodel.exceptions.ModelWarning` (never silently dropped): Qwen2's biases on the
