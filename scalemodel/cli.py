@@ -221,10 +221,11 @@ def _model_options(p):
                    help="calibrated or fitted cluster profile supplying latency, achieved "
                         "bandwidth, topology, compute slowdown and fixed costs [JSON file] "
                         "(default: none, the ideal network above)")
-    p.add_argument("--sharding", default="none",
+    p.add_argument("--sharding", default=None,
                    help="data parallelism: none (DDP), zero1, zero2 (shard_grad_op), zero3 "
                         "(full_shard, fsdp) or hybrid_shard (full shard inside a node, "
-                        "replicas across nodes); needs --n >= 2 [-] (default none)")
+                        "replicas across nodes); needs --n >= 2 [-] (default: the one the "
+                        "--cluster was fitted under, else none)")
     p.add_argument("--gpu", default=None,
                    help="GPU whose memory is checked, e.g. h100-sxm, a100-80gb (see "
                         "scalemodel.list_gpus()) [name] (default: the profile's, for the "
@@ -233,19 +234,21 @@ def _model_options(p):
 
 
 def _algorithm_options(p, *, fit=False):
-    p.add_argument("--algorithm", default="ring",
+    p.add_argument("--algorithm", default="ring" if fit else None,
                    help="all-reduce algorithm: ring, tree, halving-doubling, hierarchical, "
                         "allgather, ps, or nccl (NCCL's own ring/tree and protocol choice "
                         "per message; nccl-2.4 ... nccl-2.7 for older releases) [-] "
-                        "(default ring)")
+                        + ("(default ring)" if fit else "(default: the one the --cluster "
+                           "was fitted under, else ring)"))
     p.add_argument("--fusion", default="ddp" if fit else None,
                    help="gradient bucketing: ddp (PyTorch DDP buckets), horovod, none (per "
                         "tensor, WFBP), bsp (all after backward) or mg-wfbp"
                         + ("" if fit else "; with --sharding the wrapping: block (one unit "
                            "per transformer block, FSDP), module (per submodule, DeepSpeed "
                            "ZeRO-3) or none (per tensor)")
-                        + " [-] (default ddp" + ("" if fit else "; block with --sharding")
-                        + ")")
+                        + " [-] (default " + ("ddp)" if fit else "the one the --cluster was "
+                                              "fitted under, else ddp; block with "
+                                              "--sharding)"))
 
 
 def _topology_options(p, *, fit=False):
@@ -438,6 +441,17 @@ def _network(args):
     return out
 
 
+def _sharding(args):
+    """The sharding asked for: ``--sharding``, else the --cluster's fit setting, else
+    none."""
+    if args.sharding is not None:
+        return args.sharding
+    if getattr(args, "cluster", None) is not None:
+        from .cluster import load_cluster
+        return load_cluster(args.cluster).fit_settings.get("sharding", "none")
+    return "none"
+
+
 def _common(args):
     return dict(_network(args), codec_cost=args.codec_cost)
 
@@ -478,30 +492,57 @@ def _memory_text(per, fits, gpu):
             + ("fits on " if fits else "does NOT fit on ") + gpu)
 
 
+def _fitted(args):
+    """The --cluster when it has fitted intervals or alternatives, else None."""
+    if args.cluster is None:
+        return None
+    from .cluster import load_cluster
+    cl = load_cluster(args.cluster)
+    return cl if cl.alternatives or not all(c is cl for c in cl.corners()) else None
+
+
 def cmd_scaling(args):
-    rows = []
+    from .intervals import scaling_factor_interval
+
+    rows, notes = [], []
     memory = {n: _memory(args, n) for n in args.n}
+    fitted = _fitted(args)
     for n in args.n:
         per, fits, gpu = memory[n]
         for bw in args.bw:
             for r in args.compression:
                 sf = scaling_factor(args.model, n=n, bw=bw, compression=r, **_common(args))
                 row = {"n": n, "bw": bw, "compression": r, "scaling_factor": sf}
+                if fitted is not None:  # eq. (answer-interval)
+                    iv = scaling_factor_interval(args.model, n, bw, compression=r, value=sf,
+                                                 **dict(_common(args), cluster=fitted))
+                    row["scaling_factor_interval"] = [iv.low, iv.high]
+                    if iv.from_alternatives and not notes:
+                        notes.append(f"n={n}, {format_bandwidth(bw)}, ratio {r:g}: "
+                                     + iv.describe(lambda v: f"{v:.4f}"))
                 if per is not None:
                     row.update(memory_per_gpu=per, fits=fits, gpu=gpu)
                 rows.append(row)
     if args.json:
-        return _print_json({"model": getattr(args, "model_name", args.model), "sharding": args.sharding, "results": rows})
+        return _print_json({"model": getattr(args, "model_name", args.model),
+                            "sharding": _sharding(args), "results": rows})
     known = any(per is not None for per, _, _ in memory.values())
     print(f"{'n':>6} {'bandwidth':>14} {'ratio':>7} {'scaling factor':>15}"
+          + (f" {'interval':>17}" if fitted is not None else "")
           + (f" {'memory/GPU':>11}  fits" if known else ""))
     for row in rows:
         line = (f"{row['n']:>6d} {format_bandwidth(row['bw']):>14} {row['compression']:>7g} "
                 f"{row['scaling_factor']:>15.4f}")
+        if "scaling_factor_interval" in row:
+            lo, hi = ("unbounded" if v is None else f"{v:.4f}"
+                      for v in row["scaling_factor_interval"])
+            line += f" {lo + ' to ' + hi:>17}"
         if "memory_per_gpu" in row:
             line += (f" {row['memory_per_gpu'] / 2**30:>7.1f} GiB  "
                      + ("yes" if row["fits"] else f"NO ({row['gpu']})"))
         print(line)
+    for note in notes:
+        print(note)
 
 
 def _parts(parts):
@@ -554,6 +595,9 @@ def cmd_iteration(args):
                   "communication"):
         print(f"{field:<24}{getattr(res, field) * 1e3:10.3f} ms")
     print(f"{'scaling factor':<24}{res.scaling_factor:10.4f}")
+    lo, hi = res.scaling_factor_interval
+    if (lo, hi) != (res.scaling_factor, res.scaling_factor):
+        print(f"{'  over the fit':<24}{lo:10.4f} to {hi:.4f}")
     print(f"{'messages':<24}{res.n_buckets:10d}")
     print(f"{'what binds':<24}{res.binding:>10}")
     if per is not None:
@@ -600,13 +644,13 @@ def cmd_breakeven(args):
 
     comps = [get_compressor(c, "--compressors") for c in args.compressors]
     kw = _plan_kwargs(args)
-    sharded = resolve_sharding(args.sharding).sharded
+    sharded = resolve_sharding(_sharding(args)).sharded
     rows = []
     for comp in comps:
         why = SHARDING_COMPRESSORS.get(comp.name, "composes")
         if sharded and comp.name != "none" and not why.startswith("composes"):
             rows.append({"compressor": comp.describe(), "n": args.n, "breakeven_bw": None,
-                         "note": f"under --sharding {args.sharding}: {why}"})
+                         "note": f"under --sharding {_sharding(args)}: {why}"})
             continue
         bws = breakeven_bandwidth(args.model, comp, n=np.asarray(args.n), **kw)
         rows.append({"compressor": comp.describe(), "n": args.n,
@@ -691,6 +735,9 @@ def cmd_fit(args):
                           cluster=args.cluster, fit=names(args.fit), hold=names(args.hold),
                           **kw)
     notes = [str(w.message) for w in caught if issubclass(w.category, CalibrationWarning)]
+    if not fit.cluster.fit_settings:  # the file records what it was fitted under
+        fit = attrs.evolve(fit, cluster=attrs.evolve(fit.cluster, fit_settings={
+            "algorithm": str(args.algorithm), "fusion": str(args.fusion)}))
     if args.out:
         fit.save(args.out)
     if args.json:

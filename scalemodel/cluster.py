@@ -103,6 +103,147 @@ def _opt_positive(value, name):
     return None if value is None else float(check_positive(value, name))
 
 
+PARAMETER_BOUNDS = {
+    "alpha": (0.0, 2e-3), "utilization": (0.02, 1.0), "compute_slowdown": (1.0, 3.0),
+    "collective_overhead": (0.0, 0.02), "sync_overhead": (0.0, 0.5), "overlap": (0.0, 1.0),
+    "bucket_overhead": (0.0, 0.01), "iteration_overhead": (0.0, 0.5),
+    "straggler_spread": (0.0, 1.0), "intra_alpha": (0.0, 2e-3), "intra_bw": (1.0, 1e15),
+    "ceiling": (0.02, None),
+}
+"""Where :meth:`ClusterProfile.corners` puts an interval end that is ``None`` (the runs do
+not constrain it): ``{name: (lower, upper)}`` in the parameter's unit ([s], [-], [bits/s]).
+They are the bounds of the fit's priors (:data:`scalemodel.fitting.PRIORS`: latency up to
+2 ms, utilization from 2 %, compute slowdown up to 3, per-collective cost up to 20 ms,
+synchronization up to 0.5 s); the ceiling's lower bound is a fraction of the largest line
+rate of the runs the cluster was fitted to (``provenance["runs"]``; of the ceiling itself
+when none are recorded), and its upper end ``None`` means no ceiling. ``bucket_overhead``
+(up to 10 ms per bucket), ``iteration_overhead`` (up to 0.5 s) and ``straggler_spread``
+(up to 1) bound the framework terms; ``intra_bw`` up to 10^15 bits/s."""
+
+_IDEAL = {"alpha": 0.0, "utilization": 1.0, "ceiling": None, "compute_slowdown": 1.0,
+          "collective_overhead": 0.0, "sync_overhead": 0.0, "overlap": 1.0,
+          "bucket_overhead": 0.0, "iteration_overhead": 0.0, "straggler_spread": 0.0}
+"""Values of the ideal model: what :meth:`ClusterProfile.with_alternative` gives a
+parameter the best explanation fitted and the chosen one does not."""
+
+_RISES = ("utilization", "overlap", "ceiling", "intra_bw")
+"""Parameters with which the scaling factor rises (the others make it fall)."""
+
+FIT_SETTINGS_KEYS = ("fusion", "algorithm", "sharding", "transport")
+"""Keys of :attr:`ClusterProfile.fit_settings`: the fusion, collective algorithm and
+sharding the cluster was fitted under, and a short text naming the transport source."""
+
+
+def _end(value, where):
+    """One interval end: a finite float, or None for an end the runs do not constrain
+    (``inf`` is read as None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
+                                                          np.integer)):
+        raise InvalidParameterError(where, value, "must be a number or None (unbounded)")
+    v = float(value)
+    if math.isnan(v):
+        raise InvalidParameterError(where, value, "must be a number or None (unbounded)")
+    return None if math.isinf(v) else v
+
+
+def _pair_of_ends(pair, where):
+    try:
+        lo, hi = pair
+    except (TypeError, ValueError):
+        raise InvalidParameterError(where, pair, "must be a pair [lo, hi] (None for an "
+                                    "end the runs do not constrain)") from None
+    lo, hi = _end(lo, f"{where}[0]"), _end(hi, f"{where}[1]")
+    if lo is not None and hi is not None and lo > hi:
+        raise InvalidParameterError(where, pair, "needs lo <= hi")
+    return lo, hi
+
+
+def _check_intervals(intervals, where="intervals") -> dict:
+    """``{name: (lo, hi)}`` with float or None ends (the table's pair of lists as is)."""
+    if not isinstance(intervals, dict):
+        raise InvalidParameterError(where, intervals, "must be a dict {name: [lo, hi]}")
+    return {str(k): (tuple(v) if k == "table_utilization" else
+                     _pair_of_ends(v, f"{where}[{k!r}]")) for k, v in intervals.items()}
+
+
+_CHECKED = {}  # id -> alternatives tuple already validated (attrs.evolve passes it on)
+
+
+def _check_alternatives(alternatives) -> tuple:
+    """Validate ``alternatives``: a sequence of ``{"free", "values", "intervals",
+    "score"}`` dicts (other keys kept), scores finite and >= 0."""
+    if alternatives is None or alternatives == ():
+        return ()
+    if _CHECKED.get(id(alternatives)) is alternatives:
+        return alternatives
+    out = _validate_alternatives(alternatives)
+    if len(_CHECKED) > 256:
+        _CHECKED.clear()
+    _CHECKED[id(out)] = out
+    return out
+
+
+def _validate_alternatives(alternatives) -> tuple:
+    if isinstance(alternatives, (str, bytes, dict)) or not hasattr(alternatives, "__iter__"):
+        raise InvalidParameterError("alternatives", alternatives, "must be a list of dicts")
+    out = []
+    for i, alt in enumerate(alternatives):
+        where = f"alternatives[{i}]"
+        if not isinstance(alt, dict) or not {"free", "values", "score"} <= set(alt):
+            raise InvalidParameterError(where, alt, "must be a dict with 'free', 'values', "
+                                        "'intervals' and 'score'")
+        free = alt["free"]
+        if isinstance(free, str) or not all(isinstance(f, str) for f in free):
+            raise InvalidParameterError(f"{where}.free", free, "must be a list of names")
+        values = alt["values"]
+        if not isinstance(values, dict):
+            raise InvalidParameterError(f"{where}.values", values, "must be a dict")
+        vals = {}
+        for k, v in values.items():
+            v = _end(v, f"{where}.values[{k!r}]")
+            if v is None and k != "ceiling":
+                raise InvalidParameterError(f"{where}.values[{k!r}]", values[k],
+                                            "must be a finite number")
+            vals[str(k)] = v
+        score = alt["score"]
+        if (isinstance(score, bool) or not isinstance(score, (int, float, np.floating))
+                or not (math.isfinite(score) and score >= 0)):
+            raise InvalidParameterError(f"{where}.score", score, "must be a finite number "
+                                        ">= 0 (the misfit over the best explanation's)")
+        out.append({**alt, "free": [str(f) for f in free], "values": vals,
+                    "intervals": _check_intervals(alt.get("intervals") or {},
+                                                  f"{where}.intervals"),
+                    "score": float(score)})
+    return tuple(out)
+
+
+def _check_fit_settings(settings) -> dict:
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict):
+        raise InvalidParameterError("fit_settings", settings, "must be a dict with keys "
+                                    f"among {list(FIT_SETTINGS_KEYS)}")
+    unknown = set(settings) - set(FIT_SETTINGS_KEYS)
+    if unknown:
+        raise InvalidParameterError("fit_settings", sorted(unknown), "unknown keys; known: "
+                                    f"{list(FIT_SETTINGS_KEYS)}")
+    out = {}
+    for k, v in settings.items():
+        if v is None:
+            continue
+        if not isinstance(v, str) or not v.strip():
+            raise InvalidParameterError(f"fit_settings.{k}", v, "must be a non-empty text")
+        out[k] = v
+    return out
+
+
+def _jsonable_intervals(intervals) -> dict:
+    return {k: ([list(map(float, x)) for x in v] if k == "table_utilization" else list(v))
+            for k, v in intervals.items()}
+
+
 @attrs.frozen(eq=False)
 class ClusterProfile:
     r"""Latency and achieved bandwidth of a cluster's transport.
@@ -148,7 +289,8 @@ class ClusterProfile:
         Relative standard deviation of one worker's per-iteration compute time; the
         n-worker compute is that of the slowest worker [-].
     intervals : dict
-        Confidence intervals ``{field: (lo, hi)}`` of fitted values; for the table,
+        Confidence intervals ``{field: (lo, hi)}`` of fitted values, an end the runs do
+        not constrain ``None`` (never inf); for the table,
         ``"table_utilization": ([lo per row], [hi per row])``.
     codec_costs : dict
         Measured compression costs ``{family: {"encode": s/element, "decode": s/element,
@@ -158,6 +300,17 @@ class ClusterProfile:
         Where the numbers come from.
     extra : dict
         Other fields of the file (fits, residuals, measured points), kept as read.
+    alternatives : tuple of dict
+        The explanations a fit could not tell apart, best first, each ``{"free": [names],
+        "values": {name: value}, "intervals": {name: [lo, hi]}, "score": float}``: the
+        parameters it fitted, their values and intervals (an end the runs do not constrain
+        is None), and its Akaike-penalised misfit minus the best one's (>= 0; the best has
+        0). Empty for a cluster that was not fitted. Predictions range over all of them
+        (:mod:`scalemodel.intervals`); :meth:`with_alternative` gives one [-].
+    fit_settings : dict
+        What the cluster was fitted under: keys among ``"fusion"``, ``"algorithm"``,
+        ``"sharding"`` (used by every call that passes none) and ``"transport"`` (a short
+        text naming the transport source) [-].
     """
 
     name: str = "cluster"
@@ -185,6 +338,9 @@ class ClusterProfile:
     codec_costs: dict = attrs.field(factory=dict)
     provenance: dict = attrs.field(factory=dict)
     extra: dict = attrs.field(factory=dict)
+    alternatives: tuple = attrs.field(default=())
+    fit_settings: dict = attrs.field(factory=dict)
+    _derived: dict = attrs.field(factory=dict, init=False, repr=False)
 
     def __attrs_post_init__(self):
         check_nonnegative(self.alpha, "alpha")
@@ -215,6 +371,9 @@ class ClusterProfile:
             object.__setattr__(self, "table_line_rate", rate)
             object.__setattr__(self, "table_utilization", util)
         object.__setattr__(self, "codec_costs", _check_codec_costs(self.codec_costs))
+        object.__setattr__(self, "intervals", _check_intervals(self.intervals))
+        object.__setattr__(self, "alternatives", _check_alternatives(self.alternatives))
+        object.__setattr__(self, "fit_settings", _check_fit_settings(self.fit_settings))
 
     def _table_achieved(self):
         """Table line rates and their non-decreasing achieved bandwidths [bits/s]."""
@@ -223,6 +382,13 @@ class ClusterProfile:
 
     def utilization_at(self, bw):
         """Achieved fraction of the line rate ``bw`` [bits/s], eq. :eq:`achieved` [-]."""
+        u = self._uncapped_utilization(bw)
+        if self.ceiling is not None:
+            u = np.minimum(u, self.ceiling / np.asarray(bw, dtype=float))
+        return u
+
+    def _uncapped_utilization(self, bw):
+        """:meth:`utilization_at` without the ceiling [-]."""
         bw = np.asarray(bw, dtype=float)
         if self.table_line_rate is not None:
             rate, ach = self._table_achieved()
@@ -232,8 +398,6 @@ class ClusterProfile:
                          np.where(bw > rate[-1], ach[-1] / rate[-1], inside))
         else:
             u = np.full_like(bw, self.utilization)
-        if self.ceiling is not None:
-            u = np.minimum(u, self.ceiling / bw)
         return u
 
     def ceiling_binds(self, bw):
@@ -242,7 +406,7 @@ class ClusterProfile:
         if self.ceiling is None:
             return np.zeros(np.shape(bw), dtype=bool) if np.ndim(bw) else False
         c = self.ceiling / np.asarray(bw, dtype=float)
-        free = attrs.evolve(self, ceiling=None).utilization_at(bw)
+        free = self._uncapped_utilization(bw)
         out = c < free
         return bool(out) if np.ndim(out) == 0 else out
 
@@ -309,13 +473,33 @@ class ClusterProfile:
         rises with the utilization (every table row) and the ceiling, so over
         the box of ``intervals`` its extremes sit at these two corners (see
         :mod:`scalemodel.calibrate.uncertainty`). Fields without an interval stay as they
-        are. Returns ``(self, self)`` when there are no intervals.
+        are. Returns ``(self, self)`` when there are no intervals. An end that is ``None``
+        (the runs do not constrain it) takes the parameter's bound from
+        :data:`~scalemodel.cluster.PARAMETER_BOUNDS`; a ceiling's upper end ``None`` gives
+        the optimistic corner no ceiling. The pair is computed once per cluster object.
         """
+        cached = self._derived.get("corners")
+        if cached is None:
+            cached = self._derived["corners"] = self._corners()
+        return cached
+
+    def _ceiling_floor(self):
+        """The ceiling's bound below [bits/s]: 2 % of the largest line rate of the runs
+        the cluster was fitted to (of the ceiling when none are recorded)."""
+        runs = self.provenance.get("runs") if isinstance(self.provenance, dict) else None
+        rates = [float(r["bw"]) for r in runs or () if isinstance(r, dict)
+                 and isinstance(r.get("bw"), (int, float)) and r["bw"] > 0]
+        top = max(rates) if rates else self.ceiling
+        return None if top is None else PARAMETER_BOUNDS["ceiling"][0] * top
+
+    def _corners(self):
         iv = self.intervals
 
         def pair(name, value):
             lo, hi = iv.get(name, (value, value))
-            return float(lo), float(hi)
+            lower, upper = PARAMETER_BOUNDS.get(name, (value, value))
+            return (float(lower if lo is None else lo),
+                    float(upper if hi is None else hi))
 
         worst, best = {}, {}
         for name, rises in (("alpha", False), ("compute_slowdown", False),
@@ -333,8 +517,10 @@ class ClusterProfile:
                             "bucket_overhead", "iteration_overhead", "straggler_spread"):
                     lo = max(lo, 0.0)
                 worst[name], best[name] = (lo, hi) if rises else (hi, lo)
-        if "ceiling" in iv and self.ceiling is not None:
-            worst["ceiling"], best["ceiling"] = pair("ceiling", self.ceiling)
+        if "ceiling" in iv and (self.ceiling is not None or iv["ceiling"][0] is not None):
+            lo, hi = iv["ceiling"]
+            worst["ceiling"] = self._ceiling_floor() if lo is None else lo
+            best["ceiling"] = hi  # None: no ceiling at the optimistic end
         if self.table_line_rate is not None and "table_utilization" in iv:
             lo, hi = (np.clip(np.asarray(v, dtype=float), 1e-9, 1.0)
                       for v in iv["table_utilization"])
@@ -354,6 +540,84 @@ class ClusterProfile:
         if not worst:
             return self, self
         return attrs.evolve(self, **worst), attrs.evolve(self, **best)
+
+    def settings_defaults(self, algorithm=None, fusion=None, sharding=None):
+        """``(algorithm, fusion, sharding)`` with each one the caller left ``None`` taken
+        from :attr:`fit_settings` (still ``None`` when the fit did not record it; the
+        callers then use ring, their default fusion and no sharding). The fit's fusion
+        applies only under the sharding it was fitted under.
+
+        Parameters
+        ----------
+        algorithm, fusion, sharding : str, object or None
+            The caller's choices; ``None`` means the cluster's [-].
+        """
+        fs = self.fit_settings
+        if not fs:
+            return algorithm, fusion, sharding
+        if algorithm is None:
+            algorithm = fs.get("algorithm")
+        if sharding is None:
+            sharding = fs.get("sharding")
+        if fusion is None and "fusion" in fs:
+            from .sharding import resolve_sharding
+
+            if (resolve_sharding(sharding).strategy
+                    == resolve_sharding(fs.get("sharding")).strategy):
+                fusion = fs["fusion"]
+        return algorithm, fusion, sharding
+
+    def with_alternative(self, i):
+        """The cluster under alternative ``i`` of :attr:`alternatives` (0 is the best):
+        its values and intervals applied, the parameters the best explanation fitted and
+        this one does not back at the ideal model's values, no alternatives of its own.
+        Values of parameters that are not the cluster's (a workload's ``efficiency``) are
+        left out. Computed once per cluster object and index.
+
+        Parameters
+        ----------
+        i : int
+            Index into :attr:`alternatives` [-].
+
+        Returns
+        -------
+        ClusterProfile
+            The cluster of that explanation.
+        """
+        alts = self.alternatives
+        if (isinstance(i, bool) or not isinstance(i, (int, np.integer))
+                or not -len(alts) <= int(i) < len(alts)):
+            raise InvalidParameterError("i", i, f"must index the {len(alts)} alternatives "
+                                        "of the cluster" if alts else "the cluster has no "
+                                        "alternatives (it was not fitted, or the runs told "
+                                        "the explanations apart)")
+        i = int(i) % len(alts)
+        key = ("alternative", i)
+        if key not in self._derived:
+            self._derived[key] = self._apply_alternative(alts[i])
+        return self._derived[key]
+
+    def _apply_alternative(self, alt):
+        best = self.alternatives[0]
+        touched = set(best["free"]) | set(best["values"]) | set(alt["free"]) | set(alt["values"])
+        values = {k: _IDEAL[k] for k in set(best["free"]) | set(best["values"]) if k in _IDEAL}
+        values.update(alt["values"])
+        changes, topo = {}, {}
+        for name, v in values.items():
+            if name in ("intra_bw", "intra_alpha"):
+                topo[name] = v
+            elif name == "host_overhead":
+                from .collectives import ReductionCost as _Reduction
+                changes["reduction"] = (_Reduction(gamma=v, latency=0.0,
+                                                   name="fitted host overhead")
+                                        if v > 0 else None)
+            elif name in _IDEAL or isinstance(getattr(self, name, None), float):
+                changes[name] = v
+        if topo and self.topology is not None:
+            changes["topology"] = attrs.evolve(self.topology, **topo)
+        intervals = {k: v for k, v in self.intervals.items() if k not in touched}
+        intervals.update(alt["intervals"])
+        return attrs.evolve(self, intervals=intervals, alternatives=(), **changes)
 
     def __repr__(self):
         parts = [f"name={self.name!r}", f"alpha={self.alpha:.3g} s"]
@@ -378,6 +642,10 @@ class ClusterProfile:
             parts.append(f"reduction={self.reduction.name!r}")
         if self.codec_costs:
             parts.append(f"codec_costs for {sorted(self.codec_costs)}")
+        if self.fit_settings:
+            parts.append(f"fitted under {self.fit_settings}")
+        if len(self.alternatives) > 1:
+            parts.append(f"{len(self.alternatives)} alternative explanations")
         return f"ClusterProfile({', '.join(parts)})"
 
     __str__ = __repr__
@@ -402,7 +670,13 @@ class ClusterProfile:
             if getattr(self, name) != default:
                 out[name] = getattr(self, name)
         if self.intervals:
-            out["intervals"] = {k: list(v) for k, v in self.intervals.items()}
+            out["intervals"] = _jsonable_intervals(self.intervals)
+        if self.alternatives:
+            out["alternatives"] = [{**a, "free": list(a["free"]), "values": dict(a["values"]),
+                                    "intervals": _jsonable_intervals(a["intervals"])}
+                                   for a in self.alternatives]
+        if self.fit_settings:
+            out["fit_settings"] = dict(self.fit_settings)
         if self.codec_costs:
             out["codec_costs"] = {k: dict(v) for k, v in self.codec_costs.items()}
         out.update(self.extra)
@@ -429,7 +703,7 @@ class ClusterProfile:
                  "ceiling", "utilization_table", "reduction", "intervals", "codec_costs",
                  "overlap", "topology", "compute_slowdown", "collective_overhead",
                  "sync_overhead", "bucket_overhead", "iteration_overhead",
-                 "straggler_spread"}
+                 "straggler_spread", "alternatives", "fit_settings"}
         topo = data.get("topology")
         if topo is not None:
             keys = {"gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha", "arch",
@@ -462,7 +736,9 @@ class ClusterProfile:
                 bucket_overhead=data.get("bucket_overhead", 0.0),
                 iteration_overhead=data.get("iteration_overhead", 0.0),
                 straggler_spread=data.get("straggler_spread", 0.0),
-                intervals={k: tuple(v) for k, v in (data.get("intervals") or {}).items()},
+                intervals=data.get("intervals") or {},
+                alternatives=data.get("alternatives") or (),
+                fit_settings=data.get("fit_settings") or {},
                 codec_costs=data.get("codec_costs") or {},
                 provenance=prov, extra={k: v for k, v in data.items() if k not in known})
         except ProfileFormatError:

@@ -137,6 +137,28 @@ SCENARIO_CACHE_SIZE = 64
 
 _SCENARIOS: "OrderedDict" = OrderedDict()
 
+_COSTS: "OrderedDict" = OrderedDict()  # collective costs shared by scenarios (corners)
+
+
+def _shared_cost(algorithm, nbytes, n, reduction, options):
+    """:func:`~scalemodel.collectives.collective_cost` of these buckets, shared by the
+    scenarios that differ only in what the costs do not depend on (the corners of a
+    fitted cluster's intervals and its alternatives: ceiling, utilization, fixed costs)."""
+    try:
+        key = (algorithm, int(n), nbytes.tobytes(), id(reduction), options)
+        hash(key)
+    except (TypeError, AttributeError):
+        return collective_cost(algorithm, nbytes, n, reduction=reduction, options=options)
+    hit = _COSTS.get(key)
+    if hit is not None and hit[0] is reduction:
+        _COSTS.move_to_end(key)
+        return hit[1]
+    cost = collective_cost(algorithm, nbytes, n, reduction=reduction, options=options)
+    _COSTS[key] = (reduction, cost)
+    while len(_COSTS) > SCENARIO_CACHE_SIZE:
+        _COSTS.popitem(last=False)
+    return cost
+
 _BUCKETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 """Buckets of a profile (a key while it lives) by policy and compute slowdown."""
 
@@ -158,6 +180,7 @@ def clear_caches(*, profiles=False):
     from .memory import _CONFIGS, _config_cached  # (the package's "memory" is a function)
 
     _SCENARIOS.clear()
+    _COSTS.clear()
     for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
                sharding._ring_half_per_byte, sharding._ring_per_byte,
                units._parse_bandwidth_string, _config_cached):
@@ -232,9 +255,9 @@ class Scenario:
     _wire: dict = attrs.field(factory=dict, init=False)
 
     @classmethod
-    def build(cls, model, *, algorithm="ring", fusion=None, alpha=None, codec_cost=0.0,
+    def build(cls, model, *, algorithm=None, fusion=None, alpha=None, codec_cost=0.0,
               gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-              cluster=None, nics_per_node=None, sharding="none"):
+              cluster=None, nics_per_node=None, sharding=None):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`.
 
         Scenarios (and the lines they cache) are kept for the last
@@ -262,10 +285,13 @@ class Scenario:
     def _build(cls, profile, *, algorithm, fusion, alpha, codec_cost, gpus_per_node,
                intra_bw, intra_alpha, ps_servers, cluster, nics_per_node, sharding):
         alpha = _scalar_float(alpha, "alpha")
+        if cluster is not None:  # what the cluster was fitted under, unless given
+            cluster = load_cluster(cluster)
+            algorithm, fusion, sharding = cluster.settings_defaults(algorithm, fusion,
+                                                                    sharding)
         shard = resolve_sharding(sharding)
         topology = None
         if cluster is not None:
-            cluster = load_cluster(cluster)
             if alpha is None:
                 alpha = cluster.alpha
             topology = cluster.topology
@@ -291,7 +317,7 @@ class Scenario:
         return cls(
             cluster=cluster,
             profile=profile,
-            algorithm=resolve_algorithm(algorithm),
+            algorithm=resolve_algorithm("ring" if algorithm is None else algorithm),
             fusion=policy,
             sharding=shard,
             options=CollectiveOptions.from_topology(topology, alpha=alpha or 0.0,
@@ -468,8 +494,8 @@ class Scenario:
             return sched.lines, sched.envelope
         if key not in self._cache:
             b = self.buckets
-            cost = collective_cost(self.algorithm, b.nbytes, key[0],
-                                   reduction=self.profile.reduction, options=self.options)
+            cost = _shared_cost(self.algorithm, b.nbytes, key[0], self.profile.reduction,
+                                self.options)
             overhead = cost.overhead
             if key[1] and key[0] > 1:
                 overhead = overhead + self.codec_cost * b.nbytes
@@ -700,8 +726,9 @@ TOPOLOGY_DOC = """alpha : float or None
         fraction of each line rate (which ``utilization`` then multiplies), the topology,
         the compute slowdown, the fixed costs and, when it has one, the reduction cost.
         See :mod:`scalemodel.cluster` [-].
-    sharding : str or Sharding
-        ``"none"`` (plain data parallelism, DDP: the default), ``"zero1"``, ``"zero2"``
+    sharding : str, Sharding or None
+        ``None`` means the cluster's fit setting, else ``"none"``; ``"none"`` (plain data
+        parallelism, DDP: the default), ``"zero1"``, ``"zero2"``
         (``"shard_grad_op"``), ``"zero3"`` (``"full_shard"``, ``"fsdp"``) or
         ``"hybrid_shard"``, or a :class:`~scalemodel.sharding.Sharding` with the
         parameter and reduce dtypes; see :mod:`scalemodel.sharding`. Sharding needs
@@ -709,10 +736,10 @@ TOPOLOGY_DOC = """alpha : float or None
         exceed 1 when communication hides [-]."""
 
 
-def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm="ring",
+def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                   cluster=None, sharding="none"):
+                   cluster=None, sharding=None):
     r"""Scaling factor of data-parallel training, equation :eq:`scaling-factor`.
 
     Any of ``n``, ``bw``, ``utilization`` and ``compression`` may be an array; they
@@ -735,11 +762,13 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     compression : float or array_like
         Compression ratio r >= 1 dividing the bytes on the wire (under sharding, of every
         collective) [-].
-    algorithm : str
+    algorithm : str or None
         Collective: ``"ring"``, ``"tree"``, ``"halving-doubling"``, ``"hierarchical"``,
-        ``"allgather"`` or ``"ps"`` [-].
+        ``"allgather"`` or ``"ps"``; ``None`` means the one the cluster was fitted under
+        (its ``fit_settings``), else ``"ring"`` [-].
     fusion : str, fusion policy or None
-        ``"ddp"`` (PyTorch DDP buckets, the default), ``"horovod"``, ``"none"`` (per
+        ``None`` means the cluster's fit setting, else the default below: ``"ddp"``
+        (PyTorch DDP buckets, the default), ``"horovod"``, ``"none"`` (per
         tensor, WFBP), ``"bsp"`` (all after backward) or ``"mg-wfbp"``; under sharding the
         wrapping policy: ``"block"`` (the default; FSDP), ``"module"`` (DeepSpeed
         ZeRO-3), ``"none"`` or a :class:`~scalemodel.sharding.SizeWrap` [-].
@@ -809,6 +838,10 @@ class IterationTime:
     compute_slowdown : float
         The compute slowdown that applied, :math:`\\sigma_n` with the straggler wait
         [-].
+    scaling_factor_interval : tuple of float
+        ``(low, high)`` of the scaling factor over the cluster's fitted intervals and its
+        alternative explanations (:func:`~scalemodel.intervals.answer_interval`);
+        ``(scaling_factor, scaling_factor)`` without a fitted cluster [-].
     """
 
     forward: float
@@ -822,12 +855,15 @@ class IterationTime:
     binding: str
     critical_parts: dict
     compute_slowdown: float = 1.0
+    scaling_factor_interval: tuple = attrs.field(
+        default=attrs.Factory(lambda self: (self.scaling_factor, self.scaling_factor),
+                              takes_self=True))
 
 
-def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm="ring",
+def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                   cluster=None, sharding="none") -> IterationTime:
+                   cluster=None, sharding=None) -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
     Parameters
@@ -848,6 +884,10 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
         if np.ndim(v):
             raise ParameterTypeError(name, v, "a scalar (iteration_time describes one "
                                      "configuration; use scaling_factor for arrays)")
+    asked = dict(utilization=u, compression=r, algorithm=algorithm, fusion=fusion,
+                 alpha=alpha, codec_cost=codec_cost, gpus_per_node=gpus_per_node,
+                 nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
+                 ps_servers=ps_servers, sharding=sharding)
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
@@ -872,8 +912,15 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     if sc.sharding is not None:  # eq. (zero3): forward may wait, the step is sharded
         sched = sc.schedule(n, r > 1)
         busy, update, messages = sched.channel_time(x), sched.update, sched.n_collectives
+    sf = p.iteration_time / total
+    interval = (sf, sf)
+    cl = sc.cluster
+    if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):
+        from .intervals import scaling_factor_interval  # eq. (answer-interval)
+        iv = scaling_factor_interval(model, n, bw, cluster=cl, value=sf, **asked)
+        interval = (float(iv.low), float(iv.high))
     return IterationTime(
         forward=fwd, backward=bwd, exposed_communication=max(0.0, total - fwd - bwd - update),
         update=update, total=total, communication=busy,
-        scaling_factor=p.iteration_time / total, n_buckets=messages, binding=binding,
-        critical_parts=parts, compute_slowdown=sigma)
+        scaling_factor=sf, n_buckets=messages, binding=binding,
+        critical_parts=parts, compute_slowdown=sigma, scaling_factor_interval=interval)

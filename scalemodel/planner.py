@@ -253,7 +253,7 @@ def _sf(sc, ev, x):
 
 
 def _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers,
-           cluster, nics_per_node=None, sharding="none"):
+           cluster, nics_per_node=None, sharding=None):
     return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                           gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                           intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
@@ -604,9 +604,9 @@ def _ideal_text(ideal, sharded=False):
 
 
 def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilization=1.0,
-                     cluster=None, algorithm="ring", fusion=None, compressors=None,
+                     cluster=None, algorithm=None, fusion=None, compressors=None,
                      alpha=None, gpus_per_node=None, intra_bw=None, intra_alpha=None,
-                     ps_servers=None, nics_per_node=None, sharding="none",
+                     ps_servers=None, nics_per_node=None, sharding=None,
                      gpu=None) -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
@@ -627,11 +627,13 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         Calibrated cluster: latency, achieved bandwidth and, when measured, codec costs
         (``codec_costs``) replacing the defaults of
         :data:`~scalemodel.compressors.DEFAULT_CODEC_COSTS` [-].
-    algorithm : str
-        All-reduce algorithm for the all-reduced phases [-].
+    algorithm : str or None
+        All-reduce algorithm for the all-reduced phases; ``None``: the cluster's fit
+        setting, else ``"ring"`` [-].
     fusion : str, fusion policy or None
         ``"ddp"`` (the default), ``"horovod"``, ``"none"`` or a policy object; under
-        sharding the wrapping policy (``"block"`` by default) [-].
+        sharding the wrapping policy (``"block"`` by default); ``None``: the cluster's fit
+        setting, else that default [-].
     compressors : sequence of str or Compressor, optional
         What to compare; default :data:`~scalemodel.planner.DEFAULT_PLAN_COMPRESSORS`. A
         name or an object has its knob searched; a name with a setting (``"topk:0.01"``,
@@ -640,8 +642,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers, nics_per_node
         As in :func:`~scalemodel.scaling_factor` (``None``: the cluster's value, else the
         default there): [s], [workers], [bits/s], [s], [servers], [NICs].
-    sharding : str or Sharding
-        As in :func:`~scalemodel.scaling_factor`; under sharding only the compressors
+    sharding : str, Sharding or None
+        As in :func:`~scalemodel.scaling_factor` (``None``: the cluster's fit setting,
+        else ``"none"``); under sharding only the compressors
         that compose with a reduce-scatter are evaluated, the others are listed as not
         composing [-].
     gpu : str, GPUSpec or None
@@ -750,9 +753,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
 
 
 def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, cluster=None,
-                              algorithm="ring", fusion=None, alpha=None, gpus_per_node=None,
+                              algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                               intra_bw=None, intra_alpha=None, ps_servers=None,
-                              nics_per_node=None, sharding="none"):
+                              nics_per_node=None, sharding=None):
     """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
 
     ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
@@ -833,9 +836,9 @@ def _crossing(env_a, env_b):
 
 
 def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, cluster=None,
-                        algorithm="ring", fusion=None, alpha=None, gpus_per_node=None,
+                        algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                         intra_bw=None, intra_alpha=None, ps_servers=None,
-                        nics_per_node=None, sharding="none"):
+                        nics_per_node=None, sharding=None):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in

@@ -80,9 +80,9 @@ class Sensitivities:
 
 
 def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
-                  algorithm="ring", fusion=None, codec_cost=0.0, gpus_per_node=None,
+                  algorithm=None, fusion=None, codec_cost=0.0, gpus_per_node=None,
                   nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                  cluster=None, sharding="none") -> Sensitivities:
+                  cluster=None, sharding=None) -> Sensitivities:
     """Derivatives and elasticities of the scaling factor, eqs. :eq:`sensitivities` and
     :eq:`elasticities`; vectorized like :func:`~scalemodel.scaling_factor`.
 

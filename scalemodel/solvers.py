@@ -74,10 +74,11 @@ class CompressionResult:
         Latency, bandwidth and overhead time on the critical path at ``ratio`` [s].
     n, bw, target, utilization : float
         The question asked: [workers], [bits/s], [-], [-].
-    interval : tuple of float or None
+    interval : tuple or None
         ``(lo, hi)`` of the ratio over the cluster's fitted intervals (its pessimistic
-        and optimistic corners, :meth:`~scalemodel.ClusterProfile.corners`); None without
-        intervals [-].
+        and optimistic corners, :meth:`~scalemodel.ClusterProfile.corners`) and over its
+        alternative explanations (:mod:`scalemodel.intervals`); an end is None where it
+        is unbounded (no ratio reaches the target there); None without intervals [-].
     memory_per_gpu : float or None
         Memory each GPU needs in this configuration (:func:`~scalemodel.memory`); None
         when it is not known (a profile without a transformer configuration and no
@@ -129,9 +130,10 @@ class BandwidthResult:
         Latency, bandwidth and overhead time on the critical path [s].
     n, target, compression, utilization : float
         The question asked: [workers], [-], [-], [-].
-    interval : tuple of float or None
-        ``(lo, hi)`` of ``bw`` over the cluster's fitted intervals; None without
-        intervals [bits/s].
+    interval : tuple or None
+        ``(lo, hi)`` of ``bw`` over the cluster's fitted intervals and alternative
+        explanations (:mod:`scalemodel.intervals`); an end is None where it is unbounded
+        (no line rate reaches the target there); None without intervals [bits/s].
     memory_per_gpu : float or None
         Memory each GPU needs (:func:`~scalemodel.memory`); None when unknown [bytes].
     fits : bool or None
@@ -219,24 +221,23 @@ def _builder(model, **kw):
 
 
 def _with_interval(result, sc, solve, field, what):
-    """``result`` with the interval of ``field`` over the cluster's corners (``solve``
-    answers the same question on another cluster)."""
+    """``result`` with the interval of ``field`` over the cluster's intervals and
+    alternatives (:func:`~scalemodel.intervals.answer_interval`; ``solve`` answers the
+    same question on another cluster); an unbounded end is None and printed as such."""
     cl = sc.cluster
-    if cl is None or not cl.intervals:
+    if cl is None or not (cl.intervals or cl.alternatives):
         return result
-    worst, best = cl.corners()
-    if worst is cl and best is cl:
+    if not cl.alternatives and all(c is cl for c in cl.corners()):
         return result
-    a = getattr(solve(worst), field)
-    b = getattr(solve(best), field)
-    value = getattr(result, field)
-    lo, hi = min(a, b, value), max(a, b, value)
-    fmt = (lambda v: f"{v:.3g}x") if what == "ratio" else format_bandwidth
-    text = (f"{fmt(lo)} to {fmt(hi)}" if math.isfinite(hi) else
-            f"from {fmt(lo)}, and none at the pessimistic end" if math.isfinite(lo) else
-            "none at either end")
-    return attrs.evolve(result, interval=(lo, hi),
-                        message=f"{result.message}; over the fit's intervals {text}")
+    from .intervals import answer_interval
+
+    iv = answer_interval(lambda c: getattr(solve(c), field), cl, getattr(result, field))
+    if what == "ratio":
+        fmt, why = (lambda v: f"{v:.3g}x"), "no ratio reaches the target at the pessimistic end"
+    else:
+        fmt, why = format_bandwidth, "no line rate reaches the target at the pessimistic end"
+    return attrs.evolve(result, interval=iv.pair,
+                        message=f"{result.message}; {iv.describe(fmt, why)}")
 
 
 def _scalar(name, value):
@@ -286,6 +287,42 @@ def _x_star(env, level):
     return x
 
 
+def _public_sf(sc, n, bw, u, r):
+    """Scaling factor exactly as :func:`~scalemodel.scaling_factor` computes it at line
+    rate(s) ``bw`` [bits/s] and ratio(s) ``r`` [-] (vectorized), ``u`` the asked
+    utilization [-]."""
+    u_eff = effective_utilization(sc, bw, u)
+    with np.errstate(over="ignore", divide="ignore"):
+        x = 1.0 / (np.multiply(np.multiply(u_eff, bw), r))
+    return sc.profile.iteration_time / sc.iteration_times(n, x, r)
+
+
+_TOP = 1e300  # the largest u bw r the exact-reach search tries
+
+
+def _smallest_reaching(sf_of, lo, hi, target):
+    """The smallest float ``v`` in ``(lo, hi]`` with ``sf_of(v) >= target``, given
+    ``sf_of(lo) < target <= sf_of(hi)`` and ``sf_of`` non-decreasing and vectorized: a
+    search over the floats between (their bit patterns are ordered), 1024 probes a round,
+    about seven rounds."""
+    a = int(np.float64(lo).view(np.int64))
+    b = int(np.float64(hi).view(np.int64))
+    while b - a > 1:
+        if b - a <= 1025:
+            probes = np.arange(a + 1, b, dtype=np.int64)
+        else:
+            step = (b - a) // 1025
+            probes = a + step * np.arange(1, 1025, dtype=np.int64)
+        ok = np.asarray(sf_of(probes.view(np.float64))) >= target
+        if ok.any():
+            i = int(np.argmax(ok))
+            b = int(probes[i])
+            a = int(probes[i - 1]) if i > 0 else a
+        else:
+            a = int(probes[-1])
+    return float(np.int64(b).view(np.float64))
+
+
 def _limit_message(what, limit, target):
     return (f"the target {target:g} equals the limit {limit:.6g} that unlimited {what} only "
             f"approaches (the last gradients are ready when backward ends): no finite "
@@ -293,9 +330,9 @@ def _limit_message(what, limit, target):
 
 
 def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilization=1.0,
-                    algorithm="ring", fusion=None, alpha=None, codec_cost=0.0,
+                    algorithm=None, fusion=None, alpha=None, codec_cost=0.0,
                     gpus_per_node=None, nics_per_node=None, intra_bw=None, intra_alpha=None,
-                    ps_servers=None, cluster=None, sharding="none",
+                    ps_servers=None, cluster=None, sharding=None,
                     gpu=None) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
@@ -325,7 +362,12 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     -------
     CompressionResult
         ``ratio`` >= 1 (``math.inf`` with ``feasible=False`` when no finite ratio reaches
-        the target), the scaling factor reached, and what binds.
+        the target), the scaling factor reached, and what binds. A target equal to the
+        limit (``target=1.0`` where nothing but communication separates the scaling
+        factor from 1) is answered with the smallest ratio at which
+        :func:`~scalemodel.scaling_factor` reaches it in floating point, when one does
+        (the communication left then rounds away; such ratios are astronomically large).
+        With a fitted cluster, ``interval`` ranges over its intervals and alternatives.
 
     Examples
     --------
@@ -344,13 +386,27 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                      ps_servers=ps_servers, sharding=sharding)
     sc = build(cluster)
     res = _with_interval(_min_compression(sc, bw, n, target, u), sc,
-                         lambda cl: _min_compression(build(cl), bw, n, target, u),
+                         lambda cl: _min_compression(build(cl), bw, n, target, u,
+                                                     explain=False),
                          "ratio", "ratio")
     return _with_memory(res, sc, n, gpu)
 
 
-def _min_compression(sc, bw, n, target, u) -> CompressionResult:
+def _reach_exactly(sf_of, lo, hi, target):
+    """The smallest value in ``[lo, hi]`` at which ``sf_of`` (the public scaling
+    factor against a ratio or a line rate) reaches ``target``, or None when none does:
+    for a target equal to the limit, which finite values reach in floating point once
+    the remaining communication rounds away."""
+    if not (hi > lo and float(sf_of(np.float64(hi))) >= target):
+        return None
+    if float(sf_of(np.float64(lo))) >= target:
+        return float(lo)
+    return _smallest_reaching(sf_of, lo, hi, target)
+
+
+def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
     p = sc.profile
+    sc0, u0 = sc, u
     u = effective_utilization(sc, bw, u)
     with np.errstate(over="ignore", divide="ignore"):
         x_net = 1.0 / (u * bw)
@@ -374,6 +430,20 @@ def _min_compression(sc, bw, n, target, u) -> CompressionResult:
     level = p.iteration_time / target - sc.forward(n) - p.update_time
     x_star = _x_star(sc.lines(n, True)[1], level)
     if not x_star > 0:
+        if sf_inf >= target * (1 - 1e-12):  # the limit: reached where rounding ends it?
+            exact = _reach_exactly(lambda r: _public_sf(sc0, n, bw, u0, r), 1.0,
+                                   _TOP / (u * bw), target)  # u bw r stays finite
+            if exact is not None:
+                sf = float(_public_sf(sc0, n, bw, u0, exact))
+                _, bind, parts = _sf_at(sc, n, float(sc.x_effective(n, x_net / exact, exact)),
+                                        True, r=exact, bw=bw)
+                return CompressionResult(
+                    ratio=exact, feasible=True, scaling_factor=sf, binding=bind,
+                    message=(f"{p.name} on {n} workers at {format_bandwidth(bw)} needs "
+                             f"{exact:.3g}x compression to scale {target:g} (uncompressed: "
+                             f"{sf1:.3f}; the target is the limit, reached once the "
+                             f"communication left is below rounding)"),
+                    critical_parts=parts, **common)
         bind_inf, parts_inf = why_inf()
         if x_star == 0.0 and sf_inf >= target * (1 - 1e-12):
             msg = _limit_message("compression", sf_inf, target)
@@ -387,8 +457,9 @@ def _min_compression(sc, bw, n, target, u) -> CompressionResult:
         raise InvalidParameterError("bw", bw, "is too small: the compression it needs is "
                                     "beyond floating point", "Line rates are in bits/s "
                                     "(10e9 or '10Gbps' is 10 Gbit/s)")
-    sf, bind, parts = _sf_at(sc, n, float(sc.x_effective(n, x_net / ratio, ratio)), True,
-                             r=ratio, bw=bw)
+    sf, why = _sf_lazy(sc, n, float(sc.x_effective(n, x_net / ratio, ratio)), True,
+                       r=ratio, bw=bw)
+    bind, parts = why() if explain else ("", {})  # a corner needs only the ratio
     return CompressionResult(
         ratio=ratio, feasible=True, scaling_factor=sf, binding=bind,
         message=(f"{p.name} on {n} workers at {format_bandwidth(bw)} needs {ratio:.3g}x "
@@ -397,9 +468,9 @@ def _min_compression(sc, bw, n, target, u) -> CompressionResult:
 
 
 def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression=1.0,
-                       utilization=1.0, algorithm="ring", fusion=None, alpha=None,
+                       utilization=1.0, algorithm=None, fusion=None, alpha=None,
                        codec_cost=0.0, gpus_per_node=None, nics_per_node=None, intra_bw=None,
-                       intra_alpha=None, ps_servers=None, cluster=None, sharding="none",
+                       intra_alpha=None, ps_servers=None, cluster=None, sharding=None,
                        gpu=None) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
@@ -426,7 +497,10 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     -------
     BandwidthResult
         ``bw`` [bits/s] (``math.inf`` with ``feasible=False`` when no bandwidth is enough;
-        0.0 when any is, e.g. a run inside one node).
+        0.0 when any is, e.g. a run inside one node). A target equal to the limit
+        (``target=1.0``) is answered with the smallest line rate at which
+        :func:`~scalemodel.scaling_factor` reaches it in floating point, when one does.
+        With a fitted cluster, ``interval`` ranges over its intervals and alternatives.
 
     Examples
     --------
@@ -445,14 +519,15 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                      ps_servers=ps_servers, sharding=sharding)
     sc = build(cluster)
     res = _with_interval(_solve_bandwidth(sc, n, target, r, u), sc,
-                         lambda cl: _solve_bandwidth(build(cl), n, target, r, u),
+                         lambda cl: _solve_bandwidth(build(cl), n, target, r, u,
+                                                     explain=False),
                          "bw", "bw")
     return _with_memory(res, sc, n, gpu)
 
 
-def _solve_bandwidth(sc, n, target, r, u) -> BandwidthResult:
+def _solve_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
     if not sc.needs_plan:
-        return _required_bandwidth(sc, n, target, r, u)
+        return _required_bandwidth(sc, n, target, r, u, explain)
     bw_guess, res = 10e9, None  # MG-WFBP replans for each line rate: a fixed point
     for _ in range(20):
         achieved = bw_guess if sc.cluster is None else float(
@@ -464,7 +539,7 @@ def _solve_bandwidth(sc, n, target, r, u) -> BandwidthResult:
     return res
 
 
-def _required_bandwidth(sc, n, target, r, u) -> BandwidthResult:
+def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
     p = sc.profile
     compressed = r > 1
     k1, k2 = sc.wire_map(n)
@@ -478,6 +553,22 @@ def _required_bandwidth(sc, n, target, r, u) -> BandwidthResult:
                                message="any bandwidth reaches the target (nothing crosses "
                                "the network)", critical_parts=parts_inf, **common)
     if not x_star > 0 or x_floor > x_star:
+        if sf_inf >= target * (1 - 1e-12):  # the limit: reached where rounding ends it?
+            exact = _reach_exactly(lambda b: _public_sf(sc, n, b, u, r), 1.0,
+                                   _TOP / (u * r), target)
+            if exact is not None:
+                u_eff = effective_utilization(sc, exact, u)
+                _, bind, parts = _sf_at(sc, n, float(sc.x_effective(
+                    n, 1.0 / (u_eff * exact * r), r)), compressed, r=r, bw=exact)
+                return BandwidthResult(
+                    bw=exact, feasible=True, scaling_factor=float(_public_sf(sc, n, exact,
+                                                                             u, r)),
+                    binding=bind, critical_parts=parts, **common, message=(
+                        f"{p.name} on {n} workers needs {format_bandwidth(exact)} per "
+                        f"{'NIC' if sc.options.gpus_per_node else 'worker'} to scale "
+                        f"{target:g} (compression {r:g}x, utilization {u:g}; the target is "
+                        f"the limit, reached once the communication left is below "
+                        f"rounding)"))
         if x_floor > x_star > 0:
             msg = ("the intra-node link binds: even an unlimited network reaches only "
                    f"{sf_inf:.4g} < target {target:g}")
@@ -505,8 +596,9 @@ def _required_bandwidth(sc, n, target, r, u) -> BandwidthResult:
                      f"{format_bandwidth(needed)} achieved bandwidth needed"),
             critical_parts={}, **common)
     u_eff = effective_utilization(sc, bw, u)
-    sf, bind, parts = _sf_at(sc, n, float(sc.x_effective(n, 1.0 / (u_eff * bw * r), r)),
-                             compressed, r=r, bw=bw)
+    sf, why = _sf_lazy(sc, n, float(sc.x_effective(n, 1.0 / (u_eff * bw * r), r)),
+                       compressed, r=r, bw=bw)
+    bind, parts = why() if explain else ("", {})  # a corner needs only the line rate
     return BandwidthResult(
         bw=bw, feasible=True, scaling_factor=sf, binding=bind,
         message=(f"{p.name} on {n} workers needs {format_bandwidth(bw)} per "

@@ -185,7 +185,10 @@ def test_defaults_in_help_are_the_defaults():
     args = cli._resolve(cli.build_parser().parse_args(
         ["min-compression", "--model", "bert", "--bw", "10Gbps"]))
     assert args.n == sm.solvers.DEFAULT_N and args.target == sm.solvers.DEFAULT_TARGET
-    assert args.utilization == 1.0 and args.codec_cost == 0.0 and args.sharding == "none"
+    assert args.utilization == 1.0 and args.codec_cost == 0.0
+    # sharding and algorithm not given: the cluster's fit settings, else none and ring
+    assert args.sharding is None and args.algorithm is None and cli._sharding(args) == "none"
+    assert sm.Scenario.build("bert", algorithm=None).algorithm == "ring"
     # fusion not given: the API's default, DDP buckets (transformer blocks under sharding)
     assert args.fusion is None and sm.Scenario.build("bert", fusion=None).fusion == sm.DDPBuckets()
     # not given: not passed on, so the API's defaults (or the cluster's values) apply

@@ -1,0 +1,312 @@
+r"""Prediction intervals over a fitted cluster: its parameters' intervals and its
+alternative explanations.
+
+A fit (:func:`~scalemodel.fit_cluster`) leaves two kinds of doubt. Each fitted parameter
+has an interval, and the answers are monotone in each, so over the box of intervals an
+answer's extremes sit at the cluster's two corners
+(:meth:`~scalemodel.ClusterProfile.corners`). And several explanations may fit the runs
+within their noise (:attr:`~scalemodel.ClusterProfile.alternatives`: a bandwidth ceiling
+or a per-collective cost, say), which predict alike on the runs but differently on other
+models, worker counts or bucket sizes. The interval of an answer :math:`a` is therefore
+
+.. math::
+   :label: answer-interval
+
+   \big[\min_{i,\,c} a(\text{corner}_c(\text{alternative}_i)),\;
+        \max_{i,\,c} a(\text{corner}_c(\text{alternative}_i))\big],
+
+over every alternative :math:`i` (the best is the cluster itself) and both corners
+:math:`c`, together with the point answer. An end that is infinite (no ratio or line rate
+reaches the target at the pessimistic end) is ``None``: unbounded, printed as such.
+:func:`answer_interval` computes it for any answer; the solvers and
+:func:`~scalemodel.iteration_time` report it (``.interval``, ``.scaling_factor_interval``),
+and say when the width comes from explanations the runs cannot tell apart, and which run
+would.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from .units import format_bandwidth
+
+__all__ = ["AnswerInterval", "answer_interval", "scaling_factor_interval",
+           "ALTERNATIVE_WIDENING"]
+
+ALTERNATIVE_WIDENING = 0.01
+"""An interval counts as widened by the alternatives when an alternative's answers reach
+more than this fraction of the point answer beyond the best explanation's own interval
+[-]."""
+
+
+@attrs.frozen
+class AnswerInterval:
+    """The range of one answer over a cluster's intervals and alternatives.
+
+    Attributes
+    ----------
+    value : float
+        The answer on the cluster itself (the best explanation) [unit of the answer].
+    low, high : float or None
+        Ends of the interval; ``None`` where the answer is unbounded (infinite at a
+        corner) [unit of the answer].
+    from_alternatives : bool
+        Whether the alternatives widen the interval beyond the best explanation's own
+        (by more than :data:`ALTERNATIVE_WIDENING` of the value): the calibration runs
+        cannot tell the explanations apart.
+    per_alternative : tuple
+        ``(alternative dict, point answer, low, high)`` for each alternative, best first
+        (empty without alternatives); the point answers of the others are evaluated only
+        when the alternatives widen the interval (None otherwise).
+    discriminating_run : str
+        A run that would tell the widest-apart explanations apart; empty when the
+        alternatives do not widen the interval.
+    """
+
+    value: float
+    low: float | None
+    high: float | None
+    from_alternatives: bool = False
+    per_alternative: tuple = ()
+    discriminating_run: str = ""
+
+    @property
+    def pair(self):
+        """``(low, high)`` [unit of the answer]."""
+        return self.low, self.high
+
+    def describe(self, fmt, unbounded_high="") -> str:
+        """The interval in words: ``"over the fit's intervals 2.1x to 3.4x"``, an
+        unbounded end as ``"unbounded"`` (with ``unbounded_high`` saying why), and when
+        the alternatives widen it, which explanations and which run would tell them apart.
+
+        Parameters
+        ----------
+        fmt : callable
+            Formats one finite answer [-].
+        unbounded_high : str
+            Why the upper end is unbounded, e.g. "no ratio reaches the target at the
+            pessimistic end" [-].
+        """
+        lo = "unbounded" if self.low is None else fmt(self.low)
+        hi = "unbounded" if self.high is None else fmt(self.high)
+        text = f"over the fit's intervals {lo} to {hi}"
+        if self.high is None and unbounded_high:
+            text += f" ({unbounded_high})"
+        if self.from_alternatives:
+            parts = []
+            for alt, point, a, b in self.per_alternative:
+                say = [("unbounded" if v is None else fmt(v)) for v in (point, a, b)]
+                parts.append(f"{_explanation(alt)} (answers {say[0]}"
+                             + ("" if say[1] == say[2] == say[0] else
+                                f", {say[1]} to {say[2]}") + ")")
+            text += ("; wide because the calibration runs cannot tell apart "
+                     + "; ".join(parts[:-1]) + " and " + parts[-1])
+            if self.discriminating_run:
+                text += f"; to tell them apart, measure {self.discriminating_run}"
+        return text
+
+
+def _end(v):
+    return None if v is None or math.isinf(v) else float(v)
+
+
+def answer_interval(fn, cluster, value=None) -> AnswerInterval:
+    """The interval of an answer over every alternative's corners, eq.
+    :eq:`answer-interval`.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(cluster) -> float``: the answer on a given cluster [unit of the answer].
+    cluster : ClusterProfile or None
+        The fitted cluster; without intervals and alternatives (or None) the interval is
+        the point [-].
+    value : float, optional
+        The answer on ``cluster`` when already known (saves one evaluation) [unit of the
+        answer].
+
+    Returns
+    -------
+    AnswerInterval
+        The point answer, the ends (None where unbounded), and whether the alternatives
+        widen it.
+
+    Examples
+    --------
+    >>> import scalemodel
+    >>> from scalemodel.intervals import answer_interval
+    >>> cl = scalemodel.ClusterProfile(intervals={"alpha": (0.0, 1e-4)},
+    ...                                provenance={"source": "example"})
+    >>> iv = answer_interval(lambda c: c.alpha * 1e3, cl)
+    >>> iv.low, iv.high
+    (0.0, 0.1)
+    """
+    if value is None:
+        value = fn(cluster)
+    value = float(value)
+    if cluster is None or not (cluster.intervals or cluster.alternatives):
+        return AnswerInterval(value, _end(value), _end(value))
+    alts = cluster.alternatives
+    rows, clusters = [], []
+    for i in range(max(1, len(alts))):
+        c = cluster if i == 0 else cluster.with_alternative(i)
+        worst, best = c.corners()
+        # the answer is monotone in every parameter: its extremes are at the corners
+        ends = ([value] if i == 0 else []) + ([] if worst is c and best is c else
+                                              [float(fn(worst)), float(fn(best))])
+        if not ends:  # an alternative without intervals: its point is its range
+            ends = [float(fn(c))]
+        rows.append([alts[i] if alts else None, value if i == 0 else None, min(ends),
+                     max(ends)])
+        clusters.append(c)
+    low = min(r[2] for r in rows)
+    high = max(r[3] for r in rows)
+    own_lo, own_hi = rows[0][2], rows[0][3]
+    tol = ALTERNATIVE_WIDENING * abs(value) if math.isfinite(value) else 0.0
+    wide = len(rows) > 1 and (low < own_lo - tol or high > own_hi + tol
+                              or (math.isinf(high) and not math.isinf(own_hi)))
+    run = ""
+    if wide:  # the message names each explanation's own answer: evaluate them now
+        for row, c in zip(rows[1:], clusters[1:]):
+            row[1] = float(fn(c)) if row[2] != row[3] else row[2]
+        far = max(rows[1:], key=lambda r: abs(_gap(r[1], value)))
+        run = discriminating_run(rows[0][0], far[0], cluster)
+    per = tuple((alt, None if p is None else _end(p), _end(a), _end(b))
+                for alt, p, a, b in rows) if alts else ()
+    return AnswerInterval(value, _end(low), _end(high), wide, per, run)
+
+
+def _gap(a, b):
+    if math.isinf(a) or math.isinf(b):
+        return math.inf if a != b else 0.0
+    return a - b
+
+
+def scaling_factor_interval(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
+                            value=None, **kwargs) -> AnswerInterval:
+    """The scaling factor of one configuration and its interval over the cluster's
+    intervals and alternatives, eq. :eq:`answer-interval`.
+
+    Parameters
+    ----------
+    model : str, os.PathLike or WorkloadProfile
+        The workload [-].
+    n : int
+        Workers [workers].
+    bw : float or str
+        Line rate [bits/s].
+    cluster : ClusterProfile, str or os.PathLike
+        The fitted cluster [-].
+    utilization : float
+        Fraction of the line rate achieved [-].
+    compression : float
+        Compression ratio [-].
+    value : float, optional
+        The scaling factor on ``cluster`` when already known [-].
+    **kwargs
+        The other arguments of :func:`~scalemodel.scaling_factor` [-].
+
+    Returns
+    -------
+    AnswerInterval
+        Scaling factors [-].
+    """
+    from .cluster import load_cluster
+    from .model import scaling_factor
+
+    cl = load_cluster(cluster)
+
+    def fn(c):
+        return scaling_factor(model, n, bw, utilization=utilization,
+                              compression=compression, cluster=c, **kwargs)
+
+    return answer_interval(fn, cl, value)
+
+
+# ------------------------------------------------------------------ which run tells them apart
+
+_BYTES = ("ceiling", "utilization", "host_overhead", "table_utilization")
+_PER_BUCKET = ("collective_overhead", "bucket_overhead")
+_PER_ITERATION = ("sync_overhead", "iteration_overhead")
+_COMPUTE = ("compute_slowdown", "overlap")
+_GROWS_WITH_N = ("alpha", "straggler_spread")
+
+_UNITS = {"ceiling": "bits/s", "alpha": "s", "collective_overhead": "s",
+          "sync_overhead": "s", "bucket_overhead": "s", "iteration_overhead": "s",
+          "intra_alpha": "s", "intra_bw": "bits/s", "host_overhead": "s/byte"}
+
+
+def _fmt_value(name, v):
+    unit = _UNITS.get(name, "-")
+    if v is None:
+        return "none" if name == "ceiling" else "unbounded"
+    if unit == "bits/s":
+        return format_bandwidth(v)
+    if unit == "s":
+        return f"{v * 1e3:.3g} ms"
+    if unit == "s/byte":
+        return f"{v * 1e9:.3g} ns/byte"
+    return f"{v:.4g}"
+
+
+def _explanation(alt) -> str:
+    if alt is None:
+        return "the fit"
+    vals = alt.get("values") or {}
+    if not vals:
+        return "the ideal model"
+    return ", ".join(f"{k}={_fmt_value(k, v)}" for k, v in vals.items())
+
+
+def _kinds(alt):
+    names = set((alt or {}).get("free") or ()) | set((alt or {}).get("values") or ())
+    return {kind for kind, group in (("bytes", _BYTES), ("bucket", _PER_BUCKET),
+                                     ("iteration", _PER_ITERATION), ("compute", _COMPUTE),
+                                     ("n", _GROWS_WITH_N)) if names & set(group)}
+
+
+def discriminating_run(best, other, cluster) -> str:
+    """A run that would tell two explanations apart, in words, from the kinds of their
+    parameters (bandwidth-like ones grow with the bytes, per-bucket ones with the bucket
+    count, per-iteration ones with neither, latency and stragglers with n) and the runs
+    the cluster was fitted to (``provenance["runs"]``).
+
+    Parameters
+    ----------
+    best, other : dict or None
+        Two entries of :attr:`~scalemodel.ClusterProfile.alternatives` [-].
+    cluster : ClusterProfile
+        The fitted cluster [-].
+    """
+    a, b = _kinds(best), _kinds(other)
+    differ = a ^ b if a ^ b else a | b
+    runs = [r for r in (cluster.provenance.get("runs") or ()) if isinstance(r, dict)]
+    models = sorted({str(r["model"]) for r in runs if r.get("model")})
+    counts = [r["n"] for r in runs if isinstance(r.get("n"), int)]
+    rates = sorted({float(r["bw"]) for r in runs if isinstance(r.get("bw"), (int, float))})
+    of = f" than {', '.join(models)}" if models else " than the calibration runs'"
+    ideas = []
+    if "bytes" in differ and differ & {"bucket", "iteration", "n", "compute"}:
+        ideas.append(f"a run of a model with several times more gradient bytes{of}")
+    if "bucket" in differ:
+        ideas.append("a run with 1 MB buckets (bucket_cap_mb=1)")
+    if "iteration" in differ and "bucket" not in differ and "bytes" not in differ:
+        ideas.append(f"a run of a model with several times more gradient bytes{of}")
+    if "n" in differ:
+        top = max(counts) if counts else None
+        ideas.append("a run on several times more workers"
+                     + (f" than {top}" if top else ""))
+    if "compute" in differ:
+        ideas.append("a run whose compute time is measured (compute_time, e.g. from a "
+                     "trace)")
+    if not ideas and differ == {"bytes"}:
+        ideas.append("a run at another line rate"
+                     + (f" than {', '.join(format_bandwidth(r) for r in rates)}"
+                        if rates else ""))
+    if not ideas:
+        ideas.append("a run that differs from the calibration runs in model, worker count "
+                     "or bucket size")
+    return ", or ".join(dict.fromkeys(ideas))
