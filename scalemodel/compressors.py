@@ -168,7 +168,8 @@ from .units import check_nonnegative
 __all__ = ["CodecCost", "DEFAULT_CODEC_COSTS", "TensorCosts", "Compressor", "NoCompression",
            "CastCompressor", "IntQuantizer", "SignSGD", "TopK", "RandomK", "PowerSGD",
            "COMPRESSORS", "get_compressor", "powersgd_ratio", "matrix_shape", "tensorflow_shape",
-           "codec_costs_for"]
+           "codec_costs_for", "Implementation", "IMPLEMENTATIONS", "resolve_implementation",
+           "for_implementation"]
 
 ALLREDUCE = "allreduce"
 """Phase collective meaning "the plan's all-reduce algorithm" (``ring`` by default)."""
@@ -927,3 +928,168 @@ def get_compressor(compressor, parameter: str = "compressor") -> Compressor:
     except (InvalidParameterError, ParameterTypeError) as exc:
         why = getattr(exc, "requirement", None) or str(exc)
         raise InvalidParameterError(parameter, compressor, f"the {comp.knob} {why}") from None
+
+
+# --------------------------------------------------------------------------- implementations
+
+
+@attrs.frozen
+class Implementation:
+    """How one framework or library realises the compressor families: which it provides
+    and the wire format of each (attributes of the compressor classes).
+
+    Attributes
+    ----------
+    name : str
+        Preset name, a key of :data:`IMPLEMENTATIONS`.
+    families : tuple of str
+        Compressor families (:data:`COMPRESSORS` names) it provides.
+    settings : dict
+        ``{family: {attribute: value}}``; the key ``"*"`` applies to every compressed
+        family.
+    source : str
+        The source code the settings were read from.
+    """
+
+    name: str
+    families: tuple
+    settings: dict
+    source: str
+
+
+IMPLEMENTATIONS = {
+    "pytorch": Implementation(
+        "pytorch", ("none", "fp16", "bf16", "int8", "powersgd"), {},
+        "PyTorch DDP communication hooks, torch/distributed/algorithms/ddp_comm_hooks/: "
+        "default_hooks.py (fp16_compress_hook, bf16_compress_hook: cast, all-reduce of "
+        "the bucket), powerSGD_hook.py (tensor.view(shape[0], -1), rank clamped to "
+        "min(rows, cols), min_compression_rate 2, P then Q all-reduced per bucket, error "
+        "feedback and warm start), quantization_hooks.py (uint8 values plus an fp32 scale "
+        "and zero point, all-gathered per bucket). The defaults of every compressor class."),
+    "horovod": Implementation(
+        "horovod", ("none", "fp16"), {},
+        "Horovod horovod/torch/compression.py and horovod/tensorflow/compression.py: "
+        "Compression.none and Compression.fp16 only; the cast tensors go through "
+        "Horovod's tensor fusion like uncompressed ones."),
+    "grace-tf": Implementation(
+        "grace-tf", ("none", "fp16", "int8", "signsgd", "topk", "randomk", "powersgd"),
+        {"*": {"per_tensor": True},
+         "signsgd": {"sign_bits": 8, "scale_bytes": 0},
+         "topk": {"index_bytes": 4},
+         "randomk": {"shared_seed": True},
+         "int8": {"packed": False, "scale_bytes": 4},
+         "powersgd": {"matrix_view": "tensorflow", "min_compression_rate": 0.0}},
+        "GRACE, sands-lab/grace fd3a7f4, grace_dl/tensorflow: signsgd.py sends "
+        "tf.bool signs (a byte each, no scale; efsignsgd.py adds one fp32 mean); topk.py "
+        "values plus tf.int32 indices; randomk.py a stateless seed from the tensor's name "
+        "and the step, values only; u8bit.py and qsgd.py tf.int8 values and one fp32 "
+        "scale or norm; powersgd.py tf.reshape(tensor, [shape[0], -1]) of TF's (kh, kw, "
+        "in, out) kernels, every tensor of two or more dimensions, P and Q all-reduced; "
+        "communicator/allgather.py and allreduce.py call Horovod once per tensor."),
+    "grace-torch": Implementation(
+        "grace-torch", ("none", "fp16", "int8", "signsgd", "topk", "randomk", "powersgd"),
+        {"*": {"per_tensor": True},
+         "signsgd": {"sign_bits": 8, "scale_bytes": 0},
+         "topk": {"index_bytes": 8},
+         "randomk": {"shared_seed": True},
+         "int8": {"packed": False, "scale_bytes": 4},
+         "powersgd": {"min_compression_rate": 0.0}},
+        "GRACE, sands-lab/grace fd3a7f4, grace_dl/torch: signsgd.py sends torch.uint8 "
+        "signs (a byte each); topk.py values plus torch.topk's int64 indices; randomk.py "
+        "torch.manual_seed from the tensor's name and the step, values only; qsgd.py "
+        "torch.int8 values and one fp32 norm; powersgd.py tensor.view([shape[0], -1]) "
+        "of every tensor of two or more dimensions; Horovod called once per tensor."),
+    "deepspeed": Implementation(
+        "deepspeed", ("none", "fp16", "bf16", "signsgd", "int8"),
+        {"signsgd": {"collective": "allreduce"}},
+        "DeepSpeed: 1-bit Adam / 1-bit LAMB, deepspeed/runtime/comm/nccl.py "
+        "compressed_allreduce (signs packed 8 a byte with one fp32 scale, an all-to-all "
+        "of the packed signs then an all-gather of the re-compressed sums: a ring's "
+        "traffic; after the uncompressed warm-up steps); ZeRO++ qgZ (arXiv:2306.10209): "
+        "quantized gradients in the reduce-scatter of ZeRO sharding; fp16 / bf16 "
+        "gradients in mixed precision."),
+}
+"""Implementation presets, ``implementation=`` names: what each provides and sends, read
+from its source (see each :class:`Implementation`'s ``source``)."""
+
+_IMPLEMENTATION_ALIASES = {"torch": "pytorch", "ddp": "pytorch", "hvd": "horovod",
+                           "grace": "grace-tf", "grace-tensorflow": "grace-tf",
+                           "grace-pytorch": "grace-torch", "ds": "deepspeed"}
+
+
+def resolve_implementation(implementation, parameter: str = "implementation") -> Implementation:
+    """The :class:`Implementation` named ``implementation`` (case-insensitive; ``_`` and
+    ``-`` alike) [-].
+
+    Parameters
+    ----------
+    implementation : str or Implementation
+        A key of :data:`IMPLEMENTATIONS` or an alias (``"torch"``, ``"grace"``...) [-].
+    parameter : str
+        Name used in error messages [-].
+
+    Raises
+    ------
+    UnknownNameError
+        For an unknown name, with the nearest valid one.
+    """
+    if isinstance(implementation, Implementation):
+        return implementation
+    if not isinstance(implementation, str):
+        raise ParameterTypeError(parameter, implementation, "an implementation name")
+    key = implementation.strip().lower().replace("_", "-")
+    key = _IMPLEMENTATION_ALIASES.get(key, key)
+    if key not in IMPLEMENTATIONS:
+        raise UnknownNameError(parameter, implementation, IMPLEMENTATIONS,
+                               aliases=_IMPLEMENTATION_ALIASES)
+    return IMPLEMENTATIONS[key]
+
+
+def for_implementation(compressor, implementation="pytorch",
+                       parameter: str = "compressor") -> Compressor:
+    """The compressor as ``implementation`` realises it: its wire-format attributes set
+    from the preset, except those a :class:`Compressor` object already sets to a value
+    other than the class default (a name or ``"name:setting"`` string takes the whole
+    preset).
+
+    Parameters
+    ----------
+    compressor : str or Compressor
+        As for :func:`get_compressor` [-].
+    implementation : str or Implementation
+        A preset of :data:`IMPLEMENTATIONS` [-].
+    parameter : str
+        Name used in error messages for the compressor [-].
+
+    Raises
+    ------
+    UnknownNameError
+        For an unknown implementation, with the nearest valid name.
+    InvalidParameterError
+        When the implementation does not provide the compressor's family; the message
+        names the implementations that do.
+
+    Examples
+    --------
+    >>> from scalemodel.compressors import for_implementation
+    >>> for_implementation("signsgd", "grace-tf").describe()
+    'signsgd (per_tensor=True, sign_bits=8, scale_bytes=0)'
+    >>> for_implementation("powersgd:1", "grace-tf").wire_format((512, 512, 3, 3))
+    (('allreduce', 12.0), ('allreduce', 3145728.0))
+    """
+    impl = resolve_implementation(implementation)
+    comp = get_compressor(compressor, parameter)
+    family = comp.name if comp.name in COMPRESSORS else comp.family
+    if family not in impl.families:
+        providers = [k for k, v in IMPLEMENTATIONS.items() if family in v.families]
+        raise InvalidParameterError(
+            parameter, comp.describe(), f"is not provided by implementation "
+            f"{impl.name!r} (it provides {', '.join(impl.families)})",
+            "Implementations providing it: " + (", ".join(providers) or "none"))
+    if family == "none":
+        return comp
+    wanted = {**impl.settings.get("*", {}), **impl.settings.get(family, {})}
+    fields = {f.name: f for f in attrs.fields(type(comp))}
+    changes = {k: v for k, v in wanted.items()
+               if k in fields and getattr(comp, k) == fields[k].default}
+    return attrs.evolve(comp, **changes) if changes else comp

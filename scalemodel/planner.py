@@ -12,7 +12,8 @@ its time on the communication channel is
    \qquad x = \frac{1}{u B} ,
 
 with :math:`S_{k,p}` the compressed bytes of phase :math:`p` (summed over the bucket's
-tensors), :math:`W_p` the wire bits of that phase's collective (an all-reduce, or an
+tensors; with ``Compressor.per_tensor`` every tensor's phase is its own collective and the
+sum runs over them), :math:`W_p` the wire bits of that phase's collective (an all-reduce, or an
 all-gather whose bits grow as :math:`(n-1) S`), and the encode and decode times of the
 bucket's tensors plus their kernel launches. Each :math:`c_k^C` is again a straight line in
 :math:`x`, so the overlap model of :mod:`scalemodel.overlap` applies unchanged: the

@@ -275,3 +275,81 @@ def test_describe_names_the_wire_format():
     assert sm.SignSGD(sign_bits=8, per_tensor=True).describe() == \
         "signsgd (per_tensor=True, sign_bits=8)"
     assert sm.get_compressor("topk:0.01").describe() == "topk density 0.01"
+
+
+# ------------------------------------------------------------------ implementation presets
+
+from scalemodel.compressors import (IMPLEMENTATIONS, for_implementation,  # noqa: E402
+                                    resolve_implementation)
+
+
+def test_grace_tf_preset_sends_what_grace_tensorflow_sends():
+    shape = (512, 256, 3, 3)
+    numel = math.prod(shape)
+    sign = for_implementation("signsgd", "grace-tf")
+    assert sign.wire_format(shape) == (("allgather", nbytes(np.ones(numel, bool))),)  # tf.bool
+    k = int(0.01 * 1000 * 1000)
+    topk = for_implementation("topk:0.01", "grace-tf")
+    assert topk.wire_format((1000, 1000)) == (
+        ("allgather", nbytes(np.zeros(k, FP32), np.zeros(k, np.int32))),)
+    randk = for_implementation("randomk:0.01", "grace-tf")
+    assert randk.wire_format((1000, 1000)) == (("allreduce", nbytes(np.zeros(k, FP32))),)
+    q8 = for_implementation("int8", "grace-tf")
+    assert q8.wire_format(shape) == (("allgather", nbytes(np.zeros(numel, np.int8),
+                                                          np.zeros(1, FP32))),)
+    psgd = for_implementation("powersgd:1", "grace-tf")
+    assert list(psgd.wire_format(shape)) == [(c, float(b)) for c, b in _powersgd_direct(
+        np.zeros(shape, FP32), 1, "tensorflow")]
+    for comp in (sign, topk, randk, q8, psgd):
+        assert comp.per_tensor
+
+
+def test_grace_torch_preset_sends_int64_indices_and_pytorch_matrices():
+    k = int(0.01 * 1000 * 1000)
+    topk = for_implementation("topk:0.01", "grace-torch")
+    assert topk.wire_format((1000, 1000)) == (
+        ("allgather", nbytes(np.zeros(k, FP32), np.zeros(k, np.int64))),)
+    psgd = for_implementation("powersgd:1", "grace-torch")
+    assert psgd.matrix_view == "pytorch" and psgd.min_compression_rate == 0
+    assert for_implementation("signsgd", "grace-torch").wire_format((10, 10)) == (
+        ("allgather", nbytes(np.zeros(100, np.uint8))),)  # torch.uint8 signs
+
+
+def test_pytorch_and_horovod_presets_are_the_defaults_and_deepspeed_allreduces_signs():
+    for name in IMPLEMENTATIONS["pytorch"].families:
+        assert for_implementation(name, "pytorch") == sm.get_compressor(name)
+    assert for_implementation("fp16", "horovod") == sm.get_compressor("fp16")
+    ds = for_implementation("signsgd", "deepspeed")
+    assert ds.collective == "allreduce" and ds.sign_bits == 1 and not ds.per_tensor
+
+
+def test_grace_signsgd_on_8_workers_puts_as_many_bits_on_the_wire_as_no_compression():
+    """The issue's measurement: GRACE's byte-per-sign all-gather can never win at n = 8:
+    7 x N bytes received against the fp32 ring's 2 (7/8) 4N."""
+    row = sm.plan_compression("resnet50", 10e9, n=8, fusion="horovod",
+                              compressors=[for_implementation("signsgd", "grace-tf")]).rows[0]
+    assert row.effective_ratio == pytest.approx(1.0, rel=1e-12)
+    assert not row.beats_uncompressed
+
+
+def test_explicit_settings_win_over_the_preset():
+    comp = for_implementation(sm.TopK(density=0.02, index_bytes=8), "grace-tf")
+    assert comp.index_bytes == 8 and comp.per_tensor and comp.density == 0.02
+
+
+def test_unknown_implementation_names_the_nearest():
+    with pytest.raises(sm.UnknownNameError) as err:
+        for_implementation("topk", "grace-tff")
+    assert err.value.parameter == "implementation" and err.value.suggestion == "grace-tf"
+    assert resolve_implementation("GRACE_TF").name == "grace-tf"
+    assert resolve_implementation("torch").name == "pytorch"
+
+
+@pytest.mark.parametrize("family,implementation", [("topk", "pytorch"), ("powersgd", "horovod"),
+                                                   ("randomk", "deepspeed")])
+def test_a_family_an_implementation_lacks_names_those_that_provide_it(family, implementation):
+    with pytest.raises(sm.InvalidParameterError) as err:
+        for_implementation(family, implementation)
+    providers = [k for k, v in IMPLEMENTATIONS.items() if family in v.families]
+    assert providers and all(p in str(err.value) for p in providers)
+    assert implementation in str(err.value)
