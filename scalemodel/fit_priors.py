@@ -12,7 +12,7 @@ import math
 
 import attrs
 
-__all__ = ["PRIORS", "AUTO"]
+__all__ = ["PRIORS", "AUTO", "NETWORKS", "TRANSPORT_SEES"]
 
 
 @attrs.frozen
@@ -47,16 +47,77 @@ PRIORS = {
                       "compute engines); scale 0.25"),
     "host_overhead": _Prior(0.0, 2e-10, 0.0, 5e-9, "s/byte", "scale 0.2 ns/byte (a "
                             "memory copy at 5 GB/s)"),
+    "bucket_overhead": _Prior(0.0, 1e-4, 0.0, 0.01, "s", "scale 0.1 ms: PyTorch's DDP "
+                              "benchmark (pytorch/pytorch benchmarks/distributed/ddp/"
+                              "README.md, 8-16 V100) measures 1 MB buckets 0.7-3.8 % slower "
+                              "than 25 MB, about 75-95 us per extra bucket"),
+    "iteration_overhead": _Prior(0.0, 5e-3, 0.0, 0.5, "s", "scale 5 ms: the same benchmark "
+                                 "measures DDP on one GPU 1.4-5.8 % slower than no DDP "
+                                 "(ResNet-50: 0.100 s against 0.097 s)"),
+    "straggler_spread": _Prior(0.0, 0.05, 0.0, 1.0, "-", "scale 5 %: per-iteration compute "
+                               "of a GPU worker varies by a few percent (the calibration's "
+                               "measured p10-p90 spread)"),
 }
 """Weakly informative priors of the fitted parameters: ideal default, scale of the
 penalty (in the log of the value for ``log`` parameters, in the value's unit otherwise),
 bounds and their source. ``ceiling`` bounds are fractions of the largest line rate."""
 
 _ORDER = ("ceiling", "utilization", "sync_overhead", "collective_overhead",
-          "compute_slowdown", "alpha", "overlap", "host_overhead")
+          "compute_slowdown", "iteration_overhead", "bucket_overhead", "straggler_spread",
+          "alpha", "overlap", "host_overhead")
 """Tie-break order of parameters of equal evidence."""
 
-AUTO = ("ceiling", "utilization", "sync_overhead", "collective_overhead", "compute_slowdown")
-"""Parameters :func:`~scalemodel.fit_cluster` chooses among by itself. The others (``alpha``,
-``overlap``, ``host_overhead``) come from the transport calibration or ``fit=``: their
-signatures in a few scaling runs are too close to the ones above to tell apart."""
+AUTO = ("ceiling", "utilization", "sync_overhead", "collective_overhead", "compute_slowdown",
+        "iteration_overhead", "bucket_overhead", "straggler_spread")
+"""Parameters :func:`~scalemodel.fit_cluster` chooses among by itself (``straggler_spread``
+only when the runs have at least three worker counts above one, or two with a measured
+compute slowdown; ``ceiling`` and ``utilization`` only without transport data). The others
+(``alpha``, ``overlap``, ``host_overhead``) come from the transport calibration or
+``fit=``: their signatures in a few scaling runs are too close to the ones above to tell
+apart."""
+
+TRANSPORT_SEES = ("alpha", "utilization", "ceiling", "host_overhead")
+"""What a transport measurement fixes (with the intra-node link of the topology); with
+``transport=`` the runs fit only the others."""
+
+
+@attrs.frozen
+class _NetworkPrior:
+    utilization: float  # centre of the achieved fraction of a slow line rate [-]
+    utilization_scale: float  # in ln(1/u)
+    ceiling: float | None  # centre of the ceiling [bits/s]; None: no ceiling expected
+    ceiling_scale: float  # in ln(ceiling)
+    source: str
+
+
+NETWORKS = {
+    "nccl-ib": _NetworkPrior(0.92, math.log(1 / 0.85), None, math.log(4.0),
+                             "NCCL over InfiniBand reaches 85-98 % of the line rate in "
+                             "nccl-tests' all_reduce_perf busbw: 12.2 GB/s on one 100 Gbit/s "
+                             "EDR card (NVIDIA/nccl-tests#29), 84.8 GB/s average and 96 GB/s "
+                             "peak on 4x HDR 200 Gbit/s per 8 GPUs (NVIDIA/nccl-tests#119); "
+                             "no ceiling below the line rate"),
+    "nccl-roce": _NetworkPrior(0.88, math.log(1 / 0.7), None, math.log(4.0),
+                               "NCCL over RoCE: as InfiniBand where tuned (86 of 96 GB/s, "
+                               "NVIDIA/nccl#1048) but often well below it untuned (50 of 200 "
+                               "GB/s with GID index 3, NVIDIA/nccl-tests#232): centre 0.88, "
+                               "wider scale"),
+    "nccl-socket": _NetworkPrior(0.9, math.log(1 / 0.8), 30e9, math.log(2.0),
+                                 "NCCL's socket transport over TCP fills a slow link (95 % of "
+                                 "1 Gbit/s, Zhang et al. arXiv:2006.10103 Fig. 4) but stops "
+                                 "near 25 Gbit/s on 100 GbE (ibid., p3dn), 36-42 Gbit/s busbw "
+                                 "at 8-16 MB on 100 Gbit/s TCP (NVIDIA/nccl#450), under 60 % "
+                                 "of 32 Gbit/s (NVIDIA/nccl#209): ceiling centred at 30 Gbit/s, "
+                                 "scale ln 2"),
+    "gloo": _NetworkPrior(0.88, math.log(1 / 0.8), 9e9, math.log(3.0),
+                          "Gloo's ring all-reduce over TCP: 110 of 125 MB/s on 1 Gbit/s "
+                          "(pytorch/gloo#21), 1.07 GB/s (8.6 Gbit/s) on 40 GbE with one core "
+                          "(pytorch/gloo#248): ceiling centred at 9 Gbit/s, scale ln 3"),
+    "mpi": _NetworkPrior(0.85, math.log(1 / 0.7), 10e9, math.log(4.0),
+                         "MPI over TCP: no nccl-tests-like published figure was found; "
+                         "assumed as Gloo (one stream per peer) with a wider scale, ln 4"),
+}
+"""Priors of the achieved bandwidth per transport (``fit_cluster(network=...)``): the
+centre and scale of the utilization of a slow link and of the ceiling, from published
+nccl-tests and Gloo benchmark figures (each with its source). Without ``network`` the
+generic priors of :data:`PRIORS` apply (no ceiling, full utilization expected)."""

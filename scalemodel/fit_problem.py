@@ -134,11 +134,29 @@ class _Problem:
             return 0.0, math.log(p.upper / p.default)
         return p.lower, p.upper
 
+    network = None
+    """The transport's prior (:data:`~scalemodel.fit_priors.NETWORKS`), or None."""
+
     def g_default(self, name):
+        """Centre of the prior in fitting coordinates."""
+        net = self.network
         if name == "ceiling":
+            if net is not None and net.ceiling is not None and net.ceiling < self.bw_max:
+                return math.log(self.bw_max / net.ceiling)
             return 0.0
+        if name == "utilization" and net is not None:
+            return -math.log(net.utilization)
         p = PRIORS[name]
         return 0.0 if p.log or name == "utilization" else p.default
+
+    def prior_scale(self, name):
+        """Scale of the prior in fitting coordinates."""
+        net = self.network
+        if net is not None and name == "utilization":
+            return net.utilization_scale
+        if net is not None and name == "ceiling" and net.ceiling is not None:
+            return net.ceiling_scale
+        return PRIORS[name].scale
 
     def cluster(self, values):
         """A ClusterProfile with ``values`` (name -> value) over the base."""
@@ -184,37 +202,61 @@ class _Problem:
     def _lines(self, values):
         r"""Per group, what does not change with the fast parameters: the lines without
         fixed costs or ceiling (eq. :eq:`iteration-cluster`) split into their compute part
-        (scaled by :math:`\sigma_n`) and the rest, and the counts by which the fixed costs
-        enter each line; or a scenario to evaluate in full (MG-WFBP, sharding)."""
+        (per unit of :math:`\sigma_n`) and the rest, and the counts by which the fixed
+        costs enter each line; or a scenario to evaluate in full (MG-WFBP, sharding).
+        Where the buckets depend on the compute speed (Horovod's cycle time) the lines
+        are kept per bucket structure, which changes only at a few slowdowns."""
         merged = {**self.fixed, **values}
         key = tuple((k, v) for k, v in sorted(merged.items())
                     if k not in self._FAST and k not in self._COMPUTE)
-        full = key + tuple((k, merged[k]) for k in self._COMPUTE if k in merged)
         cache = self.__dict__.setdefault("_cache", {})
-        if len(cache) > 256:
+        if len(cache) > 1024:
             cache.clear()
         cl = None
         entry = {}
         for gkey, g in self.groups.items():
-            linear = g["linear"]
-            ckey = (gkey, key if linear else full)
-            if ckey not in cache:
-                if cl is None:
-                    cl = self.cluster(values)
-                cache[ckey] = self._group_lines(gkey, g, cl, linear, values)
+            ckey = (gkey, key)
+            if not g["linear"]:
+                if ckey not in cache:  # the scenario at sigma = 1: its profile and policy
+                    cl = self.cluster(values) if cl is None else cl
+                    cache[ckey] = self._scenario(gkey, g, cl, 1.0)
+                sc1 = cache[ckey]
+                if sc1.needs_plan or sc1.sharding is not None:
+                    entry[gkey] = ("scenario", sc1)
+                    continue
+                # the buckets form on the timeline of sigma (the straggler wait then
+                # stretches it to sigma_n, as the model does)
+                sigma = self._value(values, "compute_slowdown")
+                skey = ("structure", gkey, key, sigma)
+                if skey not in cache:
+                    prof = sc1.profile
+                    made = sc1.fusion.buckets(prof.tensor_bytes, sigma * prof.tensor_ready)
+                    cache[skey] = made.starts.tobytes()
+                ckey = (gkey, key, cache[skey])
+                if ckey not in cache:
+                    cl = self.cluster(values) if cl is None else cl
+                    cache[ckey] = self._group_lines(gkey, g, cl, sigma)
+            elif ckey not in cache:
+                cl = self.cluster(values) if cl is None else cl
+                cache[ckey] = self._group_lines(gkey, g, cl, 1.0)
             entry[gkey] = cache[ckey]
         return entry
 
-    def _group_lines(self, gkey, g, cl, linear, values):
+    def _scenario(self, gkey, g, cl, sigma_n):
         _, fusion, algorithm, sharding, n, wrapped = gkey
         bare = attrs.evolve(cl, **{k: v for k, v in _BARE.items() if k in self._fields})
-        sigma_n = 1.0 if linear else self._sigma_n(values, n)
         bare = attrs.evolve(bare, compute_slowdown=min(max(sigma_n, 1.0), 100.0))
         kw = dict(algorithm=algorithm, fusion=fusion, cluster=bare,
                   ps_servers=self.settings["ps_servers"])
         if sharding != "none":
             kw["sharding"] = sharding
-        sc = Scenario.build(g["profile"], **kw)
+        return Scenario.build(g["profile"], **kw)
+
+    def _group_lines(self, gkey, g, cl, sigma_n):
+        r"""One group's lines built with the buckets of the compute slowdown
+        ``sigma_n`` [-], in per-unit-slowdown form."""
+        n, wrapped = gkey[4], gkey[5]
+        sc = self._scenario(gkey, g, cl, sigma_n)
         if sc.needs_plan or sc.sharding is not None:
             return ("scenario", sc)
         lines = sc.lines(n, False)[0]
@@ -231,14 +273,13 @@ class _Problem:
             per_bucket = np.zeros(k + 1)
             per_bucket[0] = float(k) if wrapped else 0.0
             wrapper = 1.0 if wrapped else 0.0
+            sigma_n = 1.0  # one worker computes at its own speed
         compute = lines.ready.copy()
         compute[0] = lines.intercept[0]  # backward's end: all compute
-        if not linear:  # built at sigma_n already
-            compute = np.zeros_like(compute)
         rest = lines.intercept - compute
-        forward = float(sc.forward(n))
-        return ("lines", linear, compute, rest, lines.slope, count, last, per_bucket, wrapper,
-                forward, g["profile"].update_time, sc.wire_map(n))
+        return ("lines", compute / sigma_n, rest, lines.slope, count, last, per_bucket,
+                wrapper, float(sc.forward(n)) / sigma_n, g["profile"].update_time,
+                sc.wire_map(n))
 
     def predict(self, values):
         """Model iteration times of every run [s] (in the profile's units), vectorized.
@@ -267,9 +308,9 @@ class _Problem:
                 sc = attrs.evolve(e[1], cluster=cl)
                 out[idx] = sc.iteration_times(np.full(len(idx), n), x, 1.0)
                 continue
-            (_, linear, compute, rest, slope, count, last, per_bucket, wrapper, forward,
-             update, (k1, k2)) = e
-            s_n = self._sigma_n(values, n) if linear else 1.0
+            (_, compute, rest, slope, count, last, per_bucket, wrapper, forward, update,
+             (k1, k2)) = e
+            s_n = self._sigma_n(values, n)
             c = s_n * compute + rest + c0 * count + ts * last + cb * per_bucket
             xe = k1 * x if k2 == 0.0 else np.maximum(k1 * x, k2)
             if len(c) * len(xe) <= _DENSE_CELLS:
@@ -292,7 +333,7 @@ def _solve(problem, free):
     lo = np.array([problem.g_bounds(k)[0] for k in names])
     hi = np.array([problem.g_bounds(k)[1] for k in names])
     g0 = np.array([problem.g_default(k) for k in names])
-    scale = np.array([PRIORS[k].scale for k in names])
+    scale = np.array([problem.prior_scale(k) for k in names])
 
     def values(g):
         return {k: problem.from_g(k, float(x)) for k, x in zip(names, g)}

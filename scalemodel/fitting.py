@@ -65,8 +65,9 @@ import attrs
 import numpy as np
 
 from .cluster import ClusterProfile, load_cluster
-from .exceptions import CalibrationWarning, InvalidParameterError, ParameterTypeError
-from .fit_priors import _ORDER, AUTO, PRIORS
+from .exceptions import (CalibrationWarning, InvalidParameterError, ParameterTypeError,
+                         ScalemodelError, UnknownNameError)
+from .fit_priors import _ORDER, AUTO, NETWORKS, PRIORS, TRANSPORT_SEES
 from .fit_problem import MAX_RUNS, _Problem, _solve
 from .model import Scenario
 from .runs import DEFAULT_UNCERTAINTY, Run, _renamed, load_runs
@@ -162,11 +163,12 @@ class ClusterFit:
     message : str
         One paragraph for people.
     alternatives : list of dict
-        Other choices of free parameters that explain the runs almost as well (score
-        within 2 of the best: ``{"free", "values", "chi2", "score"}``): when there are
-        some, the runs cannot tell these explanations apart, and predictions far from the
-        runs differ between them; more runs (other worker counts, other line rates)
-        would.
+        Every explanation (choice of free parameters) that fits the runs within their
+        noise, best first (the first is the chosen one): ``{"free", "values",
+        "intervals", "score", "chi2"}``, ``score`` the Akaike-penalised misfit minus the
+        best one's (within :data:`ALTERNATIVE_SCORE`), unbounded interval ends None. The
+        cluster carries them (:attr:`~scalemodel.ClusterProfile.alternatives`) and its
+        predictions range over them; the message says which run would tell them apart.
     """
 
     cluster: ClusterProfile
@@ -201,24 +203,36 @@ class _Default(int):
 _GPUS_PER_NODE = _Default(8)
 
 
-def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER_NODE,
-                nics_per_node=None,
-                intra_bw=None, intra_alpha=None, ps_servers=None, cluster=None, fit=None,
-                hold=None, confidence=0.95, max_free=None, name="fitted", **given
-                ) -> ClusterFit:
+def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion="ddp",
+                gpus_per_node=_GPUS_PER_NODE, nics_per_node=None, intra_bw=None,
+                intra_alpha=None, ps_servers=None, cluster=None, fit=None, hold=None,
+                confidence=0.95, max_free=None, name="fitted", **given) -> ClusterFit:
     """Fit a cluster's real-world terms from measured runs (see the module).
 
     Parameters
     ----------
     runs : list of dict, str or os.PathLike
-        Measured runs, or a CSV file of them (see the module for the keys) [-].
+        Measured runs, or a CSV file of them (see the module for the keys); at most
+        :data:`MAX_RUNS` [-].
+    transport : str, os.PathLike, list of them, ClusterProfile or TraceReport, optional
+        Transport data (:mod:`scalemodel.fit_transport`): nccl-tests logs (intra- and
+        inter-node), the cluster JSON of ``python -m scalemodel.calibrate`` or
+        ``from-nccl-tests``, a trace report. It fixes the latency, the achieved
+        bandwidth (utilization, table, ceiling) and the intra-node link with their
+        intervals (status ``"transport"``); the runs then fit only what it cannot see [-].
+    network : str or None
+        The transport the runs used, for the priors of the achieved bandwidth without
+        transport data: ``"nccl-ib"``, ``"nccl-roce"``, ``"nccl-socket"``, ``"gloo"``,
+        ``"mpi"`` (:data:`~scalemodel.fit_priors.NETWORKS`, each with its published
+        figures) or None (generic priors) [-].
     algorithm : str
         Collective of the runs that do not name one [-].
     fusion : str or fusion policy
         Fusion of the runs that do not name one [-].
     gpus_per_node : int or None
         GPUs per node of the cluster (its topology; ``None``: every worker its own link);
-        default 8, or the starting ``cluster``'s when it has a topology [workers].
+        default 8, or the starting ``cluster``'s (the transport's) when it has a topology
+        [workers].
     nics_per_node : int or None
         NICs per node; ``None``: 1 [NICs].
     intra_bw : float, str or None
@@ -228,9 +242,8 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
     ps_servers : int or None
         As in :func:`~scalemodel.scaling_factor` [servers].
     cluster : ClusterProfile, str or os.PathLike, optional
-        A cluster to start from (for example one from the transport calibration, with its
-        latency and utilization table): its values are the defaults of the parameters
-        fitted here [-].
+        A cluster to start from: its values are held (status ``"from cluster"``) unless
+        ``fit=`` names them; prefer ``transport=`` for a transport calibration [-].
     fit : sequence of str, optional
         Fit exactly these parameters instead of choosing [-].
     hold : sequence of str, optional
@@ -238,22 +251,26 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
     confidence : float
         Confidence level of the intervals, in (0, 1) [-].
     max_free : int, optional
-        Most parameters to fit at once; default the number of runs (at most 4) [-].
+        Most parameters to fit at once; default the number of runs (at most 4, at most
+        3 when more than six parameters are candidates) [-].
     name : str
         Name of the fitted cluster [-].
     **given
-        Values to hold for any parameter of :data:`~scalemodel.fitting.PRIORS`, e.g. ``compute_slowdown=1.1``
-        [unit of the parameter].
+        Values to hold for any parameter of :data:`~scalemodel.fitting.PRIORS`, e.g.
+        ``compute_slowdown=1.1`` [unit of the parameter].
 
     Returns
     -------
     ClusterFit
-        The cluster, the parameters with intervals, the per-run residuals.
+        The cluster (with its ``alternatives`` and ``fit_settings``), the parameters with
+        intervals, the per-run residuals.
 
     Raises
     ------
     InvalidParameterError, ParameterTypeError, UnknownNameError
-        Bad runs or keywords; the message names the run and the value.
+        Bad runs or keywords (the message names the run and the value), more than
+        :data:`MAX_RUNS` runs, or a transport that contradicts the runs' topology or line
+        rate (the message names both).
     CalibrationError
         The runs cannot be reached by any parameter values.
 
@@ -265,25 +282,28 @@ def fit_cluster(runs, *, algorithm="ring", fusion="ddp", gpus_per_node=_GPUS_PER
     >>> fit.free
     ('ceiling',)
     """
-    _check_keywords(given, confidence, fit, hold)
-    runs, base = _load_and_check(runs, cluster=cluster, name=name, algorithm=algorithm,
-                                 fusion=fusion, gpus_per_node=gpus_per_node,
-                                 nics_per_node=nics_per_node, intra_bw=intra_bw,
-                                 intra_alpha=intra_alpha)
-    fixed, statuses, sigma = _fixed_values(runs, given, base, from_cluster=cluster is not None)
+    _check_keywords(given, confidence, fit, hold, network, transport, cluster)
+    runs, base, source = _load_and_check(
+        runs, cluster=cluster, transport=transport, name=name, algorithm=algorithm,
+        fusion=fusion, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
+        intra_bw=intra_bw, intra_alpha=intra_alpha)
+    fixed, statuses, sigma = _fixed_values(runs, given, base, source=source)
     settings = dict(algorithm=algorithm, fusion=fusion, ps_servers=ps_servers)
     subsets, fixed_all = _candidate_sets(runs, fixed, fit=fit, hold=hold, max_free=max_free)
     problem = _Problem(runs, base, settings, fixed_all)
+    problem.network = None if network is None else NETWORKS[network]
     solutions = _solve_each(problem, subsets)
     best = solutions[0]
     params = _parameters(problem, best, fixed_all, statuses, sigma, base,
-                         confidence=confidence, from_cluster=cluster is not None)
+                         confidence=confidence, source=source)
     residuals = _residuals(problem, best.values)
-    alternatives = _alternatives(solutions)
-    fitted = _fitted_cluster(problem, best, params, algorithm=algorithm, fusion=fusion)
+    alternatives = _alternatives(problem, solutions, confidence)
+    fit_settings = _fit_settings(runs, algorithm, fusion, source)
+    fitted = _fitted_cluster(problem, best, params, alternatives, fit_settings)
+    notes = _what_tells_them_apart(problem, fitted, runs, settings)
     return ClusterFit(cluster=fitted, parameters=params, residuals=residuals,
                       free=tuple(best.free), chi2=best.chi2,
-                      message=_message(best, params, residuals, alternatives),
+                      message=_message(best, params, residuals, alternatives, notes),
                       alternatives=alternatives)
 
 
@@ -304,8 +324,18 @@ class _Solution:
     bounds: object
 
 
-def _check_keywords(given, confidence, fit, hold):
-    """Unknown parameter names and a confidence outside (0, 1) are errors."""
+@attrs.frozen
+class _Source:
+    """Where the starting values come from: ``kind`` is ``"ideal"``, ``"cluster"`` (the
+    ``cluster=`` keyword) or ``"transport"``; ``text`` names a transport."""
+
+    kind: str
+    text: str = ""
+
+
+def _check_keywords(given, confidence, fit, hold, network, transport, cluster):
+    """Unknown parameter or network names, a confidence outside (0, 1), contradicting
+    options are errors."""
     unknown = set(given) - set(PRIORS)
     if unknown:
         raise InvalidParameterError("fit_cluster", sorted(unknown), "unknown keywords",
@@ -313,22 +343,58 @@ def _check_keywords(given, confidence, fit, hold):
     if not 0 < confidence < 1:
         raise InvalidParameterError("confidence", confidence, "must be in (0, 1)")
     for option, names in (("hold", hold), ("fit", fit)):
+        if isinstance(names, str):
+            raise ParameterTypeError(option, names, "a list of parameter names")
         bad = set(names or ()) - set(PRIORS)
         if bad:
             raise InvalidParameterError(option, sorted(bad), "unknown parameters",
                                         f"Parameters: {', '.join(PRIORS)}")
+    both = set(fit or ()) & set(hold or ())
+    if both:
+        raise InvalidParameterError("hold", sorted(both), "names parameters that fit= "
+                                    "asks to fit; give each in one of them")
+    if network is not None and network not in NETWORKS:
+        raise UnknownNameError("network", network, list(NETWORKS))
+    if transport is not None and cluster is not None:
+        raise InvalidParameterError("cluster", cluster, "give transport= or cluster=, not "
+                                    "both (transport= fixes what the transport sees)")
+    if transport is not None:
+        seen = set(TRANSPORT_SEES) & (set(fit or ()) | set(given))
+        if seen:
+            raise InvalidParameterError("fit", sorted(seen), "are fixed by transport=; "
+                                        "leave them out, or leave out transport=")
 
 
-def _load_and_check(runs, *, cluster, name, algorithm, fusion, gpus_per_node,
+def _too_many(count):
+    raise InvalidParameterError("runs", f"{count} runs", f"at most {MAX_RUNS} runs "
+                                "(scalemodel.fitting.MAX_RUNS)", "Fit a random sample of "
+                                "them: a few hundred runs per configuration tell as much")
+
+
+def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_per_node,
                     nics_per_node, intra_bw, intra_alpha):
-    """The validated runs and the cluster to start from (with the topology)."""
+    """The validated runs, the cluster to start from (with the topology) and its source;
+    a transport is read and checked against the runs here."""
     if isinstance(runs, (list, tuple)) and len(runs) > MAX_RUNS:
         _too_many(len(runs))
     runs = load_runs(runs)
     if len(runs) > MAX_RUNS:
         _too_many(len(runs))
-    base = load_cluster(cluster) if cluster is not None else ClusterProfile(
-        name=name, provenance={"source": "fit_cluster"})
+    given_g = None if gpus_per_node is _GPUS_PER_NODE else gpus_per_node
+    source = _Source("ideal")
+    if transport is not None:
+        from .fit_transport import check_against_runs, load_transport, without_line_rate
+        bw_max = max(r.bw for r in runs)
+        t = load_transport(transport, line_rate=bw_max, gpus_per_node=given_g,
+                           nics_per_node=nics_per_node)
+        check_against_runs(t, runs, gpus_per_node=given_g)
+        base = without_line_rate(t.cluster, bw_max)
+        source = _Source("transport", t.text)
+    elif cluster is not None:
+        base = load_cluster(cluster)
+        source = _Source("cluster")
+    else:
+        base = ClusterProfile(name=name, provenance={"source": "fit_cluster"})
     if gpus_per_node is _GPUS_PER_NODE and base.topology is not None:
         gpus_per_node = None  # not given: keep the starting cluster's topology
     topo = resolve_topology(base.topology, gpus_per_node=gpus_per_node,
@@ -346,19 +412,13 @@ def _load_and_check(runs, *, cluster, name, algorithm, fusion, gpus_per_node,
     if not any(r.n > 1 for r in runs):
         raise InvalidParameterError("runs", [r.label for r in runs],
                                     "needs at least one run with n > 1")
-    return runs, base
+    return runs, base, source
 
 
-def _too_many(count):
-    raise InvalidParameterError("runs", f"{count} runs", f"at most {MAX_RUNS} runs "
-                                "(scalemodel.fitting.MAX_RUNS)", "Fit a random sample of "
-                                "them: a few hundred runs per configuration tell as much")
-
-
-def _fixed_values(runs, given, base, *, from_cluster):
+def _fixed_values(runs, given, base, *, source):
     """Values not fitted: given by keyword, measured (the compute slowdown from compute
-    times) or taken from the starting cluster. Returns (values, statuses, measured
-    slowdown or None)."""
+    times), fixed by the transport, or taken from the starting cluster. Returns (values,
+    statuses, measured slowdown or None)."""
     fixed, statuses = {}, {}
     for k, v in given.items():
         fixed[k] = float(v)
@@ -367,7 +427,11 @@ def _fixed_values(runs, given, base, *, from_cluster):
     if sigma is not None and "compute_slowdown" not in fixed:
         fixed["compute_slowdown"] = sigma[0]
         statuses["compute_slowdown"] = "measured"
-    if from_cluster:
+    if source.kind == "transport":
+        for k in ("alpha", "utilization", "ceiling"):
+            fixed[k] = _base_value(base, k)
+            statuses[k] = "transport"
+    elif source.kind == "cluster":
         for k in ("alpha", "utilization", "overlap", "compute_slowdown",
                   "collective_overhead", "sync_overhead"):
             if k not in fixed:
@@ -379,15 +443,22 @@ def _fixed_values(runs, given, base, *, from_cluster):
 def _candidate_sets(runs, fixed, *, fit, hold, max_free):
     """The sets of free parameters to try, and the values held in all of them."""
     hold = set(hold or ())
-    candidates = [k for k in AUTO if k not in fixed and k not in hold]
     fixed_all = dict(fixed)
     if fit is not None:
         fit = tuple(fit)
         for k in fit:
             fixed_all.pop(k, None)
         return [fit], fixed_all
-    informative = sum(r.n > 1 for r in runs)
-    top = min(informative, len(candidates), 4 if max_free is None else max_free)
+    candidates = [k for k in AUTO if k not in fixed and k not in hold]
+    if "straggler_spread" in candidates:
+        # the wait for the slowest worker grows with n: it needs the runs' n to vary
+        counts = len({r.n for r in runs if r.n > 1})
+        if counts < (2 if "compute_slowdown" in fixed else 3):
+            candidates.remove("straggler_spread")
+    informative = sum(r.n > 1 for r in runs) + sum(
+        bool(getattr(r, "wrapped", False)) for r in runs if r.n == 1)
+    cap = 4 if len(candidates) <= 6 else 3
+    top = min(informative, len(candidates), cap if max_free is None else max_free)
     subsets = [s for p in range(1, top + 1) for s in itertools.combinations(candidates, p)]
     return subsets or [()], fixed_all
 
@@ -409,12 +480,15 @@ def _solve_each(problem, subsets):
     return solutions
 
 
-def _parameters(problem, best, fixed_all, statuses, sigma, base, *, confidence,
-                from_cluster):
+_SOURCES = {"given": "given by keyword", "from cluster": "from the starting cluster",
+            "measured": "compute times of the runs"}
+
+
+def _parameters(problem, best, fixed_all, statuses, sigma, base, *, confidence, source):
     """Every parameter with its value, interval and status: the fitted ones with Laplace
     intervals (inflated when the runs scatter more than their uncertainty), the others
     as held."""
-    params = _fitted_parameters(problem, best, confidence)
+    params = _fitted_parameters(problem, best, confidence, warn=True)
     for k in _ORDER:
         if k in params:
             continue
@@ -422,24 +496,37 @@ def _parameters(problem, best, fixed_all, statuses, sigma, base, *, confidence,
             v = fixed_all[k]
             st = statuses.get(k, "given")
             iv = (v, v)
-            src = {"given": "given by keyword", "from cluster": "from the starting cluster",
-                   "measured": "compute times of the runs"}.get(st, st)
+            src = _SOURCES.get(st, st)
             if k == "compute_slowdown" and st == "measured":
                 iv = sigma[1]
                 src = (f"measured: median of compute_time(n) / compute_time(1) over "
                        f"{sigma[2]} run(s)")
+            if st == "transport":
+                iv = tuple(base.intervals.get(k, (v, v)))
+                if k == "ceiling" and not math.isfinite(v):
+                    iv = (None, None)
+                src = f"transport: {source.text}"
             params[k] = FittedParameter(k, v, tuple(iv), PRIORS[k].unit, st, False, src)
         else:
-            v = PRIORS[k].default if not from_cluster else _base_value(base, k)
+            v = PRIORS[k].default if source.kind == "ideal" else _base_value(base, k)
             params[k] = FittedParameter(k, v, (v, v), PRIORS[k].unit, "default", False,
                                         "held at the ideal model's value (no evidence "
-                                        "needed it)" if not from_cluster else
+                                        "needed it)" if source.kind == "ideal" else
                                         "from the starting cluster")
     return params
 
 
-def _fitted_parameters(problem, best, confidence):
-    """The free parameters of ``best`` with their intervals (Laplace approximation)."""
+_PHYSICAL_LOW = {"compute_slowdown", "sync_overhead", "collective_overhead", "alpha",
+                 "host_overhead", "bucket_overhead", "iteration_overhead",
+                 "straggler_spread", "overlap"}
+"""Parameters whose lower g-bound is a physical limit (0, or 1 for the slowdown): an
+interval clipped there ends at that number; clipped at the other bound it is unbounded."""
+
+
+def _fitted_parameters(problem, best, confidence, *, warn):
+    """The free parameters of ``best`` with their intervals (Laplace approximation); an
+    end the runs do not constrain (clipped at a bound that is not a physical limit) is
+    None."""
     from scipy.stats import norm
 
     free, g, jac, bounds, vals = best.free, best.g, best.jac, best.bounds, best.values
@@ -457,15 +544,24 @@ def _fitted_parameters(problem, best, confidence):
     for i, k in enumerate(free):
         lo_g, hi_g = bounds[0][i], bounds[1][i]
         sd = math.sqrt(max(cov[i, i], 0.0)) if cov is not None else math.inf
+        a_open = not g[i] - z * sd > lo_g  # clipped at the lower g bound
+        b_open = not g[i] + z * sd < hi_g
         a = max(lo_g, g[i] - z * sd)
         b = min(hi_g, g[i] + z * sd)
-        ends = sorted((float(problem.from_g(k, a)), float(problem.from_g(k, b))))
+        va, vb = float(problem.from_g(k, a)), float(problem.from_g(k, b))
+        if k in ("ceiling", "utilization"):  # decreasing in g
+            # ceiling: g = 0 is "no ceiling" (unbounded above); utilization: g = 0 is 1
+            lo = None if b_open else vb
+            hi = None if (a_open and k == "ceiling") else va
+        else:
+            lo = None if (a_open and k not in _PHYSICAL_LOW) else va
+            hi = None if b_open else vb
         # the lower bound is the ideal value (no effect); the upper one is a real limit
         at_bound = bool(g[i] >= hi_g - 1e-3 * (hi_g - lo_g))
-        params[k] = FittedParameter(k, vals[k], tuple(ends), PRIORS[k].unit, "fitted",
+        params[k] = FittedParameter(k, vals[k], (lo, hi), PRIORS[k].unit, "fitted",
                                     at_bound, f"fitted to {k_runs} run(s); prior: "
                                     f"{PRIORS[k].source}")
-        if at_bound:
+        if at_bound and warn:
             warnings.warn(CalibrationWarning(
                 f"fit_cluster: {k} = {vals[k]:.4g} {PRIORS[k].unit} sits at its bound: the "
                 f"runs ask for more than the model's range allows"), stacklevel=4)
@@ -477,56 +573,170 @@ def _residuals(problem, values):
     three of its uncertainties."""
     runs = problem.runs
     pred = problem.predict(values)
+    measured = problem.measured_t
+    err = pred / measured - 1
+    t1 = np.array([r.profile.iteration_time for r in runs])
     residuals = []
     for i, r in enumerate(runs):
-        t1 = r.profile.iteration_time
-        m_sf = r.measured_sf if r.measured_sf is not None else t1 / problem.measured_t[i]
-        residuals.append(RunResidual(r.label, r.n, r.bw, float(problem.measured_t[i]),
-                                     float(pred[i]), float(pred[i] / problem.measured_t[i] - 1),
-                                     float(m_sf), float(t1 / pred[i])))
-    for x, r in zip(residuals, runs):
-        if abs(math.log1p(x.error)) > 3 * r.uncertainty:
-            warnings.warn(CalibrationWarning(
-                f"fit_cluster: run {x.label!r} (n={x.n}, bw={x.bw:g}) is missed by "
-                f"{100 * x.error:+.1f} %: it contradicts the others or the model"),
-                stacklevel=3)
+        m_sf = r.measured_sf if r.measured_sf is not None else t1[i] / measured[i]
+        residuals.append(RunResidual(r.label, r.n, r.bw, float(measured[i]), float(pred[i]),
+                                     float(err[i]), float(m_sf), float(t1[i] / pred[i])))
+    missed = np.flatnonzero(np.abs(np.log1p(err)) > 3 * problem.sigma_t)
+    for i in missed[:20]:
+        x = residuals[i]
+        warnings.warn(CalibrationWarning(
+            f"fit_cluster: run {x.label!r} (n={x.n}, bw={x.bw:g}) is missed by "
+            f"{100 * x.error:+.1f} %: it contradicts the others or the model"),
+            stacklevel=3)
+    if len(missed) > 20:
+        warnings.warn(CalibrationWarning(
+            f"fit_cluster: {len(missed) - 20} more runs are missed by more than three of "
+            "their uncertainties"), stacklevel=3)
     return residuals
 
 
-def _alternatives(solutions):
-    """The other candidate sets that explain the runs almost as well (score within 2 of
-    the best)."""
+ALTERNATIVE_SCORE = 2.0
+"""Explanations whose score is within this of the best one's are kept as alternatives:
+the runs cannot tell them apart (Akaike weight at least e^-1 of the best's) [-]."""
+
+
+def _alternatives(problem, solutions, confidence):
+    """Every explanation within :data:`ALTERNATIVE_SCORE` of the best, best first, in the
+    format of :attr:`~scalemodel.ClusterProfile.alternatives` (score relative to the
+    best's, unbounded interval ends None)."""
     best = solutions[0].score
-    return [{"free": list(s.free), "values": dict(s.values), "chi2": s.chi2, "score": s.score}
-            for s in solutions[1:] if s.score <= best + 2.0 and s.free]
+    out = []
+    for s in solutions:
+        if s.score > best + ALTERNATIVE_SCORE or (out and not s.free):
+            continue
+        params = _fitted_parameters(problem, s, confidence, warn=False)
+        values = {k: (None if k == "ceiling" and not math.isfinite(v) else float(v))
+                  for k, v in s.values.items()}
+        out.append({"free": list(s.free), "values": values,
+                    "intervals": {k: list(p.interval) for k, p in params.items()},
+                    "score": max(0.0, float(s.score - best)), "chi2": float(s.chi2)})
+    return out
 
 
 _INTERVAL_FIELDS = ("alpha", "utilization", "ceiling", "compute_slowdown",
-                    "collective_overhead", "sync_overhead", "overlap")
+                    "collective_overhead", "sync_overhead", "overlap", "bucket_overhead",
+                    "iteration_overhead", "straggler_spread")
 
 
-def _fitted_cluster(problem, best, params, *, algorithm, fusion):
-    """The cluster of the best solution, with its intervals and provenance."""
+def _fit_settings(runs, algorithm, fusion, source):
+    """What the cluster was fitted under (:attr:`~scalemodel.ClusterProfile.fit_settings`):
+    the fusion and algorithm when they are names, the runs' sharding when they share one,
+    and the transport source."""
+    out = {}
+    if isinstance(fusion, str):
+        out["fusion"] = fusion
+    if isinstance(algorithm, str):
+        out["algorithm"] = algorithm
+    shardings = {str(getattr(r, "sharding", None) or "none") for r in runs}
+    if len(shardings) == 1:
+        out["sharding"] = shardings.pop()
+    if source.kind == "transport":
+        out["transport"] = source.text or "transport data"
+    return out
+
+
+def _fitted_cluster(problem, best, params, alternatives, fit_settings):
+    """The cluster of the best solution, with its intervals, alternatives, fit settings
+    and provenance."""
     base, runs = problem.base, problem.runs
     intervals = dict(base.intervals)
     for k, p in params.items():
-        if p.status in ("fitted", "measured") and k in _INTERVAL_FIELDS:
+        if p.status in ("fitted", "measured", "transport") and k in _INTERVAL_FIELDS \
+                and k in problem._fields:
+            if k == "ceiling" and p.status == "transport" and base.ceiling is None:
+                continue
             intervals[k] = p.interval
     provenance = dict(base.provenance)
     provenance.update({
         "source": "scalemodel.fit_cluster from measured runs",
         "runs": [{"label": r.label, "model": r.profile.name, "n": r.n, "bw": r.bw,
                   "measured_iteration_time": float(problem.measured_t[i]),
-                  "uncertainty": r.uncertainty} for i, r in enumerate(runs)],
-        "settings": {"algorithm": algorithm, "fusion": str(fusion)},
+                  "uncertainty": r.uncertainty} for i, r in enumerate(runs[:1000])],
+        "settings": dict(fit_settings),
         "free": list(best.free), "chi2": best.chi2,
     })
+    if len(runs) > 1000:
+        provenance["runs_omitted"] = len(runs) - 1000
+    extra = {}
+    if "alternatives" in problem._fields and len(alternatives) > 1:
+        extra["alternatives"] = alternatives
+    elif len(alternatives) > 1:
+        provenance["alternatives"] = alternatives
+    if "fit_settings" in problem._fields:
+        extra["fit_settings"] = fit_settings
     return attrs.evolve(problem.cluster(best.values), intervals=intervals,
-                        provenance=provenance)
+                        provenance=provenance, **extra)
 
 
-def _message(best, params, residuals, alternatives):
-    """One paragraph for people: what was fitted, the largest miss, the values."""
+def _probe_profiles(runs, settings):
+    """Questions far from the runs that tell explanations apart: (text, profile, n, bw,
+    fusion) of the largest run's model with 5x its bytes, with 1 MB buckets, and on four
+    times its workers."""
+    from .fusion import DDPBuckets
+    big = max((r for r in runs if r.n > 1), key=lambda r: (r.n, r.bw))
+    p = big.profile
+    fusion = big.fusion or settings["fusion"]
+    probes = []
+    try:
+        heavier = attrs.evolve(p, tensor_bytes=np.asarray(p.tensor_bytes) * 5.0,
+                               name=f"{p.name} x5 bytes")
+        probes.append((f"a model with 5x the bytes of {p.name} on {big.n} workers",
+                       heavier, big.n, big.bw, fusion))
+    except (TypeError, ValueError, ScalemodelError):
+        pass
+    probes.append((f"{p.name} with 1 MB buckets (bucket_cap_mb=1) on {big.n} workers", p,
+                   big.n, big.bw, DDPBuckets(cap_bytes=2.0**20)))
+    probes.append((f"{p.name} on {4 * big.n} workers", p, 4 * big.n, big.bw, fusion))
+    return probes
+
+
+WIDE = 0.10
+"""Relative spread of the explanations' predicted iteration times above which the
+message names the question they disagree on and the run that would tell them apart [-]."""
+
+
+def _what_tells_them_apart(problem, cluster, runs, settings):
+    """Lines for the message: where the alternatives' predictions differ by more than
+    :data:`WIDE`, and which run would tell them apart."""
+    alts = _alternatives_of(cluster, problem)
+    if len(alts) < 2:
+        return []
+    from .model import scaling_factor
+    worst = None
+    for text, prof, n, bw, fusion in _probe_profiles(runs, settings):
+        try:
+            sf = np.array([scaling_factor(prof, n, bw, fusion=fusion,
+                                          algorithm=settings["algorithm"], cluster=c)
+                           for c in alts])
+        except ScalemodelError:
+            continue
+        spread = float(sf.max() / sf.min() - 1)
+        if worst is None or spread > worst[0]:
+            worst = (spread, text, float(sf.min()), float(sf.max()))
+    if worst is None or worst[0] <= WIDE:
+        return []
+    return [f"  the {len(alts)} explanations predict {worst[1]} between scaling factors "
+            f"{worst[2]:.3g} and {worst[3]:.3g} (iteration times {100 * worst[0]:.0f} % "
+            f"apart): a run of {worst[1]} would tell them apart"]
+
+
+def _alternatives_of(cluster, problem):
+    """The clusters of every alternative explanation (the best first)."""
+    if "alternatives" in problem._fields:
+        return [cluster.with_alternative(i) for i in range(len(cluster.alternatives))]
+    alts = cluster.provenance.get("alternatives") or []
+    return [problem.cluster({k: (math.inf if v is None else v)
+                             for k, v in a["values"].items()}) for a in alts]
+
+
+def _message(best, params, residuals, alternatives, notes=()):
+    """One paragraph for people: what was fitted, the largest miss, the values, the other
+    explanations and the run that would tell them apart."""
     worst = max(residuals, key=lambda x: abs(x.error))
     free = best.free
     lines = [f"fitted {', '.join(free) if free else 'nothing'} to {len(residuals)} run(s); "
@@ -535,13 +745,23 @@ def _message(best, params, residuals, alternatives):
         p = params[k]
         if p.status == "default":
             continue
-        lines.append(f"  {k:20s} {_fmt(p.value, p.unit)}  [{_fmt(p.interval[0], p.unit)}, "
-                     f"{_fmt(p.interval[1], p.unit)}]  {p.status}")
-    if alternatives:
+        if p.at_bound or (p.status == "fitted" and p.interval[0] is not None
+                          and p.value == p.interval[0] == PRIORS[k].lower):
+            where = "at its bound"
+        else:
+            where = ""
+        lines.append(f"  {k:20s} {_fmt(p.value, p.unit)}{f' ({where})' if where else ''}  "
+                     f"[{_fmt(p.interval[0], p.unit)}, {_fmt(p.interval[1], p.unit)}]  "
+                     f"{p.status}")
+    others = alternatives[1:]
+    if others:
         lines.append("  the runs fit about as well with: " + "; ".join(
-            ", ".join(f"{k}={_fmt(v, PRIORS[k].unit)}" for k, v in a["values"].items())
-            for a in alternatives[:3]) + " (more runs would tell them apart)")
+            ", ".join(f"{k}={_fmt(math.inf if v is None else v, PRIORS[k].unit)}"
+                      for k, v in a["values"].items()) or "the ideal model"
+            for a in others[:3]) + " (more runs would tell them apart)")
+    lines.extend(notes)
     return "\n".join(lines)
+
 
 def _base_value(base, k):
     if k == "ceiling":
@@ -552,7 +772,11 @@ def _base_value(base, k):
 
 
 def _fmt(v, unit):
+    if v is None:
+        return "unbounded"
     if unit == "bits/s":
+        if not math.isfinite(v):
+            return "none"
         from .units import format_bandwidth
         return format_bandwidth(v)
     if unit == "s":

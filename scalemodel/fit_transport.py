@@ -1,0 +1,276 @@
+"""Transport data for :func:`~scalemodel.fit_cluster`: what a microbenchmark sees.
+
+A transport measurement (nccl-tests, the transport step of ``python -m
+scalemodel.calibrate``, a profiler trace) sees the network: the latency, the achieved
+bandwidth against the line rate (utilization, table, ceiling) and the intra-node link,
+with their intervals. It does not see the framework or the compute. With
+``fit_cluster(runs, transport=...)`` these are fixed from the transport (status
+``"transport"``) and the runs fit only what the transport cannot see (compute slowdown,
+per-bucket, per-collective and per-iteration costs, synchronization, straggler spread,
+overlap). :func:`load_transport` reads any of the sources into a
+:class:`~scalemodel.ClusterProfile` and checks it against the runs' topology and line
+rate.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+from pathlib import Path
+
+import attrs
+
+from .cluster import ClusterProfile, load_cluster
+from .exceptions import InvalidParameterError, ParameterTypeError
+from .topology import Topology
+
+__all__ = ["Transport", "load_transport"]
+
+_RATE_SLACK = 0.05
+"""Relative slack when comparing line rates of the transport and the runs [-]."""
+
+_HOST = re.compile(r"#\s*Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
+
+
+@attrs.frozen
+class Transport:
+    """A transport measurement, ready to fix the network terms of a fit.
+
+    Attributes
+    ----------
+    cluster : ClusterProfile
+        Latency, achieved bandwidth (utilization, table, ceiling), topology and their
+        intervals; the fields the transport does not see are at their ideal values.
+    text : str
+        A short text naming the source (for ``fit_settings["transport"]``).
+    gpus_per_node : int or None
+        GPUs per node the transport was measured with, when it says [workers].
+    line_rate : float or None
+        Highest line rate the transport was measured at, when it says [bits/s].
+    """
+
+    cluster: ClusterProfile
+    text: str
+    gpus_per_node: int | None = None
+    line_rate: float | None = None
+
+
+def load_transport(transport, *, line_rate=None, gpus_per_node=None, nics_per_node=None
+                   ) -> Transport:
+    """Read transport data (see the module).
+
+    Parameters
+    ----------
+    transport : str, os.PathLike, sequence of them, ClusterProfile, CollectiveFit or TraceReport
+        An nccl-tests log or several (intra- and inter-node all-reduce logs), a cluster
+        JSON written by ``python -m scalemodel.calibrate`` or ``from-nccl-tests``, a
+        trace report JSON (``from-trace --out``), or the objects themselves [-].
+    line_rate : float or None
+        NIC line rate of nccl-tests logs (the runs' highest line rate) [bits/s].
+    gpus_per_node : int or None
+        GPUs per node (for nccl-tests logs: which run inside one node) [workers].
+    nics_per_node : int or None
+        NICs per node [NICs].
+
+    Returns
+    -------
+    Transport
+        The cluster of the transport terms and a text naming the source.
+    """
+    from .calibrate.fit import CollectiveFit, cluster_from_fits
+    if isinstance(transport, Transport):
+        return transport
+    if isinstance(transport, ClusterProfile):
+        return _from_cluster(transport, f"cluster {transport.name!r}")
+    if isinstance(transport, CollectiveFit) or (
+            isinstance(transport, (list, tuple)) and transport
+            and all(isinstance(f, CollectiveFit) for f in transport)):
+        fits = [transport] if isinstance(transport, CollectiveFit) else list(transport)
+        cl = cluster_from_fits(fits, name="transport", line_rate=line_rate,
+                               provenance={"source": "collective fits"})
+        return _from_cluster(cl, "collective fits")
+    if hasattr(transport, "cluster") and hasattr(transport, "profile"):  # a TraceReport
+        if transport.cluster is None:
+            raise InvalidParameterError("transport", "trace report", "has no fitted cluster "
+                                        "(see its undetermined['cluster'])")
+        return _from_cluster(transport.cluster, "trace report")
+    paths = _paths(transport)
+    first = _read_start(paths[0])
+    if first.lstrip().startswith("{"):
+        if len(paths) > 1:
+            raise InvalidParameterError("transport", [os.fspath(p) for p in paths],
+                                        "one JSON file (a cluster or a trace report), or "
+                                        "nccl-tests logs")
+        return _from_json(paths[0])
+    return _from_nccl_tests(paths, line_rate=line_rate, gpus_per_node=gpus_per_node,
+                            nics_per_node=nics_per_node)
+
+
+def _paths(transport):
+    if isinstance(transport, (str, os.PathLike)):
+        transport = [transport]
+    if not isinstance(transport, (list, tuple)) or not transport or not all(
+            isinstance(p, (str, os.PathLike)) for p in transport):
+        raise ParameterTypeError("transport", transport, "an nccl-tests log or a list of "
+                                 "them, a cluster or trace report JSON, a ClusterProfile "
+                                 "or a TraceReport")
+    paths = [Path(p) for p in transport]
+    for p in paths:
+        if not p.is_file():
+            raise InvalidParameterError("transport", os.fspath(p),
+                                        "no such file" if not os.path.lexists(p)
+                                        else "not a regular file")
+    return paths
+
+
+def _read_start(path):
+    with open(path, "rb") as fh:
+        return fh.read(256).decode("utf-8", errors="replace")
+
+
+def _from_json(path):
+    from ._jsonfile import read_json_file
+    data = read_json_file(path, what="transport")
+    if isinstance(data, dict) and data.get("format") == "scalemodel-cluster":
+        cl = load_cluster(path)
+        return _from_cluster(cl, f"{path.name} ({cl.provenance.get('source', 'cluster')})")
+    if isinstance(data, dict) and isinstance(data.get("cluster"), dict):  # a trace report
+        cl = ClusterProfile.from_dict(data["cluster"], source=os.fspath(path))
+        return _from_cluster(cl, f"trace report {path.name}")
+    raise InvalidParameterError("transport", os.fspath(path), "is neither a cluster JSON "
+                                "(format scalemodel-cluster) nor a trace report with a "
+                                "fitted cluster")
+
+
+def _line_rate_of(cl):
+    """Highest line rate the cluster's transport was measured at, if it says."""
+    if cl.table_line_rate is not None:
+        return float(cl.table_line_rate[-1])
+    rates = [f.get("line_rate") for f in cl.extra.get("fits", ()) if isinstance(f, dict)]
+    rates = [float(r) for r in rates if isinstance(r, (int, float)) and r > 0]
+    if rates:
+        return max(rates)
+    rate = cl.provenance.get("line_rate") if isinstance(cl.provenance, dict) else None
+    return float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
+
+
+def _from_cluster(cl, text):
+    """Only what a transport sees: latency, achieved bandwidth, reduction, topology."""
+    keep = {"alpha", "utilization", "ceiling", "table_utilization", "intra_bw",
+            "intra_alpha"}
+    cluster = ClusterProfile(
+        name=cl.name, alpha=cl.alpha, utilization=cl.utilization, ceiling=cl.ceiling,
+        table_line_rate=cl.table_line_rate, table_utilization=cl.table_utilization,
+        reduction=cl.reduction, topology=cl.topology,
+        intervals={k: v for k, v in cl.intervals.items() if k in keep},
+        provenance=dict(cl.provenance), extra=dict(cl.extra))
+    g = None if cl.topology is None else cl.topology.gpus_per_node
+    return Transport(cluster=cluster, text=text, gpus_per_node=g, line_rate=_line_rate_of(cl))
+
+
+def _hosts(path):
+    """GPUs per host of an nccl-tests log, from its rank lines (None if it has none)."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        hosts = [m.group(1) for line in fh for m in [_HOST.search(line)] if m]
+    if not hosts:
+        return None
+    counts = collections.Counter(hosts)
+    return max(counts.values())
+
+
+def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
+    """The cluster of nccl-tests logs, as ``from-nccl-tests --gpus-per-node`` makes it: a
+    log inside one node is the intra-node link, the all-reduce logs across nodes give the
+    latency and achieved bandwidth with that topology."""
+    from .calibrate.fit import cluster_from_fits, intra_node_topology
+    from .calibrate.nccl_tests import read_nccl_tests
+    results = [read_nccl_tests(p) for p in paths]
+    reduce = [(r, p) for r, p in zip(results, paths) if r.collective == "all_reduce"]
+    if not reduce:
+        raise InvalidParameterError("transport", [os.fspath(p) for p in paths],
+                                    "needs an all_reduce_perf log (the gradients travel in "
+                                    "all-reduces)")
+    per_host = [h for h in (_hosts(p) for _, p in reduce) if h is not None]
+    logged = max(per_host) if per_host else None
+    g = gpus_per_node if gpus_per_node is not None else logged
+    if g is None:
+        g = 8
+    nics = 1 if nics_per_node is None else nics_per_node
+    across = [r for r, _ in reduce if r.world_size > g]
+    inside = [r for r, _ in reduce if 1 < r.world_size <= g]
+    names = ", ".join(p.name for p in paths)
+    intra_fit = None
+    if inside:
+        intra_fit = max(inside, key=lambda r: r.world_size).fit()
+        topology = intra_node_topology(intra_fit, gpus_per_node=g, nics_per_node=nics)
+    else:
+        topology = Topology(gpus_per_node=g, nics_per_node=nics)
+    if not across:
+        cl = ClusterProfile(name="nccl-tests", topology=topology,
+                            intervals={"intra_bw": tuple(intra_fit.intervals["bandwidth"]),
+                                       "intra_alpha": tuple(intra_fit.intervals["alpha"])},
+                            provenance={"source": f"nccl-tests output: {names}",
+                                        "note": "inside one node only: no NIC measured"})
+        return Transport(cluster=cl, text=f"nccl-tests {names} (intra-node only)",
+                         gpus_per_node=logged if logged is not None else g,
+                         line_rate=None)
+    fits = [r.fit(line_rate=line_rate, topology=topology) for r in across]
+    cl = cluster_from_fits(fits, name="nccl-tests", line_rate=line_rate, intra=intra_fit,
+                           provenance={"source": f"nccl-tests output: {names}"})
+    return Transport(cluster=_from_cluster(cl, "").cluster, text=f"nccl-tests {names}",
+                     gpus_per_node=logged, line_rate=line_rate)
+
+
+def check_against_runs(transport, runs, *, gpus_per_node):
+    """Refuse a transport that contradicts the runs or the caller's topology.
+
+    ``gpus_per_node`` is the caller's explicit value (None when not given). A transport
+    measured with other GPUs per node, or only at a line rate below the runs' highest, or
+    achieving more than the runs' line rate, is an error naming both."""
+    t = transport
+    if gpus_per_node is not None and t.gpus_per_node is not None and \
+            int(gpus_per_node) != int(t.gpus_per_node):
+        raise InvalidParameterError(
+            "transport", t.text, f"was measured with {t.gpus_per_node} GPUs per node, "
+            f"but gpus_per_node={gpus_per_node} was given; pass the nodes' real GPU count "
+            "(or leave gpus_per_node out to take the transport's)")
+    bw_max = max(r.bw for r in runs)
+    if t.line_rate is not None and bw_max > t.line_rate * (1 + _RATE_SLACK):
+        raise InvalidParameterError(
+            "transport", t.text, f"was measured at a line rate of {t.line_rate / 1e9:g} "
+            f"Gbit/s, but the runs reach {bw_max / 1e9:g} Gbit/s; measure the transport at "
+            "the runs' line rate")
+    achieved = t.cluster.extra.get("fitted_bandwidth")
+    if t.line_rate is None and isinstance(achieved, (int, float)) and \
+            t.cluster.topology is not None and achieved > bw_max * (1 + _RATE_SLACK) * \
+            t.cluster.topology.nics_per_node:
+        raise InvalidParameterError(
+            "transport", t.text, f"achieves {achieved / 1e9:.4g} Gbit/s per NIC, more than "
+            f"the runs' line rate of {bw_max / 1e9:g} Gbit/s: it was measured on another "
+            "network (or give the runs' real line rate)")
+    for r in runs:
+        if r.n > 1 and t.cluster.topology is not None and \
+                r.n > t.cluster.topology.gpus_per_node and \
+                t.cluster.provenance.get("note", "").startswith("inside one node"):
+            raise InvalidParameterError(
+                "transport", t.text, f"measured only inside one node, but run "
+                f"{r.label!r} spans nodes (n={r.n}); give an nccl-tests log across nodes")
+
+
+def without_line_rate(cluster, bw_max):
+    """A cluster whose transport fit had no line rate (the fitted bandwidth taken as the
+    line rate, utilization 1) as a utilization of the runs' highest line rate."""
+    achieved = cluster.extra.get("fitted_bandwidth")
+    if _line_rate_of(cluster) is not None or not isinstance(achieved, (int, float)):
+        return cluster
+    u = min(1.0, float(achieved) / bw_max)
+    iv = dict(cluster.intervals)
+    fits = cluster.extra.get("fits") or ()
+    bands = [f.get("intervals", {}).get("bandwidth") for f in fits if isinstance(f, dict)]
+    bands = [b for b in bands if b and all(isinstance(x, (int, float)) for x in b)]
+    if bands:
+        iv["utilization"] = (max(1e-9, min(1.0, bands[0][0] / bw_max)),
+                             min(1.0, bands[0][1] / bw_max))
+    return attrs.evolve(cluster, utilization=u, intervals=iv)
+
