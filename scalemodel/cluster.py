@@ -110,7 +110,7 @@ PARAMETER_BOUNDS = {
     "straggler_spread": (0.0, 1.0), "intra_alpha": (0.0, 2e-3), "intra_bw": (1.0, 1e15),
     "ceiling": (0.02, None),
 }
-"""Where :meth:`ClusterProfile.corners` puts an interval end that is ``None`` (the runs do
+"""Where :meth:`~scalemodel.ClusterProfile.corners` puts an interval end that is ``None`` (the runs do
 not constrain it): ``{name: (lower, upper)}`` in the parameter's unit ([s], [-], [bits/s]).
 They are the bounds of the fit's priors (:data:`scalemodel.fitting.PRIORS`: latency up to
 2 ms, utilization from 2 %, compute slowdown up to 3, per-collective cost up to 20 ms,
@@ -130,7 +130,7 @@ _RISES = ("utilization", "overlap", "ceiling", "intra_bw")
 """Parameters with which the scaling factor rises (the others make it fall)."""
 
 FIT_SETTINGS_KEYS = ("fusion", "algorithm", "sharding", "transport")
-"""Keys of :attr:`ClusterProfile.fit_settings`: the fusion, collective algorithm and
+"""Keys of :attr:`~scalemodel.ClusterProfile.fit_settings`: the fusion, collective algorithm and
 sharding the cluster was fitted under, and a short text naming the transport source."""
 
 
