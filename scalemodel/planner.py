@@ -421,7 +421,9 @@ class CompressionPlan:
         The GPU the memory is checked against.
     best_interval : tuple of float or None
         ``(lo, hi)`` scaling factor of the best row over a fitted cluster's intervals
-        (its pessimistic and optimistic corners); None without intervals or best row [-].
+        (its pessimistic and optimistic corners) and its alternative explanations
+        (:func:`~scalemodel.intervals.answer_interval`); None without intervals or best
+        row [-].
     """
 
     rows: tuple
@@ -730,17 +732,20 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                 f"{', '.join(shut)} do not (FSDP's hooks only change the reduce dtype)")
     per, fits, gpu_name, note = memory_check(sc, n, gpu)
     best_interval = None
-    if best is not None and sc.cluster is not None and sc.cluster.intervals:
-        worst_cl, best_cl = sc.cluster.corners()
+    if best is not None and sc.cluster is not None and (sc.cluster.intervals
+                                                        or sc.cluster.alternatives):
+        from .intervals import answer_interval  # over the corners of every alternative
+
         kw = dict(utilization=u, algorithm=algorithm, fusion=fusion, alpha=alpha,
                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                   ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding)
-        ends = [compressed_scaling_factor(model, best.config, n, bw, cluster=c, **kw)
-                for c in (worst_cl, best_cl)]
-        best_interval = (float(min(ends + [best.scaling_factor])),
-                         float(max(ends + [best.scaling_factor])))
+        iv = answer_interval(lambda c: compressed_scaling_factor(
+            model, best.config, n, bw, cluster=c, **kw), sc.cluster, best.scaling_factor)
+        best_interval = (float(iv.low), float(iv.high))
         msg += (f"; over the fit's intervals {best.compressor} reaches "
                 f"{best_interval[0]:.3f} to {best_interval[1]:.3f}")
+        if iv.from_alternatives:
+            msg += "; " + iv.describe(lambda v: f"{v:.3f}").split("; ", 1)[1]
     return CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
                            best_interval=best_interval,
                            message=msg + note, uncompressed_scaling_factor=sf_none,

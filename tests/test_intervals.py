@@ -327,3 +327,15 @@ def test_target_one_is_answered_when_scaling_factor_reaches_it(sizes, wait, n, b
         assert sf_bw(1e290) < 1.0
     if lossless and fusion != "bsp":
         assert res.feasible and need.feasible  # the limit 1.0 is reached at finite values
+
+
+def test_the_plan_ranges_over_the_alternatives_too():
+    cl = two_explanations()
+    plan = sm.plan_compression("vgg16", "25Gbps", cluster=cl, fusion="horovod", target=0.5)
+    alone = sm.plan_compression("vgg16", "25Gbps", cluster=attrs.evolve(cl, alternatives=()),
+                                fusion="horovod", target=0.5)
+    assert plan.best is not None and plan.best_interval is not None
+    lo, hi = plan.best_interval
+    assert lo <= plan.best.scaling_factor <= hi
+    assert alone.best_interval[0] >= lo and alone.best_interval[1] <= hi
+    assert "cannot tell apart" in plan.message and "cannot tell apart" not in alone.message
