@@ -360,9 +360,9 @@ def test_corner_inputs_takes_the_clusters_corners():
         "resnet50", 16, 10e9, compute_interval=(0.9, 1.1), cluster=attrs.evolve(
             cl, intervals={k: v for k, v in cl.intervals.items() if k != "compute_slowdown"}))
     assert ci.lo < no_sigma.lo and ci.hi > no_sigma.hi  # the slowdown's interval counts
-    broken = attrs.evolve(cl, intervals=dict(cl.intervals, overlap=("a", "b")))
-    with pytest.raises(sm.InvalidParameterError, match="overlap"):
-        corner_inputs("resnet50", broken)
+    with pytest.raises(sm.InvalidParameterError, match="overlap"):  # refused when built
+        corner_inputs("resnet50", attrs.evolve(cl, intervals=dict(cl.intervals,
+                                                                  overlap=("a", "b"))))
 
 
 def test_new_calibration_api_documents_every_parameter_with_a_unit():
