@@ -943,7 +943,7 @@ class Implementation:
     name : str
         Preset name, a key of :data:`IMPLEMENTATIONS`.
     families : tuple of str
-        Compressor families (:data:`COMPRESSORS` names) it provides.
+        Compressor families (:data:`~scalemodel.COMPRESSORS` names) it provides.
     settings : dict
         ``{family: {attribute: value}}``; the key ``"*"`` applies to every compressed
         family.
@@ -1055,7 +1055,7 @@ def for_implementation(compressor, implementation="pytorch",
     Parameters
     ----------
     compressor : str or Compressor
-        As for :func:`get_compressor` [-].
+        As for :func:`~scalemodel.get_compressor` [-].
     implementation : str or Implementation
         A preset of :data:`IMPLEMENTATIONS` [-].
     parameter : str
