@@ -297,13 +297,30 @@ def _lossless(sizes, waits):
     return make_profile(sizes, waits, reduction=sm.ReductionCost(gamma=0.0, latency=0.0))
 
 
+TARGET_ONE = dict(sizes=st.lists(st.integers(1_000, 50_000_000), min_size=1, max_size=8),
+                  wait=st.floats(1e-4, 5e-3), n=st.integers(2, 256),
+                  bw=st.floats(1e8, 400e9),
+                  fusion=st.sampled_from(["ddp", "horovod", "none", "bsp"]),
+                  lossless=st.booleans())
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(sizes=st.lists(st.integers(1_000, 50_000_000), min_size=1, max_size=8),
-       wait=st.floats(1e-4, 5e-3), n=st.integers(2, 256), bw=st.floats(1e8, 400e9),
-       fusion=st.sampled_from(["ddp", "horovod", "none", "bsp"]),
-       lossless=st.booleans())
+@given(**TARGET_ONE)
 def test_target_one_is_answered_when_scaling_factor_reaches_it(sizes, wait, n, bw, fusion,
                                                               lossless):
+    check_target_one(sizes, wait, n, bw, fusion, lossless)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**TARGET_ONE)
+def test_target_one_with_many_examples(sizes, wait, n, bw, fusion, lossless):
+    check_target_one(sizes, wait, n, bw, fusion, lossless)
+
+
+def check_target_one(sizes, wait, n, bw, fusion, lossless):
+    """min_compression and required_bandwidth at target 1.0 answer the smallest value at
+    which scaling_factor reaches 1.0, whenever one does (and agree with it)."""
     p = (_lossless if lossless else make_profile)(sizes, [wait] * len(sizes))
     res = sm.min_compression(p, bw, n=n, target=1.0, fusion=fusion)
 
