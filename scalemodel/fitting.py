@@ -67,14 +67,34 @@ import numpy as np
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import (CalibrationWarning, InvalidParameterError, ParameterTypeError,
                          ScalemodelError, UnknownNameError)
-from .fit_priors import _ORDER, AUTO, NETWORKS, PRIORS, TRANSPORT_SEES
-from .fit_problem import MAX_RUNS, _Problem, _solve
+from . import fit_priors as _priors
+from . import fit_problem as _fit_problem
+from .fit_priors import _ORDER, NETWORKS, TRANSPORT_SEES
+from .fit_problem import _Problem, _solve
 from .model import Scenario
 from .runs import DEFAULT_UNCERTAINTY, Run, _renamed, load_runs
 from .topology import resolve_topology
 
 __all__ = ["fit_cluster", "ClusterFit", "FittedParameter", "RunResidual", "Run",
            "load_runs", "PRIORS", "DEFAULT_UNCERTAINTY", "MAX_RUNS"]
+
+PRIORS = _priors.PRIORS
+"""Weakly informative priors of the fitted parameters (defined in
+:mod:`scalemodel.fit_priors`): ideal default, scale of the penalty (in the log of the
+value for ``log`` parameters, in the value's unit otherwise), bounds and their source.
+``ceiling`` bounds are fractions of the largest line rate."""
+
+AUTO = _priors.AUTO
+"""Parameters :func:`~scalemodel.fit_cluster` chooses among by itself (``straggler_spread``
+only when the runs have at least three worker counts above one, or two with a measured
+compute slowdown; ``ceiling`` and ``utilization`` only without transport data). The others
+(``alpha``, ``overlap``, ``host_overhead``) come from the transport or ``fit=``."""
+
+MAX_RUNS = _fit_problem.MAX_RUNS
+"""Most runs :func:`~scalemodel.fit_cluster` takes: 10^5 [runs]. A fit evaluates all runs in
+one vectorized pass per parameter vector, so its time grows linearly with the runs (10^4
+runs in about 4 s on one core, ``benchmarks/bench_fit.py``); beyond this many a random
+sample of the runs tells as much."""
 
 # --------------------------------------------------------------------------- results
 
@@ -166,7 +186,7 @@ class ClusterFit:
         Every explanation (choice of free parameters) that fits the runs within their
         noise, best first (the first is the chosen one): ``{"free", "values",
         "intervals", "score", "chi2"}``, ``score`` the Akaike-penalised misfit minus the
-        best one's (within :data:`ALTERNATIVE_SCORE`), unbounded interval ends None. The
+        best one's (within :data:`~scalemodel.fitting.ALTERNATIVE_SCORE`), unbounded interval ends None. The
         cluster carries them (:attr:`~scalemodel.ClusterProfile.alternatives`) and its
         predictions range over them; the message says which run would tell them apart.
     """
@@ -213,7 +233,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     ----------
     runs : list of dict, str or os.PathLike
         Measured runs, or a CSV file of them (see the module for the keys); at most
-        :data:`MAX_RUNS` [-].
+        :data:`~scalemodel.fitting.MAX_RUNS` [-].
     transport : str, os.PathLike, list of them, ClusterProfile or TraceReport, optional
         Transport data (:mod:`scalemodel.fit_transport`): nccl-tests logs (intra- and
         inter-node), the cluster JSON of ``python -m scalemodel.calibrate`` or
@@ -269,7 +289,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     ------
     InvalidParameterError, ParameterTypeError, UnknownNameError
         Bad runs or keywords (the message names the run and the value), more than
-        :data:`MAX_RUNS` runs, or a transport that contradicts the runs' topology or line
+        :data:`~scalemodel.fitting.MAX_RUNS` runs, or a transport that contradicts the runs' topology or line
         rate (the message names both).
     CalibrationError
         The runs cannot be reached by any parameter values.
@@ -600,15 +620,23 @@ ALTERNATIVE_SCORE = 2.0
 the runs cannot tell them apart (Akaike weight at least e^-1 of the best's) [-]."""
 
 
+_NESTED_GAIN = 0.5
+"""An explanation that adds parameters to a kept one must lower the misfit by this much
+to be kept as an alternative of its own [-]."""
+
+
 def _alternatives(problem, solutions, confidence):
     """Every explanation within :data:`ALTERNATIVE_SCORE` of the best, best first, in the
     format of :attr:`~scalemodel.ClusterProfile.alternatives` (score relative to the
     best's, unbounded interval ends None)."""
     best = solutions[0].score
-    out = []
+    out, kept = [], []
     for s in solutions:
-        if s.score > best + ALTERNATIVE_SCORE or (out and not s.free):
+        if s.score > best + ALTERNATIVE_SCORE or (kept and not s.free):
             continue
+        if any(set(k.free) < set(s.free) and s.chi2 >= k.chi2 - _NESTED_GAIN for k in kept):
+            continue  # a kept explanation plus parameters that explain nothing more
+        kept.append(s)
         params = _fitted_parameters(problem, s, confidence, warn=False)
         values = {k: (None if k == "ceiling" and not math.isfinite(v) else float(v))
                   for k, v in s.values.items()}
@@ -743,8 +771,8 @@ def _message(best, params, residuals, alternatives, notes=()):
              f"largest miss {100 * worst.error:+.1f} % ({worst.label})"]
     for k in _ORDER:
         p = params[k]
-        if p.status == "default":
-            continue
+        if p.status == "default" or not math.isfinite(p.value):
+            continue  # held at the ideal value, or no ceiling
         if p.at_bound or (p.status == "fitted" and p.interval[0] is not None
                           and p.value == p.interval[0] == PRIORS[k].lower):
             where = "at its bound"
