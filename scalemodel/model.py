@@ -41,9 +41,10 @@ with :math:`s` the cluster's straggler spread and :math:`e_n` Blom's approximati
 expected maximum of :math:`n` standard normals (:func:`expected_max_normal`; :math:`e_1 =
 0`). None of these terms applies to one worker; a single worker *with* the wrapper takes
 :math:`T_1 + t_w + K c_b` (:meth:`~scalemodel.Scenario.wrapped_single_worker_time`). With
-gradient accumulation the micro-batches before the last run :math:`\sigma_n (T_f + T_b)` each
-without buckets, :math:`t_w` is paid once per optimizer step. The result is
-still the upper envelope of :math:`K + 1` lines in :math:`x_\text{eff}`, where
+gradient accumulation the micro-batches before the last run :math:`\sigma_n (T_f + T_b)`
+each without buckets, :math:`t_w` is paid once per optimizer step (under sharding
+:mod:`scalemodel.sharding` applies the same terms, :math:`c_b` per reduce-scatter). The
+result is still the upper envelope of :math:`K + 1` lines in :math:`x_\text{eff}`, where
 :math:`x_\text{eff} = \max(x,\; \rho / (r B_\text{intra}))` is the time per network bit of
 the slowest link (eq. :eq:`wire-max`; :math:`\rho` is the ratio of intra-node to NIC bits,
 the same for every bucket of a pipelined collective), or :math:`1/(r B_\text{intra})` with
@@ -348,8 +349,9 @@ class Scenario:
 
     def bucket_overhead(self, n) -> float:
         """The framework's work per bucket on the compute path, :math:`c_b`, for ``n``
-        workers (0 for one, and under sharding, where it is not modelled) [s]."""
-        if int(n) <= 1 or self.cluster is None or self.sharding is not None:
+        workers (0 for one); under sharding per gradient collective (reduce-scatter)
+        [s]."""
+        if int(n) <= 1 or self.cluster is None:
             return 0.0
         return self.cluster.bucket_overhead
 
@@ -368,12 +370,12 @@ class Scenario:
     def wrapped_single_worker_time(self) -> float:
         """Iteration time of one worker run *with* the data-parallel wrapper (DDP on one
         GPU): :math:`T_1 + t_w + K c_b`, the per-bucket work :math:`c_b` once for each of
-        the fusion's :math:`K` buckets (not under sharding) [s]."""
+        the fusion's :math:`K` buckets (under sharding: units) [s]."""
         t1 = self.profile.iteration_time
         cl = self.cluster
         if cl is None:
             return t1
-        k = 0 if self.sharding is not None or cl.bucket_overhead == 0 else len(self.buckets)
+        k = 0 if cl.bucket_overhead == 0 else len(self.buckets)
         return t1 + cl.iteration_overhead + k * cl.bucket_overhead
 
     def _fixed(self, n, k):
@@ -526,6 +528,7 @@ class Scenario:
                 algorithm=self.algorithm, options=self.options, slowdown=self.slowdown(n),
                 collective_overhead=0.0 if cl is None else cl.collective_overhead,
                 sync_overhead=0.0 if cl is None else cl.sync_overhead,
+                bucket_overhead=self.bucket_overhead(n),
                 codec_cost=self.codec_cost, compressed=compressed,
                 buckets=self._stretched(self.buckets, n)
                 if hasattr(self.fusion, "buckets") else None,
@@ -635,7 +638,8 @@ class Scenario:
             # the backward pass itself ends last (ties included, e.g. n = 1)
             parts = self._compute_parts(n, p.grad_accum * (p.forward_time
                                                            + p.backward_time),
-                                        len(lines.intercept) - 1)
+                                        len(lines.intercept) - 1
+                                        if self.sharding is None else self._hooks(n))
             if not parts:
                 return "compute", {}
             name = max(parts, key=parts.get)
@@ -647,10 +651,20 @@ class Scenario:
         # the compute on this path: forward and the backward up to bucket j (the
         # micro-batches before it included), without the per-bucket work
         sigma_n, cb = self.slowdown(n), self.bucket_overhead(n)
-        compute = sigma_n * p.forward_time + float(lines.ready[j]) - j * cb
-        parts.update(self._compute_parts(n, compute / sigma_n, j))
+        # (under sharding a line's hooks are not told apart from its compute)
+        hooks = j if self.sharding is None else 0
+        compute = sigma_n * p.forward_time + float(lines.ready[j]) - hooks * cb
+        parts.update(self._compute_parts(n, compute / sigma_n, hooks))
         name = max(parts, key=parts.get)
         return (wire if name == "bandwidth" else _PART_BINDING.get(name, name)), parts
+
+    def _hooks(self, n):
+        """Per-bucket hooks of one iteration on the compute path: the buckets, or under
+        sharding the reduce-scatters of the rounds that reduce [-]."""
+        if self.sharding is None:
+            return len(self.buckets)
+        sched = self.schedule(n)
+        return sched.units * sched.gradient_rounds
 
     def _compute_parts(self, n, unslowed, buckets):
         """The framework parts of a critical path whose compute takes ``unslowed``
@@ -908,7 +922,8 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     fwd, bwd = (p.grad_accum * sigma * t for t in (p.forward_time, p.backward_time))
     fwd += sc.iteration_overhead(n)  # the wrapper's work, before forward (DDP)
     update, messages = p.update_time, len(sc.buckets)
-    bwd += messages * sc.bucket_overhead(n)  # the per-bucket work delays backward
+    if n > 1:
+        bwd += sc._hooks(n) * sc.bucket_overhead(n)  # the per-bucket work delays backward
     if sc.sharding is not None:  # eq. (zero3): forward may wait, the step is sharded
         sched = sc.schedule(n, r > 1)
         busy, update, messages = sched.channel_time(x), sched.update, sched.n_collectives

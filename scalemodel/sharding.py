@@ -82,7 +82,10 @@ scalemodel works with (:class:`~scalemodel.overlap.UpperEnvelope`), so the scali
 factor, the exact inverse solvers and "what binds" apply unchanged. The compute slowdown
 :math:`\sigma` of a cluster multiplies :math:`f, b, T_f, T_b`; its per-collective cost
 :math:`c_0` is part of every collective and its per-iteration cost :math:`t_s` of the
-last one. ``tests/des_sharding.py`` plays the same schedules event by event, collective
+last one; its per-bucket cost :math:`c_b` (eq. :eq:`compute-path-ready`) ends each unit's
+(each bucket's) backward before its reduce-scatter is issued, :math:`b_i + c_b` in
+:eq:`zero3` and :math:`R_j + j\,c_b`, :math:`T_b + K c_b` in :eq:`zero12`.
+``tests/des_sharding.py`` plays the same schedules event by event, collective
 step by step, and the property tests hold :eq:`zero3` and :eq:`zero12` to it (relative
 1e-9).
 
@@ -808,7 +811,7 @@ def _hybrid_group(n, options):
 
 def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,
                      slowdown=1.0, collective_overhead=0.0, sync_overhead=0.0,
-                     codec_cost=0.0, compressed=False, buckets=None,
+                     codec_cost=0.0, compressed=False, buckets=None, bucket_overhead=0.0,
                      gradient_scale=1.0, gradient_overhead=None,
                      alpha_counts=False) -> ShardedSchedule:
     """The closed form of one sharded iteration, equations :eq:`zero3` and :eq:`zero12`.
@@ -833,6 +836,10 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         Fixed cost of every collective [s].
     sync_overhead : float
         Fixed cost once per iteration, after the last collective [s].
+    bucket_overhead : float
+        The framework's work per gradient collective (reduce-scatter) on the compute
+        path: it ends the backward of its unit or bucket before the reduce-scatter is
+        issued (eq. :eq:`compute-path-ready`) [s].
     codec_cost : float
         Encode + decode time per uncompressed byte of each collective's buffer, when
         ``compressed`` [s/byte].
@@ -862,6 +869,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
     elem, pb, rb = sharding.element_bytes(profile)
     sigma = float(slowdown)
     c0 = float(collective_overhead)
+    cb = float(bucket_overhead)
     codec = float(codec_cost) if compressed else 0.0
     scale = np.asarray(gradient_scale, float)
 
@@ -946,7 +954,7 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         gp, ap, rp = every[:K], every[K:2 * K], every[2 * K:]
         rp[-1, _FIX] += float(sync_overhead)
         fc = sigma * units.forward  # forward compute, forward order
-        bc = sigma * units.backward[::-1]  # backward compute, backward order
+        bc = sigma * units.backward[::-1] + cb  # backward compute and its hook
         base = gp[0] + rp[-1]
         base[_C] += fc[-1]
         # the terms: compute (a constant) against communication, eq. (zero3)
@@ -983,9 +991,10 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         gp, rp = every[:k], every[k:]
         gp[-1, _FIX] += float(sync_overhead)
         tails = np.cumsum(rp[::-1], axis=0)[::-1]
-        tails[:, _C] += ready
+        hooks = cb * np.arange(1, len(ready) + 1)  # eq. (compute-path-ready)
+        tails[:, _C] += ready + hooks
         end_b = np.zeros((1, _W))
-        end_b[0, _C] = sigma * profile.backward_time
+        end_b[0, _C] = sigma * profile.backward_time + len(ready) * cb
         # eq. (zero12): the micro-batches that reduce-scatter (every one under zero2, the
         # last under zero1) each end with their reduce-scatters; the others are compute
         # alone; the updated parameters are all-gathered once, after the step
@@ -1002,8 +1011,8 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         n_units = len(params)
     fwd = sigma * profile.forward_time
     offset = profile.update_time / s - profile.update_time - fwd
-    floor = np.zeros((1, _W))  # line 0: compute alone
-    floor[0, _C] = acc * (fwd + sigma * profile.backward_time)
+    floor = np.zeros((1, _W))  # line 0: compute alone, with the hooks of the rounds
+    floor[0, _C] = acc * (fwd + sigma * profile.backward_time) + rounds * n_units * cb
     every = np.concatenate((floor, pieces))
     intercept = every[:, :4].sum(axis=1) + offset
     slope = every[:, _BITS].copy()

@@ -104,7 +104,8 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
                      utilization=1.0, compression=1.0, algorithm="ring", alpha=0.0,
                      codec_cost=0.0, slowdown=1.0, collective_overhead=0.0,
                      sync_overhead=0.0, gpus_per_node=None, nics_per_node=1,
-                     intra_bw=2.4e12, intra_alpha=0.0, element_bytes=None, grad_accum=1):
+                     intra_bw=2.4e12, intra_alpha=0.0, element_bytes=None, grad_accum=1,
+                     bucket_overhead=0.0):
     """Iteration time [s] of one sharded iteration on n GPUs, by discrete-event simulation.
 
     ``grad_accum`` micro-batches per step, each ending in a synchronization (FSDP and
@@ -118,6 +119,9 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     ``element_bytes``). ``wrap``: "block", "none" or a minimum parameter count per unit
     (zero3, hybrid_shard, and zero1/2 when ``fusion`` is None); ``fusion``: the bucket
     fusion of zero1/2 ("ddp", "horovod", "none", or None to use ``wrap``).
+    ``bucket_overhead``: the framework's hook for each reduce-scatter, run on the compute
+    stream at the end of the backward task that issues it (so the reduce-scatter and all
+    later compute wait for it).
     """
     elem = element_bytes
     pbytes = param_bytes or elem
@@ -224,7 +228,7 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
         for i in range(K):
             gate = ("agb", i) if i > 0 else None
             start_ops = [("agb", i + 1)] if i + 1 < K else []
-            tasks.append((sigma * back[i], gate, start_ops, [("rs", i)]))
+            tasks.append((sigma * back[i] + bucket_overhead, gate, start_ops, [("rs", i)]))
         last_op = ("rs", K - 1)
     else:
         tasks.append((sigma * profile.forward_time, None, [], []))
@@ -233,7 +237,7 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
         for i, d in enumerate(unit_done):
             ops_dur[("rs", i)] = scatter_time(unit_params[i])
             end = d if fusion is not None else sigma * d
-            tasks.append((max(0.0, end - t_prev), None, [], [("rs", i)]))
+            tasks.append((max(0.0, end - t_prev) + bucket_overhead, None, [], [("rs", i)]))
             t_prev = max(t_prev, end)
         tasks.append((max(0.0, sigma * profile.backward_time - t_prev), None, [], []))
         for i in range(K):

@@ -21,9 +21,12 @@ from hypothesis import strategies as st
 
 import scalemodel as sm
 from des_reference import blom_expected_maximum, simulate_iteration
+from des_sharding import simulate_sharded
 from scalemodel.fusion import DDPBuckets
 from scalemodel.model import expected_max_normal
 from test_overlap_reference import profiles, settings_
+from test_sharding import ELEM, configurations
+from test_sharding import profiles as sharded_profiles
 
 BASELINE = Path(__file__).parent / "data" / "framework_terms_baseline.json"
 
@@ -181,22 +184,75 @@ def test_framework_terms_in_a_cluster_file(tmp_path):
         sm.ClusterProfile.from_dict(data)
 
 
-def test_sharding_applies_straggler_and_wrapper_terms():
-    from des_sharding import simulate_sharded
-
-    p = sm.load_profile("bert")
+@pytest.mark.parametrize("cb", [0.0, 4e-4])
+def test_sharding_applies_the_framework_terms(cb):
+    """zero1/2 (DDP buckets), zero3 and hybrid_shard (block units), with gradient
+    accumulation, against the sharded discrete-event reference: sigma_n stretches the
+    compute, c_b ends each reduce-scatter's backward task, t_w is added once."""
     cl = sm.ClusterProfile(compute_slowdown=1.1, straggler_spread=0.05,
-                           iteration_overhead=3e-3, provenance={"source": "test"})
-    for strategy in ("zero1", "zero2", "zero3"):
-        for n in (4, 64):
-            it = sm.iteration_time(p, n, 25e9, sharding=strategy, cluster=cl,
-                                   fusion="ddp" if strategy != "zero3" else None)
-            sigma_n = 1.1 * (1 + 0.05 * blom_expected_maximum(n))
-            elem = 4 if p.precision == "fp32" else 2
-            des = simulate_sharded(p, n, 25e9, strategy=strategy, slowdown=sigma_n,
-                                   fusion="ddp" if strategy != "zero3" else None,
-                                   wrap="block", element_bytes=elem)
-            assert it.total == pytest.approx(des + 3e-3, rel=1e-9)
+                           iteration_overhead=3e-3, bucket_overhead=cb,
+                           provenance={"source": "test"})
+    for k in (1, 3):
+        p = sm.load_profile("bert").with_grad_accum(k)
+        elem = 4 if p.precision == "fp32" else 2
+        for strategy in ("zero1", "zero2", "zero3", "hybrid_shard"):
+            fusion = "ddp" if strategy in ("zero1", "zero2") else None
+            for n in (8, 64):
+                it = sm.iteration_time(p, n, 25e9, sharding=strategy, cluster=cl,
+                                       fusion=fusion)
+                sigma_n = 1.1 * (1 + 0.05 * blom_expected_maximum(n))
+                des = simulate_sharded(p, n, 25e9, strategy=strategy, slowdown=sigma_n,
+                                       fusion=fusion, wrap="block", element_bytes=elem,
+                                       grad_accum=k, bucket_overhead=cb)
+                assert it.total == pytest.approx(des + 3e-3, rel=1e-9), (strategy, n, k)
+                assert it.total == pytest.approx(it.forward + it.backward + it.update
+                                                 + it.exposed_communication, rel=1e-12)
+                assert it.binding in sm.BINDINGS
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_sharded_framework_terms_equal_discrete_event_reference(data):
+    """The sharded closed form with the framework terms against tests/des_sharding.py, on
+    test_sharding's random profiles and configurations."""
+    profile = data.draw(sharded_profiles())
+    cfg = data.draw(configurations(profile))
+    cb = data.draw(st.sampled_from([0.0, data.draw(st.floats(0, 2e-3))]))
+    tw = data.draw(st.sampled_from([0.0, data.draw(st.floats(0, 5e-2))]))
+    spread = data.draw(st.sampled_from([0.0, data.draw(st.floats(0, 0.5))]))
+    if cfg["fusion"] == "horovod":
+        spread = 0.0  # the reference fuses on its stretched timeline, the model on the mean
+    sigma_n = cfg["slowdown"] * (1 + spread * blom_expected_maximum(cfg["n"]))
+    cl = sm.ClusterProfile(compute_slowdown=cfg["slowdown"],
+                           collective_overhead=cfg["collective_overhead"],
+                           sync_overhead=cfg["sync_overhead"], bucket_overhead=cb,
+                           iteration_overhead=tw, straggler_spread=spread,
+                           provenance={"source": "test"})
+    sh = sm.Sharding(cfg["strategy"], param_dtype=cfg["param_dtype"],
+                     reduce_dtype=cfg["reduce_dtype"])
+    topo = {k: cfg[k] for k in ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha")
+            if k in cfg}
+    it = sm.iteration_time(profile, cfg["n"], cfg["bw"], utilization=cfg["utilization"],
+                           compression=cfg["compression"], algorithm=cfg["algorithm"],
+                           fusion=cfg["fusion"], alpha=cfg["alpha"],
+                           codec_cost=cfg["codec_cost"], cluster=cl, sharding=sh, **topo)
+    fusion = cfg["fusion"]
+    wrap = fusion.min_params if isinstance(fusion, sm.SizeWrap) else fusion
+    des_fusion = fusion if fusion in ("ddp", "horovod") else None
+    if des_fusion:
+        wrap = "none"
+    des = simulate_sharded(
+        profile, cfg["n"], cfg["bw"], strategy=cfg["strategy"], wrap=wrap, fusion=des_fusion,
+        param_bytes=ELEM.get(cfg["param_dtype"]), reduce_bytes=ELEM.get(cfg["reduce_dtype"]),
+        utilization=cfg["utilization"], compression=cfg["compression"],
+        algorithm=cfg["algorithm"], alpha=cfg["alpha"], codec_cost=cfg["codec_cost"],
+        slowdown=sigma_n, collective_overhead=cfg["collective_overhead"],
+        sync_overhead=cfg["sync_overhead"], element_bytes=ELEM[profile.precision],
+        grad_accum=profile.grad_accum, bucket_overhead=cb, **topo)
+    assert it.total == pytest.approx(des + tw, rel=1e-9)
+    assert it.total == pytest.approx(it.forward + it.backward + it.exposed_communication
+                                     + it.update, rel=1e-9)
+    assert it.binding in sm.BINDINGS
 
 
 def answers(sm):
