@@ -82,6 +82,7 @@ def features():
         "interval": "scaling_factor_interval" in fields,
         "wrapped": hasattr(Scenario, "wrapped_single_worker_time"),
         "transport": "transport" in params,
+        "network": "network" in params,
         "run_keys": sorted(k for k in ("bucket_cap_mb", "wrapped", "sharding", "grad_accum",
                                        "tokens_per_second_per_gpu") if k in keys),
         "bucket_overhead": hasattr(sm.ClusterProfile(), "bucket_overhead"),
@@ -128,6 +129,7 @@ class Source:
     notes: list = field(default_factory=list)
     sign_pairs: list = field(default_factory=list)  # (label, small Row, reference Row, tol)
     single: dict | None = None  # an extra fit_cluster run (n = 1 compute time)
+    network: str | None = None  # the transport the source states, for fit_cluster's priors
 
 
 def ddp_fusion(bucket_mb):
@@ -281,8 +283,9 @@ def ddp_benchmark_source():
     pairs = [(f"{m} {_gpus(n)}", b1[(m, n)], b25[(m, n)], 0.0)
              for (m, n) in b1 if (m, n) in b25 and (m, n) not in cal_keys]
     notes = ["setup: DGX-1 (8 V100, NVLink; 4 x 100 Gbit/s InfiniBand per machine), NCCL "
-             "(PyTorch 1.4: NCCL 2.4), DDP buckets 25 MB (1 MB where stated); p75 of "
-             "sec/iter, 1 % uncertainty a run; single-worker time = the 'no ddp' row",
+             "(PyTorch 1.4: NCCL 2.4; network priors nccl-ib), DDP buckets 25 MB (1 MB "
+             "where stated); p75 of sec/iter, 1 % uncertainty a run; single-worker time = "
+             "the 'no ddp' row",
              "calibration: resnet50 on 2 machines x 8 GPUs at 25 MB (main table) and at "
              "1 MB (bucket table)",
              "held out: the other models at 1-16 GPUs (n = 1: DDP wrapper on one GPU) at "
@@ -298,7 +301,7 @@ def ddp_benchmark_source():
     return Source("ddp-benchmark", "PyTorch DDP benchmark (DGX-1 V100, IB, NCCL; exact)",
                   dict(algorithm="nccl-2.4", fusion="ddp", gpus_per_node=8,
                        nics_per_node=4),
-                  calibration, heldout, notes, pairs)
+                  calibration, heldout, notes, pairs, network="nccl-ib")
 
 
 VLDB_BERT = "bert-large"
@@ -344,7 +347,9 @@ def vldb_sources():
             tol = 2 * math.hypot(v.extra["read"], ref.extra["read"])
             pairs.append((f"{v.label} vs 25 MB", v, ref, tol))
         notes = [f"setup (recalled, not verified): 4 servers x 8 V100 with NVLink, one "
-                 f"100 Gbit/s NIC each; {backend}; BERT taken as {VLDB_BERT} (not stated; "
+                 f"100 Gbit/s NIC each; {backend} (network priors: "
+                 f"{'generic, the NIC type is not stated' if backend == 'NCCL' else 'gloo'}); "
+                 f"BERT taken as {VLDB_BERT} (not stated; "
                  f"chosen from the measured step between 8 and 16 GPUs, which only its "
                  f"1.3 GB of gradients explains); "
                  f"single-worker time = the 1-GPU DDP run of Fig. 12 (no 'no ddp' run "
@@ -360,7 +365,8 @@ def vldb_sources():
                           f"Li et al. VLDB 2020, {backend} (V100, 100 Gbit/s; approximate)",
                           dict(algorithm=algorithm, fusion="ddp", gpus_per_node=8,
                                nics_per_node=1),
-                          calibration, heldout, notes, pairs))
+                          calibration, heldout, notes, pairs,
+                          network=None if backend == "NCCL" else "gloo"))
     return out
 
 
@@ -387,12 +393,14 @@ def p3dn_source():
                   "horovod", None, False, DEFAULT_UNC, {"compute_time": r["compute_time"]})
         (cal if r["label"] in cal_labels else held).append(row)
     notes = ["setup (validate_published): 8 V100 and one NIC per server, Horovod over NCCL "
-             "2.4.8 sockets, line rate capped 1-100 Gbit/s; compute slowdown from Fig. 2",
+             "2.4.8 sockets (network priors nccl-socket), line rate capped 1-100 Gbit/s; "
+             "compute slowdown from Fig. 2",
              "calibration: " + ", ".join(cal_labels) + " (+ the 1-GPU compute time)",
              "held out: the other worker counts and line rates of ResNet-50 (no other "
              "model has published iteration times on this cluster)"]
     return Source("p3dn", "Zhang et al. p3dn (ResNet-50, Horovod; approximate)",
-                  dict(vp.SETUP, nics_per_node=1), cal, held, notes, [], single)
+                  dict(vp.SETUP, nics_per_node=1), cal, held, notes, [], single,
+                  network="nccl-socket")
 
 
 LLM_GPU = "a100-40gb"
@@ -413,7 +421,8 @@ def llm_source():
     mpt7 = sorted((r for r in rows if r["model"] == "mpt-7b"), key=lambda r: r["n"])
     cal = mpt7[:2]
     held = [r for r in rows if r not in cal]
-    notes = [f"setup (validate_sharded): {LLM_GPU}, {net}, 8 GPUs per node with NVLink, "
+    notes = [f"setup (validate_sharded): {LLM_GPU}, {net} RoCE (network priors nccl-roce), "
+             "8 GPUs per node with NVLink, "
              "FSDP FULL_SHARD as zero3 (the library's default wrapping: per block, as "
              "FSDP's transformer auto-wrap), bf16, each row's micro-batch, "
              "accumulation and "
@@ -447,7 +456,8 @@ def evaluate_llm(src, feats, say):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fit = sm.fit_cluster(runs, algorithm="ring", fusion=None, **topo)
+            kw = dict(network="nccl-roce") if feats["network"] else {}
+            fit = sm.fit_cluster(runs, algorithm="ring", fusion=None, **topo, **kw)
     except (sm.ScalemodelError, TypeError) as exc:
         say(f"  not calibrated: fit_cluster refuses these runs ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:160]})")
@@ -504,9 +514,12 @@ def fit_runs(source, feats):
 
 def calibrate(source, feats):
     runs = fit_runs(source, feats)
+    kw = dict(source.setup)
+    if feats["network"]:
+        kw["network"] = source.network
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return sm.fit_cluster(runs, **source.setup)
+        return sm.fit_cluster(runs, **kw)
 
 
 def _topology(setup):
