@@ -87,14 +87,19 @@ class AnswerInterval:
         fmt : callable
             Formats one finite answer [-].
         unbounded_high : str
-            Why the upper end is unbounded, e.g. "no ratio reaches the target at the
-            pessimistic end" [-].
+            Why the upper end is unbounded, e.g. "no ratio reaches the target" (the text
+            adds where) [-].
         """
         lo = "unbounded" if self.low is None else fmt(self.low)
         hi = "unbounded" if self.high is None else fmt(self.high)
-        text = f"over the fit's intervals {lo} to {hi}"
-        if self.high is None and unbounded_high:
-            text += f" ({unbounded_high})"
+        if self.low is None and self.high is None:
+            text = "over the fit's intervals unbounded at both ends"
+            if unbounded_high:
+                text += f" ({unbounded_high} at either end)"
+        else:
+            text = f"over the fit's intervals {lo} to {hi}"
+            if self.high is None and unbounded_high:
+                text += f" ({unbounded_high} at the pessimistic end)"
         if self.from_alternatives:
             parts = []
             for alt, point, a, b in self.per_alternative:

@@ -233,9 +233,9 @@ def _with_interval(result, sc, solve, field, what):
 
     iv = answer_interval(lambda c: getattr(solve(c), field), cl, getattr(result, field))
     if what == "ratio":
-        fmt, why = (lambda v: f"{v:.3g}x"), "no ratio reaches the target at the pessimistic end"
+        fmt, why = (lambda v: f"{v:.3g}x"), "no ratio reaches the target"
     else:
-        fmt, why = format_bandwidth, "no line rate reaches the target at the pessimistic end"
+        fmt, why = format_bandwidth, "no line rate reaches the target"
     return attrs.evolve(result, interval=iv.pair,
                         message=f"{result.message}; {iv.describe(fmt, why)}")
 
