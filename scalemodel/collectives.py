@@ -137,6 +137,8 @@ class ReductionCost:
     table_seconds: np.ndarray | None = attrs.field(default=None)
     name: str = "linear"
     per_step: bool = attrs.field(default=False, kw_only=True)
+    _floor: float = attrs.field(init=False, default=0.0, repr=False)
+    _per_byte: float = attrs.field(init=False, default=0.0, repr=False)
 
     def __attrs_post_init__(self):
         if not isinstance(self.per_step, (bool, np.bool_)):
@@ -161,6 +163,13 @@ class ReductionCost:
                                             "times must be finite and >= 0")
             object.__setattr__(self, "table_bytes", xb)
             object.__setattr__(self, "table_seconds", ys)
+            floor = float(np.min(ys))
+            b, t = xb[-1], ys[-1]
+            per_byte = float(max(t - floor, 0.0) / b) if b > 0 else 0.0
+        else:
+            floor, per_byte = float(self.latency), float(self.gamma)
+        object.__setattr__(self, "_floor", floor)  # read by every collective: once here
+        object.__setattr__(self, "_per_byte", per_byte)
 
     @classmethod
     def from_table(cls, nbytes, seconds, name="table", *, per_step=False):
@@ -193,18 +202,13 @@ class ReductionCost:
     def floor(self) -> float:
         """The fixed part of one call, its kernel launch [s]: the linear form's
         ``latency``, or the table's smallest time (the flat part of a measured curve)."""
-        if self.table_bytes is not None:
-            return float(np.min(self.table_seconds))
-        return self.latency
+        return self._floor
 
     @property
     def per_byte(self) -> float:
         """The marginal time per byte [s/byte]: ``gamma``, or a table's slope from its
         floor to its largest size (memory bandwidth, once the launch no longer hides it)."""
-        if self.table_bytes is not None:
-            b, t = self.table_bytes[-1], self.table_seconds[-1]
-            return float(max(t - self.floor, 0.0) / b) if b > 0 else 0.0
-        return self.gamma
+        return self._per_byte
 
     def steps(self, chunk, count):
         r"""Time of ``count`` reductions of ``chunk`` bytes each inside one collective [s]:
@@ -226,7 +230,7 @@ class ReductionCost:
             return np.zeros_like(chunk)
         if self.per_step:
             return count * self(chunk)
-        return np.where(chunk > 0, self.floor + count * self.per_byte * chunk, 0.0)
+        return np.where(chunk > 0, self._floor + count * self._per_byte * chunk, 0.0)
 
     def __call__(self, nbytes):
         """Time of one reduction of ``nbytes`` bytes [s] (vectorized; 0 for 0 bytes)."""

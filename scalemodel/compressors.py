@@ -819,8 +819,10 @@ class PowerSGD(Compressor):
 
     def knob_bounds(self, numel, shapes):
         rows, cols = self._matrices(numel, shapes)
-        hi = np.floor(rows * cols / (self.min_compression_rate * (rows + cols)))
-        hi = np.minimum(hi, np.minimum(rows, cols))
+        hi = np.minimum(rows, cols)
+        if self.min_compression_rate > 0:  # 0: every matrix compressed, at any rank
+            hi = np.minimum(hi, np.floor(rows * cols / (self.min_compression_rate
+                                                        * (rows + cols))))
         return (1, max(1, int(hi.max())))
 
     def _costs(self, numel, shapes, n, c, e):

@@ -353,3 +353,13 @@ def test_a_family_an_implementation_lacks_names_those_that_provide_it(family, im
     providers = [k for k, v in IMPLEMENTATIONS.items() if family in v.families]
     assert providers and all(p in str(err.value) for p in providers)
     assert implementation in str(err.value)
+
+
+def test_plan_searches_the_rank_of_grace_powersgd():
+    """min_compression_rate=0 (GRACE): every rank up to min(rows, cols) may be searched."""
+    comp = for_implementation("powersgd", "grace-tf")
+    lo, hi = comp.knob_bounds(np.array([512 * 256 * 9.0]), [(512, 256, 3, 3)])
+    assert (lo, hi) == (1, 3)  # TF's view: a 3 x 393216 matrix
+    row = sm.plan_compression("resnet50", "10Gbps", n=8, compressors=[comp]).rows[0]
+    assert row.config.matrix_view == "tensorflow" and row.config.per_tensor
+    assert 1 <= row.setting <= 2048
