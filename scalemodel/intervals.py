@@ -273,6 +273,17 @@ def _kinds(alt):
                                      ("n", _GROWS_WITH_N)) if names & set(group)}
 
 
+def _with_bytes(model):
+    """``"resnet50 (97.5 MB of gradients)"`` when the profile loads, else the name."""
+    from .exceptions import ScalemodelError
+    from .profiles import load_profile
+
+    try:
+        return f"{model} ({load_profile(model).total_bytes / 1e6:.3g} MB of gradients)"
+    except (ScalemodelError, OSError, ValueError, TypeError):
+        return model
+
+
 def discriminating_run(best, other, cluster) -> str:
     """A run that would tell two explanations apart, in words, from the kinds of their
     parameters (bandwidth-like ones grow with the bytes, per-bucket ones with the bucket
@@ -292,7 +303,8 @@ def discriminating_run(best, other, cluster) -> str:
     models = sorted({str(r["model"]) for r in runs if r.get("model")})
     counts = [r["n"] for r in runs if isinstance(r.get("n"), int)]
     rates = sorted({float(r["bw"]) for r in runs if isinstance(r.get("bw"), (int, float))})
-    of = f" than {', '.join(models)}" if models else " than the calibration runs'"
+    of = (f" than {', '.join(_with_bytes(m) for m in models)}" if models
+          else " than the calibration runs'")
     ideas = []
     if "bytes" in differ and differ & {"bucket", "iteration", "n", "compute"}:
         ideas.append(f"a run of a model with several times more gradient bytes{of}")
