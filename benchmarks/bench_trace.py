@@ -1,11 +1,17 @@
 """Speed and memory of the profiler-trace reader, :func:`scalemodel.calibrate.read_trace`.
 
-    python benchmarks/bench_trace.py [--size-mb 100] [--repeat 3]
+    python benchmarks/bench_trace.py [--size-mb 100] [--repeat 3] [--adversarial-mb 20 40]
 
 1. Reads each trace in ``tests/data/traces`` (best of ``--repeat``) and prints the
    reading speed in MB of trace JSON per second (the ``.gz`` files are decompressed on the
-   fly; their compressed size is shown too).
-2. Builds a synthetic trace of about ``--size-mb`` MB (plain JSON: the events of
+   fly; their compressed size is shown too), next to ``json.load`` of the same bytes
+   (decompressed, best of ``--repeat``): the ratio must stay below 4.
+2. Adversarial values: ``ddp_2ranks_allreduce_b`` with one metadata array of
+   ``--adversarial-mb`` MB of numbers before its events (plain and gzip, the gzip of it is
+   a few hundred kB): the time per MB must not grow with the size (linear time), and
+   stays within 4x of ``json.load``; and with one string of that size, which is refused
+   (longer than the reader's 1 MB token limit) after reading up to it.
+3. Builds a synthetic trace of about ``--size-mb`` MB (plain JSON: the events of
    ``ddp_2ranks_allreduce_b`` repeated with shifted timestamps, step numbers and
    correlation ids, so it is one long valid run), reads it, and measures the memory:
    the peak of Python allocations while reading (``tracemalloc``) and the growth of the
@@ -30,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT / "tests" / "data" / "traces"
 
 from scalemodel.calibrate import read_trace  # noqa: E402
+from scalemodel.exceptions import ProfileFormatError  # noqa: E402
 
 
 def json_bytes(path):
@@ -38,6 +45,36 @@ def json_bytes(path):
         with gzip.open(path, "rb") as fh:
             return sum(len(b) for b in iter(lambda: fh.read(1 << 20), b""))
     return Path(path).stat().st_size
+
+
+def json_load_time(path, repeat):
+    """Best time of ``json.load`` of the trace's bytes (decompressed, in memory) [s]."""
+    if str(path).endswith(".gz"):
+        with gzip.open(path, "rb") as fh:
+            data = fh.read()
+    else:
+        data = Path(path).read_bytes()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        json.loads(data)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def adversarial(path, size_mb, kind):
+    """``ddp_2ranks_allreduce_b`` with a metadata value of ``size_mb`` MB before the
+    events: an array of numbers (``kind="array"``) or one string (``"string"``)."""
+    with gzip.open(DATA / "ddp_2ranks_allreduce_b.json.gz", "rt") as fh:
+        doc = json.load(fh)
+    events = doc.pop("traceEvents")
+    n = int(size_mb * 1e6)
+    value = ("[" + "0.125, " * (n // 7) + "0]") if kind == "array" else \
+        ('"' + "x" * n + '"')
+    text = json.dumps(doc)[:-1] + ', "padding": ' + value + ', "traceEvents": ' \
+        + json.dumps(events) + "}"
+    data = text.encode()
+    Path(path).write_bytes(gzip.compress(data, 6) if str(path).endswith(".gz") else data)
 
 
 def best_time(path, repeat):
@@ -111,13 +148,39 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size-mb", type=float, default=100.0)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--adversarial-mb", type=float, nargs="*", default=[20.0, 40.0])
     args = p.parse_args(argv)
-    print(f"{'trace':36} {'file MB':>8} {'JSON MB':>8} {'seconds':>9} {'MB/s':>7}")
+    print(f"{'trace':36} {'file MB':>8} {'JSON MB':>8} {'seconds':>9} {'MB/s':>7} "
+          f"{'json.load s':>11} {'ratio':>6}")
     for path in sorted(DATA.glob("*.json.gz")):
         t, rep = best_time(path, args.repeat)
+        tj = json_load_time(path, args.repeat)
         mb = json_bytes(path) / 1e6
         print(f"{path.name:36} {path.stat().st_size / 1e6:8.2f} {mb:8.2f} {t:9.2f} "
-              f"{mb / t:7.1f}")
+              f"{mb / t:7.1f} {tj:11.2f} {t / tj:6.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        print("\nadversarial: ddp_2ranks_allreduce_b with a large metadata value before "
+              "its events")
+        print(f"{'value':30} {'file MB':>8} {'JSON MB':>8} {'seconds':>9} {'ms/MB':>7} "
+              f"{'json.load s':>11} {'ratio':>6}")
+        for kind in ("array", "string"):
+            for size in args.adversarial_mb:
+                for suffix in (".json", ".json.gz"):
+                    path = Path(tmp) / f"adv{suffix}"
+                    adversarial(path, size, kind)
+                    t0 = time.perf_counter()
+                    try:
+                        t, rep = best_time(path, 1)
+                        note = ""
+                    except ProfileFormatError as exc:   # a string over the token limit
+                        t = time.perf_counter() - t0
+                        note = "  refused: " + str(exc).split(": ", 2)[-1][:40] + "..."
+                    tj = json_load_time(path, 1)
+                    mb = json_bytes(path) / 1e6
+                    print(f"{f'{size:g} MB {kind} ({suffix[1:]})':30} "
+                          f"{path.stat().st_size / 1e6:8.2f} {mb:8.2f} {t:9.2f} "
+                          f"{t / mb * 1e3:7.1f} {tj:11.2f} {t / tj:6.2f}{note}")
+                    path.unlink()
     with tempfile.TemporaryDirectory() as tmp:
         big = Path(tmp) / "synthetic.json"
         copies = synthetic(big, args.size_mb)

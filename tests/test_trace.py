@@ -20,6 +20,7 @@ import pytest
 import scalemodel as sm
 from scalemodel.calibrate import read_trace
 from scalemodel.calibrate import trace as tr
+from scalemodel.calibrate import trace_read as trr
 
 DATA = Path(__file__).parent / "data" / "traces"
 TRACES = sorted(DATA.glob("*.json.gz"))
@@ -389,14 +390,13 @@ def test_streaming_is_independent_of_chunk_boundaries(tmp_path, monkeypatch):
                                                   "},], \"displayTimeUnit\""))
     want = json.loads(text)["traceEvents"]
     for chunk in (1, 3, 64, 4093):
-        monkeypatch.setattr(tr, "_CHUNK", chunk)
+        monkeypatch.setattr(trr, "_CHUNK", chunk)
         for name in ("t.json", "comma.json"):
-            col = tr._Collector(name)
-            raw_fh, fh = tr._open(tmp_path / name, name)
-            with fh:
-                got = list(tr._iter_document(tr._Stream(raw_fh, name), col.meta))
+            meta, stats = {}, {}
+            got = list(trr._events(str(tmp_path / name), meta, stats))
             assert got == want, (chunk, name)
-            assert col.meta["distributedInfo"]["world_size"] == 4
+            assert meta["distributedInfo"]["world_size"] == 4
+            assert stats["events_open"] == "["
 
 
 # --------------------------------------------------------------------------- bad input
@@ -476,6 +476,91 @@ def test_traces_of_different_jobs(tmp_path):
     write_trace(tmp_path / "r0.json", rank=0, steps=2)
     write_trace(tmp_path / "r1.json", rank=1, steps=2, first_step=50)
     bad(tmp_path, tmp_path / "r0.json", tmp_path / "r1.json", match="share no ProfilerStep")
+
+
+def test_what_is_not_a_regular_file_is_refused_without_waiting(tmp_path):
+    """A FIFO, a device, a folder, a link to a device: "not a regular file", at once; a
+    link to a regular trace is followed."""
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    bad(tmp_path, fifo, match=r"pipe\.json.*not a regular file.*FIFO")
+    bad(tmp_path, Path("/dev/zero"), match=r"/dev/zero.*not a regular file.*device", cli=False)
+    (tmp_path / "folder.json").mkdir()
+    bad(tmp_path, tmp_path / "folder.json", match=r"folder\.json.*not a regular file.*folder")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    bad(tmp_path, tmp_path / "zero.json", match=r"zero\.json.*not a regular file")
+    write_trace(tmp_path / "t.json", steps=2)
+    (tmp_path / "link.json").symlink_to(tmp_path / "t.json")
+    assert read_trace(tmp_path / "link.json").step_count == 2
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_deep_nesting_is_a_clear_error(tmp_path, gz):
+    """100k nested arrays, in the events or in a metadata value: refused naming the file,
+    no RecursionError, nothing built."""
+    for i, where in enumerate(("events", "meta")):
+        deep = "[" * 100_000 + "]" * 100_000
+        text = ('{"traceEvents": [' + deep + "]}" if where == "events"
+                else '{"deviceProperties": ' + deep + ', "traceEvents": []}')
+        path = tmp_path / f"deep{i}.json{'.gz' if gz else ''}"
+        path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+        bad(tmp_path, path, match=rf"deep{i}\.json.*nests more than {trr.MAX_DEPTH} ")
+    # brackets inside strings (escaped quotes included) do not count
+    ok = {"name": '[[[[\\"[[[' * 100, "ph": "i"}
+    write_trace(tmp_path / "s.json", steps=2, extra=[ok] * 3)
+    assert read_trace(tmp_path / "s.json").step_count == 2
+
+
+def test_no_message_quotes_the_content_of_a_file_that_is_not_a_trace(tmp_path):
+    secret = "SECRET-TOKEN-c2VjcmV0"
+    for i, text in enumerate([secret, f'{{"a": {secret}}}', f'{{"a": "{secret}"}} {secret}',
+                              f'[{{"x": 1}}, {secret}]', f'{{"traceEvents": {secret}}}',
+                              f'{{"a": "{secret}", "b": [1, 2,', f'{{"{secret}": 1}}']):
+        path = tmp_path / f"f{i}.json"
+        path.write_text(text)
+        with pytest.raises(sm.ProfileFormatError) as err:
+            read_trace(path)
+        assert secret not in str(err.value) and f"f{i}.json" in str(err.value)
+        assert "SECRET" not in str(err.value)
+
+
+def test_trailing_commas_and_a_byte_order_mark_are_read(tmp_path):
+    write_trace(tmp_path / "t.json", steps=2)
+    text = (tmp_path / "t.json").read_text()
+    want = read_trace(tmp_path / "t.json")
+    doc = json.loads(text)
+    doc["deviceProperties"] = [{"id": 0, "name": "X,]"}]
+    body = json.dumps(doc).replace('"X,]"}]', '"X,]",},]')
+    (tmp_path / "c.json").write_bytes(b"\xef\xbb\xbf" + body.encode())
+    got = read_trace(tmp_path / "c.json")
+    assert got.step_time == want.step_time and got.step_count == want.step_count
+
+
+def test_metadata_after_the_events_and_array_form(tmp_path):
+    """The keys may come in any order; the array form (events only) reads too."""
+    write_trace(tmp_path / "t.json", steps=2)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    events = doc.pop("traceEvents")
+    (tmp_path / "late.json").write_text(json.dumps({"traceEvents": events, **doc}))
+    assert read_trace(tmp_path / "late.json").world_size == 4
+    (tmp_path / "arr.json").write_text(json.dumps(events))
+    bad(tmp_path, tmp_path / "arr.json", match=r"arr\.json.*world_size.*missing")
+    (tmp_path / "obj.json").write_text(json.dumps(dict(doc, traceEvents={"a": 1})))
+    bad(tmp_path, tmp_path / "obj.json", match=r"obj\.json.*traceEvents.*list of events")
+    (tmp_path / "empty.json").write_text("  \n")
+    bad(tmp_path, tmp_path / "empty.json", match=r"empty\.json.*empty")
+
+
+def test_a_huge_metadata_value_streams(tmp_path):
+    """A 4 MB number array as a metadata value, before the events, plain and gzip: read
+    (the reader does not keep it); the events after it are all there."""
+    write_trace(tmp_path / "t.json", steps=2)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    events = doc.pop("traceEvents")
+    text = json.dumps(doc)[:-1] + ', "padding": [' + "1.5, " * 800_000 + '0], "traceEvents": ' \
+        + json.dumps(events) + "}"
+    (tmp_path / "pad.json.gz").write_bytes(gzip.compress(text.encode()))
+    assert read_trace(tmp_path / "pad.json.gz").step_count == 2
 
 
 # --------------------------------------------------------------------------- command line
