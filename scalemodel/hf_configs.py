@@ -1,7 +1,7 @@
 r"""Reading Hugging Face ``config.json`` files of the common transformer families.
 
-:meth:`TransformerConfig.from_hf_config <scalemodel.workloads.TransformerConfig.from_hf_config>`
-maps the key names each family uses onto one :class:`~scalemodel.workloads.TransformerConfig`.
+:meth:`TransformerConfig.from_hf_config <scalemodel.TransformerConfig.from_hf_config>`
+maps the key names each family uses onto one :class:`~scalemodel.TransformerConfig`.
 The family comes from ``model_type`` when the file has it, else from the key names
 (``n_embd`` is GPT-2's, ``hidden_size`` the Llama family's). What each family's
 architecture implies (norm kind, biases, gated feed-forward, tied output projection,
@@ -19,7 +19,7 @@ bert                        ``hidden_size`` and the like  Layer      yes     no 
 ==========================  ============================  =========  ======  =====  =================  =========
 
 Details a family has that the config cannot express are listed in a
-:class:`~scalemodel.exceptions.ModelWarning` (never silently dropped): Qwen2's biases on the
+:class:`~scalemodel.ModelWarning` (never silently dropped): Qwen2's biases on the
 query, key and value projections only (:math:`(h + 2 d_{kv})` parameters per layer
 missing), Falcon's parallel block with one norm (counted as two: :math:`2h` extra per
 layer), and a ``head_dim`` that differs from ``hidden / heads`` (Gemma-7B) is refused,
@@ -40,7 +40,7 @@ from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 __all__ = ["FAMILIES", "family_of", "config_kwargs", "is_hf_config", "load_hf_profile"]
 
 FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gpt2", "gpt_neox", "falcon", "bert")
-"""Families :meth:`~scalemodel.workloads.TransformerConfig.from_hf_config` maps [-]."""
+"""Families :meth:`~scalemodel.TransformerConfig.from_hf_config` maps [-]."""
 
 _LLAMA_LIKE = {"llama", "mistral", "mixtral_dense", "qwen2", "gemma", "qwen", "yi",
                "internlm2"}
@@ -96,10 +96,10 @@ def _check_head_dim(config, hidden, heads):
 
 
 def config_kwargs(config: dict) -> dict:
-    """Keyword arguments of :class:`~scalemodel.workloads.TransformerConfig` (without
+    """Keyword arguments of :class:`~scalemodel.TransformerConfig` (without
     ``seq``, ``micro_batch``, ``dtype``, ``name``) from a parsed ``config.json`` [-].
 
-    Warns (:class:`~scalemodel.exceptions.ModelWarning`) with every detail of the family
+    Warns (:class:`~scalemodel.ModelWarning`) with every detail of the family
     that the config cannot express.
 
     Parameters

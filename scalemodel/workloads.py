@@ -196,7 +196,7 @@ class TransformerConfig:
         ``n_head``, ``n_inner``, ``n_positions``), GPT-NeoX, Falcon and BERT; the family
         comes from ``model_type`` or the key names. See :mod:`scalemodel.hf_configs` for
         what each family implies and what it cannot express (said in a
-        :class:`~scalemodel.exceptions.ModelWarning`).
+        :class:`~scalemodel.ModelWarning`).
 
         Parameters
         ----------
