@@ -57,6 +57,11 @@ PRIORS = {
     "straggler_spread": _Prior(0.0, 0.05, 0.0, 1.0, "-", "scale 5 %: per-iteration compute "
                                "of a GPU worker varies by a few percent (the calibration's "
                                "measured p10-p90 spread)"),
+    "efficiency": _Prior(1.0, math.log(1.5), 0.05, 1.0, "-", "model FLOPs utilisation of a "
+                         "FLOP-derived profile, centred on the profile's own (its "
+                         "provenance); scale ln 1.5: published LLM training reaches 30-55 % "
+                         "(Megatron-LM 52 % on A100, Narayanan et al. arXiv:2104.04473; "
+                         "PaLM 46 %, Chowdhery et al. arXiv:2204.02311)", log=True),
 }
 """Weakly informative priors of the fitted parameters: ideal default, scale of the
 penalty (in the log of the value for ``log`` parameters, in the value's unit otherwise),
@@ -64,14 +69,16 @@ bounds and their source. ``ceiling`` bounds are fractions of the largest line ra
 
 _ORDER = ("ceiling", "utilization", "sync_overhead", "collective_overhead",
           "compute_slowdown", "iteration_overhead", "bucket_overhead", "straggler_spread",
-          "alpha", "overlap", "host_overhead")
+          "alpha", "overlap", "host_overhead", "efficiency")
 """Tie-break order of parameters of equal evidence."""
 
 AUTO = ("ceiling", "utilization", "sync_overhead", "collective_overhead", "compute_slowdown",
-        "iteration_overhead", "bucket_overhead", "straggler_spread")
+        "iteration_overhead", "bucket_overhead", "straggler_spread", "efficiency")
 """Parameters :func:`~scalemodel.fit_cluster` chooses among by itself (``straggler_spread``
 only when the runs have at least three worker counts above one, or two with a measured
-compute slowdown; ``ceiling`` and ``utilization`` only without transport data). The others
+compute slowdown; ``efficiency`` only with runs that give an absolute iteration time on a
+FLOP-derived profile and no single-worker time; ``ceiling`` and ``utilization`` only
+without transport data). The others
 (``alpha``, ``overlap``, ``host_overhead``) come from the transport calibration or
 ``fit=``: their signatures in a few scaling runs are too close to the ones above to tell
 apart."""

@@ -80,8 +80,8 @@ class _Problem:
         for i, r in enumerate(runs):
             fusion = r.fusion or settings["fusion"]
             cap = getattr(r, "bucket_cap_mb", None)
-            if cap is not None:
-                fusion = DDPBuckets(cap_bytes=float(cap) * 2.0**20)
+            if cap is not None:  # 0: one collective per tensor
+                fusion = DDPBuckets(cap_bytes=float(cap) * 2.0**20) if cap > 0 else "none"
             wrapped = bool(getattr(r, "wrapped", False)) and r.n == 1
             gkey = (id(r.profile), fusion, r.algorithm or settings["algorithm"],
                     getattr(r, "sharding", None) or "none", r.n, wrapped)
@@ -98,6 +98,16 @@ class _Problem:
         for gkey, g in groups.items():
             g["configs"] = np.asarray(g["configs"], dtype=np.int64)
             g["linear"] = _scales_with_compute(gkey[1], gkey[3])
+        # FLOP-derived profiles whose compute efficiency the runs may fit: the profile's
+        # own efficiency is the prior's centre; runs with a scaling factor compare
+        # relative times, the others absolute ones
+        effs = [r.efficiency for r in runs if getattr(r, "efficiency", None)]
+        self.e0 = float(effs[0]) if effs else PRIORS["efficiency"].default
+        self.flop_run = np.array([not getattr(r, "compute_known", True) for r in runs])
+        self.relative = np.array([r.measured_sf is not None for r in runs])
+        for gkey, g in groups.items():
+            g["flop"] = any(not getattr(r, "compute_known", True) for r in runs
+                            if id(r.profile) == gkey[0])
         self.measured_t = np.empty(len(runs))
         self.sigma_t = np.array([r.uncertainty for r in runs])
         for i, r in enumerate(runs):
@@ -108,6 +118,8 @@ class _Problem:
     # parameter transforms: g(value) in fitting coordinates
     def to_g(self, name, value):
         p = PRIORS[name]
+        if name == "efficiency":
+            return math.log(value / self.e0)
         if name == "ceiling":
             return math.log(self.bw_max / value) if math.isfinite(value) else 0.0
         if p.log:
@@ -116,6 +128,8 @@ class _Problem:
 
     def from_g(self, name, g):
         p = PRIORS[name]
+        if name == "efficiency":
+            return self.e0 * math.exp(g)
         if name == "ceiling":
             return self.bw_max * math.exp(-g)
         if name == "utilization":
@@ -126,6 +140,8 @@ class _Problem:
 
     def g_bounds(self, name):
         p = PRIORS[name]
+        if name == "efficiency":
+            return math.log(p.lower / self.e0), math.log(p.upper / self.e0)
         if name == "ceiling":
             return 0.0, -math.log(p.lower)
         if name == "utilization":
@@ -219,7 +235,7 @@ class _Problem:
             if not g["linear"]:
                 if ckey not in cache:  # the scenario at sigma = 1: its profile and policy
                     cl = self.cluster(values) if cl is None else cl
-                    cache[ckey] = self._scenario(gkey, g, cl, 1.0)
+                    cache[ckey] = self._scenario(gkey, g, cl, 1.0, values)
                 sc1 = cache[ckey]
                 if sc1.needs_plan or sc1.sharding is not None:
                     entry[gkey] = ("scenario", sc1)
@@ -235,14 +251,27 @@ class _Problem:
                 ckey = (gkey, key, cache[skey])
                 if ckey not in cache:
                     cl = self.cluster(values) if cl is None else cl
-                    cache[ckey] = self._group_lines(gkey, g, cl, sigma)
+                    cache[ckey] = self._group_lines(gkey, g, cl, sigma, values)
             elif ckey not in cache:
                 cl = self.cluster(values) if cl is None else cl
-                cache[ckey] = self._group_lines(gkey, g, cl, 1.0)
+                cache[ckey] = self._group_lines(gkey, g, cl, 1.0, values)
             entry[gkey] = cache[ckey]
         return entry
 
-    def _scenario(self, gkey, g, cl, sigma_n):
+    def _scale(self, values):
+        """Factor on a FLOP-derived profile's compute times: its efficiency over the
+        fitted one [-]."""
+        e = values.get("efficiency", self.fixed.get("efficiency"))
+        return 1.0 if e is None else self.e0 / float(e)
+
+    def _profile(self, g, values):
+        f = self._scale(values)
+        p = g["profile"]
+        if f == 1.0 or not g["flop"]:
+            return p
+        return p.scaled_to(p.iteration_time * f)
+
+    def _scenario(self, gkey, g, cl, sigma_n, values=None):
         _, fusion, algorithm, sharding, n, wrapped = gkey
         bare = attrs.evolve(cl, **{k: v for k, v in _BARE.items() if k in self._fields})
         bare = attrs.evolve(bare, compute_slowdown=min(max(sigma_n, 1.0), 100.0))
@@ -250,13 +279,13 @@ class _Problem:
                   ps_servers=self.settings["ps_servers"])
         if sharding != "none":
             kw["sharding"] = sharding
-        return Scenario.build(g["profile"], **kw)
+        return Scenario.build(self._profile(g, values or {}), **kw)
 
-    def _group_lines(self, gkey, g, cl, sigma_n):
+    def _group_lines(self, gkey, g, cl, sigma_n, values):
         r"""One group's lines built with the buckets of the compute slowdown
         ``sigma_n`` [-], in per-unit-slowdown form."""
         n, wrapped = gkey[4], gkey[5]
-        sc = self._scenario(gkey, g, cl, sigma_n)
+        sc = self._scenario(gkey, g, cl, sigma_n, values)
         if sc.needs_plan or sc.sharding is not None:
             return ("scenario", sc)
         lines = sc.lines(n, False)[0]
@@ -278,7 +307,7 @@ class _Problem:
         compute[0] = lines.intercept[0]  # backward's end: all compute
         rest = lines.intercept - compute
         return ("lines", compute / sigma_n, rest, lines.slope, count, last, per_bucket,
-                wrapper, float(sc.forward(n)) / sigma_n, g["profile"].update_time,
+                wrapper, float(sc.forward(n)) / sigma_n, sc.profile.update_time,
                 sc.wire_map(n))
 
     def predict(self, values):
@@ -321,8 +350,18 @@ class _Problem:
             out[idx] = s_n * forward + update + wrapper * tw + env
         return out[self.config_of]
 
+    def predicted(self, values):
+        """Model iteration times in the units of :attr:`measured_t` [s]: a run measured
+        as a scaling factor on a FLOP-derived profile compares relative times, so its
+        prediction is taken back to the profile's own efficiency."""
+        pred = self.predict(values)
+        f = self._scale(values)
+        if f != 1.0:
+            pred = np.where(self.relative & self.flop_run, pred / f, pred)
+        return pred
+
     def residuals(self, values):
-        return (np.log(self.predict(values)) - np.log(self.measured_t)) / self.sigma_t
+        return (np.log(self.predicted(values)) - np.log(self.measured_t)) / self.sigma_t
 
 
 def _solve(problem, free):

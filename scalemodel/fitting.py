@@ -470,6 +470,9 @@ def _candidate_sets(runs, fixed, *, fit, hold, max_free):
             fixed_all.pop(k, None)
         return [fit], fixed_all
     candidates = [k for k in AUTO if k not in fixed and k not in hold]
+    if "efficiency" in candidates and not any(
+            not getattr(r, "compute_known", True) and r.measured_sf is None for r in runs):
+        candidates.remove("efficiency")  # no absolute time on a FLOP-derived profile
     if "straggler_spread" in candidates:
         # the wait for the slowest worker grows with n: it needs the runs' n to vary
         counts = len({r.n for r in runs if r.n > 1})
@@ -527,6 +530,9 @@ def _parameters(problem, best, fixed_all, statuses, sigma, base, *, confidence, 
                     iv = (None, None)
                 src = f"transport: {source.text}"
             params[k] = FittedParameter(k, v, tuple(iv), PRIORS[k].unit, st, False, src)
+        elif k == "efficiency":
+            params[k] = FittedParameter(k, problem.e0, (problem.e0, problem.e0), "-",
+                                        "default", False, "the profile's own")
         else:
             v = PRIORS[k].default if source.kind == "ideal" else _base_value(base, k)
             params[k] = FittedParameter(k, v, (v, v), PRIORS[k].unit, "default", False,
@@ -592,7 +598,7 @@ def _residuals(problem, values):
     """Measured against fitted per run; a warning names each run missed by more than
     three of its uncertainties."""
     runs = problem.runs
-    pred = problem.predict(values)
+    pred = problem.predicted(values)
     measured = problem.measured_t
     err = pred / measured - 1
     t1 = np.array([r.profile.iteration_time for r in runs])
@@ -697,6 +703,14 @@ def _fitted_cluster(problem, best, params, alternatives, fit_settings):
         provenance["alternatives"] = alternatives
     if "fit_settings" in problem._fields:
         extra["fit_settings"] = fit_settings
+    if "efficiency" in params and params["efficiency"].status == "fitted":
+        p = params["efficiency"]
+        gpus = sorted({str(r.profile.device) for r in runs
+                       if not getattr(r, "compute_known", True)} - {""})
+        extra["extra"] = dict(base.extra, efficiency={
+            "value": p.value, "interval": list(p.interval), "gpu": gpus,
+            "profiles": sorted({r.profile.name for r in runs
+                                if not getattr(r, "compute_known", True)})})
     return attrs.evolve(problem.cluster(best.values), intervals=intervals,
                         provenance=provenance, **extra)
 
@@ -709,17 +723,20 @@ def _probe_profiles(runs, settings):
     big = max((r for r in runs if r.n > 1), key=lambda r: (r.n, r.bw))
     p = big.profile
     fusion = big.fusion or settings["fusion"]
+    sharding = getattr(big, "sharding", None) or "none"
     probes = []
     try:
         heavier = attrs.evolve(p, tensor_bytes=np.asarray(p.tensor_bytes) * 5.0,
                                name=f"{p.name} x5 bytes")
         probes.append((f"a model with 5x the bytes of {p.name} on {big.n} workers",
-                       heavier, big.n, big.bw, fusion))
+                       heavier, big.n, big.bw, fusion, sharding))
     except (TypeError, ValueError, ScalemodelError):
         pass
-    probes.append((f"{p.name} with 1 MB buckets (bucket_cap_mb=1) on {big.n} workers", p,
-                   big.n, big.bw, DDPBuckets(cap_bytes=2.0**20)))
-    probes.append((f"{p.name} on {4 * big.n} workers", p, 4 * big.n, big.bw, fusion))
+    if sharding == "none":
+        probes.append((f"{p.name} with 1 MB buckets (bucket_cap_mb=1) on {big.n} workers",
+                       p, big.n, big.bw, DDPBuckets(cap_bytes=2.0**20), sharding))
+    probes.append((f"{p.name} on {4 * big.n} workers", p, 4 * big.n, big.bw, fusion,
+                   sharding))
     return probes
 
 
@@ -736,9 +753,9 @@ def _what_tells_them_apart(problem, cluster, runs, settings):
         return []
     from .model import scaling_factor
     worst = None
-    for text, prof, n, bw, fusion in _probe_profiles(runs, settings):
+    for text, prof, n, bw, fusion, sharding in _probe_profiles(runs, settings):
         try:
-            sf = np.array([scaling_factor(prof, n, bw, fusion=fusion,
+            sf = np.array([scaling_factor(prof, n, bw, fusion=fusion, sharding=sharding,
                                           algorithm=settings["algorithm"], cluster=c)
                            for c in alts])
         except ScalemodelError:
@@ -773,12 +790,13 @@ def _message(best, params, residuals, alternatives, notes=()):
         p = params[k]
         if p.status == "default" or not math.isfinite(p.value):
             continue  # held at the ideal value, or no ceiling
-        if p.at_bound or (p.status == "fitted" and p.interval[0] is not None
-                          and p.value == p.interval[0] == PRIORS[k].lower):
+        value, where = p.value, ""
+        if p.at_bound:
             where = "at its bound"
-        else:
-            where = ""
-        lines.append(f"  {k:20s} {_fmt(p.value, p.unit)}{f' ({where})' if where else ''}  "
+        elif p.status == "fitted" and not PRIORS[k].log and \
+                abs(p.value - PRIORS[k].lower) <= 1e-3 * PRIORS[k].scale:
+            value, where = PRIORS[k].lower, "at its bound"  # the ideal value: no effect
+        lines.append(f"  {k:20s} {_fmt(value, p.unit)}{f' ({where})' if where else ''}  "
                      f"[{_fmt(p.interval[0], p.unit)}, {_fmt(p.interval[1], p.unit)}]  "
                      f"{p.status}")
     others = alternatives[1:]

@@ -250,3 +250,22 @@ def test_bad_options():
         _fit(run, transport="no-such-log.txt")
     with pytest.raises(sm.ParameterTypeError, match="transport"):
         _fit(run, transport=42)
+
+
+def test_efficiency_of_a_flop_derived_profile_is_fitted_from_absolute_times():
+    p = sm.load_profile("llama-2-7b")
+    e0 = load_runs([dict(model="llama-2-7b", n=8, bw=400e9,
+                         iteration_time=2 * p.iteration_time)])[0].efficiency
+    assert e0 is not None
+    slower = p.scaled_to(p.iteration_time * 1.25)  # the cluster computes at e0 / 1.25
+    truth = sm.ClusterProfile(topology=TOPO, provenance=P)
+    runs = [dict(model="llama-2-7b", n=n, bw=400e9, uncertainty=0.005,
+                 iteration_time=sm.iteration_time(slower, n, 400e9, cluster=truth).total)
+            for n in (8, 64)]
+    fit = _fit(runs, fusion="ddp")
+    assert "efficiency" in fit.free
+    assert fit.parameters["efficiency"].value == pytest.approx(e0 / 1.25, rel=0.01)
+    assert fit.cluster.extra["efficiency"]["profiles"] == ["llama-2-7b"]
+    # a scaling factor is relative: it says nothing of the efficiency
+    rel = [dict(model="llama-2-7b", n=64, bw=400e9, scaling_factor=0.9)]
+    assert "efficiency" not in _fit(rel, fusion="ddp").free
