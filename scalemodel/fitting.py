@@ -642,6 +642,8 @@ def _alternatives(problem, solutions, confidence):
             continue
         if any(set(k.free) < set(s.free) and s.chi2 >= k.chi2 - _NESTED_GAIN for k in kept):
             continue  # a kept explanation plus parameters that explain nothing more
+        if kept and _idle(problem, s):
+            continue  # every parameter at its ideal value: the ideal model again
         kept.append(s)
         params = _fitted_parameters(problem, s, confidence, warn=False)
         values = {k: (None if k == "ceiling" and not math.isfinite(v) else float(v))
@@ -650,6 +652,15 @@ def _alternatives(problem, solutions, confidence):
                     "intervals": {k: list(p.interval) for k, p in params.items()},
                     "score": max(0.0, float(s.score - best)), "chi2": float(s.chi2)})
     return out
+
+
+def _idle(problem, solution):
+    """Whether every free parameter of ``solution`` sits at its ideal value (no effect)."""
+    for k, g in zip(solution.free, solution.g):
+        ideal = PRIORS[k].default if not PRIORS[k].log and k != "utilization" else 0.0
+        if abs(float(g) - ideal) > 1e-3 * PRIORS[k].scale:
+            return False
+    return True
 
 
 _INTERVAL_FIELDS = ("alpha", "utilization", "ceiling", "compute_slowdown",
