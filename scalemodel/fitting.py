@@ -18,17 +18,32 @@ parameter                  meaning                                  default (ide
 ``alpha``                  per-step network latency                   0 s
 ``overlap``                overlap efficiency :math:`\eta`            1 (full overlap)
 ``host_overhead``          host cost per reduced byte                 0 s/byte
+``bucket_overhead``        framework work per bucket on the           0 s
+                           compute path, :math:`c_b`
+``iteration_overhead``     the wrapper's work per iteration on the    0 s
+                           compute path, :math:`t_w`
+``straggler_spread``       relative spread of a worker's compute,     0
+                           :math:`s` (the wait for the slowest)
+``efficiency``             compute efficiency of a FLOP-derived       the profile's
+                           profile (runs with absolute times)
 =========================  =======================================  ==================
 
-**Runs.** Each run names its ``model`` (built-in name, profile file or profile), the
-worker count ``n`` and line rate ``bw`` [bits/s] and either its ``scaling_factor`` or its
-``iteration_time`` [s] (with ``single_worker_time`` [s] when known: then the scaling factor
-is their ratio). Optional: ``compute_time`` [s] (forward + backward measured inside the
-run, per iteration: all micro-batches' with gradient accumulation), ``fusion``,
-``algorithm`` (frameworks differ between runs), ``uncertainty`` (relative
-standard uncertainty of the measured time, default 2 %) and ``label``. A run with ``n = 1``
-and a ``compute_time`` gives the single-worker compute that the others' compute times are
-compared with.
+**Runs** (:mod:`scalemodel.runs`). Each run names its ``model`` (built-in name, profile
+file or profile), the worker count ``n`` and line rate ``bw`` [bits/s] and its
+``scaling_factor``, ``iteration_time`` [s] or ``tokens_per_second_per_gpu`` (with
+``single_worker_time`` [s] when known: then the scaling factor is their ratio, and the
+profile is rescaled to it). Optional: ``compute_time`` [s], ``fusion``, ``algorithm``,
+``sharding``, ``grad_accum``, ``bucket_cap_mb`` (runs with different bucket sizes
+identify the per-bucket cost), ``wrapped`` (a single-worker run with the DDP wrapper:
+it pays :math:`t_w + K c_b`), ``uncertainty`` (relative standard uncertainty of the
+measured time, default 2 %) and ``label``. A run with ``n = 1`` and a ``compute_time``
+gives the single-worker compute that the others' compute times are compared with.
+
+**Transport data** (``transport=``, :mod:`scalemodel.fit_transport`) fixes what a
+microbenchmark sees (latency, achieved bandwidth, intra-node link, with their
+intervals); the runs then fit only the rest. Without it, ``network=`` centres the
+priors of the achieved bandwidth on published figures of the transport
+(:data:`~scalemodel.fit_priors.NETWORKS`).
 
 **What is measured, what is fitted.** Compute times measure the slowdown directly:
 :math:`\sigma = \text{median}(t_\text{compute}(n) / t_\text{compute}(1))` over the
@@ -52,7 +67,10 @@ default, :math:`\big((g(\theta_p) - g(\theta_p^0))/w_p\big)^2`, with the scales
 single parameter that explains it at the least surprise, and more runs free more
 parameters when they are needed. Intervals come from the Jacobian at the optimum
 (Laplace approximation, scaled up by :math:`\chi^2/\text{dof}` when the runs scatter more
-than their uncertainties say), transformed back through :math:`g`.
+than their uncertainties say), transformed back through :math:`g`; an end the runs do
+not constrain is ``None``. Every subset within :data:`ALTERNATIVE_SCORE` of the best is
+kept as an alternative explanation on the fitted cluster, whose answers then range over
+all of them.
 """
 
 from __future__ import annotations
