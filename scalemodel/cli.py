@@ -729,6 +729,11 @@ def cmd_fit(args):
                                         "intra_alpha") if getattr(args, k) is not None}
     if args.cluster is not None:
         kw.setdefault("gpus_per_node", None)  # the starting cluster's topology
+    if args.out is not None:  # before the fit: a wrong --out is said at once
+        from .profiles import output_problem
+        why = output_problem(args.out)
+        if why:
+            raise InvalidParameterError("--out", args.out, why)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
         fit = fit_cluster(args.runs, algorithm=args.algorithm, fusion=args.fusion,
@@ -739,7 +744,12 @@ def cmd_fit(args):
         fit = attrs.evolve(fit, cluster=attrs.evolve(fit.cluster, fit_settings={
             "algorithm": str(args.algorithm), "fusion": str(args.fusion)}))
     if args.out:
-        fit.save(args.out)
+        try:
+            fit.save(args.out)
+        except OSError as exc:
+            raise InvalidParameterError("--out", args.out, f"cannot be written "
+                                        f"({exc.strerror or exc}); nothing was written") \
+                from None
     if args.json:
         return _print_json(dict(fit.to_dict(), warnings=notes, out=args.out))
     print(fit.message)

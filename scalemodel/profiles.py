@@ -643,21 +643,40 @@ def atomic_write_text(path, text: str) -> None:
 
 
 def atomic_write_files(files) -> None:
-    """Write several files so that they appear together: all temporary files first,
-    then the renames, with SIGINT and SIGTERM held for the whole (see
-    :func:`atomic_write_text`). If any write fails, no destination is touched.
+    """Write several files as one set: all of them or none, never a mixture.
+
+    Every file is first written to a temporary file beside it; then, holding an exclusive
+    lock on each destination folder (``flock`` of the folder itself: no lock file) and
+    SIGINT and SIGTERM (see :func:`atomic_write_text`), each is renamed into place. If a
+    rename fails, those already made are undone (a replaced file comes back, from a hard
+    link taken before), so a failure part-way leaves the folder as it was; concurrent
+    writers of the same names each write their whole set in turn, so the files left are
+    all one writer's. A destination that is a folder or not a regular file is refused
+    before anything is written. No temporary file, backup or lock file remains.
 
     Parameters
     ----------
     files : dict
-        ``{path: text}``, destinations [path] and contents [-].
+        ``{path: text}``, destinations [path] and contents [-]; a text of None removes
+        that destination as part of the set (a stale output of an earlier run).
+
+    Raises
+    ------
+    OSError
+        A destination is a folder or not a regular file (``IsADirectoryError``, with
+        ``filename``), or a write failed; nothing was changed.
     """
+    items = [(Path(path), text) for path, text in files.items()]
+    for path, _ in items:
+        _check_destination(path)
     staged = []
     with _signals_held():
         try:
-            for path, text in files.items():
-                path = Path(path)
+            for path, text in items:
                 path.parent.mkdir(parents=True, exist_ok=True)
+                if text is None:
+                    staged.append((None, path))
+                    continue
                 mode = _mode_for(path)
                 fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
                                            dir=path.parent)
@@ -668,16 +687,122 @@ def atomic_write_files(files) -> None:
                     fh.write(text)
                     fh.flush()
                     os.fsync(fh.fileno())
-            while staged:
-                tmp, path = staged[0]
-                os.replace(tmp, path)
-                staged.pop(0)
+            with _folders_locked(sorted({str(path.parent.resolve()) for _, path in staged})):
+                _rename_all(staged)
+            staged = []
         finally:
             for tmp, _ in staged:
+                if tmp is not None:
+                    _unlink_quietly(tmp)
+
+
+def output_problem(path):
+    """Why ``path`` cannot be written as an output file, or None when it can: it is a
+    folder, not a regular file, or under a file, or its folder is not writable.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The destination [path].
+
+    Returns
+    -------
+    str or None
+        The reason, in words, or None.
+    """
+    p = Path(path)
+    if not os.fspath(path).strip():
+        return "is empty; name a file"
+    if p.is_dir():
+        return "is a folder; name a file in it, e.g. " + str(p / "cluster.json")
+    if os.path.lexists(p) and not p.is_file():
+        return "exists and is not a regular file"
+    ancestor = p.absolute().parent
+    while not os.path.lexists(ancestor):
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is a file, not a folder"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"the folder {ancestor} is not writable"
+    return None
+
+
+def _check_destination(path):
+    """Refuse a destination that is a folder or another non-regular file."""
+    import errno
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a folder; name a file", str(path))
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EEXIST, "exists and is not a regular file", str(path))
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+@contextlib.contextmanager
+def _folders_locked(folders):
+    """An exclusive ``flock`` on each folder, in a fixed order (no deadlock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: renames are not serialised
+        yield
+        return
+    fds = []
+    try:
+        for folder in folders:
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+                         | getattr(os, "O_CLOEXEC", 0))
+            fds.append(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)  # closing releases the lock
+
+
+def _rename_all(staged):
+    """Rename each ``(tmp, path)`` into place (``tmp`` None: remove ``path``); on a failure
+    undo the renames made, from hard links of the replaced files, and re-raise."""
+    done = []      # (path, backup or None, existed)
+    try:
+        for tmp, path in staged:
+            backup = None
+            existed = os.path.lexists(path)
+            if existed:
+                backup = f"{path.parent}/.{path.name}.{os.getpid()}.{id(done)}.bak"
                 try:
-                    os.unlink(tmp)
-                except FileNotFoundError:
-                    pass
+                    os.link(path, backup, follow_symlinks=False)
+                except OSError:
+                    backup = None   # no hard links here: this one cannot be undone
+            elif tmp is None:
+                continue
+            done.append((path, backup, existed))
+            if tmp is None:
+                os.unlink(path)
+            else:
+                os.replace(tmp, path)
+    except BaseException:
+        for path, backup, existed in reversed(done):
+            try:
+                if backup is not None:
+                    os.replace(backup, path)
+                elif not existed:
+                    _unlink_quietly(path)
+            except OSError:
+                pass
+        raise
+    finally:
+        for _, backup, _ in done:
+            if backup is not None:
+                _unlink_quietly(backup)
 
 
 def _mode_for(path) -> int:

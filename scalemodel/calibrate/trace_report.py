@@ -969,25 +969,37 @@ def main(argv=None) -> int:
                    "bandwidth is taken as the line rate)")
     p.add_argument("--name", help="profile name (default: the first file's stem)")
     args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
+    prog = "scalemodel.calibrate from-trace"
+    if args.out is not None and (not args.out.strip() or args.out.endswith(("/", os.sep))
+                                 or os.path.isdir(args.out)):
+        print(f"{prog}: error: --out {args.out!r} is a folder or empty: --out takes a prefix "
+              "of file names, e.g. --out results/job (writes results/job.workload.json, "
+              "...)", file=sys.stderr)
+        return 2
     try:
         report = read_trace(args.traces, line_rate=args.line_rate, name=args.name)
         outputs = {}
         if args.out:
-            texts = {}
-            if report.profile is not None:
-                texts[f"{args.out}.workload.json"] = json.dumps(report.profile.to_dict(),
-                                                                indent=1)
-            if report.cluster is not None:
-                texts[f"{args.out}.cluster.json"] = json.dumps(report.cluster.to_dict(),
-                                                               indent=1)
-            texts[f"{args.out}.report.json"] = json.dumps(report.to_dict(), indent=1)
-            outputs = texts
+            # the set: a file this run cannot make is removed (no stale one of another run)
+            outputs = {
+                f"{args.out}.workload.json": None if report.profile is None else
+                json.dumps(report.profile.to_dict(), indent=1) + "\n",
+                f"{args.out}.cluster.json": None if report.cluster is None else
+                json.dumps(report.cluster.to_dict(), indent=1) + "\n",
+                f"{args.out}.report.json": json.dumps(report.to_dict(), indent=1) + "\n"}
     except (ScalemodelError, ValueError, TypeError) as exc:
-        print(f"scalemodel.calibrate from-trace: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    from ..profiles import atomic_write_text
-    for path, text in outputs.items():
-        atomic_write_text(path, text + "\n")
+    from ..profiles import atomic_write_files
+    try:
+        atomic_write_files(outputs)
+    except OSError as exc:
+        what = exc.strerror or str(exc)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"{prog}: error: --out {args.out}: cannot write its files{where}: {what}; "
+              "nothing was written", file=sys.stderr)
+        return 2
+    outputs = [path for path, text in outputs.items() if text is not None]
     if args.json:
         print(json.dumps(report.to_dict(), indent=1))
     else:

@@ -1,0 +1,155 @@
+"""Issue 19's catalogue of careless or hostile inputs: outputs written as a set, numbers
+and tables a user gets wrong, messages that name the field and the value."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import scalemodel as sm
+from scalemodel import profiles
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "traces"
+ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+
+
+def leftovers(folder):
+    """Temporary, backup or lock files left in ``folder``."""
+    return sorted(p.name for p in Path(folder).iterdir() if p.name.startswith("."))
+
+
+# --------------------------------------------------------------------------- a set of files
+
+def test_a_folder_among_the_targets_writes_nothing(tmp_path):
+    (tmp_path / "job.cluster.json").mkdir()
+    (tmp_path / "job.report.json").write_text("old")
+    files = {tmp_path / "job.workload.json": "w", tmp_path / "job.cluster.json": "c",
+             tmp_path / "job.report.json": "r"}
+    with pytest.raises(IsADirectoryError) as err:
+        profiles.atomic_write_files(files)
+    assert err.value.filename == str(tmp_path / "job.cluster.json")
+    assert not (tmp_path / "job.workload.json").exists()
+    assert (tmp_path / "job.report.json").read_text() == "old"
+    assert leftovers(tmp_path) == []
+
+
+def test_a_rename_failing_part_way_is_undone(tmp_path, monkeypatch):
+    """The third rename fails: the first two are undone (the replaced file comes back,
+    the new one goes), and nothing else stays behind."""
+    (tmp_path / "b").write_text("old b")
+    real = os.replace
+    calls = []
+
+    def failing(src, dst, *a, **k):
+        if str(dst).endswith("/c") and str(src).endswith(".tmp"):
+            calls.append(dst)
+            raise OSError(28, "No space left on device")
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="No space"):
+        profiles.atomic_write_files({tmp_path / "a": "new a", tmp_path / "b": "new b",
+                                     tmp_path / "c": "new c"})
+    assert calls
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+    assert (tmp_path / "b").read_text() == "old b"
+    assert leftovers(tmp_path) == []
+
+
+def test_none_removes_a_stale_file_of_the_set(tmp_path):
+    (tmp_path / "x.workload.json").write_text("stale")
+    profiles.atomic_write_files({tmp_path / "x.workload.json": None,
+                                 tmp_path / "x.report.json": "r"})
+    assert not (tmp_path / "x.workload.json").exists()
+    assert (tmp_path / "x.report.json").read_text() == "r"
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from scalemodel.profiles import atomic_write_files
+    k, prefix, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    texts = {f"{prefix}.{part}.json": (k + "\\n") * (1 << 17)
+             for part in ("workload", "cluster", "report")}
+    time.sleep(max(0.0, start - time.time()))     # all start together
+    for rounds in range(3):
+        atomic_write_files(texts)
+""")
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_concurrent_writers_never_leave_a_mixture(tmp_path, trial):
+    """Eight processes write the same three names at the same moment (without the lock
+    on the folder, one trial in a few leaves a mixture): the files left are all one
+    writer's, every writer exits 0, and no temporary, backup or lock file remains."""
+    import time
+    prefix = tmp_path / "job"
+    start = time.time() + 4.0
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(k), str(prefix), str(start)],
+                              env=ENV, stderr=subprocess.PIPE, text=True) for k in range(8)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    texts = {(tmp_path / f"job.{part}.json").read_text()
+             for part in ("workload", "cluster", "report")}
+    assert len(texts) == 1
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_concurrent_from_trace_runs_leave_one_runs_files(tmp_path):
+    """Eight ``from-trace --out P --name runK`` at once: all exit 0, and the three files
+    left name the same run."""
+    trace = DATA / "ddp_2ranks_allreduce_b.json.gz"
+    procs = [subprocess.Popen([sys.executable, "-m", "scalemodel.calibrate", "from-trace",
+                               str(trace), "--out", str(tmp_path / "P"), "--name", f"run{k}"],
+                              env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True) for k in range(8)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    names = {json.loads((tmp_path / "P.workload.json").read_text())["name"],
+             json.loads((tmp_path / "P.cluster.json").read_text())["name"]}
+    report = json.loads((tmp_path / "P.report.json").read_text())
+    names.add(report["profiles"]["workload"]["name"])
+    assert len(names) == 1, names
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["P.cluster.json", "P.report.json",
+                                                          "P.workload.json"]
+
+
+# --------------------------------------------------------------------------- --out errors
+
+def run_cli(*args, module="scalemodel"):
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)],
+                          capture_output=True, text=True, env=ENV, timeout=300, cwd=ROOT)
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "a_folder"])
+def test_fit_out_errors_name_out(tmp_path, where):
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "c.json" if where == "under_a_file" else tmp_path
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,n,bw,scaling_factor\nbert,8,10Gbps,0.8\nbert,16,10Gbps,0.7\n")
+    res = run_cli("fit", runs, "--out", out)
+    assert res.returncode == 2
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and "--out" in err[0] and "Traceback" not in res.stderr
+    assert ("is a file, not a folder" if where == "under_a_file" else "is a folder") in err[0]
+
+
+def test_from_trace_out_errors_name_out_and_write_nothing(tmp_path):
+    trace = DATA / "ddp_2ranks_allreduce_b.json.gz"
+    res = run_cli("from-trace", trace, "--out", tmp_path, module="scalemodel.calibrate")
+    assert res.returncode == 2 and "--out" in res.stderr and "folder" in res.stderr
+    (tmp_path / "P.cluster.json").mkdir()
+    res = run_cli("from-trace", trace, "--out", tmp_path / "P", module="scalemodel.calibrate")
+    assert res.returncode == 2, res.stderr
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and "--out" in err[0] and "P.cluster.json" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["P.cluster.json"]
