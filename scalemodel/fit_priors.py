@@ -3,7 +3,8 @@
 Each fitted parameter :math:`\\theta_p` is fitted in a transformed coordinate
 :math:`g(\\theta_p)` (the log of the value for ``log`` parameters) and pulled towards its
 ideal default by the penalty :math:`\\big((g(\\theta_p) - g(\\theta_p^0))/w_p\\big)^2`,
-with the scale :math:`w_p` and the bounds of :data:`PRIORS`, each with its source.
+with the scale :math:`w_p` and the bounds of :data:`~scalemodel.fitting.PRIORS`, each with
+its source.
 """
 
 from __future__ import annotations
@@ -127,4 +128,5 @@ NETWORKS = {
 """Priors of the achieved bandwidth per transport (``fit_cluster(network=...)``): the
 centre and scale of the utilization of a slow link and of the ceiling, from published
 nccl-tests and Gloo benchmark figures (each with its source). Without ``network`` the
-generic priors of :data:`PRIORS` apply (no ceiling, full utilization expected)."""
+generic priors of :data:`~scalemodel.fitting.PRIORS` apply (no ceiling, full utilization
+expected)."""

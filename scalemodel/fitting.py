@@ -204,9 +204,10 @@ class ClusterFit:
         Every explanation (choice of free parameters) that fits the runs within their
         noise, best first (the first is the chosen one): ``{"free", "values",
         "intervals", "score", "chi2"}``, ``score`` the Akaike-penalised misfit minus the
-        best one's (within :data:`~scalemodel.fitting.ALTERNATIVE_SCORE`), unbounded interval ends None. The
-        cluster carries them (:attr:`~scalemodel.ClusterProfile.alternatives`) and its
-        predictions range over them; the message says which run would tell them apart.
+        best one's (within :data:`~scalemodel.fitting.ALTERNATIVE_SCORE`), unbounded
+        interval ends None. The cluster carries them
+        (:attr:`~scalemodel.ClusterProfile.alternatives`) and its predictions range over
+        them; the message says which run would tell them apart.
     """
 
     cluster: ClusterProfile
@@ -307,8 +308,8 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     ------
     InvalidParameterError, ParameterTypeError, UnknownNameError
         Bad runs or keywords (the message names the run and the value), more than
-        :data:`~scalemodel.fitting.MAX_RUNS` runs, or a transport that contradicts the runs' topology or line
-        rate (the message names both).
+        :data:`~scalemodel.fitting.MAX_RUNS` runs, or a transport that contradicts the
+        runs' topology or line rate (the message names both).
     CalibrationError
         The runs cannot be reached by any parameter values.
 
