@@ -335,8 +335,9 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     best = solutions[0]
     params = _parameters(problem, best, fixed_all, statuses, sigma, base,
                          confidence=confidence, source=source)
-    residuals = _residuals(problem, best.values)
     alternatives = _alternatives(problem, solutions, confidence)
+    residuals = _residuals(problem, best.values, [
+        s.values for s in solutions if s.score <= best.score + ALTERNATIVE_SCORE])
     fit_settings = _fit_settings(runs, algorithm, fusion, source)
     fitted = _fitted_cluster(problem, best, params, alternatives, fit_settings)
     notes = _what_tells_them_apart(problem, fitted, runs, settings)
@@ -613,25 +614,30 @@ def _fitted_parameters(problem, best, confidence, *, warn):
     return params
 
 
-def _residuals(problem, values):
-    """Measured against fitted per run; a warning names each run missed by more than
-    three of its uncertainties."""
+def _residuals(problem, values, others=()):
+    """Measured against fitted per run; a warning names each run that no explanation
+    (the best, or one of ``others`` within the runs' noise) reaches within three of its
+    uncertainties."""
     runs = problem.runs
     pred = problem.predicted(values)
     measured = problem.measured_t
     err = pred / measured - 1
+    closest = np.abs(np.log1p(err))
+    for v in others:
+        closest = np.minimum(closest, np.abs(np.log(problem.predicted(v) / measured)))
     t1 = np.array([r.profile.iteration_time for r in runs])
     residuals = []
     for i, r in enumerate(runs):
         m_sf = r.measured_sf if r.measured_sf is not None else t1[i] / measured[i]
         residuals.append(RunResidual(r.label, r.n, r.bw, float(measured[i]), float(pred[i]),
                                      float(err[i]), float(m_sf), float(t1[i] / pred[i])))
-    missed = np.flatnonzero(np.abs(np.log1p(err)) > 3 * problem.sigma_t)
+    missed = np.flatnonzero(closest > 3 * problem.sigma_t)
     for i in missed[:20]:
         x = residuals[i]
         warnings.warn(CalibrationWarning(
             f"fit_cluster: run {x.label!r} (n={x.n}, bw={x.bw:g}) is missed by "
-            f"{100 * x.error:+.1f} %: it contradicts the others or the model"),
+            f"{100 * x.error:+.1f} % (and by every other explanation within the runs' "
+            "noise): it contradicts the others or the model"),
             stacklevel=3)
     if len(missed) > 20:
         warnings.warn(CalibrationWarning(
