@@ -4,8 +4,9 @@ Profile and cluster files come from users and from other machines, so they are r
 untrusted input: only a regular file is opened (a FIFO or a device named ``*.json`` would
 block or never end), at most ``max_bytes`` are read, the bytes must be UTF-8, the
 nesting depth is bounded (a deeply nested file would exhaust the parser's stack).
-``NaN`` and ``Infinity`` are read as Python writes them, so that the check of the field
-that holds one names it. Every failure raises
+``NaN`` and ``Infinity`` are read as Python writes them, and an integer longer than
+Python converts (4300 digits) as a float, so that the check of the field that holds one names it (Python's own
+limit on converting long digit strings would raise a bare ``ValueError``). Every failure raises
 :class:`~scalemodel.ProfileFormatError` naming the file and the problem.
 """
 
@@ -15,6 +16,7 @@ import json
 import os
 import re
 import stat
+import sys
 
 import numpy as np
 
@@ -138,12 +140,22 @@ def read_json_file(path, *, what: str, max_bytes: int = MAX_BYTES,
     if depth > max_depth:
         raise fail("<json>", f"nests {depth} levels deep, more than the limit of {max_depth}")
     try:  # NaN and Infinity parse (Python writes them); each field's check names them
-        return json.loads(text)
+        return json.loads(text, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         raise fail("<json>", f"not valid JSON (truncated or corrupt?): {exc.msg} at line "
                    f"{exc.lineno} column {exc.colno}") from None
     except RecursionError:  # pragma: no cover - max_depth keeps well below the limit
         raise fail("<json>", "nests too deeply") from None
+
+
+def _parse_int(text: str):
+    """An integer of the file; one longer than Python converts (4300 digits by default,
+    ``sys.get_int_max_str_digits``) becomes a float (inf), so that the check of the field
+    that holds it names the field and the value instead of a bare ``ValueError``."""
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if limit and len(text.lstrip("-")) > limit:
+        return float(text)
+    return int(text)
 
 
 def nesting_depth(text: str) -> int:

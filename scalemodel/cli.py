@@ -28,7 +28,7 @@ from .model import iteration_time, scaling_factor
 from .planner import DEFAULT_PLAN_COMPRESSORS
 from .profiles import ALIASES, list_profiles, load_profile
 from .solvers import DEFAULT_N, DEFAULT_TARGET, min_compression, required_bandwidth
-from .units import (MIN_TEXT_BANDWIDTH, _split_bandwidth, check_count, check_fraction,
+from .units import (MAX_COUNT, MIN_TEXT_BANDWIDTH, _split_bandwidth, check_count, check_fraction,
                     check_nonnegative, check_ratio, format_bandwidth, parse_bandwidth,
                     parse_duration)
 from .whatif import (PAPER_BW, PAPER_N, PAPER_RATIOS, REDUCTION_LAUNCHES, format_whatif_table,
@@ -97,7 +97,10 @@ def _int(text, option):
     value = _float(text, option)
     if not (math.isfinite(value) and value == round(value)):
         raise InvalidParameterError(option, text, "must be an integer")
-    return int(value)
+    # counts are integers, in the API (n=8.0 "has type float") and here alike
+    raise InvalidParameterError(option, text, f"must be an integer in [1, {MAX_COUNT}] "
+                                "written as one (no decimal point or exponent)",
+                                f"write {int(value)}" if abs(value) <= MAX_COUNT else "")
 
 
 def _items(text, option):

@@ -103,6 +103,12 @@ def _opt_positive(value, name):
     return None if value is None else float(check_positive(value, name))
 
 
+def _opt_rate(value, name):
+    """A line rate or None: at least 1 Mbit/s, as every rate (a smaller one is a slip)."""
+    from .units import parse_bandwidth
+    return None if value is None else float(parse_bandwidth(value, name))
+
+
 PARAMETER_BOUNDS = {
     "alpha": (0.0, 2e-3), "utilization": (0.02, 1.0), "compute_slowdown": (1.0, 3.0),
     "collective_overhead": (0.0, 0.02), "sync_overhead": (0.0, 0.5), "overlap": (0.0, 1.0),
@@ -356,7 +362,7 @@ class ClusterProfile:
             check_nonnegative(getattr(self, name), name)
         if self.topology is not None and not isinstance(self.topology, Topology):
             raise ParameterTypeError("topology", self.topology, "a Topology or None")
-        object.__setattr__(self, "ceiling", _opt_positive(self.ceiling, "ceiling"))
+        object.__setattr__(self, "ceiling", _opt_rate(self.ceiling, "ceiling"))
         if (self.table_line_rate is None) != (self.table_utilization is None):
             raise ProfileFormatError("<object>", "utilization_table",
                                      "line_rate and utilization come together")
@@ -365,9 +371,16 @@ class ClusterProfile:
                                              "table_line_rate"), dtype=float)
             util = np.asarray(check_fraction(np.atleast_1d(self.table_utilization),
                                              "table_utilization"), dtype=float)
-            if rate.shape != util.shape or rate.ndim != 1 or np.any(np.diff(rate) <= 0):
+            if rate.shape != util.shape or rate.ndim != 1:
                 raise ProfileFormatError("<object>", "utilization_table",
-                                         "needs increasing line rates, one utilization each")
+                                         f"needs one utilization per line rate: {rate.size} "
+                                         f"line rates, {util.size} utilizations")
+            if np.any(np.diff(rate) <= 0):
+                k = int(np.flatnonzero(np.diff(rate) <= 0)[0])
+                raise ProfileFormatError("<object>", "utilization_table",
+                                         f"needs increasing line rates: row {k + 1} has "
+                                         f"{rate[k + 1]:g} bits/s after {rate[k]:g} (sort "
+                                         "the rows by line rate)")
             object.__setattr__(self, "table_line_rate", rate)
             object.__setattr__(self, "table_utilization", util)
         object.__setattr__(self, "codec_costs", _check_codec_costs(self.codec_costs))

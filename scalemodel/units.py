@@ -23,13 +23,13 @@ upper-case ``B`` (``Bps``, ``B/s``, ``B``) means bytes; the all-capital ``BPS`` 
 either and is refused. The words (``bit``, ``bits``, ``byte``, ``bytes``, ``/s`` or
 ``/sec``) and the Ethernet suffix (``GbE``, ``GE``) are case-insensitive.
 
-**Text must name at least 1 Mbit/s** (:data:`MIN_TEXT_BANDWIDTH`): ``"10"`` is almost
-always 10 Gbit/s without its unit, not 10 bit/s, so it is refused with the hint
-``did you mean 10Gbps?``. The command line reads every value as text, so the floor holds
-there. Numbers passed to the API are taken as they are (any finite rate > 0): programs
-compute them, and property tests sweep them.
+**A line rate is at least 1 Mbit/s** (:data:`MIN_TEXT_BANDWIDTH`): ``"10"`` or ``10`` is
+almost always 10 Gbit/s without its unit, not 10 bit/s, so it is refused with the hint
+``did you mean 10Gbps?``, as text on the command line and as a number in the API alike
+(one rule: ``min_compression("bert", 10)`` is refused as ``--bw 10`` is).
 
-The validators (``check_*``) accept Python and numpy real numbers and arrays of them;
+The validators (``check_*``) accept Python and numpy real numbers (``Fraction`` and
+``Decimal`` included) and arrays of them;
 ``None``, booleans, strings, complex numbers and objects raise
 :class:`~scalemodel.ParameterTypeError`, and values outside the range
 :class:`~scalemodel.InvalidParameterError`, each naming the parameter and the
@@ -38,6 +38,7 @@ value given. :func:`broadcast_shape` checks that array parameters broadcast toge
 
 from __future__ import annotations
 
+import decimal
 import functools
 import math
 import numbers
@@ -131,16 +132,20 @@ _TINY = float(np.finfo(float).tiny)  # smallest normal float: its reciprocal is 
 
 def _check_bandwidth(value, parameter):
     v = _plain_number(value)
-    if v is not None and _TINY <= v < math.inf:
+    if v is not None and MIN_TEXT_BANDWIDTH <= v < math.inf:
         return v
     arr = as_array(value, parameter)
-    # a rate whose reciprocal overflows (below ~2.2e-308, subnormal) cannot be computed with
-    bad = ~(np.isfinite(arr) & (arr >= np.finfo(float).tiny))
+    # below 1 Mbit/s a line rate is almost surely a unit slip (10 for 10 Gbit/s): the
+    # same rule as for text, so the API and the command line agree
+    bad = ~(np.isfinite(arr) & (arr >= MIN_TEXT_BANDWIDTH))
     if bad.any():
         first = _first_bad(arr, bad)
-        requirement = ("must be finite and > 0" if not (math.isfinite(first) and first > 0)
-                       else "too small: its reciprocal overflows a float [bits/s]")
-        raise InvalidParameterError(parameter, first, requirement)
+        if not (math.isfinite(first) and first > 0):
+            raise InvalidParameterError(parameter, first, "must be finite and > 0")
+        hint = (f"did you mean {first:g}Gbps? A bare number is bits per second"
+                if first >= 1 else "")
+        raise InvalidParameterError(parameter, first, "a line rate must be at least 1 Mbit/s "
+                                    "(1e6 bits/s)", hint)
     return _scalar_or_array(arr)
 
 
@@ -163,16 +168,16 @@ def parse_bandwidth(bw, parameter: str = "bw"):
     Raises
     ------
     InvalidParameterError
-        If a string cannot be read or names less than 1 Mbit/s, or a value is not finite
-        and positive.
+        If a string cannot be read, a value is not finite and positive, or it is below
+        1 Mbit/s.
     ParameterTypeError
         For ``None``, booleans, complex numbers and other non-numbers.
 
     Notes
     -----
-    Numbers are taken as they are; strings must name at least
-    :data:`~scalemodel.units.MIN_TEXT_BANDWIDTH` (1 Mbit/s), so that a unit forgotten on
-    the command line (``--bw 10``) is an error with a hint rather than 10 bit/s.
+    Numbers and strings alike must be at least
+    :data:`~scalemodel.units.MIN_TEXT_BANDWIDTH` (1 Mbit/s), so that a unit forgotten
+    (``--bw 10``, ``bw=10``) is an error with a hint rather than 10 bit/s.
 
     Examples
     --------
@@ -359,7 +364,8 @@ _EXPECTED = "a number or an array of numbers"
 
 def _reject_item(item, parameter, value, expected):
     """Raise for a list item that is not a real number (None, bool, str, complex...)."""
-    if isinstance(item, (bool, np.bool_)) or not isinstance(item, (numbers.Real, np.number)) \
+    if isinstance(item, (bool, np.bool_)) or not isinstance(
+            item, (numbers.Real, np.number, decimal.Decimal)) \
             or isinstance(item, (complex, np.complexfloating)):
         raise ParameterTypeError(parameter, item, expected)
 

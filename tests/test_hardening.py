@@ -153,3 +153,52 @@ def test_from_trace_out_errors_name_out_and_write_nothing(tmp_path):
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and "--out" in err[0] and "P.cluster.json" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["P.cluster.json"]
+
+
+# --------------------------------------------------------------------------- numbers
+
+def test_a_5000_digit_integer_in_a_file_names_its_field(tmp_path):
+    cluster = sm.ClusterProfile(alpha=1e-5, provenance={"source": "test"}).to_dict()
+    text = json.dumps(cluster).replace(json.dumps(cluster["alpha"]), "1" * 5000, 1)
+    (tmp_path / "c.json").write_text(text)
+    with pytest.raises(sm.ProfileFormatError, match=r"field 'alpha'.*alpha=inf"):
+        sm.load_cluster(tmp_path / "c.json")
+    res = run_cli("scaling", "--model", "bert", "--n", "8", "--bw", "10Gbps",
+                  "--cluster", tmp_path / "c.json")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "alpha" in res.stderr
+    profile = sm.load_profile("bert").to_dict()
+    text = json.dumps(profile).replace(f'"batch_size": {profile["batch_size"]}',
+                                       '"batch_size": ' + "9" * 5000)
+    (tmp_path / "p.json").write_text(text)
+    with pytest.raises(sm.ProfileFormatError, match="field 'batch_size'"):
+        sm.load_profile(tmp_path / "p.json")
+
+
+def test_cluster_tables_and_ceiling_name_the_field_and_value():
+    import numpy as np
+    with pytest.raises(sm.InvalidParameterError, match=r"ceiling=1e-300"):
+        sm.ClusterProfile(ceiling=1e-300, provenance={"source": "test"})
+    with pytest.raises(sm.ProfileFormatError,
+                       match=r"utilization_table.*increasing.*1e\+08 bits/s after 1e\+09"):
+        sm.ClusterProfile(table_line_rate=np.array([1e9, 1e8]),
+                          table_utilization=np.array([0.9, 0.5]),
+                          provenance={"source": "test"})
+
+
+def test_load_profile_of_a_folder_names_it(tmp_path):
+    with pytest.raises(sm.ProfileFormatError, match=rf"{tmp_path}.*is a folder"):
+        sm.load_profile(tmp_path)
+    with pytest.raises(sm.ProfileFormatError, match=rf"{tmp_path}.*is a folder"):
+        sm.load_profile(str(tmp_path))
+
+
+def test_counts_are_integers_in_the_cli_as_in_the_api(capsys):
+    with pytest.raises(sm.ParameterTypeError, match="n=8.0 has type float"):
+        sm.min_compression("bert", "10Gbps", n=8.0)
+    from scalemodel.cli import main
+    for text in ("8.0", "8e0"):
+        assert main(["min-compression", "--model", "bert", "--bw", "10Gbps",
+                     "--n", text]) == 2
+        err = capsys.readouterr().err
+        assert f"--n='{text}'" in err and "write 8" in err

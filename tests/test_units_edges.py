@@ -49,13 +49,28 @@ def test_bad_bandwidth_strings_name_the_text_given(text, words):
     assert str(info.value).startswith(f"bw={text!r} is invalid") and words in str(info.value)
 
 
-def test_numbers_in_the_api_are_taken_as_they_are():
-    """The 1 Mbit/s floor is for text only: computed rates may be anything positive."""
-    assert sm.parse_bandwidth(10.0) == 10.0
-    assert sm.parse_bandwidth(1e-300) == 1e-300
-    np.testing.assert_array_equal(sm.parse_bandwidth(np.array([10.0, 1e9])), [10.0, 1e9])
-    np.testing.assert_array_equal(sm.parse_bandwidth(["10Gbps", 1e3]), [1e10, 1e3])
-    assert sm.scaling_factor("bert", 8, 10.0) > 0
+def test_numbers_in_the_api_follow_the_rule_of_the_command_line():
+    """One rule: a line rate below 1 Mbit/s is a unit slip, as a number or as text, with
+    the same hint (``min_compression("bert", 10)`` answered 5.91e9x before)."""
+    import decimal
+    import fractions
+    for value in (10, 10.0, np.float32(10.0), decimal.Decimal("10"), [1e9, 10.0]):
+        with pytest.raises(InvalidParameterError, match="at least 1 Mbit/s.*did you mean "
+                                                        "10Gbps"):
+            sm.parse_bandwidth(value)
+    with pytest.raises(InvalidParameterError, match="did you mean 10Gbps"):
+        sm.min_compression("bert", 10)
+    with pytest.raises(InvalidParameterError, match="bw=1e-300.*at least 1 Mbit/s"):
+        sm.scaling_factor("bert", 8, 1e-300)
+    with pytest.raises(InvalidParameterError, match="bw=1e-300"):
+        sm.iteration_time("bert", n=8, bw=1e-300)
+    assert sm.parse_bandwidth(MIN_TEXT_BANDWIDTH) == 1e6
+    # any real number type is a number of bits per second
+    assert sm.parse_bandwidth(decimal.Decimal("1e10")) == 1e10
+    assert sm.parse_bandwidth(fractions.Fraction(10**10, 1)) == 1e10
+    assert sm.scaling_factor("bert", 8, decimal.Decimal("1e10")) == \
+        sm.scaling_factor("bert", 8, 1e10)
+    np.testing.assert_array_equal(sm.parse_bandwidth(["10Gbps", 1e7]), [1e10, 1e7])
 
 
 @pytest.mark.parametrize("value, kind, words", [
@@ -70,7 +85,8 @@ def test_numbers_in_the_api_are_taken_as_they_are():
     ([[1e9], [1e9, 2e9]], ParameterTypeError, "of one shape"),
     (np.array(["2020-01-01"], dtype="datetime64[D]"), ParameterTypeError, "bw="),
     (10**400, InvalidParameterError, "too large for a float"),
-    (5e-324, InvalidParameterError, "reciprocal overflows"),
+    (5e-324, InvalidParameterError, "at least 1 Mbit/s"),
+    (1e-300, InvalidParameterError, "bw=1e-300 is invalid: a line rate must be at least"),
     (float("nan"), InvalidParameterError, "bw=nan"),
     (-1e9, InvalidParameterError, "bw=-1000000000.0"),
 ])
