@@ -51,6 +51,11 @@ MAX_TIME = 86400.0
 """Longest single-worker iteration a profile may describe: one day [s]. Longer times are
 input errors (a unit slip) and would overflow the model's arithmetic near 1e308."""
 
+MAX_GRADIENT_BYTES = 1e18
+"""Largest total of the gradient tensors a profile may describe: an exabyte [bytes] (the
+largest models have some 1e13). More is an input error and would overflow the model's
+arithmetic (every tensor at 1e308 bytes gave NaN)."""
+
 MIN_SCALED_TIME = 1e-9
 """Shortest single-worker iteration :meth:`WorkloadProfile.scaled_to` accepts: a
 nanosecond [s]."""
@@ -179,6 +184,13 @@ class WorkloadProfile:
                                      f"has {r.size} entries but tensors.bytes has {b.size}")
         if not (np.all(np.isfinite(b)) and np.all(b > 0)):
             raise ProfileFormatError(src, "tensors.bytes", "every size must be finite and > 0")
+        total = float(b.max())          # no overflow in the sum of sizes below the limit
+        if total <= MAX_GRADIENT_BYTES:
+            total = float(b.sum())
+        if not total <= MAX_GRADIENT_BYTES:
+            raise ProfileFormatError(src, "tensors.bytes", f"the sizes total at least {total:g} "
+                                     f"bytes, more than the limit of {MAX_GRADIENT_BYTES:g} "
+                                     "(an exabyte): a unit slip?")
         if not (np.all(np.isfinite(r)) and np.all(r >= 0)):
             raise ProfileFormatError(src, "tensors.ready", "every time must be finite and >= 0")
         if np.any(np.diff(r) < 0):

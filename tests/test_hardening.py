@@ -202,3 +202,15 @@ def test_counts_are_integers_in_the_cli_as_in_the_api(capsys):
                      "--n", text]) == 2
         err = capsys.readouterr().err
         assert f"--n='{text}'" in err and "write 8" in err
+
+
+def test_tensors_of_1e308_bytes_are_refused_naming_the_field():
+    d = sm.load_profile("bert").to_dict()
+    d["tensors"]["bytes"] = [1e308] * len(d["tensors"]["bytes"])
+    with pytest.raises(sm.ProfileFormatError,
+                       match=r"tensors\.bytes.*total at least 1e\+308 bytes.*1e\+18"):
+        profiles.WorkloadProfile.from_dict(d, "x")
+    d["tensors"]["bytes"] = [1e17] * len(d["tensors"]["bytes"])
+    with pytest.raises(sm.ProfileFormatError,
+                       match=r"tensors\.bytes.*total at least \d\.\d+e\+1\d bytes"):
+        profiles.WorkloadProfile.from_dict(d, "x")
