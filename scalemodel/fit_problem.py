@@ -258,6 +258,14 @@ class _Problem:
             entry[gkey] = cache[ckey]
         return entry
 
+    def efficiency_everywhere(self):
+        """Let a fitted ``efficiency`` scale every run's profile (``fit=["efficiency"]``
+        on measured profiles: relative to the profile's own speed, 1)."""
+        for g in self.groups.values():
+            g["flop"] = True
+        self.flop_run[:] = True
+        self.__dict__.pop("_cache", None)
+
     def _scale(self, values):
         """Factor on a FLOP-derived profile's compute times: its efficiency over the
         fitted one [-]."""

@@ -331,6 +331,8 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     subsets, fixed_all = _candidate_sets(runs, fixed, fit=fit, hold=hold, max_free=max_free)
     problem = _Problem(runs, base, settings, fixed_all)
     problem.network = None if network is None else NETWORKS[network]
+    if fit is not None and "efficiency" in fit:
+        problem.efficiency_everywhere()
     solutions = _solve_each(problem, subsets)
     best = solutions[0]
     params = _parameters(problem, best, fixed_all, statuses, sigma, base,
