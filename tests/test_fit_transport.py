@@ -269,3 +269,26 @@ def test_efficiency_of_a_flop_derived_profile_is_fitted_from_absolute_times():
     # a scaling factor is relative: it says nothing of the efficiency
     rel = [dict(model="llama-2-7b", n=64, bw=400e9, scaling_factor=0.9)]
     assert "efficiency" not in _fit(rel, fusion="ddp").free
+
+
+def test_wrapped_single_worker_runs_and_bucket_sizes_identify_the_framework_terms():
+    """DDP on one GPU costs t_w + K c_b (K the buckets of its cap): two caps on one GPU
+    and two at scale tell c_b from t_w without any transport data."""
+    truth = sm.ClusterProfile(topology=TOPO, bucket_overhead=9e-5, iteration_overhead=3e-3,
+                              provenance=P)
+    t1 = sm.load_profile("resnet50").iteration_time
+    runs = []
+    for cap in (1.0, 25.0):
+        sc = sm.Scenario.build("resnet50", fusion=_ddp(cap), cluster=truth)
+        runs.append(dict(model="resnet50", n=1, bw=100e9, wrapped=True, bucket_cap_mb=cap,
+                         iteration_time=sc.wrapped_single_worker_time(),
+                         single_worker_time=t1, uncertainty=0.002))
+        runs.append(_run(truth, "resnet50", 16, 100e9, bucket_cap_mb=cap))
+    fit = _fit(runs, fusion="ddp", gpus_per_node=8)
+    assert set(fit.free) == {"bucket_overhead", "iteration_overhead"}
+    assert fit.parameters["bucket_overhead"].value == pytest.approx(9e-5, rel=0.03)
+    assert fit.parameters["iteration_overhead"].value == pytest.approx(3e-3, rel=0.05)
+    # the bucket size now has the right sign: 1 MB buckets are slower than 25 MB
+    small, large = (sm.scaling_factor("resnet50", 16, 100e9, fusion=_ddp(c),
+                                      cluster=fit.cluster) for c in (1.0, 25.0))
+    assert small < large
