@@ -292,3 +292,18 @@ def test_wrapped_single_worker_runs_and_bucket_sizes_identify_the_framework_term
     small, large = (sm.scaling_factor("resnet50", 16, 100e9, fusion=_ddp(c),
                                       cluster=fit.cluster) for c in (1.0, 25.0))
     assert small < large
+
+
+def test_intra_and_inter_node_logs_give_the_topology(tmp_path):
+    from scalemodel.calibrate.nccl_tests import read_nccl_tests
+    from scalemodel.fit_transport import load_transport
+    lines = Path(H100_LOG).read_text().splitlines()
+    inside = tmp_path / "inside.txt"
+    inside.write_text("\n".join(ln for ln in lines if "gpu-node-02" not in ln) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.CalibrationWarning)
+        t = load_transport([str(inside), H100_LOG], line_rate=400e9)
+        intra = read_nccl_tests(inside).fit()
+    assert t.gpus_per_node == 8
+    assert t.cluster.topology.intra_bw == pytest.approx(intra.bandwidth)
+    assert {"intra_bw", "intra_alpha", "alpha"} <= set(t.cluster.intervals)
