@@ -135,8 +135,12 @@ def _from_json(path):
     if isinstance(data, dict) and data.get("format") == "scalemodel-cluster":
         cl = load_cluster(path)
         return _from_cluster(cl, f"{path.name} ({cl.provenance.get('source', 'cluster')})")
-    if isinstance(data, dict) and isinstance(data.get("cluster"), dict):  # a trace report
-        cl = ClusterProfile.from_dict(data["cluster"], source=os.fspath(path))
+    report = data.get("profiles") if isinstance(data, dict) else None
+    if isinstance(report, dict) and "cluster" in report:  # a trace report (from-trace)
+        if not isinstance(report["cluster"], dict):
+            raise InvalidParameterError("transport", os.fspath(path), "is a trace report "
+                                        "without a fitted cluster (see its undetermined)")
+        cl = ClusterProfile.from_dict(report["cluster"], source=os.fspath(path))
         return _from_cluster(cl, f"trace report {path.name}")
     raise InvalidParameterError("transport", os.fspath(path), "is neither a cluster JSON "
                                 "(format scalemodel-cluster) nor a trace report with a "

@@ -307,3 +307,26 @@ def test_intra_and_inter_node_logs_give_the_topology(tmp_path):
     assert t.gpus_per_node == 8
     assert t.cluster.topology.intra_bw == pytest.approx(intra.bandwidth)
     assert {"intra_bw", "intra_alpha", "alpha"} <= set(t.cluster.intervals)
+
+
+def test_a_trace_report_as_transport(tmp_path):
+    from scalemodel.calibrate import read_trace
+    from scalemodel.fit_transport import load_transport
+    cl = sm.ClusterProfile(alpha=3e-5, utilization=0.7, topology=TOPO, provenance=P)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"world_size": 16, "profiles": {"workload": None,
+                                                               "cluster": cl.to_dict()}}))
+    t = load_transport(path)
+    assert t.cluster.alpha == 3e-5 and t.text == "trace report report.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.CalibrationWarning)
+        small = read_trace("tests/data/traces/ddp_2ranks_allreduce_a.json.gz")
+    if small.cluster is None:  # too few collectives to fit a transport: said so
+        with pytest.raises(sm.InvalidParameterError, match="no fitted cluster"):
+            load_transport(small)
+    path.write_text(json.dumps({"profiles": {"cluster": None}}))
+    with pytest.raises(sm.InvalidParameterError, match="without a fitted cluster"):
+        load_transport(path)
+    path.write_text("{}")
+    with pytest.raises(sm.InvalidParameterError, match="neither a cluster JSON"):
+        load_transport(path)
