@@ -73,6 +73,14 @@ def test_predict_agrees_with_the_closed_form_for_every_new_term():
                                                              fusion=fusion, cluster=cl)
                for r in runs]
         np.testing.assert_allclose(problem.predict(vals), ref, rtol=1e-12)
+    sharded = load_runs([dict(model="gpt2", n=n, bw=25e9, scaling_factor=0.5, sharding=sh)
+                         for sh in ("zero1", "zero3") for n in (2, 16)])
+    problem = _Problem(sharded, base, dict(algorithm="ring", fusion=None, ps_servers=None), {})
+    cl = problem.cluster(vals)
+    ref = [r.profile.iteration_time / sm.scaling_factor(r.profile, r.n, r.bw,
+                                                         sharding=r.sharding, cluster=cl)
+           for r in sharded]
+    np.testing.assert_allclose(problem.predict(vals), ref, rtol=1e-12)
 
 
 def test_blom_expected_maximum():
