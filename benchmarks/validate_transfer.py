@@ -432,7 +432,8 @@ def llm_source():
              "held out: mpt-7b at the larger counts, mpt-13b, mpt-30b, mpt-70b",
              "baselines: 'ideal' = no cluster, efficiency bisected on the nearest "
              "calibration run (validate_sharded's protocol); 'carried' = the nearest "
-             "calibration run's measured MFU"]
+             "calibration run's measured MFU; interval: the cluster's at the fitted "
+             "efficiency and at its interval's ends"]
     return dict(key="llm-foundry", title="LLM Foundry MPT, FSDP FULL_SHARD on A100 40GB "
                 "(1600 Gbit/s per node; exact)", rows=held, calibration=cal, notes=notes,
                 bw=bw, nics=nics, vs=vs)
@@ -467,16 +468,21 @@ def evaluate_llm(src, feats, say):
         say("  " + line)
     p = fit.parameters.get("efficiency")
     eff = p.value if p is not None else LLM_ASSUMED_EFFICIENCY
+    effs = [eff] + ([e for e in p.interval if e is not None and 0 < e <= 1]
+                    if p is not None else [])
     cal_eff = {r["n"]: vs.fit_efficiency(r) for r in src["calibration"]}
     rows = []
     for r in src["rows"]:
-        prof = vs.profile_for(r, eff)
-        it = sm.iteration_time(prof, r["n"], bw, sharding="zero3", fusion=None,
-                               algorithm="ring", cluster=fit.cluster)
-        t = it.total
-        sf = it.scaling_factor
-        lo, hi = (it.scaling_factor_interval if feats["interval"] else (sf, sf))
-        t_lo, t_hi = t * sf / hi, (t * sf / lo if lo > 0 else math.inf)
+        ends = []  # the interval: the cluster's, at the fitted efficiency's ends too
+        for e in effs:
+            it = sm.iteration_time(vs.profile_for(r, e), r["n"], bw, sharding="zero3",
+                                   fusion=None, algorithm="ring", cluster=fit.cluster)
+            sf = it.scaling_factor
+            lo, hi = (it.scaling_factor_interval if feats["interval"] else (sf, sf))
+            ends += [it.total * sf / hi, it.total * sf / lo if lo > 0 else math.inf]
+            if e == eff and len(ends) == 2:
+                t = it.total
+        t_lo, t_hi = min(ends), max(ends)
         cal = min(src["calibration"], key=lambda c: (abs(c["n"] - r["n"]), -c["n"]))
         t_ideal = sm.iteration_time(vs.profile_for(r, cal_eff[cal["n"]]), r["n"], bw,
                                     sharding="zero3", fusion=None, algorithm="ring",
