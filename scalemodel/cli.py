@@ -634,8 +634,9 @@ def cmd_plan(args):
         data["best"] = None if plan.best is None else plan.best.compressor
         return _print_json(data)
     print(plan)
-    print()
-    print(plan.snippet(args.framework))
+    if plan.best is not None:  # as the API: no recommendation (best None), no snippet
+        print()
+        print(plan.snippet(args.framework))
 
 
 def cmd_breakeven(args):

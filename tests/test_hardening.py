@@ -214,3 +214,36 @@ def test_tensors_of_1e308_bytes_are_refused_naming_the_field():
     with pytest.raises(sm.ProfileFormatError,
                        match=r"tensors\.bytes.*total at least \d\.\d+e\+1\d bytes"):
         profiles.WorkloadProfile.from_dict(d, "x")
+
+
+# --------------------------------------------------------------------------- messages
+
+def test_plan_without_a_recommendation_prints_no_snippet(capsys):
+    """``.best`` is None (no compression needed): the command line recommends nothing
+    either, where it printed the settings of "none" as if recommended."""
+    from scalemodel.cli import main
+    assert sm.plan_compression("bert", "400Gbps").best is None
+    assert main(["plan", "--model", "bert", "--bw", "400Gbps"]) == 0
+    out = capsys.readouterr().out
+    assert "no compression needed" in out
+    assert "bucket_cap_mb" not in out and "register_comm_hook" not in out
+    assert main(["plan", "--model", "bert", "--bw", "10Gbps"]) == 0
+    assert "matrix_approximation_rank" in capsys.readouterr().out
+
+
+def test_from_nccl_tests_takes_collective(tmp_path, capsys):
+    """A log named ar.log without a binary name: the error names --collective, and
+    --collective all_reduce reads it."""
+    import importlib
+    sample = (ROOT / "tests" / "data" / "nccl_tests_all_reduce_2x8_h100.txt").read_text()
+    text = sample.replace("all_reduce_perf", "mystery_binary")
+    (tmp_path / "ar.log").write_text(text)
+    main = importlib.import_module("scalemodel.calibrate.__main__").main
+    code = main(["from-nccl-tests", str(tmp_path / "ar.log"), "--out",
+                 str(tmp_path / "c.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--collective all_reduce" in err
+    assert not (tmp_path / "c.json").exists()
+    assert main(["from-nccl-tests", str(tmp_path / "ar.log"), "--collective", "all_reduce",
+                 "--out", str(tmp_path / "c.json")]) == 0
+    assert sm.load_cluster(tmp_path / "c.json").extra

@@ -670,6 +670,10 @@ def from_nccl_tests(argv) -> int:
                    "are its world size over this), instead of --gpus-per-node")
     p.add_argument("--nics-per-node", type=int, default=1, help="NICs per node, with "
                    "--gpus-per-node or --nodes (default: %(default)s)")
+    from .nccl_tests import _BINARIES
+    p.add_argument("--collective", choices=sorted(set(_BINARIES.values())),
+                   help="the collective the logs measured, when neither their text nor "
+                   "their file names say it (default: read from the log)")
     p.add_argument("--out", default="cluster.json")
     p.add_argument("--name", default="nccl-tests")
     args = p.parse_args(argv)
@@ -688,7 +692,7 @@ def from_nccl_tests(argv) -> int:
     why = _check_outputs([(args.out, "--out")])
     if why:
         raise CalibrationError(f"{why}; nothing was read")
-    results = [read_nccl_tests(Path(f)) for f in args.files]
+    results = [read_nccl_tests(Path(f), collective=args.collective) for f in args.files]
     topology, intra, intra_fit, notes = _nccl_tests_topology(results, args)
     fits = []
     for res in results:

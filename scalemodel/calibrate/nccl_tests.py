@@ -305,7 +305,8 @@ def read_nccl_tests(source, *, collective=None) -> NcclTestsResult:
     if found is None:
         raise CalibrationError(f"{name}: cannot tell which collective this table measured "
                                "(no *_perf binary name in it); pass collective='all_reduce' "
-                               "(or all_gather, ...)")
+                               "(or all_gather, ...), on the command line --collective "
+                               "all_reduce")
     world = len(ranks) or n_gpus
     if not world:
         raise ProfileFormatError(name, "<header>", "no '# Rank ... device' lines and no "
