@@ -213,7 +213,12 @@ class _Problem:
             return 1.0
         sigma = self._value(values, "compute_slowdown")
         spread = self._value(values, "straggler_spread")
-        return sigma * (1.0 + spread * float(expected_max_normal(n))) if spread else sigma
+        if not spread:
+            return sigma
+        e = self.__dict__.setdefault("_blom", {})
+        if n not in e:
+            e[n] = float(expected_max_normal(n))
+        return sigma * (1.0 + spread * e[n])
 
     def _lines(self, values):
         r"""Per group, what does not change with the fast parameters: the lines without
