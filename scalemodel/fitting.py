@@ -652,6 +652,19 @@ ALTERNATIVE_SCORE = 2.0
 """Explanations whose score is within this of the best one's are kept as alternatives:
 the runs cannot tell them apart (Akaike weight at least e^-1 of the best's) [-]."""
 
+MAX_ALTERNATIVES = 6
+"""Most explanations kept (the best included); each costs its corners in every
+prediction's interval [-]."""
+
+
+def _within_noise(solution, n_runs) -> bool:
+    """Whether an explanation reaches the runs within their noise: its misfit
+    :math:`\\sum \\rho_i^2` (eq. :eq:`fit-residual`) is at most the number of runs, as
+    when every run is missed by about one standard uncertainty. Such an explanation is
+    kept whatever its prior penalty: the runs cannot rule it out; the priors only rank
+    it [-]."""
+    return bool(solution.free) and solution.chi2 <= max(1.0, float(n_runs))
+
 
 _NESTED_GAIN = 0.5
 """An explanation that adds parameters to a kept one must lower the misfit by this much
@@ -659,13 +672,18 @@ to be kept as an alternative of its own [-]."""
 
 
 def _alternatives(problem, solutions, confidence):
-    """Every explanation within :data:`ALTERNATIVE_SCORE` of the best, best first, in the
+    """Every explanation within :data:`ALTERNATIVE_SCORE` of the best or within the runs'
+    noise (at most :data:`MAX_ALTERNATIVES`), best first, in the
     format of :attr:`~scalemodel.ClusterProfile.alternatives` (score relative to the
     best's, unbounded interval ends None)."""
     best = solutions[0].score
+    n_runs = len(problem.runs)
     out, kept = [], []
     for s in solutions:
-        if s.score > best + ALTERNATIVE_SCORE or (kept and not s.free):
+        if len(kept) >= MAX_ALTERNATIVES:
+            break
+        close = s.score <= best + ALTERNATIVE_SCORE or _within_noise(s, n_runs)
+        if not close or (kept and not s.free):
             continue
         if any(set(k.free) < set(s.free) and s.chi2 >= k.chi2 - _NESTED_GAIN for k in kept):
             continue  # a kept explanation plus parameters that explain nothing more
