@@ -30,6 +30,7 @@ import argparse
 import fcntl
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -74,9 +75,31 @@ def run_ranks(cluster, args_common, port, workdir, timeout, quiet=True, pin_cpus
         if p.returncode != 0:
             for q in procs:
                 q.kill()
-            raise RuntimeError(f"rank {r} failed (exit {p.returncode}):\n{err[-3000:]}")
+            raise RuntimeError(crash_line(r, p.returncode, err, workdir, p.args))
         outs.append(out)
     return outs[0]
+
+
+def crash_line(rank, code, err, workdir, cmd=()):
+    """One line for a rank that failed: how it ended, its last words, where its whole
+    output (after its command line) is, and what to do."""
+    log_file = Path(workdir) / f"rank{rank}.stderr"
+    log_file.write_text("$ " + " ".join(map(str, cmd)) + "\n" + err)
+    if code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+        if code == -signal.SIGABRT:
+            how += " (a C++ abort inside torch/gloo)"
+    else:
+        how = f"exited with status {code}"
+    lines = [ln.strip() for ln in err.splitlines()
+             if ln.strip() and "hostname of the client socket" not in ln]
+    last = lines[-1][:200] if lines else "no output"
+    return (f"rank {rank} {how}: {last!r}; whole output in {log_file}. What to do: rerun "
+            "(a crash at teardown is a race in the distributed backend); if it repeats at "
+            "the same step, run that step alone with the command in the log")
 
 
 def main(argv=None):
@@ -275,5 +298,14 @@ def summarize(records, cluster, r0, cal_model) -> str:
     return "\n".join(rows)
 
 
+def main_one_line(argv=None):
+    """:func:`main`, a failed rank said in one line (exit status 1)."""
+    try:
+        return main(argv)
+    except RuntimeError as exc:
+        print(f"emulated_cluster: error: {exc}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_one_line())

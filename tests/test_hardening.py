@@ -247,3 +247,23 @@ def test_from_nccl_tests_takes_collective(tmp_path, capsys):
     assert main(["from-nccl-tests", str(tmp_path / "ar.log"), "--collective", "all_reduce",
                  "--out", str(tmp_path / "c.json")]) == 0
     assert sm.load_cluster(tmp_path / "c.json").extra
+
+
+def test_a_crashed_rank_is_one_line_with_what_to_do(tmp_path):
+    """The emulated cluster's driver: a rank killed by SIGABRT (gloo's teardown abort) is
+    said in one line naming the signal, its last words, the log with its whole output
+    and its command, and what to do."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "emulated_cluster", ROOT / "calibration" / "emulated_cluster.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    err = ("[W socket.cpp:207] [c10d] The hostname of the client socket cannot be "
+           "retrieved. err=-3\nterminate called without an active exception\n")
+    line = mod.crash_line(1, -6, err, tmp_path, ["python", "-m", "scalemodel.calibrate"])
+    assert "\n" not in line
+    assert "rank 1 was killed by SIGABRT" in line and "terminate called" in line
+    assert "What to do: rerun" in line and str(tmp_path / "rank1.stderr") in line
+    log = (tmp_path / "rank1.stderr").read_text()
+    assert log.startswith("$ python -m scalemodel.calibrate") and "terminate" in log
+    assert "exited with status 2" in mod.crash_line(0, 2, "error: x\n", tmp_path)

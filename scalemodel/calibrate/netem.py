@@ -9,6 +9,13 @@ inside a host with ``ip netns exec``.
 
 It needs root and ``ip`` / ``tc`` from iproute2; :func:`netns_available` says whether this
 machine allows it, and why not.
+
+**Names.** Inside a namespace the machine's DNS server is unreachable, so a reverse lookup
+of a host's address (``getnameinfo``, which c10d's TCP store makes for every connection,
+on the IPv4-mapped IPv6 address ``::ffff:<address>``) fails with ``EAI_AGAIN`` (-3: "The hostname of the client socket cannot be retrieved.
+err=-3"). Each namespace therefore gets its own ``/etc/netns/<namespace>/hosts`` (which
+``ip netns exec`` mounts over ``/etc/hosts``) naming every host's address, in both forms,
+and an empty ``resolv.conf``; both go with the namespace.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from ..exceptions import CalibrationError, InvalidParameterError
 from ..units import parse_bandwidth
 
 __all__ = ["EmulatedCluster", "netns_available"]
+
+_NETNS_ETC = "/etc/netns"   # ip netns exec mounts /etc/netns/<name>/* over /etc/*
 
 
 def _run(args, check=True):
@@ -120,12 +129,28 @@ class EmulatedCluster:
             _run(["ip", "-n", sw, "link", "set", sw_if, "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{self.addresses[i]}/24", "dev", host_if])
             _run(["ip", "-n", ns, "link", "set", host_if, "up"])
+        self._write_names()
         self.set_rate(self.rate)
+
+    def _write_names(self):
+        """``/etc/netns/<ns>/hosts`` and an empty ``resolv.conf`` for every host: its
+        addresses resolve both ways from files, with no DNS (see the module notes)."""
+        # c10d's store listens on IPv6 too: a peer shows up as ::ffff:<its IPv4 address>
+        table = "127.0.0.1\tlocalhost\n::1\tlocalhost\n" + "".join(
+            f"{addr}\t{ns}\n::ffff:{addr}\t{ns}\n"
+            for addr, ns in zip(self.addresses, self.namespaces))
+        for ns in self.namespaces:
+            folder = os.path.join(_NETNS_ETC, ns)
+            os.makedirs(folder, exist_ok=True)
+            for name, text in (("hosts", table), ("resolv.conf", "")):
+                with open(os.path.join(folder, name), "w") as fh:
+                    fh.write(text)
 
     def teardown(self):
         """Delete the namespaces (and with them the links); safe to call twice."""
         for ns in [*self.namespaces, self.switch]:
             _run(["ip", "netns", "del", ns], check=False)
+            shutil.rmtree(os.path.join(_NETNS_ETC, ns), ignore_errors=True)
 
     # ------------------------------------------------------------------ shaping
     def links(self):
