@@ -697,20 +697,41 @@ def cmd_profiles(args):
               f"{r['iteration_time'] * 1e3:>9.1f}{r['batch_size']:>6}  {r['device']}{alias}")
 
 
+_NETWORK_CHOICES = ("nccl-ib", "nccl-roce", "nccl-socket", "gloo", "mpi")
+
+
 def _build_fit(sub):
     p = _sub(sub, "fit", "fit a cluster from measured runs (CSV) and write it")
-    p.add_argument("runs", help="CSV of measured runs, header: model,n,bw,scaling_factor "
-                   "or iteration_time[,single_worker_time,compute_time,fusion,algorithm,"
-                   "uncertainty,label] [file] (required)")
+    p.add_argument("runs", help="CSV of measured runs, header: model,n,bw and one of "
+                   "scaling_factor, iteration_time or tokens_per_second_per_gpu; optional "
+                   "single_worker_time, compute_time, fusion, algorithm, sharding (none, "
+                   "zero1, zero2, zero3, hybrid_shard), grad_accum, wrapped (a single-worker "
+                   "run inside the data-parallel wrapper), bucket_cap_mb (0: per tensor), "
+                   "uncertainty, label [file] (required)")
     _algorithm_options(p, fit=True)
     _topology_options(p, fit=True)
+    p.add_argument("--transport", nargs="+", default=None, metavar="FILE",
+                   help="transport data that fixes latency and achieved bandwidth (the runs "
+                        "then fit only the framework and compute terms): nccl-tests "
+                        "all-reduce logs (intra- and inter-node), the cluster JSON of "
+                        "`python -m scalemodel.calibrate` or from-nccl-tests, or a "
+                        "from-trace report [files] (default: none; not with --cluster)")
+    p.add_argument("--network", default=None, choices=_NETWORK_CHOICES,
+                   help="the transport the runs used, which centres the priors of the "
+                        "achieved bandwidth without --transport: nccl-ib, nccl-roce, "
+                        "nccl-socket, gloo, mpi [-] (default: generic priors)")
+    p.add_argument("--allow-folder", action="append", default=None, metavar="DIR",
+                   help="a folder the CSV's model paths may lead into besides the CSV's "
+                        "own; repeat for several [folder] (default: the CSV's folder only)")
     p.add_argument("--cluster", default=None,
-                   help="cluster to start from, e.g. the transport calibration's [JSON file] "
+                   help="cluster to start from; its values are held unless --fit names "
+                        "them (for a transport calibration prefer --transport) [JSON file] "
                         "(default: none)")
     p.add_argument("--fit", default=None,
                    help="fit exactly these parameters, comma-separated (ceiling, "
                         "utilization, sync_overhead, collective_overhead, compute_slowdown, "
-                        "alpha, overlap, host_overhead) [-] (default: chosen from the runs)")
+                        "alpha, overlap, host_overhead, bucket_overhead, iteration_overhead, "
+                        "straggler_spread, efficiency) [-] (default: chosen from the runs)")
     p.add_argument("--hold", default=None,
                    help="never fit these parameters, comma-separated [-] (default: none)")
     p.add_argument("--out", default=None,
@@ -731,8 +752,14 @@ def cmd_fit(args):
 
     kw = {k: getattr(args, k) for k in ("gpus_per_node", "nics_per_node", "intra_bw",
                                         "intra_alpha") if getattr(args, k) is not None}
-    if args.cluster is not None:
-        kw.setdefault("gpus_per_node", None)  # the starting cluster's topology
+    if args.cluster is not None or args.transport is not None:
+        kw.setdefault("gpus_per_node", None)  # the starting cluster's (transport's) topology
+    if args.transport is not None:
+        kw["transport"] = args.transport[0] if len(args.transport) == 1 else args.transport
+    if args.network is not None:
+        kw["network"] = args.network
+    if args.allow_folder is not None:
+        kw["allow_folder"] = args.allow_folder
     if args.out is not None:  # before the fit: a wrong --out is said at once
         from .profiles import output_problem
         why = output_problem(args.out)

@@ -245,7 +245,8 @@ _GPUS_PER_NODE = _Default(8)
 def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion="ddp",
                 gpus_per_node=_GPUS_PER_NODE, nics_per_node=None, intra_bw=None,
                 intra_alpha=None, ps_servers=None, cluster=None, fit=None, hold=None,
-                confidence=0.95, max_free=None, name="fitted", **given) -> ClusterFit:
+                confidence=0.95, max_free=None, name="fitted", allow_folder=None,
+                **given) -> ClusterFit:
     """Fit a cluster's real-world terms from measured runs (see the module).
 
     Parameters
@@ -294,6 +295,10 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         3 when more than six parameters are candidates) [-].
     name : str
         Name of the fitted cluster [-].
+    allow_folder : str, os.PathLike, list of them, or None
+        Folders that the runs' ``model`` paths may lead into besides the CSV's own folder
+        (as :func:`~scalemodel.runs.load_runs`); None: a CSV's model paths stay in its
+        folder [path].
     **given
         Values to hold for any parameter of :data:`~scalemodel.fitting.PRIORS`, e.g.
         ``compute_slowdown=1.1`` [unit of the parameter].
@@ -325,7 +330,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     runs, base, source = _load_and_check(
         runs, cluster=cluster, transport=transport, name=name, algorithm=algorithm,
         fusion=fusion, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-        intra_bw=intra_bw, intra_alpha=intra_alpha)
+        intra_bw=intra_bw, intra_alpha=intra_alpha, allow_folder=allow_folder)
     fixed, statuses, sigma = _fixed_values(runs, given, base, source=source)
     settings = dict(algorithm=algorithm, fusion=fusion, ps_servers=ps_servers)
     subsets, fixed_all = _candidate_sets(runs, fixed, fit=fit, hold=hold, max_free=max_free)
@@ -414,12 +419,12 @@ def _too_many(count):
 
 
 def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_per_node,
-                    nics_per_node, intra_bw, intra_alpha):
+                    nics_per_node, intra_bw, intra_alpha, allow_folder=None):
     """The validated runs, the cluster to start from (with the topology) and its source;
     a transport is read and checked against the runs here."""
     if isinstance(runs, (list, tuple)) and len(runs) > MAX_RUNS:
         _too_many(len(runs))
-    runs = load_runs(runs)
+    runs = load_runs(runs, allow_folder=allow_folder)
     if len(runs) > MAX_RUNS:
         _too_many(len(runs))
     given_g = None if gpus_per_node is _GPUS_PER_NODE else gpus_per_node

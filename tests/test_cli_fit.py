@@ -1,0 +1,145 @@
+"""``scalemodel fit`` with transport data (--transport), network priors (--network), model
+paths outside the CSV's folder (--allow-folder) and the run keys its help lists; every
+call through scalemodel.cli.main in-process, checked against fit_cluster itself."""
+
+import json
+from pathlib import Path
+import warnings
+
+import pytest
+
+import scalemodel as sm
+from scalemodel.cli import _NETWORK_CHOICES, main
+from scalemodel.fit_priors import NETWORKS
+
+H100_LOG = str(Path(__file__).parent / "data" / "nccl_tests_all_reduce_2x8_h100.txt")
+P = {"source": "test"}
+
+
+def _fit_cli(capsys, *argv):
+    code = main(["fit", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _quiet_fit(runs, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.CalibrationWarning)
+        return sm.fit_cluster(runs, **kw)
+
+
+def _runs_csv(path, truth, model="bert", ns=(16, 64), bw=400e9):
+    rows = [f"{model},{n},{bw:g},{sm.scaling_factor(model, n, bw, fusion='ddp', cluster=truth)!r},"
+            f"0.002,{model} {n}" for n in ns]
+    path.write_text("model,n,bw,scaling_factor,uncertainty,label\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _log_truth():
+    from scalemodel.fit_transport import load_transport
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.CalibrationWarning)
+        t = load_transport(H100_LOG, line_rate=400e9)
+    return t, sm.ClusterProfile(alpha=t.cluster.alpha, utilization=t.cluster.utilization,
+                                topology=t.cluster.topology, iteration_overhead=4e-3,
+                                provenance=P)
+
+
+def test_transport_log_fixes_the_network_as_the_api_does(tmp_path, capsys):
+    t, truth = _log_truth()
+    runs = _runs_csv(tmp_path / "runs.csv", truth)
+    code, out, err = _fit_cli(capsys, runs, "--transport", H100_LOG, "--out",
+                              tmp_path / "c.json", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    api = _quiet_fit(str(runs), transport=H100_LOG, fusion="ddp")
+    assert data["parameters"]["alpha"]["status"] == "transport"
+    assert data["parameters"]["alpha"]["value"] == pytest.approx(t.cluster.alpha)
+    for k, p in api.parameters.items():
+        got = data["parameters"][k]["value"]
+        assert float(got) == pytest.approx(p.value, rel=1e-9), k  # JSON: "inf" as text
+    saved = sm.load_cluster(tmp_path / "c.json")
+    assert "nccl-tests" in saved.fit_settings["transport"]
+    assert saved.topology.gpus_per_node == 8  # the log's topology, not a default
+    for n in (16, 64):  # the runs are reached (which fixed cost explains them: the fit's)
+        assert sm.scaling_factor("bert", n, 400e9, cluster=saved) == pytest.approx(
+            sm.scaling_factor("bert", n, 400e9, fusion="ddp", cluster=truth), rel=0.005)
+
+
+def test_two_logs_and_a_cluster_json_as_transport(tmp_path, capsys):
+    t, truth = _log_truth()
+    runs = _runs_csv(tmp_path / "runs.csv", truth)
+    inside = tmp_path / "inside.txt"
+    inside.write_text("\n".join(ln for ln in Path(H100_LOG).read_text().splitlines()
+                                if "gpu-node-02" not in ln) + "\n")
+    code, out, err = _fit_cli(capsys, runs, "--transport", inside, H100_LOG, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    api = _quiet_fit(str(runs), transport=[str(inside), H100_LOG])
+    assert data["cluster"]["topology"]["intra_bw"] == pytest.approx(
+        api.cluster.topology.intra_bw)
+    from scalemodel.calibrate.nccl_tests import read_nccl_tests
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.CalibrationWarning)
+        intra = read_nccl_tests(inside).fit()
+    assert data["cluster"]["topology"]["intra_bw"] == pytest.approx(intra.bandwidth)
+    # the same transport as a cluster file (what python -m scalemodel.calibrate writes)
+    path = sm.save_cluster(t.cluster, tmp_path / "transport.json")
+    code, out, err = _fit_cli(capsys, runs, "--transport", path)
+    assert code == 0, err
+    assert "transport" in out
+
+
+def test_network_priors_reach_the_fit(tmp_path, capsys):
+    assert set(_NETWORK_CHOICES) == set(NETWORKS)
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,n,bw,scaling_factor\nresnet50,16,10Gbps,0.6\n"
+                    "resnet50,64,10Gbps,0.55\n")
+    fits = {}
+    for network in ("nccl-socket", "gloo"):
+        code, out, err = _fit_cli(capsys, runs, "--network", network, "--json")
+        assert code == 0, err
+        fits[network] = json.loads(out)
+        api = _quiet_fit(str(runs), network=network)
+        assert fits[network]["cluster"] == json.loads(json.dumps(api.to_dict()["cluster"]))
+    # the priors differ, and so do the ranked explanations' scores
+    assert fits["nccl-socket"]["alternatives"] != fits["gloo"]["alternatives"]
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", str(runs), "--network", "infiniband"])
+    assert exc.value.code == 2
+    assert "--network" in capsys.readouterr().err
+
+
+def test_allow_folder_lets_a_model_path_out(tmp_path, capsys):
+    inside, outside = tmp_path / "runs", tmp_path / "profiles"
+    inside.mkdir()
+    outside.mkdir()
+    sm.save_profile(sm.load_profile("resnet50"), outside / "mine.json")
+    runs = inside / "runs.csv"
+    runs.write_text("model,n,bw,scaling_factor\n../profiles/mine.json,16,10Gbps,0.6\n"
+                    "../profiles/mine.json,64,10Gbps,0.55\n")
+    code, out, err = _fit_cli(capsys, runs)
+    assert code == 2 and "outside" in err and "runs[0].model" in err
+    code, out, err = _fit_cli(capsys, runs, "--allow-folder", outside)
+    assert code == 0, err
+    assert "mine.json" not in err
+
+
+def test_transport_and_cluster_together_is_one_line_error(tmp_path, capsys):
+    t, truth = _log_truth()
+    runs = _runs_csv(tmp_path / "runs.csv", truth)
+    path = sm.save_cluster(t.cluster, tmp_path / "transport.json")
+    code, out, err = _fit_cli(capsys, runs, "--transport", path, "--cluster", path)
+    assert code == 2 and err.startswith("scalemodel: error:") and "transport" in err
+    code, out, err = _fit_cli(capsys, runs, "--transport", tmp_path / "none.txt")
+    assert code == 2 and "none.txt" in err
+
+
+def test_help_lists_the_run_keys_and_the_new_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for key in ("tokens_per_second_per_gpu", "sharding", "grad_accum", "wrapped",
+                "bucket_cap_mb", "--transport", "--network", "--allow-folder",
+                "nccl-roce", "straggler_spread"):
+        assert key in text, key
