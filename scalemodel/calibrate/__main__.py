@@ -673,7 +673,7 @@ def from_nccl_tests(argv) -> int:
     from .nccl_tests import _BINARIES
     p.add_argument("--collective", choices=sorted(set(_BINARIES.values())),
                    help="the collective the logs measured, when neither their text nor "
-                   "their file names say it (default: read from the log)")
+                   "their file names say it [-] (default: read from the log)")
     p.add_argument("--out", default="cluster.json")
     p.add_argument("--name", default="nccl-tests")
     args = p.parse_args(argv)
