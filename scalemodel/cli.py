@@ -174,6 +174,23 @@ def _compressors(text, option):
     return items
 
 
+def _implementation_name(text, option):
+    """An implementation preset name, checked now (nearest names on a typo)."""
+    from .compressors import resolve_implementation
+
+    return resolve_implementation(text, option).name
+
+
+def _implementation_option(p):
+    from .compressors import IMPLEMENTATIONS
+
+    _add(p, "--implementation", _implementation_name, default=None,
+         help="whose compressors: " + ", ".join(IMPLEMENTATIONS) + "; sets each "
+              "compressor's wire format, tensor layout and per-tensor collectives, and "
+              "only the families it provides are compared [-] (default: pytorch's formats, "
+              "with signsgd, topk and randomk, which its hooks lack, in textbook form)")
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -363,6 +380,7 @@ def _build_plan(sub):
     p.add_argument("--framework", default="pytorch", choices=("pytorch", "horovod"),
                    help="framework of the settings snippet: pytorch or horovod [-] "
                         "(default pytorch)")
+    _implementation_option(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -370,10 +388,12 @@ def _build_breakeven(sub):
     p = _sub(sub, "breakeven", "line rate below which a compressor beats none")
     _model_options(p)
     _n_option(p, many=True)
-    _add(p, "--compressors", _compressors, default=list(DEFAULT_BREAKEVEN_COMPRESSORS),
+    _add(p, "--compressors", _compressors, default=None,
          help="compressors, comma-separated, each with an optional setting "
               "(topk:0.001, powersgd:8, int8:4) [-] (default "
-              f"{','.join(DEFAULT_BREAKEVEN_COMPRESSORS)} at their default settings)")
+              f"{','.join(DEFAULT_BREAKEVEN_COMPRESSORS)} at their default settings, those "
+              "the --implementation provides)")
+    _implementation_option(p)
     p.set_defaults(func=cmd_breakeven)
 
 
@@ -620,7 +640,8 @@ def cmd_plan(args):
     from .planner import plan_compression
 
     plan = plan_compression(args.model, args.bw, n=args.n, target=args.target,
-                            compressors=args.compressors, gpu=args.gpu, **_plan_kwargs(args))
+                            compressors=args.compressors, gpu=args.gpu,
+                            implementation=args.implementation, **_plan_kwargs(args))
     if args.json:
         rows = []
         for r in plan.rows:
@@ -641,13 +662,19 @@ def cmd_plan(args):
 
 def cmd_breakeven(args):
     from .cluster import load_cluster
-    from .compressors import get_compressor
+    from .compressors import for_implementation, get_compressor, resolve_implementation
     from .planner import _codec_note, breakeven_bandwidth
 
     from .sharding import SHARDING_COMPRESSORS, resolve_sharding
 
-    comps = [get_compressor(c, "--compressors") for c in args.compressors]
-    kw = _plan_kwargs(args)
+    names = args.compressors
+    if names is None:
+        names = [c for c in DEFAULT_BREAKEVEN_COMPRESSORS if args.implementation is None
+                 or c in resolve_implementation(args.implementation).families]
+    comps = [get_compressor(c, "--compressors") for c in names]
+    if args.implementation is not None:  # as the implementation sends them
+        comps = [for_implementation(c, args.implementation, "--compressors") for c in comps]
+    kw = dict(_plan_kwargs(args), implementation=args.implementation)
     sharded = resolve_sharding(_sharding(args)).sharded
     rows = []
     for comp in comps:
@@ -662,18 +689,22 @@ def cmd_breakeven(args):
     cluster = load_cluster(args.cluster) if args.cluster is not None else None
     note = _codec_note(load_profile(args.model), cluster, comps)
     if args.json:
-        return _print_json({"model": getattr(args, "model_name", args.model), "results": rows, "codec_note": note})
-    print("line rate below which each compressor beats no compression")
-    print(f"{'compressor':<24}" + "".join(f"{'n=' + str(n):>16}" for n in args.n))
+        return _print_json({"model": getattr(args, "model_name", args.model), "results": rows,
+                            "codec_note": note,
+                            "implementation": args.implementation or "pytorch"})
+    print("line rate below which each compressor beats no compression (implementation "
+          f"{args.implementation or 'pytorch'})")
+    w = max([24] + [len(row["compressor"]) + 2 for row in rows])
+    print(f"{'compressor':<{w}}" + "".join(f"{'n=' + str(n):>16}" for n in args.n))
     for row in rows:
         if row["breakeven_bw"] is None:
-            print(f"{row['compressor']:<24}{row['note']}")
+            print(f"{row['compressor']:<{w}}{row['note']}")
             continue
         cells = []
         for b in row["breakeven_bw"]:
             cells.append("never" if b == 0 else "always" if math.isinf(b)
                          else format_bandwidth(b))
-        print(f"{row['compressor']:<24}" + "".join(f"{c:>16}" for c in cells))
+        print(f"{row['compressor']:<{w}}" + "".join(f"{c:>16}" for c in cells))
     if note:
         print(note)
 

@@ -240,20 +240,25 @@ DEFAULT_CODEC_COSTS = _measured_defaults()
 """Default :class:`CodecCost` per family: measured on an NVIDIA H100, see the module docs."""
 
 
-def codec_costs_for(cluster=None) -> dict:
-    """The codec costs to use: the defaults, replaced family by family by a cluster
-    profile's measured ``codec_costs``.
+def codec_costs_for(cluster=None, *, gpu=None, implementation=None) -> dict:
+    """The codec costs to use: the defaults (scaled to ``gpu``'s memory bandwidth, see
+    :mod:`scalemodel.codec_costs`), replaced family by family by a cluster profile's
+    measured ``codec_costs``.
 
     Parameters
     ----------
     cluster : ClusterProfile or None
         A calibrated cluster (see :mod:`scalemodel.calibrate.codec_bench`) [-].
+    gpu : str, GPUSpec or None
+        GPU of the default costs; None: the H100 they were measured on [-].
+    implementation : str or None
+        Implementation preset (:data:`IMPLEMENTATIONS`) whose measured costs to prefer [-].
     """
-    costs = dict(DEFAULT_CODEC_COSTS)
-    if cluster is not None:
-        for family, entry in (getattr(cluster, "codec_costs", None) or {}).items():
-            costs[family] = CodecCost.from_dict(entry, source=f"measured: cluster {cluster.name}")
-    return costs
+    from .codec_costs import codec_costs
+
+    if isinstance(implementation, Implementation):
+        implementation = implementation.name
+    return codec_costs(cluster, gpu=gpu, implementation=implementation)
 
 
 # --------------------------------------------------------------------------- per tensor

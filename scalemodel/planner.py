@@ -64,7 +64,9 @@ import attrs
 import numpy as np
 
 from .collectives import CollectiveCost, collective_cost
-from .compressors import ALLREDUCE, ELEMENT_BYTES, Compressor, codec_costs_for, get_compressor
+from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS, Compressor,
+                          codec_costs_for, for_implementation, get_compressor,
+                          resolve_implementation)
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import Scenario, effective_utilization
 from .overlap import UpperEnvelope
@@ -271,9 +273,33 @@ def _fixed_buckets(sc):
             "with, or ask plan_compression one line rate at a time")
 
 
-def _compressor_list(compressors):
+def _implementation(implementation):
+    """``(Implementation, explicit)``: None is PyTorch's preset, not enforced (below)."""
+    if implementation is None:
+        return IMPLEMENTATIONS["pytorch"], False
+    return resolve_implementation(implementation), True
+
+
+def _family(comp):
+    return comp.name if comp.name in COMPRESSORS else comp.family
+
+
+def _as_implemented(comp, impl, explicit, parameter="compressor"):
+    """``comp`` as ``impl`` realises it (:func:`~scalemodel.compressors.for_implementation`).
+    With the implementation left to its default (``explicit`` False), a family PyTorch's
+    hooks do not provide keeps its textbook format instead of being an error."""
+    if not explicit and _family(comp) not in impl.families:
+        return comp
+    return for_implementation(comp, impl, parameter)
+
+
+def _compressor_list(compressors, impl=None, explicit=False):
+    if impl is None:
+        impl, explicit = _implementation(None)
     if compressors is None:
         compressors = DEFAULT_PLAN_COMPRESSORS
+        if explicit:  # only what the implementation provides
+            compressors = [c for c in compressors if c in impl.families]
     if isinstance(compressors, (str, Compressor)):
         compressors = [compressors]
     try:
@@ -284,8 +310,8 @@ def _compressor_list(compressors):
     if not items:
         raise InvalidParameterError("compressors", compressors, "must name at least one")
     # "topk:0.01" fixes the setting; a name or an object has its knob searched
-    return [(get_compressor(c, "compressors"), isinstance(c, str) and ":" in c)
-            for c in items]
+    return [(_as_implemented(get_compressor(c, "compressors"), impl, explicit, "compressors"),
+             isinstance(c, str) and ":" in c) for c in items]
 
 
 # --------------------------------------------------------------------------- results
@@ -424,6 +450,10 @@ class CompressionPlan:
         (its pessimistic and optimistic corners) and its alternative explanations
         (:func:`~scalemodel.intervals.answer_interval`); None without intervals or best
         row [-].
+    implementation : str
+        The implementation preset assumed (:data:`~scalemodel.compressors.IMPLEMENTATIONS`
+        key): its wire formats, layouts and per-tensor collectives are in the rows'
+        ``config``.
     """
 
     rows: tuple
@@ -444,6 +474,7 @@ class CompressionPlan:
     fits: bool | None = None
     gpu: str | None = None
     best_interval: tuple | None = None
+    implementation: str = "pytorch"
 
     def snippet(self, framework="pytorch") -> str:
         """Settings of the best row (of ``"none"`` when no compression is needed or none
@@ -459,7 +490,8 @@ class CompressionPlan:
 
     def __str__(self):
         head = (f"{self.model} on {self.n} workers at {format_bandwidth(self.bw)}, target "
-                f"{self.target:g} (uncompressed {self.uncompressed_scaling_factor:.3f})")
+                f"{self.target:g} (uncompressed {self.uncompressed_scaling_factor:.3f}), "
+                f"implementation {self.implementation}")
         cols = (f"{'':3}{'compressor':<10} {'setting':<16} {'ratio':>7} {'on wire':>8} "
                 f"{'scaling':>8}  {'binds':<10} {'codec ms':>8}  collective")
         out = [head, cols]
@@ -610,7 +642,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                      cluster=None, algorithm=None, fusion=None, compressors=None,
                      alpha=None, gpus_per_node=None, intra_bw=None, intra_alpha=None,
                      ps_servers=None, nics_per_node=None, sharding=None,
-                     gpu=None) -> CompressionPlan:
+                     gpu=None, implementation=None) -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
 
@@ -652,6 +684,16 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         composing [-].
     gpu : str, GPUSpec or None
         GPU whose memory is checked, as in :func:`~scalemodel.min_compression` [-].
+    implementation : str or None
+        Implementation preset of :data:`~scalemodel.compressors.IMPLEMENTATIONS`
+        (``"pytorch"``, ``"horovod"``, ``"grace-tf"``, ``"grace-torch"``,
+        ``"deepspeed"``): it sets each compressor's wire format, tensor layout and whether
+        compressed tensors travel per tensor (overriding the fusion for them), unless a
+        :class:`~scalemodel.compressors.Compressor` object sets them itself; a family it
+        does not provide is an :class:`~scalemodel.InvalidParameterError` naming the
+        implementations that do. None (the default): ``"pytorch"``, except that the
+        families PyTorch's hooks lack (``signsgd``, ``topk``, ``randomk``) are still
+        evaluated, in their textbook formats (the class defaults) [-].
 
     Returns
     -------
@@ -669,10 +711,11 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     bw = _scalar("bw", parse_bandwidth(bw, "bw"))
     target = _scalar("target", check_fraction(target, "target"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
-    comps = _compressor_list(compressors)
+    impl, explicit = _implementation(implementation)
+    comps = _compressor_list(compressors, impl, explicit)
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding)
-    codec = codec_costs_for(sc.cluster)
+    codec = codec_costs_for(sc.cluster, implementation=impl.name)
     u_eff = effective_utilization(sc, bw, u)
     x = 1.0 / (u_eff * bw)
     sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
@@ -691,6 +734,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     best = None if needed else next(
         (r for r in rows if r.recommended and r.compressor != "none"), None)
     where = f"{p.name} on {n} workers at {format_bandwidth(bw)}"
+    if explicit:
+        where += f" with {impl.name}'s compressors"
     if needed:
         msg = (f"no compression needed: {where} already scales {sf_none:.3f} >= {target:g}")
         worse = [r for r in rows if r.feasible and not r.recommended]
@@ -738,7 +783,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
 
         kw = dict(utilization=u, algorithm=algorithm, fusion=fusion, alpha=alpha,
                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
-                  ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding)
+                  ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
+                  implementation=implementation)
         iv = answer_interval(lambda c: compressed_scaling_factor(
             model, best.config, n, bw, cluster=c, **kw), sc.cluster, best.scaling_factor)
         best_interval = (float(iv.low), float(iv.high))
@@ -752,7 +798,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                            ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
                            utilization=u, algorithm=sc.algorithm,
                            codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps]),
-                           sharding=strategy, memory_per_gpu=per, fits=fits, gpu=gpu_name)
+                           sharding=strategy, memory_per_gpu=per, fits=fits, gpu=gpu_name,
+                           implementation=impl.name)
 
 
 # --------------------------------------------------------------------------- curves
@@ -761,7 +808,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
 def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, cluster=None,
                               algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                               intra_bw=None, intra_alpha=None, ps_servers=None,
-                              nics_per_node=None, sharding=None):
+                              nics_per_node=None, sharding=None, implementation=None):
     """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
 
     ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
@@ -787,13 +834,16 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     sharding : str or Sharding
         As in :func:`plan_compression`; a compressor that does not compose with the
         reduce-scatter raises :class:`~scalemodel.InvalidParameterError` [-].
+    implementation : str or None
+        As in :func:`plan_compression` [-].
 
     Returns
     -------
     float or numpy.ndarray
         Scaling factor [-].
     """
-    comp = get_compressor(compressor)
+    impl, explicit = _implementation(implementation)
+    comp = _as_implemented(get_compressor(compressor), impl, explicit)
     n = check_count(n, "n")
     bw = parse_bandwidth(bw, "bw")
     u = check_fraction(utilization, "utilization")
@@ -801,7 +851,7 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
                 ps_servers, cluster, nics_per_node, sharding)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
-    codec = codec_costs_for(sc.cluster)
+    codec = codec_costs_for(sc.cluster, implementation=impl.name)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / np.multiply(u, bw)
     nn = np.asarray(n)
@@ -844,7 +894,7 @@ def _crossing(env_a, env_b):
 def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, cluster=None,
                         algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                         intra_bw=None, intra_alpha=None, ps_servers=None,
-                        nics_per_node=None, sharding=None):
+                        nics_per_node=None, sharding=None, implementation=None):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in
@@ -869,6 +919,8 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     sharding : str or Sharding
         As in :func:`plan_compression`; a compressor that does not compose with the
         reduce-scatter raises :class:`~scalemodel.InvalidParameterError` [-].
+    implementation : str or None
+        As in :func:`plan_compression` [-].
 
     Returns
     -------
@@ -883,14 +935,15 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     >>> bw > 400e9  # casting to fp16 pays off up to beyond 400 Gbit/s
     True
     """
-    comp = get_compressor(compressor)
+    impl, explicit = _implementation(implementation)
+    comp = _as_implemented(get_compressor(compressor), impl, explicit)
     n = check_count(n, "n")
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
-    codec = codec_costs_for(sc.cluster)
+    codec = codec_costs_for(sc.cluster, implementation=impl.name)
     none = get_compressor("none")
     out = []
     for nv in np.atleast_1d(n).ravel():

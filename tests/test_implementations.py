@@ -1,0 +1,134 @@
+"""implementation= presets on the planner's API and CLI, and codec costs per GPU."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import scalemodel as sm
+from scalemodel.compressors import (IMPLEMENTATIONS, PowerSGD, SignSGD, TopK,
+                                    for_implementation)
+from scalemodel.exceptions import InvalidParameterError, UnknownNameError
+
+
+def _rows(plan):
+    return {r.compressor: r for r in plan.rows}
+
+
+@pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+def test_plan_uses_the_presets_formats_and_families(impl):
+    plan = sm.plan_compression("resnet50", "10Gbps", n=8, implementation=impl)
+    preset = IMPLEMENTATIONS[impl]
+    assert plan.implementation == impl
+    assert f"implementation {impl}" in str(plan).splitlines()[0]
+    assert f"with {impl}'s compressors" in plan.message
+    rows = _rows(plan)
+    assert set(rows) == {c for c in sm.planner.DEFAULT_PLAN_COMPRESSORS
+                         if c in preset.families}
+    for name, row in rows.items():
+        if name == "none":
+            continue
+        wanted = {**preset.settings.get("*", {}), **preset.settings.get(name, {})}
+        for attr, value in wanted.items():
+            if hasattr(row.config, attr):
+                assert getattr(row.config, attr) == value, (impl, name, attr)
+
+
+def test_grace_formats_reach_the_rows():
+    rows = _rows(sm.plan_compression("resnet50", "10Gbps", n=8, implementation="grace-tf"))
+    assert rows["signsgd"].config.sign_bits == 8 and rows["signsgd"].config.per_tensor
+    assert rows["signsgd"].ratio == pytest.approx(4.0, rel=1e-3)  # a byte per sign
+    assert rows["powersgd"].config.matrix_view == "tensorflow"
+    assert rows["randomk"].config.shared_seed and rows["randomk"].collective == "ring"
+    torch_rows = _rows(sm.plan_compression("resnet50", "10Gbps", n=8,
+                                           implementation="grace-torch"))
+    assert torch_rows["topk"].config.index_bytes == 8
+    ds = _rows(sm.plan_compression("resnet50", "10Gbps", n=8, implementation="deepspeed"))
+    assert ds["signsgd"].config.collective == "allreduce" and ds["signsgd"].ratio > 30
+
+
+@pytest.mark.parametrize("impl", ["grace-tf", "grace-torch", "deepspeed", "horovod"])
+def test_scaling_factor_is_the_preset_compressors(impl):
+    for name in ("fp16", "signsgd", "topk:0.01", "powersgd:2", "int8"):
+        if name.split(":")[0] not in IMPLEMENTATIONS[impl].families:
+            with pytest.raises(InvalidParameterError, match="Implementations providing it"):
+                sm.compressed_scaling_factor("resnet50", name, 8, 10e9, implementation=impl)
+            continue
+        got = sm.compressed_scaling_factor("resnet50", name, 8, 10e9, implementation=impl)
+        want = sm.compressed_scaling_factor("resnet50", for_implementation(name, impl), 8,
+                                            10e9)
+        assert got == want
+
+
+def test_per_tensor_overrides_the_fusion_for_compressed_tensors():
+    fused = sm.compressed_scaling_factor("resnet50", "fp16", 8, 10e9, fusion="ddp")
+    grace = sm.compressed_scaling_factor("resnet50", "fp16", 8, 10e9, fusion="ddp",
+                                         implementation="grace-tf")
+    # the same bytes, but one collective (latency, launches) per tensor: slower
+    assert grace < fused
+    assert grace == sm.compressed_scaling_factor("resnet50", "fp16", 8, 10e9, fusion="ddp",
+                                                 implementation="grace-torch")
+
+
+def test_an_explicit_compressor_setting_wins_over_the_preset():
+    comp = PowerSGD(rank=2, matrix_view="tensorflow")
+    got = sm.compressed_scaling_factor("resnet50", comp, 8, 10e9, implementation="grace-torch")
+    pt = sm.compressed_scaling_factor("resnet50", PowerSGD(rank=2), 8, 10e9,
+                                      implementation="grace-torch")
+    assert got == sm.compressed_scaling_factor(
+        "resnet50", PowerSGD(rank=2, matrix_view="tensorflow", per_tensor=True,
+                             min_compression_rate=0.0), 8, 10e9)
+    assert got != pt
+    row = _rows(sm.plan_compression("resnet50", "10Gbps", n=8, implementation="grace-torch",
+                                    compressors=[comp]))["powersgd"]
+    assert row.config.matrix_view == "tensorflow"
+
+
+def test_default_implementation_keeps_every_family_in_textbook_form():
+    plan = sm.plan_compression("resnet50", "10Gbps", n=8)
+    assert plan.implementation == "pytorch"
+    rows = _rows(plan)
+    assert set(rows) == set(sm.planner.DEFAULT_PLAN_COMPRESSORS)
+    assert rows["signsgd"].config == SignSGD() and rows["topk"].config.index_bytes == 4
+    with pytest.raises(InvalidParameterError, match="grace-tf, grace-torch"):
+        sm.plan_compression("resnet50", "10Gbps", n=8, implementation="pytorch",
+                            compressors=["topk"])
+
+
+def test_errors_name_the_providers_and_the_nearest_names():
+    with pytest.raises(InvalidParameterError) as exc:
+        sm.breakeven_bandwidth("resnet50", TopK(), n=8, implementation="horovod")
+    assert "grace-tf, grace-torch" in str(exc.value) and "horovod" in str(exc.value)
+    with pytest.raises(UnknownNameError, match="grace-tf"):
+        sm.plan_compression("resnet50", "10Gbps", implementation="gracetf")
+    with pytest.raises(UnknownNameError, match="deepspeed"):
+        sm.compressed_scaling_factor("resnet50", "fp16", 8, 10e9, implementation="deepspeedd")
+
+
+def test_breakeven_takes_the_implementation():
+    a = sm.breakeven_bandwidth("resnet50", "fp16", n=8)
+    b = sm.breakeven_bandwidth("resnet50", "fp16", n=8, implementation="grace-tf")
+    assert b < a  # per-tensor collectives and launches: it wins only on slower links
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "scalemodel", *args], capture_output=True,
+                          text=True)
+
+
+def test_cli_implementation():
+    out = _cli("plan", "--model", "resnet50", "--bw", "10Gbps", "--n", "8",
+               "--implementation", "grace-tf", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["implementation"] == "grace-tf"
+    assert {r["compressor"] for r in data["rows"]} <= set(IMPLEMENTATIONS["grace-tf"].families)
+    out = _cli("breakeven", "--model", "resnet50", "--n", "8", "--implementation", "horovod")
+    assert out.returncode == 0, out.stderr
+    assert "implementation horovod" in out.stdout and "topk" not in out.stdout
+    bad = _cli("plan", "--model", "resnet50", "--bw", "10Gbps", "--implementation", "gracetf")
+    assert bad.returncode != 0 and "grace-tf" in bad.stderr
+    bad = _cli("breakeven", "--model", "resnet50", "--implementation", "horovod",
+               "--compressors", "topk")
+    assert bad.returncode != 0 and "grace-tf" in bad.stderr
