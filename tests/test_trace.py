@@ -551,6 +551,21 @@ def test_metadata_after_the_events_and_array_form(tmp_path):
     bad(tmp_path, tmp_path / "empty.json", match=r"empty\.json.*empty")
 
 
+def test_integers_beyond_64_bits(tmp_path):
+    """An event arg of 2**64 - 1 (yajl's integers stop at 63 bits): read all the same;
+    an integer of 5000 digits: a clear error naming the file (not Python's ValueError,
+    nor ijson 3.6's crash on it when it makes Python ints)."""
+    write_trace(tmp_path / "t.json", steps=2)
+    want = read_trace(tmp_path / "t.json")
+    big = {"ph": "i", "name": "x", "args": {"id": 2 ** 64 - 1}}
+    write_trace(tmp_path / "u.json", steps=2, extra=[big])
+    got = read_trace(tmp_path / "u.json")
+    assert got.step_time == want.step_time and got.step_count == 2
+    text = (tmp_path / "t.json").read_text()
+    (tmp_path / "huge.json").write_text(text[:-1] + ', "x": ' + "7" * 5000 + "}")
+    bad(tmp_path, tmp_path / "huge.json", match=r"huge\.json.*number longer than 1000")
+
+
 def test_a_huge_metadata_value_streams(tmp_path):
     """A 4 MB number array as a metadata value, before the events, plain and gzip: read
     (the reader does not keep it); the events after it are all there."""

@@ -28,6 +28,7 @@ import math
 import os
 import re
 import stat
+import sys
 import zlib
 from array import array
 
@@ -41,9 +42,12 @@ MAX_DEPTH = 256
 """Deepest nesting of arrays and objects accepted in a trace [-] (Kineto writes 5)."""
 
 _CHUNK = 1 << 20           # bytes of JSON text parsed at a time
-_MAX_TOKEN = 1 << 20       # longest string or number accepted [bytes] (yajl, the parser,
-#                            rescans a token cut by its buffer: longer ones would cost
-#                            time quadratic in their length)
+_MAX_TOKEN = 1 << 20       # longest string accepted [bytes] (yajl, the parser, rescans a
+#                            token cut by its buffer: longer ones would cost time
+#                            quadratic in their length)
+_MAX_NUMBER = 1000         # longest number accepted [characters] (a trace's have < 30;
+#                            ijson 3.6's C backend crashes on an integer beyond Python's
+#                            4300-digit limit when it makes Python ints)
 _US = 1e-6                 # trace timestamps are in microseconds
 
 _BACKENDS = frozenset({"nccl", "gloo", "ucc", "mpi", "xccl", "hccl", "rccl", "custom"})
@@ -154,8 +158,8 @@ class _Scan:
                     raise self._too_long("a string", self.string_start)
             else:
                 self.gap += _nonblank(data)
-                if self.gap > _MAX_TOKEN + 1:
-                    raise self._too_long("a number or literal", start)
+                if self.gap > _MAX_NUMBER + 1:
+                    raise self._too_long("a number", start)
             if self.capture is not None:
                 self._keep(data[self.lead:])
             self.tail = (self.tail + data)[-64:]
@@ -190,14 +194,16 @@ class _Scan:
         return self._commas(data, idx, c, outside)
 
     def _too_long(self, what, at):
+        limit = (f"{_MAX_TOKEN >> 20} MB" if what == "a string"
+                 else f"{_MAX_NUMBER} characters")
         return ProfileFormatError(self.source, "<json>",
-                                  f"holds {what} longer than {_MAX_TOKEN >> 20} MB (at byte "
-                                  f"{at} of the JSON text); a trace's are short; the file "
-                                  "is not a trace or is corrupt")
+                                  f"holds {what} longer than {limit} (at byte {at} of the "
+                                  "JSON text); a trace's are short; the file is not a "
+                                  "trace or is corrupt")
 
     def _tokens(self, data, idx, quote, outside, start):
-        """Refuse a string or a number longer than ``_MAX_TOKEN`` (before the parser
-        sees all of it)."""
+        """Refuse a string longer than ``_MAX_TOKEN`` or a number longer than
+        ``_MAX_NUMBER`` (before the parser sees all of it)."""
         q = idx[quote] + start
         if self.in_string:
             opens, closes = np.concatenate(([self.string_start], q[1::2])), q[0::2]
@@ -213,16 +219,16 @@ class _Scan:
                 raise self._too_long("a string", self.string_start)
         # between two special characters outside strings: at most one number or literal
         first = int(idx[0])
-        if not self.in_string and self.gap + first > _MAX_TOKEN + 1 and \
-                self.gap + _nonblank(data[:first]) > _MAX_TOKEN + 1:
-            raise self._too_long("a number or literal", start)
-        gaps = np.flatnonzero(outside[:-1] & (idx[1:] - idx[:-1] - 1 > _MAX_TOKEN + 1))
+        if not self.in_string and self.gap + first > _MAX_NUMBER + 1 and \
+                self.gap + _nonblank(data[:first]) > _MAX_NUMBER + 1:
+            raise self._too_long("a number", start)
+        gaps = np.flatnonzero(outside[:-1] & (idx[1:] - idx[:-1] - 1 > _MAX_NUMBER + 1))
         for k in gaps.tolist():
-            if _nonblank(data[int(idx[k]) + 1:int(idx[k + 1])]) > _MAX_TOKEN + 1:
-                raise self._too_long("a number or literal", start + int(idx[k]))
+            if _nonblank(data[int(idx[k]) + 1:int(idx[k + 1])]) > _MAX_NUMBER + 1:
+                raise self._too_long("a number", start + int(idx[k]))
         self.gap = _nonblank(data[int(idx[-1]) + 1:]) if outside[-1] else 0
-        if self.gap > _MAX_TOKEN + 1:
-            raise self._too_long("a number or literal", start + int(idx[-1]))
+        if self.gap > _MAX_NUMBER + 1:
+            raise self._too_long("a number", start + int(idx[-1]))
 
     def _escaped(self, idx, is_bs, size):
         """Which special characters follow an odd run of backslashes."""
@@ -405,9 +411,19 @@ class _Text:
         return b""
 
 
+class _BigInteger(Exception):
+    """An integer beyond 64 bits: yajl's integers overflow; read again with Python's."""
+
+
 def _json_error(source, exc, text):
     """A ProfileFormatError for the parser's error, without the excerpt of the file that
     yajl's message carries."""
+    if isinstance(exc, ValueError) and "digits" in str(exc):   # Python's int limit
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        return ProfileFormatError(source, "<json>", "holds an integer of more than "
+                                  f"{limit} digits (between bytes "
+                                  f"{text.start} and {text.end} of the JSON text); the file "
+                                  "is not a trace or is corrupt")
     m = _YAJL_KIND.search(str(exc))
     kind = f"{m.group(1)} error: {m.group(2).strip()}" if m else "unreadable"
     if text.done and "premature EOF" in kind:
@@ -418,7 +434,7 @@ def _json_error(source, exc, text):
                               "is not a trace or is corrupt")
 
 
-def _events(source, meta, stats):
+def _events(source, meta, stats, big_integers=False):
     """Yield the trace events of a Chrome-trace document (the object form, with
     ``traceEvents`` and metadata keys, or the array form, events only); the metadata the
     analysis uses goes into ``meta``, and ``stats`` gets ``form``, ``events_open`` (how
@@ -445,12 +461,14 @@ def _events(source, meta, stats):
                                      "JSON?)")
         text = _Text(raw, source, first)
         events = ijson.items(text, "item" if form == "[" else "traceEvents.item",
-                             use_float=True, buf_size=_CHUNK)
+                             use_float=not big_integers, buf_size=_CHUNK)
         try:
             yield from events
         except ProfileFormatError:
             raise
         except (ijson.JSONError, ValueError, UnicodeError) as exc:
+            if not big_integers and "integer overflow" in str(exc):
+                raise _BigInteger() from None
             raise _json_error(source, exc, text) from None
         for key, value in text.scan.meta.items():
             try:   # the value's text without trailing commas
@@ -628,14 +646,22 @@ class _Collector:
         self.cpu_name.append(nid)
 
 
-def _collect(path) -> _Collector:
-    """Read one trace file into a :class:`_Collector`."""
-    source = os.fspath(path)
+def _read_events(source, big_integers):
     col = _Collector(source)
     stats = {}
     add = col.add
-    for ev in _events(source, col.meta, stats):
+    for ev in _events(source, col.meta, stats, big_integers):
         add(ev)
+    return col, stats
+
+
+def _collect(path) -> _Collector:
+    """Read one trace file into a :class:`_Collector`."""
+    source = os.fspath(path)
+    try:
+        col, stats = _read_events(source, False)
+    except _BigInteger:   # rare: numbers as Python ints (and fractions as Decimal)
+        col, stats = _read_events(source, True)
     col.bytes_read = stats["bytes_read"]
     col.file_bytes = os.path.getsize(source)
     if stats["form"] == "{":
