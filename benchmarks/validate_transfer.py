@@ -432,8 +432,8 @@ def llm_source():
              "held out: mpt-7b at the larger counts, mpt-13b, mpt-30b, mpt-70b",
              "baselines: 'ideal' = no cluster, efficiency bisected on the nearest "
              "calibration run (validate_sharded's protocol); 'carried' = the nearest "
-             "calibration run's measured MFU; interval: the cluster's at the fitted "
-             "efficiency and at its interval's ends"]
+             "calibration run's measured MFU; interval: the step time over the fitted "
+             "cluster, its corners and its alternatives' (each with its efficiency)"]
     return dict(key="llm-foundry", title="LLM Foundry MPT, FSDP FULL_SHARD on A100 40GB "
                 "(1600 Gbit/s per node; exact)", rows=held, calibration=cal, notes=notes,
                 bw=bw, nics=nics, vs=vs)
@@ -468,21 +468,17 @@ def evaluate_llm(src, feats, say):
         say("  " + line)
     p = fit.parameters.get("efficiency")
     eff = p.value if p is not None else LLM_ASSUMED_EFFICIENCY
-    effs = [eff] + ([e for e in p.interval if e is not None and 0 < e <= 1]
-                    if p is not None else [])
     cal_eff = {r["n"]: vs.fit_efficiency(r) for r in src["calibration"]}
     rows = []
     for r in src["rows"]:
-        ends = []  # the interval: the cluster's, at the fitted efficiency's ends too
-        for e in effs:
-            it = sm.iteration_time(vs.profile_for(r, e), r["n"], bw, sharding="zero3",
-                                   fusion=None, algorithm="ring", cluster=fit.cluster)
-            sf = it.scaling_factor
-            lo, hi = (it.scaling_factor_interval if feats["interval"] else (sf, sf))
-            ends += [it.total * sf / hi, it.total * sf / lo if lo > 0 else math.inf]
-            if e == eff and len(ends) == 2:
-                t = it.total
-        t_lo, t_hi = min(ends), max(ends)
+        # the interval in time: over the clusters the library's interval uses (the fit,
+        # its corners, every alternative's), each with the efficiency it carries; the
+        # scaling factor's interval alone would miss it (the efficiency moves both times)
+        prof = vs.profile_for(r, eff)
+        times = [sm.iteration_time(prof, r["n"], bw, sharding="zero3", fusion=None,
+                                   algorithm="ring", cluster=cl).total
+                 for cl in _interval_clusters(fit.cluster)]
+        t, t_lo, t_hi = times[0], min(times), max(times)
         cal = min(src["calibration"], key=lambda c: (abs(c["n"] - r["n"]), -c["n"]))
         t_ideal = sm.iteration_time(vs.profile_for(r, cal_eff[cal["n"]]), r["n"], bw,
                                     sharding="zero3", fusion=None, algorithm="ring",
