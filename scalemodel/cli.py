@@ -247,9 +247,11 @@ def _model_options(p):
                         "replicas across nodes); needs --n >= 2 [-] (default: the one the "
                         "--cluster was fitted under, else none)")
     p.add_argument("--gpu", default=None,
-                   help="GPU whose memory is checked, e.g. h100-sxm, a100-80gb (see "
-                        "scalemodel.list_gpus()) [name] (default: the profile's, for the "
-                        "built-in LLMs and other config-derived profiles; else no check)")
+                   help="GPU whose memory is checked and, in plan and breakeven, whose "
+                        "codec costs are used (the H100 table scaled by HBM bandwidth), e.g. "
+                        "h100-sxm, a100-80gb (see scalemodel.list_gpus()) [name] (default: "
+                        "the profile's: memory checked for the built-in LLMs and other "
+                        "config-derived profiles only)")
     _json_option(p)
 
 
@@ -683,11 +685,11 @@ def cmd_breakeven(args):
             rows.append({"compressor": comp.describe(), "n": args.n, "breakeven_bw": None,
                          "note": f"under --sharding {_sharding(args)}: {why}"})
             continue
-        bws = breakeven_bandwidth(args.model, comp, n=np.asarray(args.n), **kw)
+        bws = breakeven_bandwidth(args.model, comp, n=np.asarray(args.n), gpu=args.gpu, **kw)
         rows.append({"compressor": comp.describe(), "n": args.n,
                      "breakeven_bw": [float(b) for b in np.atleast_1d(bws)]})
     cluster = load_cluster(args.cluster) if args.cluster is not None else None
-    note = _codec_note(load_profile(args.model), cluster, comps)
+    note = _codec_note(load_profile(args.model), cluster, comps, args.gpu, args.implementation)
     if args.json:
         return _print_json({"model": getattr(args, "model_name", args.model), "results": rows,
                             "codec_note": note,

@@ -611,21 +611,57 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None):
         note=note, config=config, fusion=fusion, sharding=strategy)
 
 
-def _codec_note(profile, cluster, comps):
+def _codec(sc, gpu, impl):
+    """The codec costs by family for scenario ``sc``: the built-in table of ``impl`` scaled
+    to ``gpu`` (else the profile's GPU), the cluster's measured costs first (see
+    :mod:`scalemodel.codec_costs`)."""
+    from .codec_costs import profile_gpu
+
+    spec = profile_gpu(sc.profile, gpu)
+    key = ("codec", None if spec is None else (spec.name, spec.hbm_bandwidth), impl.name)
+    cache = sc._cache
+    if key not in cache:
+        cache[key] = codec_costs_for(sc.cluster, gpu=spec, implementation=impl.name)
+    return cache[key]
+
+
+def _codec_note(profile, cluster, comps, gpu=None, implementation=None):
     """Where the codec costs of a plan come from (see :attr:`CompressionPlan.codec_note`)."""
-    measured = set(getattr(cluster, "codec_costs", None) or {})
+    from .codec_costs import default_costs, profile_gpu
+    from .hardware import get_gpu
+
+    impl = implementation or "pytorch"
+    measured = set()
+    for key in getattr(cluster, "codec_costs", None) or {}:
+        owner, slash, family = key.rpartition("/")
+        if not slash or owner == impl:
+            measured.add(family)
     families = {c.family for c in comps} - {"none"}
     if not families:
         return ""
     if families <= measured:
         return f"codec costs: measured, cluster {cluster.name}"
+    spec = profile_gpu(profile, gpu)
+    _, table, factor = default_costs(spec, impl)
+    own = f"{table.implementation}'s, " if table.implementation else ""
     note = ("codec costs: " + (f"cluster {cluster.name} for {', '.join(sorted(measured))}, "
                                "else " if measured & families else "")
-            + "the defaults, measured on an NVIDIA H100 (scalemodel/data/codec/h100.json)")
-    device = profile.device or "an unknown device"
-    if "H100" not in device:
-        note += (f"; {profile.name} ran on {device}: measure its codecs there (python -m "
-                 "scalemodel.calibrate.codec_bench) and pass that profile (cluster=, --cluster)")
+            + f"the defaults, {own}measured on an {get_gpu(table.gpu).full_name} "
+            f"(scalemodel/data/codec/{table.name}.json)")
+    if spec is None:
+        device = profile.device or "an unknown device"
+        note += (f"; {profile.name} ran on {device}, which no built-in GPU matches: the "
+                 "costs are not scaled (pass gpu=, --gpu); measure its codecs there (python "
+                 "-m scalemodel.calibrate.codec_bench) and pass that profile (cluster=, "
+                 "--cluster)")
+    elif factor != 1.0:
+        where = f"{profile.name} ran on {profile.device}" if gpu is None and profile.device \
+            else f"on the {spec.name}"
+        note += (f"; {where}: per-element costs x {factor:.3g} for the {spec.name}'s "
+                 f"{spec.hbm_bandwidth / 1e9:.4g} GB/s HBM (launch floors kept), a "
+                 "bandwidth estimate: measure its codecs there (python -m "
+                 "scalemodel.calibrate.codec_bench) and pass that profile (cluster=, "
+                 "--cluster)")
     return note
 
 
@@ -683,7 +719,11 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         that compose with a reduce-scatter are evaluated, the others are listed as not
         composing [-].
     gpu : str, GPUSpec or None
-        GPU whose memory is checked, as in :func:`~scalemodel.min_compression` [-].
+        GPU whose memory is checked, as in :func:`~scalemodel.min_compression`, and whose
+        codec costs are used: the measured H100 table scaled by HBM bandwidth (launch
+        floors kept), :mod:`scalemodel.codec_costs`; None: the profile's GPU (the one a
+        configuration-derived profile was derived for, else its ``device``), and no memory
+        check for a measured profile [-].
     implementation : str or None
         Implementation preset of :data:`~scalemodel.compressors.IMPLEMENTATIONS`
         (``"pytorch"``, ``"horovod"``, ``"grace-tf"``, ``"grace-torch"``,
@@ -715,7 +755,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     comps = _compressor_list(compressors, impl, explicit)
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding)
-    codec = codec_costs_for(sc.cluster, implementation=impl.name)
+    codec = _codec(sc, gpu, impl)
     u_eff = effective_utilization(sc, bw, u)
     x = 1.0 / (u_eff * bw)
     sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
@@ -784,7 +824,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         kw = dict(utilization=u, algorithm=algorithm, fusion=fusion, alpha=alpha,
                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                   ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
-                  implementation=implementation)
+                  implementation=implementation, gpu=gpu)
         iv = answer_interval(lambda c: compressed_scaling_factor(
             model, best.config, n, bw, cluster=c, **kw), sc.cluster, best.scaling_factor)
         best_interval = (float(iv.low), float(iv.high))
@@ -797,7 +837,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                            message=msg + note, uncompressed_scaling_factor=sf_none,
                            ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
                            utilization=u, algorithm=sc.algorithm,
-                           codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps]),
+                           codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps], gpu,
+                                                  impl.name),
                            sharding=strategy, memory_per_gpu=per, fits=fits, gpu=gpu_name,
                            implementation=impl.name)
 
@@ -808,7 +849,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
 def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, cluster=None,
                               algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                               intra_bw=None, intra_alpha=None, ps_servers=None,
-                              nics_per_node=None, sharding=None, implementation=None):
+                              nics_per_node=None, sharding=None, implementation=None,
+                              gpu=None):
     """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
 
     ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
@@ -836,6 +878,9 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
         reduce-scatter raises :class:`~scalemodel.InvalidParameterError` [-].
     implementation : str or None
         As in :func:`plan_compression` [-].
+    gpu : str, GPUSpec or None
+        GPU whose codec costs are used (:mod:`scalemodel.codec_costs`: the measured H100
+        table scaled by HBM bandwidth); None: the profile's GPU [-].
 
     Returns
     -------
@@ -851,7 +896,7 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
                 ps_servers, cluster, nics_per_node, sharding)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
-    codec = codec_costs_for(sc.cluster, implementation=impl.name)
+    codec = _codec(sc, gpu, impl)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / np.multiply(u, bw)
     nn = np.asarray(n)
@@ -894,7 +939,7 @@ def _crossing(env_a, env_b):
 def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, cluster=None,
                         algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                         intra_bw=None, intra_alpha=None, ps_servers=None,
-                        nics_per_node=None, sharding=None, implementation=None):
+                        nics_per_node=None, sharding=None, implementation=None, gpu=None):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in
@@ -921,6 +966,9 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
         reduce-scatter raises :class:`~scalemodel.InvalidParameterError` [-].
     implementation : str or None
         As in :func:`plan_compression` [-].
+    gpu : str, GPUSpec or None
+        GPU whose codec costs are used (:mod:`scalemodel.codec_costs`: the measured H100
+        table scaled by HBM bandwidth); None: the profile's GPU [-].
 
     Returns
     -------
@@ -943,7 +991,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                 ps_servers, cluster, nics_per_node, sharding)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
-    codec = codec_costs_for(sc.cluster, implementation=impl.name)
+    codec = _codec(sc, gpu, impl)
     none = get_compressor("none")
     out = []
     for nv in np.atleast_1d(n).ravel():

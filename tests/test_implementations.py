@@ -132,3 +132,71 @@ def test_cli_implementation():
     bad = _cli("breakeven", "--model", "resnet50", "--implementation", "horovod",
                "--compressors", "topk")
     assert bad.returncode != 0 and "grace-tf" in bad.stderr
+
+
+# --------------------------------------------------------------------------- per GPU
+
+
+def test_codec_costs_scale_with_hbm_bandwidth_exactly():
+    from scalemodel.codec_costs import codec_costs
+
+    h100 = codec_costs(gpu="h100-sxm")
+    for gpu in ("v100", "a100-40gb", "a100-80gb", "h200"):
+        spec = sm.get_gpu(gpu)
+        factor = 3350e9 / spec.hbm_bandwidth  # the datasheets' HBM bandwidths
+        got = codec_costs(gpu=gpu)
+        for family, ref in h100.items():
+            for k in ("encode", "decode", "encode_per_rank", "decode_per_rank"):
+                assert getattr(got[family], k) == pytest.approx(getattr(ref, k) * factor,
+                                                                rel=1e-12)
+            assert got[family].launch == ref.launch  # the launch floor is kept
+    assert h100 == sm.compressors.DEFAULT_CODEC_COSTS  # the table's own GPU: unscaled
+    v100 = codec_costs(gpu="v100")
+    assert all(v100[f].encode > h100[f].encode for f in h100 if f != "none")
+
+
+def test_a_v100_profile_pays_more_for_its_codecs_than_an_h100():
+    args = ("resnet50", "topk:0.01", 16, 10e9)
+    own = sm.compressed_scaling_factor(*args)  # resnet50 ran on V100s
+    assert own == sm.compressed_scaling_factor(*args, gpu="v100")
+    assert own < sm.compressed_scaling_factor(*args, gpu="a100-80gb") \
+        < sm.compressed_scaling_factor(*args, gpu="h100-sxm")
+    # the uncompressed answer does not depend on the codec GPU
+    assert sm.compressed_scaling_factor("resnet50", "none", 16, 10e9, gpu="v100") == \
+        sm.compressed_scaling_factor("resnet50", "none", 16, 10e9, gpu="h100")
+    a = sm.breakeven_bandwidth("resnet50", "topk", n=16, gpu="v100")
+    b = sm.breakeven_bandwidth("resnet50", "topk", n=16, gpu="h100")
+    assert a < b  # slower codecs pay off only on slower links
+    plan = sm.plan_compression("resnet50", "10Gbps", n=16)
+    assert "x 3.72" in plan.codec_note and "900 GB/s" in plan.codec_note
+
+
+def test_profile_gpu_from_the_device_text():
+    from scalemodel.codec_costs import gpu_for_device, profile_gpu
+
+    assert profile_gpu(sm.load_profile("bert")).name == "v100-sxm2-32gb"
+    assert profile_gpu(sm.load_profile("bert-base-h100")).name == "h100-sxm"
+    assert profile_gpu(sm.load_profile("bert"), "a100").name == "a100-40gb"
+    assert gpu_for_device("NVIDIA A100-SXM4-80GB") == "a100-80gb"
+    assert gpu_for_device("NVIDIA H100 PCIe") == "h100-pcie"
+    assert gpu_for_device("") is None
+
+
+def test_measured_cluster_costs_are_not_scaled_and_implementation_keys_win():
+    from scalemodel.codec_costs import codec_costs
+
+    lab = sm.ClusterProfile(name="lab", provenance={"source": "test"}, codec_costs={
+        "topk": {"encode": 1e-10, "decode": 2e-10, "launch": 1e-5},
+        "grace-tf/topk": {"encode": 5e-10, "decode": 6e-10, "launch": 3e-4}})
+    assert codec_costs(lab, gpu="v100")["topk"].encode == 1e-10
+    assert codec_costs(lab, gpu="v100", implementation="grace-torch")["topk"].encode == 1e-10
+    grace = codec_costs(lab, gpu="v100", implementation="grace-tf")["topk"]
+    assert (grace.encode, grace.launch) == (5e-10, 3e-4)
+    a = sm.compressed_scaling_factor("resnet50", "topk:0.01", 8, 10e9, cluster=lab,
+                                     implementation="grace-tf")
+    b = sm.compressed_scaling_factor("resnet50", "topk:0.01", 8, 10e9, cluster=lab,
+                                     implementation="grace-torch")
+    assert a < b
+    plan = sm.plan_compression("resnet50", "10Gbps", n=8, cluster=lab,
+                               implementation="grace-tf", compressors=["topk"])
+    assert plan.codec_note == "codec costs: measured, cluster lab"

@@ -11,6 +11,7 @@ import pytest
 import scalemodel as sm
 from conftest import make_profile
 from des_reference import simulate_compressed_iteration
+from scalemodel.codec_costs import profile_gpu
 from scalemodel.compressors import DEFAULT_CODEC_COSTS
 
 FREE = {f: {"encode": 0.0, "decode": 0.0} for f in DEFAULT_CODEC_COSTS}
@@ -160,8 +161,10 @@ def test_plan_says_where_codec_costs_come_from():
         u = float(rng.uniform(0.3, 1))
         got = sm.compressed_scaling_factor(prof, comp, n, bw, algorithm=alg, fusion=fusion,
                                            alpha=alpha, utilization=u)
-        tc = comp.tensor_costs(prof, n)
-        c = DEFAULT_CODEC_COSTS[comp.family]
+        # the defaults scaled to the profile's GPU (scalemodel.codec_costs)
+        codec = sm.compressors.codec_costs_for(None, gpu=profile_gpu(prof))
+        tc = comp.tensor_costs(prof, n, codec=codec)
+        c = codec[comp.family]
         per_tensor = tc.encode_time + tc.decode_time + c.launch * tc.calls
         t = simulate_compressed_iteration(
             prof, n, bw, phase_bytes=tc.phase_bytes.tolist(),
