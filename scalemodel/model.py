@@ -63,7 +63,7 @@ from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
-from .overlap import UpperEnvelope, overlap_lines
+from .overlap import UpperEnvelope, _tail_sum, overlap_lines
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
 from .profiles import WorkloadProfile, load_profile
 from .topology import resolve_topology
@@ -140,15 +140,25 @@ _SCENARIOS: "OrderedDict" = OrderedDict()
 
 _COSTS: "OrderedDict" = OrderedDict()  # collective costs shared by scenarios (corners)
 
+_LINES: "OrderedDict" = OrderedDict()  # lines without fixed costs, shared likewise
+
+
+def _cost_key(algorithm, nbytes, n, reduction, options):
+    """The key of :data:`_COSTS` for these buckets, or None when it cannot be hashed."""
+    try:
+        key = (algorithm, int(n), nbytes.tobytes(), id(reduction), options)
+        hash(key)
+    except (TypeError, AttributeError):
+        return None
+    return key
+
 
 def _shared_cost(algorithm, nbytes, n, reduction, options):
     """:func:`~scalemodel.collectives.collective_cost` of these buckets, shared by the
     scenarios that differ only in what the costs do not depend on (the corners of a
     fitted cluster's intervals and its alternatives: ceiling, utilization, fixed costs)."""
-    try:
-        key = (algorithm, int(n), nbytes.tobytes(), id(reduction), options)
-        hash(key)
-    except (TypeError, AttributeError):
+    key = _cost_key(algorithm, nbytes, n, reduction, options)
+    if key is None:
         return collective_cost(algorithm, nbytes, n, reduction=reduction, options=options)
     hit = _COSTS.get(key)
     if hit is not None and hit[0] is reduction:
@@ -182,6 +192,7 @@ def clear_caches(*, profiles=False):
 
     _SCENARIOS.clear()
     _COSTS.clear()
+    _LINES.clear()
     for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
                sharding._ring_half_per_byte, sharding._ring_per_byte,
                units._parse_bandwidth_string, _config_cached):
@@ -452,12 +463,14 @@ class Scenario:
             object.__setattr__(self, "_buckets", made)
         return self._buckets
 
-    def make_lines(self, n, ready, cost, overhead=None):
+    def make_lines(self, n, ready, cost, overhead=None, *, with_fixed=True):
         """Lines of eq. :eq:`iteration-cluster` for buckets ready at ``ready`` [s] (on the
         distributed timeline, as :attr:`buckets`) with collective costs ``cost`` (a
         :class:`~scalemodel.collectives.CollectiveCost`); ``overhead`` [s] replaces the
-        cost's overhead when given. Returns the lines, their envelope and the wire map
-        ``(k1, k2)`` of :meth:`Scenario.x_effective`."""
+        cost's overhead when given; ``with_fixed=False`` leaves out the cluster's fixed
+        costs on the channel (per-collective and sync) [-]. Returns the lines, their
+        envelope (None without the fixed costs) and the wire map ``(k1, k2)`` of
+        :meth:`Scenario.x_effective`."""
         n = int(n)
         sigma = self.slowdown(n)
         ready = np.asarray(ready, float) * (sigma / self.compute_slowdown)
@@ -481,7 +494,9 @@ class Scenario:
         shift = (p.grad_accum - 1) * sigma * (p.forward_time + p.backward_time)
         lines = overlap_lines(ready + shift, cost.latency, ovh, wire,
                               sigma * p.backward_time + k * cb + shift,
-                              fixed=self._fixed(n, k))
+                              fixed=self._fixed(n, k) if with_fixed else 0.0)
+        if not with_fixed:
+            return lines, None, xmap
         return lines, UpperEnvelope(lines.intercept, lines.slope), xmap
 
     def lines(self, n: int, compressed: bool = False):
@@ -496,15 +511,89 @@ class Scenario:
             return sched.lines, sched.envelope
         if key not in self._cache:
             b = self.buckets
+            self._prime_corner_costs(key[0], b)
             cost = _shared_cost(self.algorithm, b.nbytes, key[0], self.profile.reduction,
                                 self.options)
-            overhead = cost.overhead
-            if key[1] and key[0] > 1:
-                overhead = overhead + self.codec_cost * b.nbytes
-            lines, env, xmap = self.make_lines(key[0], b.ready, cost, overhead)
+            lines, env, xmap = self._lines_sharing_fixed(key, b, cost)
             self._cache[key] = (lines, env)
             self._wire[key[0]] = xmap
         return self._cache[key]
+
+    def _prime_corner_costs(self, n, b):
+        """On a fitted cluster, the collective costs of the buckets of every corner of its
+        intervals and alternatives (:meth:`~scalemodel.ClusterProfile.corners`), in one
+        call together with this scenario's own (``b``), kept in :data:`_COSTS`: a
+        compute slowdown at a corner changes a time-based fusion's buckets, and one
+        vectorized cost of all the sizes costs about as much as one of a few. Only corners
+        whose latency, topology, reduction and overlap are this cluster's (so that their
+        collective options are this scenario's) are primed; each size's cost is the same
+        alone or among others."""
+        cl = self.cluster
+        if (n <= 1 or cl is None or not (cl.intervals or cl.alternatives) or self.needs_plan
+                or self.sharding is not None):
+            return
+        red, opts = self.profile.reduction, self.options
+        own = _cost_key(self.algorithm, b.nbytes, n, red, opts)
+        if own is None or own in _COSTS:
+            return
+        family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
+        same = (cl.alpha, cl.topology, cl.reduction, cl.overlap)
+        keys, sizes = {own: b.nbytes}, [b.nbytes]
+        for c in (corner for f in family for corner in (f, *f.corners())):
+            if ((c.alpha, c.topology, c.reduction, c.overlap) != same
+                    or c.compute_slowdown == self.compute_slowdown):
+                continue
+            nb = attrs.evolve(self, cluster=c).buckets.nbytes
+            k = _cost_key(self.algorithm, nb, n, red, opts)
+            if k is not None and k not in keys and k not in _COSTS:
+                keys[k] = nb
+                sizes.append(nb)
+        if len(sizes) == 1:
+            return
+        cost = collective_cost(self.algorithm, np.concatenate(sizes), n, reduction=red,
+                               options=opts)
+        parts = (cost.latency, cost.overhead, cost.bits, cost.intra_bits)
+        total = sum(len(nb) for nb in sizes)
+        if any(np.shape(v) != (total,) for v in parts):
+            return  # not one value per bucket: each is costed on its own
+        start = 0
+        for k, nb in keys.items():
+            sl = slice(start, start + len(nb))
+            start += len(nb)
+            _COSTS[k] = (red, attrs.evolve(cost, latency=cost.latency[sl],
+                                           overhead=cost.overhead[sl], bits=cost.bits[sl],
+                                           intra_bits=cost.intra_bits[sl]))
+        while len(_COSTS) > SCENARIO_CACHE_SIZE:
+            _COSTS.popitem(last=False)
+
+    def _lines_sharing_fixed(self, key, b, cost):
+        """:meth:`make_lines` of ``key = (n, compressed)``, sharing the lines of scenarios
+        that differ only in the fixed costs on the channel (per-collective, per-iteration
+        sync) and in what never enters the lines (ceiling, utilization, the wrapper's
+        per-iteration work): the corners of a fitted cluster and its alternatives. The
+        fixed costs' tail sums are added to the shared intercepts, in the order
+        :func:`~scalemodel.overlap.overlap_lines` adds them (bit for bit the same)."""
+        n = key[0]
+        overhead = cost.overhead
+        if key[1] and n > 1:
+            overhead = overhead + self.codec_cost * b.nbytes
+        sk = (id(self.profile), id(b), id(cost), key, self.codec_cost, self.slowdown(n),
+              self.compute_slowdown, self.bucket_overhead(n))
+        hit = _LINES.get(sk)
+        if hit is None or hit[0] is not self.profile or hit[1] is not b or hit[2] is not cost:
+            base, _, xmap = self.make_lines(n, b.ready, cost, overhead, with_fixed=False)
+            hit = _LINES[sk] = (self.profile, b, cost, base, xmap)
+            while len(_LINES) > SCENARIO_CACHE_SIZE:
+                _LINES.popitem(last=False)
+        else:
+            _LINES.move_to_end(sk)
+        base, xmap = hit[3], hit[4]
+        fixed = self._fixed(n, len(b.nbytes))
+        if not fixed.any():
+            return base, UpperEnvelope(base.intercept, base.slope), xmap
+        fix = np.concatenate((np.zeros(1), _tail_sum(fixed)))
+        lines = attrs.evolve(base, intercept=base.intercept + fix, fixed=fix)
+        return lines, UpperEnvelope(lines.intercept, lines.slope), xmap
 
     def schedule(self, n, compressed=False, *, gradient_scale=None, gradient_overhead=None,
                  alpha_counts=False):

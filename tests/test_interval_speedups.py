@@ -1,0 +1,89 @@
+"""What makes a first question on a fitted cluster fast changes no answer: corners that
+differ only in fixed costs share the lines (the fixed costs added to the intercepts), the
+corners' collective costs are computed in one vectorized call, and each bucket's cost is
+the same alone or among others. Every check is exact (bit for bit)."""
+
+import attrs
+import numpy as np
+import pytest
+
+import scalemodel as sm
+from scalemodel.collectives import ALGORITHMS, collective_cost
+from scalemodel.model import Scenario, clear_caches
+
+P = {"source": "test"}
+
+
+def _fitted():
+    base = sm.ClusterProfile(name="fitted", topology=sm.Topology(gpus_per_node=8),
+                             ceiling=21e9, compute_slowdown=1.14, sync_overhead=0.022,
+                             collective_overhead=1e-4, bucket_overhead=2e-5, provenance=P)
+    return attrs.evolve(base, intervals={
+        "ceiling": (18e9, 23e9), "sync_overhead": (0.015, 0.028),
+        "compute_slowdown": (1.1, 1.18)}, alternatives=[
+        {"free": ["ceiling", "sync_overhead"], "values": {"ceiling": 21e9,
+                                                          "sync_overhead": 0.022},
+         "intervals": {"ceiling": [18e9, 23e9], "sync_overhead": [0.015, 0.028]},
+         "score": 0.0},
+        {"free": ["collective_overhead", "sync_overhead"],
+         "values": {"collective_overhead": 8e-4, "sync_overhead": 0.015},
+         "intervals": {"collective_overhead": [5e-4, 1e-3], "sync_overhead": [0.01, 0.02]},
+         "score": 1.1}])
+
+
+def _bare(c):
+    """The same cluster without intervals and alternatives (its own answer only)."""
+    return attrs.evolve(c, intervals={}, alternatives=[])
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_each_bucket_costs_the_same_alone_or_among_others(algorithm):
+    opts = Scenario.build("resnet50", cluster=_fitted(), algorithm="ring").options
+    a = np.array([55040.0, 281600.0, 2.6e7, 3.9e7])
+    b = np.array([37888.0, 1383424.0, 7626752.0])
+    for n in (8, 64):
+        both = collective_cost(algorithm, np.concatenate((a, b)), n, options=opts)
+        for part, sl in ((a, slice(0, 4)), (b, slice(4, 7))):
+            alone = collective_cost(algorithm, part, n, options=opts)
+            for f in ("latency", "overhead", "bits", "intra_bits"):
+                assert np.array_equal(getattr(both, f)[sl], getattr(alone, f)), (f, n)
+
+
+@pytest.mark.parametrize("fusion, algorithm", [("horovod", "nccl-2.4"), ("ddp", "ring"),
+                                               ("horovod", "tree"), ("none", "nccl")])
+def test_interval_ends_are_each_corner_answered_alone(fusion, algorithm):
+    """The interval over corners and alternatives, computed with shared lines and primed
+    costs, equals each corner's own answer computed from nothing (caches emptied)."""
+    cl = _fitted()
+    clear_caches()
+    got = sm.min_compression("resnet50", 10e9, target=0.7, fusion=fusion,
+                             algorithm=algorithm, cluster=cl)
+    alone = []
+    for f in [cl, cl.with_alternative(1)]:
+        for c in (f, *f.corners()):
+            clear_caches()
+            alone.append(sm.min_compression("resnet50", 10e9, target=0.7, fusion=fusion,
+                                            algorithm=algorithm, cluster=_bare(c)).ratio)
+    hi = max(alone)
+    assert got.interval == (min(alone), None if hi == np.inf else hi)  # None: unbounded
+    clear_caches()
+    assert got.ratio == sm.min_compression("resnet50", 10e9, target=0.7, fusion=fusion,
+                                           algorithm=algorithm, cluster=_bare(cl)).ratio
+
+
+def test_shared_lines_are_the_lines_with_their_fixed_costs():
+    cl = _fitted()
+    clear_caches()
+    first = Scenario.build("resnet50", cluster=cl, fusion="ddp")
+    first.lines(64)
+    other = attrs.evolve(_bare(cl), sync_overhead=0.03, collective_overhead=3e-4)
+    sc = Scenario.build("resnet50", cluster=other, fusion="ddp")
+    lines, env = sc.lines(64)
+    b = sc.buckets
+    cost = collective_cost(sc.algorithm, b.nbytes, 64, reduction=sc.profile.reduction,
+                           options=sc.options)
+    ref, ref_env, _ = sc.make_lines(64, b.ready, cost)
+    for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
+        assert np.array_equal(getattr(lines, f), getattr(ref, f)), f
+    assert np.array_equal(env.intercept, ref_env.intercept)
+    assert lines.latency is first.lines(64)[0].latency  # shared, not rebuilt
