@@ -489,7 +489,9 @@ class ClusterProfile:
         are. Returns ``(self, self)`` when there are no intervals. An end that is ``None``
         (the runs do not constrain it) takes the parameter's bound from
         :data:`~scalemodel.cluster.PARAMETER_BOUNDS`; a ceiling's upper end ``None`` gives
-        the optimistic corner no ceiling. The pair is computed once per cluster object.
+        the optimistic corner no ceiling. Fitted codec costs (``intervals["codec.<key>"]``,
+        :mod:`scalemodel.fit_codec`) go to their slow and fast ends. The pair is computed
+        once per cluster object.
         """
         cached = self._derived.get("corners")
         if cached is None:
@@ -550,9 +552,33 @@ class ClusterProfile:
             bw_lo, a_lo = max(bw_lo, 1.0), max(a_lo, 0.0)
             worst["topology"] = attrs.evolve(t, intra_bw=bw_lo, intra_alpha=a_hi)
             best["topology"] = attrs.evolve(t, intra_bw=bw_hi, intra_alpha=a_lo)
+        codec = self._codec_corners()
+        if codec is not None:
+            worst["codec_costs"], best["codec_costs"] = codec
         if not worst:
             return self, self
         return attrs.evolve(self, **worst), attrs.evolve(self, **best)
+
+    def _codec_corners(self):
+        """``codec_costs`` at the ends of their fitted intervals (``intervals["codec.<key>"]``,
+        the per-element encode cost [s/element], :mod:`scalemodel.fit_codec`; the other
+        per-element costs in proportion, the launch kept): (slowest, fastest) or None."""
+        keys = [k for k in self.intervals
+                if k.startswith("codec.") and k[len("codec."):] in self.codec_costs]
+        if not keys:
+            return None
+        worst, best = dict(self.codec_costs), dict(self.codec_costs)
+        per = ("encode", "decode", "encode_per_rank", "decode_per_rank")
+        for k in keys:
+            name = k[len("codec."):]
+            entry, (lo, hi) = self.codec_costs[name], self.intervals[k]
+            e = entry.get("encode", 0.0)
+            if e <= 0:
+                continue
+            for out, v in ((worst, hi), (best, 0.0 if lo is None else lo)):
+                if v is not None:
+                    out[name] = {f: (x * v / e if f in per else x) for f, x in entry.items()}
+        return worst, best
 
     def settings_defaults(self, algorithm=None, fusion=None, sharding=None):
         """``(algorithm, fusion, sharding)`` with each one the caller left ``None`` taken

@@ -38,6 +38,9 @@ identify the per-bucket cost), ``wrapped`` (a single-worker run with the DDP wra
 it pays :math:`t_w + K c_b`), ``uncertainty`` (relative standard uncertainty of the
 measured time, default 2 %) and ``label``. A run with ``n = 1`` and a ``compute_time``
 gives the single-worker compute that the others' compute times are compared with.
+A run with ``compressor`` (and ``implementation``) is a compressed run: the cluster is
+fitted from the uncompressed runs, then each compressed family's codec cost on top of it
+(:mod:`scalemodel.fit_codec`; ``ClusterFit.codec``, the cluster's ``codec_costs``).
 
 **Transport data** (``transport=``, :mod:`scalemodel.fit_transport`) fixes what a
 microbenchmark sees (latency, achieved bandwidth, intra-node link, with their
@@ -208,6 +211,10 @@ class ClusterFit:
         interval ends None. The cluster carries them
         (:attr:`~scalemodel.ClusterProfile.alternatives`) and its predictions range over
         them; the message says which run would tell them apart.
+    codec : dict
+        ``{key: CodecFit}``: the codec costs fitted from the compressed runs
+        (:mod:`scalemodel.fit_codec`), keyed as in ``cluster.codec_costs``; empty
+        without compressed runs.
     """
 
     cluster: ClusterProfile
@@ -217,6 +224,7 @@ class ClusterFit:
     chi2: float
     message: str
     alternatives: list = attrs.field(factory=list)
+    codec: dict = attrs.field(factory=dict)
 
     def save(self, path):
         """Write the fitted cluster as JSON, atomically [path]."""
@@ -229,7 +237,8 @@ class ClusterFit:
                 "parameters": {k: attrs.asdict(v) for k, v in self.parameters.items()},
                 "residuals": [attrs.asdict(r) for r in self.residuals],
                 "free": list(self.free), "chi2": self.chi2, "message": self.message,
-                "alternatives": self.alternatives}
+                "alternatives": self.alternatives,
+                "codec": {k: v.to_dict() for k, v in self.codec.items()}}
 
     def __str__(self):
         return self.message
@@ -246,7 +255,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
                 gpus_per_node=_GPUS_PER_NODE, nics_per_node=None, intra_bw=None,
                 intra_alpha=None, ps_servers=None, cluster=None, fit=None, hold=None,
                 confidence=0.95, max_free=None, name="fitted", allow_folder=None,
-                **given) -> ClusterFit:
+                implementation=None, **given) -> ClusterFit:
     """Fit a cluster's real-world terms from measured runs (see the module).
 
     Parameters
@@ -299,6 +308,9 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         Folders that the runs' ``model`` paths may lead into besides the CSV's own folder
         (as :func:`~scalemodel.runs.load_runs`); None: a CSV's model paths stay in its
         folder [path].
+    implementation : str or None
+        Implementation preset of the compressed runs that name none (their wire format
+        and the ``codec_costs`` key, :mod:`scalemodel.fit_codec`) [-].
     **given
         Values to hold for any parameter of :data:`~scalemodel.fitting.PRIORS`, e.g.
         ``compute_slowdown=1.1`` [unit of the parameter].
@@ -331,6 +343,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         runs, cluster=cluster, transport=transport, name=name, algorithm=algorithm,
         fusion=fusion, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
         intra_bw=intra_bw, intra_alpha=intra_alpha, allow_folder=allow_folder)
+    all_runs, runs = runs, _uncompressed(runs)
     fixed, statuses, sigma = _fixed_values(runs, given, base, source=source)
     settings = dict(algorithm=algorithm, fusion=fusion, ps_servers=ps_servers)
     subsets, fixed_all = _candidate_sets(runs, fixed, fit=fit, hold=hold, max_free=max_free)
@@ -348,10 +361,31 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     fit_settings = _fit_settings(runs, algorithm, fusion, source)
     fitted = _fitted_cluster(problem, best, params, alternatives, fit_settings)
     notes = _what_tells_them_apart(problem, fitted, runs, settings)
-    return ClusterFit(cluster=fitted, parameters=params, residuals=residuals,
-                      free=tuple(best.free), chi2=best.chi2,
-                      message=_message(best, params, residuals, alternatives, notes),
-                      alternatives=alternatives)
+    result = ClusterFit(cluster=fitted, parameters=params, residuals=residuals,
+                        free=tuple(best.free), chi2=best.chi2,
+                        message=_message(best, params, residuals, alternatives, notes),
+                        alternatives=alternatives)
+    if len(all_runs) > len(runs):  # the second step: codec costs from the compressed runs
+        from .fit_codec import fit_codec
+        codec = fit_codec(fitted, all_runs, implementation=implementation, **settings,
+                          confidence=confidence)
+        result = attrs.evolve(result, cluster=codec.cluster, codec=codec.fits,
+                              message=result.message + "\ncodec costs (from the compressed "
+                              "runs, on the fitted cluster):\n  "
+                              + codec.message.replace("\n", "\n  "))
+    return result
+
+
+def _uncompressed(runs):
+    """The runs without a compressor (the cluster is fitted from them; the compressed
+    ones fit the codec costs on top, :mod:`scalemodel.fit_codec`)."""
+    plain = [r for r in runs if getattr(r, "compressor", None) is None]
+    if len(plain) < len(runs) and not any(r.n > 1 for r in plain):
+        raise InvalidParameterError(
+            "runs", [r.label for r in runs], "needs at least one uncompressed run with "
+            "n > 1: the cluster is fitted from the uncompressed runs, the codec costs of the "
+            "compressed ones on top of it", "Add a run without compressor")
+    return plain
 
 
 # --------------------------------------------------------------------------- the steps

@@ -28,6 +28,18 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     step per GPU (micro-batch x sequence x ``grad_accum``; a transformer or LLM profile
     knows them) over this rate.
 
+``compressor``
+    The gradient compressor the run used: a name, a spec string such as ``"topk:0.01"``
+    or a :class:`~scalemodel.compressors.Compressor` (:func:`~scalemodel.get_compressor`);
+    blank or ``"none"``: uncompressed. :func:`~scalemodel.fit_cluster` fits the cluster
+    from the uncompressed runs and then that family's codec cost from the compressed
+    ones (:mod:`scalemodel.fit_codec`).
+``implementation``
+    The implementation preset of the run's compressor (``"pytorch"``, ``"grace-tf"``...,
+    :data:`~scalemodel.compressors.IMPLEMENTATIONS`): it sets the wire format
+    (:func:`~scalemodel.compressors.for_implementation`); blank: the call's, else the
+    compressor as given.
+
 ``fusion``, ``algorithm``, ``uncertainty`` [-] (default 2 %) and ``label`` keep their meaning.
 
 Every number must be finite and inside a documented range (``MIN_RUN_TIME`` to
@@ -97,7 +109,8 @@ MAX_UNCERTAINTY = 1.0
 
 _RUN_KEYS = {"model", "n", "bw", "scaling_factor", "iteration_time", "single_worker_time",
              "compute_time", "fusion", "algorithm", "uncertainty", "label", "sharding",
-             "grad_accum", "wrapped", "bucket_cap_mb", "tokens_per_second_per_gpu"}
+             "grad_accum", "wrapped", "bucket_cap_mb", "tokens_per_second_per_gpu",
+             "compressor", "implementation"}
 
 _TRUE = {"true", "yes", "1", "y", "t", "on"}
 _FALSE = {"false", "no", "0", "n", "f", "off"}
@@ -174,6 +187,8 @@ class Run:
     tokens_per_second_per_gpu: float | None = None
     compute_known: bool = True
     efficiency: float | None = None
+    compressor: object = None
+    implementation: str | None = None
 
     @property
     def measured_sf(self):
@@ -402,7 +417,30 @@ def _one_run(i, raw, where) -> Run:
                sharding=_sharding(i, raw.get("sharding")), grad_accum=accum,
                wrapped=_bool(i, "wrapped", raw.get("wrapped")),
                bucket_cap_mb=_bucket_cap(i, raw.get("bucket_cap_mb")),
-               compute_known=compute_known, efficiency=efficiency)
+               compute_known=compute_known, efficiency=efficiency,
+               **_compression(i, raw.get("compressor"), raw.get("implementation")))
+
+
+def _compression(i, compressor, implementation) -> dict:
+    """The run's ``compressor`` (None when uncompressed) with its ``implementation``'s wire
+    format, errors naming ``runs[i].compressor`` / ``runs[i].implementation``."""
+    from .compressors import for_implementation, get_compressor, resolve_implementation
+
+    impl = None
+    if not _blank(implementation):
+        try:
+            impl = resolve_implementation(implementation, f"runs[{i}].implementation").name
+        except (InvalidParameterError, ParameterTypeError) as exc:
+            raise _renamed(exc, f"runs[{i}].implementation") from None
+    if _blank(compressor):
+        return {"compressor": None, "implementation": impl}
+    name = f"runs[{i}].compressor"
+    comp = get_compressor(compressor.strip() if isinstance(compressor, str) else compressor,
+                          name)
+    if impl is not None:
+        comp = for_implementation(comp if not isinstance(compressor, str) else
+                                  compressor.strip(), impl, name)
+    return {"compressor": None if comp.name == "none" else comp, "implementation": impl}
 
 
 def _line_rate(i, value):
