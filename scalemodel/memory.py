@@ -29,8 +29,12 @@
   ``flash_attention=True``, the default, which keeps no score matrix), where ``s`` is the sequence,
   ``b`` the micro-batch, ``h`` the width and ``a`` the heads. With full activation
   checkpointing only each layer's input, :math:`2sbh` bytes, is kept, plus one layer's
-  full activations while it is recomputed (Sec. 4.2). The fp32 logits of the loss,
-  :math:`4sbV`, are added (vocabulary ``V``).
+  full activations while it is recomputed (Sec. 4.2); ``"selective"`` and fractions of
+  layers as in :mod:`scalemodel.checkpointing`. The loss's peak, :math:`12sbV` (three
+  fp32 tensors of the logits' size; Korthikanti et al. count the stored fp32 logits,
+  :math:`4sbV`), is added (vocabulary ``V``).
+* **offload** (:mod:`scalemodel.offload`): the optimizer state (and the parameter and
+  gradient shards) move to host memory, reported as ``host_per_gpu``.
 * **buffers**, transient: under ``zero3`` / ``hybrid_shard`` the all-gathered parameters
   of the unit being computed and of the one prefetched, the unsharded gradients of one
   unit before its reduce-scatter, and the root unit (embeddings and head) that FSDP keeps
@@ -51,8 +55,11 @@ import types
 import attrs
 import numpy as np
 
-from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
+from .checkpointing import activation_bytes, resolve_checkpointing
+from .exceptions import (InvalidParameterError, ParameterTypeError, ScalemodelError,
+                         UnknownNameError)
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
+from .offload import canonical_offload, check_offload_sharding, default_host_memory
 
 __all__ = ["memory", "MemoryEstimate", "canonical_sharding", "SHARDING_STRATEGIES",
            "SHARDING_ALIASES", "OPTIMIZER_STATES"]
@@ -123,6 +130,14 @@ class MemoryEstimate:
         False when a part is unknown (activations of a profile without a config).
     notes : str
         What was assumed.
+    host_per_gpu : float or numpy.ndarray
+        Host (CPU) memory per GPU for what is offloaded; 0 without offload [bytes].
+    settings : mapping of str to object
+        The settings the estimate assumed: sharding, activation checkpointing, flash
+        attention, offload, optimizer, dtypes, micro-batch, sequence, GPU.
+    suggestions : tuple of (str, float)
+        When it does not fit: the options that would (or the closest one, marked "still
+        does not fit"), each with its memory per GPU [bytes]; empty when it fits.
     """
 
     per_gpu: object
@@ -134,6 +149,10 @@ class MemoryEstimate:
     parameter_count: float
     complete: bool
     notes: str
+    host_per_gpu: object = 0.0
+    settings: types.MappingProxyType = attrs.field(
+        factory=lambda: types.MappingProxyType({}))
+    suggestions: tuple = ()
 
     @property
     def model_state(self):
@@ -147,8 +166,20 @@ class MemoryEstimate:
         verdict = ("fits" if np.all(self.fits) else
                    "does not fit" if not np.any(self.fits) else "fits for some n")
         tail = "" if self.complete else " (activations unknown: not counted)"
-        return (f"{gib} GiB per GPU with sharding={self.sharding!r}: {verdict} on "
+        st = self.settings
+        extra = ""
+        if st.get("activation_checkpointing", "none") != "none":
+            extra += f", activation_checkpointing {st['activation_checkpointing']}"
+        if st.get("offload", "none") != "none":
+            host = np.atleast_1d(self.host_per_gpu)
+            extra += (f", offload={st['offload']!r} (host: "
+                      + ", ".join(f"{v / 2**30:.1f}" for v in host) + " GiB per GPU)")
+        text = (f"{gib} GiB per GPU with sharding={self.sharding!r}{extra}: {verdict} on "
                 f"{self.gpu.name} ({self.gpu.hbm_bytes / 2**30:.0f} GiB){tail}")
+        if self.suggestions:
+            text += "; would fit with: " + "; ".join(
+                f"{label} ({v / 2**30:.1f} GiB)" for label, v in self.suggestions)
+        return text
 
 
 def _check_n(n, sharding):
@@ -233,7 +264,8 @@ def _nonneg_bytes(value, name):
 def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param_dtype=None,
            grad_dtype=None, activation_checkpointing=False, micro_batch=None, seq=None,
            gpus_per_node=None, bucket_bytes=DEFAULT_BUCKET_BYTES,
-           flash_attention=True) -> MemoryEstimate:
+           flash_attention=True, offload="none", host_memory=None,
+           suggest=True) -> MemoryEstimate:
     """Memory per GPU to train ``model`` data-parallel on ``n`` GPUs.
 
     Parameters
@@ -256,14 +288,16 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         fp32 master copy is part of the optimizer state), else fp32 [-].
     grad_dtype : str or None
         Dtype of the gradients; None: ``param_dtype`` [-].
-    activation_checkpointing : bool
-        Keep only each block's input and recompute the rest in backward [-].
+    activation_checkpointing : str, bool, float or Checkpointing
+        ``"none"`` (or False), ``"selective"``, ``"full"`` (or True), or a fraction of the
+        layers checkpointed fully; see :mod:`scalemodel.checkpointing` [-].
     micro_batch : int or None
         Sequences per GPU per step; None: the config's [samples].
     seq : int or None
         Sequence length; None: the config's [tokens].
     gpus_per_node : int or None
-        GPUs per node for ``"hybrid_shard"``; None: the GPU's usual server [-].
+        GPUs per node for ``"hybrid_shard"`` and for the host memory of a node; None:
+        the GPU's usual server [-].
     bucket_bytes : float
         One communication bucket [bytes].
     flash_attention : bool
@@ -271,11 +305,22 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``scaled_dot_product_attention``): drops the ``5as/h`` term. True by default, as
         in current LLM training code; False gives Korthikanti et al.'s formula as printed
         [-].
+    offload : str or None
+        ``"none"``, ``"optimizer"`` (ZeRO-Offload) or ``"optimizer+parameters"`` (FSDP
+        ``CPUOffload``; ``zero3`` / ``hybrid_shard`` only); see :mod:`scalemodel.offload`
+        [-].
+    host_memory : float or None
+        Host memory of one node, for ``offload``; None: the GPU's usual server's
+        (:data:`scalemodel.offload.HOST_MEMORY`) [bytes].
+    suggest : bool
+        When it does not fit, also try the options that would (checkpointing, offload,
+        more sharding) and list them in ``suggestions`` [-].
 
     Returns
     -------
     MemoryEstimate
-        ``per_gpu`` [bytes], ``parts``, ``fits`` and the GPU.
+        ``per_gpu`` [bytes], ``parts``, ``fits``, the GPU, the host memory per GPU, the
+        settings assumed and, when it does not fit, the options that would.
 
     Raises
     ------
@@ -283,23 +328,41 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         Unknown strategy, optimizer, GPU or model; suggests the closest.
     InvalidParameterError
         Sharding with ``n=1``; ``"hybrid_shard"`` without ``gpus_per_node`` on a GPU with
-        no usual server; a negative bucket.
+        no usual server; a negative bucket; ``activation_checkpointing`` or ``offload``
+        outside the documented values; parameter offload without ``zero3`` /
+        ``hybrid_shard``; offload whose host part does not fit in ``host_memory`` (or no
+        ``host_memory`` known for the GPU).
     """
-    from .workloads import _grad_dtype
-
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
     spec = get_gpu(gpu)
     if not isinstance(optimizer, str) or optimizer.strip().lower() not in OPTIMIZER_STATES:
         raise UnknownNameError("optimizer", optimizer, OPTIMIZER_STATES)
-    states = OPTIMIZER_STATES[optimizer.strip().lower()]
-    if not isinstance(activation_checkpointing, (bool, np.bool_)):
-        raise ParameterTypeError("activation_checkpointing", activation_checkpointing,
-                                 "True or False")
     if not isinstance(flash_attention, (bool, np.bool_)):
         raise ParameterTypeError("flash_attention", flash_attention, "True or False")
+    ck = resolve_checkpointing(activation_checkpointing, bool(flash_attention))
+    mode = canonical_offload(offload)
+    check_offload_sharding(mode, strategy)
     bucket = _nonneg_bytes(bucket_bytes, "bucket_bytes")
     cfg, psi, prof_elem, label = _resolve_model(model, micro_batch, seq)
+    if cfg is None and ck.mode != "none":
+        raise InvalidParameterError(
+            "activation_checkpointing", activation_checkpointing, f"{label} has no "
+            "transformer config, so its activations are unknown",
+            "Pass a TransformerConfig or a built-in LLM")
+    est = _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
+                    grad_dtype, ck, gpus_per_node, bucket, mode, host_memory)
+    if suggest and not np.all(est.fits):
+        est = attrs.evolve(est, suggestions=_suggestions(
+            model, n, est, dict(gpu=spec, optimizer=optimizer, param_dtype=param_dtype,
+                                grad_dtype=grad_dtype, micro_batch=micro_batch, seq=seq,
+                                gpus_per_node=gpus_per_node, bucket_bytes=bucket,
+                                host_memory=host_memory), cfg is not None))
+    return est
+
+
+def _dtypes(cfg, prof_elem, param_dtype, grad_dtype):
+    from .workloads import _grad_dtype
 
     if param_dtype is None:
         pd = _grad_dtype(cfg, None) if cfg is not None else \
@@ -309,20 +372,29 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     pd = "fp32" if pd == "tf32" else pd
     gd = pd if grad_dtype is None else canonical_dtype(grad_dtype, "grad_dtype")
     gd = "fp32" if gd == "tf32" else gd
+    return pd, gd
+
+
+def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
+              grad_dtype, ck, gpus_per_node, bucket, mode, host_memory):
+    """The estimate, once every argument is checked."""
+    states = OPTIMIZER_STATES[optimizer.strip().lower()]
+    pd, gd = _dtypes(cfg, prof_elem, param_dtype, grad_dtype)
     pb, gb = DTYPE_BYTES[pd], DTYPE_BYTES[gd]
     master = 4 if pb < 4 else 0
     ob = master + 4 * states
 
     scalar = ns.ndim == 0  # one answer: Python floats (the array path gives the same)
     group = float(ns) if scalar else ns.astype(float)
+    node = spec.gpus_per_server if gpus_per_node is None else gpus_per_node
+    if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(
+            gpus_per_node, (int, np.integer)) or gpus_per_node < 1):
+        raise InvalidParameterError("gpus_per_node", gpus_per_node, "must be an integer >= 1")
     if strategy == "hybrid_shard":
-        g = spec.gpus_per_server if gpus_per_node is None else gpus_per_node
-        if g is None:
+        if node is None:
             raise InvalidParameterError("gpus_per_node", None, f"the {spec.name} has no usual "
                                         "server recorded", "Pass gpus_per_node=")
-        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1:
-            raise InvalidParameterError("gpus_per_node", g, "must be an integer >= 1")
-        group = min(group, float(g)) if scalar else np.minimum(group, float(g))
+        group = min(group, float(node)) if scalar else np.minimum(group, float(node))
     one = 1.0 if scalar else np.ones_like(group)
     div_p = group if strategy in ("zero3", "hybrid_shard") else one
     div_g = group if strategy in ("zero2", "zero3", "hybrid_shard") else one
@@ -332,14 +404,25 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     notes = [f"{pd} parameters, {gd} gradients, {optimizer} with "
              f"{'an fp32 master copy and ' if master else ''}{states} fp32 state(s) "
              f"({pb + gb + ob} bytes per parameter unsharded; ZeRO, arXiv:1910.02054)"]
+    host = 0.0 * one
+    if mode != "none":  # scalemodel.offload: the host holds these instead
+        host = optim + 4.0 * psi / div_o
+        optim = 0.0 * one
+        if mode == "optimizer+parameters":
+            host = host + params
+            params, grads = 0.0 * one, 0.0 * one
+        notes.append(f"offload={mode!r}: optimizer state and fp32 gradient shard"
+                     + (", parameter shard" if mode == "optimizer+parameters" else "")
+                     + " in host memory")
+        _check_host(host, mode, spec, node, ns, host_memory)
     buffers = bucket * one
     if cfg is not None:
-        act = _activations(cfg, activation_checkpointing, flash_attention)
+        act = activation_bytes(cfg, ck)
         notes.append("activations: Korthikanti et al. arXiv:2205.05198, sbh(34 + 5as/h) per "
                      "layer" + (" without the 5as/h score term (flash attention)"
-                                if flash_attention else "")
-                     + ("; full checkpointing: 2sbh per layer + one layer" if
-                        activation_checkpointing else "") + "; fp32 logits 4sbV")
+                                if ck.flash_attention else "")
+                     + f"; checkpointing {ck.describe()} (scalemodel.checkpointing)"
+                     + "; loss peak 12sbV (three fp32 sbV tensors)")
         if strategy in ("zero3", "hybrid_shard"):
             biggest, root = _block_and_root(cfg)
             gathered = pb * (2 * biggest + root) + gb * biggest * one
@@ -360,11 +443,97 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     parts = {"parameters": out(params), "gradients": out(grads), "optimizer": out(optim),
              "activations": out(activations), "buffers": out(buffers)}
     fits = total <= spec.hbm_bytes
+    settings = types.MappingProxyType({
+        "sharding": strategy, "activation_checkpointing": ck.describe(),
+        "flash_attention": bool(ck.flash_attention), "offload": mode, "optimizer": optimizer,
+        "param_dtype": pd, "grad_dtype": gd,
+        "micro_batch": None if cfg is None else cfg.micro_batch,
+        "seq": None if cfg is None else cfg.seq, "gpu": spec.name})
     return MemoryEstimate(per_gpu=out(total), parts=types.MappingProxyType(parts),
                           fits=bool(fits) if scalar else fits, gpu=spec,
                           sharding=strategy, n=int(ns) if scalar else ns,
                           parameter_count=psi, complete=activations is not None,
-                          notes="; ".join(notes))
+                          notes="; ".join(notes), host_per_gpu=out(host),
+                          settings=settings)
+
+
+def _check_host(host, mode, spec, node, ns, host_memory):
+    """Raise unless a node's host memory holds its GPUs' offloaded state."""
+    if host_memory is None:
+        cap = default_host_memory(spec)
+        if cap is None:
+            raise InvalidParameterError(
+                "host_memory", None, f"offload={mode!r} needs the host memory of a node, "
+                f"and none is recorded for the {spec.name}'s servers",
+                "Pass host_memory= (bytes per node)")
+    else:
+        cap = _nonneg_bytes(host_memory, "host_memory")
+    per_node = np.asarray(host) * np.minimum(np.asarray(ns, float), float(node or 1))
+    need = float(np.max(per_node))
+    if need > cap:
+        raise InvalidParameterError(
+            "host_memory", host_memory if host_memory is not None else cap,
+            f"offload={mode!r} needs {need / 2**30:.1f} GiB of host memory per node "
+            f"({node or 1} GPU(s) x {float(np.max(host)) / 2**30:.1f} GiB), more than the "
+            f"node's {cap / 2**30:.1f} GiB",
+            "Shard over more GPUs, offload less, or pass a larger host_memory=")
+
+
+_MORE_SHARDING = {"none": "zero1", "zero1": "zero2", "zero2": "zero3"}
+
+
+def _suggestions(model, n, est, kw, has_config):
+    """(label, per-GPU bytes) of the options that would fit, smallest change first; when
+    none fits, the one that comes closest."""
+    base = dict(sharding=est.sharding, activation_checkpointing=_ck_of(est),
+                flash_attention=est.settings["flash_attention"], offload=est.settings["offload"])
+    tries = []
+    if has_config:
+        for ck in ("selective", "full"):
+            if ck != base["activation_checkpointing"]:
+                tries.append((f"activation_checkpointing={ck!r}",
+                              dict(activation_checkpointing=ck)))
+    s = est.sharding
+    while s in _MORE_SHARDING and np.all(np.asarray(est.n) >= 2):
+        s = _MORE_SHARDING[s]
+        tries.append((f"sharding={s!r}", dict(sharding=s)))
+    if base["offload"] == "none":
+        tries.append(("offload='optimizer'", dict(offload="optimizer")))
+    full = est.sharding in ("zero3", "hybrid_shard")
+    if base["offload"] != "optimizer+parameters":
+        change = {} if full else {"sharding": "zero3"}
+        tries.append(("offload='optimizer+parameters'" + ("" if full else
+                                                          ", sharding='zero3'"),
+                      dict(offload="optimizer+parameters", **change)))
+    if has_config:
+        tries.append(("activation_checkpointing='full', offload='optimizer+parameters', "
+                      "sharding='zero3'", dict(activation_checkpointing="full",
+                                               offload="optimizer+parameters",
+                                               sharding="zero3")))
+    found, closest = [], None
+    for label, change in tries:
+        args = {**base, **change}
+        try:
+            alt = memory(model, n, suggest=False, **args, **kw)
+        except ScalemodelError as exc:  # e.g. the host memory would not hold it
+            if "host_memory" in str(exc):
+                continue
+            continue
+        worst = float(np.max(alt.per_gpu))
+        if np.all(alt.fits):
+            found.append((label, worst))
+        elif closest is None or worst < closest[1]:
+            closest = (label, worst)
+    if not found and closest is not None:
+        return ((closest[0] + " (still does not fit)", closest[1]),)
+    return tuple(found[:4])
+
+
+def _ck_of(est):
+    text = est.settings["activation_checkpointing"]
+    if text.startswith("full on"):
+        return float(text.split()[2].rstrip("%")) / 100.0
+    return text.split()[0]
 
 
 @functools.lru_cache(maxsize=64)
@@ -376,13 +545,3 @@ def _block_and_root(cfg):
     blocks = np.array(u.kind) == "block"
     biggest = float(u.param_count[blocks].max()) if blocks.any() else 0.0
     return biggest, float(u.param_count[~blocks].sum())
-
-
-def _activations(cfg, checkpointing, flash) -> float:
-    """Activation bytes of one step (Korthikanti et al., arXiv:2205.05198, Sec. 4)."""
-    s, b, h, a = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.heads
-    per_layer = s * b * h * (34 + (0 if flash else 5 * a * s / h))
-    logits = 4.0 * s * b * cfg.vocab
-    if checkpointing:
-        return 2.0 * s * b * h * cfg.layers + per_layer + logits
-    return per_layer * cfg.layers + logits

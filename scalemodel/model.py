@@ -65,6 +65,8 @@ from .exceptions import InvalidParameterError, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
 from .overlap import UpperEnvelope, _tail_sum, overlap_lines
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
+from .checkpointing import with_recompute
+from .offload import with_offload
 from .profiles import WorkloadProfile, load_profile
 from .topology import resolve_topology
 from .units import (broadcast_shape, check_count, check_fraction, check_nonnegative,
@@ -269,7 +271,8 @@ class Scenario:
     @classmethod
     def build(cls, model, *, algorithm=None, fusion=None, alpha=None, codec_cost=0.0,
               gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-              cluster=None, nics_per_node=None, sharding=None):
+              cluster=None, nics_per_node=None, sharding=None, activation_checkpointing=None,
+              offload=None):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`.
 
         Scenarios (and the lines they cache) are kept for the last
@@ -279,7 +282,8 @@ class Scenario:
         profile = load_profile(model)
         kw = dict(algorithm=algorithm, fusion=fusion, alpha=alpha, codec_cost=codec_cost,
                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
-                  ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding)
+                  ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
+                  activation_checkpointing=activation_checkpointing, offload=offload)
         key = _cache_key(profile, cluster, kw)
         if key is not None:
             hit = _SCENARIOS.get(key)
@@ -295,7 +299,8 @@ class Scenario:
 
     @classmethod
     def _build(cls, profile, *, algorithm, fusion, alpha, codec_cost, gpus_per_node,
-               intra_bw, intra_alpha, ps_servers, cluster, nics_per_node, sharding):
+               intra_bw, intra_alpha, ps_servers, cluster, nics_per_node, sharding,
+               activation_checkpointing=None, offload=None):
         alpha = _scalar_float(alpha, "alpha")
         if cluster is not None:  # what the cluster was fitted under, unless given
             cluster = load_cluster(cluster)
@@ -319,6 +324,10 @@ class Scenario:
                 late = np.maximum.accumulate(eta * r + (1.0 - eta) * profile.backward_time)
                 profile = attrs.evolve(profile, tensor_ready=np.minimum(
                     late, profile.backward_time))
+        # scalemodel.checkpointing / scalemodel.offload: recompute in each checkpointed
+        # block's backward, the offloaded optimizer step in place of the GPU's
+        profile = with_recompute(profile, activation_checkpointing)
+        profile = with_offload(profile, offload, shard.strategy)
         topology = resolve_topology(topology, gpus_per_node=gpus_per_node,
                                     nics_per_node=nics_per_node, intra_bw=intra_bw,
                                     intra_alpha=intra_alpha)
@@ -836,13 +845,23 @@ TOPOLOGY_DOC = """alpha : float or None
         ``"hybrid_shard"``, or a :class:`~scalemodel.sharding.Sharding` with the
         parameter and reduce dtypes; see :mod:`scalemodel.sharding`. Sharding needs
         ``n >= 2``; its optimizer step runs on the local shard, so the scaling factor can
-        exceed 1 when communication hides [-]."""
+        exceed 1 when communication hides [-].
+    activation_checkpointing : str, bool, float, Checkpointing or None
+        ``"none"`` (None, False: the default), ``"selective"``, ``"full"`` (True) or a
+        fraction of the layers checkpointed fully: each checkpointed block's recompute
+        runs at the start of its backward (:mod:`scalemodel.checkpointing`), in the
+        single-worker time too [-].
+    offload : str or None
+        ``"none"`` (the default), ``"optimizer"`` (ZeRO-Offload) or
+        ``"optimizer+parameters"`` (FSDP ``CPUOffload``; ``zero3`` / ``hybrid_shard``):
+        the optimizer step becomes the host transfers and the CPU step
+        (:mod:`scalemodel.offload`) [-]."""
 
 
 def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                   cluster=None, sharding=None):
+                   cluster=None, sharding=None, activation_checkpointing=None, offload=None):
     r"""Scaling factor of data-parallel training, equation :eq:`scaling-factor`.
 
     Any of ``n``, ``bw``, ``utilization`` and ``compression`` may be an array; they
@@ -893,7 +912,8 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
-                        sharding=sharding)
+                        sharding=sharding, activation_checkpointing=activation_checkpointing,
+                        offload=offload)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / (np.multiply(np.multiply(u, bw), r))
     t = sc.iteration_times(n, x, r)
@@ -966,16 +986,18 @@ class IterationTime:
 def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                   cluster=None, sharding=None) -> IterationTime:
+                   cluster=None, sharding=None, activation_checkpointing=None,
+                   offload=None) -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
     Parameters
     ----------
-    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding
+    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding, activation_checkpointing, offload
         As in :func:`scaling_factor`, scalars only: ``n`` [workers], ``bw`` [bits/s],
         ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost``
         [s/byte], ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw``
-        [bits/s], ``intra_alpha`` [s], ``ps_servers`` [servers], ``sharding`` [-].
+        [bits/s], ``intra_alpha`` [s], ``ps_servers`` [servers], ``sharding`` [-],
+        ``activation_checkpointing`` [-], ``offload`` [-].
 
     Returns
     -------
@@ -990,12 +1012,14 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     asked = dict(utilization=u, compression=r, algorithm=algorithm, fusion=fusion,
                  alpha=alpha, codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                  nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
-                 ps_servers=ps_servers, sharding=sharding)
+                 ps_servers=ps_servers, sharding=sharding,
+                 activation_checkpointing=activation_checkpointing, offload=offload)
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
-                        sharding=sharding)
+                        sharding=sharding, activation_checkpointing=activation_checkpointing,
+                        offload=offload)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
     sc = sc.planned(n, 1.0 / (u * bw * r), r)

@@ -502,8 +502,14 @@ def shard_units(profile, wrap="block") -> ShardUnits:
     done = ready[ends - 1]
     bwd = np.diff(np.concatenate(([0.0], done)))
     bwd[-1] += max(0.0, profile.backward_time - float(done[-1]))
-    tb = float(bwd.sum())
-    fwd = profile.forward_time * (bwd / tb if tb > 0 else np.full(len(bwd), 1 / len(bwd)))
+    plain = bwd  # the forward splits by the backward times without recompute
+    redo = profile.provenance.get("recompute") if isinstance(profile.provenance, dict) \
+        else None
+    if redo is not None and len(redo) == k:  # scalemodel.checkpointing.with_recompute
+        plain = bwd - np.add.reduceat(np.asarray(redo, float), starts)
+    tb = float(plain.sum())
+    fwd = profile.forward_time * (plain / tb if tb > 0 else
+                                  np.full(len(bwd), 1 / len(bwd)))
     params = np.add.reduceat(count, starts)
     if wrap == "block":
         keys = _block_keys(tuple(names))

@@ -183,6 +183,7 @@ def memory_check(sc, n, gpu=None):
 
 
 def _memory_check(sc, n, gpu):
+    from .checkpointing import Checkpointing
     from .memory import memory
 
     p = sc.profile
@@ -198,11 +199,18 @@ def _memory_check(sc, n, gpu):
     if shard is not None and shard.strategy == "hybrid_shard":
         kw["gpus_per_node"] = sc.options.gpus_per_node or 8
     strategy = "none" if shard is None or int(n) < 2 else shard.strategy
+    ck = p.provenance.get("checkpointing")  # scalemodel.checkpointing.with_recompute
+    if isinstance(ck, dict):
+        kw["activation_checkpointing"] = Checkpointing(**ck)
+    kw["offload"] = p.provenance.get("offload_mode", "none")  # scalemodel.offload
     m = memory(p, int(n), sharding=strategy, gpu=gpu, **kw)
     note = "" if m.fits else (f"; does not fit on {m.gpu.name}: {m.per_gpu / 2**30:.1f} GiB "
                               f"per GPU > {m.gpu.hbm_bytes / 2**30:.0f} GiB "
                               f"(sharding={m.sharding!r}"
-                              + ("" if m.complete else ", activations unknown") + ")")
+                              + ("" if m.complete else ", activations unknown") + ")"
+                              + ("; would fit with: " + "; ".join(
+                                  f"{label} ({v / 2**30:.1f} GiB)"
+                                  for label, v in m.suggestions) if m.suggestions else ""))
     return float(m.per_gpu), bool(m.fits), m.gpu.name, note
 
 
@@ -333,7 +341,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                     algorithm=None, fusion=None, alpha=None, codec_cost=0.0,
                     gpus_per_node=None, nics_per_node=None, intra_bw=None, intra_alpha=None,
                     ps_servers=None, cluster=None, sharding=None,
-                    gpu=None) -> CompressionResult:
+                    gpu=None, activation_checkpointing=None,
+                    offload=None) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -357,6 +366,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     gpu : str, GPUSpec or None
         GPU whose memory is checked (:func:`~scalemodel.memory`); None: the profile's,
         for profiles derived from a transformer configuration, else no check [-].
+    activation_checkpointing, offload
+        As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
 
     Returns
     -------
@@ -383,7 +394,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
-                     ps_servers=ps_servers, sharding=sharding)
+                     ps_servers=ps_servers, sharding=sharding,
+                     activation_checkpointing=activation_checkpointing, offload=offload)
     sc = build(cluster)
     res = _with_interval(_min_compression(sc, bw, n, target, u), sc,
                          lambda cl: _min_compression(build(cl), bw, n, target, u,
@@ -471,7 +483,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                        utilization=1.0, algorithm=None, fusion=None, alpha=None,
                        codec_cost=0.0, gpus_per_node=None, nics_per_node=None, intra_bw=None,
                        intra_alpha=None, ps_servers=None, cluster=None, sharding=None,
-                       gpu=None) -> BandwidthResult:
+                       gpu=None, activation_checkpointing=None,
+                       offload=None) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -492,6 +505,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         ceiling is below what is needed, no line rate is.
     gpu : str, GPUSpec or None
         GPU whose memory is checked, as in :func:`min_compression` [-].
+    activation_checkpointing, offload
+        As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
 
     Returns
     -------
@@ -516,7 +531,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
-                     ps_servers=ps_servers, sharding=sharding)
+                     ps_servers=ps_servers, sharding=sharding,
+                     activation_checkpointing=activation_checkpointing, offload=offload)
     sc = build(cluster)
     res = _with_interval(_solve_bandwidth(sc, n, target, r, u), sc,
                          lambda cl: _solve_bandwidth(build(cl), n, target, r, u,

@@ -105,7 +105,7 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
                      codec_cost=0.0, slowdown=1.0, collective_overhead=0.0,
                      sync_overhead=0.0, gpus_per_node=None, nics_per_node=1,
                      intra_bw=2.4e12, intra_alpha=0.0, element_bytes=None, grad_accum=1,
-                     bucket_overhead=0.0):
+                     bucket_overhead=0.0, recompute=None, update_time=None):
     """Iteration time [s] of one sharded iteration on n GPUs, by discrete-event simulation.
 
     ``grad_accum`` micro-batches per step, each ending in a synchronization (FSDP and
@@ -122,6 +122,10 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     ``bucket_overhead``: the framework's hook for each reduce-scatter, run on the compute
     stream at the end of the backward task that issues it (so the reduce-scatter and all
     later compute wait for it).
+    ``recompute``: activation checkpointing, a mapping from a block's name (``"layers.3"``)
+    to the fraction of its forward time recomputed at the start of its backward (the
+    block's forward: the profile's forward time split by the blocks' backward spans, as
+    for the units); every gradient of that block and after it is ready that much later.
     """
     elem = element_bytes
     pbytes = param_bytes or elem
@@ -141,6 +145,25 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     ready = [float(t) for t in profile.tensor_ready]
     names = profile.tensor_names
     k = len(sizes)
+    backward_time = profile.backward_time
+    plain_ready = list(ready)  # without recompute: the forward splits by these
+    if recompute:
+        blocks = group_units(names, k, "block")
+        spans, prev = [], 0.0
+        for grp in blocks:
+            spans.append(max(ready[i] for i in grp) - prev)
+            prev = max(ready[i] for i in grp)
+        spans[-1] += max(0.0, backward_time - prev)
+        total_span = sum(spans)
+        added = 0.0
+        for grp, span in zip(blocks, spans):
+            m = _BLOCK.match(names[grp[0]])
+            frac = recompute.get(m.group(1), 0.0) if m else 0.0
+            share = span / total_span if total_span > 0 else 1.0 / len(blocks)
+            added += frac * profile.forward_time * share
+            for i in grp:
+                ready[i] += added
+        backward_time += added
     sigma = slowdown
     bw_eff = utilization * bw * compression
 
@@ -198,16 +221,24 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
         for d in unit_done:
             back.append(d - prev)
             prev = d
-        back[-1] += max(0.0, profile.backward_time - unit_done[-1])
-        tb = sum(back)
+        back[-1] += max(0.0, backward_time - unit_done[-1])
+        plain_done = [max(plain_ready[i] for i in grp) for grp in groups]
+        plain, prev = [], 0.0
+        for d in plain_done:
+            plain.append(d - prev)
+            prev = d
+        plain[-1] += max(0.0, profile.backward_time - plain_done[-1])
+        tb = sum(plain)
         fwd_b = [profile.forward_time * b / tb if tb > 0 else profile.forward_time / len(back)
-                 for b in back]
+                 for b in plain]
     else:
         buckets = _fuse(fusion, sizes, [sigma * t for t in ready], fusion_params or {})
         unit_params = [s / elem for s, _ in buckets]
         unit_done = [t for _, t in buckets]  # already on the distributed timeline
 
-    update = profile.update_time / group
+    # the optimizer step on the local shard (``update_time``: in place of the profile's,
+    # e.g. an offloaded step)
+    update = (profile.update_time if update_time is None else update_time) / group
 
     # ------------------------------------------------------------ the event loop
     # compute tasks: (duration, gate op or None, ops issued at start, ops issued at end)
@@ -239,7 +270,7 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
             end = d if fusion is not None else sigma * d
             tasks.append((max(0.0, end - t_prev) + bucket_overhead, None, [], [("rs", i)]))
             t_prev = max(t_prev, end)
-        tasks.append((max(0.0, sigma * profile.backward_time - t_prev), None, [], []))
+        tasks.append((max(0.0, sigma * backward_time - t_prev), None, [], []))
         for i in range(K):
             ops_dur[("ag", i)] = gather_time(unit_params[i])
         last_op = ("ag", K - 1)
@@ -312,7 +343,7 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     if strategy == "zero2":
         t = grad_accum * micro + update
     else:  # zero1: the micro-batches before the last one reduce nothing
-        t = (grad_accum - 1) * sigma * (profile.forward_time + profile.backward_time)
+        t = (grad_accum - 1) * sigma * (profile.forward_time + backward_time)
         t += micro + update
     for i in range(K):
         t += ops_dur[("ag", i)]

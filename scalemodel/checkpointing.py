@@ -1,0 +1,427 @@
+r"""Activation checkpointing: activation memory and recompute time per layer.
+
+Three policies, each applied to the transformer blocks (``layers.<i>``) only:
+
+``"none"``
+    Every activation the backward pass needs is kept.
+``"selective"``
+    The cheap, memory-heavy parts of each layer are recomputed in its backward pass.
+    Without flash attention this is Korthikanti et al.'s selective recompute (the
+    attention core: :math:`QK^T`, softmax, its dropout and the product with :math:`V`).
+    With flash attention (the default; that term is already gone) it is torchtitan's
+    op-level policy: the outputs of the layer's matrix multiplies and of the attention
+    kernel are saved, *except every second matrix multiply* of the layer (counted in
+    execution order), and everything else -- the element-wise, normalization and
+    activation-function outputs -- is recomputed (``pytorch/torchtitan``,
+    ``_apply_op_sac``: ``_save_list`` = {``aten.mm``, the SDPA kernels,
+    ``reduce_scatter_tensor``}; "Saves output of all compute ops, except every second
+    mm"; the counter restarts for every layer).
+``"full"``
+    Only each layer's input is kept; the whole layer is recomputed in backward. A
+    fraction ``f`` of the layers (a number in [0, 1] instead of a name) checkpoints the
+    first :math:`\mathrm{round}(f L)` layers and keeps the others whole (Megatron-LM's
+    ``--recompute-method block``).
+
+Memory per layer (Korthikanti et al., "Reducing Activation Recomputation in Large
+Transformer Models", MLSys 2023, arXiv:2205.05198, Sec. 4.1 and 5, no tensor or
+sequence parallelism, 16-bit activations; ``s`` sequence, ``b`` micro-batch, ``h``
+width, ``a`` heads):
+
+================================= ===========================================================
+policy                            bytes per layer
+================================= ===========================================================
+none, no flash attention          :math:`sbh\,(34 + 5as/h)` (eq. 1 of the paper)
+none, flash attention             :math:`34\,sbh` (the :math:`5as^2b` score terms are not stored)
+selective, no flash attention     :math:`34\,sbh` (Sec. 5: the :math:`5as^2b` term is recomputed)
+selective, flash attention        :math:`2sb\,(h + d_{attn} + \sum_{\text{saved mm}} d_{out})`:
+                                  the layer's input, the attention output, and the outputs of
+                                  the 1st, 3rd, 5th, ... matrix multiply (q, v, gate/up, down
+                                  for a SwiGLU layer: ``wq, wv, w1, w2``), capped at the
+                                  ``none`` figure
+full                              :math:`2\,sbh` (the layer input)
+================================= ===========================================================
+
+The matrix multiplies of a layer, in execution order, are q, k, v, o, then gate
+(``w1``), up (``w3``), down (``w2``) for a gated feed-forward or up, down for a plain
+one (separate q, k and v projections, as in torchtitan's models). While one layer is
+recomputed its full (``none``) activations exist for that layer: a ``full`` or
+``selective`` step adds that one layer's difference once. The loss adds :math:`12\,sbV` bytes in every case
+(:data:`LOSS_BYTES_PER_LOGIT`): Korthikanti et al. count the stored fp32 logits,
+:math:`4sbV`; at the start of backward PyTorch's ``cross_entropy`` (``log_softmax`` then
+``nll_loss``) holds three fp32 tensors of :math:`sbV` elements at once -- the
+log-softmax output it saved, the gradient ``nll_loss`` returns, and the gradient
+``log_softmax`` returns -- while every layer's activations are still stored, which is
+when the memory peaks.
+
+Recompute time per checkpointed layer, as a fraction of the layer's forward time (the
+profile's FLOP-proportional split): 1 for ``full``; for ``selective`` without flash
+attention the attention core's FLOPs :math:`4bs^2 d_{attn}` over the layer's forward
+FLOPs; with flash attention the FLOPs of the recomputed (2nd, 4th, ...) matrix
+multiplies over the layer's forward FLOPs. The element-wise and normalization ops that
+are recomputed are not counted (no FLOPs in the profile; memory-bound and small): an
+assumption. The recompute of a layer runs on the compute stream at the start of that
+layer's backward, before any of its gradients (:func:`with_recompute`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import numpy as np
+
+from .exceptions import InvalidParameterError, ParameterTypeError
+
+__all__ = ["Checkpointing", "CHECKPOINTING_MODES", "resolve_checkpointing",
+           "layer_activation_bytes", "activation_bytes", "LOSS_BYTES_PER_LOGIT", "recompute_fraction",
+           "with_recompute"]
+
+CHECKPOINTING_MODES = ("none", "selective", "full")
+"""The activation checkpointing policies by name (``True`` / ``False`` are aliases of
+``"full"`` / ``"none"``; a number in [0, 1] is ``"full"`` on that fraction of layers)."""
+
+ACTIVATION_BYTES = 2
+"""Bytes per activation element: 16-bit activations, as Korthikanti et al. assume."""
+
+LOSS_BYTES_PER_LOGIT = 12
+"""Bytes per logit (``s b V`` of them) at the loss's backward peak: three fp32 tensors
+(the saved log-softmax, its incoming gradient and the gradient it returns)."""
+
+_VALID = ("one of 'none', 'selective', 'full', True (= 'full'), False (= 'none'), a "
+          "fraction of layers in [0, 1] to checkpoint fully, or a Checkpointing")
+
+
+def _mode(value):
+    if not isinstance(value, str) or value.strip().lower() not in CHECKPOINTING_MODES:
+        raise InvalidParameterError("activation_checkpointing", value, f"must be {_VALID}")
+    return value.strip().lower()
+
+
+def _fraction(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                         np.floating)) \
+            or not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise InvalidParameterError("fraction", value, "must be a fraction of the layers "
+                                    "in [0, 1]")
+    return float(value)
+
+
+@attrs.frozen
+class Checkpointing:
+    """An activation checkpointing policy.
+
+    Parameters
+    ----------
+    mode : str
+        ``"none"``, ``"selective"`` or ``"full"`` [-].
+    fraction : float
+        Fraction of the layers checkpointed fully (``"full"`` only; the first
+        ``round(fraction * layers)`` layers); 1 for ``"full"``, 0 otherwise by default
+        [-].
+    flash_attention : bool
+        Attention that stores no score matrix; decides what ``"selective"`` recomputes
+        (see :mod:`scalemodel.checkpointing`) [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        A mode outside :data:`CHECKPOINTING_MODES`, a fraction outside [0, 1], or a
+        fraction below 1 with a mode other than ``"full"``.
+    """
+
+    mode: str = attrs.field(default="none", converter=_mode)
+    fraction: float = attrs.field(default=None)
+    flash_attention: bool = attrs.field(default=True)
+
+    def __attrs_post_init__(self):
+        f = self.fraction
+        if f is None:
+            f = 1.0 if self.mode == "full" else 0.0
+        f = _fraction(f)
+        if self.mode != "full" and f not in (0.0, 1.0):
+            raise InvalidParameterError("fraction", f, f"a fraction of layers applies to "
+                                        f"'full' checkpointing, not {self.mode!r}")
+        if self.mode == "full" and f == 0.0:
+            object.__setattr__(self, "mode", "none")
+        object.__setattr__(self, "fraction", 1.0 if self.mode == "full" and f == 1.0
+                           else (f if self.mode == "full" else 0.0))
+        if not isinstance(self.flash_attention, (bool, np.bool_)):
+            raise ParameterTypeError("flash_attention", self.flash_attention,
+                                     "True or False")
+
+    def layers(self, n_layers) -> int:
+        """Layers checkpointed out of ``n_layers`` (all for ``"selective"``) [-]."""
+        if self.mode == "none":
+            return 0
+        if self.mode == "selective":
+            return int(n_layers)
+        return int(round(self.fraction * n_layers))
+
+    def describe(self) -> str:
+        """A short label: ``"full"``, ``"full on 50% of layers"``, ``"selective (op-level,
+        flash attention)"``."""
+        if self.mode == "full" and self.fraction < 1.0:
+            return f"full on {self.fraction:.0%} of layers"
+        if self.mode == "selective":
+            return ("selective (torchtitan op-level policy, flash attention)"
+                    if self.flash_attention else
+                    "selective (Korthikanti: attention core recomputed)")
+        return self.mode
+
+
+def resolve_checkpointing(value, flash_attention=True) -> Checkpointing:
+    """A :class:`Checkpointing` from a name, a bool, a fraction or a policy.
+
+    Parameters
+    ----------
+    value : str, bool, float, Checkpointing or None
+        ``"none"``, ``"selective"``, ``"full"`` (case-insensitive), True (``"full"``),
+        False or None (``"none"``), a fraction of layers in [0, 1] checkpointed fully, or
+        a :class:`Checkpointing` (passed through) [-].
+    flash_attention : bool
+        Used unless ``value`` is a :class:`Checkpointing` [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        Anything else; the message lists the valid values.
+    """
+    if isinstance(value, Checkpointing):
+        return value
+    if value is None or value is False or (isinstance(value, np.bool_) and not value):
+        return _NONE if flash_attention is True else Checkpointing("none", None,
+                                                                   flash_attention)
+    if value is True or isinstance(value, np.bool_):
+        return Checkpointing("full", None, flash_attention)
+    if isinstance(value, str):
+        return Checkpointing(value, None, flash_attention)
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+            raise InvalidParameterError("activation_checkpointing", value, f"must be {_VALID}")
+        return Checkpointing("full", float(value), flash_attention)
+    raise InvalidParameterError("activation_checkpointing", value, f"must be {_VALID}")
+
+
+_NONE = Checkpointing("none")
+
+
+# --------------------------------------------------------------------------- per layer
+
+def _layer_matmuls(cfg):
+    """(input width, output width) of each matrix multiply of one layer, execution
+    order: q, k, v, o, then gate, up, down (gated) or up, down (plain)."""
+    h, d_attn = cfg.hidden, cfg.heads * cfg.head_dim
+    d_kv = cfg.kv_heads * cfg.head_dim
+    mms = [(h, d_attn), (h, d_kv), (h, d_kv), (d_attn, h)]
+    if cfg.gated_ffn:
+        mms += [(h, cfg.ffn), (h, cfg.ffn), (cfg.ffn, h)]
+    else:
+        mms += [(h, cfg.ffn), (cfg.ffn, h)]
+    return mms
+
+
+def layer_activation_bytes(cfg, mode, flash_attention=True) -> float:
+    """Activation bytes one layer keeps for backward under ``mode``.
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+        The model and its batch [-].
+    mode : str
+        ``"none"``, ``"selective"`` or ``"full"`` [-].
+    flash_attention : bool
+        Attention that stores no score matrix [-].
+
+    Returns
+    -------
+    float
+        Bytes per layer (table of :mod:`scalemodel.checkpointing`) [bytes].
+    """
+    s, b, h, a = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.heads
+    sbh = float(s) * b * h
+    none = sbh * (34.0 + (0.0 if flash_attention else 5.0 * a * s / h))
+    if mode == "none":
+        return none
+    if mode == "full":
+        return ACTIVATION_BYTES * sbh
+    if not flash_attention:  # Korthikanti's selective recompute: the score terms go
+        return 34.0 * sbh
+    saved = cfg.hidden + cfg.heads * cfg.head_dim  # the layer input, the attention output
+    saved += sum(out for i, (_, out) in enumerate(_layer_matmuls(cfg)) if i % 2 == 0)
+    return min(none, ACTIVATION_BYTES * float(s) * b * saved)
+
+
+def activation_bytes(cfg, checkpointing, flash_attention=True) -> float:
+    """Activation bytes of one micro-batch's step at its peak (the start of backward, or
+    the recompute of one layer), with the loss's :data:`LOSS_BYTES_PER_LOGIT`.
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+        The model and its batch [-].
+    checkpointing : str, bool, float or Checkpointing
+        See :func:`resolve_checkpointing` [-].
+    flash_attention : bool
+        Used unless ``checkpointing`` is a :class:`Checkpointing` [-].
+
+    Returns
+    -------
+    float
+        [bytes]
+    """
+    ck = resolve_checkpointing(checkpointing, flash_attention)
+    fa = ck.flash_attention
+    L = cfg.layers
+    none = layer_activation_bytes(cfg, "none", fa)
+    logits = float(LOSS_BYTES_PER_LOGIT) * cfg.seq * cfg.micro_batch * cfg.vocab
+    k = ck.layers(L)
+    if k == 0:
+        return none * L + logits
+    kept = layer_activation_bytes(cfg, ck.mode, fa)
+    if ck.mode == "selective":  # the recomputed part of the one layer in backward
+        return kept * L + (none - kept) + logits
+    # full: the inputs kept, plus one layer's activations while it is recomputed
+    # (Korthikanti et al., Sec. 4.2), or the layers kept whole when they are more
+    return kept * k + max(none * (L - k), none) + logits
+
+
+def recompute_fraction(cfg, checkpointing, flash_attention=True) -> float:
+    """Recompute time of one checkpointed layer over the layer's forward time.
+
+    Parameters
+    ----------
+    cfg : TransformerConfig or None
+        The model; None (a profile without a config) only for ``"full"`` and ``"none"``
+        [-].
+    checkpointing : str, bool, float or Checkpointing
+        See :func:`resolve_checkpointing` [-].
+    flash_attention : bool
+        Used unless ``checkpointing`` is a :class:`Checkpointing` [-].
+
+    Returns
+    -------
+    float
+        In [0, 1] [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        ``"selective"`` without a transformer config.
+    """
+    ck = resolve_checkpointing(checkpointing, flash_attention)
+    if ck.mode == "none":
+        return 0.0
+    if ck.mode == "full":
+        return 1.0
+    if cfg is None:
+        raise InvalidParameterError(
+            "activation_checkpointing", "selective", "selective recompute needs the "
+            "transformer's shape (a profile derived from a TransformerConfig)",
+            "Use 'full' or 'none' for this profile")
+    T = float(cfg.tokens)
+    mms = _layer_matmuls(cfg)
+    matmul = sum(2.0 * T * i * o for i, o in mms)
+    core = 4.0 * cfg.micro_batch * float(cfg.seq) ** 2 * cfg.heads * cfg.head_dim
+    if not ck.flash_attention:
+        return core / (matmul + core)
+    redo = sum(2.0 * T * i * o for j, (i, o) in enumerate(mms) if j % 2 == 1)
+    return redo / (matmul + core)
+
+
+# --------------------------------------------------------------------------- profiles
+
+def _profile_config(profile):
+    cfg = profile.provenance.get("config") if isinstance(profile.provenance, dict) else None
+    if not isinstance(cfg, dict):
+        return None
+    from .memory import _config_from
+
+    return _config_from(cfg)
+
+
+def with_recompute(profile, checkpointing, flash_attention=True):
+    """The profile with each checkpointed block's recompute in its backward pass.
+
+    The recompute of block ``u`` (``recompute_fraction`` times its forward time, the
+    profile's forward time split in proportion to the blocks' backward times) runs at
+    the start of the block's backward: every gradient ready time from that block on
+    moves by it, and so does the backward time. The per-tensor recompute is recorded in
+    ``provenance["recompute"]`` (backward order; the time each tensor's gradient waits
+    for before its own backward), so the sharded model splits the forward time by the
+    backward times without recompute.
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The workload; its tensor names must have numbered blocks (``layers.3.``) unless
+        ``checkpointing`` is ``"none"`` [-].
+    checkpointing : str, bool, float or Checkpointing
+        See :func:`resolve_checkpointing` [-].
+    flash_attention : bool
+        Used unless ``checkpointing`` is a :class:`Checkpointing` [-].
+
+    Returns
+    -------
+    WorkloadProfile
+        ``profile`` itself for ``"none"``.
+
+    Raises
+    ------
+    InvalidParameterError
+        A profile without numbered blocks; ``"selective"`` without a transformer config.
+    """
+    ck = resolve_checkpointing(checkpointing, flash_attention)
+    if ck.mode == "none":
+        return profile
+    key = (ck, id(profile))
+    hit = _RECOMPUTED.get(key)
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    out = _with_recompute(profile, ck)
+    _RECOMPUTED[key] = (profile, out)
+    while len(_RECOMPUTED) > 64:
+        _RECOMPUTED.pop(next(iter(_RECOMPUTED)))
+    return out
+
+
+_RECOMPUTED: dict = {}
+
+
+def _with_recompute(profile, ck):
+    from .sharding import _block_keys, _runs
+
+    names = profile.tensor_names
+    keys = _block_keys(tuple(names)) if names is not None else None
+    if keys is None or not any(k is not None for k in keys):
+        raise InvalidParameterError(
+            "activation_checkpointing", ck.mode, f"the profile {profile.name!r} has no "
+            "numbered blocks in its tensor names (layers.<i>., h.<i>., ...) to checkpoint",
+            "Use activation_checkpointing='none'")
+    frac = recompute_fraction(_profile_config(profile), ck)
+    ready = np.asarray(profile.tensor_ready, float)
+    k = len(ready)
+    starts = np.asarray(_runs(keys), dtype=np.int64)
+    ends = np.append(starts[1:], k)
+    done = ready[ends - 1]
+    bwd = np.diff(np.concatenate(([0.0], done)))
+    bwd[-1] += max(0.0, profile.backward_time - float(done[-1]))
+    tb = float(bwd.sum())
+    fwd = profile.forward_time * (bwd / tb if tb > 0 else np.full(len(bwd), 1 / len(bwd)))
+    block = np.array([keys[s] is not None for s in starts.tolist()])
+    # the first round(f L) blocks of forward are the last ones in backward order
+    n_blocks = int(block.sum())
+    chosen = np.zeros(len(starts), bool)
+    picked = np.flatnonzero(block)[::-1][:ck.layers(n_blocks)]
+    chosen[picked] = True
+    per_unit = np.where(chosen, frac * fwd, 0.0)
+    per_tensor = np.zeros(k)
+    per_tensor[starts] = per_unit
+    shift = np.cumsum(per_tensor)
+    prov = dict(profile.provenance)
+    prov["recompute"] = per_tensor.tolist()
+    prov["activation_checkpointing"] = ck.describe()
+    prov["checkpointing"] = {"mode": ck.mode, "fraction": ck.fraction,
+                             "flash_attention": bool(ck.flash_attention)}
+    return attrs.evolve(profile, tensor_ready=ready + shift,
+                         backward_time=profile.backward_time + float(shift[-1]),
+                         provenance=prov)

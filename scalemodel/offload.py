@@ -1,0 +1,278 @@
+r"""CPU offload of the optimizer (ZeRO-Offload) and of the parameters (FSDP ``CPUOffload``).
+
+Two policies besides ``"none"``:
+
+``"optimizer"``
+    ZeRO-Offload (Ren et al., "ZeRO-Offload: Democratizing Billion-Scale Model
+    Training", USENIX ATC 2021, arXiv:2101.06840; DeepSpeed ``offload_optimizer``): the
+    optimizer state (fp32 master weights and moments) lives in host memory and the
+    optimizer step runs on the CPU. Each step the GPU sends its gradient shard to the
+    host, the CPU updates its shard, and the GPU receives the updated 16-bit parameters.
+``"optimizer+parameters"``
+    As above, and the sharded parameters live in host memory too (PyTorch FSDP
+    ``CPUOffload(offload_params=True)``, DeepSpeed ZeRO-3 ``offload_param``): before
+    each unit's all-gather, in forward and again in backward, the GPU copies its
+    parameter shard from the host. Only with ``zero3`` / ``hybrid_shard``.
+
+Memory (:func:`scalemodel.memory`): the GPU no longer holds the optimizer state (and,
+with parameters offloaded, neither the parameter nor the gradient shard); the host holds
+per GPU the optimizer state, the gradient shard in fp32 (the CPU step's input) and, with
+parameters offloaded, the parameter shard. The host memory of a node (``host_memory``,
+bytes per node; default: the usual server's, :data:`HOST_MEMORY`) must hold that for the
+node's GPUs, else :class:`~scalemodel.InvalidParameterError` names ``host_memory``.
+
+Time (:func:`offload_step_time`), per GPU and step, for its shard of :math:`\Psi_s`
+parameters: the gradient shard to the host and the parameters back over the GPU's host
+link (:data:`HOST_LINK`, one PCIe x16 link per GPU at its theoretical rate per
+direction), and the CPU optimizer step at :data:`CPU_ADAM_PARAMS_PER_S`; with parameters
+offloaded, the parameter shard crosses the link twice more per micro-batch (forward and
+backward). These run **serially after backward**, in place of the GPU optimizer step: an
+upper bound (ZeRO-Offload overlaps the gradient copies with backward; its one-step
+delayed update, which hides the CPU step, is not modelled).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .exceptions import InvalidParameterError
+from .hardware import get_gpu
+
+__all__ = ["OFFLOAD_MODES", "OFFLOAD_ALIASES", "HOST_LINK", "HOST_MEMORY",
+           "CPU_ADAM_PARAMS_PER_S", "canonical_offload", "host_link_rate",
+           "default_host_memory", "offload_step_time", "with_offload"]
+
+OFFLOAD_MODES = ("none", "optimizer", "optimizer+parameters")
+"""The offload policies by name."""
+
+OFFLOAD_ALIASES = {"no": "none", "off": "none", "zero-offload": "optimizer",
+                   "optim": "optimizer", "optimizer_states": "optimizer",
+                   "optimizer-and-parameters": "optimizer+parameters",
+                   "optimizer_and_parameters": "optimizer+parameters",
+                   "parameters": "optimizer+parameters", "params": "optimizer+parameters",
+                   "cpu_offload": "optimizer+parameters", "cpuoffload": "optimizer+parameters",
+                   "all": "optimizer+parameters"}
+"""Other names (FSDP's ``CPUOffload(offload_params=True)`` offloads parameters,
+gradients and with them the optimizer step)."""
+
+_GEN3, _GEN4, _GEN5 = 15.754e9, 31.508e9, 63.015e9
+_PCIE = ("PCI Express Base Specification: x16 at 8 / 16 / 32 GT/s with 128b/130b "
+         "encoding, i.e. 15.75 / 31.5 / 63.0 GB/s per direction (theoretical)")
+
+HOST_LINK = {
+    "v100-sxm2-16gb": (_GEN3, "PCIe Gen3 x16 (V100 datasheet: PCIe 32 GB/s "
+                       "bidirectional); " + _PCIE),
+    "v100-sxm2-32gb": (_GEN3, "PCIe Gen3 x16 (V100 datasheet); " + _PCIE),
+    "a100-40gb": (_GEN4, "PCIe Gen4 x16 (A100 datasheet: PCIe Gen4 64 GB/s "
+                  "bidirectional); " + _PCIE),
+    "a100-80gb": (_GEN4, "PCIe Gen4 x16 (A100 datasheet); " + _PCIE),
+    "h100-sxm": (_GEN5, "PCIe Gen5 x16 (H100 datasheet: PCIe Gen5 128 GB/s "
+                 "bidirectional); " + _PCIE),
+    "h100-pcie": (_GEN5, "PCIe Gen5 x16 (H100 datasheet); " + _PCIE),
+    "h200": (_GEN5, "PCIe Gen5 x16 (H200 datasheet: PCIe Gen5 128 GB/s); " + _PCIE),
+    "b200": (_GEN5, "PCIe Gen5 x16 assumed (HGX B200 hosts); " + _PCIE),
+    "mi300x": (_GEN5, "PCIe Gen5 x16 (AMD Instinct MI300X datasheet: PCIe Gen 5 x16, "
+               "128 GB/s); " + _PCIE),
+}
+"""Host link of each built-in GPU: bytes/s per direction and the source."""
+
+HOST_MEMORY = {
+    "v100-sxm2-16gb": (512e9, "NVIDIA DGX-1 datasheet: 512 GB system memory"),
+    "v100-sxm2-32gb": (768 * 2**30, "AWS p3dn.24xlarge: 768 GiB memory"),
+    "a100-40gb": (1e12, "NVIDIA DGX A100 320GB datasheet: 1 TB system memory"),
+    "a100-80gb": (2e12, "NVIDIA DGX A100 640GB datasheet: 2 TB system memory"),
+    "h100-sxm": (2e12, "NVIDIA DGX H100 datasheet: 2 TB system memory"),
+    "h200": (2e12, "NVIDIA DGX H200 datasheet: 2 TB system memory"),
+    "b200": (2e12, "NVIDIA DGX B200 datasheet: 2 TB system memory (up to 4 TB)"),
+}
+"""Host memory per node of each GPU's usual server [bytes] and the source; GPUs
+without a usual server need ``host_memory=``."""
+
+CPU_ADAM_PARAMS_PER_S = 1e9 / 0.22
+"""Parameters updated per second by DeepSpeed's CPU-Adam for one GPU's process: about
+0.22 s per billion parameters (ZeRO-Offload, arXiv:2101.06840, Table 3, CPU-Adam on the
+DGX-2 host; a figure recalled from the paper, not re-measured here) [1/s]."""
+
+
+def canonical_offload(offload) -> str:
+    """The canonical name of an offload policy.
+
+    Parameters
+    ----------
+    offload : str, bool or None
+        ``"none"``, ``"optimizer"``, ``"optimizer+parameters"`` or an alias in
+        :data:`OFFLOAD_ALIASES` (case-insensitive); None and False are ``"none"`` [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        Anything else; names the value and the valid ones.
+    """
+    if offload is None or offload is False:
+        return "none"
+    if isinstance(offload, str):
+        key = offload.strip().lower().replace(" ", "")
+        key = OFFLOAD_ALIASES.get(key, key)
+        if key in OFFLOAD_MODES:
+            return key
+    raise InvalidParameterError("offload", offload, "must be one of 'none', 'optimizer' "
+                                "or 'optimizer+parameters' (aliases: "
+                                + ", ".join(sorted(OFFLOAD_ALIASES)) + ")")
+
+
+def _gpu_name(gpu):
+    return get_gpu(gpu).name
+
+
+def host_link_rate(gpu) -> float:
+    """Host link rate of one GPU, per direction [bytes/s].
+
+    Parameters
+    ----------
+    gpu : str or GPUSpec
+        A built-in GPU (:func:`~scalemodel.get_gpu`) [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        A GPU without a recorded host link.
+    """
+    name = _gpu_name(gpu)
+    if name not in HOST_LINK:
+        raise InvalidParameterError("gpu", name, "no host link (PCIe) rate is recorded "
+                                    "for it", "Use a built-in GPU")
+    return HOST_LINK[name][0]
+
+
+def default_host_memory(gpu):
+    """Host memory per node of the GPU's usual server [bytes], or None.
+
+    Parameters
+    ----------
+    gpu : str or GPUSpec
+        A GPU (:func:`~scalemodel.get_gpu`) [-].
+    """
+    hit = HOST_MEMORY.get(_gpu_name(gpu))
+    return None if hit is None else float(hit[0])
+
+
+def offload_step_time(params, offload, gpu, *, grad_bytes=2, param_bytes=2,
+                      micro_batches=1, cpu_rate=CPU_ADAM_PARAMS_PER_S) -> float:
+    """Time of one step's offload work for a shard of ``params`` parameters.
+
+    Parameters
+    ----------
+    params : float
+        Parameters of the GPU's shard [-].
+    offload : str
+        An offload policy (:func:`canonical_offload`) [-].
+    gpu : str or GPUSpec
+        The GPU, for its host link [-].
+    grad_bytes : float
+        Bytes per gradient element sent to the host [bytes].
+    param_bytes : float
+        Bytes per parameter element sent back (and, with parameters offloaded, copied
+        to the GPU before each all-gather) [bytes].
+    micro_batches : int
+        Micro-batches per step (parameters offloaded: two copies each) [-].
+    cpu_rate : float
+        Parameters the CPU optimizer updates per second [1/s].
+
+    Returns
+    -------
+    float
+        Gradient copy + CPU step + parameter copy (+ the per-micro-batch parameter
+        copies), serially [s].
+    """
+    mode = canonical_offload(offload)
+    if mode == "none":
+        return 0.0
+    link = host_link_rate(gpu)
+    t = params * (grad_bytes + param_bytes) / link + params / cpu_rate
+    if mode == "optimizer+parameters":
+        t += 2.0 * micro_batches * params * param_bytes / link
+    return float(t)
+
+
+def _profile_gpu(profile):
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    for name in (prov.get("gpu"), profile.device):
+        if not name:
+            continue
+        try:
+            return get_gpu(str(name))
+        except InvalidParameterError:
+            continue
+    raise InvalidParameterError(
+        "offload", "optimizer", f"the GPU of the profile {profile.name!r} "
+        f"({profile.device or 'not recorded'}) is not a built-in one, so its host link "
+        "rate is unknown", "Derive the profile with scalemodel.transformer_profile(config, "
+        "gpu)")
+
+
+def with_offload(profile, offload, sharding="none"):
+    """The profile with its optimizer step replaced by the offload's step time.
+
+    The update time becomes :func:`offload_step_time` for the whole model on one GPU
+    (linear in the parameters, so a shard of ``1/s`` of it, as the sharded model
+    divides the update, is the shard's offload time).
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The workload (its GPU from ``provenance["gpu"]`` or ``device``) [-].
+    offload : str or None
+        An offload policy [-].
+    sharding : str
+        The canonical strategy (``"optimizer+parameters"`` needs ``zero3`` or
+        ``hybrid_shard``) [-].
+
+    Returns
+    -------
+    WorkloadProfile
+        ``profile`` itself for ``"none"``.
+
+    Raises
+    ------
+    InvalidParameterError
+        Parameter offload without full sharding; a profile whose GPU is unknown.
+    """
+    mode = canonical_offload(offload)
+    if mode == "none":
+        return profile
+    check_offload_sharding(mode, sharding)
+    from .sharding import _profile_element_bytes
+
+    elem = _profile_element_bytes(profile)
+    psi = profile.total_bytes / elem
+    gpu = _profile_gpu(profile)
+    t = offload_step_time(psi, mode, gpu, grad_bytes=elem, param_bytes=elem,
+                          micro_batches=profile.grad_accum)
+    prov = dict(profile.provenance)
+    prov["offload"] = (f"{mode}: update = {t:.4g} s for the whole model (host link "
+                       f"{host_link_rate(gpu) / 1e9:.1f} GB/s, CPU-Adam "
+                       f"{CPU_ADAM_PARAMS_PER_S:.3g} params/s; scalemodel.offload)")
+    prov["offload_mode"] = mode
+    return attrs.evolve(profile, update_time=t, provenance=prov)
+
+
+def check_offload_sharding(mode, sharding):
+    """Raise unless ``mode`` applies under the canonical strategy ``sharding``.
+
+    Parameters
+    ----------
+    mode : str
+        Canonical offload policy [-].
+    sharding : str
+        Canonical strategy [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        ``"optimizer+parameters"`` without ``zero3`` / ``hybrid_shard``.
+    """
+    if mode == "optimizer+parameters" and sharding not in ("zero3", "hybrid_shard"):
+        raise InvalidParameterError(
+            "offload", mode, f"parameter offload needs sharded parameters, not "
+            f"sharding={sharding!r}", "Use sharding='zero3' (FSDP FULL_SHARD) or "
+            "'hybrid_shard', or offload='optimizer'")

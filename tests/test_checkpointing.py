@@ -1,0 +1,184 @@
+"""Activation checkpointing: the values accepted, Korthikanti et al.'s memory per layer,
+torchtitan's op-level selective policy, the recompute time per layer, and the recompute
+in the closed form against the discrete-event reference."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import scalemodel as sm
+from des_sharding import simulate_sharded
+from scalemodel.checkpointing import (Checkpointing, activation_bytes, layer_activation_bytes,
+                                      recompute_fraction, resolve_checkpointing, with_recompute)
+from scalemodel.sharding import Sharding
+from test_sharding import ELEM, configurations, profiles
+
+LLAMA = sm.llm_config("llama-3-8b", seq=8192, micro_batch=2)
+
+
+@pytest.mark.parametrize("value,mode,fraction", [
+    (None, "none", 0.0), (False, "none", 0.0), ("none", "none", 0.0), (True, "full", 1.0),
+    ("full", "full", 1.0), ("Selective", "selective", 0.0), (0.5, "full", 0.5),
+    (1, "full", 1.0), (0.0, "none", 0.0), (np.bool_(True), "full", 1.0)])
+def test_values_accepted(value, mode, fraction):
+    ck = resolve_checkpointing(value)
+    assert (ck.mode, ck.fraction) == (mode, fraction)
+
+
+@pytest.mark.parametrize("bad", ["partial", "ful", 1.5, -0.1, math.nan, [1], {"mode": "full"}])
+def test_bad_values_name_the_value_and_the_valid_ones(bad):
+    with pytest.raises(sm.InvalidParameterError, match="activation_checkpointing=.*"
+                       "'none', 'selective', 'full'"):
+        resolve_checkpointing(bad)
+    with pytest.raises(sm.InvalidParameterError, match="activation_checkpointing"):
+        sm.memory("llama-2-7b", 8, activation_checkpointing=bad)
+    with pytest.raises(sm.InvalidParameterError, match="activation_checkpointing"):
+        sm.scaling_factor("llama-2-7b", 8, 1e11, activation_checkpointing=bad)
+
+
+def test_a_fraction_applies_to_full_only():
+    with pytest.raises(sm.InvalidParameterError, match="fraction=0.5.*'full'"):
+        Checkpointing("selective", 0.5)
+
+
+def test_korthikanti_per_layer_formulas():
+    s, b, h, a = LLAMA.seq, LLAMA.micro_batch, LLAMA.hidden, LLAMA.heads
+    sbh = s * b * h
+    assert layer_activation_bytes(LLAMA, "none", False) == pytest.approx(
+        sbh * (34 + 5 * a * s / h))
+    assert layer_activation_bytes(LLAMA, "none", True) == pytest.approx(34 * sbh)
+    assert layer_activation_bytes(LLAMA, "selective", False) == pytest.approx(34 * sbh)
+    assert layer_activation_bytes(LLAMA, "full", True) == pytest.approx(2 * sbh)
+    # torchtitan's op-level policy on a SwiGLU layer: mm 1, 3, 5, 7 saved (wq, wv, w1,
+    # w2) with the layer input and the attention output; wk, wo, w3 recomputed
+    kv = LLAMA.kv_heads * LLAMA.head_dim
+    saved = h + h + (h + kv + LLAMA.ffn + h)
+    assert layer_activation_bytes(LLAMA, "selective", True) == pytest.approx(2 * s * b * saved)
+
+
+def test_memory_orders_none_selective_full():
+    for name in ("llama-2-7b", "llama-3-8b", "mistral-7b", "gpt2"):
+        try:
+            cfg = sm.llm_config(name)
+        except sm.ScalemodelError:
+            continue
+        for flash in (True, False):
+            m = {ck: sm.memory(cfg, 8, sharding="zero3", flash_attention=flash,
+                               activation_checkpointing=ck).per_gpu
+                 for ck in ("none", "selective", "full")}
+            assert m["none"] >= m["selective"] > m["full"]
+            if not flash:
+                assert m["none"] > m["selective"]
+        # a fraction of layers lies between none and full
+        half = sm.memory(cfg, 8, sharding="zero3", activation_checkpointing=0.5).per_gpu
+        assert m["full"] < half < m["none"]
+
+
+def test_activation_bytes_of_a_fraction():
+    L = LLAMA.layers
+    none = layer_activation_bytes(LLAMA, "none")
+    full = layer_activation_bytes(LLAMA, "full")
+    loss = 12 * LLAMA.seq * LLAMA.micro_batch * LLAMA.vocab
+    k = round(0.25 * L)
+    assert activation_bytes(LLAMA, 0.25) == pytest.approx(k * full + (L - k) * none + loss)
+    assert activation_bytes(LLAMA, "full") == pytest.approx(L * full + none + loss)
+
+
+def test_recompute_fractions_by_hand():
+    c = LLAMA
+    T, h, d = c.tokens, c.hidden, c.heads * c.head_dim
+    kv = c.kv_heads * c.head_dim
+    mm = 2 * T * (h * d + 2 * h * kv + d * h + 3 * h * c.ffn)
+    core = 4 * c.micro_batch * c.seq ** 2 * d
+    assert recompute_fraction(c, "full") == 1.0
+    assert recompute_fraction(c, "none") == 0.0
+    assert recompute_fraction(c, Checkpointing("selective", flash_attention=False)) == \
+        pytest.approx(core / (mm + core))
+    redo = 2 * T * (h * kv + d * h + h * c.ffn)  # wk, wo, w3
+    assert recompute_fraction(c, "selective") == pytest.approx(redo / (mm + core))
+    with pytest.raises(sm.InvalidParameterError, match="selective"):
+        recompute_fraction(None, "selective")
+
+
+def test_recompute_adds_each_blocks_share_of_forward():
+    prof = sm.transformer_profile(LLAMA, efficiency=0.4)
+    units = sm.transformer_units(LLAMA, efficiency=0.4)
+    blocks_fwd = float(units.forward_time[1:-1].sum())
+    for ck in ("full", "selective", Checkpointing("selective", flash_attention=False)):
+        p2 = with_recompute(prof, ck)
+        added = p2.backward_time - prof.backward_time
+        assert added == pytest.approx(recompute_fraction(LLAMA, ck) * blocks_fwd, rel=1e-12)
+        assert p2.iteration_time == pytest.approx(prof.iteration_time + added)
+    assert with_recompute(prof, "none") is prof
+    # compute-bound (a very fast network): the iteration grows by the recompute
+    fast = dict(n=8, bw=1e18, sharding="zero3")
+    t0 = sm.iteration_time(prof, **fast).total
+    t1 = sm.iteration_time(prof, activation_checkpointing="full", **fast).total
+    assert t1 - t0 == pytest.approx(blocks_fwd, rel=1e-9)
+
+
+def test_a_profile_without_blocks_cannot_checkpoint():
+    with pytest.raises(sm.InvalidParameterError, match="numbered blocks"):
+        sm.scaling_factor("resnet50", 8, 1e10, activation_checkpointing="full")
+    with pytest.raises(sm.InvalidParameterError, match="activation_checkpointing"):
+        sm.memory("bert-base", 8, activation_checkpointing="full")
+
+
+def _chosen_blocks(profile, fraction):
+    names = {n.split(".")[1] for n in profile.tensor_names if n.startswith("layers.")}
+    L = len(names)
+    return {f"layers.{i}": 1.0 for i in range(round(fraction * L))}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_recompute_closed_form_equals_discrete_event_reference(data):
+    profile = data.draw(profiles())
+    if profile.tensor_names is None or not any(n.startswith("layers.")
+                                               for n in profile.tensor_names):
+        return
+    cfg = data.draw(configurations(profile))
+    fraction = data.draw(st.sampled_from([1.0, 0.5, data.draw(st.floats(0.05, 1.0))]))
+    ck = Checkpointing("full", fraction)
+    sh = Sharding(cfg["strategy"], param_dtype=cfg["param_dtype"],
+                  reduce_dtype=cfg["reduce_dtype"])
+    topo = {k: cfg[k] for k in ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha")
+            if k in cfg}
+    t_model = sm.iteration_time(
+        profile, n=cfg["n"], bw=cfg["bw"], utilization=cfg["utilization"],
+        compression=cfg["compression"], algorithm=cfg["algorithm"], fusion=cfg["fusion"],
+        alpha=cfg["alpha"], codec_cost=cfg["codec_cost"], sharding=sh,
+        activation_checkpointing=ck, **topo).total
+    fusion = cfg["fusion"]
+    wrap = fusion.min_params if isinstance(fusion, sm.SizeWrap) else fusion
+    des_fusion = fusion if fusion in ("ddp", "horovod") else None
+    if des_fusion:
+        wrap = "none"
+    t_des = simulate_sharded(
+        profile, cfg["n"], cfg["bw"], strategy=cfg["strategy"], wrap=wrap, fusion=des_fusion,
+        param_bytes=ELEM.get(cfg["param_dtype"]), reduce_bytes=ELEM.get(cfg["reduce_dtype"]),
+        utilization=cfg["utilization"], compression=cfg["compression"],
+        algorithm=cfg["algorithm"], alpha=cfg["alpha"], codec_cost=cfg["codec_cost"],
+        element_bytes=ELEM[profile.precision], grad_accum=profile.grad_accum,
+        recompute=_chosen_blocks(profile, fraction), **topo)
+    assert t_model == pytest.approx(t_des, rel=1e-9)
+
+
+@pytest.mark.parametrize("ck", ["selective", Checkpointing("selective", flash_attention=False),
+                                "full"])
+@pytest.mark.parametrize("strategy", ["zero2", "zero3", "hybrid_shard"])
+def test_recompute_of_a_transformer_equals_discrete_event_reference(ck, strategy):
+    cfg = sm.TransformerConfig(layers=4, hidden=512, heads=8, ffn=1536, vocab=1000, seq=1024,
+                               micro_batch=2, kv_heads=2, gated_ffn=True, dtype="bf16")
+    prof = sm.transformer_profile(cfg, efficiency=0.5)
+    frac = recompute_fraction(cfg, ck)  # checked by hand above
+    for bw in (1e9, 1e11, 1e13):
+        t_model = sm.iteration_time(prof, n=16, bw=bw, sharding=strategy, fusion="block",
+                                    activation_checkpointing=ck).total
+        t_des = simulate_sharded(prof, 16, bw, strategy=strategy, wrap="block", fusion=None,
+                                 element_bytes=2,
+                                 recompute={f"layers.{i}": frac for i in range(4)})
+        assert t_model == pytest.approx(t_des, rel=1e-9)
