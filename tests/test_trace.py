@@ -677,3 +677,56 @@ def test_calibration_records_a_trace_that_the_reader_reads(tmp_path):
     assert rep.replay.measured == rep.step_time
     # the calibration's barrier before each step is outside the model, and said so
     assert "barrier" in rep.replay.uncovered
+
+
+# --------------------------------------------------------------------------- the scan
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_TEXT = st.text(alphabet=st.sampled_from(list('ab"\\[]{},:é🚀 \n\t')), max_size=12)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False) | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=25)
+
+
+def _depth(value):
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    return 0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=_JSON, commas=st.booleans(), cuts=st.lists(st.integers(1, 40), max_size=30))
+def test_the_scan_keeps_the_json_and_counts_its_depth(value, commas, cuts):
+    """Any JSON text, cut anywhere (escapes, multi-byte characters and runs of
+    backslashes across the cuts), with trailing commas added: the text the scan hands
+    the parser is the same JSON, and its depth is the value's nesting, independently
+    computed (one deeper than the limit is refused, the depth itself accepted)."""
+    text = json.dumps({"k": value}, ensure_ascii=False)
+    if commas:   # a trailing comma before every closing bracket outside strings
+        text = json.dumps({"k": value}, ensure_ascii=False, indent=1)
+        text = text.replace("\n]", ",\n]").replace("\n}", ",\n}")
+    data = text.encode()
+    depth = _depth({"k": value})
+    for limit, ok in ((depth, True), (depth - 1, False)):
+        scan = trr._Scan("t", max_depth=limit, top=False)
+        out, pos = [], 0
+        try:
+            for n in [*cuts, len(data)]:
+                out.append(scan.feed(data[pos:pos + n]))
+                pos += n
+                if pos >= len(data):
+                    break
+            if scan.comma:
+                out.append(b",")
+        except sm.ProfileFormatError as exc:
+            assert not ok and f"more than {limit} " in str(exc)
+            continue
+        assert ok, (limit, depth)
+        assert json.loads(b"".join(out)) == {"k": value}
+        assert scan.depth == 0 and not scan.in_string
