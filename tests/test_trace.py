@@ -19,7 +19,6 @@ import pytest
 
 import scalemodel as sm
 from scalemodel.calibrate import read_trace
-from scalemodel.calibrate import trace as tr
 from scalemodel.calibrate import trace_read as trr
 
 DATA = Path(__file__).parent / "data" / "traces"
@@ -682,13 +681,13 @@ def test_calibration_records_a_trace_that_the_reader_reads(tmp_path):
 # --------------------------------------------------------------------------- the scan
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import strategies as hst  # noqa: E402
 
-_TEXT = st.text(alphabet=st.sampled_from(list('ab"\\[]{},:é🚀 \n\t')), max_size=12)
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6)
-    | st.floats(allow_nan=False, allow_infinity=False) | _TEXT,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+_TEXT = hst.text(alphabet=hst.sampled_from(list('ab"\\[]{},:é🚀 \n\t')), max_size=12)
+_JSON = hst.recursive(
+    hst.none() | hst.booleans() | hst.integers(-10**6, 10**6)
+    | hst.floats(allow_nan=False, allow_infinity=False) | _TEXT,
+    lambda inner: hst.lists(inner, max_size=4) | hst.dictionaries(_TEXT, inner, max_size=4),
     max_leaves=25)
 
 
@@ -701,7 +700,7 @@ def _depth(value):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(value=_JSON, commas=st.booleans(), cuts=st.lists(st.integers(1, 40), max_size=30))
+@given(value=_JSON, commas=hst.booleans(), cuts=hst.lists(hst.integers(1, 40), max_size=30))
 def test_the_scan_keeps_the_json_and_counts_its_depth(value, commas, cuts):
     """Any JSON text, cut anywhere (escapes, multi-byte characters and runs of
     backslashes across the cuts), with trailing commas added: the text the scan hands
