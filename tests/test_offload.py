@@ -1,0 +1,102 @@
+"""CPU offload: memory moved to the host, the host memory of a node checked, the offloaded
+step's time by hand and against the discrete-event reference, and bad input."""
+
+import pytest
+
+import scalemodel as sm
+from des_sharding import simulate_sharded
+from scalemodel.offload import (CPU_ADAM_PARAMS_PER_S, HOST_LINK, canonical_offload,
+                                host_link_rate, offload_step_time)
+
+
+def test_names():
+    assert canonical_offload(None) == canonical_offload(False) == "none"
+    assert canonical_offload("ZeRO-Offload") == "optimizer"
+    assert canonical_offload("optimizer + parameters") == "optimizer+parameters"
+    assert canonical_offload("cpu_offload") == "optimizer+parameters"
+
+
+@pytest.mark.parametrize("bad", ["gpu", "optimiser+params", True, 3])
+def test_bad_offload_names_the_value_and_the_valid_ones(bad):
+    with pytest.raises(sm.InvalidParameterError, match="offload=.*'optimizer'"):
+        canonical_offload(bad)
+    with pytest.raises(sm.InvalidParameterError, match="offload="):
+        sm.memory("llama-2-7b", 8, offload=bad)
+
+
+def test_memory_moves_to_the_host():
+    base = sm.memory("llama-2-13b", 8, sharding="zero3")
+    opt = sm.memory("llama-2-13b", 8, sharding="zero3", offload="optimizer")
+    both = sm.memory("llama-2-13b", 8, sharding="zero3", offload="optimizer+parameters")
+    psi = base.parameter_count
+    assert opt.parts["optimizer"] == 0.0
+    assert opt.per_gpu == pytest.approx(base.per_gpu - base.parts["optimizer"])
+    assert opt.host_per_gpu == pytest.approx(base.parts["optimizer"] + 4 * psi / 8)
+    assert both.parts["parameters"] == both.parts["gradients"] == 0.0
+    assert both.host_per_gpu == pytest.approx(opt.host_per_gpu + base.parts["parameters"])
+    assert base.per_gpu > opt.per_gpu > both.per_gpu and base.host_per_gpu == 0.0
+    assert both.settings["offload"] == "optimizer+parameters"
+    assert "host" in both.message()
+
+
+def test_host_memory_must_hold_it():
+    # 70B on 8 A100-40GB: the optimizer shards need 8 x 140 GB on the host of a node
+    m = sm.memory("llama-2-70b", 8, sharding="zero3", gpu="a100-80gb", offload="optimizer")
+    assert m.host_per_gpu * 8 < 2e12
+    with pytest.raises(sm.InvalidParameterError, match=r"host_memory=500000000000.0.*GiB of host "
+                       "memory per node"):
+        sm.memory("llama-2-70b", 8, sharding="zero3", offload="optimizer", host_memory=5e11)
+    with pytest.raises(sm.InvalidParameterError, match="host_memory=None.*h100-pcie"):
+        sm.memory("llama-2-7b", 8, sharding="zero3", gpu="h100-pcie", offload="optimizer")
+    ok = sm.memory("llama-2-7b", 8, sharding="zero3", gpu="h100-pcie", offload="optimizer",
+                   host_memory=1e12)
+    assert ok.fits
+    with pytest.raises(sm.InvalidParameterError, match="host_memory"):
+        sm.memory("llama-2-7b", 8, offload="optimizer", host_memory=-1)
+
+
+def test_parameter_offload_needs_full_sharding():
+    with pytest.raises(sm.InvalidParameterError, match="offload='optimizer\\+parameters'.*"
+                       "zero2"):
+        sm.memory("llama-2-7b", 8, sharding="zero2", offload="optimizer+parameters")
+    with pytest.raises(sm.InvalidParameterError, match="offload"):
+        sm.scaling_factor("llama-2-7b", 8, 1e11, offload="optimizer+parameters")
+
+
+def test_step_time_by_hand():
+    psi = 1e9
+    link = HOST_LINK["h100-sxm"][0]
+    assert host_link_rate("h100-sxm") == link == pytest.approx(63.015e9)
+    t = offload_step_time(psi, "optimizer", "h100-sxm")
+    assert t == pytest.approx(psi * 4 / link + psi / CPU_ADAM_PARAMS_PER_S)
+    t2 = offload_step_time(psi, "optimizer+parameters", "h100-sxm", micro_batches=3)
+    assert t2 == pytest.approx(t + 6 * psi * 2 / link)
+    assert offload_step_time(psi, "none", "h100-sxm") == 0.0
+
+
+@pytest.mark.parametrize("mode", ["optimizer", "optimizer+parameters"])
+def test_offloaded_update_in_the_closed_form_and_the_reference(mode):
+    prof = sm.load_profile("llama-2-7b")
+    psi = prof.total_bytes / 2
+    step = offload_step_time(psi, mode, "h100-sxm")
+    for n, bw in ((8, 1e10), (64, 4e11)):
+        it = sm.iteration_time(prof, n, bw, sharding="zero3", offload=mode)
+        assert it.update == pytest.approx(step / n, rel=1e-12)
+        des = simulate_sharded(prof, n, bw, strategy="zero3", wrap="block", fusion=None,
+                               element_bytes=2, update_time=step)
+        assert it.total == pytest.approx(des, rel=1e-9)
+    # DDP with the optimizer offloaded: every GPU runs the whole step
+    it = sm.iteration_time(prof, 8, 1e18, offload="optimizer")
+    base = sm.iteration_time(prof, 8, 1e18)
+    full = offload_step_time(psi, "optimizer", "h100-sxm")
+    assert it.total - base.total == pytest.approx(full - prof.update_time, rel=1e-9)
+
+
+def test_does_it_fit_and_how_fast():
+    # GPT-scale on 128 A100-40GB: does not fit without offload; the message says what would
+    m = sm.memory("llama-2-70b", 128, sharding="zero3", gpu="a100-40gb", micro_batch=1)
+    res = sm.min_compression("llama-2-70b", "200Gbps", n=128, sharding="zero3",
+                             gpu="a100-40gb", offload="optimizer+parameters",
+                             activation_checkpointing="full")
+    assert res.fits and res.ratio >= 1.0
+    assert m.settings["sharding"] == "zero3"
