@@ -182,3 +182,36 @@ def test_recompute_of_a_transformer_equals_discrete_event_reference(ck, strategy
                                  element_bytes=2,
                                  recompute={f"layers.{i}": frac for i in range(4)})
         assert t_model == pytest.approx(t_des, rel=1e-9)
+
+
+def _published():
+    import csv
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "benchmarks" / "data" / "published_memory.csv"
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _estimate(row, ck=None):
+    return sm.memory(row["model"], int(row["gpus"]), sharding=row["sharding"], gpu=row["gpu"],
+                     micro_batch=int(row["micro_batch"]), seq=int(row["seq"]),
+                     activation_checkpointing=ck or row["activation_checkpointing"]).per_gpu
+
+
+def test_published_peaks_lie_between_full_and_none():
+    rows = _published()
+    assert len(rows) == 9 and all(r["source"] for r in rows)
+    for row in rows:
+        peak = float(row["memory_gib"]) * 2**30
+        assert _estimate(row, "full") <= peak * 1.0001 and peak < _estimate(row, "none")
+
+
+@pytest.mark.xfail(strict=True, reason="torchtitan's two fully stated selective rows are "
+                   "10.4 and 10.8 % low (reserved memory: fragmentation and CUDA/NCCL "
+                   "workspaces are not modelled); benchmarks/data/published_memory.md")
+@pytest.mark.parametrize("row", [r for r in _published() if r["settings_stated"] == "yes"],
+                         ids=lambda r: f"row{r['row']}")
+def test_published_peaks_within_10_percent_where_settings_are_stated(row):
+    peak = float(row["memory_gib"]) * 2**30
+    assert _estimate(row) == pytest.approx(peak, rel=0.10)
