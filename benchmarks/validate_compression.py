@@ -1,0 +1,374 @@
+"""Validate compression advice on measured compressed runs (issue 18, item 6).
+
+Data: the GRACE data release (Xu et al., ICDCS 2021), ResNet-50 on 1, 2, 4 and 8 workers,
+one V100 per server, 10 Gbit/s, TensorFlow 1.x + Horovod 0.18.2 + GRACE, 17 methods
+(``benchmarks/data/compression/grace_resnet50_10g.csv``, a copy of
+``../shared/data/published/compression/grace_resnet50_10g.csv``; its README says what
+is assumed: batch 64 per GPU, TCP). Repeated configurations (same method, setting, error
+feedback, worker count and backend) are merged by their median throughput.
+
+Model: scalemodel's ``resnet50`` profile rescaled (``WorkloadProfile.scaled_to``) to the
+measured single-worker step, 64 images / (the 1-worker row's images/s); Horovod fusion
+for uncompressed tensors; compressed tensors go per tensor (GRACE's communicators call
+Horovod once per tensor) with GRACE's TensorFlow wire formats (the ``grace-tf``
+implementation preset). One GPU per server: ``gpus_per_node=1``.
+
+The protocol, fixed before any prediction was compared with a measurement:
+
+* **Calibration runs** (nothing else is used): the uncompressed run on 8 workers over
+  MPI, and ONE compressed run, top-k 1 % with error feedback on 8 workers over MPI.
+  ``fit_cluster`` fits the cluster from the first (``network="mpi"`` priors) and the
+  top-k codec cost from the second (``scalemodel.fit_codec``). The other families keep
+  the library's default codec costs (the GPU-scaled defaults when the library has them,
+  for the profile's V100; the header says which).
+* **Second protocol** (a separate line): the same uncompressed run and one compressed
+  run per family, all on 8 workers over MPI: top-k 1 %, random-k 1 % (error feedback),
+  PowerSGD rank 1, signSGD (no error feedback) and 8-bit (error feedback).
+* **Predicted**: every other modelled configuration (method, setting, worker count), as
+  the speedup over the uncompressed run at the same worker count and backend,
+  ``T_none / T_compressed``. The rows over NCCL (PowerSGD and random-k at 2, 4, 8) are
+  predicted with the same MPI calibration and reported on their own line.
+* **Scored**: the right winner (compression helps / hurts) over the clear cases,
+  ``|measured speedup - 1| > 3 %``; the relative error of the speedup,
+  ``predicted / measured - 1``, median and largest of its magnitude, over all predicted
+  rows.
+* **Beside it**: the uncalibrated answer (no cluster, the default codec costs), with the
+  textbook wire formats (the library's defaults, fused with the tensors) and with the
+  grace-tf formats.
+
+Targets (issue 18; printed, not tuned to): right winner >= 90 %, median speedup error
+<= 15 %.
+
+Methods GRACE has and scalemodel does not model (listed, not predicted): adaq, dgc,
+inceptionn, sketch, threshold. Modelled through another family's codec: efsignsgd,
+signum and onebit (sign family; onebit's two fp32 means are modelled as one), qsgd (64
+levels: int8), terngrad (int8 values, one fp32 scale) and natural (uint8, no scale) as
+8-bit (``IntQuantizer(bits=8, packed=False)``).
+
+Run: ``python benchmarks/validate_compression.py [--no-write] [--data CSV]``; writes
+``benchmarks/results/validate_compression.txt`` and ``.json`` as one set (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import inspect
+import json
+import math
+import re
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import scalemodel as sm
+from scalemodel import compressors as C
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data" / "compression" / "grace_resnet50_10g.csv"
+SHARED = HERE.parent.parent / "shared" / "data" / "published" / "compression" / \
+    "grace_resnet50_10g.csv"
+RESULTS = HERE / "results"
+BATCH = 64  # images per GPU and step (tf_cnn_benchmarks default; ASSUMED by the README)
+BW = 10e9
+CLEAR = 0.03
+TARGET = {"right": 0.90, "median": 0.15}
+IMPL = "grace-tf"
+
+# GRACE method -> (how scalemodel models it, note); None: not modelled
+NOT_MODELLED = {"adaq": "adaptive quantization", "dgc": "DGC (sampled top-k threshold)",
+                "inceptionn": "INCEPTIONN lossy float encoding",
+                "sketch": "count sketch", "threshold": "threshold sparsification (data-"
+                "dependent size)"}
+
+
+def compressor_for(method, ratio):
+    """The scalemodel compressor GRACE's ``method`` sends (grace-tf wire formats), or
+    None when scalemodel does not model it."""
+    sign = dict(sign_bits=8, per_tensor=True)
+    byte = dict(bits=8, packed=False, per_tensor=True)
+    if method == "topk":
+        return C.for_implementation(C.TopK(density=ratio), IMPL)
+    if method == "randomk":
+        return C.for_implementation(C.RandomK(density=ratio), IMPL)
+    if method == "powersgd":
+        return C.for_implementation(C.PowerSGD(rank=1), IMPL)
+    if method in ("signsgd", "signum"):
+        return C.SignSGD(scale_bytes=0, **sign)
+    if method in ("efsignsgd", "onebit"):
+        return C.SignSGD(scale_bytes=4, **sign)
+    if method in ("8bit", "qsgd", "terngrad"):
+        return C.IntQuantizer(scale_bytes=4, **byte)
+    if method == "natural":
+        return C.IntQuantizer(scale_bytes=0, **byte)
+    return None
+
+
+def textbook(comp):
+    """The same compressor with the library's default (textbook) wire format."""
+    import attrs
+    fields = {f.name: f.default for f in attrs.fields(type(comp))
+              if f.name in C.WIRE_ATTRIBUTES}
+    return attrs.evolve(comp, **fields)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def _setting(text, key):
+    m = re.search(rf"{key}=([^;]+)", text)
+    return m.group(1).strip() if m else None
+
+
+def read_configs(path):
+    """Rows merged by configuration: ``{method, ratio, ef, n, backend, throughput,
+    repeats}`` with the median throughput [images/s]."""
+    groups = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            backend = "nccl" if "over NCCL" in row["network"] else "mpi"
+            ratio = _setting(row["setting"], "compress_ratio")
+            ef = _setting(row["setting"], "error_feedback_memory")
+            key = (row["compressor"], None if ratio is None else float(ratio),
+                   ef == "true", int(row["gpus_total"]), backend)
+            groups.setdefault(key, []).append(float(row["value"]))
+    return [{"method": k[0], "ratio": k[1], "ef": k[2], "n": k[3], "backend": k[4],
+             "throughput": statistics.median(v), "repeats": len(v)}
+            for k, v in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))]
+
+
+def label(c):
+    s = c["method"]
+    if c["ratio"] is not None:
+        s += f" {c['ratio']:g}"
+    return f"{s}{' ef' if c['ef'] else ''} n={c['n']} {c['backend']}"
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def features():
+    """What the library offers (detected, so the script runs before and after)."""
+    sig = inspect.signature(sm.compressed_scaling_factor).parameters
+    out = {"implementation_parameter": "implementation" in sig,
+           "fit_cluster_compressed_runs": "implementation" in
+           inspect.signature(sm.fit_cluster).parameters,
+           "gpu_codec_costs": "gpu" in sig, "grace_table_from_this_data": False}
+    try:
+        from scalemodel.codec_costs import default_costs
+        table = default_costs(None, IMPL)[1]
+        out["grace_table_from_this_data"] = table.implementation == IMPL
+        out["default_table"] = table.name
+    except (ImportError, AttributeError):
+        pass
+    return out
+
+
+def setup(configs):
+    """The single-worker step [s] and the profile rescaled to it."""
+    one = [c for c in configs if c["method"] == "none" and c["n"] == 1]
+    t1 = BATCH / one[0]["throughput"]
+    return t1, sm.load_profile("resnet50").scaled_to(t1)
+
+
+def step_time(c):
+    """Measured step of a configuration [s]: BATCH / per-worker images/s."""
+    return BATCH * c["n"] / c["throughput"]
+
+
+def _sf(profile, comp, n, cluster, feats, impl):
+    kw = dict(cluster=cluster, fusion="horovod", gpus_per_node=1)
+    if feats["implementation_parameter"] and impl:
+        kw["implementation"] = impl
+    # gpu=None: the profile's GPU (a V100), whose default codec costs the library scales
+    return sm.compressed_scaling_factor(profile, comp, n, BW, **kw)
+
+
+def predicted_speedup(profile, comp, n, cluster, feats, impl=IMPL):
+    """T_none / T_compressed on ``cluster`` [-]."""
+    none = _sf(profile, "none", n, cluster, feats, impl)
+    return _sf(profile, comp, n, cluster, feats, impl) / none
+
+
+def _run(c, t1, profile, comp=None):
+    r = {"model": profile, "n": c["n"], "bw": BW, "iteration_time": step_time(c),
+         "single_worker_time": t1, "label": label(c)}
+    if comp is not None:
+        r["compressor"] = comp
+    return r
+
+
+def calibrate(configs, calib, t1, profile, feats):
+    """The cluster fitted from the calibration configurations (``calib``: the
+    uncompressed one first, then the compressed ones) and the fit's message."""
+    runs = [_run(calib[0], t1, profile)]
+    runs += [_run(c, t1, profile, compressor_for(c["method"], c["ratio"]))
+             for c in calib[1:]]
+    kw = {"implementation": IMPL} if feats["fit_cluster_compressed_runs"] else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.CalibrationWarning)
+        fit = sm.fit_cluster(runs, fusion="horovod", gpus_per_node=1, network="mpi",
+                             name="grace-v100-10g", **kw)
+    return fit.cluster, [fit.message]
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def score(rows, key):
+    """Right-winner count over the clear cases and the speedup errors of ``key``."""
+    clear = [r for r in rows if abs(r["measured"] - 1) > CLEAR]
+    right = sum((r[key] > 1) == (r["measured"] > 1) for r in clear)
+    err = [abs(r[key] / r["measured"] - 1) for r in rows]
+    return {"rows": len(rows), "clear": len(clear), "right": right,
+            "right_rate": right / len(clear) if clear else math.nan,
+            "median": float(np.median(err)) if err else math.nan,
+            "largest": float(np.max(err)) if err else math.nan}
+
+
+def evaluate(configs, t1, profile, protocols, feats):
+    """One row per predicted configuration with every protocol's speedup."""
+    ref = {(c["n"], c["backend"]): c for c in configs if c["method"] == "none"}
+    rows = []
+    for c in configs:
+        comp = compressor_for(c["method"], c["ratio"])
+        if c["method"] == "none" or comp is None or (c["n"], c["backend"]) not in ref:
+            continue
+        base = ref[(c["n"], c["backend"])]
+        row = {"config": label(c), "method": c["method"], "n": c["n"],
+               "backend": c["backend"], "compressor": comp.describe(),
+               "family": comp.family, "repeats": c["repeats"],
+               "measured": c["throughput"] / base["throughput"]}
+        for key, (cluster, calib, impl) in protocols.items():
+            if any(label(k) == row["config"] for k in calib):
+                row[key] = None  # a calibration run: not predicted
+                continue
+            wire = comp if impl else textbook(comp)
+            row[key] = predicted_speedup(profile, wire, c["n"], cluster, feats, impl)
+        rows.append(row)
+    return rows
+
+
+def find(configs, method, n, ratio=None, ef=None, backend="mpi"):
+    hits = [c for c in configs if c["method"] == method and c["n"] == n
+            and c["backend"] == backend and (ratio is None or c["ratio"] == ratio)
+            and (ef is None or c["ef"] == ef)]
+    if len(hits) != 1:
+        raise SystemExit(f"calibration configuration {method} n={n} ratio={ratio} ef={ef}: "
+                         f"{len(hits)} matches")
+    return hits[0]
+
+
+def run(path=None, say=print, subset=None):
+    """The whole validation (the script's core); ``subset`` keeps only configurations
+    for which it returns True (tests)."""
+    feats = features()
+    configs = read_configs(path or (DATA if DATA.exists() else SHARED))
+    if subset is not None:
+        configs = [c for c in configs if subset(c)]
+    t1, profile = setup(configs)
+    none8 = find(configs, "none", 8)
+    a = [none8, find(configs, "topk", 8, 0.01, True)]
+    b = a + [find(configs, "randomk", 8, 0.01, True), find(configs, "powersgd", 8),
+             find(configs, "signsgd", 8, ef=False), find(configs, "8bit", 8, ef=True)]
+    ca, ma = calibrate(configs, a, t1, profile, feats)
+    cb, mb = calibrate(configs, b, t1, profile, feats)
+    protocols = {"uncal_textbook": (None, [], None), "uncal_grace": (None, [], IMPL),
+                 "one_run": (ca, a, IMPL), "per_family": (cb, b, IMPL)}
+    rows = evaluate(configs, t1, profile, protocols, feats)
+    names = {"uncal_textbook": "uncalibrated, textbook wire formats",
+             "uncal_grace": "uncalibrated, grace-tf wire formats",
+             "one_run": "calibrated: none@8 + top-k 1 % @8 (other families: default costs)",
+             "per_family": "calibrated: none@8 + one run per family @8"}
+    summary = {}
+    for key in protocols:
+        for part, keep in (("mpi", "mpi"), ("nccl", "nccl")):
+            sel = [r for r in rows if r["backend"] == keep and r[key] is not None]
+            summary[f"{key}/{part}"] = score(sel, key)
+    return {"features": feats, "single_worker_time": t1, "rows": rows, "summary": summary,
+            "names": names, "calibration": {"one_run": [label(c) for c in a],
+                                            "per_family": [label(c) for c in b]},
+            "fit_messages": {"one_run": ma, "per_family": mb},
+            "codec_costs": {"one_run": ca.codec_costs, "per_family": cb.codec_costs},
+            "not_modelled": sorted({c["method"] for c in configs
+                                    if c["method"] in NOT_MODELLED})}
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def lines_of(rec):
+    out = []
+    f = rec["features"]
+    out += [f"library features: implementation= parameter "
+            f"{'yes' if f['implementation_parameter'] else 'no (grace-tf objects)'}, "
+            f"GPU-scaled default codec costs "
+            f"{'yes (the profile V100)' if f['gpu_codec_costs'] else 'no (the H100 table)'}, "
+            f"default table {f.get('default_table', 'h100')}",
+            *(["WARNING: the library's grace-tf codec table was measured on this same GRACE "
+                "data: the 'default costs' and 'uncalibrated, grace-tf' rows are NOT held "
+                "out"] if f["grace_table_from_this_data"] else []),
+            f"single-worker step {rec['single_worker_time'] * 1e3:.1f} ms (batch {BATCH}, "
+            "the 1-worker row)", ""]
+    for key, labels in rec["calibration"].items():
+        out.append(f"calibration {key}: " + "; ".join(labels))
+        for m in rec["fit_messages"][key]:
+            out += ["  " + t for t in m.splitlines()]
+    out += ["", "speedup T_none / T_compressed (measured; predicted by each protocol; "
+            "- = calibration run)",
+            f"{'configuration':28s} {'compressor (wire format)':58s} {'meas':>5s} "
+            f"{'textb':>5s} {'grace':>5s} {'1run':>5s} {'perfam':>6s}"]
+    for r in rec["rows"]:
+        def v(k):
+            return "    -" if r[k] is None else f"{r[k]:5.2f}"
+        out.append(f"{r['config']:28s} {r['compressor'][:58]:58s} {r['measured']:5.2f} "
+                   f"{v('uncal_textbook')} {v('uncal_grace')} {v('one_run')} "
+                   f"{v('per_family'):>6s}")
+    out += ["", f"not modelled (not predicted): " + ", ".join(
+        f"{m} ({NOT_MODELLED[m]})" for m in rec["not_modelled"]), "",
+        f"summary (clear cases: |measured - 1| > {CLEAR:.0%}; error: |predicted / "
+        "measured - 1| over all predicted rows)",
+        f"{'protocol':70s} {'backend':7s} {'right winner':>14s} {'median':>7s} "
+        f"{'largest':>8s}"]
+    for key, name in rec["names"].items():
+        for part in ("mpi", "nccl"):
+            s = rec["summary"][f"{key}/{part}"]
+            if not s["rows"]:
+                continue
+            out.append(f"{name:70s} {part:7s} {s['right']:>4d} of {s['clear']:<3d}"
+                       f"({s['right_rate']:4.0%}) {s['median']:7.1%} {s['largest']:8.1%}")
+    s = rec["summary"]["one_run/mpi"]
+    out.append(f"targets (MPI, one-run protocol): right winner >= {TARGET['right']:.0%}: "
+               f"{'met' if s['right_rate'] >= TARGET['right'] else 'NOT met'}; median "
+               f"error <= {TARGET['median']:.0%}: "
+               f"{'met' if s['median'] <= TARGET['median'] else 'NOT met'}")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument("--data", default=None, help="the GRACE CSV (default: the copy in "
+                    "benchmarks/data/compression, else ../shared)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    rec = run(args.data)
+    lines = ["Compression advice on measured runs: GRACE, ResNet-50, V100, 10 Gbit/s "
+             "(issue 18)"] + lines_of(rec)
+    lines.append(f"({time.perf_counter() - t0:.1f} s; scalemodel {sm.__version__})")
+    print("\n".join(lines))
+    if not args.no_write:
+        from scalemodel.profiles import atomic_write_files
+        RESULTS.mkdir(exist_ok=True)
+        atomic_write_files({RESULTS / "validate_compression.txt": "\n".join(lines) + "\n",
+                            RESULTS / "validate_compression.json":
+                                json.dumps(rec, indent=1, default=str) + "\n"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
