@@ -422,6 +422,27 @@ def _with_recompute(profile, ck):
     prov["activation_checkpointing"] = ck.describe()
     prov["checkpointing"] = {"mode": ck.mode, "fraction": ck.fraction,
                              "flash_attention": bool(ck.flash_attention)}
-    return attrs.evolve(profile, tensor_ready=ready + shift,
-                         backward_time=profile.backward_time + float(shift[-1]),
-                         provenance=prov)
+    # the ready times stay finite and non-decreasing and the backward time moves with the
+    # last of them: the checked profile needs no second check (its shapes are costly)
+    return evolve_checked(profile, tensor_ready=ready + shift,
+                          backward_time=profile.backward_time + float(shift[-1]),
+                          provenance=prov)
+
+
+def evolve_checked(profile, **changes):
+    """A copy of a validated profile with ``changes`` that keep it valid, without
+    validating it again [-].
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The profile [-].
+    **changes
+        Fields and their new values [-].
+    """
+    import copy
+
+    out = copy.copy(profile)
+    for name, value in changes.items():
+        object.__setattr__(out, name, value)
+    return out

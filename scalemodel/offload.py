@@ -33,8 +33,6 @@ delayed update, which hides the CPU step, is not modelled).
 
 from __future__ import annotations
 
-import attrs
-
 from .exceptions import InvalidParameterError
 from .hardware import get_gpu
 
@@ -253,7 +251,9 @@ def with_offload(profile, offload, sharding="none"):
                        f"{host_link_rate(gpu) / 1e9:.1f} GB/s, CPU-Adam "
                        f"{CPU_ADAM_PARAMS_PER_S:.3g} params/s; scalemodel.offload)")
     prov["offload_mode"] = mode
-    return attrs.evolve(profile, update_time=t, provenance=prov)
+    from .checkpointing import evolve_checked
+
+    return evolve_checked(profile, update_time=float(t), provenance=prov)
 
 
 def check_offload_sharding(mode, sharding):

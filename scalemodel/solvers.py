@@ -203,7 +203,12 @@ def _memory_check(sc, n, gpu):
     if isinstance(ck, dict):
         kw["activation_checkpointing"] = Checkpointing(**ck)
     kw["offload"] = p.provenance.get("offload_mode", "none")  # scalemodel.offload
-    m = memory(p, int(n), sharding=strategy, gpu=gpu, **kw)
+    try:
+        m = memory(p, int(n), sharding=strategy, gpu=gpu, **kw)
+    except InvalidParameterError as exc:  # the host cannot hold what is offloaded
+        if exc.parameter != "host_memory":
+            raise
+        return None, False, None, f"; does not fit: {exc}"
     note = "" if m.fits else (f"; does not fit on {m.gpu.name}: {m.per_gpu / 2**30:.1f} GiB "
                               f"per GPU > {m.gpu.hbm_bytes / 2**30:.0f} GiB "
                               f"(sharding={m.sharding!r}"
@@ -216,7 +221,7 @@ def _memory_check(sc, n, gpu):
 
 def _with_memory(result, sc, n, gpu):
     per, fits, name, note = memory_check(sc, n, gpu)
-    if per is None:
+    if per is None and fits is None:
         return result
     return attrs.evolve(result, memory_per_gpu=per, fits=fits, gpu=name,
                         message=result.message + note)

@@ -100,3 +100,11 @@ def test_does_it_fit_and_how_fast():
                              activation_checkpointing="full")
     assert res.fits and res.ratio >= 1.0
     assert m.settings["sharding"] == "zero3"
+
+
+def test_a_time_question_says_when_the_host_cannot_hold_it():
+    # DDP with the optimizer offloaded: each of a node's 8 GPUs puts the whole 70B
+    # optimizer state on the host, more than its 2 TB
+    res = sm.min_compression("llama-3-70b", "100Gbps", n=64, offload="optimizer",
+                             gpus_per_node=8)
+    assert res.fits is False and "host_memory" in res.message and "per node" in res.message
