@@ -729,3 +729,27 @@ def test_the_scan_keeps_the_json_and_counts_its_depth(value, commas, cuts):
         assert ok, (limit, depth)
         assert json.loads(b"".join(out)) == {"k": value}
         assert scan.depth == 0 and not scan.in_string
+
+
+@pytest.mark.parametrize("chunk", [4096, 1 << 20])
+def test_long_strings_and_numbers_are_refused_wherever_the_cuts_fall(tmp_path, monkeypatch,
+                                                                      chunk):
+    """With a 10 kB token limit: a 20 kB string (plain, or full of brackets, escapes and
+    commas) or a 2000-digit number is refused naming the file; a 9 kB string is read."""
+    monkeypatch.setattr(trr, "_CHUNK", chunk)
+    monkeypatch.setattr(trr, "_MAX_TOKEN", 10_000)
+    write_trace(tmp_path / "t.json", steps=2)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    for name, value, ok in (("plain", "x" * 20_000, False),
+                            ("brackets", '[{,\\"}]' * 3000, False),
+                            ("short", "[x]" * 3000, True)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(dict(doc, note=value)))
+        if ok:
+            assert read_trace(tmp_path / f"{name}.json").step_count == 2
+        else:
+            bad(tmp_path, tmp_path / f"{name}.json",
+                match=rf"{name}\.json.*string longer than", cli=False)
+    text = json.dumps(doc)
+    (tmp_path / "num.json").write_text(text[:-1] + ', "n": 0.' + "5" * 2000 + "}")
+    bad(tmp_path, tmp_path / "num.json", match=r"num\.json.*number longer than 1000",
+        cli=False)

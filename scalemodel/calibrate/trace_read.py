@@ -61,6 +61,7 @@ _CLASS[ord("\\")] = _BSLASH
 _CLASS[[ord("["), ord("{")]] = _OPEN
 _CLASS[[ord("]"), ord("}")]] = _CLOSE
 _CLASS[ord(",")] = _COMMA
+_CLASS_TABLE = _CLASS.tobytes()      # for bytes.translate (faster than a numpy lookup)
 _NOT_BLANK = np.ones(256, np.int8)
 _NOT_BLANK[[ord(" "), ord("\t"), ord("\n"), ord("\r")]] = 0
 _YAJL_KIND = re.compile(r"(lexical|parse) error: ([A-Za-z0-9 ]{1,60})")
@@ -145,8 +146,7 @@ class _Scan:
             self.offset -= 1
             self.comma = False
             self.lead = 1
-        codes = np.frombuffer(data, np.uint8)
-        cls = _CLASS[codes]
+        cls = np.frombuffer(data.translate(_CLASS_TABLE), np.int8)
         idx = np.flatnonzero(cls)
         start = self.offset
         self.offset += len(data)
@@ -205,16 +205,18 @@ class _Scan:
         """Refuse a string longer than ``_MAX_TOKEN`` or a number longer than
         ``_MAX_NUMBER`` (before the parser sees all of it)."""
         q = idx[quote] + start
-        if self.in_string:
-            opens, closes = np.concatenate(([self.string_start], q[1::2])), q[0::2]
-        else:
-            opens, closes = q[0::2], q[1::2]
-        n = min(opens.size, closes.size)
-        long = np.flatnonzero(closes[:n] - opens[:n] > _MAX_TOKEN)
-        if long.size:
-            raise self._too_long("a string", int(opens[long[0]]))
-        if opens.size > closes.size:
-            self.string_start = int(opens[-1])
+        if self.in_string and q.size and q[0] - self.string_start > _MAX_TOKEN:
+            raise self._too_long("a string", self.string_start)   # ends here
+        if len(data) > _MAX_TOKEN:     # a string within the chunk may be too long
+            opens, closes = q[1::2] if self.in_string else q[0::2], \
+                q[2::2] if self.in_string else q[1::2]
+            n = min(opens.size, closes.size)
+            long = np.flatnonzero(closes[:n] - opens[:n] > _MAX_TOKEN)
+            if long.size:
+                raise self._too_long("a string", int(opens[long[0]]))
+        if (q.size + self.in_string) % 2 == 1:     # a string is open at the end
+            if q.size:
+                self.string_start = int(q[-1])
             if self.offset - self.string_start > _MAX_TOKEN:
                 raise self._too_long("a string", self.string_start)
         # between two special characters outside strings: at most one number or literal
@@ -222,8 +224,10 @@ class _Scan:
         if not self.in_string and self.gap + first > _MAX_NUMBER + 1 and \
                 self.gap + _nonblank(data[:first]) > _MAX_NUMBER + 1:
             raise self._too_long("a number", start)
-        gaps = np.flatnonzero(outside[:-1] & (idx[1:] - idx[:-1] - 1 > _MAX_NUMBER + 1))
-        for k in gaps.tolist():
+        gap = np.diff(idx)
+        gaps = (np.flatnonzero(outside[:-1] & (gap - 1 > _MAX_NUMBER + 1))
+                if gap.size and int(gap.max()) - 1 > _MAX_NUMBER + 1 else ())
+        for k in list(gaps):
             if _nonblank(data[int(idx[k]) + 1:int(idx[k + 1])]) > _MAX_NUMBER + 1:
                 raise self._too_long("a number", start + int(idx[k]))
         self.gap = _nonblank(data[int(idx[-1]) + 1:]) if outside[-1] else 0
