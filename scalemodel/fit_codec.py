@@ -89,6 +89,9 @@ class CodecFit:
         Whether the launch was fitted too (two or more runs that tell it apart).
     message : str
         One line for people.
+    residuals : tuple
+        Per run ``(label, measured, fitted)`` iteration times with the fitted cost [s]
+        (empty when not used).
     """
 
     family: str
@@ -101,6 +104,7 @@ class CodecFit:
     start: object
     launch_fitted: bool
     message: str
+    residuals: tuple = ()
 
     @property
     def encode_interval(self):
@@ -116,7 +120,7 @@ class CodecFit:
                 "scale_interval": list(self.scale_interval),
                 "cost": None if self.cost is None else _cost_dict(self.cost),
                 "start": _cost_dict(self.start), "launch_fitted": self.launch_fitted,
-                "message": self.message}
+                "message": self.message, "residuals": [list(r) for r in self.residuals]}
 
 
 @attrs.frozen(eq=False)
@@ -440,13 +444,18 @@ def _fit_family(family, items, cluster, pess, opt, settings, z) -> CodecFit:
                "costs); the starting costs stay")
         return CodecFit(family, labels, status, False, m, iv, None, start, False, msg)
     cost = _scaled(start, m, launch, source=src)
+    res = tuple((r.run.label, r.measured, r.time(cost)) for r in models)
+    worst = max(res, key=lambda t: abs(t[2] / t[1] - 1))
     lo, hi = iv
     msg = (f"{where}: {m:.3g}x the starting per-element costs [{lo:.3g}, {hi:.3g}]: encode "
            f"{cost.encode * 1e12:.3g} ps/element, decode {cost.decode * 1e12:.3g} ps/element, "
            f"launch {cost.launch * 1e6:.3g} us per call "
            + ("(fitted too)" if launch_fitted else "(held at the starting one"
-              + (f": {why2})" if why2 else ")")))
-    return CodecFit(family, labels, "fitted", True, m, iv, cost, start, launch_fitted, msg)
+              + (f": {why2})" if why2 else ")"))
+           + (f"; largest miss {100 * (worst[2] / worst[1] - 1):+.1f} % ({worst[0]})"
+              if len(res) > 1 else ""))
+    return CodecFit(family, labels, "fitted", True, m, iv, cost, start, launch_fitted, msg,
+                    res)
 
 
 def _distinct(items) -> bool:

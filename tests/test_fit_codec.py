@@ -84,6 +84,9 @@ def test_two_runs_of_one_family_fit_the_launch_too(profile):
     assert fit.cost.launch == pytest.approx(true.launch, rel=0.02)
     assert fit.scale == pytest.approx(5.0, rel=0.02)
     assert fit.scale_interval[0] < 5.0 < fit.scale_interval[1]
+    assert len(fit.residuals) == 3
+    for label, measured, fitted in fit.residuals:
+        assert fitted == pytest.approx(measured, rel=0.01), label
     # one run of the family: the launch stays the starting one
     one = fit_codec(sm.ClusterProfile(utilization=0.9), runs[:1], fusion="horovod")
     assert not one.fits["grace-tf/topk"].launch_fitted
@@ -199,3 +202,17 @@ def test_the_interval_widens_the_answers(profile):
     s_slow, s_fast = (_sf(profile, "topk:0.01", 8, c) for c in (slow, fast))
     assert s_slow < sf < s_fast
     assert math.isfinite(s_slow) and np.isfinite(s_fast)
+
+
+@pytest.mark.parametrize("name", ["fit_codec", "compressed_runs"])
+def test_public_functions_document_every_parameter_with_a_unit(name):
+    import inspect
+    import re
+
+    from scalemodel import fit_codec as module
+    from test_docstrings import documented_parameters
+
+    fn = getattr(module, name)
+    documented = documented_parameters(fn.__doc__)
+    for p in inspect.signature(fn).parameters.values():
+        assert re.search(r"\[[^\]]+\]", documented[p.name]), (name, p.name)
