@@ -246,6 +246,17 @@ def _model_options(p):
                         "(full_shard, fsdp) or hybrid_shard (full shard inside a node, "
                         "replicas across nodes); needs --n >= 2 [-] (default: the one the "
                         "--cluster was fitted under, else none)")
+    p.add_argument("--activation-checkpointing", default=None, type=_checkpointing,
+                   help="none, selective (the attention core; with flash attention "
+                        "torchtitan's op-level policy), full, or a fraction of the layers "
+                        "checkpointed fully (0.5): the recompute in each block's backward "
+                        "and the activation memory (scalemodel.checkpointing) [-] (default "
+                        "none)")
+    p.add_argument("--offload", default=None,
+                   help="none, optimizer (ZeRO-Offload) or optimizer+parameters (FSDP "
+                        "CPUOffload; with --sharding zero3): host transfers and the CPU "
+                        "optimizer step each iteration, state in host memory "
+                        "(scalemodel.offload) [-] (default none)")
     p.add_argument("--gpu", default=None,
                    help="GPU whose memory is checked and, in plan and breakeven, whose "
                         "codec costs are used (the H100 table scaled by HBM bandwidth), e.g. "
@@ -478,7 +489,19 @@ def _sharding(args):
 
 
 def _common(args):
-    return dict(_network(args), codec_cost=args.codec_cost)
+    out = dict(_network(args), codec_cost=args.codec_cost)
+    for name in ("activation_checkpointing", "offload"):  # only when given
+        if getattr(args, name, None) is not None:
+            out[name] = getattr(args, name)
+    return out
+
+
+def _checkpointing(text):
+    """``--activation-checkpointing``: a name, or a fraction of the layers [-]."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def _jsonable(obj):
@@ -635,6 +658,12 @@ def _plan_kwargs(args):
             "--codec-cost", args.codec_cost, "plan and breakeven use each compressor's own "
             "encode/decode costs", "Measure them with python -m "
             "scalemodel.calibrate.codec_bench and pass --cluster")
+    for name in ("activation_checkpointing", "offload"):
+        if getattr(args, name, None) is not None:
+            raise InvalidParameterError(
+                "--" + name.replace("_", "-"), getattr(args, name), "plan and breakeven do "
+                "not model it yet", "Use min-compression, required-bandwidth, scaling or "
+                "iteration")
     return _network(args)
 
 

@@ -215,3 +215,30 @@ def test_published_peaks_lie_between_full_and_none():
 def test_published_peaks_within_10_percent_where_settings_are_stated(row):
     peak = float(row["memory_gib"]) * 2**30
     assert _estimate(row) == pytest.approx(peak, rel=0.10)
+
+
+def test_cli_takes_checkpointing_and_offload(capsys):
+    from scalemodel.cli import main
+
+    assert main(["min-compression", "--model", "llama-3-8b", "--bw", "100Gbps", "--n", "64",
+                 "--sharding", "zero3", "--activation-checkpointing", "selective",
+                 "--offload", "optimizer", "--json"]) in (0, None)
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    res = sm.min_compression("llama-3-8b", 100e9, n=64, sharding="zero3",
+                             activation_checkpointing="selective", offload="optimizer")
+    assert data["ratio"] == pytest.approx(res.ratio)
+    assert main(["iteration", "--model", "llama-3-8b", "--bw", "100Gbps", "--n", "64",
+                 "--sharding", "zero3", "--activation-checkpointing", "0.5",
+                 "--json"]) in (0, None)
+    data = json.loads(capsys.readouterr().out)
+    it = sm.iteration_time("llama-3-8b", 64, 100e9, sharding="zero3",
+                           activation_checkpointing=0.5)
+    assert data["total"] == pytest.approx(it.total)
+    assert main(["min-compression", "--model", "llama-2-7b", "--bw", "100Gbps",
+                 "--activation-checkpointing", "partial"]) == 2
+    assert "activation_checkpointing='partial'" in capsys.readouterr().err
+    assert main(["plan", "--model", "llama-2-7b", "--bw", "100Gbps", "--offload",
+                 "optimizer"]) == 2
+    assert "--offload='optimizer'" in capsys.readouterr().err
