@@ -611,7 +611,9 @@ class ClusterProfile:
         its values and intervals applied, the parameters the best explanation fitted and
         this one does not back at the ideal model's values, no alternatives of its own.
         Values of parameters that are not the cluster's (a workload's ``efficiency``) are
-        left out. Computed once per cluster object and index.
+        left out; codec costs fitted under this explanation (its ``"codec_costs"`` and
+        ``"codec_intervals"``, :mod:`scalemodel.fit_codec`) replace the cluster's.
+        Computed once per cluster object and index.
 
         Parameters
         ----------
@@ -656,6 +658,10 @@ class ClusterProfile:
             changes["topology"] = attrs.evolve(self.topology, **topo)
         intervals = {k: v for k, v in self.intervals.items() if k not in touched}
         intervals.update(alt["intervals"])
+        if isinstance(alt.get("codec_costs"), dict):  # codec costs fitted under it
+            changes["codec_costs"] = alt["codec_costs"]
+            intervals = {k: v for k, v in intervals.items() if not k.startswith("codec.")}
+            intervals.update(alt.get("codec_intervals") or {})
         return attrs.evolve(self, intervals=intervals, alternatives=(), **changes)
 
     def __repr__(self):

@@ -400,21 +400,56 @@ def fit_codec(cluster, runs, *, implementation=None, algorithm="ring", fusion="d
             c = for_implementation(c, implementation, f"runs[{i}].compressor")
         key = f"{impl}/{c.family}" if impl else c.family
         families.setdefault(key, []).append((i, r, c, impl))
-    pess, opt = cluster.corners()
-    fits, costs, intervals, lines = {}, dict(cluster.codec_costs), dict(cluster.intervals), []
-    for family, items in families.items():
-        fit = _fit_family(family, items, cluster, pess, opt, settings, z)
-        fits[family] = fit
-        lines.append(fit.message)
-        if fit.used:
-            costs[family] = {k: v for k, v in _cost_dict(fit.cost).items()
-                             if v or k in ("encode", "decode")}
-            intervals[f"codec.{family}"] = fit.encode_interval
+    fits, costs, intervals = _fit_on(cluster, families, settings, z)
+    lines = [f.message for f in fits.values()]
+    alternatives = cluster.alternatives
+    if len(alternatives) > 1 and fits:  # each explanation of the runs gets its own costs
+        alternatives, spread = _fit_alternatives(cluster, families, settings, z, fits,
+                                                 costs, intervals)
+        lines += [f"  {k}: over the {len(alternatives)} explanations of the uncompressed "
+                  f"runs {lo:.3g}x to {hi:.3g}x" for k, (lo, hi) in spread.items()]
     extra = dict(cluster.extra)
     if fits:
         extra["codec_fit"] = {k: f.to_dict() for k, f in fits.items()}
-    out = attrs.evolve(cluster, codec_costs=costs, intervals=intervals, extra=extra)
+    out = attrs.evolve(cluster, codec_costs=costs, intervals=intervals, extra=extra,
+                       alternatives=alternatives)
     return CodecFitResult(cluster=out, fits=fits, message="\n".join(lines))
+
+
+def _fit_on(cluster, families, settings, z):
+    """Every family's fit on one cluster: (fits, codec_costs, intervals) with the used
+    costs and their intervals added to the cluster's."""
+    pess, opt = cluster.corners()
+    fits, costs, intervals = {}, dict(cluster.codec_costs), dict(cluster.intervals)
+    for key, items in families.items():
+        fit = _fit_family(key, items, cluster, pess, opt, settings, z)
+        fits[key] = fit
+        if fit.used:
+            costs[key] = {k: v for k, v in _cost_dict(fit.cost).items()
+                          if v or k in ("encode", "decode")}
+            intervals[f"codec.{key}"] = fit.encode_interval
+    return fits, costs, intervals
+
+
+def _fit_alternatives(cluster, families, settings, z, fits, costs, intervals):
+    """The cluster's alternatives, each with the codec costs that reproduce the compressed
+    runs under that explanation (``"codec_costs"`` and ``"codec_intervals"`` keys, which
+    :meth:`~scalemodel.ClusterProfile.with_alternative` applies), and the range of each
+    family's factor over them."""
+    best = dict(cluster.alternatives[0], codec_costs=costs,
+                codec_intervals={k: v for k, v in intervals.items() if k.startswith("codec.")})
+    out = [best]
+    spread = {k: (f.scale, f.scale) for k, f in fits.items() if f.used}
+    for i in range(1, len(cluster.alternatives)):
+        alt_fits, alt_costs, alt_iv = _fit_on(cluster.with_alternative(i), families,
+                                              settings, z)
+        out.append(dict(cluster.alternatives[i], codec_costs=alt_costs, codec_intervals={
+            k: v for k, v in alt_iv.items() if k.startswith("codec.")}))
+        for key, fit in alt_fits.items():
+            if fit.used and key in spread:
+                lo, hi = spread[key]
+                spread[key] = (min(lo, fit.scale), max(hi, fit.scale))
+    return tuple(out), spread
 
 
 def _fit_family(family, items, cluster, pess, opt, settings, z) -> CodecFit:

@@ -216,3 +216,26 @@ def test_public_functions_document_every_parameter_with_a_unit(name):
     documented = documented_parameters(fn.__doc__)
     for p in inspect.signature(fn).parameters.values():
         assert re.search(r"\[[^\]]+\]", documented[p.name]), (name, p.name)
+
+
+def test_every_explanation_of_the_uncompressed_runs_reproduces_the_compressed_run(
+        profile, tmp_path):
+    plain = {"model": profile, "n": 8, "bw": BW, "iteration_time": T1 / 0.67,
+             "single_worker_time": T1, "label": "none n=8"}
+    sf = 0.45
+    fit = sm.fit_cluster([plain, _run(profile, 8, sf, "topk:0.01")], fusion="horovod",
+                         gpus_per_node=1)
+    cluster = fit.cluster
+    assert len(cluster.alternatives) > 1  # one run: several explanations
+    scales = set()
+    for i in range(len(cluster.alternatives)):
+        alt = cluster.with_alternative(i)
+        assert _sf(profile, "topk:0.01", 8, alt) == pytest.approx(sf, rel=1e-4)
+        scales.add(round(alt.codec_costs["grace-tf/topk"]["encode"], 20))
+        assert "codec.grace-tf/topk" in alt.intervals
+    assert len(scales) > 1  # the explanations need different codec costs
+    # the costs of every explanation survive the cluster's JSON
+    again = sm.load_cluster(sm.save_cluster(cluster, tmp_path / "c.json"))
+    for i in range(len(cluster.alternatives)):
+        assert _sf(profile, "topk:0.01", 8, again.with_alternative(i)) == \
+            pytest.approx(sf, rel=1e-4)
