@@ -786,7 +786,11 @@ class ClusterProfile:
                 fit_settings=data.get("fit_settings") or {},
                 codec_costs=data.get("codec_costs") or {},
                 provenance=prov, extra={k: v for k, v in data.items() if k not in known})
-        except ProfileFormatError:
+        except ProfileFormatError as exc:
+            prefix = f"profile {exc.source}: field {exc.field!r}: "
+            if exc.source == "<object>" and source != "<object>" and \
+                    str(exc).startswith(prefix):   # name the file, not "<object>"
+                raise ProfileFormatError(source, exc.field, str(exc)[len(prefix):]) from None
             raise
         except (ValueError, TypeError, AttributeError) as exc:
             field = getattr(exc, "parameter", "<value>")

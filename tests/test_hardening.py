@@ -175,8 +175,14 @@ def test_a_5000_digit_integer_in_a_file_names_its_field(tmp_path):
         sm.load_profile(tmp_path / "p.json")
 
 
-def test_cluster_tables_and_ceiling_name_the_field_and_value():
+def test_cluster_tables_and_ceiling_name_the_field_and_value(tmp_path):
     import numpy as np
+    data = sm.ClusterProfile(provenance={"source": "test"}).to_dict()
+    data["utilization_table"] = {"line_rate": [1e9, 1e8], "utilization": [0.9, 0.5]}
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    with pytest.raises(sm.ProfileFormatError, match=rf"{tmp_path / 'c.json'}: field "
+                                                    "'utilization_table'.*1e\\+08 bits/s"):
+        sm.load_cluster(tmp_path / "c.json")
     with pytest.raises(sm.InvalidParameterError, match=r"ceiling=1e-300"):
         sm.ClusterProfile(ceiling=1e-300, provenance={"source": "test"})
     with pytest.raises(sm.ProfileFormatError,
