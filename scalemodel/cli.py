@@ -714,9 +714,14 @@ def cmd_breakeven(args):
             rows.append({"compressor": comp.describe(), "n": args.n, "breakeven_bw": None,
                          "note": f"under --sharding {_sharding(args)}: {why}"})
             continue
-        bws = breakeven_bandwidth(args.model, comp, n=np.asarray(args.n), gpu=args.gpu, **kw)
+        res = breakeven_bandwidth(args.model, comp, n=np.asarray(args.n), gpu=args.gpu,
+                                  detail=True, **kw)
+        res = res if isinstance(res, list) else [res]
         rows.append({"compressor": comp.describe(), "n": args.n,
-                     "breakeven_bw": [float(b) for b in np.atleast_1d(bws)]})
+                     "breakeven_bw": [float(r.bw) for r in res],
+                     "within_calibration": [r.within for r in res],
+                     "basis": [r.basis for r in res],
+                     "messages": [r.message for r in res]})
     cluster = load_cluster(args.cluster) if args.cluster is not None else None
     note = _codec_note(load_profile(args.model), cluster, comps, args.gpu, args.implementation)
     if args.json:
@@ -732,10 +737,18 @@ def cmd_breakeven(args):
             print(f"{row['compressor']:<{w}}{row['note']}")
             continue
         cells = []
-        for b in row["breakeven_bw"]:
-            cells.append("never" if b == 0 else "always" if math.isinf(b)
-                         else format_bandwidth(b))
+        for b, inside in zip(row["breakeven_bw"], row["within_calibration"]):
+            cells.append(("never" if b == 0 else "always" if math.isinf(b)
+                          else format_bandwidth(b)) + ("" if inside else " *"))
         print(f"{row['compressor']:<{w}}" + "".join(f"{c:>16}" for c in cells))
+    outside = [(row["compressor"], n, m) for row in rows if row["breakeven_bw"] is not None
+               for n, m, inside in zip(row["n"], row["messages"], row["within_calibration"])
+               if not inside]
+    for comp, n, m in outside[:3]:
+        print(f"* {comp}, n={n}: {m}")
+    if len(outside) > 3:
+        print(f"* and {len(outside) - 3} more outside what this calibration can tell "
+              "(--json lists each)")
     if note:
         print(note)
 

@@ -75,7 +75,7 @@ from .solvers import (DEFAULT_N, DEFAULT_TARGET, _line_rate_for, _scalar, memory
                       min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
-__all__ = ["plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth",
+__all__ = ["plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth", "Breakeven",
            "compressed_scaling_factor", "DEFAULT_PLAN_COMPRESSORS"]
 
 DEFAULT_PLAN_COMPRESSORS = ("none", "fp16", "bf16", "int8", "signsgd", "topk", "randomk",
@@ -362,6 +362,15 @@ class PlanRow:
         The plan's fusion policy (for the knob snippet).
     sharding : str
         The plan's sharding strategy (``"none"``: plain data parallelism) [-].
+    speedup : float
+        Predicted speedup over no compression, uncompressed over compressed iteration
+        time (``scaling_factor`` over the uncompressed one) [-].
+    interval : tuple of float or None
+        ``(lo, hi)`` scaling factor over a fitted cluster's intervals and alternatives
+        (:func:`~scalemodel.intervals.answer_interval`'s clusters); None without them [-].
+    speedup_interval : tuple of float or None
+        ``(lo, hi)`` speedup over the same clusters, each against no compression on the
+        same cluster [-].
     """
 
     compressor: str
@@ -382,6 +391,9 @@ class PlanRow:
     config: Compressor
     fusion: object
     sharding: str = "none"
+    speedup: float = 1.0
+    interval: tuple | None = None
+    speedup_interval: tuple | None = None
 
     def setting_text(self) -> str:
         """The setting for people, e.g. ``'rank 52'`` or ``'density 0.0021'``."""
@@ -414,11 +426,14 @@ class CompressionPlan:
     ----------
     rows : tuple of PlanRow
         Recommended rows first (``PlanRow.recommended``: they reach the target and
-        beat no compression), the gentlest (smallest ``ratio``: the least of the gradient
-        discarded) first, then the others by scaling factor.
+        beat no compression, over the fit's interval on a fitted cluster), the fastest
+        (largest predicted ``speedup``; among equals the gentlest, smallest ``ratio``)
+        first, then the others by scaling factor.
     best : PlanRow or None
         The first recommended row that compresses (None when none does or none is
-        needed).
+        needed; the message then says so, "none of these beats no compression" when no
+        compressor scales better than none, and ``scalemodel plan`` prints no settings
+        snippet).
     no_compression_needed : bool
         Whether the uncompressed scaling factor already reaches the target.
     message : str
@@ -492,15 +507,21 @@ class CompressionPlan:
         head = (f"{self.model} on {self.n} workers at {format_bandwidth(self.bw)}, target "
                 f"{self.target:g} (uncompressed {self.uncompressed_scaling_factor:.3f}), "
                 f"implementation {self.implementation}")
+        fit = any(r.interval is not None for r in self.rows)
         cols = (f"{'':3}{'compressor':<10} {'setting':<16} {'ratio':>7} {'on wire':>8} "
-                f"{'scaling':>8}  {'binds':<10} {'codec ms':>8}  collective")
+                f"{'scaling':>8} {'speedup':>8}  {'binds':<10} {'codec ms':>8}  collective"
+                + ("  speedup over the fit" if fit else ""))
         out = [head, cols]
         for r in self.rows:
             mark = "ok" if r.recommended else "--"
-            out.append(f"{mark:3}{r.compressor:<10} {r.setting_text():<16} "
-                       f"{r.ratio:>6.3g}x {r.effective_ratio:>7.3g}x "
-                       f"{r.scaling_factor:>8.3f}  {r.binding:<10} "
-                       f"{(r.encode_time + r.decode_time) * 1e3:>8.2f}  {r.collective}")
+            line = (f"{mark:3}{r.compressor:<10} {r.setting_text():<16} "
+                    f"{r.ratio:>6.3g}x {r.effective_ratio:>7.3g}x "
+                    f"{r.scaling_factor:>8.3f} {r.speedup:>7.3f}x  {r.binding:<10} "
+                    f"{(r.encode_time + r.decode_time) * 1e3:>8.2f}  {r.collective}")
+            if r.speedup_interval is not None:
+                lo, hi = r.speedup_interval
+                line += f"{'':{max(1, 12 - len(r.collective))}}{lo:.3f} to {hi:.3f}"
+            out.append(line)
         out.append(self.message)
         if self.codec_note:
             out.append(self.codec_note)
@@ -514,9 +535,11 @@ class CompressionPlan:
 _BEAT_MARGIN = 1e-9
 
 
-def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None):
+def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, views=()):
     """Search the knob (unless ``fixed``) and make the row; ``sf_none`` is the
-    uncompressed scaling factor; ``bw`` [bits/s] lets the binding name the ceiling."""
+    uncompressed scaling factor; ``bw`` [bits/s] lets the binding name the ceiling;
+    ``views`` the other clusters of a fitted cluster's interval, ``(scenario, x, codec,
+    uncompressed scaling factor)`` each: the target must be reached on all of them."""
     p = sc.profile
     strategy = "none" if sc.sharding is None else sc.sharding.strategy
     if not composes(sc, comp):
@@ -542,7 +565,15 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None):
         if key not in cache:
             c = comp.with_setting(value) if comp.knob else comp
             ev = _evaluate(sc, c, n, codec)
-            cache[key] = (c, ev, float(_sf(sc, ev, x)))
+            sf = float(_sf(sc, ev, x))
+            lo = hi = sf
+            spd = [sf / sf_none]
+            for vsc, vx, vcodec, vnone in views:
+                v = float(_sf(vsc, _evaluate(vsc, c, n, vcodec), vx))
+                lo, hi = min(lo, v), max(hi, v)
+                spd.append(v / vnone)
+            # index 2: what must reach the target, the low end over the interval
+            cache[key] = (c, ev, lo, sf, hi, min(spd), max(spd))
         return cache[key]
 
     if comp.knob is None:
@@ -575,11 +606,13 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None):
                 else:
                     b = mid
             chosen = at(math.exp(a))
-    config, ev, sf = chosen
-    feasible = sf >= target
-    # feasible while uncompressed is not: better by construction; else by a clear margin
-    beats = comp.name != "none" and ((feasible and sf_none < target)
-                                     or sf > sf_none * (1.0 + _BEAT_MARGIN))
+    config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = chosen
+    feasible = sf_lo >= target  # over the whole interval
+    none_hi = max([sf_none] + [v[3] for v in views])
+    # feasible while uncompressed is not: better by construction; else by a clear margin,
+    # at every end of the interval
+    beats = comp.name != "none" and ((feasible and none_hi < target)
+                                     or spd_lo > 1.0 + _BEAT_MARGIN)
     recommended = feasible and (beats or comp.name == "none")
     x_eff = float(_x_eff(ev, x))
     j = int(ev.env.argmax(x_eff))
@@ -591,7 +624,13 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None):
     if feasible and not recommended:
         note = (f"reaches {target:g} but scales worse than no compression "
                 f"({sf:.3f} vs {sf_none:.3f})" if sf < sf_none else
-                f"reaches {target:g} but scales no better than no compression ({sf:.3f})")
+                f"reaches {target:g} but scales no better than no compression ({sf:.3f})"
+                if not views or sf <= sf_none * (1.0 + _BEAT_MARGIN) else
+                f"reaches {target:g} but not better than no compression over the whole "
+                f"interval (speedup {spd_lo:.3f} to {spd_hi:.3f})")
+    elif views and sf >= target and not feasible:
+        note = (f"reaches {target:g} at the fit's best values ({sf:.3f}) but not over its "
+                f"interval ({sf_lo:.3f} to {sf_hi:.3f})")
     elif feasible:
         note = growth if ev.collective == "allgather" and n > 1 else ""
     elif ev.collective == "allgather" and n > 1 and eff <= 1:
@@ -608,7 +647,43 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None):
         beats_uncompressed=beats, recommended=recommended, ratio=ev.per_worker_ratio,
         effective_ratio=eff, scaling_factor=sf, binding=binding, encode_time=ev.encode,
         decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
-        note=note, config=config, fusion=fusion, sharding=strategy)
+        note=note, config=config, fusion=fusion, sharding=strategy, speedup=sf / sf_none,
+        interval=(sf_lo, sf_hi) if views else None,
+        speedup_interval=(spd_lo, spd_hi) if views else None)
+
+
+def _interval_clusters(cluster):
+    """The clusters an answer's interval spans (:func:`~scalemodel.intervals.answer_interval`):
+    each alternative and its two corners, the cluster itself excluded."""
+    if cluster is None or not (cluster.intervals or cluster.alternatives
+                               or "efficiency" in cluster.extra):
+        return []
+    out = []
+    for i in range(max(1, len(cluster.alternatives))):
+        c = cluster if i == 0 else cluster.with_alternative(i)
+        out += ([] if i == 0 else [c]) + list(c.corners())
+    seen, unique = set(), []
+    for c in out:
+        if id(c) not in seen and c is not cluster:
+            seen.add(id(c))
+            unique.append(c)
+    return unique
+
+
+def _views(sc, model, bw, u, n, gpu, impl, kw):
+    """``(scenario, x, codec, uncompressed scaling factor)`` on each cluster of the
+    interval (:func:`_interval_clusters`)."""
+    out = []
+    for c in _interval_clusters(sc.cluster):
+        vsc = _build(model, kw["algorithm"], kw["fusion"], kw["alpha"], kw["gpus_per_node"],
+                     kw["intra_bw"], kw["intra_alpha"], kw["ps_servers"], c,
+                     kw["nics_per_node"], kw["sharding"])
+        vx = 1.0 / (effective_utilization(vsc, bw, u) * bw)
+        vsc = vsc.planned(n, vx)
+        vcodec = _codec(vsc, gpu, impl)
+        out.append((vsc, vx, vcodec,
+                    float(_sf(vsc, _evaluate(vsc, get_compressor("none"), n, vcodec), vx))))
+    return out
 
 
 def _codec(sc, gpu, impl):
@@ -766,11 +841,18 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                             gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                             intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
                             cluster=cluster, sharding=sc.sharding or "none")
-    rows = [_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw)
+    views = _views(sc, model, bw, u, n, gpu, impl, dict(
+        algorithm=algorithm, fusion=fusion, alpha=alpha, gpus_per_node=gpus_per_node,
+        intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
+        nics_per_node=nics_per_node, sharding=sharding))
+    rows = [_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw, views=views)
             for c, fixed in comps]
-    rows.sort(key=lambda r: (not r.recommended, r.ratio if r.recommended else 0.0,
-                             -r.scaling_factor))
-    needed = sf_none >= target
+    needed = min([sf_none] + [v[3] for v in views]) >= target
+    # recommended first ("none" first of all when it is the answer), fastest first (the
+    # gentlest among equals), then the others by scaling factor
+    rows.sort(key=lambda r: (not r.recommended, not (needed and r.compressor == "none"),
+                             -r.speedup if r.recommended else 0.0,
+                             r.ratio if r.recommended else 0.0, -r.scaling_factor))
     best = None if needed else next(
         (r for r in rows if r.recommended and r.compressor != "none"), None)
     where = f"{p.name} on {n} workers at {format_bandwidth(bw)}"
@@ -812,6 +894,10 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                + (why or "none is strong or cheap enough"))
     strategy = "none" if sc.sharding is None else sc.sharding.strategy
     shut = [r.compressor for r in rows if r.note.startswith("does not compose with")]
+    tried = [r for r in rows if r.compressor != "none" and r.compressor not in shut]
+    if not needed and tried and not any(r.beats_uncompressed for r in tried):
+        msg = ("none of these beats no compression"
+               + (" over the fit's interval" if views else "") + ": " + msg)
     if shut:
         msg += (f"; under sharding={strategy!r} only low-precision reduce-scatters compose: "
                 f"{', '.join(shut)} do not (FSDP's hooks only change the reduce dtype)")
@@ -939,12 +1025,25 @@ def _crossing(env_a, env_b):
 def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, cluster=None,
                         algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                         intra_bw=None, intra_alpha=None, ps_servers=None,
-                        nics_per_node=None, sharding=None, implementation=None, gpu=None):
+                        nics_per_node=None, sharding=None, implementation=None, gpu=None,
+                        detail=False):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in
     :math:`x = 1/(u B)`; their crossing is solved on the interval where it lies. When they
     cross more than once, the highest crossing line rate is returned.
+
+    **On a cluster with a ceiling** on the achieved bandwidth (a fitted transport limit),
+    the crossing may lie above the ceiling: the model then says the compressor wins at
+    every line rate, because no line rate achieves more than the ceiling. A ceiling fitted
+    from runs at some line rates says nothing of faster links, so the answer instead lets
+    the achieved bandwidth move with the line rate beyond it: by the cluster's measured
+    utilization table when it has one (the table without the ceiling), else at the
+    utilization the ceiling implies at the highest calibrated line rate (the runs'
+    ``bw`` in the fit's provenance, the transport's measured rates). The answer then lies
+    outside what the calibration measured, and ``detail=True`` says so
+    (:class:`~scalemodel.planner.Breakeven`); with neither a table nor a calibrated line
+    rate it stays ``inf`` and is marked outside.
 
     Parameters
     ----------
@@ -969,6 +1068,10 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     gpu : str, GPUSpec or None
         GPU whose codec costs are used (:mod:`scalemodel.codec_costs`: the measured H100
         table scaled by HBM bandwidth); None: the profile's GPU [-].
+    detail : bool
+        Return :class:`~scalemodel.planner.Breakeven` objects (a list for an array ``n``)
+        saying how the answer was reached and whether it lies within the calibrated line
+        rates [-].
 
     Returns
     -------
@@ -993,20 +1096,126 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     _check_composes(sc, comp)
     codec = _codec(sc, gpu, impl)
     none = get_compressor("none")
+    calibrated = _calibrated_rates(sc.cluster)
     out = []
     for nv in np.atleast_1d(n).ravel():
         nv = int(nv)
         a = _evaluate(sc, comp, nv, codec).env
         b = _evaluate(sc, none, nv, codec).env
         x = _crossing(a, b)
+        basis = "model"
         if x <= 0:
-            out.append(math.inf)
+            bw = math.inf
         elif math.isinf(x):
-            out.append(0.0)
+            bw = 0.0
         else:
-            bw = _line_rate_for(sc, 1.0 / (u * x))
-            out.append(float(bw))
+            needed = 1.0 / (u * x)
+            bw = float(_line_rate_for(sc, needed))
+            if math.isinf(bw):  # above the ceiling: let the achieved bandwidth move
+                bw, basis = _beyond_ceiling(sc.cluster, needed, calibrated)
+        out.append(_breakeven_result(bw, nv, calibrated, basis, sc.cluster) if detail
+                   else bw)
     if np.ndim(n) == 0:
         return out[0]
+    if detail:
+        return out
     return np.asarray(out).reshape(np.shape(n))
+
+
+@attrs.frozen
+class Breakeven:
+    """A break-even line rate and how far the calibration vouches for it
+    (:func:`breakeven_bandwidth` with ``detail=True``).
+
+    Attributes
+    ----------
+    bw : float
+        Break-even line rate [bits/s] (``0.0``: never wins; ``inf``: wins at every line
+        rate).
+    n : int
+        Workers [workers].
+    basis : str
+        ``"model"`` (the crossing lies below the cluster's ceiling, or there is none),
+        ``"table"`` (above the ceiling: the achieved bandwidth follows the utilization
+        table), ``"utilization"`` (above it: the utilization at the highest calibrated
+        line rate holds beyond) or ``"ceiling"`` (above it, with nothing to extrapolate
+        by: ``inf``).
+    calibrated : tuple of float or None
+        ``(lo, hi)`` line rates the calibration measured (runs and transport) [bits/s];
+        None when the cluster does not say (or there is no cluster).
+    within : bool
+        Whether the answer is what the calibration can tell: basis ``"model"`` and, when
+        the calibrated line rates are known, inside them (0 and inf count as inside when
+        the model reaches them without the ceiling).
+    message : str
+        The answer for people, with the range the calibration can tell.
+    """
+
+    bw: float
+    n: int
+    basis: str
+    calibrated: tuple | None
+    within: bool
+    message: str
+
+
+def _calibrated_rates(cluster):
+    """``(lo, hi)`` line rates [bits/s] a cluster's calibration measured, or None."""
+    if cluster is None:
+        return None
+    rates = []
+    prov = cluster.provenance if isinstance(cluster.provenance, dict) else {}
+    for run in prov.get("runs", ()) or ():
+        if isinstance(run, dict) and isinstance(run.get("bw"), (int, float)):
+            rates.append(float(run["bw"]))
+    if cluster.table_line_rate is not None:
+        rates += [float(r) for r in np.atleast_1d(cluster.table_line_rate)]
+    for f in (cluster.extra or {}).get("fits", ()) or ():
+        if isinstance(f, dict) and isinstance(f.get("line_rate"), (int, float)):
+            rates.append(float(f["line_rate"]))
+    if isinstance(prov.get("line_rate"), (int, float)):
+        rates.append(float(prov["line_rate"]))
+    rates = [r for r in rates if math.isfinite(r) and r > 0]
+    return (min(rates), max(rates)) if rates else None
+
+
+def _beyond_ceiling(cluster, needed, calibrated):
+    """The line rate achieving ``needed`` [bits/s] when the ceiling is read as what the
+    calibration saw, not as a limit of faster links: ``(line rate, basis)``."""
+    from .solvers import _NUDGE
+
+    if cluster.table_line_rate is not None:
+        free = attrs.evolve(cluster, ceiling=None)
+        return float(free.line_rate_for(needed)) * _NUDGE, "table"
+    if calibrated is None:
+        return math.inf, "ceiling"
+    hi = calibrated[1]
+    u_cal = float(cluster.achieved_bandwidth(hi)) / hi
+    return needed / u_cal * _NUDGE, "utilization"
+
+
+def _breakeven_result(bw, n, calibrated, basis, cluster):
+    text = ("never" if bw == 0 else "at every line rate" if math.isinf(bw)
+            else f"below {format_bandwidth(bw)}")
+    span = ("" if calibrated is None else
+            f"the calibration measured {format_bandwidth(calibrated[0])}"
+            + ("" if calibrated[0] == calibrated[1] else f" to {format_bandwidth(calibrated[1])}"))
+    if basis == "model":
+        inside = calibrated is None or bw in (0.0, math.inf) or \
+            calibrated[0] * (1 - 1e-9) <= bw <= calibrated[1] * (1 + 1e-9)
+        msg = f"wins {text}" + ("" if inside or not span else
+                                f"; outside what this calibration can tell ({span})")
+        return Breakeven(bw, n, basis, calibrated, inside, msg)
+    ceiling = format_bandwidth(cluster.ceiling)
+    if basis == "ceiling":
+        msg = (f"wins at every line rate up to the ceiling ({ceiling} achieved); whether it "
+               "stops winning on faster links is outside what this calibration can tell "
+               "(it records no line rate to extrapolate from)")
+    else:
+        how = ("the utilization table" if basis == "table" else
+               f"the utilization at {format_bandwidth(calibrated[1])} held beyond it")
+        msg = (f"wins {text} if the achieved bandwidth grows past the fitted ceiling "
+               f"({ceiling}) by {how}; that is outside what this calibration can tell"
+               + (f" ({span}; up to there it wins)" if span else ""))
+    return Breakeven(bw, n, basis, calibrated, False, msg)
 

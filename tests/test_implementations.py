@@ -1,9 +1,11 @@
 """implementation= presets on the planner's API and CLI, and codec costs per GPU."""
 
 import json
+import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import scalemodel as sm
@@ -200,3 +202,103 @@ def test_measured_cluster_costs_are_not_scaled_and_implementation_keys_win():
     plan = sm.plan_compression("resnet50", "10Gbps", n=8, cluster=lab,
                                implementation="grace-tf", compressors=["topk"])
     assert plan.codec_note == "codec costs: measured, cluster lab"
+
+
+# --------------------------------------------------------------------------- fitted clusters
+
+
+def _fitted(**kw):
+    return sm.ClusterProfile(name="fit", provenance={"source": "test", "runs": [
+        {"bw": 10e9, "n": 8}]}, **kw)
+
+
+def _crosses(model, comp, n, bw, cluster):
+    """Whether compression wins just below ``bw`` and loses just above (direct check)."""
+    def gain(b):
+        return (sm.compressed_scaling_factor(model, comp, n, b, cluster=cluster)
+                - sm.compressed_scaling_factor(model, "none", n, b, cluster=cluster))
+    return gain(bw * (1 - 1e-4)) > 0 > gain(bw * (1 + 1e-4))
+
+
+def test_breakeven_above_a_fitted_ceiling_follows_the_utilization_table():
+    table = dict(table_line_rate=[1e9, 10e9, 25e9], table_utilization=[0.9, 0.5, 0.3])
+    cl = _fitted(ceiling=5e9, intervals={"ceiling": (4e9, 6.5e9)}, **table)
+    res = sm.breakeven_bandwidth("resnet50", "topk:0.01", n=8, cluster=cl, detail=True)
+    assert math.isfinite(res.bw) and res.basis == "table" and not res.within
+    assert res.calibrated == (1e9, 25e9)
+    assert "outside what this calibration can tell" in res.message
+    # the same line rate as the table alone predicts, checked by scaling factors
+    free = sm.ClusterProfile(name="t", provenance={"source": "test"}, **table)
+    assert _crosses("resnet50", "topk:0.01", 8, res.bw, free)
+    assert sm.breakeven_bandwidth("resnet50", "topk:0.01", n=8, cluster=cl) == res.bw
+
+
+def test_breakeven_above_a_fitted_ceiling_holds_the_calibrated_utilization():
+    cl = _fitted(ceiling=5e9)
+    bws = sm.breakeven_bandwidth("resnet50", "powersgd:4", n=[8, 16], cluster=cl)
+    assert np.all(np.isfinite(bws)) and np.all(bws > 10e9)
+    free = sm.ClusterProfile(name="u", utilization=0.5, provenance={"source": "test"})
+    for n, bw in zip((8, 16), bws):
+        assert _crosses("resnet50", "powersgd:4", n, bw, free)
+    # nothing to extrapolate by: the model's own answer, marked outside
+    bare = sm.ClusterProfile(name="bare", ceiling=5e9, provenance={"source": "test"})
+    res = sm.breakeven_bandwidth("resnet50", "powersgd:4", n=8, cluster=bare, detail=True)
+    assert math.isinf(res.bw) and res.basis == "ceiling" and not res.within
+    # below the ceiling nothing changes: the model's answer, within the calibration
+    plain = sm.breakeven_bandwidth("resnet50", "powersgd:4", n=8, detail=True)
+    assert plain.basis == "model" and plain.within
+
+
+def test_cli_breakeven_marks_answers_outside_the_calibration(tmp_path):
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(_fitted(ceiling=5e9).to_dict()))
+    out = _cli("breakeven", "--model", "resnet50", "--n", "8", "--cluster", str(path),
+               "--compressors", "topk:0.01")
+    assert out.returncode == 0, out.stderr
+    assert " *" in out.stdout and "outside what this calibration can tell" in out.stdout
+    out = _cli("breakeven", "--model", "resnet50", "--n", "8", "--cluster", str(path),
+               "--compressors", "topk:0.01", "--json")
+    row = json.loads(out.stdout)["results"][0]
+    assert row["within_calibration"] == [False] and row["basis"] == ["utilization"]
+
+
+def test_plan_is_feasible_only_over_the_whole_interval():
+    cl = _fitted(ceiling=5e9, intervals={"ceiling": (3e9, 8e9)})
+    plan = sm.plan_compression("resnet50", "10Gbps", n=8, cluster=cl)
+    for row in plan.rows:
+        lo, hi = row.interval
+        assert lo <= row.scaling_factor <= hi
+        assert row.feasible == (lo >= 0.9)
+        # the interval is answer_interval's over the same clusters, computed directly
+        iv = sm.intervals.answer_interval(lambda c, r=row: sm.compressed_scaling_factor(
+            "resnet50", r.config, 8, 10e9, cluster=c), cl)
+        assert (lo, hi) == pytest.approx((iv.low, iv.high), rel=1e-12)
+    # a setting that reaches the target at the point but not at the pessimistic end is
+    # searched further, or said
+    point = sm.plan_compression("resnet50", "10Gbps", n=8, cluster=sm.ClusterProfile(
+        name="p", ceiling=5e9, provenance={"source": "test"}), compressors=["powersgd"])
+    ranged = next(r for r in plan.rows if r.compressor == "powersgd")
+    assert ranged.setting < point.rows[0].setting  # a lower rank to be safe
+    recommended = [r for r in plan.rows if r.recommended]
+    assert [r.speedup for r in recommended] == sorted((r.speedup for r in recommended),
+                                                      reverse=True)
+    assert all(r.speedup_interval[0] > 1 for r in recommended)
+    assert "speedup over the fit" in str(plan)
+
+
+def test_none_of_these_beats_no_compression(tmp_path):
+    slow = sm.ClusterProfile(name="slow", provenance={"source": "test"}, codec_costs={
+        f: {"encode": 1e-8, "decode": 1e-8} for f in sm.compressors.DEFAULT_CODEC_COSTS})
+    plan = sm.plan_compression("bert", "10Gbps", cluster=slow, compressors=["fp16", "powersgd"])
+    assert plan.best is None and not plan.no_compression_needed
+    assert plan.message.startswith("none of these beats no compression")
+    assert all(not r.beats_uncompressed for r in plan.rows)
+    path = tmp_path / "slow.json"  # the CLI agrees: the same message, no settings snippet
+    path.write_text(json.dumps(slow.to_dict()))
+    out = _cli("plan", "--model", "bert", "--bw", "10Gbps", "--cluster", str(path),
+               "--compressors", "fp16,powersgd")
+    assert out.returncode == 0, out.stderr
+    assert "none of these beats no compression" in out.stdout
+    assert "# scalemodel plan:" not in out.stdout
+    good = _cli("plan", "--model", "bert", "--bw", "10Gbps", "--compressors", "powersgd")
+    assert "# scalemodel plan:" in good.stdout

@@ -74,10 +74,13 @@ def test_bert_10gbps_plan():
                                         10e9) < 0.9
     fp16 = next(r for r in plan.rows if r.compressor == "fp16")
     assert not fp16.feasible and "not enough" in fp16.note
-    # ranking: feasible first, gentlest first
+    # ranking: feasible first, the fastest (predicted speedup) first
     feas = [r for r in plan.rows if r.feasible]
     assert plan.rows[: len(feas)] == tuple(feas)
-    assert [r.ratio for r in feas] == sorted(r.ratio for r in feas)
+    assert [r.speedup for r in feas] == sorted((r.speedup for r in feas), reverse=True)
+    for r in plan.rows:
+        assert r.speedup == pytest.approx(r.scaling_factor / plan.uncompressed_scaling_factor,
+                                          rel=1e-12)
     text = str(plan)
     for name in sm.COMPRESSORS:
         assert name in text
