@@ -114,7 +114,7 @@ PARAMETER_BOUNDS = {
     "collective_overhead": (0.0, 0.02), "sync_overhead": (0.0, 0.5), "overlap": (0.0, 1.0),
     "bucket_overhead": (0.0, 0.01), "iteration_overhead": (0.0, 0.5),
     "straggler_spread": (0.0, 1.0), "intra_alpha": (0.0, 2e-3), "intra_bw": (1.0, 1e15),
-    "ceiling": (0.02, None),
+    "ceiling": (0.02, None), "efficiency": (0.05, 1.0),
 }
 """Where :meth:`~scalemodel.ClusterProfile.corners` puts an interval end that is ``None`` (the runs do
 not constrain it): ``{name: (lower, upper)}`` in the parameter's unit ([s], [-], [bits/s]).
@@ -124,7 +124,8 @@ synchronization up to 0.5 s); the ceiling's lower bound is a fraction of the lar
 rate of the runs the cluster was fitted to (``provenance["runs"]``; of the ceiling itself
 when none are recorded), and its upper end ``None`` means no ceiling. ``bucket_overhead``
 (up to 10 ms per bucket), ``iteration_overhead`` (up to 0.5 s) and ``straggler_spread``
-(up to 1) bound the framework terms; ``intra_bw`` up to 10^15 bits/s."""
+(up to 1) bound the framework terms; ``intra_bw`` up to 10^15 bits/s; a FLOP-derived
+workload's fitted ``efficiency`` (``extra["efficiency"]``) from 5 % to 1."""
 
 _IDEAL = {"alpha": 0.0, "utilization": 1.0, "ceiling": None, "compute_slowdown": 1.0,
           "collective_overhead": 0.0, "sync_overhead": 0.0, "overlap": 1.0,
@@ -552,6 +553,15 @@ class ClusterProfile:
             bw_lo, a_lo = max(bw_lo, 1.0), max(a_lo, 0.0)
             worst["topology"] = attrs.evolve(t, intra_bw=bw_lo, intra_alpha=a_hi)
             best["topology"] = attrs.evolve(t, intra_bw=bw_hi, intra_alpha=a_lo)
+        eff = self.extra.get("efficiency") if isinstance(self.extra, dict) else None
+        if isinstance(eff, dict) and eff.get("interval") is not None:
+            # a fitted workload efficiency (scalemodel.efficiency): faster compute hides
+            # less communication, so its upper end is the pessimistic corner
+            lo, hi = (list(eff["interval"]) + [None, None])[:2]
+            lower, upper = PARAMETER_BOUNDS["efficiency"]
+            lo, hi = lower if lo is None else lo, upper if hi is None else hi
+            worst["extra"] = dict(self.extra, efficiency=dict(eff, value=float(hi)))
+            best["extra"] = dict(self.extra, efficiency=dict(eff, value=float(lo)))
         codec = self._codec_corners()
         if codec is not None:
             worst["codec_costs"], best["codec_costs"] = codec
@@ -658,6 +668,14 @@ class ClusterProfile:
             changes["topology"] = attrs.evolve(self.topology, **topo)
         intervals = {k: v for k, v in self.intervals.items() if k not in touched}
         intervals.update(alt["intervals"])
+        eff = self.extra.get("efficiency") if isinstance(self.extra, dict) else None
+        if isinstance(eff, dict):  # a workload's efficiency: this explanation's, or none
+            extra = {k: v for k, v in self.extra.items() if k != "efficiency"}
+            if "efficiency" in alt["values"]:
+                extra["efficiency"] = dict(eff, value=alt["values"]["efficiency"], interval=list(
+                    alt["intervals"].get("efficiency", eff.get("interval"))))
+            intervals.pop("efficiency", None)
+            changes["extra"] = extra
         if isinstance(alt.get("codec_costs"), dict):  # codec costs fitted under it
             changes["codec_costs"] = alt["codec_costs"]
             intervals = {k: v for k, v in intervals.items() if not k.startswith("codec.")}

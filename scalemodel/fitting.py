@@ -482,6 +482,11 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
                             nics_per_node=nics_per_node, intra_bw=intra_bw,
                             intra_alpha=intra_alpha)
     base = attrs.evolve(base, name=name, topology=None if topo.flat else topo)
+    if isinstance(base.extra, dict) and "efficiency" in base.extra:
+        # a starting cluster's fitted efficiency would rescale the runs' profiles in
+        # every scenario of this fit: the runs decide it again (or the profiles' own)
+        base = attrs.evolve(base, extra={k: v for k, v in base.extra.items()
+                                         if k != "efficiency"})
     Scenario.build(runs[0].profile, algorithm=algorithm, fusion=fusion)  # validate names
     for i, r in enumerate(runs):
         if r.fusion is not None or r.algorithm is not None:

@@ -152,7 +152,8 @@ def answer_interval(fn, cluster, value=None) -> AnswerInterval:
     if value is None:
         value = fn(cluster)
     value = float(value)
-    if cluster is None or not (cluster.intervals or cluster.alternatives):
+    if cluster is None or not (cluster.intervals or cluster.alternatives
+                               or "efficiency" in cluster.extra):
         return AnswerInterval(value, _end(value), _end(value))
     alts = cluster.alternatives
     rows, clusters = [], []

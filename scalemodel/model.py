@@ -68,6 +68,7 @@ from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buc
 from .checkpointing import with_recompute
 from .offload import with_offload
 from .profiles import WorkloadProfile, load_profile
+from .efficiency import at_fitted_efficiency
 from .topology import resolve_topology
 from .units import (broadcast_shape, check_count, check_fraction, check_nonnegative,
                     check_ratio, parse_bandwidth, parse_duration)
@@ -314,6 +315,8 @@ class Scenario:
             topology = cluster.topology
             if cluster.reduction is not None:
                 profile = attrs.evolve(profile, reduction=cluster.reduction)
+            # a FLOP-derived profile computes at the efficiency fitted for its GPU
+            profile = at_fitted_efficiency(profile, cluster)
             if cluster.overlap < 1.0 and shard.sharded:
                 raise InvalidParameterError(
                     "sharding", shard.strategy, f"the cluster {cluster.name!r} has an "

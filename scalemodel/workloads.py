@@ -19,16 +19,16 @@
 * per transformer block (the unit FSDP and ZeRO-3 wrap) its parameter bytes, forward
   and backward time (:func:`transformer_units`).
 
-The efficiency (model FLOPs utilisation, MFU) is *measured*: :func:`measured_efficiency`
-computes it from the measured H100 profiles shipped with scalemodel
-(``bert-base-h100*``, ``bert-large-h100*``, ``gpt2-h100*``), model FLOPs over measured
-forward + backward time, per compute dtype, and says how well the FLOP-derived timeline
-matches the measured one. Pass ``efficiency=`` to use your own.
-
-The built-in LLMs (:func:`llm_profile`) do not use that measurement: the measured bf16
-profiles are small, launch-bound models (1 to 9 % MFU) whose efficiency does not transfer
-to 7B-70B models. Their default is ``PUBLISHED_LLM_EFFICIENCY``, the median MFU of
-MosaicML's published FSDP runs on H100s in bf16.
+The efficiency (model FLOPs utilisation, MFU) defaults, for 16-bit training, to the
+published MFU of LLM training runs on that GPU (:func:`scalemodel.efficiency.default_efficiency`:
+LLM Foundry's bf16 runs without activation checkpointing, median per GPU; 0.41185 on an
+H100 SXM, 0.55815 on an A100 40GB, 0.60985 on an A100 80GB), the same for the built-in
+LLMs (:func:`llm_profile`) and for a configuration of your own; the profile's
+``provenance["efficiency"]`` says which default it used. fp32 uses
+:func:`measured_efficiency`, the MFU of the measured H100 profiles shipped with scalemodel
+(``bert-base-h100*``, ``bert-large-h100*``, ``gpt2-h100*``). Pass ``efficiency=`` to use
+your own; a cluster fitted on runs of the same GPU (:func:`~scalemodel.fit_cluster`)
+replaces it in every prediction made with that cluster.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import attrs
 import numpy as np
 
 from .collectives import ReductionCost
+from .efficiency import PUBLISHED_MFU, SIXTEEN_BIT, default_efficiency
 from .exceptions import InvalidParameterError, ParameterTypeError, ScalemodelError
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
 
@@ -49,20 +50,16 @@ __all__ = ["TransformerConfig", "TensorFlops", "TransformerUnits", "EfficiencyMe
            "ADAM_UPDATE_BYTES_PER_PARAM", "llm_names", "llm_config", "llm_profile",
            "PUBLISHED_LLM_EFFICIENCY"]
 
-PUBLISHED_LLM_EFFICIENCY = 0.4085
-"""Default model FLOPs utilisation of the built-in LLMs (bf16 on an H100): 0.4085, the
-median MFU (40.85 %) of the eleven H100 bf16 runs without activation checkpointing in
-MosaicML's LLM Foundry benchmark table (``mosaicml/llm-foundry``,
-``scripts/train/benchmarking/README.md`` at commit 061f2c7, section "H100 80GB BF16"; rows
-17-27 of ``benchmarks/data/published_sharded.csv``: MPT-1B, 3B and 13B with PyTorch FSDP
-FULL_SHARD on 8 to 64 GPUs, 39.58 to 43.73 %; the median is row 24, MPT-1B on 64 GPUs).
-Their MFU counts 6 N FLOPs per token plus attention, within a few per cent of
-:func:`tensor_flops`, and it is an end-to-end rate (communication included); it barely
-changes from 8 to 64 GPUs, so their communication is hidden and this is the compute
-efficiency. The efficiency measured from scalemodel's own H100 profiles
-(:func:`measured_efficiency`, 0.047 in bf16) is of models of 0.1-0.3 B parameters on 512
-to 4,096 tokens per step, whose kernels are shorter than their launch: it measures the
-host, not the GPU, and would make an LLM compute 8.8 times too long."""
+PUBLISHED_LLM_EFFICIENCY = PUBLISHED_MFU["h100-sxm"].value
+"""Default model FLOPs utilisation of 16-bit training on an H100 SXM: 0.41185, the median MFU
+of the twelve H100 bf16 runs of MPT-1B to MPT-13B without activation checkpointing at
+2,048 tokens in MosaicML's LLM Foundry benchmark table (``mosaicml/llm-foundry``,
+``scripts/train/benchmarking/README.md`` at commit 061f2c7, section "H100 80GB BF16";
+``benchmarks/data/published_llm_mfu.csv`` rows 1-12, 39.6 to 46.4 %). Other GPUs:
+:data:`scalemodel.efficiency.PUBLISHED_MFU`. The efficiency measured from scalemodel's own
+H100 profiles in bf16 (:func:`measured_efficiency`, 0.047) is of models of 0.1-0.3 B
+parameters on 512 to 4,096 tokens per step, whose kernels are shorter than their launch:
+it measures the host, not the GPU, and is not a default."""
 
 ADAM_UPDATE_BYTES_PER_PARAM = 28
 """HBM traffic of one mixed-precision Adam step per parameter [bytes] for the update-time
@@ -545,16 +542,33 @@ def _unit_ready_deviation(profile, cfg, fl) -> float:
     return float(np.max(np.abs(derived - measured)))
 
 
-def _resolve_efficiency(efficiency, dtype):
+def _resolve_efficiency(efficiency, dtype, gpu="h100-sxm"):
+    """``(efficiency, provenance)``: the one given, else the default for the GPU and dtype
+    (published for bf16/fp16, :func:`scalemodel.efficiency.default_efficiency`; measured
+    for fp32, :func:`measured_efficiency`). The provenance starts ``"given: "``,
+    ``"published: "`` or ``"measured: "`` followed by the value."""
     if efficiency is None:
-        return measured_efficiency(dtype).efficiency, "measured"
+        dt = canonical_dtype(dtype)
+        if dt in SIXTEEN_BIT:
+            d = default_efficiency(gpu, dt)
+            return d.value, d.text
+        if dt == "fp32":
+            m = measured_efficiency(dt)
+            return m.efficiency, (
+                f"measured: {m.efficiency:.4f}, pooled model-FLOPs utilisation of "
+                f"{', '.join(m.profiles)} ({m.dtype}) on one NVIDIA H100 "
+                "(scalemodel.workloads.measured_efficiency)")
+        raise InvalidParameterError("dtype", dtype, "scalemodel has no default efficiency "
+                                    "for this compute dtype (published defaults are for bf16 "
+                                    "and fp16, the measured one for fp32)",
+                                    "Pass efficiency= (model FLOPs utilisation, 0 to 1)")
     if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float, np.floating)):
         raise ParameterTypeError("efficiency", efficiency, "a number in (0, 1]")
     e = float(efficiency)
     if not (math.isfinite(e) and 0 < e <= 1):
         raise InvalidParameterError("efficiency", efficiency, "must be in (0, 1]",
                                     "It is the fraction of the GPU's peak FLOP/s reached")
-    return e, "given"
+    return e, f"given: {e!r}"
 
 
 # --------------------------------------------------------------------------- profiles
@@ -581,7 +595,7 @@ def _timing(config, gpu, efficiency, dtype):
     if dt != config.dtype:
         config = attrs.evolve(config, dtype=dt)
     peak = gpu.peak(dt)
-    eff, how = _resolve_efficiency(efficiency, dt)
+    eff, how = _resolve_efficiency(efficiency, dt, gpu)
     return config, gpu, tensor_flops(config), peak * eff, eff, how
 
 
@@ -633,8 +647,9 @@ def transformer_units(config: TransformerConfig, gpu="h100-sxm", *, efficiency=N
     gpu : str or GPUSpec
         GPU name or spec (:func:`~scalemodel.get_gpu`) [-].
     efficiency : float or None
-        Model FLOPs utilisation in (0, 1]; None: :func:`measured_efficiency` for the
-        compute dtype [-].
+        Model FLOPs utilisation in (0, 1]; None: the GPU's published default in bf16 and
+        fp16 (:func:`scalemodel.efficiency.default_efficiency`), :func:`measured_efficiency`
+        in fp32 [-].
     dtype : str or None
         Compute dtype; None: ``config.dtype`` [-].
     param_dtype : str or None
@@ -682,8 +697,10 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
     gpu : str or GPUSpec
         GPU name or spec (:func:`~scalemodel.get_gpu`) [-].
     efficiency : float or None
-        Model FLOPs utilisation in (0, 1], applied to forward and backward; None:
-        :func:`measured_efficiency` for the compute dtype [-].
+        Model FLOPs utilisation in (0, 1], applied to forward and backward; None: the
+        GPU's published default in bf16 and fp16
+        (:func:`scalemodel.efficiency.default_efficiency`; ``provenance["efficiency"]``
+        says which), :func:`measured_efficiency` in fp32 [-].
     dtype : str or None
         Compute dtype; None: ``config.dtype``. The GPU must support it [-].
     grad_dtype : str or None
@@ -707,7 +724,8 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
     Raises
     ------
     InvalidParameterError
-        The GPU lacks the dtype, or the efficiency is outside (0, 1].
+        The GPU lacks the dtype, the efficiency is outside (0, 1], or it is None for a
+        dtype without a default (tf32, fp8, fp64).
     """
     from .profiles import WorkloadProfile
 
@@ -726,12 +744,7 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
             raise InvalidParameterError("update_time", update_time, "must be finite and >= 0 [s]")
         upd, upd_how = float(update_time), "given"
     label = name or config.name or "transformer"
-    if how == "measured":
-        m = measured_efficiency(config.dtype)
-        eff_how = (f"measured: {eff:.4f}, pooled model-FLOPs utilisation of {', '.join(m.profiles)} "
-                   f"({m.dtype}) on one NVIDIA H100 (scalemodel.workloads.measured_efficiency)")
-    else:
-        eff_how = f"given: {eff:g}"
+    eff_how = how
     return WorkloadProfile(
         name=label, tensor_bytes=fl.numel[order] * DTYPE_BYTES[gd], tensor_ready=ready,
         forward_time=fl.forward / rate, backward_time=fl.backward / rate, update_time=upd,
@@ -814,7 +827,9 @@ def llm_config(name, *, seq=None, micro_batch=None, dtype=None) -> TransformerCo
 def llm_profile(name, gpu=None, *, efficiency=None):
     """The built-in workload profile of an LLM: :func:`transformer_profile` of
     :func:`llm_config` at the documented defaults (4096 tokens, micro-batch 1, bf16, on
-    an H100 SXM) with the published efficiency ``PUBLISHED_LLM_EFFICIENCY``.
+    an H100 SXM) with the GPU's published default efficiency (the same default as a
+    configuration of your own: :func:`scalemodel.efficiency.default_efficiency`; 0.41185
+    on the H100 SXM, ``PUBLISHED_LLM_EFFICIENCY``).
 
     Parameters
     ----------
@@ -823,19 +838,13 @@ def llm_profile(name, gpu=None, *, efficiency=None):
     gpu : str, GPUSpec or None
         GPU; None: ``"h100-sxm"`` [-].
     efficiency : float or None
-        Model FLOPs utilisation; None: ``PUBLISHED_LLM_EFFICIENCY`` [-].
+        Model FLOPs utilisation; None: the GPU's published default [-].
     """
     data = _llm_data()
     cfg = llm_config(name)
     entry = data["models"][cfg.name]
     prof = transformer_profile(cfg, data["defaults"]["gpu"] if gpu is None else gpu,
-                               efficiency=PUBLISHED_LLM_EFFICIENCY if efficiency is None
-                               else efficiency, name=cfg.name)
-    if efficiency is None:
-        prof.provenance["efficiency"] = (
-            f"published: {PUBLISHED_LLM_EFFICIENCY:g}, the median MFU of MosaicML LLM "
-            "Foundry's FSDP runs on H100s in bf16 (scalemodel.workloads."
-            "PUBLISHED_LLM_EFFICIENCY; benchmarks/data/published_sharded.csv rows 17-27)")
+                               efficiency=efficiency, name=cfg.name)
     prof.provenance["config_source"] = entry["source"]
     prof.provenance["paper"] = entry["paper"]
     return prof

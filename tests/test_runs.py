@@ -210,7 +210,8 @@ def test_tokens_need_a_profile_that_knows_its_tokens():
 def test_compute_known_and_runs_far_below_the_compute():
     llm = dict(BASE, model="llama-2-7b", n=64)
     run = load_runs([dict(llm, tokens_per_second_per_gpu=3000)])[0]
-    assert run.compute_known is False and run.efficiency == pytest.approx(0.4085)
+    assert run.compute_known is False and run.efficiency == pytest.approx(
+        sm.workloads.PUBLISHED_LLM_EFFICIENCY)
     run = load_runs([dict(llm, iteration_time=2.0, single_worker_time=1.8)])[0]
     assert run.compute_known is True  # the measured time is the truth
     assert run.profile.iteration_time == pytest.approx(1.8)

@@ -1,0 +1,202 @@
+"""LLM training calibrated from ONE run: scaling with n, and across model sizes (issue 20,
+item 9).
+
+Data: the 29 rows of ``benchmarks/data/published_sharded.csv`` (MosaicML's LLM Foundry
+benchmark tables, ``mosaicml/llm-foundry`` ``scripts/train/benchmarking/README.md`` at
+commit 061f2c7: MPT-1B to MPT-70B with PyTorch FSDP ``FULL_SHARD`` on 8 to 128 A100 40GB,
+A100 80GB and H100 GPUs), loaded, with their MPT configurations, profiles (activation
+checkpointing: backward 1.5x) and networks, by ``benchmarks/validate_sharded.py``
+(imported, not copied).
+
+Protocol (stated before looking at the errors):
+
+1. **One run calibrates.** A cluster is fitted by :func:`scalemodel.fit_cluster` on one
+   run only, given as measured tokens per second per GPU on its FLOP-derived profile (at
+   the GPU's published default efficiency, :mod:`scalemodel.efficiency`): the library fits
+   the compute efficiency (kept with the GPU in ``cluster.extra["efficiency"]``) and keeps
+   the other explanations of that run as alternatives. The calibration run of a series
+   (model, GPU) is its row with the fewest GPUs.
+2. **Predictions use the library as a user would**: ``iteration_time(profile, n, bw,
+   sharding="zero3", cluster=fit)`` on each row's own profile, again at the published
+   default efficiency; the fitted efficiency of that GPU replaces it inside the library
+   (nothing is rescaled here). Error = predicted / published tokens per second per GPU
+   - 1.
+3. **Scaling with n**: each series' other rows, from its own calibration run.
+4. **Across model sizes**: every series' calibration run in turn predicts every row of the
+   *other* models on the same GPU (all pairs; no choice of a favourable calibration).
+5. **Baseline, the rule of thumb**: a constant MFU, the calibration run's published MFU
+   carried to the predicted row (error = MFU of the calibration row / MFU of the row - 1;
+   within a series this is the flat per-GPU throughput).
+
+Targets (issue 20): scaling with n, median |error| <= 5 %, largest <= 15 %; across model
+sizes at least as good as the constant-MFU rule (median and largest).
+
+Run: ``python benchmarks/validate_llm.py`` (about 15 s); writes
+``benchmarks/results/validate_llm.txt`` and ``.json`` (as one set, atomically) unless
+``--no-write``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import validate_sharded as vs  # noqa: E402  (the rows, configurations and networks)
+
+import scalemodel as sm  # noqa: E402
+
+RESULTS = HERE / "results"
+TARGET_N = (0.05, 0.15)
+"""Scaling with n: median and largest |error| allowed [-]."""
+
+
+def series():
+    """``{(model, gpu): rows sorted by GPU count}`` of the published rows."""
+    out = {}
+    for r in vs.published_rows():
+        out.setdefault((r["model"], r["gpu"]), []).append(r)
+    for rows in out.values():
+        rows.sort(key=lambda r: (r["n"], r["row"]))
+    return out
+
+
+def _topology(gpu):
+    bw, nics, _ = vs.NETWORK[gpu]
+    return bw, dict(gpus_per_node=8, nics_per_node=nics,
+                    intra_bw=sm.get_gpu(gpu).intra_node_bw)
+
+
+def calibrate(row):
+    """The cluster fitted on one published row (:func:`scalemodel.fit_cluster`)."""
+    bw, topo = _topology(row["gpu"])
+    run = dict(model=vs.profile_for(row, None), n=row["n"], bw=bw, sharding="zero3",
+               tokens_per_second_per_gpu=row["tokens_per_gpu"],
+               label=f"{row['model']} on {row['n']} {row['gpu']}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sm.fit_cluster([run], algorithm="ring", fusion=None, **topo)
+
+
+def predict(row, cluster):
+    """Predicted tokens per second per GPU of a row on a fitted cluster [tokens/s], and
+    the (low, high) ends implied by the scaling-factor interval [tokens/s]."""
+    bw, _ = _topology(row["gpu"])
+    it = sm.iteration_time(vs.profile_for(row, None), row["n"], bw, sharding="zero3",
+                           fusion=None, algorithm="ring", cluster=cluster)
+    tokens = row["grad_accum"] * row["micro_batch"] * row["seq"]
+    sf = float(it.scaling_factor)
+    lo, hi = it.scaling_factor_interval
+    total = float(it.total)
+    return tokens / total, (tokens / (total * sf / lo), tokens / (total * sf / hi))
+
+
+def _entry(row, cal, fit):
+    pred, (lo, hi) = predict(row, fit.cluster)
+    return dict(row=row["row"], model=row["model"], gpu=row["gpu"], n=row["n"],
+                calibration_row=cal["row"], calibration=f"{cal['model']} @ {cal['n']}",
+                published=row["tokens_per_gpu"], predicted=pred, low=lo, high=hi,
+                error=pred / row["tokens_per_gpu"] - 1,
+                rule=cal["mfu"] / row["mfu"] - 1,
+                efficiency=float(fit.cluster.extra["efficiency"]["value"]))
+
+
+def evaluate():
+    """Both tables' entries and their summaries."""
+    groups = series()
+    fits = {key: calibrate(rows[0]) for key, rows in groups.items()}
+    with_n, sizes = [], []
+    for key, rows in groups.items():
+        cal = rows[0]
+        with_n += [_entry(r, cal, fits[key]) for r in rows[1:]]
+        for other, orows in groups.items():
+            if other[1] == key[1] and other[0] != key[0]:
+                sizes += [_entry(r, cal, fits[key]) for r in orows]
+    return dict(with_n=with_n, sizes=sizes,
+                summary=dict(with_n=_summary(with_n), sizes=_summary(sizes)),
+                fits={f"{m} on {g}": dict(row=groups[(m, g)][0]["row"],
+                                          efficiency=fit.cluster.extra["efficiency"],
+                                          message=fit.message)
+                      for (m, g), fit in fits.items()})
+
+
+def _summary(entries):
+    e = [abs(x["error"]) for x in entries]
+    r = [abs(x["rule"]) for x in entries]
+    inside = sum(x["low"] * (1 - 1e-9) <= x["published"] <= x["high"] * (1 + 1e-9)
+                 for x in entries)
+    return dict(rows=len(entries), median=statistics.median(e), largest=max(e),
+                rule_median=statistics.median(r), rule_largest=max(r),
+                inside=inside)
+
+
+def table(entries):
+    """Text lines of one table."""
+    head = ["row", "model", "GPU", "GPUs", "calibrated on", "fitted MFU",
+            "published tok/s/GPU", "predicted", "error", "constant MFU"]
+    body = [[str(x["row"]), x["model"], x["gpu"], str(x["n"]),
+             f"row {x['calibration_row']} ({x['calibration']})", f"{x['efficiency']:.3f}",
+             f"{x['published']:.0f}", f"{x['predicted']:.0f}", f"{100 * x['error']:+.1f} %",
+             f"{100 * x['rule']:+.1f} %"] for x in entries]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    return ["  ".join(h.rjust(w) for h, w in zip(head, widths))] + [
+        "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+
+
+def _say_summary(say, what, s, target=None):
+    say(f"{what}: {s['rows']} predictions; median |error| {100 * s['median']:.1f} %, "
+        f"largest {100 * s['largest']:.1f} %; constant-MFU rule median "
+        f"{100 * s['rule_median']:.1f} %, largest {100 * s['rule_largest']:.1f} %; "
+        f"{s['inside']} inside the interval")
+    if target:
+        ok = s["median"] <= target[0] and s["largest"] <= target[1]
+        say(f"  target median <= {100 * target[0]:.0f} %, largest <= "
+            f"{100 * target[1]:.0f} %: {'met' if ok else 'NOT met'}")
+    else:
+        ok = s["median"] <= s["rule_median"] and s["largest"] <= s["rule_largest"]
+        say(f"  target: at least as good as the constant-MFU rule: "
+            f"{'met' if ok else 'NOT met'}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-write", action="store_true",
+                    help="print only; do not write benchmarks/results/validate_llm.*")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    lines = []
+
+    def say(*text):
+        for t in text:
+            print(t, flush=True)
+            lines.append(t)
+
+    res = evaluate()
+    say("LLM Foundry FSDP runs calibrated from one run each (fit_cluster on the series' "
+        "fewest-GPU row; issue 20, item 9)", "",
+        "== scaling with n (each series predicted from its own calibration run)",
+        *table(res["with_n"]), "")
+    _say_summary(say, "scaling with n", res["summary"]["with_n"], TARGET_N)
+    say("", "== across model sizes (each calibration run predicts every row of the other "
+            "models on its GPU)", *table(res["sizes"]), "")
+    _say_summary(say, "across model sizes", res["summary"]["sizes"])
+    say("", "networks: " + "; ".join(f"{g}: {t}" for g, (_, _, t) in vs.NETWORK.items()),
+        f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
+    if not args.no_write:
+        from scalemodel.profiles import atomic_write_files
+        RESULTS.mkdir(exist_ok=True)
+        atomic_write_files({
+            RESULTS / "validate_llm.txt": "\n".join(lines) + "\n",
+            RESULTS / "validate_llm.json": json.dumps(res, indent=1, allow_nan=False)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+r"""Default compute efficiency (model FLOPs utilisation, MFU) per GPU, from published runs.
+
+A workload derived from FLOPs (:func:`~scalemodel.transformer_profile`) computes at
+:math:`R = \eta P` (the GPU's peak for the compute dtype times the efficiency
+:math:`\eta`). When the caller gives no ``efficiency=``, 16-bit training (bf16 or fp16)
+takes :math:`\eta` from :data:`PUBLISHED_MFU`: the median MFU of the published LLM
+training runs of that GPU, one rule for every GPU, built-in LLM or a configuration of your
+own alike:
+
+    MosaicML's LLM Foundry benchmark tables (``mosaicml/llm-foundry``,
+    ``scripts/train/benchmarking/README.md`` at commit 061f2c7), the section of that GPU,
+    the bf16 runs **without activation checkpointing** at sequence **2,048** of models
+    of **1 billion parameters or more** (MPT-1B to MPT-13B, PyTorch FSDP ``FULL_SHARD``,
+    8 to 128 GPUs).
+
+The rows are ``benchmarks/data/published_llm_mfu.csv`` (each a table value with its
+section). Their MFU counts :math:`6N` FLOPs per token plus attention (the README's
+formula), within a few per cent of ``scalemodel.workloads.tensor_flops``, and it is
+end-to-end: communication included, which these runs hide almost entirely (their MFU is
+flat from 8 to 128 GPUs).
+
+======================= ========= ======== ===================================
+GPU                     default   runs     range of the runs
+======================= ========= ======== ===================================
+``a100-40gb``           0.55815   10       45.4 to 57.8 % (rows 17-26)
+``a100-80gb``           0.60985   4        59.6 to 64.2 % (rows 13-16)
+``h100-sxm``            0.41185   12       39.6 to 46.4 % (rows 1-12)
+======================= ========= ======== ===================================
+
+Cross-checks that are not used in the defaults: torchtitan's ``docs/performance.md``
+reports 33 to 39 % MFU for Llama 3.1 8B with FSDP on 8 or 128 H100 (96 GB, 500 W) and
+56 to 58 % for Llama 3 8B on 64 A100 80GB (selective activation checkpointing).
+
+A GPU without such runs takes the default of a GPU of the same architecture that has one
+(``h100-pcie`` and ``h200`` the ``h100-sxm``'s), else the median of the three defaults
+(``v100-*``, ``b200``, ``mi300x``, your own :class:`~scalemodel.GPUSpec`); the profile's
+provenance says which it used. Other dtypes have no published default here:
+:func:`~scalemodel.transformer_profile` uses the measured fp32 efficiency
+(:func:`~scalemodel.measured_efficiency`) for fp32 and asks for ``efficiency=`` for tf32,
+fp8 and fp64.
+
+A cluster fitted on runs of a FLOP-derived profile (:func:`~scalemodel.fit_cluster`)
+keeps the fitted efficiency with the GPU it was fitted on
+(``cluster.extra["efficiency"]``); :func:`fitted_efficiency` finds it for a profile of
+the same GPU, and every prediction with that cluster then computes at it (its interval
+goes into the answer's interval).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+
+import attrs
+
+from .exceptions import InvalidParameterError
+from .hardware import GPUSpec, canonical_dtype, get_gpu, list_gpus
+
+__all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_efficiency",
+           "fitted_efficiency", "at_fitted_efficiency", "profile_efficiency", "gpu_name_of",
+           "SIXTEEN_BIT"]
+
+SIXTEEN_BIT = ("bf16", "fp16")
+"""Compute dtypes the published defaults are for (tensor-core 16-bit training)."""
+
+_SOURCE = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md at commit "
+           "061f2c7ce64e655100286584a7629e2a09f827ba")
+
+
+@attrs.frozen
+class PublishedMFU:
+    """The published runs behind one GPU's default efficiency.
+
+    Attributes
+    ----------
+    gpu : str
+        scalemodel's GPU name.
+    section : str
+        The section of the source's README the runs are in.
+    rows : tuple of int
+        Rows of ``benchmarks/data/published_llm_mfu.csv``.
+    mfu : tuple of float
+        MFU of each run, in the rows' order [-].
+    source : str
+        Repository, file and commit.
+    """
+
+    gpu: str
+    section: str
+    rows: tuple
+    mfu: tuple
+    source: str = _SOURCE
+
+    @property
+    def value(self) -> float:
+        """The default: the median of ``mfu`` [-]."""
+        return round(float(statistics.median(self.mfu)), 6)
+
+
+PUBLISHED_MFU = {
+    "h100-sxm": PublishedMFU(
+        "h100-sxm", "H100 80GB BF16", tuple(range(1, 13)),
+        (0.3986, 0.3995, 0.3958, 0.3979, 0.4644, 0.408, 0.417, 0.4373, 0.4085, 0.4152,
+         0.4236, 0.4182)),
+    "a100-80gb": PublishedMFU(
+        "a100-80gb", "A100 80GB with 1600 Gbps node-node interconnect (RoCE)",
+        (13, 14, 15, 16), (0.5957, 0.6423, 0.6211, 0.5986)),
+    "a100-40gb": PublishedMFU(
+        "a100-40gb", "A100 40GB with 1600 Gbps node-node interconnect (RoCE)",
+        tuple(range(17, 27)),
+        (0.548, 0.5594, 0.5696, 0.5602, 0.5782, 0.5441, 0.5544, 0.4539, 0.5569, 0.5623)),
+}
+"""Per GPU, the published runs whose median MFU is its default efficiency in bf16/fp16
+(module docstring: which runs, and why)."""
+
+
+@attrs.frozen
+class DefaultEfficiency:
+    """The efficiency a FLOP-derived profile uses when none is given.
+
+    Attributes
+    ----------
+    value : float
+        Model FLOPs utilisation [-].
+    kind : str
+        ``"published"`` (the GPU's own runs), ``"architecture"`` (another GPU of its
+        architecture), ``"fallback"`` (the median of the published defaults).
+    gpu : str
+        The GPU asked about.
+    text : str
+        Provenance, starting ``"published: <value>"`` (what a profile records).
+    """
+
+    value: float
+    kind: str
+    gpu: str
+    text: str
+
+
+def _published(name):
+    p = PUBLISHED_MFU[name]
+    return (f"{len(p.mfu)} bf16 runs of MPT models of 1B parameters or more without "
+            f"activation checkpointing at 2,048 tokens, {min(p.mfu):.1%} to {max(p.mfu):.1%}; LLM Foundry's "
+            f"benchmark table, section '{p.section}' "
+            f"(benchmarks/data/published_llm_mfu.csv rows {p.rows[0]}-{p.rows[-1]})")
+
+
+def default_efficiency(gpu="h100-sxm", dtype="bf16") -> DefaultEfficiency:
+    """The default model FLOPs utilisation of 16-bit training on ``gpu``.
+
+    Parameters
+    ----------
+    gpu : str or GPUSpec
+        GPU name or spec (:func:`~scalemodel.get_gpu`) [-].
+    dtype : str
+        Compute dtype; ``"bf16"`` or ``"fp16"`` [-].
+
+    Returns
+    -------
+    DefaultEfficiency
+        The value, whether it is the GPU's own published median, its architecture's or
+        the fallback, and the provenance text.
+
+    Raises
+    ------
+    InvalidParameterError
+        A dtype other than bf16 or fp16 (no published default: pass ``efficiency=``).
+    UnknownNameError
+        Not a GPU scalemodel knows.
+
+    Examples
+    --------
+    >>> d = default_efficiency("a100-80gb")
+    >>> round(d.value, 5), d.kind
+    (0.60985, 'published')
+    >>> default_efficiency("h200").kind
+    'architecture'
+    """
+    spec = get_gpu(gpu)
+    dt = canonical_dtype(dtype)
+    if dt not in SIXTEEN_BIT:
+        raise InvalidParameterError("dtype", dtype, "scalemodel has published default "
+                                    "efficiencies for bf16 and fp16 only",
+                                    "Pass efficiency= (model FLOPs utilisation, 0 to 1)")
+    name = spec.name
+    if name in PUBLISHED_MFU and _is_builtin(spec):
+        v = PUBLISHED_MFU[name].value
+        return DefaultEfficiency(v, "published", name,
+                                 f"published: {v:g}, the median MFU of {_published(name)}")
+    same = [g for g in PUBLISHED_MFU if spec.architecture
+            and get_gpu(g).architecture == spec.architecture]
+    if same:
+        ref = sorted(same)[-1] if spec.architecture != "hopper" else "h100-sxm"
+        v = PUBLISHED_MFU[ref].value
+        return DefaultEfficiency(
+            v, "architecture", name,
+            f"published: {v:g}, the default of the {ref} (same {spec.architecture} "
+            f"architecture; no published LLM runs of the {name} recorded): the median MFU "
+            f"of {_published(ref)}")
+    v = round(float(statistics.median(p.value for p in PUBLISHED_MFU.values())), 6)
+    return DefaultEfficiency(
+        v, "fallback", name,
+        f"published: {v:g}, the median of the published defaults of "
+        f"{', '.join(sorted(PUBLISHED_MFU))} (no published LLM runs of the {name} or "
+        f"its architecture recorded; pass efficiency= for a better number)")
+
+
+def _is_builtin(spec: GPUSpec) -> bool:
+    return spec.name in list_gpus() and get_gpu(spec.name) == spec
+
+
+def gpu_name_of(profile) -> str | None:
+    """The GPU a FLOP-derived profile computes on (its provenance's ``gpu``), or None.
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        A profile [-].
+    """
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    name = prov.get("gpu")
+    return str(name) if name else None
+
+
+def profile_efficiency(profile):
+    """The efficiency a FLOP-derived profile computes at, or None (a measured profile, or
+    one rescaled to a measured time with :meth:`~scalemodel.WorkloadProfile.scaled_to`).
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        A profile [-].
+
+    Returns
+    -------
+    float or None
+        The model FLOPs utilisation its provenance records [-].
+    """
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    if not str(prov.get("source", "")).startswith("FLOP-derived") or "scaled_to" in prov:
+        return None
+    m = _EFF_RE.match(str(prov.get("efficiency", "")))
+    try:
+        eff = float(m.group(1)) if m else None
+    except ValueError:
+        return None
+    return eff if eff is not None and 0 < eff <= 1 else None
+
+
+_EFF_RE = re.compile(r"\s*(?:published|measured|given|fitted):\s*([0-9.]+(?:[eE][-+]?[0-9]+)?)")
+
+
+def _fitted_entry(cluster):
+    extra = getattr(cluster, "extra", None)
+    eff = extra.get("efficiency") if isinstance(extra, dict) else None
+    if not isinstance(eff, dict):
+        return None
+    value = eff.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not (math.isfinite(value) and 0 < value <= 1):
+        raise InvalidParameterError("cluster.extra['efficiency']['value']", value,
+                                    "must be a model FLOPs utilisation in (0, 1]")
+    return eff
+
+
+def _device_names(gpus):
+    """GPU names for the device strings a fit records (full names or short names)."""
+    names = set()
+    for d in gpus or ():
+        d = str(d)
+        for g in list_gpus():
+            spec = get_gpu(g)
+            if d in (g, spec.full_name):
+                names.add(g)
+        names.add(d)
+    return names
+
+
+def fitted_efficiency(cluster, profile):
+    """The efficiency ``cluster`` was fitted at for ``profile``'s GPU, or None.
+
+    It applies when the profile is derived from FLOPs (its compute time is FLOPs over
+    peak x efficiency) and computes on a GPU the fit's FLOP-derived runs used (the same
+    GPU name, or the device name the fit recorded).
+
+    Parameters
+    ----------
+    cluster : ClusterProfile or None
+        A cluster, fitted or not [-].
+    profile : WorkloadProfile
+        The workload [-].
+
+    Returns
+    -------
+    tuple or None
+        ``(value, (low, high))``: the fitted MFU and its interval (an end None where the
+        runs do not bound it) [-]; None when the cluster carries no fitted efficiency,
+        the profile is not FLOP-derived, or its GPU is another.
+
+    Raises
+    ------
+    InvalidParameterError
+        The cluster's recorded efficiency is not a number in (0, 1].
+    """
+    if cluster is None:
+        return None
+    eff = _fitted_entry(cluster)
+    if eff is None:
+        return None
+    if profile_efficiency(profile) is None:
+        return None
+    gpu = gpu_name_of(profile)
+    names = _device_names(eff.get("gpu"))
+    if gpu is None or not (gpu in names or str(profile.device) in names):
+        return None
+    iv = eff.get("interval") or (None, None)
+    lo, hi = (list(iv) + [None, None])[:2]
+    return float(eff["value"]), (None if lo is None else float(lo),
+                                 None if hi is None else float(hi))
+
+
+def at_fitted_efficiency(profile, cluster):
+    """``profile`` computing at the efficiency ``cluster`` was fitted at for its GPU
+    (:func:`fitted_efficiency`): forward, backward, ready times and update multiplied by
+    its own efficiency over the fitted one (:meth:`~scalemodel.WorkloadProfile.scaled_to`,
+    as :func:`~scalemodel.fit_cluster` scaled it while fitting); ``profile`` itself when
+    the cluster carries no efficiency for it.
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The workload [-].
+    cluster : ClusterProfile or None
+        The cluster the prediction is made on [-].
+
+    Returns
+    -------
+    WorkloadProfile
+        The rescaled profile (``provenance["scaled_to"]`` records the factor), or
+        ``profile``.
+    """
+    fit = fitted_efficiency(cluster, profile)
+    if fit is None:
+        return profile
+    own = profile_efficiency(profile)
+    return profile.scaled_to(profile.iteration_time * own / fit[0])

@@ -1,0 +1,97 @@
+"""benchmarks/validate_llm.py (issue 20, item 9): the protocol's structure on a subset of
+the published rows, and that its errors are computed from the data, not written in."""
+
+import csv
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def vl():
+    spec = importlib.util.spec_from_file_location(
+        "validate_llm", ROOT / "benchmarks" / "validate_llm.py")
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))  # the script puts it first
+    return mod
+
+
+@pytest.fixture(scope="module")
+def small(vl):
+    """Two H100 series (MPT-1B, MPT-3B): two fits, 5 + 7 predictions."""
+    full = vl.vs.published_rows
+    rows = [r for r in full() if r["gpu"] == "h100-sxm" and r["model"] in ("mpt-1b", "mpt-3b")]
+    vl.vs.published_rows = lambda: [dict(r) for r in rows]
+    try:
+        yield vl.evaluate(), rows
+    finally:
+        vl.vs.published_rows = full
+
+
+def test_one_run_calibrates_each_series_and_predicts_the_others(small):
+    res, rows = small
+    by_row = {r["row"]: r for r in rows}
+    cal = {"mpt-1b": 21, "mpt-3b": 25}  # the fewest-GPU rows
+    assert len(res["fits"]) == 2
+    for key, f in res["fits"].items():
+        assert f["row"] == cal[key.split()[0]]
+        assert 0 < f["efficiency"]["value"] <= 1 and f["efficiency"]["gpu"]
+    assert {x["row"] for x in res["with_n"]} == {22, 23, 24, 26, 27}  # held out
+    for x in res["with_n"]:
+        assert x["calibration_row"] == cal[x["model"]] != x["row"]
+    for x in res["sizes"]:  # other models only, same GPU
+        assert by_row[x["calibration_row"]]["model"] != x["model"]
+    assert len(res["sizes"]) == 4 + 3
+
+
+def test_errors_and_baseline_come_from_the_data(small):
+    res, rows = small
+    by_row = {r["row"]: r for r in rows}
+    for x in res["with_n"] + res["sizes"]:
+        r, c = by_row[x["row"]], by_row[x["calibration_row"]]
+        assert x["published"] == r["tokens_per_gpu"]
+        assert x["error"] == pytest.approx(x["predicted"] / r["tokens_per_gpu"] - 1)
+        assert x["rule"] == pytest.approx(c["mfu"] / r["mfu"] - 1)
+        assert x["low"] <= x["predicted"] * (1 + 1e-9) <= x["high"] * (1 + 1e-9)
+    s = res["summary"]["with_n"]
+    assert s["median"] == pytest.approx(statistics.median(abs(x["error"]) for x in res["with_n"]))
+    assert s["largest"] == max(abs(x["error"]) for x in res["with_n"])
+    assert s["rule_median"] == pytest.approx(
+        statistics.median(abs(x["rule"]) for x in res["with_n"]))
+    assert "efficiency" in res["fits"]["mpt-1b on h100-sxm"]["message"]
+
+
+def test_main_prints_and_writes_the_set(vl, small, tmp_path, monkeypatch, capsys):
+    res, rows = small
+    monkeypatch.setattr(vl, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(vl, "evaluate", lambda: res)
+    assert vl.main([]) == 0
+    out = capsys.readouterr().out
+    assert "scaling with n" in out and "across model sizes" in out and "target" in out
+    text = (tmp_path / "results" / "validate_llm.txt").read_text()
+    assert text == out
+    data = json.loads((tmp_path / "results" / "validate_llm.json").read_text())
+    assert data["summary"]["with_n"]["rows"] == 5
+    monkeypatch.setattr(vl, "RESULTS", tmp_path / "other")
+    assert vl.main(["--no-write"]) == 0
+    assert not (tmp_path / "other").exists()
+
+
+def test_committed_results_match_the_data():
+    """The committed table is this data's: every published value it prints is the CSV's."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "validate_llm.json").read_text())
+    table = {int(r["row"]): r for r in csv.DictReader(
+        (ROOT / "benchmarks" / "data" / "published_sharded.csv").read_text().splitlines())}
+    for x in data["with_n"] + data["sizes"]:
+        assert x["published"] == float(table[x["row"]]["tokens_per_s_per_gpu"])
+        assert x["error"] == pytest.approx(x["predicted"] / x["published"] - 1)
+    assert data["summary"]["with_n"]["rows"] == len(data["with_n"]) == 20
