@@ -342,6 +342,54 @@ def test_host_effects_fit_on_top_of_the_slowdown():
     assert "host_overhead_note" not in transport_only(odd.cluster).extra
 
 
+def test_fit_with_transport_fits_the_overlap_with_fit_cluster():
+    """The calibration's transport path: fit_cluster with the transport fixed fits the
+    overlap (with an interval around the truth); clipped runs and host costs take the
+    bisection of fit_host_effects; fixed costs fitted elsewhere are held; a transport
+    that contradicts the run falls back to the bisection, said."""
+    from scalemodel.calibrate.overhead import fit_with_transport
+    prof = sm.load_profile("resnet50")
+    base = sm.ClusterProfile(name="t", alpha=20e-6, utilization=0.7,
+                             provenance={"source": "test"})
+    true = attrs.evolve(base, compute_slowdown=1.08, overlap=0.6)
+    measured = sm.scaling_factor(prof, 8, 25e9, cluster=true)
+    fit = fit_with_transport(prof, 8, 25e9, measured, transport=base, compute_slowdown=1.08,
+                             slowdown_interval=(1.05, 1.11), uncertainty=0.002)
+    assert fit.cluster_fit is not None and fit.cluster_fit.free == ("overlap",)
+    lo, hi = fit.cluster.intervals["overlap"]
+    assert lo < 0.6 < hi and fit.cluster.overlap == pytest.approx(0.6, abs=0.02)
+    assert fit.cluster.intervals["compute_slowdown"] == (1.05, 1.11)
+    assert fit.cluster.alpha == 20e-6 and fit.cluster.fit_settings["transport"]
+    got = sm.scaling_factor(prof, 8, 25e9, cluster=fit.cluster)
+    assert got == pytest.approx(measured, rel=0.002)  # within the run's uncertainty
+    assert "overlap efficiency 0.6" in fit.lines()[0]
+    # a slowdown-free cluster fitted elsewhere with fixed costs: they are held
+    elsewhere = attrs.evolve(base, sync_overhead=2e-3, compute_slowdown=1.3)
+    held = fit_with_transport(prof, 8, 25e9, sm.scaling_factor(
+        prof, 8, 25e9, cluster=attrs.evolve(elsewhere, compute_slowdown=1.08, overlap=0.6)),
+        transport=elsewhere, compute_slowdown=1.08, uncertainty=0.002)
+    assert held.cluster.sync_overhead == 2e-3 and held.cluster.compute_slowdown == 1.08
+    assert held.cluster.overlap == pytest.approx(0.6, abs=0.02)
+    # slower than no overlap: bisection and host cost, exactly as fit_host_effects
+    host = attrs.evolve(true, overlap=0.0, reduction=sm.ReductionCost(gamma=2e-10))
+    m2 = sm.scaling_factor(prof, 8, 25e9, cluster=host)
+    fit2 = fit_with_transport(prof, 8, 25e9, m2, transport=base, compute_slowdown=1.08)
+    assert fit2.cluster_fit is None and fit2.cluster.overlap == 0.0
+    assert fit2.host.gamma == pytest.approx(2e-10, rel=1e-3)
+    only = fit_with_transport(prof, 8, 25e9, m2, transport=base, compute_slowdown=1.2,
+                              fit_overhead=False)
+    assert only.cluster.compute_slowdown == 1.2 and only.overlap is None
+    # a transport measured below the run's line rate contradicts it: bisected, said
+    slow = attrs.evolve(base, table_line_rate=[1e9, 10e9], table_utilization=[0.9, 0.7])
+    m3 = sm.scaling_factor(prof, 8, 25e9, cluster=attrs.evolve(slow, compute_slowdown=1.08,
+                                                                overlap=0.6))
+    with pytest.warns(sm.CalibrationWarning, match="bisected"):
+        back = fit_with_transport(prof, 8, 25e9, m3, transport=slow, compute_slowdown=1.08)
+    assert back.cluster_fit is None and back.cluster.overlap == pytest.approx(0.6, abs=1e-4)
+    assert "transport_fit_note" in back.cluster.extra
+    assert "transport_fit_note" not in transport_only(back.cluster).extra
+
+
 def test_corner_inputs_takes_the_clusters_corners():
     cl = sm.ClusterProfile(name="c", alpha=2e-5, utilization=0.6, compute_slowdown=1.1,
                            overlap=0.5, intervals={"alpha": (1e-5, 3e-5),
@@ -372,7 +420,9 @@ def test_new_calibration_api_documents_every_parameter_with_a_unit():
     from test_docstrings import documented_parameters
 
     from scalemodel.calibrate import transport
+    from scalemodel.calibrate.overhead import fit_with_transport
     for fn in (intra_node_topology, estimate_slowdown, fit_host_effects, transport_only,
+               fit_with_transport,
                fit_collective, cluster_from_fits, transport.run_intra_node_sweep,
                transport.node_groups, transport.run_sweep, DDPMeasurement.subset,
                DDPMeasurement.compute_slowdown):
@@ -425,7 +475,11 @@ def test_report_sets_every_model_beside_the_measurement():
     assert only["iteration_time_error"] == pytest.approx(
         meas / only["predicted_scaling_factor"] - 1)
     here = rows["fitted here"]
-    assert here["fitted_to_these_iterations"] and abs(here["iteration_time_error"]) < 1e-6
+    # the overlap comes from fit_cluster with the transport (the run weighed against the
+    # prior of the overlap): the run is reached within its uncertainty, not exactly
+    from scalemodel.calibrate.__main__ import _median_uncertainty
+    assert here["fitted_to_these_iterations"]
+    assert abs(here["iteration_time_error"]) < _median_uncertainty(ddp)
     assert rep["compute_slowdown"]["significant"]
     assert rep["compute_slowdown"]["value"] == pytest.approx(1.1, rel=0.02)
     held = rows["fitted on the 5 even iterations, checked on the 5 odd ones"]
@@ -434,6 +488,12 @@ def test_report_sets_every_model_beside_the_measurement():
     assert cl.compute_slowdown == pytest.approx(1.1, rel=0.02)
     assert cl.overlap == pytest.approx(0.5, abs=0.1)
     assert cl.intervals["compute_slowdown"][0] > 1.0
+    lo, hi = cl.intervals["overlap"]  # an interval from the fit, around the truth
+    assert lo < 0.5 < hi and hi - lo < 0.3
+    assert cl.fit_settings["transport"].startswith("cluster 't'")
+    assert cl.alpha == transport.alpha and cl.utilization == transport.utilization
+    assert cl.provenance["source"] == "test" and "runs" in cl.provenance
+    json.dumps(cl.to_dict())
     assert "transport fit only" in rep["text"] and "fitted here (slowdown 1.1" in rep["text"]
     # a cluster fitted elsewhere is checked as given (generalization), not refitted
     checked = _report(report_args(False), prof, None, cl, ddp, 4, 25e9)

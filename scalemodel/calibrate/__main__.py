@@ -517,6 +517,19 @@ def _rescaled(profile, iteration):
                         update_time=profile.update_time * f, provenance=prov)
 
 
+def _median_uncertainty(meas) -> float:
+    """Relative standard uncertainty of a DDP run's scaling factor, the ratio of two
+    medians: each median's :math:`1.2533\\,s/\\sqrt{k}` of its iterations' log times
+    (at least 0.1 %) [-]."""
+    import numpy as np
+
+    def rel(seconds):
+        x = np.log(np.asarray(seconds, float))
+        return 1.2533 * float(np.std(x, ddof=1)) / np.sqrt(x.size) if x.size > 1 else 0.0
+
+    return max(1e-3, float(np.hypot(rel(meas.seconds), rel(meas.local_seconds))))
+
+
 def _has_terms(cluster) -> bool:
     """Whether ``cluster`` carries terms fitted on top of its transport."""
     return (cluster.compute_slowdown != 1.0 or cluster.overlap != 1.0
@@ -552,7 +565,7 @@ def _report(args, profile, compute, cluster, ddp, world, line_rate):
     from .. import scaling_factor
     from ..cluster import load_cluster
     from ..exceptions import ScalemodelError
-    from .overhead import fit_host_effects, transport_only
+    from .overhead import fit_with_transport, transport_only
     from .uncertainty import scaling_factor_interval
     given = load_cluster(cluster)
     bw = line_rate if line_rate is not None else given.extra.get("fitted_bandwidth")
@@ -586,13 +599,14 @@ def _report(args, profile, compute, cluster, ddp, world, line_rate):
     fitted_from = {"model": args.model, "line_rate": bw, "world_size": world}
 
     def fit(prof, meas, iterations):
+        # the transport fixes latency and bandwidth; the run fits what it cannot see
         est = meas.compute_slowdown()
-        return fit_host_effects(
-            prof, world, bw, meas.scaling_factor, cluster=given,
+        return fit_with_transport(
+            prof, world, bw, meas.scaling_factor, transport=given,
             compute_slowdown=1.0 if est is None else est.value,
             slowdown_interval=None if est is None else est.cluster_interval,
-            fit_overhead=fit_overhead, fitted_from=dict(fitted_from, iterations=iterations),
-            **kw)
+            uncertainty=_median_uncertainty(meas), fit_overhead=fit_overhead,
+            fitted_from=dict(fitted_from, iterations=iterations), **kw)
 
     terms = fit(profile, ddp, "all")
     full = terms.cluster

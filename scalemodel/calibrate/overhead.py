@@ -43,7 +43,7 @@ from ..profiles import load_profile
 from ..cluster import load_cluster
 
 __all__ = ["HostOverheadFit", "fit_host_overhead", "OverlapFit", "fit_overlap",
-           "HostEffectsFit", "fit_host_effects", "transport_only"]
+           "HostEffectsFit", "fit_host_effects", "fit_with_transport", "transport_only"]
 
 
 @attrs.frozen
@@ -200,7 +200,8 @@ def fit_overlap(model, n, bw, measured, *, cluster, algorithm="ring",
 
 
 _TERMS = ("compute_slowdown", "overlap", "collective_overhead", "sync_overhead")
-_FITTED_EXTRA = ("host_overhead", "host_overhead_note", "overlap_fit", "compute_slowdown_fit")
+_FITTED_EXTRA = ("host_overhead", "host_overhead_note", "overlap_fit", "compute_slowdown_fit",
+                 "transport_fit_note")
 
 
 def transport_only(cluster):
@@ -247,12 +248,16 @@ class HostEffectsFit:
         (None, with a :class:`~scalemodel.CalibrationWarning` and
         ``cluster.extra["host_overhead_note"]``, when no per-byte cost up to
         :func:`fit_host_overhead`'s ``gamma_max`` explains the run) [-].
+    cluster_fit : ClusterFit or None
+        The :func:`~scalemodel.fit_cluster` behind the overlap efficiency, when
+        :func:`fit_with_transport` made it [-].
     """
 
     cluster: object
     compute_slowdown: float
     overlap: OverlapFit | None = None
     host: HostOverheadFit | None = None
+    cluster_fit: object = None
 
     def lines(self) -> list:
         """What was fitted, one line each."""
@@ -358,3 +363,118 @@ def fit_host_effects(model, n, bw, measured, *, cluster, compute_slowdown=1.0,
                           extra=dict(cl.extra, host_overhead={"gamma": h.gamma,
                                                               "fitted_from": fitted_from}))
     return HostEffectsFit(cl, sigma, o, h)
+
+
+_HELD = ("collective_overhead", "sync_overhead", "bucket_overhead", "iteration_overhead",
+         "straggler_spread")
+
+
+def fit_with_transport(model, n, bw, measured, *, transport, compute_slowdown=1.0,
+                       slowdown_interval=None, uncertainty=0.01, fit_overhead=True,
+                       algorithm="ring", fusion="ddp", fitted_from=None) -> HostEffectsFit:
+    """:func:`fit_host_effects` through :func:`~scalemodel.fit_cluster` with the transport:
+    the transport calibration fixes the latency, the achieved bandwidth and the topology
+    (``fit_cluster(runs, transport=...)``), the measured slowdown :math:`\\sigma` is held,
+    and the run fits only the overlap efficiency :math:`\\eta`, with its interval.
+
+    Where the run lies between what no overlap and full overlap predict, the fit is
+    :func:`~scalemodel.fit_cluster`'s (the run weighed against the prior of
+    :math:`\\eta` within ``uncertainty``, so it reaches the run within its noise rather
+    than exactly). Outside that range :math:`\\eta` is clipped at 1 or 0 and, slower than
+    even :math:`\\eta = 0`, the rest is the per-byte host cost of
+    :func:`fit_host_overhead`, as :func:`fit_host_effects` does: a transport calibration
+    sees the collectives alone, not the host work that DDP adds around them on CPUs. Fixed
+    costs of the given cluster (fitted elsewhere) are held.
+
+    Parameters
+    ----------
+    model : str, path or WorkloadProfile
+        The workload measured; its iteration time is the single-worker time of the run
+        [-].
+    n : int
+        Workers in the measured run [workers].
+    bw : float
+        Line rate of the measured run [bits/s].
+    measured : float
+        Measured scaling factor [-].
+    transport : ClusterProfile or path
+        The transport calibrated at the same setting (terms fitted on top of it are
+        stripped, :func:`transport_only`; its fixed costs are held) [-].
+    compute_slowdown : float
+        Measured :math:`\\sigma \\ge 1` [-].
+    slowdown_interval : tuple of float, optional
+        Its interval, stored in the cluster's ``intervals`` [-].
+    uncertainty : float
+        Relative standard uncertainty of the measured iteration time [-].
+    fit_overhead : bool
+        Also fit the overlap efficiency and the host overhead [-].
+    algorithm, fusion : str
+        As in :func:`scalemodel.scaling_factor` [-].
+    fitted_from : dict, optional
+        What the fits were made from, kept in the cluster's ``extra`` [-].
+
+    Returns
+    -------
+    HostEffectsFit
+        The cluster with the terms (its ``fit_settings`` naming the transport), the fits
+        behind them and, when made, the :class:`~scalemodel.fitting.ClusterFit`.
+    """
+    import warnings
+
+    from ..exceptions import CalibrationWarning, ScalemodelError
+    from ..fitting import fit_cluster
+    from ..model import scaling_factor
+    profile = load_profile(model)
+    given = load_cluster(transport)
+    sigma_only = fit_host_effects(profile, n, bw, measured, cluster=given,
+                                  compute_slowdown=compute_slowdown,
+                                  slowdown_interval=slowdown_interval, fit_overhead=False,
+                                  algorithm=algorithm, fusion=fusion, fitted_from=fitted_from)
+    if not fit_overhead:
+        return sigma_only
+    cl = sigma_only.cluster
+    kw = dict(algorithm=algorithm, fusion=fusion)
+
+    def s(eta):
+        return scaling_factor(profile, n, bw, cluster=attrs.evolve(cl, overlap=eta), **kw)
+
+    full, none = s(1.0), s(0.0)
+    if not none < measured < full:  # clipped: eta at a bound, maybe a host cost
+        return fit_host_effects(profile, n, bw, measured, cluster=given,
+                                compute_slowdown=compute_slowdown,
+                                slowdown_interval=slowdown_interval, fit_overhead=True,
+                                fitted_from=fitted_from, **kw)
+    run = {"model": profile, "n": int(n), "bw": float(bw), "scaling_factor": float(measured),
+           "uncertainty": float(uncertainty), "label": f"DDP on {n} workers"}
+    held = {k: getattr(given, k) for k in _HELD if getattr(given, k)}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CalibrationWarning)  # one run: the report says
+            fit = fit_cluster([run], transport=transport_only(given), fit=["overlap"],
+                              compute_slowdown=cl.compute_slowdown, gpus_per_node=None,
+                              name=given.name, **held, **kw)
+    except ScalemodelError as exc:  # e.g. a transport that contradicts the run: bisect
+        note = f"overlap bisected, not fitted with the transport: {exc}"
+        warnings.warn(note, CalibrationWarning, stacklevel=2)
+        out = fit_host_effects(profile, n, bw, measured, cluster=given,
+                               compute_slowdown=compute_slowdown,
+                               slowdown_interval=slowdown_interval, fit_overhead=True,
+                               fitted_from=fitted_from, **kw)
+        return attrs.evolve(out, cluster=attrs.evolve(out.cluster, extra=dict(
+            out.cluster.extra, transport_fit_note=note)))
+    eta = fit.parameters["overlap"]
+    o = OverlapFit(float(eta.value), float(measured), full, none, False)
+    fitted_from = dict(fitted_from or {}, measured_scaling_factor=float(measured))
+    intervals = dict(fit.cluster.intervals)
+    if "compute_slowdown" in cl.intervals:
+        intervals["compute_slowdown"] = cl.intervals["compute_slowdown"]
+    extra = dict(fit.cluster.extra, compute_slowdown_fit=cl.extra["compute_slowdown_fit"],
+                 overlap_fit={
+        "overlap": o.overlap, "interval": list(eta.interval),
+        "predicted_full": full, "predicted_none": none, "clipped": False,
+        "fitted_from": fitted_from, "by": "fit_cluster with the transport"})
+    provenance = dict(fit.cluster.provenance, source=cl.provenance.get(
+        "source", fit.cluster.provenance.get("source")), fit_cluster=fit.cluster.provenance.get(
+        "source"))
+    out = attrs.evolve(fit.cluster, intervals=intervals, extra=extra, provenance=provenance)
+    return HostEffectsFit(out, sigma_only.compute_slowdown, o, None, fit)
