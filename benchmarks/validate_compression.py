@@ -16,7 +16,8 @@ implementation preset). One GPU per server: ``gpus_per_node=1``.
 The protocol, fixed before any prediction was compared with a measurement:
 
 * **Calibration runs** (nothing else is used): the uncompressed run on 8 workers over
-  MPI, and ONE compressed run, top-k 1 % with error feedback on 8 workers over MPI.
+  MPI, and ONE compressed run, top-k 1 % with error feedback on 8 workers over MPI (in
+  another file of this format: the largest worker count with an uncompressed MPI run).
   ``fit_cluster`` fits the cluster from the first (``network="mpi"`` priors) and the
   top-k codec cost from the second (``scalemodel.fit_codec``). The other families keep
   the library's default codec costs (the GPU-scaled defaults when the library has them,
@@ -45,8 +46,12 @@ signum and onebit (sign family; onebit's two fp32 means are modelled as one), qs
 levels: int8), terngrad (int8 values, one fp32 scale) and natural (uint8, no scale) as
 8-bit (``IntQuantizer(bits=8, packed=False)``).
 
-Run: ``python benchmarks/validate_compression.py [--no-write] [--data CSV]``; writes
-``benchmarks/results/validate_compression.txt`` and ``.json`` as one set (atomically).
+Run: ``python benchmarks/validate_compression.py [--no-write] [--data CSV] [--model
+NAME]``; writes ``benchmarks/results/validate_compression.txt`` and ``.json`` as one set
+(atomically). Another file of the same format (another model or line rate of the GRACE
+release: the model and the line rate are read from its ``model`` and ``network``
+columns, ``--model`` names a profile when the file's model has no built-in one) runs the
+same protocol and writes ``validate_compression_<file name>.txt`` and ``.json``.
 """
 
 from __future__ import annotations
@@ -74,7 +79,6 @@ SHARED = HERE.parent.parent / "shared" / "data" / "published" / "compression" / 
     "grace_resnet50_10g.csv"
 RESULTS = HERE / "results"
 BATCH = 64  # images per GPU and step (tf_cnn_benchmarks default; ASSUMED by the README)
-BW = 10e9
 CLEAR = 0.03
 TARGET = {"right": 0.90, "median": 0.15}
 IMPL = "grace-tf"
@@ -133,11 +137,17 @@ def read_configs(path):
             backend = "nccl" if "over NCCL" in row["network"] else "mpi"
             ratio = _setting(row["setting"], "compress_ratio")
             ef = _setting(row["setting"], "error_feedback_memory")
+            m = re.search(r"([0-9.]+)\s*Gbit/s", row["network"])
+            if m is None:
+                raise SystemExit(f"{path}: no line rate ('... Gbit/s') in the network "
+                                 f"column: {row['network']!r}")
             key = (row["compressor"], None if ratio is None else float(ratio),
-                   ef == "true", int(row["gpus_total"]), backend)
+                   ef == "true", int(row["gpus_total"]), backend, row["model"],
+                   float(m.group(1)) * 1e9)
             groups.setdefault(key, []).append(float(row["value"]))
     return [{"method": k[0], "ratio": k[1], "ef": k[2], "n": k[3], "backend": k[4],
-             "throughput": statistics.median(v), "repeats": len(v)}
+             "model": k[5], "bw": k[6], "throughput": statistics.median(v),
+             "repeats": len(v)}
             for k, v in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))]
 
 
@@ -168,11 +178,24 @@ def features():
     return out
 
 
-def setup(configs):
-    """The single-worker step [s] and the profile rescaled to it."""
+def setup(configs, model=None):
+    """The single-worker step [s], the profile rescaled to it and the line rate [bits/s]
+    (one model and one line rate per file)."""
+    models = {c["model"] for c in configs}
+    rates = {c["bw"] for c in configs}
+    if len(models) != 1 or len(rates) != 1:
+        raise SystemExit(f"one model and one line rate per file, found {sorted(models)} and "
+                         f"{sorted(rates)}")
     one = [c for c in configs if c["method"] == "none" and c["n"] == 1]
+    if len(one) != 1:
+        raise SystemExit("needs exactly one uncompressed 1-worker configuration")
     t1 = BATCH / one[0]["throughput"]
-    return t1, sm.load_profile("resnet50").scaled_to(t1)
+    name = model or models.pop()
+    try:
+        profile = sm.load_profile(name)
+    except sm.ScalemodelError as exc:
+        raise SystemExit(f"no profile for {name!r} ({exc}); give --model NAME_OR_FILE")
+    return t1, profile.scaled_to(t1), rates.pop()
 
 
 def step_time(c):
@@ -180,22 +203,22 @@ def step_time(c):
     return BATCH * c["n"] / c["throughput"]
 
 
-def _sf(profile, comp, n, cluster, feats, impl):
+def _sf(profile, comp, n, cluster, feats, impl, bw):
     kw = dict(cluster=cluster, fusion="horovod", gpus_per_node=1)
     if feats["implementation_parameter"] and impl:
         kw["implementation"] = impl
     # gpu=None: the profile's GPU (a V100), whose default codec costs the library scales
-    return sm.compressed_scaling_factor(profile, comp, n, BW, **kw)
+    return sm.compressed_scaling_factor(profile, comp, n, bw, **kw)
 
 
-def predicted_speedup(profile, comp, n, cluster, feats, impl=IMPL):
+def predicted_speedup(profile, comp, n, cluster, feats, impl=IMPL, bw=10e9):
     """T_none / T_compressed on ``cluster`` [-]."""
-    none = _sf(profile, "none", n, cluster, feats, impl)
-    return _sf(profile, comp, n, cluster, feats, impl) / none
+    none = _sf(profile, "none", n, cluster, feats, impl, bw)
+    return _sf(profile, comp, n, cluster, feats, impl, bw) / none
 
 
 def _run(c, t1, profile, comp=None):
-    r = {"model": profile, "n": c["n"], "bw": BW, "iteration_time": step_time(c),
+    r = {"model": profile, "n": c["n"], "bw": c["bw"], "iteration_time": step_time(c),
          "single_worker_time": t1, "label": label(c)}
     if comp is not None:
         r["compressor"] = comp
@@ -248,33 +271,39 @@ def evaluate(configs, t1, profile, protocols, feats):
                 row[key] = None  # a calibration run: not predicted
                 continue
             wire = comp if impl else textbook(comp)
-            row[key] = predicted_speedup(profile, wire, c["n"], cluster, feats, impl)
+            row[key] = predicted_speedup(profile, wire, c["n"], cluster, feats, impl,
+                                         c["bw"])
         rows.append(row)
     return rows
 
 
-def find(configs, method, n, ratio=None, ef=None, backend="mpi"):
+def find(configs, method, n, ratio=None, ef=None, backend="mpi", required=True):
+    """The one configuration named; None (or an error when ``required``) if absent."""
     hits = [c for c in configs if c["method"] == method and c["n"] == n
             and c["backend"] == backend and (ratio is None or c["ratio"] == ratio)
             and (ef is None or c["ef"] == ef)]
-    if len(hits) != 1:
+    if len(hits) != 1 and (required or hits):
         raise SystemExit(f"calibration configuration {method} n={n} ratio={ratio} ef={ef}: "
                          f"{len(hits)} matches")
-    return hits[0]
+    return hits[0] if hits else None
 
 
-def run(path=None, say=print, subset=None):
+def run(path=None, say=print, subset=None, model=None):
     """The whole validation (the script's core); ``subset`` keeps only configurations
-    for which it returns True (tests)."""
+    for which it returns True (tests); ``model`` overrides the file's model name."""
     feats = features()
     configs = read_configs(path or (DATA if DATA.exists() else SHARED))
     if subset is not None:
         configs = [c for c in configs if subset(c)]
-    t1, profile = setup(configs)
-    none8 = find(configs, "none", 8)
-    a = [none8, find(configs, "topk", 8, 0.01, True)]
-    b = a + [find(configs, "randomk", 8, 0.01, True), find(configs, "powersgd", 8),
-             find(configs, "signsgd", 8, ef=False), find(configs, "8bit", 8, ef=True)]
+    t1, profile, _ = setup(configs, model)
+    # the calibration worker count: the largest with an uncompressed run over MPI (8 here)
+    n_cal = max(c["n"] for c in configs if c["method"] == "none" and c["backend"] == "mpi")
+    a = [find(configs, "none", n_cal), find(configs, "topk", n_cal, 0.01, True)]
+    extra = [find(configs, "randomk", n_cal, 0.01, True, required=False),
+             find(configs, "powersgd", n_cal, required=False),
+             find(configs, "signsgd", n_cal, ef=False, required=False),
+             find(configs, "8bit", n_cal, ef=True, required=False)]
+    b = a + [c for c in extra if c is not None]
     ca, ma = calibrate(configs, a, t1, profile, feats)
     cb, mb = calibrate(configs, b, t1, profile, feats)
     protocols = {"uncal_textbook": (None, [], None), "uncal_grace": (None, [], IMPL),
@@ -282,14 +311,17 @@ def run(path=None, say=print, subset=None):
     rows = evaluate(configs, t1, profile, protocols, feats)
     names = {"uncal_textbook": "uncalibrated, textbook wire formats",
              "uncal_grace": "uncalibrated, grace-tf wire formats",
-             "one_run": "calibrated: none@8 + top-k 1 % @8 (other families: default costs)",
-             "per_family": "calibrated: none@8 + one run per family @8"}
+             "one_run": f"calibrated: none@{n_cal} + top-k 1 % @{n_cal} (other families: "
+                        "default costs)",
+             "per_family": f"calibrated: none@{n_cal} + one run per family @{n_cal}"}
     summary = {}
     for key in protocols:
         for part, keep in (("mpi", "mpi"), ("nccl", "nccl")):
             sel = [r for r in rows if r["backend"] == keep and r[key] is not None]
             summary[f"{key}/{part}"] = score(sel, key)
-    return {"features": feats, "single_worker_time": t1, "rows": rows, "summary": summary,
+    return {"features": feats, "model": profile.name, "bw": configs[0]["bw"],
+            "calibration_workers": n_cal,
+            "single_worker_time": t1, "rows": rows, "summary": summary,
             "names": names, "calibration": {"one_run": [label(c) for c in a],
                                             "per_family": [label(c) for c in b]},
             "fit_messages": {"one_run": ma, "per_family": mb},
@@ -352,20 +384,25 @@ def lines_of(rec):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-write", action="store_true", help="print only")
-    ap.add_argument("--data", default=None, help="the GRACE CSV (default: the copy in "
-                    "benchmarks/data/compression, else ../shared)")
+    ap.add_argument("--data", default=None, help="a GRACE CSV in this format (default: the "
+                    "copy in benchmarks/data/compression, else ../shared); results of "
+                    "another file go to validate_compression_<its name>.txt/.json")
+    ap.add_argument("--model", default=None, help="profile name or file to use instead of "
+                    "the file's model column")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    rec = run(args.data)
-    lines = ["Compression advice on measured runs: GRACE, ResNet-50, V100, 10 Gbit/s "
-             "(issue 18)"] + lines_of(rec)
+    rec = run(args.data, model=args.model)
+    lines = [f"Compression advice on measured runs: GRACE, {rec['model']}, V100, "
+             f"{rec['bw'] / 1e9:g} Gbit/s (issue 18)"] + lines_of(rec)
     lines.append(f"({time.perf_counter() - t0:.1f} s; scalemodel {sm.__version__})")
     print("\n".join(lines))
     if not args.no_write:
         from scalemodel.profiles import atomic_write_files
         RESULTS.mkdir(exist_ok=True)
-        atomic_write_files({RESULTS / "validate_compression.txt": "\n".join(lines) + "\n",
-                            RESULTS / "validate_compression.json":
+        stem = "validate_compression" if args.data is None else \
+            f"validate_compression_{Path(args.data).stem}"
+        atomic_write_files({RESULTS / f"{stem}.txt": "\n".join(lines) + "\n",
+                            RESULTS / f"{stem}.json":
                                 json.dumps(rec, indent=1, default=str) + "\n"})
     return 0
 

@@ -84,3 +84,28 @@ def test_core_on_a_subset(vc):
     assert 0 <= s["right"] <= s["clear"] <= s["rows"]
     text = "\n".join(vc.lines_of(rec))
     assert "right winner" in text and "not modelled" in text
+
+
+def test_another_file_of_the_format_runs_the_same_protocol(vc, tmp_path):
+    import csv
+
+    src = vc.DATA if vc.DATA.exists() else vc.SHARED
+    with open(src, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    keep = [r for r in rows if r["compressor"] in ("none", "topk", "signsgd")
+            and r["gpus_total"] in ("1", "4", "8")]
+    for r in keep:  # the same runs, as if measured on ResNet-101 at 25 Gbit/s
+        r["model"] = "resnet101"
+        r["network"] = r["network"].replace("10 Gbit/s", "25 Gbit/s")
+    path = tmp_path / "other.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(keep)
+    rec = vc.run(path)
+    assert rec["bw"] == 25e9 and rec["model"] == "resnet101"
+    assert rec["calibration_workers"] == 8
+    assert rec["calibration"]["per_family"] == rec["calibration"]["one_run"] + \
+        ["signsgd n=8 mpi"]
+    with pytest.raises(SystemExit, match="no profile"):
+        vc.run(path, model="no-such-model")
