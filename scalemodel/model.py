@@ -550,11 +550,12 @@ class Scenario:
             return
         family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
         same = (cl.alpha, cl.topology, cl.reduction, cl.overlap)
-        keys, sizes = {own: b.nbytes}, [b.nbytes]
+        keys, sizes, seen = {own: b.nbytes}, [b.nbytes], {self.compute_slowdown}
         for c in (corner for f in family for corner in (f, *f.corners())):
-            if ((c.alpha, c.topology, c.reduction, c.overlap) != same
-                    or c.compute_slowdown == self.compute_slowdown):
+            if (c.alpha, c.topology, c.reduction, c.overlap) != same or \
+                    c.compute_slowdown in seen:
                 continue
+            seen.add(c.compute_slowdown)
             nb = attrs.evolve(self, cluster=c).buckets.nbytes
             k = _cost_key(self.algorithm, nb, n, red, opts)
             if k is not None and k not in keys and k not in _COSTS:
