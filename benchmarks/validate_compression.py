@@ -360,7 +360,7 @@ def lines_of(rec):
         out.append(f"{r['config']:28s} {r['compressor'][:58]:58s} {r['measured']:5.2f} "
                    f"{v('uncal_textbook')} {v('uncal_grace')} {v('one_run')} "
                    f"{v('per_family'):>6s}")
-    out += ["", f"not modelled (not predicted): " + ", ".join(
+    out += ["", "not modelled (not predicted): " + ", ".join(
         f"{m} ({NOT_MODELLED[m]})" for m in rec["not_modelled"]), "",
         f"summary (clear cases: |measured - 1| > {CLEAR:.0%}; error: |predicted / "
         "measured - 1| over all predicted rows)",

@@ -51,7 +51,7 @@ import attrs
 import numpy as np
 
 from .compressors import CodecCost, codec_costs_for, for_implementation
-from .exceptions import InvalidParameterError, ParameterTypeError, ScalemodelError
+from .exceptions import InvalidParameterError, ParameterTypeError
 
 __all__ = ["fit_codec", "CodecFit", "CodecFitResult", "MAX_SCALE", "compressed_runs"]
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import scalemodel as sm
-from scalemodel.compressors import CodecCost, codec_costs_for, for_implementation
+from scalemodel.compressors import CodecCost, codec_costs_for
 from scalemodel.fit_codec import MAX_SCALE, fit_codec
 from scalemodel.runs import load_runs
 
