@@ -121,6 +121,10 @@ def test_fit_cluster_fits_the_codec_on_top_and_keeps_the_uncompressed_fit(profil
                                compressors=["topk:0.01"])
     row = next(r for r in plan.rows if r.compressor == "topk")
     assert row.scaling_factor == pytest.approx(sf, rel=1e-3)
+    kw = dict(n=8, fusion="horovod", gpus_per_node=1, implementation="grace-tf")
+    slower = sm.breakeven_bandwidth(profile, "topk:0.01", cluster=both.cluster, **kw)
+    default = sm.breakeven_bandwidth(profile, "topk:0.01", cluster=alone.cluster, **kw)
+    assert slower < default  # a 9x dearer codec wins only on slower links
 
 
 def test_negative_cost_is_said_and_not_used(profile):
