@@ -457,7 +457,7 @@ def _build_whatif(sub):
     p.add_argument("--reduction-launch", choices=REDUCTION_LAUNCHES, default="per-step",
                    help="charge the vector add's launch at each of the ring's N-1 steps, as "
                         "the paper's simulator does (per-step, the default), or once per "
-                        "collective, as NCCL does (once)")
+                        "collective, as NCCL does (once) [-] (default per-step)")
     _json_option(p)
     p.set_defaults(func=cmd_whatif)
 

@@ -295,6 +295,8 @@ class WorkloadProfile:
 
         Examples
         --------
+        >>> import numpy as np
+        >>> from scalemodel import load_profile
         >>> p = load_profile("resnet50")
         >>> q = p.scaled_to(0.097)
         >>> round(q.iteration_time, 12), q.scaled_to(0.097) is q, p.scaled_to(0.097) is q
