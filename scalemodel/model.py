@@ -229,6 +229,21 @@ def _scalar_float(value, name):
     return v
 
 
+def _codec_cost(value, profile):
+    """``codec_cost`` [s/byte] checked: encoding one iteration's gradients must take less
+    than a day (``profiles.MAX_TIME``), else the answers would be 0 as if computed."""
+    from .profiles import MAX_TIME
+
+    c = float(check_nonnegative(value, "codec_cost"))
+    total = c * profile.total_bytes
+    if not total <= MAX_TIME:
+        raise InvalidParameterError(
+            "codec_cost", value, f"makes encoding one iteration's {profile.total_bytes:.3g} "
+            f"gradient bytes take {total:.3g} s, more than a day",
+            "It is seconds per gradient byte: a GPU codec costs about 1e-12 to 1e-10 s/byte")
+    return c
+
+
 @attrs.frozen(eq=False)
 class Scenario:
     """A workload with its fusion, collective and network constants, ready to evaluate.
@@ -346,7 +361,7 @@ class Scenario:
             sharding=shard,
             options=CollectiveOptions.from_topology(topology, alpha=alpha or 0.0,
                                                     ps_servers=ps_servers),
-            codec_cost=float(check_nonnegative(codec_cost, "codec_cost")),
+            codec_cost=_codec_cost(codec_cost, profile),
         )
 
     # ------------------------------------------------------------------ cluster terms
