@@ -273,3 +273,13 @@ def test_a_crashed_rank_is_one_line_with_what_to_do(tmp_path):
     log = (tmp_path / "rank1.stderr").read_text()
     assert log.startswith("$ python -m scalemodel.calibrate") and "terminate" in log
     assert "exited with status 2" in mod.crash_line(0, 2, "error: x\n", tmp_path)
+
+
+def test_an_absurd_codec_cost_is_refused_by_name():
+    # 1e300 s/byte used to give a scaling factor of 1e-309 as if computed
+    with pytest.raises(sm.InvalidParameterError, match="codec_cost=1e"):
+        sm.scaling_factor("resnet50", 8, 10e9, compression=2, codec_cost=1e300)
+    with pytest.raises(sm.InvalidParameterError, match="codec_cost"):
+        sm.min_compression("resnet50", 10e9, codec_cost=1e300)
+    ok = sm.scaling_factor("resnet50", 8, 10e9, compression=2, codec_cost=1e-11)
+    assert 0 < ok <= 1
