@@ -171,6 +171,7 @@ def default_efficiency(gpu="h100-sxm", dtype="bf16") -> DefaultEfficiency:
 
     Examples
     --------
+    >>> from scalemodel.efficiency import default_efficiency
     >>> d = default_efficiency("a100-80gb")
     >>> round(d.value, 5), d.kind
     (0.60985, 'published')

@@ -95,3 +95,22 @@ def test_committed_results_match_the_data():
         assert x["published"] == float(table[x["row"]]["tokens_per_s_per_gpu"])
         assert x["error"] == pytest.approx(x["predicted"] / x["published"] - 1)
     assert data["summary"]["with_n"]["rows"] == len(data["with_n"]) == 20
+    tt = {int(r["row"]): r for r in csv.DictReader(
+        (ROOT / "benchmarks" / "data" / "published_llm_scaling.csv").read_text().splitlines())}
+    assert {x["row"] for x in data["torchtitan"]} == {4, 5, 6}  # the 128-GPU rows
+    for x in data["torchtitan"]:
+        assert x["published"] == float(tt[x["row"]]["tokens_per_s_per_gpu"])
+        cal = tt[x["calibration_row"]]
+        assert cal["gpus"] == "8" and cal["technique"] == tt[x["row"]]["technique"]
+        assert x["rule"] == pytest.approx(float(cal["tokens_per_s_per_gpu"]) / x["published"] - 1)
+
+
+def test_torchtitan_rows_calibrate_on_8_and_predict_128(vl, small):
+    res, _ = small
+    assert {x["n"] for x in res["torchtitan"]} == {128}
+    assert len(res["torchtitan_fits"]) == 3
+    for x in res["torchtitan"]:
+        assert x["error"] == pytest.approx(x["predicted"] / x["published"] - 1)
+    rows = vl.torchtitan_rows()
+    assert rows[0]["profile"].provenance["config"]["seq"] == 8192
+    assert {r["n"] for r in rows} == {8, 128} and len(rows) == 6
