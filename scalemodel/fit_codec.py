@@ -194,20 +194,25 @@ class _RunModel:
         from .model import Scenario, effective_utilization
 
         self.i, self.run, self.comp = i, run, comp
+        fusion = run.fusion or settings["fusion"]
         try:
             sc = Scenario.build(run.profile, algorithm=run.algorithm or settings["algorithm"],
-                                fusion=run.fusion or settings["fusion"], cluster=cluster,
-                                sharding=run.sharding,
+                                fusion=fusion, cluster=cluster, sharding=run.sharding,
                                 ps_servers=settings.get("ps_servers"))
-            x = 1.0 / (effective_utilization(sc, run.bw, 1.0) * run.bw)
-            self.sc, self.x = sc.planned(run.n, x), x
-            self.codec = dict(_start_costs(sc, cluster, implementation))
+        except (InvalidParameterError, ParameterTypeError) as exc:
+            raise InvalidParameterError(
+                f"runs[{i}].fusion", fusion, f"does not describe run {run.label!r} "
+                f"(sharding {run.sharding!r}): {exc}") from None
+        x = 1.0 / (effective_utilization(sc, run.bw, 1.0) * run.bw)
+        self.sc, self.x = sc.planned(run.n, x), x
+        self.codec = dict(_start_costs(sc, cluster, implementation))
+        try:
             self.time(self.codec[comp.family])  # can the compressor be applied at all?
         except (InvalidParameterError, ParameterTypeError) as exc:
             raise InvalidParameterError(
                 f"runs[{i}].compressor", comp.describe(),
-                f"cannot be applied to run {run.label!r} (fusion "
-                f"{run.fusion or settings['fusion']!r}, sharding {run.sharding!r}): {exc}",
+                f"cannot be applied to run {run.label!r} (fusion {fusion!r}, sharding "
+                f"{run.sharding!r}): {exc}",
                 "Give the run's fusion and sharding as the compressor's implementation "
                 "sends it, or leave the run out of the fit") from None
         p = run.profile

@@ -161,11 +161,21 @@ def test_unbounded_cost_is_said_and_not_used(profile):
 
 
 def test_a_compressor_that_cannot_be_applied_names_the_run(profile):
-    run = _run(profile, 8, 0.5, "topk:0.01", implementation=None, sharding="zero3")
+    # sign, sparse and low-rank compressors do not compose with a reduce-scatter
+    run = _run(profile, 8, 0.5, "topk:0.01", implementation=None, sharding="zero2")
     run["label"] = "the sharded one"
     with pytest.raises(sm.InvalidParameterError, match=r"runs\[0\]\.compressor.*"
-                                                       r"the sharded one"):
-        fit_codec(sm.ClusterProfile(), [run], fusion="horovod")
+                                                       r"the sharded one.*compose"):
+        fit_codec(sm.ClusterProfile(), [run], fusion="ddp")
+    # GRACE's per-tensor collectives cannot go through the sharding's reduce-scatters
+    run = _run(profile, 8, 0.5, "fp16", implementation="grace-tf", sharding="zero2")
+    with pytest.raises(sm.InvalidParameterError, match=r"runs\[0\]\.compressor.*"
+                                                       r"per tensor"):
+        fit_codec(sm.ClusterProfile(), [run], fusion="ddp")
+    # a fusion that does not describe the run is named as the fusion
+    run = _run(profile, 8, 0.5, "fp16", implementation=None, sharding="zero3")
+    with pytest.raises(sm.InvalidParameterError, match=r"runs\[0\]\.fusion"):
+        fit_codec(sm.ClusterProfile(), [run], fusion="ddp")
 
 
 def test_fit_cluster_needs_an_uncompressed_distributed_run(profile):
