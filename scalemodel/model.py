@@ -364,6 +364,19 @@ class Scenario:
             codec_cost=_codec_cost(codec_cost, profile),
         )
 
+    def settings(self) -> dict:
+        """What this scenario assumes: collective, fusion or wrapping, sharding,
+        activation checkpointing, offload, topology and cluster [-]."""
+        prov = self.profile.provenance if isinstance(self.profile.provenance, dict) else {}
+        return {"algorithm": self.algorithm, "fusion": (self.fusion if isinstance(
+                    self.fusion, str) else repr(self.fusion)),
+                "sharding": "none" if self.sharding is None else self.sharding.strategy,
+                "activation_checkpointing": prov.get("activation_checkpointing", "none"),
+                "offload": prov.get("offload_mode", "none"),
+                "gpus_per_node": self.options.gpus_per_node,
+                "nics_per_node": self.options.nics_per_node,
+                "cluster": None if self.cluster is None else self.cluster.name}
+
     # ------------------------------------------------------------------ cluster terms
 
     @property
@@ -984,6 +997,9 @@ class IterationTime:
         ``(low, high)`` of the scaling factor over the cluster's fitted intervals and its
         alternative explanations (:func:`~scalemodel.intervals.answer_interval`);
         ``(scaling_factor, scaling_factor)`` without a fitted cluster [-].
+    settings : dict
+        What the answer assumed (:meth:`Scenario.settings`): collective, fusion or
+        wrapping, sharding, activation checkpointing, offload, topology, cluster.
     """
 
     forward: float
@@ -1000,6 +1016,7 @@ class IterationTime:
     scaling_factor_interval: tuple = attrs.field(
         default=attrs.Factory(lambda self: (self.scaling_factor, self.scaling_factor),
                               takes_self=True))
+    settings: dict = attrs.field(factory=dict)
 
 
 def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
@@ -1070,4 +1087,5 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
         forward=fwd, backward=bwd, exposed_communication=max(0.0, total - fwd - bwd - update),
         update=update, total=total, communication=busy,
         scaling_factor=sf, n_buckets=messages, binding=binding,
-        critical_parts=parts, compute_slowdown=sigma, scaling_factor_interval=interval)
+        critical_parts=parts, compute_slowdown=sigma, scaling_factor_interval=interval,
+        settings=sc.settings())

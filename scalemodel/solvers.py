@@ -87,6 +87,10 @@ class CompressionResult:
         Whether ``memory_per_gpu`` fits on ``gpu``; the message says so when it does not.
     gpu : str or None
         The GPU the memory is checked against.
+    settings : dict
+        What the answer assumed (:meth:`~scalemodel.Scenario.settings`): collective,
+        fusion or wrapping, sharding, activation checkpointing, offload, topology,
+        cluster.
     """
 
     ratio: float
@@ -105,6 +109,7 @@ class CompressionResult:
     memory_per_gpu: float | None = None
     fits: bool | None = None
     gpu: str | None = None
+    settings: dict = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -140,6 +145,10 @@ class BandwidthResult:
         Whether it fits on ``gpu``; the message says so when it does not.
     gpu : str or None
         The GPU the memory is checked against.
+    settings : dict
+        What the answer assumed (:meth:`~scalemodel.Scenario.settings`): collective,
+        fusion or wrapping, sharding, activation checkpointing, offload, topology,
+        cluster.
     """
 
     bw: float
@@ -157,6 +166,7 @@ class BandwidthResult:
     memory_per_gpu: float | None = None
     fits: bool | None = None
     gpu: str | None = None
+    settings: dict = attrs.field(factory=dict)
 
 
 def memory_check(sc, n, gpu=None):
@@ -220,6 +230,7 @@ def _memory_check(sc, n, gpu):
 
 
 def _with_memory(result, sc, n, gpu):
+    result = attrs.evolve(result, settings=sc.settings())
     per, fits, name, note = memory_check(sc, n, gpu)
     if per is None and fits is None:
         return result

@@ -242,3 +242,15 @@ def test_cli_takes_checkpointing_and_offload(capsys):
     assert main(["plan", "--model", "llama-2-7b", "--bw", "100Gbps", "--offload",
                  "optimizer"]) == 2
     assert "--offload='optimizer'" in capsys.readouterr().err
+
+
+def test_answers_carry_the_settings_they_assumed():
+    it = sm.iteration_time("llama-3-8b", 64, 100e9, sharding="zero3",
+                           activation_checkpointing="selective", offload="optimizer")
+    assert it.settings["sharding"] == "zero3" and it.settings["offload"] == "optimizer"
+    assert it.settings["activation_checkpointing"].startswith("selective")
+    res = sm.min_compression("llama-3-8b", 100e9, n=64, activation_checkpointing=0.5)
+    assert res.settings["activation_checkpointing"] == "full on 50% of layers"
+    assert res.settings["sharding"] == "none" and res.settings["algorithm"] == "ring"
+    bw = sm.required_bandwidth("bert", n=16)
+    assert bw.settings["activation_checkpointing"] == "none" and bw.settings["cluster"] is None
