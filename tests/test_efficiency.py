@@ -208,3 +208,15 @@ def test_refitting_from_a_fitted_cluster_does_not_apply_its_efficiency_twice(fit
                                **NODE)
     assert again.cluster.extra["efficiency"]["value"] == pytest.approx(
         fit.cluster.extra["efficiency"]["value"], rel=0.02)
+
+
+def test_a_saved_fitted_cluster_keeps_its_efficiency(fit8, tmp_path):
+    prof, fit = fit8
+    path = fit.save(tmp_path / "cluster.json")
+    loaded = sm.load_cluster(path)
+    assert loaded.extra["efficiency"]["value"] == pytest.approx(
+        fit.cluster.extra["efficiency"]["value"], rel=1e-12)
+    a = _tokens(prof, 64, fit.cluster)[1]
+    b = _tokens(prof, 64, str(path))[1]
+    assert float(b.total) == pytest.approx(float(a.total), rel=1e-9)
+    assert b.scaling_factor_interval == pytest.approx(a.scaling_factor_interval, rel=1e-9)
