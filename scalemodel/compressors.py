@@ -135,11 +135,11 @@ kernels of the reference implementations (PyTorch's ``default_hooks``,
 and fitted, per family, a floor (the host's dispatch of the family's kernels: 27 µs per
 tensor for a cast, up to 264 µs for signSGD) and a time per element (e.g. 2.1 ps per
 element for an fp16 cast: 6 bytes at 2.9 TB/s). A repeat sweep agreed within 8 %. On
-another GPU, or with fused kernels, measure your own with
-:mod:`scalemodel.calibrate.codec_bench` and pass the cluster profile (``cluster=``); on an
-older GPU such as the V100 of the built-in profiles the per-element costs are several times
-higher (its HBM2 moves 0.9 TB/s against the H100's 3.35 TB/s), so the defaults flatter
-compression there.
+another GPU the planner scales the per-element costs by the ratio of HBM bandwidths and
+keeps the launch floors (:mod:`scalemodel.codec_costs`: a V100, 0.9 TB/s against the
+H100's 3.35 TB/s, is 3.72 times slower per element); for more than that estimate, or with
+fused kernels, measure your own with :mod:`scalemodel.calibrate.codec_bench` and pass the
+cluster profile (``cluster=``).
 
 References
 ----------
@@ -237,7 +237,8 @@ def _measured_defaults():
 
 
 DEFAULT_CODEC_COSTS = _measured_defaults()
-"""Default :class:`CodecCost` per family: measured on an NVIDIA H100, see the module docs."""
+"""Default :class:`CodecCost` per family: measured on an NVIDIA H100, see the module docs
+(:func:`codec_costs_for` scales them to another GPU)."""
 
 
 def codec_costs_for(cluster=None, *, gpu=None, implementation=None) -> dict:
@@ -767,6 +768,9 @@ class RandomK(Compressor):
         return TopK._costs(self, numel, shapes, n, c, e)  # values + indices, all-gathered
 
 
+_MATRIX_CACHE: dict = {}  # (matrix_view, id(shapes), numel bytes) -> (shapes, rows, cols)
+
+
 @attrs.frozen
 class PowerSGD(Compressor):
     """PowerSGD rank-``rank`` low-rank compression with error feedback (Vogels et al. 2019;
@@ -812,6 +816,11 @@ class PowerSGD(Compressor):
                                         "must be finite and >= 0")
 
     def _matrices(self, numel, shapes):
+        # per profile: the same tensors are viewed again at every rank the planner tries
+        key = (self.matrix_view, id(shapes), numel.tobytes())
+        hit = _MATRIX_CACHE.get(key)
+        if hit is not None and hit[0] is shapes:
+            return hit[1], hit[2]
         rows = np.empty(numel.shape)
         cols = np.empty(numel.shape)
         for i, ne in enumerate(numel):
@@ -820,6 +829,11 @@ class PowerSGD(Compressor):
                 shape = tensorflow_shape(shape)
             r, q = matrix_shape(ne, shape)
             rows[i], cols[i] = r, q
+        if len(_MATRIX_CACHE) > 256:
+            _MATRIX_CACHE.clear()
+        rows.setflags(write=False)
+        cols.setflags(write=False)
+        _MATRIX_CACHE[key] = (shapes, rows, cols)
         return rows, cols
 
     def knob_bounds(self, numel, shapes):

@@ -172,7 +172,36 @@ def _evaluate_sharded(sc, comp, n, codec) -> _Evaluated:
                       xmap=(float(sched.xmap[0]), float(sched.xmap[1])))
 
 
+_EVAL_CACHE_SIZE = 4096  # evaluations kept per scenario
+
+
 def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated:
+    """One compressor at its setting on ``sc`` with ``n`` workers; cached per scenario (the
+    compressor objects are frozen and compare by value; ``codec`` is one of the scenario's
+    cached cost tables, see :func:`_codec`)."""
+    cache = sc._cache
+    key = ("evaluate", comp, int(n), id(codec))
+    hit = cache.get(key)
+    if hit is not None and hit[0] is codec:
+        return hit[1]
+    ev = _evaluate_uncached(sc, comp, n, codec)
+    if len(cache) > _EVAL_CACHE_SIZE:
+        for k in [k for k in cache if k[0] == "evaluate"]:
+            del cache[k]
+    cache[key] = (codec, ev)
+    return ev
+
+
+def _raw_cost(sc, n):
+    """The uncompressed all-reduce of every bucket (per scenario and ``n``)."""
+    key = ("raw-cost", int(n))
+    if key not in sc._cache:
+        sc._cache[key] = collective_cost(sc.algorithm, sc.buckets.nbytes, n,
+                                         reduction=sc.profile.reduction, options=sc.options)
+    return sc._cache[key]
+
+
+def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated:
     if sc.sharding is not None:
         _check_composes(sc, comp)
         if comp.per_tensor:
@@ -213,7 +242,7 @@ def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated
         ncoll += int(used.sum())
         if nbytes.sum() > biggest:
             biggest, main = float(nbytes.sum()), alg
-    raw = collective_cost(sc.algorithm, b.nbytes, n, reduction=p.reduction, options=sc.options)
+    raw = _raw_cost(sc, n)
     base = CollectiveCost(latency=lat, overhead=ovh.copy(), bits=bits, intra_bits=intra,
                           intra_bw=raw.intra_bw if intra_bw is None else intra_bw)
     encode = decode = 0.0
@@ -1125,7 +1154,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
 @attrs.frozen
 class Breakeven:
     """A break-even line rate and how far the calibration vouches for it
-    (:func:`breakeven_bandwidth` with ``detail=True``).
+    (:func:`~scalemodel.breakeven_bandwidth` with ``detail=True``).
 
     Attributes
     ----------
