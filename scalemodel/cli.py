@@ -790,7 +790,8 @@ def _build_fit(sub):
                         "then fit only the framework and compute terms): nccl-tests "
                         "all-reduce logs (intra- and inter-node), the cluster JSON of "
                         "`python -m scalemodel.calibrate` or from-nccl-tests, or a "
-                        "from-trace report [files] (default: none; not with --cluster)")
+                        "from-trace report; give it after the runs CSV, or end the files "
+                        "with -- [files] (default: none; not with --cluster)")
     p.add_argument("--network", default=None, choices=_NETWORK_CHOICES,
                    help="the transport the runs used, which centres the priors of the "
                         "achieved bandwidth without --transport: nccl-ib, nccl-roce, "

@@ -83,6 +83,10 @@ def test_two_logs_and_a_cluster_json_as_transport(tmp_path, capsys):
         warnings.simplefilter("ignore", sm.CalibrationWarning)
         intra = read_nccl_tests(inside).fit()
     assert data["cluster"]["topology"]["intra_bw"] == pytest.approx(intra.bandwidth)
+    # the files before the CSV, ended with --
+    code, out2, err = _fit_cli(capsys, "--json", "--transport", inside, H100_LOG, "--", runs)
+    assert code == 0, err
+    assert json.loads(out2)["cluster"] == data["cluster"]
     # the same transport as a cluster file (what python -m scalemodel.calibrate writes)
     path = sm.save_cluster(t.cluster, tmp_path / "transport.json")
     code, out, err = _fit_cli(capsys, runs, "--transport", path)
