@@ -87,3 +87,26 @@ def test_shared_lines_are_the_lines_with_their_fixed_costs():
         assert np.array_equal(getattr(lines, f), getattr(ref, f)), f
     assert np.array_equal(env.intercept, ref_env.intercept)
     assert lines.latency is first.lines(64)[0].latency  # shared, not rebuilt
+
+
+def test_corners_of_terms_outside_the_lines_share_lines_and_envelope():
+    """Corners that move only the ceiling, the utilization or the wrapper's per-iteration
+    work reuse the best cluster's lines and envelope (the same objects), and their
+    answers are still each corner's own."""
+    base = sm.ClusterProfile(name="fitted", topology=sm.Topology(gpus_per_node=8),
+                             ceiling=21e9, iteration_overhead=3e-3, sync_overhead=0.01,
+                             provenance=P)
+    cl = attrs.evolve(base, intervals={"ceiling": (18e9, 23e9),
+                                       "iteration_overhead": (1e-3, 5e-3)})
+    clear_caches()
+    got = sm.min_compression("resnet50", 10e9, target=0.7, cluster=cl, fusion="ddp")
+    own = Scenario.build("resnet50", cluster=cl, fusion="ddp").lines(64)
+    for c in cl.corners():
+        sc = Scenario.build("resnet50", cluster=c, fusion="ddp")
+        assert sc.lines(64)[0] is own[0] and sc.lines(64)[1] is own[1]
+    alone = []
+    for c in (cl, *cl.corners()):
+        clear_caches()
+        alone.append(sm.min_compression("resnet50", 10e9, target=0.7, cluster=_bare(c),
+                                        fusion="ddp").ratio)
+    assert got.interval == (min(alone), max(alone))
