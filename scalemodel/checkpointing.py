@@ -65,6 +65,7 @@ layer's backward, before any of its gradients (:func:`with_recompute`).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -387,8 +388,22 @@ def with_recompute(profile, checkpointing, flash_attention=True):
 _RECOMPUTED: dict = {}
 
 
-def _with_recompute(profile, ck):
+@functools.lru_cache(maxsize=64)
+def _block_starts(names):
+    """Where each run of a block's (or of the tensors outside blocks') tensors starts, in
+    the backward-order names, and whether each run is a block (cached per names)."""
     from .sharding import _block_keys, _runs
+
+    keys = _block_keys(names)
+    starts = np.asarray(_runs(keys), dtype=np.int64)
+    block = np.array([keys[s] is not None for s in starts.tolist()])
+    starts.setflags(write=False)
+    block.setflags(write=False)
+    return starts, block
+
+
+def _with_recompute(profile, ck):
+    from .sharding import _block_keys
 
     names = profile.tensor_names
     keys = _block_keys(tuple(names)) if names is not None else None
@@ -400,14 +415,13 @@ def _with_recompute(profile, ck):
     frac = recompute_fraction(_profile_config(profile), ck)
     ready = np.asarray(profile.tensor_ready, float)
     k = len(ready)
-    starts = np.asarray(_runs(keys), dtype=np.int64)
+    starts, block = _block_starts(tuple(names))
     ends = np.append(starts[1:], k)
     done = ready[ends - 1]
     bwd = np.diff(np.concatenate(([0.0], done)))
     bwd[-1] += max(0.0, profile.backward_time - float(done[-1]))
     tb = float(bwd.sum())
     fwd = profile.forward_time * (bwd / tb if tb > 0 else np.full(len(bwd), 1 / len(bwd)))
-    block = np.array([keys[s] is not None for s in starts.tolist()])
     # the first round(f L) blocks of forward are the last ones in backward order
     n_blocks = int(block.sum())
     chosen = np.zeros(len(starts), bool)

@@ -353,11 +353,12 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     est = _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
                     grad_dtype, ck, gpus_per_node, bucket, mode, host_memory)
     if suggest and not np.all(est.fits):
-        est = attrs.evolve(est, suggestions=_suggestions(
-            model, n, est, dict(gpu=spec, optimizer=optimizer, param_dtype=param_dtype,
-                                grad_dtype=grad_dtype, micro_batch=micro_batch, seq=seq,
-                                gpus_per_node=gpus_per_node, bucket_bytes=bucket,
-                                host_memory=host_memory), cfg is not None))
+        def estimate(strat, checkpointing, off):
+            return _estimate(cfg, psi, prof_elem, label, _check_n(n, strat), strat, spec,
+                             optimizer, param_dtype, grad_dtype, checkpointing,
+                             gpus_per_node, bucket, off, host_memory)
+
+        est = attrs.evolve(est, suggestions=_suggestions(est, ck, estimate))
     return est
 
 
@@ -482,58 +483,52 @@ def _check_host(host, mode, spec, node, ns, host_memory):
 _MORE_SHARDING = {"none": "zero1", "zero1": "zero2", "zero2": "zero3"}
 
 
-def _suggestions(model, n, est, kw, has_config):
-    """(label, per-GPU bytes) of the options that would fit, smallest change first; when
-    none fits, the one that comes closest."""
-    base = dict(sharding=est.sharding, activation_checkpointing=_ck_of(est),
-                flash_attention=est.settings["flash_attention"], offload=est.settings["offload"])
+def _suggestions(est, ck, estimate):
+    """(label, per-GPU bytes) of the options that would fit, smallest change first (at
+    most four); when none fits, the one that comes closest. ``estimate(strategy,
+    checkpointing, offload)`` is the estimate with the other arguments as asked."""
+    from .checkpointing import Checkpointing
+
+    has_config = est.complete
+    offload = est.settings["offload"]
     tries = []
     if has_config:
-        for ck in ("selective", "full"):
-            if ck != base["activation_checkpointing"]:
-                tries.append((f"activation_checkpointing={ck!r}",
-                              dict(activation_checkpointing=ck)))
+        for mode in ("selective", "full"):
+            if mode != ck.mode or (mode == "full" and ck.fraction < 1.0):
+                tries.append((f"activation_checkpointing={mode!r}", None,
+                              Checkpointing(mode, None, ck.flash_attention), None))
     s = est.sharding
     while s in _MORE_SHARDING and np.all(np.asarray(est.n) >= 2):
         s = _MORE_SHARDING[s]
-        tries.append((f"sharding={s!r}", dict(sharding=s)))
-    if base["offload"] == "none":
-        tries.append(("offload='optimizer'", dict(offload="optimizer")))
+        tries.append((f"sharding={s!r}", s, None, None))
+    if offload == "none":
+        tries.append(("offload='optimizer'", None, None, "optimizer"))
     full = est.sharding in ("zero3", "hybrid_shard")
-    if base["offload"] != "optimizer+parameters":
-        change = {} if full else {"sharding": "zero3"}
+    if offload != "optimizer+parameters":
         tries.append(("offload='optimizer+parameters'" + ("" if full else
                                                           ", sharding='zero3'"),
-                      dict(offload="optimizer+parameters", **change)))
+                      None if full else "zero3", None, "optimizer+parameters"))
     if has_config:
         tries.append(("activation_checkpointing='full', offload='optimizer+parameters', "
-                      "sharding='zero3'", dict(activation_checkpointing="full",
-                                               offload="optimizer+parameters",
-                                               sharding="zero3")))
+                      "sharding='zero3'", "zero3", Checkpointing("full", None,
+                                                                 ck.flash_attention),
+                      "optimizer+parameters"))
     found, closest = [], None
-    for label, change in tries:
-        args = {**base, **change}
+    for label, strategy, checkpointing, mode in tries:
         try:
-            alt = memory(model, n, suggest=False, **args, **kw)
-        except ScalemodelError as exc:  # e.g. the host memory would not hold it
-            if "host_memory" in str(exc):
-                continue
+            alt = estimate(strategy or est.sharding, checkpointing or ck, mode or offload)
+        except ScalemodelError:  # the host memory would not hold it
             continue
         worst = float(np.max(alt.per_gpu))
         if np.all(alt.fits):
             found.append((label, worst))
+            if len(found) == 4:
+                break
         elif closest is None or worst < closest[1]:
             closest = (label, worst)
     if not found and closest is not None:
         return ((closest[0] + " (still does not fit)", closest[1]),)
-    return tuple(found[:4])
-
-
-def _ck_of(est):
-    text = est.settings["activation_checkpointing"]
-    if text.startswith("full on"):
-        return float(text.split()[2].rstrip("%")) / 100.0
-    return text.split()[0]
+    return tuple(found)
 
 
 @functools.lru_cache(maxsize=64)

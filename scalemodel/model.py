@@ -190,7 +190,8 @@ def clear_caches(*, profiles=False):
     profiles : bool
         Also forget the loaded profiles and what was derived from them [-].
     """
-    from . import collectives, profiles as profiles_mod, sharding, topology, units
+    from . import (checkpointing, collectives, profiles as profiles_mod, sharding, topology,
+                   units)
     from .memory import _CONFIGS, _config_cached  # (the package's "memory" is a function)
 
     _SCENARIOS.clear()
@@ -203,6 +204,7 @@ def clear_caches(*, profiles=False):
     if profiles:
         _BUCKETS.clear()
         sharding._UNITS_CACHE.clear()
+        checkpointing._RECOMPUTED.clear()
         _CONFIGS.clear()
         profiles_mod._CACHE.clear()
 
