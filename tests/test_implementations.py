@@ -302,3 +302,27 @@ def test_none_of_these_beats_no_compression(tmp_path):
     assert "# scalemodel plan:" not in out.stdout
     good = _cli("plan", "--model", "bert", "--bw", "10Gbps", "--compressors", "powersgd")
     assert "# scalemodel plan:" in good.stdout
+
+
+# --------------------------------------------------------------------------- caches
+
+
+def test_cached_evaluations_give_the_same_answers():
+    from scalemodel.model import clear_caches
+
+    clear_caches()
+    first = sm.plan_compression("bert", "10Gbps")
+    again = sm.plan_compression("bert", "10Gbps")
+    other = sm.plan_compression("bert", "12Gbps")  # shares the scenario's cached evaluations
+    clear_caches()
+    fresh = sm.plan_compression("bert", "12Gbps")
+    for a, b in ((first, again), (other, fresh)):
+        assert [(r.compressor, r.setting, r.scaling_factor) for r in a.rows] == \
+            [(r.compressor, r.setting, r.scaling_factor) for r in b.rows]
+    # one worker count (no masks) and several agree entry by entry
+    bw = np.logspace(9, 11, 7)
+    one = sm.compressed_scaling_factor("resnet50", "powersgd:4", 8, bw)
+    many = sm.compressed_scaling_factor("resnet50", "powersgd:4", np.array([8, 16])[:, None],
+                                        bw)
+    assert np.array_equal(one, many[0]) and one.shape == (7,)
+    assert isinstance(sm.compressed_scaling_factor("resnet50", "fp16", 8, 1e10), float)
