@@ -33,8 +33,9 @@ reports 33 to 39 % MFU for Llama 3.1 8B with FSDP on 8 or 128 H100 (96 GB, 500 W
 
 A GPU without such runs takes the default of a GPU of the same architecture that has one
 (``h100-pcie`` and ``h200`` the ``h100-sxm``'s), else the median of the three defaults
-(``v100-*``, ``b200``, ``mi300x``, your own :class:`~scalemodel.GPUSpec`); the profile's
-provenance says which it used. Other dtypes have no published default here:
+(``v100-*``, ``b200``, ``mi300x``, a :class:`~scalemodel.GPUSpec` of another
+architecture); the profile's provenance says which it used. Other dtypes have no
+published default here:
 :func:`~scalemodel.transformer_profile` uses the measured fp32 efficiency
 (:func:`~scalemodel.measured_efficiency`) for fp32 and asks for ``efficiency=`` for tf32,
 fp8 and fp64.
