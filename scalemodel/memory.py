@@ -51,13 +51,14 @@ import functools
 import weakref
 import math
 import types
+import warnings
 
 import attrs
 import numpy as np
 
 from .checkpointing import activation_bytes, resolve_checkpointing
-from .exceptions import (InvalidParameterError, ParameterTypeError, ScalemodelError,
-                         UnknownNameError)
+from .exceptions import (InvalidParameterError, ModelWarning, ParameterTypeError,
+                         ScalemodelError, UnknownNameError)
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
 from .offload import canonical_offload, check_offload_sharding, default_host_memory
 
@@ -322,6 +323,12 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``per_gpu`` [bytes], ``parts``, ``fits``, the GPU, the host memory per GPU, the
         settings assumed and, when it does not fit, the options that would.
 
+    Warns
+    -----
+    ModelWarning
+        ``activation_checkpointing`` on a profile without a transformer config (its
+        activations are unknown, so the checkpointing is left out).
+
     Raises
     ------
     UnknownNameError
@@ -345,11 +352,12 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     check_offload_sharding(mode, strategy)
     bucket = _nonneg_bytes(bucket_bytes, "bucket_bytes")
     cfg, psi, prof_elem, label = _resolve_model(model, micro_batch, seq)
-    if cfg is None and ck.mode != "none":
-        raise InvalidParameterError(
-            "activation_checkpointing", activation_checkpointing, f"{label} has no "
-            "transformer config, so its activations are unknown",
-            "Pass a TransformerConfig or a built-in LLM")
+    if cfg is None and ck.mode != "none":  # said, not silently dropped
+        warnings.warn(ModelWarning(
+            f"activation_checkpointing={activation_checkpointing!r} is left out of the "
+            f"memory of {label}: it has no transformer config, so its activations are "
+            "unknown and not counted (pass a TransformerConfig or a built-in LLM)"),
+            stacklevel=2)
     est = _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
                     grad_dtype, ck, gpus_per_node, bucket, mode, host_memory)
     if suggest and not np.all(est.fits):

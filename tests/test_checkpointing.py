@@ -123,8 +123,9 @@ def test_recompute_adds_each_blocks_share_of_forward():
 def test_a_profile_without_blocks_cannot_checkpoint():
     with pytest.raises(sm.InvalidParameterError, match="numbered blocks"):
         sm.scaling_factor("resnet50", 8, 1e10, activation_checkpointing="full")
-    with pytest.raises(sm.InvalidParameterError, match="activation_checkpointing"):
-        sm.memory("bert-base", 8, activation_checkpointing="full")
+    with pytest.warns(sm.ModelWarning, match="activation_checkpointing='full' is left out"):
+        m = sm.memory("bert-base", 8, activation_checkpointing="full")
+    assert not m.complete and m.settings["activation_checkpointing"] == "full"
 
 
 def _chosen_blocks(profile, fraction):
