@@ -509,6 +509,12 @@ class CompressionPlan:
         The implementation preset assumed (:data:`~scalemodel.compressors.IMPLEMENTATIONS`
         key): its wire formats, layouts and per-tensor collectives are in the rows'
         ``config``.
+    outside_calibration : bool
+        Whether the line rate lies above the fitted cluster's calibrated line rates while
+        its fitted ceiling holds the achieved bandwidth: the plan then assumes the
+        transport achieves no more on the faster link, which the calibration cannot tell
+        (the message says so; :func:`breakeven_bandwidth` with ``detail=True`` gives the
+        range it can).
     """
 
     rows: tuple
@@ -530,6 +536,7 @@ class CompressionPlan:
     gpu: str | None = None
     best_interval: tuple | None = None
     implementation: str = "pytorch"
+    outside_calibration: bool = False
 
     def snippet(self, framework="pytorch") -> str:
         """Settings of the best row (of ``"none"`` when no compression is needed or none
@@ -945,6 +952,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     if shut:
         msg += (f"; under sharding={strategy!r} only low-precision reduce-scatters compose: "
                 f"{', '.join(shut)} do not (FSDP's hooks only change the reduce dtype)")
+    outside = _outside_calibration(sc.cluster, bw)
+    if outside:
+        msg += "; " + outside
     per, fits, gpu_name, note = memory_check(sc, n, gpu)
     best_interval = None
     if best is not None and sc.cluster is not None and (sc.cluster.intervals
@@ -970,7 +980,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                            codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps], gpu,
                                                   impl.name),
                            sharding=strategy, memory_per_gpu=per, fits=fits, gpu=gpu_name,
-                           implementation=impl.name)
+                           implementation=impl.name, outside_calibration=bool(outside))
 
 
 # --------------------------------------------------------------------------- curves
@@ -1206,6 +1216,19 @@ class Breakeven:
     calibrated: tuple | None
     within: bool
     message: str
+
+
+def _outside_calibration(cluster, bw) -> str:
+    """A note when ``bw`` [bits/s] lies above a cluster's calibrated line rates while its
+    fitted ceiling binds there, else ``""``."""
+    if cluster is None or cluster.ceiling is None or not cluster.ceiling_binds(bw):
+        return ""
+    rates = _calibrated_rates(cluster)
+    if rates is None or bw <= rates[1] * (1 + 1e-9):
+        return ""
+    return (f"at {format_bandwidth(bw)} the fitted ceiling ({format_bandwidth(cluster.ceiling)} "
+            f"achieved) holds the bandwidth as measured up to {format_bandwidth(rates[1])}: "
+            "whether a faster link achieves more is outside what this calibration can tell")
 
 
 def _calibrated_rates(cluster):

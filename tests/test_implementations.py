@@ -326,3 +326,17 @@ def test_cached_evaluations_give_the_same_answers():
                                         bw)
     assert np.array_equal(one, many[0]) and one.shape == (7,)
     assert isinstance(sm.compressed_scaling_factor("resnet50", "fp16", 8, 1e10), float)
+
+
+def test_plan_says_when_the_line_rate_is_beyond_the_calibration():
+    cl = _fitted(ceiling=5e9)
+    far = sm.plan_compression("resnet50", "25Gbps", n=8, cluster=cl, compressors=["fp16"])
+    assert far.outside_calibration
+    assert "outside what this calibration can tell" in far.message
+    assert "up to 10 Gbit/s" in far.message
+    near = sm.plan_compression("resnet50", "10Gbps", n=8, cluster=cl, compressors=["fp16"])
+    assert not near.outside_calibration and "outside" not in near.message
+    # no ceiling: the line rate moves the answer, nothing to say
+    plain = sm.plan_compression("resnet50", "25Gbps", n=8, cluster=_fitted(utilization=0.5),
+                                compressors=["fp16"])
+    assert not plain.outside_calibration
