@@ -181,7 +181,10 @@ def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated
     cached cost tables, see :func:`_codec`)."""
     cache = sc._cache
     key = ("evaluate", comp, int(n), id(codec))
-    hit = cache.get(key)
+    try:
+        hit = cache.get(key)
+    except TypeError:  # a compressor class of one's own that cannot be hashed
+        return _evaluate_uncached(sc, comp, n, codec)
     if hit is not None and hit[0] is codec:
         return hit[1]
     ev = _evaluate_uncached(sc, comp, n, codec)

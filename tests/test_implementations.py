@@ -340,3 +340,17 @@ def test_plan_says_when_the_line_rate_is_beyond_the_calibration():
     plain = sm.plan_compression("resnet50", "25Gbps", n=8, cluster=_fitted(utilization=0.5),
                                 compressors=["fp16"])
     assert not plain.outside_calibration
+
+
+def test_an_unhashable_compressor_class_is_evaluated_without_the_cache():
+    import attrs
+
+    @attrs.define(eq=True, frozen=False, slots=False)
+    class Mutable(sm.TopK):
+        pass
+
+    comp = Mutable(density=0.01)
+    with pytest.raises(TypeError):
+        hash(comp)
+    assert sm.compressed_scaling_factor("resnet50", comp, 8, 10e9) == \
+        sm.compressed_scaling_factor("resnet50", sm.TopK(density=0.01), 8, 10e9)
