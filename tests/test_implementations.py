@@ -347,7 +347,7 @@ def test_an_unhashable_compressor_class_is_evaluated_without_the_cache():
 
     @attrs.define(eq=True, frozen=False, slots=False)
     class Mutable(sm.TopK):
-        pass
+        __hash__ = None  # as a mutable attrs class of one's own would be
 
     comp = Mutable(density=0.01)
     with pytest.raises(TypeError):
