@@ -15,8 +15,10 @@ family's kernels (launch latency), which does not depend on the GPU's memory, an
 .. math::
    :label: codec-scaling
 
-   c_e^\text{GPU} = c_e^\text{H100}\,\frac{B_\text{HBM}^\text{H100}}{B_\text{HBM}^\text{GPU}},
-   \qquad c_d^\text{GPU} = c_d^\text{H100}\,\frac{B_\text{HBM}^\text{H100}}{B_\text{HBM}^\text{GPU}},
+   c_e^\text{GPU} = c_e^\text{H100}\,
+       \frac{B_\text{HBM}^\text{H100}}{B_\text{HBM}^\text{GPU}},
+   \qquad c_d^\text{GPU} = c_d^\text{H100}\,
+       \frac{B_\text{HBM}^\text{H100}}{B_\text{HBM}^\text{GPU}},
    \qquad t_\text{launch}^\text{GPU} = t_\text{launch}^\text{H100} ,
 
 the per-rank terms of PowerSGD scaled alike. The bandwidths are the datasheets' (each with
@@ -33,8 +35,9 @@ is a V100); a device no built-in GPU matches gets the H100 table unscaled, and t
 codec note says so.
 
 **Which implementation.** A measured table may belong to one implementation (its JSON's
-``provenance`` has ``"implementation"`` beside ``"gpu"``, a :func:`~scalemodel.get_gpu` name): it is used for that implementation's plans, scaled from its own GPU
-to the plan's by the same rule. A cluster profile's ``codec_costs`` replace the defaults
+``provenance`` has ``"implementation"`` beside ``"gpu"``, a :func:`~scalemodel.get_gpu`
+name): it is used for that implementation's plans, scaled from its own GPU to the plan's
+by the same rule. A cluster profile's ``codec_costs`` replace the defaults
 family by family, unscaled (they were measured on the cluster's own GPUs); an entry keyed
 ``"<implementation>/<family>"`` (``"grace-tf/topk"``) applies to that implementation only
 and wins over the plain ``"<family>"`` entry.
@@ -253,7 +256,9 @@ def codec_costs(cluster=None, *, gpu=None, implementation=None) -> dict:
     if not measured:
         return base
     costs = dict(base)
-    for family in list(costs) + [k for k in measured if "/" not in k]:
+    own = [k.split("/", 1)[1] for k in measured if implementation
+           and k.startswith(f"{implementation}/")]
+    for family in dict.fromkeys(list(costs) + [k for k in measured if "/" not in k] + own):
         key = f"{implementation}/{family}" if implementation else None
         entry = measured.get(key) if key in measured else measured.get(family)
         if entry is not None:
