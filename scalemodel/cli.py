@@ -721,7 +721,8 @@ def cmd_breakeven(args):
                      "breakeven_bw": [float(r.bw) for r in res],
                      "within_calibration": [r.within for r in res],
                      "basis": [r.basis for r in res],
-                     "messages": [r.message for r in res]})
+                     "messages": [r.message for r in res],
+                     "interval": [r.interval for r in res]})
     cluster = load_cluster(args.cluster) if args.cluster is not None else None
     note = _codec_note(load_profile(args.model), cluster, comps, args.gpu, args.implementation)
     if args.json:

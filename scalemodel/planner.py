@@ -1175,8 +1175,20 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
             bw = float(_line_rate_for(sc, needed))
             if math.isinf(bw):  # above the ceiling: let the achieved bandwidth move
                 bw, basis = _beyond_ceiling(sc.cluster, needed, calibrated)
-        out.append(_breakeven_result(bw, nv, calibrated, basis, sc.cluster) if detail
-                   else bw)
+        if detail:
+            res = _breakeven_result(bw, nv, calibrated, basis, sc.cluster)
+            if _interval_clusters(sc.cluster):  # the same answer over the fit's intervals
+                from .intervals import answer_interval
+
+                iv = answer_interval(lambda c, nv=nv: breakeven_bandwidth(
+                    model, comp, n=nv, utilization=u, cluster=c, algorithm=algorithm,
+                    fusion=fusion, alpha=alpha, gpus_per_node=gpus_per_node,
+                    intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
+                    nics_per_node=nics_per_node, sharding=sharding, gpu=gpu,
+                    implementation=implementation), sc.cluster, bw)
+                res = attrs.evolve(res, interval=(iv.low, iv.high))
+            bw = res
+        out.append(bw)
     if np.ndim(n) == 0:
         return out[0]
     if detail:
@@ -1211,6 +1223,10 @@ class Breakeven:
         the model reaches them without the ceiling).
     message : str
         The answer for people, with the range the calibration can tell.
+    interval : tuple or None
+        ``(lo, hi)`` break-even line rate over a fitted cluster's intervals and
+        alternatives (:func:`~scalemodel.intervals.answer_interval`; an end ``None`` is
+        unbounded); None without them [bits/s].
     """
 
     bw: float
@@ -1219,6 +1235,7 @@ class Breakeven:
     calibrated: tuple | None
     within: bool
     message: str
+    interval: tuple | None = None
 
 
 def _outside_calibration(cluster, bw) -> str:

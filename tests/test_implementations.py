@@ -354,3 +354,16 @@ def test_an_unhashable_compressor_class_is_evaluated_without_the_cache():
         hash(comp)
     assert sm.compressed_scaling_factor("resnet50", comp, 8, 10e9) == \
         sm.compressed_scaling_factor("resnet50", sm.TopK(density=0.01), 8, 10e9)
+
+
+def test_breakeven_carries_its_interval_over_the_fit():
+    cl = _fitted(ceiling=5e9, intervals={"ceiling": (4e9, 6.5e9)})
+    res = sm.breakeven_bandwidth("resnet50", "topk:0.01", n=8, cluster=cl, detail=True)
+    lo, hi = res.interval
+    assert lo < res.bw < hi
+    # each end is the answer on a corner cluster, asked directly
+    worst, best = cl.corners()
+    ends = sorted(sm.breakeven_bandwidth("resnet50", "topk:0.01", n=8, cluster=c)
+                  for c in (worst, best))
+    assert (lo, hi) == pytest.approx(tuple(ends), rel=1e-12)
+    assert sm.breakeven_bandwidth("resnet50", "topk:0.01", n=8, detail=True).interval is None
