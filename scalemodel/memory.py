@@ -21,7 +21,10 @@
   ================ =============== =============== ===================
 
   ``g`` is the number of GPUs in a node (``gpus_per_node``): hybrid sharding shards
-  fully inside a node and replicates across nodes.
+  fully inside a node and replicates across nodes. With ``shard_group=g``
+  (``zero1`` / ``zero2`` / ``zero3`` sharded over groups of ``g`` GPUs and replicated
+  across the ``n / g`` groups: InternLM's ``zero1=8``, MiCS, HSDP with any group) every
+  ``n`` of the table is ``g``.
 * **activations**, from the transformer's shape (Korthikanti et al., "Reducing
   Activation Recomputation in Large Transformer Models", MLSys 2023, arXiv:2205.05198,
   Sec. 4.1, no tensor or sequence parallelism): per layer
@@ -199,6 +202,24 @@ def _check_n(n, sharding):
     return arr
 
 
+def _check_shard_group(shard_group, strategy, ns):
+    """``shard_group`` checked against the strategy and every ``n`` [GPUs]."""
+    if shard_group is None:
+        return None
+    from .sharding import Sharding, _divisors
+
+    if strategy in ("zero1", "zero2", "zero3"):
+        shard_group = Sharding(strategy, shard_group=shard_group).shard_group
+    else:  # Sharding says why it does not apply
+        Sharding(strategy, shard_group=shard_group)
+    bad = np.asarray(ns) % shard_group != 0
+    if np.any(bad):
+        first = int(np.asarray(ns)[bad].flat[0])
+        raise InvalidParameterError("shard_group", shard_group, f"must divide n={first}: "
+                                    f"valid shard groups are {_divisors(first)}")
+    return shard_group
+
+
 def _resolve_model(model, micro_batch, seq):
     """(config or None, parameter count, profile grad element bytes or None, label)."""
     from .profiles import WorkloadProfile, load_profile
@@ -266,7 +287,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
            grad_dtype=None, activation_checkpointing=False, micro_batch=None, seq=None,
            gpus_per_node=None, bucket_bytes=DEFAULT_BUCKET_BYTES,
            flash_attention=True, offload="none", host_memory=None,
-           suggest=True) -> MemoryEstimate:
+           suggest=True, shard_group=None) -> MemoryEstimate:
     """Memory per GPU to train ``model`` data-parallel on ``n`` GPUs.
 
     Parameters
@@ -316,6 +337,10 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     suggest : bool
         When it does not fit, also try the options that would (checkpointing, offload,
         more sharding) and list them in ``suggestions`` [-].
+    shard_group : int or None
+        ``zero1`` / ``zero2`` / ``zero3``: the state is sharded over groups of this many
+        GPUs (dividing every ``n``) and replicated across the groups; None: over all
+        ``n`` [GPUs].
 
     Returns
     -------
@@ -338,7 +363,9 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         no usual server; a negative bucket; ``activation_checkpointing`` or ``offload``
         outside the documented values; parameter offload without ``zero3`` /
         ``hybrid_shard``; offload whose host part does not fit in ``host_memory`` (or no
-        ``host_memory`` known for the GPU).
+        ``host_memory`` known for the GPU); ``shard_group`` below 2, not dividing
+        ``n`` (the message lists the valid groups) or with a strategy other than
+        ``zero1`` / ``zero2`` / ``zero3``.
     """
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
@@ -358,13 +385,15 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
             f"memory of {label}: it has no transformer config, so its activations are "
             "unknown and not counted (pass a TransformerConfig or a built-in LLM)"),
             stacklevel=2)
+    group = _check_shard_group(shard_group, strategy, ns)
     est = _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
-                    grad_dtype, ck, gpus_per_node, bucket, mode, host_memory)
+                    grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, group)
     if suggest and not np.all(est.fits):
         def estimate(strat, checkpointing, off):
             return _estimate(cfg, psi, prof_elem, label, _check_n(n, strat), strat, spec,
                              optimizer, param_dtype, grad_dtype, checkpointing,
-                             gpus_per_node, bucket, off, host_memory)
+                             gpus_per_node, bucket, off, host_memory,
+                             _check_shard_group(shard_group, strat, ns))
 
         est = attrs.evolve(est, suggestions=_suggestions(est, ck, estimate))
     return est
@@ -385,7 +414,7 @@ def _dtypes(cfg, prof_elem, param_dtype, grad_dtype):
 
 
 def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
-              grad_dtype, ck, gpus_per_node, bucket, mode, host_memory):
+              grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, shard_group=None):
     """The estimate, once every argument is checked."""
     states = OPTIMIZER_STATES[optimizer.strip().lower()]
     pd, gd = _dtypes(cfg, prof_elem, param_dtype, grad_dtype)
@@ -404,6 +433,8 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
             raise InvalidParameterError("gpus_per_node", None, f"the {spec.name} has no usual "
                                         "server recorded", "Pass gpus_per_node=")
         group = min(group, float(node)) if scalar else np.minimum(group, float(node))
+    if shard_group is not None:  # sharded over the group, replicated across groups
+        group = float(shard_group) if scalar else np.full_like(group, float(shard_group))
     one = 1.0 if scalar else np.ones_like(group)
     div_p = group if strategy in ("zero3", "hybrid_shard") else one
     div_g = group if strategy in ("zero2", "zero3", "hybrid_shard") else one
@@ -453,7 +484,8 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
              "activations": out(activations), "buffers": out(buffers)}
     fits = total <= spec.hbm_bytes
     settings = types.MappingProxyType({
-        "sharding": strategy, "activation_checkpointing": ck.describe(),
+        "sharding": strategy, "shard_group": shard_group,
+        "activation_checkpointing": ck.describe(),
         "flash_attention": bool(ck.flash_attention), "offload": mode, "optimizer": optimizer,
         "param_dtype": pd, "grad_dtype": gd,
         "micro_batch": None if cfg is None else cfg.micro_batch,

@@ -290,7 +290,7 @@ class Scenario:
     def build(cls, model, *, algorithm=None, fusion=None, alpha=None, codec_cost=0.0,
               gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
               cluster=None, nics_per_node=None, sharding=None, activation_checkpointing=None,
-              offload=None):
+              offload=None, shard_group=None):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`.
 
         Scenarios (and the lines they cache) are kept for the last
@@ -301,7 +301,8 @@ class Scenario:
         kw = dict(algorithm=algorithm, fusion=fusion, alpha=alpha, codec_cost=codec_cost,
                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                   ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
-                  activation_checkpointing=activation_checkpointing, offload=offload)
+                  activation_checkpointing=activation_checkpointing, offload=offload,
+                  shard_group=shard_group)
         key = _cache_key(profile, cluster, kw)
         if key is not None:
             hit = _SCENARIOS.get(key)
@@ -318,13 +319,13 @@ class Scenario:
     @classmethod
     def _build(cls, profile, *, algorithm, fusion, alpha, codec_cost, gpus_per_node,
                intra_bw, intra_alpha, ps_servers, cluster, nics_per_node, sharding,
-               activation_checkpointing=None, offload=None):
+               activation_checkpointing=None, offload=None, shard_group=None):
         alpha = _scalar_float(alpha, "alpha")
         if cluster is not None:  # what the cluster was fitted under, unless given
             cluster = load_cluster(cluster)
             algorithm, fusion, sharding = cluster.settings_defaults(algorithm, fusion,
                                                                     sharding)
-        shard = resolve_sharding(sharding)
+        shard = _with_shard_group(resolve_sharding(sharding), shard_group)
         topology = None
         if cluster is not None:
             if alpha is None:
@@ -373,6 +374,7 @@ class Scenario:
         return {"algorithm": self.algorithm, "fusion": (self.fusion if isinstance(
                     self.fusion, str) else repr(self.fusion)),
                 "sharding": "none" if self.sharding is None else self.sharding.strategy,
+                "shard_group": None if self.sharding is None else self.sharding.shard_group,
                 "activation_checkpointing": prov.get("activation_checkpointing", "none"),
                 "offload": prov.get("offload_mode", "none"),
                 "gpus_per_node": self.options.gpus_per_node,
@@ -896,13 +898,32 @@ TOPOLOGY_DOC = """alpha : float or None
         ``"none"`` (the default), ``"optimizer"`` (ZeRO-Offload) or
         ``"optimizer+parameters"`` (FSDP ``CPUOffload``; ``zero3`` / ``hybrid_shard``):
         the optimizer step becomes the host transfers and the CPU step
-        (:mod:`scalemodel.offload`) [-]."""
+        (:mod:`scalemodel.offload`) [-].
+    shard_group : int or None
+        ``zero1`` / ``zero2`` / ``zero3``: shard over groups of this many GPUs, replicated
+        across the ``n / shard_group`` groups (InternLM's ``zero1=8``, MiCS, HSDP with any
+        group; :mod:`scalemodel.sharding`, eq. :eq:`shard-group`); must divide ``n``.
+        None: one group of all ``n`` GPUs [GPUs]."""
+
+
+def _with_shard_group(shard, shard_group):
+    """``shard`` with ``shard_group`` (validated by :class:`Sharding`)."""
+    if shard_group is None:
+        return shard
+    if not shard.sharded:
+        raise InvalidParameterError("shard_group", shard_group, "needs sharding='zero1', "
+                                    "'zero2' or 'zero3'")
+    if shard.shard_group is not None and shard.shard_group != shard_group:
+        raise InvalidParameterError("shard_group", shard_group, "differs from the "
+                                    f"Sharding's shard_group={shard.shard_group}")
+    return attrs.evolve(shard, shard_group=shard_group)
 
 
 def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                   cluster=None, sharding=None, activation_checkpointing=None, offload=None):
+                   cluster=None, sharding=None, activation_checkpointing=None, offload=None,
+                   shard_group=None):
     r"""Scaling factor of data-parallel training, equation :eq:`scaling-factor`.
 
     Any of ``n``, ``bw``, ``utilization`` and ``compression`` may be an array; they
@@ -954,7 +975,7 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
                         sharding=sharding, activation_checkpointing=activation_checkpointing,
-                        offload=offload)
+                        offload=offload, shard_group=shard_group)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / (np.multiply(np.multiply(u, bw), r))
     t = sc.iteration_times(n, x, r)
@@ -1032,17 +1053,17 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                    cluster=None, sharding=None, activation_checkpointing=None,
-                   offload=None) -> IterationTime:
+                   offload=None, shard_group=None) -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
     Parameters
     ----------
-    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding, activation_checkpointing, offload
+    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding, activation_checkpointing, offload, shard_group
         As in :func:`scaling_factor`, scalars only: ``n`` [workers], ``bw`` [bits/s],
         ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost``
         [s/byte], ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw``
         [bits/s], ``intra_alpha`` [s], ``ps_servers`` [servers], ``sharding`` [-],
-        ``activation_checkpointing`` [-], ``offload`` [-].
+        ``activation_checkpointing`` [-], ``offload`` [-], ``shard_group`` [GPUs].
 
     Returns
     -------
@@ -1058,13 +1079,14 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                  alpha=alpha, codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                  nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                  ps_servers=ps_servers, sharding=sharding,
-                 activation_checkpointing=activation_checkpointing, offload=offload)
+                 activation_checkpointing=activation_checkpointing, offload=offload,
+                 shard_group=shard_group)
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
                         sharding=sharding, activation_checkpointing=activation_checkpointing,
-                        offload=offload)
+                        offload=offload, shard_group=shard_group)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
     sc = sc.planned(n, 1.0 / (u * bw * r), r)

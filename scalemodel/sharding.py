@@ -204,6 +204,17 @@ def _strategy(value):
     return canonical_sharding(value)
 
 
+def _group(value):
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ParameterTypeError("shard_group", value, "an integer number of GPUs >= 2")
+    if value < 2:
+        raise InvalidParameterError("shard_group", value, "a shard group has at least 2 "
+                                    "GPUs", "Use sharding='none' for no sharding")
+    return int(value)
+
+
 @attrs.frozen
 class Sharding:
     """A sharding strategy and the dtypes its collectives carry.
@@ -219,17 +230,40 @@ class Sharding:
     reduce_dtype : str or None
         Dtype of the gradients as reduce-scattered (FSDP ``MixedPrecision.reduce_dtype``;
         ``"fp32"`` for a bf16 model reduced in fp32); None: ``param_dtype`` [-].
+    shard_group : int or None
+        ``zero1`` / ``zero2`` / ``zero3`` only: shard the state over groups of this many
+        consecutive GPUs, replicated across the ``n / shard_group`` groups, whose
+        reduce-scattered gradient shards are then all-reduced across the groups
+        (InternLM's ``zero1=8``, MiCS, HSDP with any group; equation
+        :eq:`shard-group`); it must divide ``n``. None: one group of all ``n`` GPUs
+        [GPUs].
 
     Raises
     ------
     UnknownNameError
         An unknown strategy or dtype; suggests the closest.
+    InvalidParameterError
+        ``shard_group`` below 2 or with a strategy other than ``zero1`` / ``zero2`` /
+        ``zero3``.
+    ParameterTypeError
+        ``shard_group`` not an integer.
     """
 
     strategy: str = attrs.field(default="zero3", converter=_strategy)
     param_dtype: str | None = attrs.field(default=None, converter=_opt_dtype("param_dtype"))
     reduce_dtype: str | None = attrs.field(default=None,
                                            converter=_opt_dtype("reduce_dtype"))
+    shard_group: int | None = attrs.field(default=None, converter=_group, kw_only=True)
+
+    def __attrs_post_init__(self):
+        if self.shard_group is not None and self.strategy not in ("zero1", "zero2",
+                                                                   "zero3"):
+            raise InvalidParameterError(
+                "shard_group", self.shard_group,
+                f"applies to zero1, zero2 and zero3, not to sharding={self.strategy!r}"
+                + (" (hybrid_shard's group is one node)"
+                   if self.strategy == "hybrid_shard" else ""),
+                "Use sharding='zero3', shard_group=g for HSDP / MiCS with any group")
 
     @property
     def sharded(self) -> bool:
@@ -764,7 +798,8 @@ def _ring_per_byte(n, options):
 
 
 def _linear_wire_mode(kb, ki, intra_bw, network_ops):
-    """:func:`_wire_mode` for collectives whose NIC and intra-node bits are ``kb`` and
+    """The wire of a schedule and its x_eff map (see ``Scenario.x_effective``), for
+    collectives whose NIC and intra-node bits are ``kb`` and
     ``ki`` per byte [bit/byte], and, with ``network_ops``, all-reduces with NIC bits only
     (hybrid_shard across nodes)."""
     if kb > 0.0:
@@ -774,26 +809,6 @@ def _linear_wire_mode(kb, ki, intra_bw, network_ops):
     if ki > 0.0:
         return "intra", (0.0, 1.0 / intra_bw)
     return "flat", (1.0, 0.0)
-
-
-def _wire_mode(ops):
-    """The wire of a schedule and its x_eff map (see ``Scenario.x_effective``)."""
-    bits = np.concatenate([o.bits for o in ops])
-    intra = np.concatenate([o.intra for o in ops])
-    intra_bw = ops[0].intra_bw
-    if bits.any():
-        both = (bits > 0) & (intra > 0)
-        if not both.any():
-            return "nic", (1.0, 0.0), intra_bw
-        rho = intra[both] / bits[both]
-        if np.count_nonzero(bits > 0) != np.count_nonzero(both) \
-                or rho.max() - rho.min() > 1e-9 * rho.max():
-            raise ScalemodelError("sharded collectives with different intra-node to NIC "
-                                  "ratios: no single wire map")  # not reachable
-        return "nic", (1.0, float(rho.max()) / intra_bw), intra_bw
-    if intra.any():
-        return "intra", (0.0, 1.0 / intra_bw), intra_bw
-    return "flat", (1.0, 0.0), intra_bw
 
 
 def _check_n(n, strategy):
@@ -813,6 +828,76 @@ def _hybrid_group(n, options):
             "n", n, f"hybrid_shard needs n to be a multiple of gpus_per_node={g} "
             "(a full shard group per node)")
     return min(n, g), (n // g if n > g else 1), g
+
+
+def _divisors(n):
+    return [d for d in range(2, n + 1) if n % d == 0]
+
+
+@attrs.frozen
+class _Layout:
+    """Where a schedule's collectives run: ``s`` GPUs per shard group, ``m`` groups; the
+    shard ring's options; the all-reduce across groups on ``m`` ranks with ``ar_opt``,
+    its NIC bits multiplied by ``conc`` (the rings that share a node's NICs);
+    ``ring_only``: the all-reduce's ranks share nodes, so only a ring is modelled."""
+
+    s: int
+    m: int
+    ring_opt: object
+    ar_opt: object = None
+    conc: float = 1.0
+    ring_only: bool = False
+
+
+def _group_layout(n, sharding, options) -> _Layout:
+    """The shard group and the all-reduce across groups, equation :eq:`shard-group`."""
+    if sharding.strategy == "hybrid_shard":
+        s, m, g = _hybrid_group(n, options)
+        return _Layout(s, m, options.evolve(gpus_per_node=g),
+                       options.evolve(gpus_per_node=None, nics_per_node=1),
+                       g / options.nics_per_node)
+    sg = sharding.shard_group
+    if sg is None or sg == n:
+        return _Layout(n, 1, options)
+    if n % sg:
+        raise InvalidParameterError(
+            "shard_group", sg, f"must divide n={n}: valid shard groups are "
+            f"{_divisors(n)}")
+    gpn = options.gpus_per_node
+    m = n // sg
+    if gpn is None:  # every GPU its own node and NIC: flat rings
+        return _Layout(sg, m, options, options, 1.0)
+    if (sg < gpn and gpn % sg) or (sg > gpn and sg % gpn):
+        raise InvalidParameterError(
+            "shard_group", sg, f"with gpus_per_node={gpn} a shard group must divide a "
+            f"node or span whole nodes: valid are {[d for d in _divisors(n) if (d <= gpn and gpn % d == 0) or (d > gpn and d % gpn == 0)]}")
+    if n <= gpn:  # one node: every collective on the intra-node links
+        return _Layout(sg, m, options, options, 1.0, ring_only=True)
+    if n % gpn:
+        raise InvalidParameterError(
+            "n", n, f"shard_group={sg} with gpus_per_node={gpn} needs whole nodes: n a "
+            f"multiple of {gpn}")
+    if sg >= gpn:  # one rank of each all-reduce per node; a node's GPUs run one each
+        return _Layout(sg, m, options, options.evolve(gpus_per_node=None, nics_per_node=1),
+                       gpn / options.nics_per_node)
+    # gpn / sg ranks of each all-reduce share a node; the node's sg all-reduces its NICs
+    return _Layout(sg, m, options, options.evolve(gpus_per_node=gpn // sg), float(sg),
+                   ring_only=True)
+
+
+def _group_wire_mode(kb, ki, akb, aki, intra_bw):
+    """The wire map with all-reduces across groups: shard-ring bits ``kb`` (NIC) and
+    ``ki`` (intra-node) per byte, the all-reduce's ``akb``, ``aki`` [bit/byte]. A shard
+    ring that crosses nodes sets the map (the all-reduce is then charged at the same
+    pace: exact while the NICs bind); else the all-reduce does, and the shard ring's
+    intra-node bits are constants."""
+    if kb > 0.0:
+        return "nic", (1.0, (ki / kb) / intra_bw if ki > 0.0 else 0.0)
+    if akb > 0.0:
+        return "nic", (1.0, (aki / akb) / intra_bw if aki > 0.0 else 0.0)
+    if ki > 0.0 or aki > 0.0:
+        return "intra", (0.0, 1.0 / intra_bw)
+    return "flat", (1.0, 0.0)
 
 
 def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,
@@ -879,17 +964,18 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
     codec = float(codec_cost) if compressed else 0.0
     scale = np.asarray(gradient_scale, float)
 
-    if strategy == "hybrid_shard":
-        if algorithm == "hierarchical":
+    lay = _group_layout(n, sharding, options)
+    s, m, intra_opt = lay.s, lay.m, lay.ring_opt
+    if m > 1:
+        name = resolve_algorithm(algorithm)
+        if name == "hierarchical" or (lay.ring_only and name != "ring"):
             raise InvalidParameterError(
-                "algorithm", algorithm, "hybrid_shard all-reduces each shard across nodes, "
-                "one GPU per node in each all-reduce: a two-level all-reduce makes no sense "
-                "there", "Use 'ring', 'tree' or 'nccl'")
-        s, m, g = _hybrid_group(n, options)
-        intra_opt = options.evolve(gpus_per_node=g)
-    else:
-        s, m, g = n, 1, None
-        intra_opt = options
+                "algorithm", algorithm, f"sharding={strategy!r} with {m} shard groups "
+                "all-reduces each shard across the groups"
+                + (" with ranks that share a node: only a ring is modelled there"
+                   if lay.ring_only else ", one GPU per node in each all-reduce: a "
+                   "two-level all-reduce makes no sense there"),
+                "Use 'ring'" if lay.ring_only else "Use 'ring', 'tree' or 'nccl'")
 
     def count(kind, nbytes, ranks, opts, algorithm="ring"):
         """Network latencies per collective: its latency with alpha 1, intra_alpha 0."""
@@ -920,34 +1006,31 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
         if scale.ndim or float(scale) != 1.0:
             ops.bits[rows] *= scale
             ops.intra[rows] *= scale
-        every = [ops]
-        if m > 1:
-            flat = options.evolve(gpus_per_node=None, nics_per_node=1)
-            name = resolve_algorithm(algorithm)
-            shard = scattered / g
-            if name == "ring":  # linear in the size but for its reductions: per byte
-                ar = _Ops.__new__(_Ops)
-                ar_kb, _, ar.lat, ar.intra_bw = _ring_per_byte(m, flat)
-                ar.bits, ar.ovh = ar_kb * shard, red.steps(shard / m, m - 1)
-                ar.fix, ar.nalpha = c0, count("all_reduce", shard, m, flat, algorithm)
-            else:
-                ar = _Ops(ALGORITHMS[name](shard, m, red, flat), c0, 0.0,
-                          count("all_reduce", shard, m, flat, algorithm))
-            ar.bits = ar.bits * (g / options.nics_per_node) * scale
-            ar.intra = np.zeros_like(ar.bits)
-            every.append(ar)
-        if m == 1 or kb == 0.0:  # one linear family of ops (and hybrid's all-reduces)
-            mode, xmap = _linear_wire_mode(kb, ki, ops.intra_bw, m > 1)
-            ibw = ops.intra_bw
+        ibw = ops.intra_bw
+        if m == 1:  # one linear family of ops
+            mode, xmap = _linear_wire_mode(kb, ki, ibw, False)
+            return ops.parts(mode, ibw), ops.bits, ops.intra, xmap, k
+        # across the m groups: the all-reduce of each shard, eq. (shard-group)
+        flat, shard = lay.ar_opt, scattered / s
+        ar_kb, ar_ki = 1.0, 0.0  # per byte: only their ratio and sign matter below
+        if name == "ring":  # linear in the size but for its reductions: per byte
+            ar = _Ops.__new__(_Ops)
+            ar_kb, ar_ki, ar.lat, ar.intra_bw = _ring_per_byte(m, flat)
+            ar.bits, ar.intra = ar_kb * shard, ar_ki * shard
+            ar.ovh = red.steps(shard / m, m - 1)
+            ar.fix, ar.nalpha = c0, count("all_reduce", shard, m, flat, algorithm)
         else:
-            mode, xmap, ibw = _wire_mode(every)
+            ar = _Ops(ALGORITHMS[name](shard, m, red, flat), c0, 0.0,
+                      count("all_reduce", shard, m, flat, algorithm))
+        ar.bits = ar.bits * lay.conc * scale
+        ar.intra = ar.intra * scale
+        mode, xmap = _group_wire_mode(kb, ki, ar_kb * lay.conc, ar_ki, ibw)
         rows_parts = ops.parts(mode, ibw)
-        if m > 1:
-            rows_parts[rows] += ar.parts(mode, ibw)
-        bits = ops.bits.copy()
-        if m > 1:
-            bits[rows] += ar.bits
-        return rows_parts, bits, ops.intra, xmap, k
+        rows_parts[rows] += ar.parts(mode, ibw)
+        bits, intra = ops.bits.copy(), ops.intra.copy()
+        bits[rows] += ar.bits
+        intra[rows] += ar.intra
+        return rows_parts, bits, intra, xmap, k
 
     if sharding.full_shard:
         units = shard_units(profile, wrap)

@@ -208,6 +208,8 @@ def _memory_check(sc, n, gpu):
         kw = dict(param_dtype=shard.param_dtype, grad_dtype=shard.reduce_dtype)
     if shard is not None and shard.strategy == "hybrid_shard":
         kw["gpus_per_node"] = sc.options.gpus_per_node or 8
+    if shard is not None and shard.shard_group is not None and int(n) >= 2:
+        kw["shard_group"] = shard.shard_group
     strategy = "none" if shard is None or int(n) < 2 else shard.strategy
     ck = p.provenance.get("checkpointing")  # scalemodel.checkpointing.with_recompute
     if isinstance(ck, dict):
@@ -358,7 +360,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                     gpus_per_node=None, nics_per_node=None, intra_bw=None, intra_alpha=None,
                     ps_servers=None, cluster=None, sharding=None,
                     gpu=None, activation_checkpointing=None,
-                    offload=None) -> CompressionResult:
+                    offload=None, shard_group=None) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -384,6 +386,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         for profiles derived from a transformer configuration, else no check [-].
     activation_checkpointing, offload
         As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
+    shard_group : int or None
+        As in :func:`~scalemodel.scaling_factor` (time and memory) [GPUs].
 
     Returns
     -------
@@ -411,7 +415,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                      ps_servers=ps_servers, sharding=sharding,
-                     activation_checkpointing=activation_checkpointing, offload=offload)
+                     activation_checkpointing=activation_checkpointing, offload=offload,
+                     shard_group=shard_group)
     sc = build(cluster)
     res = _with_interval(_min_compression(sc, bw, n, target, u), sc,
                          lambda cl: _min_compression(build(cl), bw, n, target, u,
@@ -500,7 +505,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                        codec_cost=0.0, gpus_per_node=None, nics_per_node=None, intra_bw=None,
                        intra_alpha=None, ps_servers=None, cluster=None, sharding=None,
                        gpu=None, activation_checkpointing=None,
-                       offload=None) -> BandwidthResult:
+                       offload=None, shard_group=None) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -523,6 +528,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         GPU whose memory is checked, as in :func:`min_compression` [-].
     activation_checkpointing, offload
         As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
+    shard_group : int or None
+        As in :func:`~scalemodel.scaling_factor` (time and memory) [GPUs].
 
     Returns
     -------
@@ -548,7 +555,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                      ps_servers=ps_servers, sharding=sharding,
-                     activation_checkpointing=activation_checkpointing, offload=offload)
+                     activation_checkpointing=activation_checkpointing, offload=offload,
+                     shard_group=shard_group)
     sc = build(cluster)
     res = _with_interval(_solve_bandwidth(sc, n, target, r, u), sc,
                          lambda cl: _solve_bandwidth(build(cl), n, target, r, u,

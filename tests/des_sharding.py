@@ -99,13 +99,49 @@ def _ring_half(nbytes, ranks, bw_eff, intra_eff, alpha, intra_alpha, red, reduce
     return t
 
 
+def _cross_group_allreduce(shard, n, group, bw_eff, intra_eff, alpha, intra_alpha, red,
+                           per_node, nics):
+    """Ring all-reduce of one ``shard``-byte gradient shard across the n/group replicas
+    of a shard group: ranks r, r + group, r + 2 group, ... (consecutive ranks fill a
+    node). Played hop by hop: 2(m-1) steps of shard/m bytes, the first m-1 reducing.
+    A step lasts as long as its slowest link. Without a topology every GPU has its own
+    NIC. With one, every rank of the ring sends over the NIC when its successor is in
+    another node, else over its intra-node link; the rings of the node's GPUs that
+    leave the node at the same step share its NICs: min(group, per_node) of them (one
+    per shard index in the node)."""
+    m = n // group
+    ranks = [r * group for r in range(m)]  # the ring of shard index 0
+    chunk = shard / m
+    t = 0.0
+    for step in range(2 * (m - 1)):
+        if per_node is None:
+            t += alpha + chunk * 8 / bw_eff
+        else:
+            nic_t, link_t = 0.0, 0.0
+            for j in range(m):  # every rank sends one chunk to the next
+                a, b = ranks[j], ranks[(j + 1) % m]
+                if a // per_node != b // per_node:
+                    sharing = min(group, per_node)
+                    nic_t = max(nic_t, chunk * 8 * sharing / (nics * bw_eff))
+                else:
+                    link_t = max(link_t, chunk * 8 / intra_eff)
+            # latency: NCCL's ring pays a network hop on the 2(nodes-1) steps that cross
+            # (scalemodel.collectives), the others intra_alpha
+            nodes = len({r // per_node for r in ranks})
+            t += (alpha if step < 2 * (nodes - 1) else intra_alpha) + max(nic_t, link_t)
+        if step < m - 1:
+            t += (red.floor if step == 0 else 0.0) + red.per_byte * chunk
+    return t
+
+
 def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
                      fusion_params=None, param_bytes=None, reduce_bytes=None,
                      utilization=1.0, compression=1.0, algorithm="ring", alpha=0.0,
                      codec_cost=0.0, slowdown=1.0, collective_overhead=0.0,
                      sync_overhead=0.0, gpus_per_node=None, nics_per_node=1,
                      intra_bw=2.4e12, intra_alpha=0.0, element_bytes=None, grad_accum=1,
-                     bucket_overhead=0.0, recompute=None, update_time=None):
+                     bucket_overhead=0.0, recompute=None, update_time=None,
+                     shard_group=None):
     """Iteration time [s] of one sharded iteration on n GPUs, by discrete-event simulation.
 
     ``grad_accum`` micro-batches per step, each ending in a synchronization (FSDP and
@@ -126,6 +162,10 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     to the fraction of its forward time recomputed at the start of its backward (the
     block's forward: the profile's forward time split by the blocks' backward spans, as
     for the units); every gradient of that block and after it is ready that much later.
+    ``shard_group``: zero1/2/3 sharded over groups of that many consecutive GPUs and
+    replicated across the groups: every reduce-scatter (inside the group) is followed on
+    the channel by the ring all-reduce of its shard across the n/shard_group groups,
+    played hop by hop (see :func:`_cross_group_allreduce`).
     """
     elem = element_bytes
     pbytes = param_bytes or elem
@@ -180,6 +220,14 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
         intra_eff = intra_bw
     else:
         intra_eff = intra_bw * compression
+    replicas = 1
+    if shard_group is not None and shard_group != n and strategy != "hybrid_shard":
+        assert n % shard_group == 0
+        group, replicas = shard_group, n // shard_group
+        # a shard ring inside a node while the all-reduces cross nodes: uncompressed
+        # intra-node bytes, as for hybrid_shard
+        if gpus_per_node is not None and shard_group <= gpus_per_node < n:
+            intra_eff = intra_bw
 
     def half(nbytes, reduce):
         if strategy == "hybrid_shard":
@@ -205,6 +253,11 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
             share_bw = bw_eff * nics_per_node / g
             t += collective_seconds(algorithm, nbytes / g, nodes, share_bw, alpha, red,
                                     red_floor=red.floor, red_per_byte=red.per_byte)
+            t += collective_overhead
+        if replicas > 1:
+            t += _cross_group_allreduce(nbytes / group, n, group, bw_eff,
+                                        intra_bw * compression, alpha, intra_alpha, red,
+                                        gpus_per_node, nics_per_node)
             t += collective_overhead
         return t
 
