@@ -22,12 +22,15 @@ any error is computed:
    Li et al.'s sweeps, every bucket size against 25 MB where the measured difference
    exceeds twice the reading uncertainty.
 
-Sources (``../shared/data/published``, see its README): PyTorch's DDP benchmark
-(exact; DGX-1: 8 V100 with NVLink and 4 x 100 Gbit/s InfiniBand per machine; NCCL),
-Li et al. VLDB 2020 (approximate figure readings; recalled as 4 servers of 8 V100 with
-one 100 Gbit/s NIC each; NCCL and Gloo as two transports), and Zhang et al.'s p3dn runs
-(only ResNet-50 has published iteration times there, so only other worker counts and
-line rates are held out; loaded by ``validate_published``).
+Sources (copies of ``../shared/data/published`` files in ``benchmarks/data/pytorch_ddp``,
+see its README): PyTorch's DDP benchmark (exact; DGX-1: 8 V100 with NVLink and 4 x 100
+Gbit/s InfiniBand per machine; NCCL), Li et al. VLDB 2020 (approximate figure readings;
+recalled as 4 servers of 8 V100 with one 100 Gbit/s NIC each; NCCL and Gloo as two
+transports), Zhang et al.'s p3dn runs (only ResNet-50 has published iteration times
+there, so only other worker counts and line rates are held out; loaded by
+``validate_published``), and the sharded runs of ``validate_sharded`` (its loaders and
+profiles): LLM Foundry's FSDP runs on A100 40GB and DeepSpeed ZeRO-3 on 384 V100 at 100
+to 800 Gbit/s per node.
 
 New library features (fitted per-bucket and per-iteration costs, profiles rescaled to a
 run's single-worker time, intervals over alternatives, the DDP wrapper at n = 1) are
@@ -421,6 +424,9 @@ def llm_source():
     mpt7 = sorted((r for r in rows if r["model"] == "mpt-7b"), key=lambda r: r["n"])
     cal = mpt7[:2]
     held = [r for r in rows if r not in cal]
+    for r in rows:
+        r.update(label=f"{r['model']} {r['n']} GPUs", bw=bw, nics=nics,
+                 time=r["grad_accum"] * r["micro_batch"] * r["seq"] / r["tokens_per_gpu"])
     notes = [f"setup (validate_sharded): {LLM_GPU}, {net} RoCE (network priors nccl-roce), "
              "8 GPUs per node with NVLink, "
              "FSDP FULL_SHARD as zero3 (the library's default wrapping: per block, as "
@@ -436,29 +442,74 @@ def llm_source():
              "cluster, its corners and its alternatives' (each with its efficiency)"]
     return dict(key="llm-foundry", title="LLM Foundry MPT, FSDP FULL_SHARD on A100 40GB "
                 "(1600 Gbit/s per node; exact)", rows=held, calibration=cal, notes=notes,
-                bw=bw, nics=nics, vs=vs)
+                profile=vs.profile_for, bisect=vs.fit_efficiency,
+                topology=dict(gpus_per_node=8, nics_per_node=nics,
+                              intra_bw=sm.get_gpu(LLM_GPU).intra_node_bw),
+                fusion=None, network="nccl-roce",
+                nearest=lambda r, cal: min(cal, key=lambda c: (abs(c["n"] - r["n"]),
+                                                               -c["n"])),
+                carried=lambda r, c: r["mfu"] / c["mfu"] - 1)
 
 
-def _llm_time(row):
-    """Measured optimizer-step time of an LLM Foundry row [s]."""
-    return row["grad_accum"] * row["micro_batch"] * row["seq"] / row["tokens_per_gpu"]
+def zeropp_source():
+    """DeepSpeed ZeRO-3 on 384 V100 at 1, 2, 4 and 8 InfiniBand links of 100 Gbit/s per
+    node (the ZeRO++ blog's figure labels; validate_sharded's rows and profiles): the 18B
+    GPT (the only one whose shape a source states), calibrated on its two runs at 4 links,
+    predicted at 1, 2 and 8."""
+    sys.path.insert(0, str(HERE))
+    import validate_sharded as vs
+
+    rows = [r for r in vs.network_rows() if r["config"] is not None]
+    spec = sm.get_gpu(vs.ZEROPP_GPU)
+    for r in rows:
+        flops = vs.megatron_flops_per_token(r["config"]) * r["tokens"]
+        r.update(label=f"{r['model']} {r['tokens']} tok {r['links']} x 100G", bw=vs.ZEROPP_LINK,
+                 nics=r["links"], time=flops / (r["tflops"] * 1e12),
+                 tokens_per_gpu=r["tokens"] * r["tflops"] * 1e12 / flops)
+    cal = [r for r in rows if r["links"] == 4]
+    held = [r for r in rows if r not in cal]
+
+    def profile(r, eff):
+        p = vs.transformer_profile(r["config"], spec, efficiency=eff,
+                                   name=f"{r['model']}-row{r['row']}")
+        return vs.attrs.evolve(p, tensor_ready=1.5 * p.tensor_ready,
+                               backward_time=1.5 * p.backward_time)
+
+    def bisect(r):
+        return vs._bisect_efficiency(lambda e: vs.predicted_network_step(r, e)[0], r["tflops"])
+
+    notes = ["setup (validate_sharded): 384 V100 (DGX-2: 16 GPUs per node, NVLink), k "
+             "InfiniBand links of 100 Gbit/s per node as the figures state (network priors "
+             "nccl-ib), ZeRO-3 gathering per module as DeepSpeed does, fp16, activation "
+             "checkpointing; TFLOP/s as Megatron counts them; profiles derived from FLOPs",
+             "calibration: gpt-18b at 4 links, 1K and 2K tokens per GPU",
+             "held out: gpt-18b at 1, 2 and 8 links (the 49B-138B shapes are not stated)",
+             "baselines: 'ideal' = no cluster, efficiency bisected on the calibration run of "
+             "the same micro-batch; 'carried' = that run's TFLOP/s"]
+    return dict(key="zero++", title="DeepSpeed ZeRO-3, 384 V100, 100-800 Gbit/s per node "
+                "(figure labels)", rows=held, calibration=cal, notes=notes,
+                profile=profile, bisect=bisect,
+                topology=dict(gpus_per_node=vs.ZEROPP_GPUS_PER_NODE, nics_per_node=4,
+                              intra_bw=spec.intra_node_bw),
+                fusion=vs.ZEROPP_WRAP, network="nccl-ib",
+                nearest=lambda r, cal: next((c for c in cal if c["tokens"] == r["tokens"]),
+                                            cal[0]),
+                carried=lambda r, c: r["tflops"] / c["tflops"] - 1)
 
 
 def evaluate_llm(src, feats, say):
-    """The LLM source's fit, rows and baselines; ``None`` rows when the library cannot
+    """An LLM source's fit, rows and baselines; ``None`` rows when the library cannot
     calibrate from sharded runs (said why)."""
-    vs, bw, nics = src["vs"], src["bw"], src["nics"]
-    topo = dict(gpus_per_node=8, nics_per_node=nics,
-                intra_bw=sm.get_gpu(LLM_GPU).intra_node_bw)
-    runs = [dict(model=vs.profile_for(r, LLM_ASSUMED_EFFICIENCY), n=r["n"], bw=bw,
+    topo, fusion = src["topology"], src["fusion"]
+    runs = [dict(model=src["profile"](r, LLM_ASSUMED_EFFICIENCY), n=r["n"], bw=r["bw"],
                  sharding="zero3", tokens_per_second_per_gpu=r["tokens_per_gpu"],
-                 label=f"{r['model']} {r['n']} GPUs") for r in src["calibration"]]
+                 label=r["label"]) for r in src["calibration"]]
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            kw = dict(network="nccl-roce") if feats["network"] else {}
-            fit = sm.fit_cluster(runs, algorithm="ring", fusion=None, **topo, **kw)
+            kw = dict(network=src["network"]) if feats["network"] else {}
+            fit = sm.fit_cluster(runs, algorithm="ring", fusion=fusion, **topo, **kw)
     except (sm.ScalemodelError, TypeError) as exc:
         say(f"  not calibrated: fit_cluster refuses these runs ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:160]})")
@@ -468,27 +519,28 @@ def evaluate_llm(src, feats, say):
         say("  " + line)
     p = fit.parameters.get("efficiency")
     eff = p.value if p is not None else LLM_ASSUMED_EFFICIENCY
-    cal_eff = {r["n"]: vs.fit_efficiency(r) for r in src["calibration"]}
+    cal_eff = [src["bisect"](c) for c in src["calibration"]]
     rows = []
     for r in src["rows"]:
         # the interval in time: over the clusters the library's interval uses (the fit,
         # its corners, every alternative's), each with the efficiency it carries; the
         # scaling factor's interval alone would miss it (the efficiency moves both times)
-        prof = vs.profile_for(r, eff)
-        times = [sm.iteration_time(prof, r["n"], bw, sharding="zero3", fusion=None,
-                                   algorithm="ring", cluster=cl).total
+        prof = src["profile"](r, eff)
+        kw = dict(sharding="zero3", fusion=fusion, algorithm="ring",
+                  nics_per_node=r["nics"])
+        times = [sm.iteration_time(prof, r["n"], r["bw"], cluster=cl, **kw).total
                  for cl in _interval_clusters(fit.cluster)]
         t, t_lo, t_hi = times[0], min(times), max(times)
-        cal = min(src["calibration"], key=lambda c: (abs(c["n"] - r["n"]), -c["n"]))
-        t_ideal = sm.iteration_time(vs.profile_for(r, cal_eff[cal["n"]]), r["n"], bw,
-                                    sharding="zero3", fusion=None, algorithm="ring",
-                                    **topo).total
-        m = _llm_time(r)
-        rows.append(dict(label=f"{r['model']} {r['n']} GPUs", n=r["n"], measured=m,
+        cal = src["nearest"](r, src["calibration"])
+        e_ideal = cal_eff[src["calibration"].index(cal)]
+        t_ideal = sm.iteration_time(src["profile"](r, e_ideal), r["n"], r["bw"],
+                                    **dict(topo, **kw)).total
+        m = r["time"]
+        rows.append(dict(label=r["label"], n=r["n"], measured=m,
                          predicted=t, error=t / m - 1, low=t_lo, high=t_hi,
                          inside=bool(t_lo * (1 - 1e-12) <= m <= t_hi * (1 + 1e-12)),
                          width=(t_hi - t_lo) / m if math.isfinite(t_hi) else math.inf,
-                         ideal=t_ideal / m - 1, carried=r["mfu"] / cal["mfu"] - 1))
+                         ideal=t_ideal / m - 1, carried=src["carried"](r, cal)))
     return fit, rows, []
 
 
@@ -675,7 +727,8 @@ def table(results):
 
 
 SOURCES = {"ddp-benchmark": lambda: [ddp_benchmark_source()], "vldb": vldb_sources,
-           "p3dn": lambda: [p3dn_source()], "llm-foundry": lambda: [llm_source()]}
+           "p3dn": lambda: [p3dn_source()], "llm-foundry": lambda: [llm_source()],
+           "zero++": lambda: [zeropp_source()]}
 
 
 def run(keys=None, say=print):
