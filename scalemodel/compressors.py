@@ -101,6 +101,14 @@ the bytes of one tensor):
      - False (values and indices, all-gathered)
      - True: GRACE seeds the indices with the tensor's name and the step, so only values
        travel, by all-reduce
+   * - ``TopK`` / ``RandomK(dense_decode=...)``
+     - False: decode touches the received elements, :math:`k` per contribution
+       (:math:`n k` all-gathered, :math:`k` all-reduced)
+     - True: each contribution is scattered into a dense :math:`N`-element tensor and the
+       dense tensors are summed, :math:`n N` all-gathered, :math:`N` all-reduced (GRACE's
+       ``desparsify``: ``tf.scatter_nd`` / ``torch.zeros(numel).scatter_``, once per
+       rank in ``communicator/allgather.py``). No effect on the bytes; at 1 % density
+       it multiplies top-k's decoded elements by 100
    * - ``IntQuantizer(packed=..., scale_bytes=...)``
      - packed ``bits``, 8 bytes of scale and zero point
      - whole bytes per value and one fp32 scale (GRACE's 8-bit and QSGD: ``tf.int8``)
@@ -175,8 +183,11 @@ ALLREDUCE = "allreduce"
 """Phase collective meaning "the plan's all-reduce algorithm" (``ring`` by default)."""
 
 WIRE_ATTRIBUTES = ("sign_bits", "scale_bytes", "collective", "index_bytes", "shared_seed",
-                   "packed", "matrix_view", "min_compression_rate", "per_tensor")
-"""The compressor attributes that describe a wire format rather than a knob."""
+                   "packed", "matrix_view", "min_compression_rate", "per_tensor",
+                   "dense_decode")
+"""The compressor attributes that describe how an implementation realises it (its wire
+format, and for the sparse families whether decoding touches the dense tensor) rather
+than a knob."""
 
 ELEMENT_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2,
                  "bfloat16": 2, "fp64": 8, "float64": 8}
@@ -712,10 +723,20 @@ class TopK(Compressor):
     index_bytes : int
         Bytes per index: 4 (the default: int32, as GRACE's TensorFlow code casts them) or
         8 (int64: ``torch.topk``'s indices as GRACE's PyTorch code sends them) [bytes].
+    dense_decode : bool
+        ``False`` (the default): decoding touches the :math:`k` received elements of each
+        of the :math:`n` contributions, :math:`n k` elements (a sparse accumulate).
+        ``True``: each contribution is scattered into a dense tensor of all :math:`N`
+        elements and the :math:`n` dense tensors are summed, :math:`n N` elements: GRACE's
+        ``desparsify`` (``tf.scatter_nd(indices, values, [N])`` in
+        ``grace_dl/tensorflow/compressor/topk.py``, ``torch.zeros(numel).scatter_`` in
+        ``grace_dl/torch/compressor/topk.py``), called by the all-gather communicator once
+        per rank before ``aggregate`` sums them [-].
     """
 
     density: float = attrs.field(default=0.01, converter=_check_density)
     index_bytes: int = attrs.field(default=4, validator=_check_choice("index_bytes", (4, 8)))
+    dense_decode: bool = attrs.field(default=False, validator=_check_bool("dense_decode"))
     name = "topk"
     family = "topk"
     knob = "density"
@@ -727,7 +748,8 @@ class TopK(Compressor):
 
     def _costs(self, numel, shapes, n, c, e):
         k = _k(numel, self.density)
-        return self._simple(numel, k * (e + self.index_bytes), "allgather", numel, n * k, c)
+        decoded = n * (numel if self.dense_decode else k)  # per contribution: N or k
+        return self._simple(numel, k * (e + self.index_bytes), "allgather", numel, decoded, c)
 
 
 @attrs.frozen
@@ -747,11 +769,21 @@ class RandomK(Compressor):
     index_bytes : int
         Bytes per index sent without a shared seed: 4 (int32, the default) or 8 (int64)
         [bytes].
+    dense_decode : bool
+        ``False`` (the default): decoding touches the received elements, :math:`k` after
+        the all-reduce of a shared seed, :math:`n k` when all-gathered. ``True``: each
+        decoded message is scattered into a dense tensor of all :math:`N` elements,
+        :math:`N` after the all-reduce (decompressed once), :math:`n N` when all-gathered:
+        GRACE's ``desparsify`` (``tf.scatter_nd`` in
+        ``grace_dl/tensorflow/compressor/randomk.py``, ``torch.zeros(numel).scatter_`` in
+        ``grace_dl/torch/compressor/randomk.py``; the all-reduce communicator decompresses
+        the summed values once) [-].
     """
 
     density: float = attrs.field(default=0.01, converter=_check_density)
     shared_seed: bool = attrs.field(default=False, validator=_check_bool("shared_seed"))
     index_bytes: int = attrs.field(default=4, validator=_check_choice("index_bytes", (4, 8)))
+    dense_decode: bool = attrs.field(default=False, validator=_check_bool("dense_decode"))
     name = "randomk"
     family = "randomk"
     knob = "density"
@@ -764,7 +796,8 @@ class RandomK(Compressor):
     def _costs(self, numel, shapes, n, c, e):
         if self.shared_seed:
             k = _k(numel, self.density)
-            return self._simple(numel, k * e, ALLREDUCE, numel, k, c)
+            return self._simple(numel, k * e, ALLREDUCE, numel,
+                                numel if self.dense_decode else k, c)
         return TopK._costs(self, numel, shapes, n, c, e)  # values + indices, all-gathered
 
 
@@ -996,8 +1029,8 @@ IMPLEMENTATIONS = {
         "grace-tf", ("none", "fp16", "int8", "signsgd", "topk", "randomk", "powersgd"),
         {"*": {"per_tensor": True},
          "signsgd": {"sign_bits": 8, "scale_bytes": 0},
-         "topk": {"index_bytes": 4},
-         "randomk": {"shared_seed": True},
+         "topk": {"index_bytes": 4, "dense_decode": True},
+         "randomk": {"shared_seed": True, "dense_decode": True},
          "int8": {"packed": False, "scale_bytes": 4},
          "powersgd": {"matrix_view": "tensorflow", "min_compression_rate": 0.0}},
         "GRACE, sands-lab/grace fd3a7f4, grace_dl/tensorflow: signsgd.py sends "
@@ -1006,20 +1039,29 @@ IMPLEMENTATIONS = {
         "and the step, values only; u8bit.py and qsgd.py tf.int8 values and one fp32 "
         "scale or norm; powersgd.py tf.reshape(tensor, [shape[0], -1]) of TF's (kh, kw, "
         "in, out) kernels, every tensor of two or more dimensions, P and Q all-reduced; "
-        "communicator/allgather.py and allreduce.py call Horovod once per tensor."),
+        "communicator/allgather.py and allreduce.py call Horovod once per tensor; "
+        "topk.py and randomk.py decompress with tf.scatter_nd(indices, values, [N]), a "
+        "dense N-element tensor per contribution: allgather.py decompresses each of the n "
+        "ranks' messages and aggregate() sums the n dense tensors (tf.math.add_n), "
+        "allreduce.py decompresses the summed random-k values once (files read at "
+        "topk.py/randomk.py 0bd31c5, communicator/allgather.py 2d10c6d, allreduce.py "
+        "106e3de)."),
     "grace-torch": Implementation(
         "grace-torch", ("none", "fp16", "int8", "signsgd", "topk", "randomk", "powersgd"),
         {"*": {"per_tensor": True},
          "signsgd": {"sign_bits": 8, "scale_bytes": 0},
-         "topk": {"index_bytes": 8},
-         "randomk": {"shared_seed": True},
+         "topk": {"index_bytes": 8, "dense_decode": True},
+         "randomk": {"shared_seed": True, "dense_decode": True},
          "int8": {"packed": False, "scale_bytes": 4},
          "powersgd": {"min_compression_rate": 0.0}},
         "GRACE, sands-lab/grace fd3a7f4, grace_dl/torch: signsgd.py sends torch.uint8 "
         "signs (a byte each); topk.py values plus torch.topk's int64 indices; randomk.py "
         "torch.manual_seed from the tensor's name and the step, values only; qsgd.py "
         "torch.int8 values and one fp32 norm; powersgd.py tensor.view([shape[0], -1]) "
-        "of every tensor of two or more dimensions; Horovod called once per tensor."),
+        "of every tensor of two or more dimensions; Horovod called once per tensor; "
+        "topk.py (873ad77) and randomk.py (bbb127c) decompress into "
+        "torch.zeros(numel).scatter_(0, indices, values), a dense N-element tensor per "
+        "contribution, summed by aggregate()."),
     "deepspeed": Implementation(
         "deepspeed", ("none", "fp16", "bf16", "signsgd", "int8"),
         {"signsgd": {"collective": "allreduce"}},

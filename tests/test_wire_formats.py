@@ -14,6 +14,7 @@ fp32 scale or norm, every tensor communicated by its own Horovod call. PyTorch's
 
 import math
 
+import attrs
 import numpy as np
 import pytest
 
@@ -363,3 +364,106 @@ def test_plan_searches_the_rank_of_grace_powersgd():
     row = sm.plan_compression("resnet50", "10Gbps", n=8, compressors=[comp]).rows[0]
     assert row.config.matrix_view == "tensorflow" and row.config.per_tensor
     assert 1 <= row.setting <= 2048
+
+
+# ------------------------------------------------------------------ decode structure, by hand
+
+
+class _Touched:
+    """Counts the elements each decode step writes, as numpy arrays of that size."""
+
+    def __init__(self):
+        self.elements = 0
+
+    def out(self, array):
+        self.elements += array.size
+        return array
+
+
+def _grace_sparse_decode(messages, numel, touched):
+    """GRACE's decode of sparse messages: ``desparsify`` scatters each message into a
+    dense ``numel`` tensor (``tf.scatter_nd(indices, values, [numel])``), then
+    ``aggregate`` sums the dense tensors (``tf.math.add_n``)."""
+    dense = []
+    for values, indices in messages:
+        d = touched.out(np.zeros(numel, FP32))
+        d[indices] = values
+        dense.append(d)
+    return np.sum(dense, axis=0), touched
+
+
+def _sparse_accumulate(messages, numel, touched):
+    """A decode that touches only the received elements (the library's default)."""
+    out = np.zeros(numel, FP32)
+    for values, indices in messages:
+        np.add.at(out, indices, touched.out(values))
+    return out, touched
+
+
+def _decoded_elements(comp, shapes, n):
+    p = shaped_profile(shapes)
+    return comp.tensor_costs(p, n, codec={comp.family: sm.CodecCost(0.0, 1.0)}).decode_time
+
+
+@pytest.mark.parametrize("n", [1, 2, 8])
+@pytest.mark.parametrize("preset", ["grace-tf", "grace-torch"])
+def test_grace_topk_decode_touches_the_dense_tensor_once_per_rank(n, preset):
+    shapes = [(64, 32, 3, 3), (1000,), (7,)]
+    comp = for_implementation("topk:0.01", preset)
+    assert comp.dense_decode
+    rng = np.random.default_rng(1)
+    dense, sparse = [], []
+    for shape in shapes:
+        numel = math.prod(shape)
+        k = max(1, math.ceil(0.01 * numel))
+        msgs = [(rng.standard_normal(k).astype(FP32), rng.choice(numel, k, replace=False))
+                for _ in range(n)]
+        total, touched = _grace_sparse_decode(msgs, numel, _Touched())
+        ref, _ = _sparse_accumulate(msgs, numel, _Touched())
+        np.testing.assert_allclose(total, ref, rtol=1e-6)  # the same sum either way
+        dense.append(touched.elements)
+        sparse.append(_sparse_accumulate(msgs, numel, _Touched())[1].elements)
+    np.testing.assert_array_equal(_decoded_elements(comp, shapes, n), dense)
+    assert dense == [n * math.prod(s) for s in shapes]
+    textbook = sm.TopK(density=0.01)
+    assert not textbook.dense_decode
+    np.testing.assert_array_equal(_decoded_elements(textbook, shapes, n), sparse)
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_grace_randomk_decompresses_the_all_reduced_values_once(n):
+    shapes = [(128, 64), (300,)]
+    comp = for_implementation("randomk:0.05", "grace-tf")
+    assert comp.shared_seed and comp.dense_decode
+    rng = np.random.default_rng(2)
+    touched = []
+    for shape in shapes:
+        numel = math.prod(shape)
+        k = math.ceil(0.05 * numel)
+        idx = rng.choice(numel, k, replace=False)  # the seed all workers share
+        summed = sum(rng.standard_normal(k).astype(FP32) for _ in range(n))  # all-reduce
+        touched.append(_grace_sparse_decode([(summed, idx)], numel, _Touched())[1].elements)
+    assert touched == [math.prod(s) for s in shapes]  # N, whatever n
+    np.testing.assert_array_equal(_decoded_elements(comp, shapes, n), touched)
+    # the sparse decode of the same message touches k; independent seeds all-gather n of them
+    sparse = sm.RandomK(density=0.05, shared_seed=True)
+    np.testing.assert_array_equal(_decoded_elements(sparse, shapes, n),
+                                  [math.ceil(0.05 * math.prod(s)) for s in shapes])
+    indep = sm.RandomK(density=0.05, dense_decode=True)
+    np.testing.assert_array_equal(_decoded_elements(indep, shapes, n),
+                                  [n * math.prod(s) for s in shapes])
+
+
+def test_dense_decode_changes_no_byte_and_pytorch_has_no_sparse_family():
+    for comp in (sm.TopK(density=0.01), sm.RandomK(density=0.01),
+                 sm.RandomK(density=0.01, shared_seed=True)):
+        dense = attrs.evolve(comp, dense_decode=True)
+        assert dense.wire_format((1000, 1000), 8) == comp.wire_format((1000, 1000), 8)
+        assert "dense_decode=True" in dense.describe()
+    # PyTorch's hooks and Horovod have no top-k / random-k: their presets are unaffected,
+    # and DeepSpeed sets no decode structure
+    for impl in ("pytorch", "horovod", "deepspeed"):
+        assert not {"topk", "randomk"} & set(IMPLEMENTATIONS[impl].families)
+        assert all("dense_decode" not in v for v in IMPLEMENTATIONS[impl].settings.values())
+    with pytest.raises(sm.ParameterTypeError, match="dense_decode"):
+        sm.TopK(dense_decode=1)
