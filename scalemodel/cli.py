@@ -257,6 +257,11 @@ def _model_options(p):
                         "CPUOffload; with --sharding zero3): host transfers and the CPU "
                         "optimizer step each iteration, state in host memory "
                         "(scalemodel.offload) [-] (default none)")
+    p.add_argument("--shard-group", default=None, type=int,
+                   help="with --sharding zero1, zero2 or zero3: shard over groups of this "
+                        "many GPUs, replicated across the groups, whose gradient shards are "
+                        "all-reduced across groups (InternLM zero1=8, MiCS, HSDP with any "
+                        "group); must divide --n [GPUs] (default: one group of all --n)")
     p.add_argument("--gpu", default=None,
                    help="GPU whose memory is checked and, in plan and breakeven, whose "
                         "codec costs are used (the H100 table scaled by HBM bandwidth), e.g. "
@@ -490,7 +495,7 @@ def _sharding(args):
 
 def _common(args):
     out = dict(_network(args), codec_cost=args.codec_cost)
-    for name in ("activation_checkpointing", "offload"):  # only when given
+    for name in ("activation_checkpointing", "offload", "shard_group"):  # when given
         if getattr(args, name, None) is not None:
             out[name] = getattr(args, name)
     return out
@@ -658,7 +663,7 @@ def _plan_kwargs(args):
             "--codec-cost", args.codec_cost, "plan and breakeven use each compressor's own "
             "encode/decode costs", "Measure them with python -m "
             "scalemodel.calibrate.codec_bench and pass --cluster")
-    for name in ("activation_checkpointing", "offload"):
+    for name in ("activation_checkpointing", "offload", "shard_group"):
         if getattr(args, name, None) is not None:
             raise InvalidParameterError(
                 "--" + name.replace("_", "-"), getattr(args, name), "plan and breakeven do "

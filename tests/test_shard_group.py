@@ -240,3 +240,24 @@ def test_bad_shard_group():
         sm.scaling_factor("llama-2-7b", 64, "100Gbps", sharding=Sharding(
             "zero3", shard_group=8), shard_group=16)
     assert exc.value.parameter == "shard_group"
+
+
+def test_cli_takes_shard_group(capsys):
+    from scalemodel.cli import main
+
+    assert main(["iteration", "--model", "llama-2-7b", "--n", "64", "--bw", "100Gbps",
+                 "--sharding", "zero1", "--shard-group", "8", "--gpus-per-node", "8"]) in (0,
+                                                                                      None)
+    out = capsys.readouterr().out
+    sf = sm.scaling_factor("llama-2-7b", 64, "100Gbps", sharding="zero1", shard_group=8,
+                           gpus_per_node=8)
+    assert f"{sf:.4f}" in out
+    per = sm.memory("llama-2-7b", 64, sharding="zero1", shard_group=8).per_gpu
+    assert f"{per / 2**30:.1f} GiB" in out
+    assert main(["scaling", "--model", "llama-2-7b", "--n", "64", "--bw", "100Gbps",
+                 "--sharding", "zero1", "--shard-group", "12"]) == 2
+    err = capsys.readouterr().err
+    assert "shard_group=12" in err and "[2, 4, 8, 16, 32, 64]" in err
+    assert main(["plan", "--model", "llama-2-7b", "--n", "64", "--bw", "100Gbps",
+                 "--sharding", "zero1", "--shard-group", "8"]) == 2
+    assert "--shard-group" in capsys.readouterr().err
