@@ -46,6 +46,17 @@ signum and onebit (sign family; onebit's two fp32 means are modelled as one), qs
 levels: int8), terngrad (int8 values, one fp32 scale) and natural (uint8, no scale) as
 8-bit (``IntQuantizer(bits=8, packed=False)``).
 
+**Held out** (printed after the summary, used to choose nothing): the same protocol on
+``benchmarks/data/compression/deepspeed_onebit_adam_bert_large.csv``, DeepSpeed's 1-bit
+Adam against Adam for BERT-Large on 1 to 32 V100s (4 per node), over 40 Gbit/s Ethernet and
+40 Gbit/s InfiniBand, digitised from the 1-bit Adam post's figures (APPROXIMATE; its README
+says how). Per network: the 1-GPU Adam row gives the single-worker step (batch 16 per GPU,
+fp16 gradients: the ``bert-large`` profile with 2-byte gradients); calibrate from Adam and
+1-bit Adam on 32 GPUs (``fit_cluster``: the cluster from the first, the ``deepspeed``
+signSGD codec cost from the second; ``network="nccl-socket"`` over Ethernet, ``"nccl-ib"``
+over InfiniBand; DDP buckets, 4 GPUs per node, the library's intra-node defaults); predict
+2, 4, 8 and 16 GPUs; score as above.
+
 Run: ``python benchmarks/validate_compression.py [--no-write] [--data CSV] [--model
 NAME]``; writes ``benchmarks/results/validate_compression.txt`` and ``.json`` as one set
 (atomically). Another file of the same format (another model or line rate of the GRACE
@@ -78,6 +89,7 @@ DATA = HERE / "data" / "compression" / "grace_resnet50_10g.csv"
 SHARED = HERE.parent.parent / "shared" / "data" / "published" / "compression" / \
     "grace_resnet50_10g.csv"
 RESULTS = HERE / "results"
+HELD_OUT = HERE / "data" / "compression" / "deepspeed_onebit_adam_bert_large.csv"
 BATCH = 64  # images per GPU and step (tf_cnn_benchmarks default; ASSUMED by the README)
 CLEAR = 0.03
 TARGET = {"right": 0.90, "median": 0.15}
@@ -330,6 +342,85 @@ def run(path=None, say=print, subset=None, model=None):
                                     if c["method"] in NOT_MODELLED})}
 
 
+# ----------------------------------------------------------------------------- held out
+
+
+HELD_OUT_BATCH = 16  # samples per GPU and step (the post's Figure 3 caption; ASSUMED for 5, 6)
+HELD_OUT_LINKS = (("40 GbE", "Ethernet", "nccl-socket"), ("40 Gbit/s IB", "InfiniBand", "nccl-ib"))
+
+
+def _held_out_link(rows, key, network):
+    """One network of the held-out file: calibrate at the largest GPU count, predict the
+    others; rows ``{n, measured, calibrated, uncalibrated}``."""
+    import attrs
+    thr = {(r["compressor"], int(r["gpus_total"])): float(r["value"]) for r in rows
+           if key in r["network"]}
+    t1 = HELD_OUT_BATCH / thr[("none", 1)]
+    base = sm.load_profile(rows[0]["model"])
+    profile = attrs.evolve(base, precision="fp16",  # fp16 gradients: 2 bytes each
+                           tensor_bytes=base.tensor_bytes / 2).scaled_to(t1)
+    comp = C.for_implementation("signsgd", "deepspeed")
+    n_cal = max(n for c, n in thr if c == "none")
+    kw = dict(fusion="ddp", gpus_per_node=4, implementation="deepspeed")
+
+    def measured_run(c, n):
+        r = {"model": profile, "n": n, "bw": 40e9, "iteration_time": HELD_OUT_BATCH * n /
+             thr[(c, n)], "single_worker_time": t1, "label": f"{c} n={n}"}
+        return {**r, "compressor": comp} if c != "none" else r
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.CalibrationWarning)
+        fit = sm.fit_cluster([measured_run("none", n_cal),
+                              measured_run("onebit-adam", n_cal)], network=network,
+                             name=f"deepspeed-{network}", **kw)
+
+    def speedup(n, cluster):
+        return (sm.compressed_scaling_factor(profile, comp, n, 40e9, cluster=cluster, **kw)
+                / sm.compressed_scaling_factor(profile, "none", n, 40e9, cluster=cluster, **kw))
+
+    out = [{"n": n, "measured": thr[("onebit-adam", n)] / thr[("none", n)],
+            "calibrated": speedup(n, fit.cluster), "uncalibrated": speedup(n, None)}
+           for n in sorted(n for c, n in thr if c == "none") if 1 < n < n_cal]
+    return out, fit.message, n_cal
+
+
+def held_out(path=HELD_OUT):
+    """The held-out source, or None when its file is absent."""
+    if not Path(path).exists():
+        return None
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    rec = {"file": Path(path).name, "links": {}}
+    for name, key, network in HELD_OUT_LINKS:
+        pred, message, n_cal = _held_out_link(rows, key, network)
+        rec["links"][name] = {"rows": pred, "fit_message": message, "calibration_gpus": n_cal,
+                              "network_priors": network,
+                              "summary": {k: score(pred, k) for k in ("uncalibrated",
+                                                                      "calibrated")}}
+    every = [r for v in rec["links"].values() for r in v["rows"]]
+    rec["summary"] = {k: score(every, k) for k in ("uncalibrated", "calibrated")}
+    return rec
+
+
+def held_out_lines(rec):
+    out = ["", "held out (chose nothing; APPROXIMATE data digitised from figures): DeepSpeed "
+           "1-bit Adam vs Adam, BERT-Large, V100, 4 GPUs per node "
+           f"({rec['file']})"]
+    for name, link in rec["links"].items():
+        out.append(f"  {name}: calibrated on Adam and 1-bit Adam at {link['calibration_gpus']} "
+                   f"GPUs (network priors {link['network_priors']})")
+        out += ["    " + t for t in link["fit_message"].splitlines()]
+        out.append(f"    {'GPUs':>4s} {'meas':>5s} {'uncal':>6s} {'calib':>6s}")
+        out += [f"    {r['n']:4d} {r['measured']:5.2f} {r['uncalibrated']:6.2f} "
+                f"{r['calibrated']:6.2f}" for r in link["rows"]]
+    out.append(f"  {'protocol':40s} {'right winner':>14s} {'median':>7s} {'largest':>8s}")
+    for key in ("uncalibrated", "calibrated"):
+        s = rec["summary"][key]
+        out.append(f"  {key + ' (both networks)':40s} {s['right']:>4d} of {s['clear']:<3d}"
+                   f"({s['right_rate']:4.0%}) {s['median']:7.1%} {s['largest']:8.1%}")
+    return out
+
+
 # ----------------------------------------------------------------------------- text
 
 
@@ -394,6 +485,10 @@ def main(argv=None):
     rec = run(args.data, model=args.model)
     lines = [f"Compression advice on measured runs: GRACE, {rec['model']}, V100, "
              f"{rec['bw'] / 1e9:g} Gbit/s (issue 18)"] + lines_of(rec)
+    if args.data is None:  # the default run prints the held-out source after its summary
+        rec["held_out"] = held_out()
+        if rec["held_out"] is not None:
+            lines += held_out_lines(rec["held_out"])
     lines.append(f"({time.perf_counter() - t0:.1f} s; scalemodel {sm.__version__})")
     print("\n".join(lines))
     if not args.no_write:

@@ -109,3 +109,24 @@ def test_another_file_of_the_format_runs_the_same_protocol(vc, tmp_path):
         ["signsgd n=8 mpi"]
     with pytest.raises(SystemExit, match="no profile"):
         vc.run(path, model="no-such-model")
+
+
+def test_held_out_source_scores_speedups_read_from_its_file(vc, tmp_path):
+    import csv
+    if not vc.HELD_OUT.exists():
+        pytest.skip("the held-out file is not there")
+    rec = vc.held_out()
+    with open(vc.HELD_OUT, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    for name, key, _ in vc.HELD_OUT_LINKS:
+        thr = {(r["compressor"], int(r["gpus_total"])): float(r["value"]) for r in rows
+               if key in r["network"]}
+        link = rec["links"][name]
+        assert link["calibration_gpus"] == 32
+        # predicted: every GPU count but the single-worker reference and the calibration
+        assert [r["n"] for r in link["rows"]] == [2, 4, 8, 16]
+        for r in link["rows"]:
+            assert r["measured"] == thr[("onebit-adam", r["n"])] / thr[("none", r["n"])]
+            assert r["calibrated"] > 0 and r["uncalibrated"] > 0
+    assert rec["summary"]["calibrated"]["rows"] == 8
+    assert vc.held_out(tmp_path / "absent.csv") is None
