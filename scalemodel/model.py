@@ -67,6 +67,7 @@ from .overlap import UpperEnvelope, _tail_sum, overlap_lines
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
 from .checkpointing import with_recompute
 from .offload import with_offload
+from .parallel import dp_options, model_parallel_profile, resolve_model_parallel
 from .profiles import WorkloadProfile, load_profile
 from .efficiency import at_fitted_efficiency
 from .topology import resolve_topology
@@ -273,6 +274,13 @@ class Scenario:
         Sharded data parallelism (:mod:`scalemodel.sharding`); None for plain data
         parallelism. With it ``fusion`` is the wrapping policy, and :meth:`lines` are
         those of the sharded schedule (eq. :eq:`zero3`).
+    model_parallel : ModelParallel or None
+        Tensor and pipeline parallelism (:mod:`scalemodel.parallel`): the profile is then
+        one GPU of the job, ``n`` counts data-parallel replicas and the line rate of one
+        data-parallel ring is ``bw * bw_scale``.
+    bw_scale : float
+        Factor from a NIC's line rate to one data-parallel ring's (the node's NICs shared
+        by its tensor-parallel ranks' rings) [-].
     """
 
     profile: WorkloadProfile
@@ -282,6 +290,8 @@ class Scenario:
     codec_cost: float = 0.0
     cluster: object = None
     sharding: object = None
+    model_parallel: object = None
+    bw_scale: float = 1.0
     _buckets: object = attrs.field(default=None, init=False)
     _cache: dict = attrs.field(factory=dict, init=False)
     _wire: dict = attrs.field(factory=dict, init=False)
@@ -290,7 +300,7 @@ class Scenario:
     def build(cls, model, *, algorithm=None, fusion=None, alpha=None, codec_cost=0.0,
               gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
               cluster=None, nics_per_node=None, sharding=None, activation_checkpointing=None,
-              offload=None, shard_group=None):
+              offload=None, shard_group=None, tp=1, pp=1, microbatches=None):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`.
 
         Scenarios (and the lines they cache) are kept for the last
@@ -302,7 +312,7 @@ class Scenario:
                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                   ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
                   activation_checkpointing=activation_checkpointing, offload=offload,
-                  shard_group=shard_group)
+                  shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
         key = _cache_key(profile, cluster, kw)
         if key is not None:
             hit = _SCENARIOS.get(key)
@@ -319,8 +329,10 @@ class Scenario:
     @classmethod
     def _build(cls, profile, *, algorithm, fusion, alpha, codec_cost, gpus_per_node,
                intra_bw, intra_alpha, ps_servers, cluster, nics_per_node, sharding,
-               activation_checkpointing=None, offload=None, shard_group=None):
+               activation_checkpointing=None, offload=None, shard_group=None, tp=1, pp=1,
+               microbatches=None):
         alpha = _scalar_float(alpha, "alpha")
+        mp = resolve_model_parallel(tp, pp, microbatches, profile.grad_accum)
         if cluster is not None:  # what the cluster was fitted under, unless given
             cluster = load_cluster(cluster)
             algorithm, fusion, sharding = cluster.settings_defaults(algorithm, fusion,
@@ -352,6 +364,14 @@ class Scenario:
         topology = resolve_topology(topology, gpus_per_node=gpus_per_node,
                                     nics_per_node=nics_per_node, intra_bw=intra_bw,
                                     intra_alpha=intra_alpha)
+        options = CollectiveOptions.from_topology(topology, alpha=alpha or 0.0,
+                                                  ps_servers=ps_servers)
+        bw_scale, mp_used = 1.0, None
+        if mp.active or mp.microbatches != profile.grad_accum:
+            _check_model_parallel_scope(mp, cluster, shard)
+            profile = model_parallel_profile(profile, mp, options)
+            options, bw_scale = dp_options(options, mp)
+            mp_used = mp
         if shard.sharded:
             policy = resolve_wrap(fusion, shard.strategy, profile)
         else:
@@ -362,10 +382,19 @@ class Scenario:
             algorithm=resolve_algorithm("ring" if algorithm is None else algorithm),
             fusion=policy,
             sharding=shard,
-            options=CollectiveOptions.from_topology(topology, alpha=alpha or 0.0,
-                                                    ps_servers=ps_servers),
+            options=options,
             codec_cost=_codec_cost(codec_cost, profile),
+            model_parallel=mp_used,
+            bw_scale=bw_scale,
         )
+
+    def data_parallel(self, n, bw):
+        """``(n, bw)`` of the data-parallel dimension: replicas ``n / (tp pp)`` and one
+        ring's line rate (:mod:`scalemodel.parallel`); unchanged without tensor or
+        pipeline parallelism [workers], [bits/s]."""
+        if self.model_parallel is None:
+            return n, bw
+        return self.model_parallel.dp(n), np.multiply(bw, self.bw_scale)
 
     def settings(self) -> dict:
         """What this scenario assumes: collective, fusion or wrapping, sharding,
@@ -375,6 +404,7 @@ class Scenario:
                     self.fusion, str) else repr(self.fusion)),
                 "sharding": "none" if self.sharding is None else self.sharding.strategy,
                 "shard_group": None if self.sharding is None else self.sharding.shard_group,
+                **({} if self.model_parallel is None else self.model_parallel.settings()),
                 "activation_checkpointing": prov.get("activation_checkpointing", "none"),
                 "offload": prov.get("offload_mode", "none"),
                 "gpus_per_node": self.options.gpus_per_node,
@@ -903,7 +933,33 @@ TOPOLOGY_DOC = """alpha : float or None
         ``zero1`` / ``zero2`` / ``zero3``: shard over groups of this many GPUs, replicated
         across the ``n / shard_group`` groups (InternLM's ``zero1=8``, MiCS, HSDP with any
         group; :mod:`scalemodel.sharding`, eq. :eq:`shard-group`); must divide ``n``.
-        None: one group of all ``n`` GPUs [GPUs]."""
+        None: one group of all ``n`` GPUs [GPUs].
+    tp : int
+        Tensor-parallel GPUs per replica (Megatron-style, inside a node): ``n`` counts all
+        GPUs, the answers are for the data-parallel dimension of ``n / (tp pp)`` replicas
+        (:mod:`scalemodel.parallel`); needs a profile with a transformer config [GPUs].
+    pp : int
+        Pipeline stages per replica, 1F1B [stages].
+    microbatches : int or None
+        Micro-batches per step and replica; required with ``pp > 1``; None: the
+        profile's ``grad_accum`` [micro-batches]."""
+
+
+def _check_model_parallel_scope(mp, cluster, shard):
+    """Refuse, by name, what tensor and pipeline parallelism are not modelled with."""
+    if not mp.active:
+        return
+    name, value = ("tp", mp.tp) if mp.tp > 1 else ("pp", mp.pp)
+    if cluster is not None:
+        raise InvalidParameterError(
+            name, value, "a fitted cluster with tensor or pipeline parallelism is not "
+            "modelled (its fitted terms are those of a plain data-parallel job)",
+            "Ask without cluster=, with the topology and alpha")
+    if shard.sharded:
+        raise InvalidParameterError(
+            name, value, f"sharding={shard.strategy!r} with tensor or pipeline parallelism "
+            "is not modelled (Megatron's distributed optimizer included)",
+            "Use sharding='none' (DDP across the replicas)")
 
 
 def _with_shard_group(shard, shard_group):
@@ -923,7 +979,7 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                    cluster=None, sharding=None, activation_checkpointing=None, offload=None,
-                   shard_group=None):
+                   shard_group=None, tp=1, pp=1, microbatches=None):
     r"""Scaling factor of data-parallel training, equation :eq:`scaling-factor`.
 
     Any of ``n``, ``bw``, ``utilization`` and ``compression`` may be an array; they
@@ -975,7 +1031,9 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
                         sharding=sharding, activation_checkpointing=activation_checkpointing,
-                        offload=offload, shard_group=shard_group)
+                        offload=offload, shard_group=shard_group, tp=tp, pp=pp,
+                        microbatches=microbatches)
+    n, bw = sc.data_parallel(n, bw)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / (np.multiply(np.multiply(u, bw), r))
     t = sc.iteration_times(n, x, r)
@@ -1053,17 +1111,21 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                    cluster=None, sharding=None, activation_checkpointing=None,
-                   offload=None, shard_group=None) -> IterationTime:
+                   offload=None, shard_group=None, tp=1, pp=1,
+                   microbatches=None) -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
     Parameters
     ----------
-    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding, activation_checkpointing, offload, shard_group
+    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding, activation_checkpointing, offload, shard_group, tp, pp, microbatches
         As in :func:`scaling_factor`, scalars only: ``n`` [workers], ``bw`` [bits/s],
         ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost``
         [s/byte], ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw``
         [bits/s], ``intra_alpha`` [s], ``ps_servers`` [servers], ``sharding`` [-],
-        ``activation_checkpointing`` [-], ``offload`` [-], ``shard_group`` [GPUs].
+        ``activation_checkpointing`` [-], ``offload`` [-], ``shard_group`` [GPUs],
+        ``tp`` [GPUs], ``pp`` [stages], ``microbatches`` [micro-batches]. With ``tp`` or
+        ``pp`` the forward and backward include the pipeline bubble, and ``update`` is
+        the step on the GPU's share of the state.
 
     Returns
     -------
@@ -1080,13 +1142,15 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                  nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                  ps_servers=ps_servers, sharding=sharding,
                  activation_checkpointing=activation_checkpointing, offload=offload,
-                 shard_group=shard_group)
+                 shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
                         sharding=sharding, activation_checkpointing=activation_checkpointing,
-                        offload=offload, shard_group=shard_group)
+                        offload=offload, shard_group=shard_group, tp=tp, pp=pp,
+                        microbatches=microbatches)
+    n, bw = sc.data_parallel(n, bw)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
     sc = sc.planned(n, 1.0 / (u * bw * r), r)
@@ -1107,6 +1171,10 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     if sc.sharding is not None:  # eq. (zero3): forward may wait, the step is sharded
         sched = sc.schedule(n, r > 1)
         busy, update, messages = sched.channel_time(x), sched.update, sched.n_collectives
+    if sc.model_parallel is not None and sc.model_parallel.pp > 1:  # eq. (pp-iteration)
+        stages = sc.model_parallel.pp - 1  # the bubble: compute, not the optimizer step
+        fwd, bwd = fwd + stages * p.forward_time, bwd + stages * p.backward_time
+        update -= stages * (p.forward_time + p.backward_time)
     sf = p.iteration_time / total
     interval = (sf, sf)
     cl = sc.cluster

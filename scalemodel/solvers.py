@@ -200,6 +200,8 @@ def _memory_check(sc, n, gpu):
     derived = isinstance(p.provenance.get("config"), dict)
     if gpu is None and not derived:
         return None, None, None, ""
+    if sc.model_parallel is not None and sc.model_parallel.active:
+        return None, None, None, ""  # memory with tp/pp: scalemodel.memory(tp=, pp=)
     if gpu is None:
         gpu = p.provenance.get("gpu") or "h100-sxm"
     shard = sc.sharding
@@ -238,6 +240,29 @@ def _with_memory(result, sc, n, gpu):
         return result
     return attrs.evolve(result, memory_per_gpu=per, fits=fits, gpu=name,
                         message=result.message + note)
+
+
+def _for_the_job(result, sc, n, bw=None):
+    """A result for the data-parallel dimension of a TP x PP job, said in the job's terms:
+    its GPUs ``n`` and line rate (a ring's rate is the line rate x nics_per_node / tp)."""
+    mp = sc.model_parallel
+    if mp is None:
+        return result
+    d = mp.dp(n)
+    note = (f" [the data-parallel dimension of tp={mp.tp} x pp={mp.pp} (1F1B, "
+            f"{mp.microbatches} micro-batches) on {n} GPUs: {d} replicas")
+    changes = dict(n=n)
+    if bw is not None:
+        changes["bw"] = float(bw)
+        ring = float(bw) * sc.bw_scale
+    else:
+        ring = float(result.bw)
+        changes["bw"] = ring / sc.bw_scale
+    if sc.bw_scale != 1.0 and math.isfinite(ring) and ring > 0:
+        note += (f", each data-parallel ring at {format_bandwidth(ring)}, the line rate x "
+                 f"{sc.bw_scale:g} (the node's NICs over its {mp.tp} tensor-parallel ranks' "
+                 "rings)")
+    return attrs.evolve(result, message=result.message + note + "]", **changes)
 
 
 def _builder(model, **kw):
@@ -360,7 +385,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                     gpus_per_node=None, nics_per_node=None, intra_bw=None, intra_alpha=None,
                     ps_servers=None, cluster=None, sharding=None,
                     gpu=None, activation_checkpointing=None,
-                    offload=None, shard_group=None) -> CompressionResult:
+                    offload=None, shard_group=None, tp=1, pp=1,
+                    microbatches=None) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -388,6 +414,10 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
     shard_group : int or None
         As in :func:`~scalemodel.scaling_factor` (time and memory) [GPUs].
+    tp, pp, microbatches
+        As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
+        dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
+        holds a GPU's share of the model state [GPUs], [stages], [micro-batches].
 
     Returns
     -------
@@ -416,13 +446,14 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                      ps_servers=ps_servers, sharding=sharding,
                      activation_checkpointing=activation_checkpointing, offload=offload,
-                     shard_group=shard_group)
+                     shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
     sc = build(cluster)
-    res = _with_interval(_min_compression(sc, bw, n, target, u), sc,
-                         lambda cl: _min_compression(build(cl), bw, n, target, u,
+    n_dp, bw_dp = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
+    res = _with_interval(_min_compression(sc, bw_dp, n_dp, target, u), sc,
+                         lambda cl: _min_compression(build(cl), bw_dp, n_dp, target, u,
                                                      explain=False),
                          "ratio", "ratio")
-    return _with_memory(res, sc, n, gpu)
+    return _for_the_job(_with_memory(res, sc, n_dp, gpu), sc, n, bw)
 
 
 def _reach_exactly(sf_of, lo, hi, target):
@@ -505,7 +536,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                        codec_cost=0.0, gpus_per_node=None, nics_per_node=None, intra_bw=None,
                        intra_alpha=None, ps_servers=None, cluster=None, sharding=None,
                        gpu=None, activation_checkpointing=None,
-                       offload=None, shard_group=None) -> BandwidthResult:
+                       offload=None, shard_group=None, tp=1, pp=1,
+                       microbatches=None) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -530,6 +562,10 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
     shard_group : int or None
         As in :func:`~scalemodel.scaling_factor` (time and memory) [GPUs].
+    tp, pp, microbatches
+        As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
+        dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
+        holds a GPU's share of the model state [GPUs], [stages], [micro-batches].
 
     Returns
     -------
@@ -556,13 +592,14 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                      ps_servers=ps_servers, sharding=sharding,
                      activation_checkpointing=activation_checkpointing, offload=offload,
-                     shard_group=shard_group)
+                     shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
     sc = build(cluster)
-    res = _with_interval(_solve_bandwidth(sc, n, target, r, u), sc,
-                         lambda cl: _solve_bandwidth(build(cl), n, target, r, u,
+    n_dp = sc.data_parallel(n, 1.0)[0]  # scalemodel.parallel (unchanged without tp/pp)
+    res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
+                         lambda cl: _solve_bandwidth(build(cl), n_dp, target, r, u,
                                                      explain=False),
                          "bw", "bw")
-    return _with_memory(res, sc, n, gpu)
+    return _for_the_job(_with_memory(res, sc, n_dp, gpu), sc, n)
 
 
 def _solve_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:

@@ -1,0 +1,309 @@
+r"""The data-parallel dimension of tensor- and pipeline-parallel jobs (TP x PP x DP).
+
+A job on :math:`n` GPUs with tensor parallelism :math:`t` and pipeline parallelism
+:math:`p` (Megatron-LM's ``--tensor-model-parallel-size`` and
+``--pipeline-model-parallel-size``) is data-parallel over :math:`d = n/(t p)` replicas.
+scalemodel answers for that dimension: ``tp=``, ``pp=`` and ``microbatches=`` turn the
+single-GPU profile into the profile of one GPU of the job, and the questions (scaling
+factor, iteration time, minimum compression, required bandwidth, memory) are asked with
+:math:`d` data-parallel workers. The scaling factor is then the job's time on one replica
+(:math:`d = 1`, no data-parallel traffic) over its time on :math:`d`.
+
+One GPU of the job (Megatron-LM's rank order: tensor-parallel ranks fastest, then
+data-parallel, then pipeline stages; Narayanan et al., "Efficient Large-Scale Language
+Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
+
+* **compute per micro-batch**: the profile's forward and backward times
+  :math:`F, B` (the whole model, one micro-batch, one GPU) split evenly over the
+  :math:`t p` GPUs of a replica, plus the tensor-parallel collectives of its
+  :math:`L/p` layers on the intra-node link: Megatron-style TP all-reduces the
+  :math:`b s h` activations (:math:`S = b s h e` bytes, :math:`e` the activation dtype's
+  bytes) twice per layer in forward (after attention and after the MLP) and twice in
+  backward (the conjugate operators), each a ring all-reduce of :math:`t` GPUs,
+  :math:`A_t = 2(t-1)\alpha_\text{intra} + 2\frac{t-1}{t} \cdot 8S / B_\text{intra}`:
+
+  .. math::
+     :label: tp-compute
+
+     f = \frac{F}{t p} + \frac{L}{p}\, 2 A_t, \qquad b = \frac{B}{t p} + \frac{L}{p}\, 2 A_t ;
+
+* **pipeline (1F1B)**: with :math:`m` micro-batches per step the first stage runs
+  :math:`(m + p - 1)(f + b)` (Narayanan et al., Sec. 2.2: the bubble is :math:`(p-1)/m`
+  of the ideal time). Its gradients are complete only with its last micro-batch's
+  backward, the last operation of the step, so the data-parallel all-reduce overlaps that
+  backward alone, as under gradient accumulation (``no_sync``): the step is the
+  data-parallel model of :mod:`scalemodel.model` with :math:`m` accumulated micro-batches
+  of :math:`(f, b)`, the bubble :math:`(p-1)(f+b)` added as a constant and the optimizer
+  step on :math:`1/(t p)` of the state:
+
+  .. math::
+     :label: pp-iteration
+
+     T = (m - 1)(f + b) + f + \max\big(b,\ \text{gradients of the stage all-reduced}\big)
+         + (p - 1)(f + b) + \frac{T_u}{t p} ;
+
+* **gradients**: each GPU holds :math:`1/(t p)` of the parameters and gradients; its
+  buckets are the profile's tensors at :math:`1/(t p)` of their bytes, ready at the
+  profile's times scaled to :math:`b` (the stage's gradients come as the model's do);
+* **the data-parallel ring** of one tensor-parallel rank joins the ranks
+  :math:`r, r + t, r + 2t, \dots` of its stage: with ``gpus_per_node`` :math:`q`
+  (:math:`t \mid q`) a node holds :math:`q/t` ranks of each ring and the :math:`t` rings
+  of its TP ranks at once, which share its :math:`\nu` NICs: each ring is a ring over
+  :math:`d` GPUs with :math:`q/t` per node and :math:`\nu/t` of a NIC (the line rate of a
+  ring is :math:`\nu B / t`).
+
+Not modelled, and not expressible through these parameters: interleaved (virtual
+pipeline) schedules, sequence parallelism, context parallelism, expert parallelism,
+uneven stages (the embedding and the head on the first and last stage), tensor
+parallelism across nodes (refused), sharded data parallelism with ``tp``/``pp``
+(refused), and a fitted cluster with them (refused: its fitted terms are per GPU of a
+plain data-parallel job).
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from .exceptions import InvalidParameterError, ParameterTypeError
+
+__all__ = ["ModelParallel", "resolve_model_parallel", "model_parallel_profile",
+           "tp_allreduce_time"]
+
+
+def _divisors(k):
+    return [d for d in range(1, k + 1) if k % d == 0]
+
+
+def _count(value, name):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ParameterTypeError(name, value, "an integer >= 1")
+    if value < 1:
+        raise InvalidParameterError(name, value, "must be >= 1")
+    return int(value)
+
+
+@attrs.frozen
+class ModelParallel:
+    """Tensor and pipeline parallelism of a job whose data-parallel dimension is asked.
+
+    Parameters
+    ----------
+    tp : int
+        Tensor-parallel GPUs (Megatron-style, inside a node) [GPUs].
+    pp : int
+        Pipeline stages, 1F1B schedule [stages].
+    microbatches : int
+        Micro-batches per optimizer step and replica [micro-batches].
+    """
+
+    tp: int = 1
+    pp: int = 1
+    microbatches: int = 1
+
+    @property
+    def size(self) -> int:
+        """GPUs of one replica, ``tp * pp`` [GPUs]."""
+        return self.tp * self.pp
+
+    @property
+    def active(self) -> bool:
+        """True unless ``tp == pp == 1``."""
+        return self.size > 1
+
+    def dp(self, n):
+        """Data-parallel replicas ``n / (tp pp)``, vectorized [workers].
+
+        Parameters
+        ----------
+        n : int or array_like of int
+            GPUs of the job [GPUs].
+
+        Raises
+        ------
+        InvalidParameterError
+            ``n`` not a multiple of ``tp * pp``.
+        """
+        arr = np.asarray(n)
+        bad = arr % self.size != 0
+        if np.any(bad):
+            first = int(arr[bad].flat[0])
+            raise InvalidParameterError(
+                "n", first, f"tp={self.tp} x pp={self.pp} needs n a multiple of "
+                f"{self.size}: the data-parallel replicas are n / (tp pp)")
+        out = arr // self.size
+        return int(out) if out.ndim == 0 else out
+
+    def settings(self) -> dict:
+        """What is assumed: sizes, the schedule, and what is not modelled [-]."""
+        return {"tp": self.tp, "pp": self.pp, "microbatches": self.microbatches,
+                "pipeline_schedule": "1f1b", "sequence_parallel": False,
+                "context_parallel": 1}
+
+
+def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1) -> ModelParallel:
+    """Checked tensor and pipeline parallelism [-].
+
+    Parameters
+    ----------
+    tp : int
+        Tensor-parallel GPUs [GPUs].
+    pp : int
+        Pipeline stages [stages].
+    microbatches : int or None
+        Micro-batches per step; None: ``grad_accum`` without a pipeline, required with
+        one [micro-batches].
+    grad_accum : int
+        The profile's micro-batches per step [micro-batches].
+
+    Raises
+    ------
+    ParameterTypeError
+        A value that is not an integer.
+    InvalidParameterError
+        A value below 1; ``pp > 1`` without ``microbatches``.
+    """
+    tp = _count(1 if tp is None else tp, "tp")
+    pp = _count(1 if pp is None else pp, "pp")
+    if microbatches is None:
+        if pp > 1:
+            raise InvalidParameterError(
+                "microbatches", None, f"pp={pp} (1F1B) needs the micro-batches per step: "
+                "the bubble is (pp - 1) / microbatches of the compute",
+                "Pass microbatches= (Megatron: global batch / (micro batch x data-parallel "
+                "size))")
+        microbatches = int(grad_accum)
+    return ModelParallel(tp, pp, _count(microbatches, "microbatches"))
+
+
+def tp_allreduce_time(nbytes, tp, intra_bw, intra_alpha=0.0) -> float:
+    """One ring all-reduce of ``nbytes`` over ``tp`` GPUs on the intra-node link
+    (:math:`A_t` of eq. :eq:`tp-compute`) [s].
+
+    Parameters
+    ----------
+    nbytes : float
+        Bytes per GPU [bytes].
+    tp : int
+        GPUs [GPUs].
+    intra_bw : float
+        Intra-node link rate per GPU [bits/s].
+    intra_alpha : float
+        Latency per ring step [s].
+    """
+    if tp == 1:
+        return 0.0
+    return 2.0 * (tp - 1) * intra_alpha + 2.0 * (tp - 1) / tp * 8.0 * nbytes / intra_bw
+
+
+def _config(profile, mp):
+    cfg = profile.provenance.get("config") if isinstance(profile.provenance, dict) else None
+    if not isinstance(cfg, dict):
+        raise InvalidParameterError(
+            "tp" if mp.tp > 1 else "pp", mp.tp if mp.tp > 1 else mp.pp,
+            f"{profile.name} has no transformer config: its layers and activations, which "
+            "tensor and pipeline parallelism split, are unknown",
+            "Use a built-in LLM or transformer_profile(TransformerConfig(...))")
+    return cfg
+
+
+def check_against(mp, profile, options):
+    """Raise unless ``mp`` fits the profile's layers and heads and the node [-].
+
+    Parameters
+    ----------
+    mp : ModelParallel
+        The parallelism [-].
+    profile : WorkloadProfile
+        A profile with a transformer config [-].
+    options : CollectiveOptions
+        The topology [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        ``pp`` not dividing the layers, ``tp`` not dividing the heads or a node's GPUs.
+    """
+    cfg = _config(profile, mp)
+    layers, heads = int(cfg["layers"]), int(cfg["heads"])
+    if layers % mp.pp:
+        raise InvalidParameterError("pp", mp.pp, f"must divide the {layers} layers of "
+                                    f"{profile.name}: valid are {_divisors(layers)}")
+    if heads % mp.tp:
+        raise InvalidParameterError("tp", mp.tp, f"must divide the {heads} attention heads "
+                                    f"of {profile.name}: valid are {_divisors(heads)}")
+    gpn = options.gpus_per_node
+    if gpn is not None and gpn % mp.tp:
+        raise InvalidParameterError(
+            "tp", mp.tp, f"tensor parallelism inside a node must divide gpus_per_node={gpn}:"
+            f" valid are {[d for d in _divisors(gpn) if heads % d == 0]} (across nodes it "
+            "is not modelled)")
+    return cfg
+
+
+def model_parallel_profile(profile, mp, options):
+    """The profile of one GPU of the job, eqs. :eq:`tp-compute` and :eq:`pp-iteration` [-].
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The single-GPU profile of the whole model (one micro-batch) [-].
+    mp : ModelParallel
+        The parallelism [-].
+    options : CollectiveOptions
+        The topology (``intra_bw``, ``intra_alpha`` for the TP collectives) [-].
+
+    Returns
+    -------
+    WorkloadProfile
+        Forward and backward of one micro-batch on one GPU, ``grad_accum`` the
+        micro-batches, the bubble in ``update_time``, gradients of ``1/(tp pp)`` of the
+        model's bytes.
+    """
+    if not mp.active and mp.microbatches == profile.grad_accum:
+        return profile
+    from .hardware import DTYPE_BYTES
+
+    k = mp.size
+    act_tp = 0.0
+    bubble_layers = 0
+    if mp.active:
+        cfg = check_against(mp, profile, options)
+        elem = DTYPE_BYTES.get(str(cfg.get("dtype", "bf16")), 2)
+        nbytes = float(cfg["micro_batch"]) * float(cfg["seq"]) * float(cfg["hidden"]) * elem
+        per_layer = 2.0 * tp_allreduce_time(nbytes, mp.tp, options.intra_bw,
+                                            options.intra_alpha)
+        act_tp = cfg["layers"] / mp.pp * per_layer
+        bubble_layers = mp.pp - 1
+    f = profile.forward_time / k + act_tp
+    b = profile.backward_time / k + act_tp
+    stretch = b / profile.backward_time if profile.backward_time > 0 else 0.0
+    prov = dict(profile.provenance)
+    prov["model_parallel"] = dict(mp.settings(), tp_collectives_per_microbatch=2 * act_tp,
+                                  pipeline_bubble=bubble_layers * (f + b))
+    return attrs.evolve(
+        profile, tensor_bytes=np.asarray(profile.tensor_bytes, float) / k,
+        tensor_ready=np.asarray(profile.tensor_ready, float) * stretch, tensor_shapes=None,
+        forward_time=f, backward_time=b,
+        update_time=profile.update_time / k + bubble_layers * (f + b),
+        grad_accum=mp.microbatches, provenance=prov)
+
+
+def dp_options(options, mp):
+    """The options of one data-parallel ring and the factor on the line rate [-].
+
+    With ``gpus_per_node`` :math:`q`, the ring has :math:`q/t` GPUs per node and
+    :math:`\\nu/t` of the node's NICs: one NIC at :math:`\\nu/t` times the line rate.
+
+    Parameters
+    ----------
+    options : CollectiveOptions
+        The job's topology [-].
+    mp : ModelParallel
+        The parallelism [-].
+    """
+    gpn = options.gpus_per_node
+    if gpn is None or mp.tp == 1:
+        return options, 1.0
+    return (options.evolve(gpus_per_node=gpn // mp.tp, nics_per_node=1),
+            options.nics_per_node / mp.tp)

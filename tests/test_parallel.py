@@ -1,0 +1,152 @@
+"""The data-parallel dimension of TP x PP jobs (scalemodel.parallel): the iteration time
+against a direct computation, the identities (tp = pp = 1, one replica), and bad input."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import scalemodel as sm
+
+CONFIG = {"layers": 24, "hidden": 2048, "heads": 16, "seq": 2048, "micro_batch": 2,
+          "dtype": "bf16"}
+
+
+def llm_like(sizes, waits, forward=0.2, update=0.05, config=CONFIG, reduction=None):
+    """A synthetic profile with a transformer config in its provenance."""
+    ready = np.cumsum(np.asarray(waits, float))
+    return sm.WorkloadProfile(
+        name="mp-synthetic", tensor_bytes=np.asarray(sizes, float), tensor_ready=ready,
+        forward_time=forward, backward_time=float(ready[-1]), update_time=update,
+        reduction=reduction or sm.ReductionCost(gamma=0.0, latency=0.0), precision="bf16",
+        provenance={"source": "test", "config": dict(config)})
+
+
+def direct_bsp(p, n, bw, tp, pp, m, gpn, nics, intra_bw, intra_alpha):
+    """Eqs. (tp-compute) and (pp-iteration) by hand, with every gradient all-reduced after
+    backward (fusion 'bsp'), no latency across nodes, no reduction cost."""
+    k = tp * pp
+    act = CONFIG["micro_batch"] * CONFIG["seq"] * CONFIG["hidden"] * 2
+    a_t = 0.0 if tp == 1 else (2 * (tp - 1) * intra_alpha
+                               + 2 * (tp - 1) / tp * 8 * act / intra_bw)
+    tp_time = CONFIG["layers"] / pp * 2 * a_t
+    f = p.forward_time / k + tp_time
+    b = p.backward_time / k + tp_time
+    d = n // k
+    grads = float(np.sum(p.tensor_bytes)) / k
+    comm = 0.0
+    if d > 1:
+        per_node = gpn // tp  # ranks of one data-parallel ring in a node
+        nodes = -(-d // per_node)
+        chunk = grads / d
+        nic = chunk * 8 / (bw * nics / tp) if nodes > 1 else 0.0
+        link = chunk * 8 / intra_bw if min(per_node, d) > 1 else 0.0
+        inter = 2 * (nodes - 1)
+        comm = 2 * (d - 1) * max(nic, link) + (2 * (d - 1) - inter) * intra_alpha
+    return (m + pp - 1) * (f + b) + comm + p.update_time / k, f, b
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_iteration_time_equals_the_direct_computation(data):
+    k_t = data.draw(st.integers(1, 6))
+    sizes = data.draw(st.lists(st.floats(1e5, 5e8), min_size=k_t, max_size=k_t))
+    waits = data.draw(st.lists(st.floats(1e-4, 0.05), min_size=k_t, max_size=k_t))
+    p = llm_like(sizes, waits, forward=data.draw(st.floats(0.01, 1.0)),
+                 update=data.draw(st.floats(0.0, 0.2)))
+    gpn = data.draw(st.sampled_from([1, 2, 4, 8]))
+    tp = data.draw(st.sampled_from([t for t in (1, 2, 4, 8) if gpn % t == 0]))
+    pp = data.draw(st.sampled_from([1, 2, 3, 4, 6]))
+    m = data.draw(st.integers(1, 32)) if pp > 1 else 1
+    n = tp * pp * data.draw(st.integers(1, 16))
+    nics = data.draw(st.sampled_from([1, 2, 4, 8]))
+    bw = data.draw(st.floats(1e9, 4e11))
+    intra_bw = data.draw(st.floats(1e10, 3e12))
+    intra_alpha = data.draw(st.floats(0, 1e-5))
+    expected, f, b = direct_bsp(p, n, bw, tp, pp, m, gpn, nics, intra_bw, intra_alpha)
+    kw = dict(fusion="bsp", gpus_per_node=gpn, nics_per_node=nics, intra_bw=intra_bw,
+              intra_alpha=intra_alpha, tp=tp, pp=pp, microbatches=m if pp > 1 else None)
+    it = sm.iteration_time(p, n, bw, **kw)
+    assert it.total == pytest.approx(expected, rel=1e-9)
+    assert it.forward + it.backward == pytest.approx((m + pp - 1) * (f + b), rel=1e-9)
+    assert it.update == pytest.approx(p.update_time / (tp * pp), rel=1e-9, abs=1e-15)
+    one_replica = (m + pp - 1) * (f + b) + p.update_time / (tp * pp)
+    assert it.scaling_factor == pytest.approx(one_replica / expected, rel=1e-9)
+    assert sm.scaling_factor(p, n, bw, **kw) == pytest.approx(it.scaling_factor, rel=1e-12)
+
+
+def test_overlap_with_the_last_microbatch_is_ddp_on_the_stage_profile():
+    # the DDP overlap (buckets during backward) of one GPU of the job equals plain DDP on
+    # a profile built by hand for it, plus the bubble
+    p = sm.load_profile("llama-2-13b")
+    cfg = p.provenance["config"]
+    tp, pp, m, n, gpn, nics = 4, 4, 8, 256, 8, 8
+    intra = sm.get_gpu("h100-sxm").intra_node_bw
+    act = cfg["micro_batch"] * cfg["seq"] * cfg["hidden"] * 2
+    a_t = 2 * (tp - 1) / tp * 8 * act / intra
+    f = p.forward_time / 16 + cfg["layers"] / pp * 2 * a_t
+    b = p.backward_time / 16 + cfg["layers"] / pp * 2 * a_t
+    stage = sm.WorkloadProfile(
+        name="stage", tensor_bytes=np.asarray(p.tensor_bytes) / 16,
+        tensor_ready=np.asarray(p.tensor_ready) * b / p.backward_time, forward_time=f,
+        backward_time=b, update_time=p.update_time / 16, reduction=p.reduction,
+        precision=p.precision, provenance={"source": "by hand"}, grad_accum=m)
+    plain = sm.iteration_time(stage, n // 16, 100e9 * nics / tp, gpus_per_node=gpn // tp,
+                              nics_per_node=1, intra_bw=intra)
+    it = sm.iteration_time(p, n, 100e9, tp=tp, pp=pp, microbatches=m, gpus_per_node=gpn,
+                           nics_per_node=nics, intra_bw=intra)
+    assert it.total == pytest.approx(plain.total + (pp - 1) * (f + b), rel=1e-12)
+    assert it.settings["tp"] == 4 and it.settings["pipeline_schedule"] == "1f1b"
+
+
+def test_identities():
+    kw = dict(gpus_per_node=8, nics_per_node=4)
+    a = sm.scaling_factor("llama-2-7b", [8, 64], "100Gbps", **kw)
+    b = sm.scaling_factor("llama-2-7b", [8, 64], "100Gbps", tp=1, pp=1, **kw)
+    assert np.array_equal(a, b)
+    # one replica: no data-parallel traffic
+    assert sm.scaling_factor("llama-2-7b", 32, "1Gbps", tp=8, pp=4, microbatches=8,
+                             **kw) == 1.0
+    # the bubble shrinks with more micro-batches
+    t = [sm.iteration_time("llama-2-7b", 64, "100Gbps", tp=2, pp=4, microbatches=mb,
+                           **kw).total / mb for mb in (4, 16, 64)]
+    assert t[0] > t[1] > t[2]
+
+
+def test_solvers_answer_the_data_parallel_dimension():
+    kw = dict(gpus_per_node=8, nics_per_node=8, tp=2, pp=2, microbatches=8)
+    res = sm.min_compression("llama-2-13b", "25Gbps", n=256, **kw)
+    assert res.feasible and res.ratio > 1
+    assert sm.scaling_factor("llama-2-13b", 256, "25Gbps", compression=res.ratio,
+                             **kw) == pytest.approx(0.9, rel=1e-9)
+    assert res.bw == pytest.approx(25e9) and res.n == 256
+    bw = sm.required_bandwidth("llama-2-13b", n=256, **kw)
+    assert sm.scaling_factor("llama-2-13b", 256, bw.bw, **kw) == pytest.approx(0.9, rel=1e-9)
+    assert bw.n == 256
+
+
+def test_bad_model_parallel_input():
+    def err(**kw):
+        with pytest.raises(sm.ScalemodelError) as exc:
+            sm.scaling_factor(kw.pop("model", "llama-2-7b"), kw.pop("n", 64), "100Gbps",
+                              **kw)
+        return exc.value
+
+    e = err(pp=3, microbatches=8)  # 32 layers
+    assert e.parameter == "pp" and "[1, 2, 4, 8, 16, 32]" in str(e)
+    e = err(tp=3)  # 32 heads
+    assert e.parameter == "tp" and "32 attention heads" in str(e)
+    e = err(tp=16, gpus_per_node=8)
+    assert e.parameter == "tp" and "gpus_per_node=8" in str(e)
+    e = err(n=48, tp=4, pp=8, microbatches=8)
+    assert e.parameter == "n" and "32" in str(e)
+    e = err(pp=2)
+    assert e.parameter == "microbatches"
+    e = err(tp=2, sharding="zero3")
+    assert e.parameter == "tp" and "zero3" in str(e)
+    e = err(model="resnet50", tp=2)
+    assert e.parameter == "tp" and "no transformer config" in str(e)
+    e = err(tp=0)
+    assert e.parameter == "tp"
+    with pytest.raises(sm.ParameterTypeError):
+        sm.scaling_factor("llama-2-7b", 64, "100Gbps", tp=2.0)
