@@ -443,12 +443,12 @@ def lines_of(rec):
             out += ["  " + t for t in m.splitlines()]
     out += ["", "speedup T_none / T_compressed (measured; predicted by each protocol; "
             "- = calibration run)",
-            f"{'configuration':28s} {'compressor (wire format)':58s} {'meas':>5s} "
+            f"{'configuration':28s} {'compressor (wire format)':86s} {'meas':>5s} "
             f"{'textb':>5s} {'grace':>5s} {'1run':>5s} {'perfam':>6s}"]
     for r in rec["rows"]:
         def v(k):
             return "    -" if r[k] is None else f"{r[k]:5.2f}"
-        out.append(f"{r['config']:28s} {r['compressor'][:58]:58s} {r['measured']:5.2f} "
+        out.append(f"{r['config']:28s} {r['compressor'][:86]:86s} {r['measured']:5.2f} "
                    f"{v('uncal_textbook')} {v('uncal_grace')} {v('one_run')} "
                    f"{v('per_family'):>6s}")
     out += ["", "not modelled (not predicted): " + ", ".join(
