@@ -139,3 +139,17 @@ def test_any_point_of_any_box_lies_between_the_corners(a_lo, a_w, u_lo, u_w, c_l
     s = sm.scaling_factor(scaled(sm.load_profile("resnet50"), c), n, bw, alpha=a,
                           utilization=u)
     assert ci.lo * (1 - 1e-9) <= s <= ci.hi * (1 + 1e-9)
+
+
+def test_an_unbounded_interval_end_is_the_parameters_bound():
+    # the calibration's fit stores an end the runs do not constrain as None
+    from scalemodel.calibrate.uncertainty import scaling_factor_interval
+
+    cl = sm.ClusterProfile(name="x", overlap=0.7, intervals={"overlap": (0.5, None)},
+                           provenance={"source": "test"})
+    worst, best = cl.corners()
+    assert (worst.overlap, best.overlap) == (0.5, 1.0)
+    iv = scaling_factor_interval("resnet50", 8, 10e9, cluster=cl)
+    lo = sm.scaling_factor("resnet50", 8, 10e9, cluster=worst)
+    hi = sm.scaling_factor("resnet50", 8, 10e9, cluster=best)
+    assert (iv.lo, iv.hi) == pytest.approx((lo, hi))

@@ -155,14 +155,17 @@ _CORNER_FIELDS = ("alpha", "utilization", "ceiling", "compute_slowdown", "overla
 
 def _check_intervals(cl):
     """Every interval that :meth:`~scalemodel.ClusterProfile.corners` reads is a pair of
-    numbers, and the table's interval holds one bound per row."""
+    numbers (an end the runs do not constrain is None: corners() then uses the parameter's
+    documented bound), and the table's interval holds one bound per row."""
     iv = cl.intervals
     for name in _CORNER_FIELDS:
         if iv.get(name) is None:
             continue
         lo, hi = _pair(iv[name], name, None)
         try:
-            float(lo), float(hi)
+            for end in (lo, hi):
+                if end is not None:
+                    float(end)
         except (TypeError, ValueError):
             raise InvalidParameterError(f"cluster.intervals[{name!r}]", iv[name],
                                         "a pair (lo, hi) of numbers") from None
