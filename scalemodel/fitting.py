@@ -487,12 +487,16 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
         # every scenario of this fit: the runs decide it again (or the profiles' own)
         base = attrs.evolve(base, extra={k: v for k, v in base.extra.items()
                                          if k != "efficiency"})
-    Scenario.build(runs[0].profile, algorithm=algorithm, fusion=fusion)  # validate names
+    # validate names; a sharded run's fusion is its wrapping policy ("block", "module")
+    r0 = runs[0]
+    Scenario.build(r0.profile, algorithm=algorithm, fusion=fusion,
+                   sharding=getattr(r0, "sharding", "none") or "none")
     for i, r in enumerate(runs):
         if r.fusion is not None or r.algorithm is not None:
             try:
                 Scenario.build(r.profile, algorithm=r.algorithm or algorithm,
-                               fusion=r.fusion or fusion)
+                               fusion=r.fusion or fusion,
+                               sharding=getattr(r, "sharding", "none") or "none")
             except (InvalidParameterError, ParameterTypeError) as exc:
                 raise _renamed(exc, f"runs[{i}].{exc.parameter}") from None
     if not any(r.n > 1 for r in runs):

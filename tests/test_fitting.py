@@ -226,3 +226,17 @@ def test_more_runs_than_the_limit_are_refused(monkeypatch):
     run = {"model": "resnet50", "n": 16, "bw": 1e10, "scaling_factor": 0.5}
     with pytest.raises(sm.InvalidParameterError, match=r"runs=.*4 runs.*at most 3"):
         sm.fit_cluster([run] * 4)
+
+
+def test_sharded_runs_may_name_their_wrapping_policy():
+    # a sharded run's fusion is its wrapping (DeepSpeed ZeRO-3 gathers per module); the
+    # names are checked under the run's sharding, not as DDP fusions
+    truth = sm.ClusterProfile(name="truth", ceiling=60e9, provenance={"source": "test"})
+    runs = []
+    for n in (16, 64):
+        it = sm.iteration_time("llama-2-7b", n, "100Gbps", sharding="zero3", fusion="module",
+                               gpus_per_node=8, cluster=truth)
+        runs.append({"model": "llama-2-7b", "n": n, "bw": "100Gbps", "sharding": "zero3",
+                     "fusion": "module", "iteration_time": it.total})
+    fit = sm.fit_cluster(runs, gpus_per_node=8, fusion="module", fit=["ceiling"])
+    assert fit.parameters["ceiling"].value == pytest.approx(60e9, rel=0.02)
