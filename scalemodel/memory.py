@@ -202,6 +202,69 @@ def _check_n(n, sharding):
     return arr
 
 
+def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label):
+    """The checked :class:`~scalemodel.parallel.ModelParallel`, or None without it."""
+    from .parallel import check_config, resolve_model_parallel
+
+    mp = resolve_model_parallel(tp, pp, microbatches)
+    if not mp.active:
+        return None
+    name, value = ("tp", mp.tp) if mp.tp > 1 else ("pp", mp.pp)
+    if cfg is None:
+        raise InvalidParameterError(name, value, f"{label} has no transformer config: its "
+                                    "layers and activations are unknown")
+    if strategy != "none":
+        raise InvalidParameterError(name, value, f"sharding={strategy!r} with tensor or "
+                                    "pipeline parallelism is not modelled",
+                                    "Use sharding='none'")
+    if ck.mode == "selective" or (ck.mode == "full" and ck.fraction < 1.0):
+        raise InvalidParameterError(
+            "activation_checkpointing", ck.describe(), "with tensor or pipeline parallelism "
+            "only 'none' and 'full' are modelled")
+    check_config(mp, cfg.layers, cfg.heads, label)
+    mp.dp(ns)  # n a multiple of tp * pp
+    return mp
+
+
+def model_parallel_activations(cfg, ck, mp) -> float:
+    r"""Activation bytes per GPU at the peak of a TP x PP (1F1B) job [bytes].
+
+    Korthikanti et al. (arXiv:2205.05198, Sec. 4.2.2, tensor parallelism without sequence
+    parallelism): per layer :math:`sbh(10 + 24/t + 5as/(ht))` (without the score term
+    under flash attention), with full checkpointing the layer inputs
+    (:math:`2sbh`, replicated over the tensor-parallel ranks) and one layer's activations
+    while it is recomputed. The first stage keeps :math:`\min(p, m)` micro-batches of
+    its :math:`L/p` layers in flight (1F1B); the last stage one micro-batch and the loss
+    over the vocabulary-parallel logits (:math:`12sbV/t`); the larger of the two.
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+        The model and its batch [-].
+    ck : Checkpointing
+        ``"none"`` or ``"full"`` of every layer [-].
+    mp : ModelParallel
+        The parallelism [-].
+    """
+    from .checkpointing import ACTIVATION_BYTES, LOSS_BYTES_PER_LOGIT
+
+    t = mp.tp
+    s, b, h, a = float(cfg.seq), float(cfg.micro_batch), float(cfg.hidden), float(cfg.heads)
+    sbh = s * b * h
+    none = sbh * (10.0 + 24.0 / t + (0.0 if ck.flash_attention else 5.0 * a * s / (h * t)))
+    layers = cfg.layers // mp.pp
+    if ck.mode == "none":
+        stage, recompute = none * layers, 0.0
+    else:  # full: the inputs kept, one layer recomputed at a time
+        stage, recompute = ACTIVATION_BYTES * sbh * layers, none
+    logits = float(LOSS_BYTES_PER_LOGIT) * s * b * cfg.vocab / t
+    if mp.pp == 1:
+        return stage + recompute + logits
+    first = min(mp.pp, mp.microbatches) * stage + recompute
+    last = stage + recompute + logits
+    return max(first, last)
+
+
 def _check_shard_group(shard_group, strategy, ns):
     """``shard_group`` checked against the strategy and every ``n`` [GPUs]."""
     if shard_group is None:
@@ -287,7 +350,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
            grad_dtype=None, activation_checkpointing=False, micro_batch=None, seq=None,
            gpus_per_node=None, bucket_bytes=DEFAULT_BUCKET_BYTES,
            flash_attention=True, offload="none", host_memory=None,
-           suggest=True, shard_group=None) -> MemoryEstimate:
+           suggest=True, shard_group=None, tp=1, pp=1, microbatches=None) -> MemoryEstimate:
     """Memory per GPU to train ``model`` data-parallel on ``n`` GPUs.
 
     Parameters
@@ -341,6 +404,17 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``zero1`` / ``zero2`` / ``zero3``: the state is sharded over groups of this many
         GPUs (dividing every ``n``) and replicated across the groups; None: over all
         ``n`` [GPUs].
+    tp : int
+        Tensor-parallel GPUs per replica (Megatron-style, no sequence parallelism): each
+        GPU holds ``1/(tp pp)`` of the model state, and its activations follow
+        Korthikanti et al. with tensor parallelism
+        (``scalemodel.memory.model_parallel_activations``);
+        ``n`` counts all GPUs; ``sharding="none"`` only [GPUs].
+    pp : int
+        Pipeline stages per replica, 1F1B [stages].
+    microbatches : int or None
+        Micro-batches per step (the first stage keeps ``min(pp, microbatches)`` in
+        flight); required with ``pp > 1`` [micro-batches].
 
     Returns
     -------
@@ -365,7 +439,10 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``hybrid_shard``; offload whose host part does not fit in ``host_memory`` (or no
         ``host_memory`` known for the GPU); ``shard_group`` below 2, not dividing
         ``n`` (the message lists the valid groups) or with a strategy other than
-        ``zero1`` / ``zero2`` / ``zero3``.
+        ``zero1`` / ``zero2`` / ``zero3``; ``tp`` / ``pp`` not dividing the heads / layers
+        (the message lists the valid values), ``n`` not a multiple of ``tp * pp``, ``pp > 1``
+        without ``microbatches``, or with sharding, selective or partial checkpointing, or
+        a profile without a transformer config.
     """
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
@@ -386,14 +463,19 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
             "unknown and not counted (pass a TransformerConfig or a built-in LLM)"),
             stacklevel=2)
     group = _check_shard_group(shard_group, strategy, ns)
+    mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label)
+    if mp is not None:
+        psi = psi / mp.size
     est = _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
-                    grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, group)
+                    grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, group, mp)
     if suggest and not np.all(est.fits):
         def estimate(strat, checkpointing, off):
             return _estimate(cfg, psi, prof_elem, label, _check_n(n, strat), strat, spec,
                              optimizer, param_dtype, grad_dtype, checkpointing,
                              gpus_per_node, bucket, off, host_memory,
-                             _check_shard_group(shard_group, strat, ns))
+                             _check_shard_group(shard_group, strat, ns),
+                             _check_model_parallel(tp, pp, microbatches, cfg, ns, strat,
+                                                   checkpointing, label))
 
         est = attrs.evolve(est, suggestions=_suggestions(est, ck, estimate))
     return est
@@ -414,7 +496,8 @@ def _dtypes(cfg, prof_elem, param_dtype, grad_dtype):
 
 
 def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
-              grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, shard_group=None):
+              grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, shard_group=None,
+              mp=None):
     """The estimate, once every argument is checked."""
     states = OPTIMIZER_STATES[optimizer.strip().lower()]
     pd, gd = _dtypes(cfg, prof_elem, param_dtype, grad_dtype)
@@ -457,7 +540,13 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
         _check_host(host, mode, spec, node, ns, host_memory)
     buffers = bucket * one
     if cfg is not None:
-        act = activation_bytes(cfg, ck)
+        act = (activation_bytes(cfg, ck) if mp is None
+               else model_parallel_activations(cfg, ck, mp))
+        if mp is not None:
+            notes.append(f"tp={mp.tp} x pp={mp.pp}: 1/{mp.size} of the model state per GPU;"
+                         " activations sbh(10 + 24/t + 5as/(ht)) per layer (Korthikanti et "
+                         "al., no sequence parallelism), the first stage keeping "
+                         f"{min(mp.pp, mp.microbatches)} micro-batch(es) of its layers")
         notes.append("activations: Korthikanti et al. arXiv:2205.05198, sbh(34 + 5as/h) per "
                      "layer" + (" without the 5as/h score term (flash attention)"
                                 if ck.flash_attention else "")
@@ -485,6 +574,8 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
     fits = total <= spec.hbm_bytes
     settings = types.MappingProxyType({
         "sharding": strategy, "shard_group": shard_group,
+        **({} if mp is None else {"tp": mp.tp, "pp": mp.pp,
+                                  "microbatches": mp.microbatches}),
         "activation_checkpointing": ck.describe(),
         "flash_attention": bool(ck.flash_attention), "offload": mode, "optimizer": optimizer,
         "param_dtype": pd, "grad_dtype": gd,

@@ -207,6 +207,33 @@ def _config(profile, mp):
     return cfg
 
 
+def check_config(mp, layers, heads, name):
+    """Raise unless ``pp`` divides the layers and ``tp`` the attention heads [-].
+
+    Parameters
+    ----------
+    mp : ModelParallel
+        The parallelism [-].
+    layers : int
+        Transformer layers [layers].
+    heads : int
+        Attention heads [heads].
+    name : str
+        The model, for the message [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        Naming ``pp`` or ``tp`` and the valid values.
+    """
+    if layers % mp.pp:
+        raise InvalidParameterError("pp", mp.pp, f"must divide the {layers} layers of "
+                                    f"{name}: valid are {_divisors(layers)}")
+    if heads % mp.tp:
+        raise InvalidParameterError("tp", mp.tp, f"must divide the {heads} attention heads "
+                                    f"of {name}: valid are {_divisors(heads)}")
+
+
 def check_against(mp, profile, options):
     """Raise unless ``mp`` fits the profile's layers and heads and the node [-].
 
@@ -226,12 +253,7 @@ def check_against(mp, profile, options):
     """
     cfg = _config(profile, mp)
     layers, heads = int(cfg["layers"]), int(cfg["heads"])
-    if layers % mp.pp:
-        raise InvalidParameterError("pp", mp.pp, f"must divide the {layers} layers of "
-                                    f"{profile.name}: valid are {_divisors(layers)}")
-    if heads % mp.tp:
-        raise InvalidParameterError("tp", mp.tp, f"must divide the {heads} attention heads "
-                                    f"of {profile.name}: valid are {_divisors(heads)}")
+    check_config(mp, layers, heads, profile.name)
     gpn = options.gpus_per_node
     if gpn is not None and gpn % mp.tp:
         raise InvalidParameterError(

@@ -200,8 +200,6 @@ def _memory_check(sc, n, gpu):
     derived = isinstance(p.provenance.get("config"), dict)
     if gpu is None and not derived:
         return None, None, None, ""
-    if sc.model_parallel is not None and sc.model_parallel.active:
-        return None, None, None, ""  # memory with tp/pp: scalemodel.memory(tp=, pp=)
     if gpu is None:
         gpu = p.provenance.get("gpu") or "h100-sxm"
     shard = sc.sharding
@@ -217,6 +215,10 @@ def _memory_check(sc, n, gpu):
     if isinstance(ck, dict):
         kw["activation_checkpointing"] = Checkpointing(**ck)
     kw["offload"] = p.provenance.get("offload_mode", "none")  # scalemodel.offload
+    mp = sc.model_parallel
+    if mp is not None and mp.active:  # n counts replicas; memory() the job's GPUs
+        kw.update(tp=mp.tp, pp=mp.pp, microbatches=mp.microbatches)
+        n, strategy = int(n) * mp.size, "none"
     try:
         m = memory(p, int(n), sharding=strategy, gpu=gpu, **kw)
     except InvalidParameterError as exc:  # the host cannot hold what is offloaded
@@ -261,7 +263,7 @@ def _for_the_job(result, sc, n, bw=None):
     if sc.bw_scale != 1.0 and math.isfinite(ring) and ring > 0:
         note += (f", each data-parallel ring at {format_bandwidth(ring)}, the line rate x "
                  f"{sc.bw_scale:g} (the node's NICs over its {mp.tp} tensor-parallel ranks' "
-                 "rings)")
+                 f"rings): {format_bandwidth(changes['bw'])} per NIC")
     return attrs.evolve(result, message=result.message + note + "]", **changes)
 
 
@@ -417,7 +419,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     tp, pp, microbatches
         As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
-        holds a GPU's share of the model state [GPUs], [stages], [micro-batches].
+        is :func:`~scalemodel.memory` with them [GPUs], [stages], [micro-batches].
 
     Returns
     -------
@@ -565,7 +567,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     tp, pp, microbatches
         As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
-        holds a GPU's share of the model state [GPUs], [stages], [micro-batches].
+        is :func:`~scalemodel.memory` with them [GPUs], [stages], [micro-batches].
 
     Returns
     -------

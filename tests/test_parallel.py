@@ -150,3 +150,48 @@ def test_bad_model_parallel_input():
     assert e.parameter == "tp"
     with pytest.raises(sm.ParameterTypeError):
         sm.scaling_factor("llama-2-7b", 64, "100Gbps", tp=2.0)
+
+
+def test_memory_of_one_gpu_of_the_job():
+    from scalemodel.checkpointing import ACTIVATION_BYTES, LOSS_BYTES_PER_LOGIT
+
+    cfg = sm.load_profile("llama-2-13b").provenance["config"]
+    s, b, h, L, V = cfg["seq"], cfg["micro_batch"], cfg["hidden"], cfg["layers"], cfg["vocab"]
+    plain = sm.memory("llama-2-13b", 64)
+    assert sm.memory("llama-2-13b", 64, tp=1, pp=1).per_gpu == plain.per_gpu
+    for tp, pp, m in ((2, 1, None), (2, 4, 8), (4, 5, 2), (8, 2, 16)):
+        est = sm.memory("llama-2-13b", 320, tp=tp, pp=pp, microbatches=m)
+        for part in ("parameters", "gradients", "optimizer"):
+            assert est.parts[part] == pytest.approx(plain.parts[part] / (tp * pp), rel=1e-12)
+        layer = s * b * h * (10 + 24 / tp)  # Korthikanti et al., flash attention
+        stage = layer * L / pp
+        logits = LOSS_BYTES_PER_LOGIT * s * b * V / tp
+        expected = (stage + logits if pp == 1
+                    else max(min(pp, m) * stage, stage + logits))
+        assert est.parts["activations"] == pytest.approx(expected, rel=1e-12)
+        assert est.settings["tp"] == tp
+        full = sm.memory("llama-2-13b", 320, tp=tp, pp=pp, microbatches=m,
+                         activation_checkpointing="full")
+        kept = ACTIVATION_BYTES * s * b * h * L / pp
+        expected = (kept + layer + logits if pp == 1
+                    else max(min(pp, m) * kept + layer, kept + layer + logits))
+        assert full.parts["activations"] == pytest.approx(expected, rel=1e-12)
+    # the solvers' memory check is memory() of the job
+    res = sm.min_compression("llama-2-13b", "25Gbps", n=256, gpus_per_node=8,
+                             nics_per_node=8, tp=2, pp=4, microbatches=8)
+    assert res.memory_per_gpu == sm.memory("llama-2-13b", 256, tp=2, pp=4,
+                                           microbatches=8).per_gpu
+    for kw, name in ((dict(tp=3), "tp"), (dict(pp=3, microbatches=4), "pp"),
+                     (dict(tp=2, sharding="zero1"), "tp"),
+                     (dict(tp=2, activation_checkpointing="selective"),
+                      "activation_checkpointing"),
+                     (dict(pp=2), "microbatches")):
+        with pytest.raises(sm.InvalidParameterError) as exc:
+            sm.memory("llama-2-13b", 320, **kw)
+        assert exc.value.parameter == name
+    with pytest.raises(sm.InvalidParameterError) as exc:
+        sm.memory("llama-2-13b", [64, 100], tp=4, pp=2, microbatches=4)
+    assert exc.value.parameter == "n"
+    with pytest.raises(sm.InvalidParameterError) as exc:
+        sm.memory("resnet50", 64, tp=2)
+    assert exc.value.parameter == "tp"
