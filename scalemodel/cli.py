@@ -262,6 +262,17 @@ def _model_options(p):
                         "many GPUs, replicated across the groups, whose gradient shards are "
                         "all-reduced across groups (InternLM zero1=8, MiCS, HSDP with any "
                         "group); must divide --n [GPUs] (default: one group of all --n)")
+    p.add_argument("--tp", default=None, type=int,
+                   help="tensor-parallel GPUs per replica (Megatron-style, inside a node): "
+                        "--n counts all GPUs and the answers are for the data-parallel "
+                        "dimension of n/(tp pp) replicas (scalemodel.parallel) [GPUs] "
+                        "(default 1)")
+    p.add_argument("--pp", default=None, type=int,
+                   help="pipeline stages per replica, 1F1B; needs --microbatches [stages] "
+                        "(default 1)")
+    p.add_argument("--microbatches", default=None, type=int,
+                   help="micro-batches per step and replica (the pipeline bubble is "
+                        "(pp-1)/microbatches) [micro-batches] (default: the profile's)")
     p.add_argument("--gpu", default=None,
                    help="GPU whose memory is checked and, in plan and breakeven, whose "
                         "codec costs are used (the H100 table scaled by HBM bandwidth), e.g. "
@@ -495,7 +506,8 @@ def _sharding(args):
 
 def _common(args):
     out = dict(_network(args), codec_cost=args.codec_cost)
-    for name in ("activation_checkpointing", "offload", "shard_group"):  # when given
+    for name in ("activation_checkpointing", "offload", "shard_group", "tp", "pp",
+                 "microbatches"):  # when given
         if getattr(args, name, None) is not None:
             out[name] = getattr(args, name)
     return out
@@ -537,7 +549,8 @@ def _memory(args, n):
     from .solvers import memory_check
 
     kw = {k: v for k, v in _common(args).items() if k != "utilization"}
-    return memory_check(Scenario.build(args.model, **kw), n, args.gpu)[:3]
+    sc = Scenario.build(args.model, **kw)
+    return memory_check(sc, sc.data_parallel(n, 1.0)[0], args.gpu)[:3]
 
 
 def _memory_text(per, fits, gpu):
@@ -663,7 +676,8 @@ def _plan_kwargs(args):
             "--codec-cost", args.codec_cost, "plan and breakeven use each compressor's own "
             "encode/decode costs", "Measure them with python -m "
             "scalemodel.calibrate.codec_bench and pass --cluster")
-    for name in ("activation_checkpointing", "offload", "shard_group"):
+    for name in ("activation_checkpointing", "offload", "shard_group", "tp", "pp",
+                 "microbatches"):
         if getattr(args, name, None) is not None:
             raise InvalidParameterError(
                 "--" + name.replace("_", "-"), getattr(args, name), "plan and breakeven do "

@@ -195,3 +195,22 @@ def test_memory_of_one_gpu_of_the_job():
     with pytest.raises(sm.InvalidParameterError) as exc:
         sm.memory("resnet50", 64, tp=2)
     assert exc.value.parameter == "tp"
+
+
+def test_cli_takes_tp_pp(capsys):
+    from scalemodel.cli import main
+
+    args = ["--model", "llama-2-13b", "--n", "256", "--gpus-per-node", "8",
+            "--nics-per-node", "8", "--tp", "2", "--pp", "4", "--microbatches", "8"]
+    assert main(["iteration", "--bw", "100Gbps", *args]) in (0, None)
+    out = capsys.readouterr().out
+    sf = sm.scaling_factor("llama-2-13b", 256, "100Gbps", gpus_per_node=8, nics_per_node=8,
+                           tp=2, pp=4, microbatches=8)
+    assert f"{sf:.4f}" in out
+    per = sm.memory("llama-2-13b", 256, tp=2, pp=4, microbatches=8).per_gpu
+    assert f"{per / 2**30:.1f} GiB" in out
+    assert main(["iteration", "--bw", "100Gbps", *args[:-4], "--pp", "3",
+                 "--microbatches", "8"]) == 2
+    assert "pp=3" in capsys.readouterr().err
+    assert main(["plan", "--bw", "100Gbps", *args]) == 2
+    assert "--tp" in capsys.readouterr().err
