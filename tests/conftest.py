@@ -1,8 +1,16 @@
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import settings as _hypothesis_settings
+
+# CI (CI=true) replays the same examples every run, so a landing never fails at random;
+# developers' runs keep exploring new ones (run with CI=true to reproduce CI's)
+_hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    _hypothesis_settings.load_profile("ci")
 
 sys.path.insert(0, str(Path(__file__).parent))
 
