@@ -260,7 +260,11 @@ def test_a_replaced_file_keeps_its_mode(tmp_path):
 
 
 SLOW_WRITER = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    # as a program started from a terminal: a shell's background job (and so maybe CI)
+    # starts with SIGINT ignored, which the write rightly keeps ignoring
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from scalemodel.profiles import atomic_write_text
     atomic_write_text(sys.argv[1], "x" * int(sys.argv[2]))
     print("written", flush=True)
