@@ -71,7 +71,7 @@ from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import Scenario, effective_utilization
 from .overlap import UpperEnvelope
 from .sharding import SHARDING_COMPRESSORS
-from .solvers import (DEFAULT_N, DEFAULT_TARGET, _line_rate_for, _scalar, memory_check,
+from .solvers import (DEFAULT_N, DEFAULT_TARGET, _line_rate_for, _scalar, below, memory_check,
                       min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
@@ -935,7 +935,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                   default=None)
         msg = (f"no compressor reaches {target:g}: {where} is {ideal.binding}-bound; even "
                f"free, unlimited compression of the all-reduce reaches only "
-               f"{ideal.max_scaling_factor:.3f}")
+               f"{below(ideal.max_scaling_factor, target)}")
         if top is not None and top.scaling_factor > sf_none:
             msg += f" (the best here: {top.compressor} {top.setting_text()}, " \
                    f"{top.scaling_factor:.3f})"

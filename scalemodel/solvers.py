@@ -318,9 +318,19 @@ def _sf_lazy(sc, n, x_eff, compressed, *, r=1.0, bw=None):
     return sf, lambda: sc.critical(n, lines, int(env.argmax(x_eff)), x_eff, r=r, bw=bw)
 
 
+def below(limit, target):
+    """``limit`` printed with as many digits as it takes to differ from ``target`` (a limit of
+    0.99966 below a target of 1 reads "0.99966", never "1.000")."""
+    for digits in range(3, 13):
+        text = f"{limit:.{digits}f}"
+        if float(text) < target:
+            return text
+    return repr(limit)
+
+
 def _why_not(binding, parts, limit, target):
     detail = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in parts.items() if k != "bandwidth")
-    return (f"even unlimited {{what}} reaches only {limit:.3f} < target {target:g}: "
+    return (f"even unlimited {{what}} reaches only {below(limit, target)} < target {target:g}: "
             f"{binding} binds ({detail} on the critical path)")
 
 
@@ -650,7 +660,7 @@ def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
                         f"rounding)"))
         if x_floor > x_star > 0:
             msg = ("the intra-node link binds: even an unlimited network reaches only "
-                   f"{sf_inf:.4g} < target {target:g}")
+                   f"{below(sf_inf, target)} < target {target:g}")
         elif x_star == 0.0 and sf_inf >= target * (1 - 1e-12):
             msg = _limit_message("bandwidth", sf_inf, target)
         else:

@@ -92,6 +92,18 @@ def test_target_one_is_the_limit_not_a_rounding_accident():
     assert res.feasible and math.isfinite(res.ratio) and res.ratio < 1e6
 
 
+def test_a_limit_just_below_the_target_never_prints_as_the_target():
+    """resnet50 on 64 workers tops out at 0.99966 (the last bucket's tail): the message must
+    not read "reaches only 1.000 < target 1"."""
+    res = sm.min_compression("resnet50", 10e9, n=64, target=1.0)
+    assert not res.feasible and res.max_scaling_factor < 1.0
+    shown = res.message.split("reaches only ")[1].split(" <")[0]
+    assert float(shown) < 1.0, res.message
+    plan = sm.plan_compression("resnet50", 10e9, n=64, target=1.0)
+    shown = plan.message.split("reaches only ")[1].split(" ")[0]
+    assert float(shown) < 1.0, plan.message
+
+
 def test_extreme_finite_inputs_give_finite_answers_or_documented_errors():
     s = sm.sensitivities("bert", 64, 1e6)   # the smallest line rate accepted, 1 Mbit/s
     for v in (s.scaling_factor, s.d_bw, s.d_utilization, s.d_compression,
