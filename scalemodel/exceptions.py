@@ -90,10 +90,10 @@ class ProfileFormatError(ScalemodelError, ValueError):
         The field that is missing or wrong.
     """
 
-    def __init__(self, source: str, field: str, problem: str):
+    def __init__(self, source: str, field: str, problem: str, *, kind: str = "profile"):
         self.source = source
         self.field = field
-        super().__init__(f"profile {source}: field {field!r}: {problem}")
+        super().__init__(f"{kind} {source}: field {field!r}: {problem}")
 
 
 class CalibrationError(ScalemodelError, RuntimeError):

@@ -661,7 +661,8 @@ def _read_csv(path) -> list[dict]:
     try:
         rows = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error as exc:
-        raise ProfileFormatError(source, "<csv>", f"not a readable CSV: {exc}") from None
+        raise ProfileFormatError(source, "<csv>", f"not a readable CSV: {exc}",
+                                 kind="run list") from None
     rows = [(line, r) for line, r in enumerate(rows, 1) if any(c.strip() for c in r)]
     if not rows:
         return []
@@ -669,13 +670,15 @@ def _read_csv(path) -> list[dict]:
     seen = set()
     for col in header:
         if col in seen:
-            raise ProfileFormatError(source, "<header>", f"column {col!r} appears twice")
+            raise ProfileFormatError(source, "<header>", f"column {col!r} appears twice",
+                                     kind="run list")
         seen.add(col)
     out = []
     for k, (line, cells) in enumerate(rows[1:]):
         if len(cells) > len(header) and any(c.strip() for c in cells[len(header):]):
             raise ProfileFormatError(source, f"row {line}", f"runs[{k}] has {len(cells)} "
-                                     f"cells but the header names {len(header)} columns")
+                                     f"cells but the header names {len(header)} columns",
+                                     kind="run list")
         row = {}
         for col, cell in zip(header, cells):
             row[col] = None if not cell.strip() else cell.strip()
