@@ -44,6 +44,7 @@ from .collectives import ReductionCost
 from .efficiency import PUBLISHED_MFU, SIXTEEN_BIT, default_efficiency
 from .exceptions import InvalidParameterError, ParameterTypeError, ScalemodelError
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
+from .profile_format import WorkloadProfile, load_builtin
 
 __all__ = ["TransformerConfig", "TensorFlops", "TransformerUnits", "EfficiencyMeasurement",
            "tensor_flops", "transformer_profile", "transformer_units", "measured_efficiency",
@@ -492,8 +493,6 @@ def measured_efficiency(dtype="bf16") -> EfficiencyMeasurement:
     InvalidParameterError
         No measured profile for this dtype (tf32, fp8, fp64): pass ``efficiency=``.
     """
-    from .profiles import load_profile
-
     name = canonical_dtype(dtype)
     source = "bf16" if name in ("bf16", "fp16") else name
     if source not in ("bf16", "fp32"):
@@ -506,7 +505,7 @@ def measured_efficiency(dtype="bf16") -> EfficiencyMeasurement:
     peak = gpu.peak(source)
     rows = []
     for base, make in MEASURED_CONFIGS.items():
-        prof = load_profile(base if source == "fp32" else f"{base}-bf16")
+        prof = load_builtin(base if source == "fp32" else f"{base}-bf16")
         if _measured_dtype(prof) != source:
             raise ScalemodelError(f"{prof.name} does not compute in {source}")
         cfg = make()
@@ -678,9 +677,7 @@ def transformer_units(config: TransformerConfig, gpu="h100-sxm", *, efficiency=N
 def _reduction_for(gpu: GPUSpec) -> ReductionCost:
     """Element-wise sum cost: the H100's measured a += b slope (0.99 ps/byte, in the
     measured H100 profiles) scaled by HBM bandwidth to the other GPUs."""
-    from .profiles import load_profile
-
-    h100 = load_profile("gpt2-h100-bf16").reduction.gamma
+    h100 = load_builtin("gpt2-h100-bf16").reduction.gamma
     ref = get_gpu("h100-sxm").hbm_bandwidth
     return ReductionCost(gamma=h100 * ref / gpu.hbm_bandwidth, latency=0.0)
 
@@ -727,8 +724,6 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
         The GPU lacks the dtype, the efficiency is outside (0, 1], or it is None for a
         dtype without a default (tf32, fp8, fp64).
     """
-    from .profiles import WorkloadProfile
-
     config, gpu, fl, rate, eff, how = _timing(config, gpu, efficiency, dtype)
     gd = _grad_dtype(config, grad_dtype)
     order = np.arange(len(fl.names))[::-1]

@@ -616,7 +616,7 @@ def _build_profile(ranks, report_name, world, slowdown, notes, undetermined):
 
 
 def _replay(profile, cluster, fits, world, step_time, measured, ranks, gradient_k, notes):
-    from .. import iteration_time
+    from ..model import iteration_time
     from ..overlap import comm_finish_time
     uncovered = _uncovered(ranks, step_time)
     reason = None
