@@ -198,6 +198,7 @@ class _RunModel:
         try:
             sc = Scenario.build(run.profile, algorithm=run.algorithm or settings["algorithm"],
                                 fusion=fusion, cluster=cluster, sharding=run.sharding,
+                                shard_group=getattr(run, "shard_group", None),
                                 ps_servers=settings.get("ps_servers"))
         except (InvalidParameterError, ParameterTypeError) as exc:
             raise InvalidParameterError(

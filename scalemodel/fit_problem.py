@@ -61,6 +61,18 @@ def _scales_with_compute(fusion, sharding):
     return isinstance(policy, (DDPBuckets, PerTensor, AfterBackward))
 
 
+def _run_sharding(run):
+    """A run's sharding as :class:`~scalemodel.model.Scenario` takes it: the strategy
+    name, or a :class:`~scalemodel.sharding.Sharding` when the run gives a
+    ``shard_group``."""
+    strategy = getattr(run, "sharding", None) or "none"
+    group = getattr(run, "shard_group", None)
+    if group is None:
+        return strategy
+    from .sharding import Sharding
+    return Sharding(strategy, shard_group=group)
+
+
 class _Problem:
     """Runs, the fixed setting and how parameters map to a cluster.
 
@@ -84,7 +96,7 @@ class _Problem:
                 fusion = DDPBuckets(cap_bytes=float(cap) * 2.0**20) if cap > 0 else "none"
             wrapped = bool(getattr(r, "wrapped", False)) and r.n == 1
             gkey = (id(r.profile), fusion, r.algorithm or settings["algorithm"],
-                    getattr(r, "sharding", None) or "none", r.n, wrapped)
+                    _run_sharding(r), r.n, wrapped)
             if gkey not in groups:
                 groups[gkey] = {"profile": r.profile, "configs": []}
             ckey = (gkey, r.bw)

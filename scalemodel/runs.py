@@ -16,6 +16,11 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
 ``sharding``
     ``"none"`` (default), ``"zero1"``, ``"zero2"``, ``"zero3"``, ``"hybrid_shard"`` or an
     alias (``"fsdp"``, ``"full_shard"``, ``"shard_grad_op"``, ``"hsdp"``).
+``shard_group`` [GPUs]
+    With ``sharding`` ``"zero1"``, ``"zero2"`` or ``"zero3"``: the state is sharded over
+    groups of this many GPUs and replicated across them (InternLM's ``zero1=8``, MiCS,
+    HSDP with any group; :class:`~scalemodel.sharding.Sharding`); an integer >= 2 that
+    divides ``n``; blank: one group of all ``n`` GPUs.
 ``grad_accum``
     Micro-batches per optimizer step, an integer >= 1; default the profile's.
 ``wrapped``
@@ -109,7 +114,7 @@ MAX_UNCERTAINTY = 1.0
 
 _RUN_KEYS = {"model", "n", "bw", "scaling_factor", "iteration_time", "single_worker_time",
              "compute_time", "fusion", "algorithm", "uncertainty", "label", "sharding",
-             "grad_accum", "wrapped", "bucket_cap_mb", "tokens_per_second_per_gpu",
+             "grad_accum", "wrapped", "bucket_cap_mb", "tokens_per_second_per_gpu", "shard_group",
              "compressor", "implementation"}
 
 _TRUE = {"true", "yes", "1", "y", "t", "on"}
@@ -150,6 +155,9 @@ class Run:
     sharding : str
         Canonical sharding strategy: ``"none"``, ``"zero1"``, ``"zero2"``, ``"zero3"``
         or ``"hybrid_shard"`` [-].
+    shard_group : int or None
+        GPUs per shard group of a ``zero1`` / ``zero2`` / ``zero3`` run; None: all ``n``
+        [GPUs].
     grad_accum : int or None
         Micro-batches per optimizer step the run gave; None: the profile's
         (``profile.grad_accum`` is the one in effect either way) [-].
@@ -189,6 +197,7 @@ class Run:
     efficiency: float | None = None
     compressor: object = None
     implementation: str | None = None
+    shard_group: int | None = None
 
     @property
     def measured_sf(self):
@@ -275,6 +284,26 @@ def _sharding(i, value):
         return resolve_sharding(value).strategy
     except (InvalidParameterError, ParameterTypeError) as exc:
         raise _renamed(exc, f"runs[{i}].sharding") from None
+
+
+def _shard_group(i, value, sharding, n):
+    """The run's ``shard_group`` (None when blank), checked against its sharding and
+    ``n``; errors name ``runs[i].shard_group``."""
+    from .sharding import Sharding
+
+    if _blank(value):
+        return None
+    g = _int(i, "shard_group", value, what="GPUs per shard group")
+    if not isinstance(g, int):
+        raise ParameterTypeError(f"runs[{i}].shard_group", value, "one integer")
+    try:
+        Sharding(sharding, shard_group=g)
+    except (InvalidParameterError, ParameterTypeError) as exc:
+        raise _renamed(exc, f"runs[{i}].shard_group") from None
+    if n % g:
+        raise InvalidParameterError(f"runs[{i}].shard_group", value,
+                                    f"must divide the run's n={n}")
+    return g
 
 
 def _bucket_cap(i, value):
@@ -415,6 +444,8 @@ def _one_run(i, raw, where) -> Run:
     return Run(label=label, profile=profile, n=n, bw=bw, **t,
                fusion=raw.get("fusion") or None, algorithm=raw.get("algorithm") or None,
                sharding=_sharding(i, raw.get("sharding")), grad_accum=accum,
+               shard_group=_shard_group(i, raw.get("shard_group"),
+                                        _sharding(i, raw.get("sharding")), n),
                wrapped=_bool(i, "wrapped", raw.get("wrapped")),
                bucket_cap_mb=_bucket_cap(i, raw.get("bucket_cap_mb")),
                compute_known=compute_known, efficiency=efficiency,
