@@ -35,8 +35,9 @@ with it (``test_scaling_factor_monotone_in_the_knob``). The one exception is Pow
 ``min_compression_rate``: as the rank grows, small matrices stop being compressed, which
 saves their encode time and can raise the scaling factor slightly (by at most 0.0014 on
 the built-in profiles). The planner finds the **least aggressive** setting that reaches
-the target by bisection (integers: on the integers, ending with a setting that reaches it
-and the next that does not; density: in log density to a relative 1e-6).
+the target by a bracketing search (the secant of ``1 / sf`` in the knob, safeguarded by
+bisection; integers: on the integers, ending with a setting that reaches it and the next
+that does not; density: in log density to a relative 1e-4).
 
 Under **sharding** (:mod:`scalemodel.sharding`) gradients travel by reduce-scatter. Only
 compressors that change the dtype of that reduce compose with it: ``fp16`` and ``bf16``
@@ -71,8 +72,8 @@ from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import Scenario, effective_utilization
 from .overlap import UpperEnvelope
 from .sharding import SHARDING_COMPRESSORS
-from .solvers import (DEFAULT_N, DEFAULT_TARGET, _line_rate_for, _scalar, below, memory_check,
-                      min_compression)
+from .solvers import (DEFAULT_N, DEFAULT_TARGET, _for_the_job, _line_rate_for, _scalar, below,
+                      memory_check, min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
 __all__ = ["plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth", "Breakeven",
@@ -299,11 +300,11 @@ def _sf(sc, ev, x):
 
 
 def _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers,
-           cluster, nics_per_node=None, sharding=None):
+           cluster, nics_per_node=None, sharding=None, **model_parallel):
     return Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                           gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                           intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
-                          cluster=cluster, sharding=sharding)
+                          cluster=cluster, sharding=sharding, **model_parallel)
 
 
 def _fixed_buckets(sc):
@@ -584,9 +585,60 @@ class CompressionPlan:
 # relative margin by which a compressor must beat no compression to count as better
 _BEAT_MARGIN = 1e-9
 
-# the density search ends when the bracket is this wide in log density (relative 1e-6:
-# far below the 3 digits printed; 20 fewer evaluations per sparse compressor than 1e-9)
-_DENSITY_TOL = 1e-6
+# the density search ends when the bracket is this wide in log density (relative 1e-4:
+# below the 3 digits printed; at 1e-6 the search resolves the steps of ceil(d N) of the
+# smallest tensors, a few 1e-6 in the scaling factor, and needs 10 more evaluations)
+_DENSITY_TOL = 1e-4
+
+
+def _knob_search(f, a, b, fa, fb, target, *, integer):
+    """The knob search: the end ``a`` of a bracket with ``f(a) >= target > f(b)`` once
+    it is one integer apart (``integer``; ``a``, ``b`` the knob) or :data:`_DENSITY_TOL`
+    wide (``a``, ``b`` the log density).
+
+    The knob scales the bytes on the wire, so the iteration time ``1 / f`` is a
+    piecewise straight line in the knob (an upper envelope of lines): the next point is
+    where the line through the last two points meets ``1 / target`` (the secant, exact
+    once both lie on the piece that crosses it), kept inside the bracket, half a
+    tolerance from its ends so that a right guess closes it; a bisection step follows
+    whenever three points did not halve the bracket, and throughout once at most 16
+    integers are left. ``f`` does not increase with the
+    knob, so the result is what bisection gives, to the bracket's width, in a third to a
+    half of its evaluations."""
+    lin = (lambda v: v) if integer else math.exp
+    ga, gb = 1.0 / target - 1.0 / fa, 1.0 / target - 1.0 / fb  # ga >= 0 > gb
+    stop = 1 if integer else _DENSITY_TOL
+    last = [(lin(a), ga), (lin(b), gb)]
+    widths = [b - a]
+    for _ in range(400):
+        if b - a <= stop:
+            break
+        (u1, g1), (u2, g2) = last[-2], last[-1]
+        c = None
+        if (len(widths) < 4 or widths[-1] <= 0.5 * widths[-4]) and \
+                not (integer and b - a <= 16):  # a few integers: bisection is as quick
+            if g1 != g2:
+                cu = u2 - g2 * (u2 - u1) / (g2 - g1)
+                if integer:
+                    c = cu
+                elif cu > 0:
+                    c = math.log(cu)
+            if c is not None and not a < c < b:
+                c = None
+        if c is None:
+            c = 0.5 * (a + b)
+        if integer:
+            c = min(max(int(round(c)), a + 1), b - 1)
+        else:
+            c = min(max(c, a + 0.5 * stop), b - 0.5 * stop)
+        gc = 1.0 / target - 1.0 / f(c)
+        if gc >= 0:
+            a = c
+        else:
+            b = c
+        last.append((lin(c), gc))
+        widths.append(b - a)
+    return a
 
 
 def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, views=()):
@@ -641,24 +693,11 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, v
         elif at(lo)[2] < target:
             chosen = at(lo)
         elif comp.knob_integer:
-            a, b = int(lo), int(hi)  # sf(a) >= target > sf(b)
-            while b - a > 1:
-                mid = (a + b) // 2
-                if at(mid)[2] >= target:
-                    a = mid
-                else:
-                    b = mid
-            chosen = at(a)
+            chosen = at(_knob_search(lambda v: at(v)[2], int(lo), int(hi), at(lo)[2],
+                                  at(hi)[2], target, integer=True))
         else:
-            a, b = math.log(lo), math.log(hi)
-            for _ in range(200):
-                if b - a <= _DENSITY_TOL:
-                    break
-                mid = 0.5 * (a + b)
-                if at(math.exp(mid))[2] >= target:
-                    a = mid
-                else:
-                    b = mid
+            a = _knob_search(lambda v: at(math.exp(v))[2], math.log(lo), math.log(hi),
+                          at(lo)[2], at(hi)[2], target, integer=False)
             chosen = at(math.exp(a))
     config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = chosen
     feasible = sf_lo >= target  # over the whole interval
@@ -807,7 +846,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                      cluster=None, algorithm=None, fusion=None, compressors=None,
                      alpha=None, gpus_per_node=None, intra_bw=None, intra_alpha=None,
                      ps_servers=None, nics_per_node=None, sharding=None,
-                     gpu=None, implementation=None) -> CompressionPlan:
+                     gpu=None, implementation=None, tp=1, pp=1,
+                     microbatches=None) -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
 
@@ -863,6 +903,13 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         implementations that do. None (the default): ``"pytorch"``, except that the
         families PyTorch's hooks lack (``signsgd``, ``topk``, ``randomk``) are still
         evaluated, in their textbook formats (the class defaults) [-].
+    tp, pp, microbatches
+        As in :func:`~scalemodel.scaling_factor`: ``n`` counts all GPUs and the plan is
+        for the data-parallel dimension of ``n / (tp pp)`` replicas, each compressor
+        applied to the data-parallel all-reduce of one GPU's gradients
+        (:mod:`scalemodel.parallel`; the plan's ``n`` and ``bw`` stay the job's, its
+        message says the replicas and the ring's rate): [GPUs], [stages],
+        [micro-batches].
 
     Returns
     -------
@@ -883,18 +930,23 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     impl, explicit = _implementation(implementation)
     comps = _compressor_list(compressors, impl, explicit)
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
-                ps_servers, cluster, nics_per_node, sharding)
+                ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
+                microbatches=microbatches)
+    n_job, bw_job = n, bw
+    n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
+    bw = float(bw)
     codec = _codec(sc, gpu, impl)
     u_eff = effective_utilization(sc, bw, u)
     x = 1.0 / (u_eff * bw)
     sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
     p = sc.profile
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
-    ideal = min_compression(model, bw, n=n, target=target, utilization=u,
+    ideal = min_compression(model, bw_job, n=n_job, target=target, utilization=u,
                             algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
                             gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                             intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
-                            cluster=cluster, sharding=sc.sharding or "none")
+                            cluster=cluster, sharding=sc.sharding or "none", tp=tp, pp=pp,
+                            microbatches=microbatches)
     views = _views(sc, model, bw, u, n, gpu, impl, dict(
         algorithm=algorithm, fusion=fusion, alpha=alpha, gpus_per_node=gpus_per_node,
         intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
@@ -975,7 +1027,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                 f"{best_interval[0]:.3f} to {best_interval[1]:.3f}")
         if iv.from_alternatives:
             msg += "; " + iv.describe(lambda v: f"{v:.3f}").split("; ", 1)[1]
-    return CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
+    plan = CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
                            best_interval=best_interval,
                            message=msg + note, uncompressed_scaling_factor=sf_none,
                            ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
@@ -984,6 +1036,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                                                   impl.name),
                            sharding=strategy, memory_per_gpu=per, fits=fits, gpu=gpu_name,
                            implementation=impl.name, outside_calibration=bool(outside))
+    return _for_the_job(plan, sc, n_job, bw_job)  # said in the job's GPUs and line rate
 
 
 # --------------------------------------------------------------------------- curves
