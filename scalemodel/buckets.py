@@ -69,6 +69,9 @@ class BucketSizeResult:
         Iteration time of each candidate [s].
     message : str
         One sentence with the answer and what it rests on.
+    settings : dict
+        What the answer assumed (``Scenario.settings``), tensor and pipeline parallelism
+        included [-].
     """
 
     bucket_cap_mb: float
@@ -81,6 +84,7 @@ class BucketSizeResult:
     candidates: np.ndarray = attrs.field(repr=False)
     times: np.ndarray = attrs.field(repr=False)
     message: str = ""
+    settings: dict = attrs.field(factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -113,7 +117,8 @@ def _scenario(model, kw):
 def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization=1.0,
                      compression=1.0, algorithm=None, alpha=None, codec_cost=0.0,
                      gpus_per_node=None, nics_per_node=None, intra_bw=None,
-                     intra_alpha=None, ps_servers=None) -> BucketSizeResult:
+                     intra_alpha=None, ps_servers=None, activation_checkpointing=None,
+                     offload=None, tp=1, pp=1, microbatches=None) -> BucketSizeResult:
     """The DDP ``bucket_cap_mb`` that minimizes the iteration time (see the module).
 
     Parameters
@@ -135,6 +140,11 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
         ``compression`` [-], ``algorithm`` [-], ``alpha`` [s], ``codec_cost`` [s/byte],
         ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw`` [bits/s],
         ``intra_alpha`` [s], ``ps_servers`` [servers].
+    activation_checkpointing, offload, tp, pp, microbatches
+        As in :func:`~scalemodel.scaling_factor`: [-], [-], [GPUs], [stages],
+        [micro-batches]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the buckets are
+        those of the data-parallel all-reduce of one GPU's gradients over ``n / (tp pp)``
+        replicas (Megatron's DDP buckets its stage's share; :mod:`scalemodel.parallel`).
 
     Returns
     -------
@@ -159,7 +169,11 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
     base = _scenario(model, dict(cluster=cluster, algorithm=algorithm, alpha=alpha,
                                  codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                                  nics_per_node=nics_per_node, intra_bw=intra_bw,
-                                 intra_alpha=intra_alpha, ps_servers=ps_servers))
+                                 intra_alpha=intra_alpha, ps_servers=ps_servers,
+                                 activation_checkpointing=activation_checkpointing,
+                                 offload=offload, tp=tp, pp=pp, microbatches=microbatches))
+    n_job, bw_job = n, bw
+    n, bw = base.data_parallel(n, bw)  # scalemodel.parallel: replicas, one ring's rate
     x = 1.0 / (effective_utilization(base, bw, u) * bw * r)
 
     def times(caps):
@@ -178,7 +192,7 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
         cand, t = cand[order], t[order]
     default = (t[cand == DEFAULT_BUCKET_MB][0] if np.any(cand == DEFAULT_BUCKET_MB)
                else float(times([DEFAULT_BUCKET_MB])[0]))
-    return _result(base, n, bw, cand, t, float(default))
+    return _result(base, n_job, bw_job, cand, t, float(default))
 
 
 def _result(base, n, bw, cand, t, default):
@@ -191,6 +205,11 @@ def _result(base, n, bw, cand, t, default):
     k = len(attrs.evolve(base, fusion=DDPBuckets(best * MiB)).buckets)
     where = (f"{base.profile.name} on {n} worker{'s' if n != 1 else ''} at "
              f"{format_bandwidth(bw)}")
+    mp = base.model_parallel
+    if mp is not None:
+        where += (f" (the data-parallel dimension of tp={mp.tp} x pp={mp.pp}: {mp.dp(n)} "
+                  f"replicas)")
+        n = mp.dp(n)
     if best == DEFAULT_BUCKET_MB:
         msg = (f"{where}: DDP's default bucket_cap_mb=25 is already among the fastest "
                f"({t_best * 1e3:.4g} ms per iteration)")
@@ -206,4 +225,4 @@ def _result(base, n, bw, cand, t, default):
         bucket_cap_mb=best, iteration_time=t_best, scaling_factor=t1 / t_best,
         default_iteration_time=default, default_scaling_factor=t1 / default, n_buckets=k,
         equivalent=(float(tied[0]), float(tied[-1])), candidates=cand, times=t,
-        message=msg)
+        message=msg, settings=base.settings())

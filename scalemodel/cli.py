@@ -670,7 +670,8 @@ def cmd_iteration(args):
         print(f"{'memory':<24}{_memory_text(per, fits, gpu)}")
 
 
-def _plan_kwargs(args):
+def _plan_kwargs(args, allowed=()):
+    """The network options of plan and breakeven, and those of ``allowed`` given."""
     if args.codec_cost:
         raise InvalidParameterError(
             "--codec-cost", args.codec_cost, "plan and breakeven use each compressor's own "
@@ -678,12 +679,13 @@ def _plan_kwargs(args):
             "scalemodel.calibrate.codec_bench and pass --cluster")
     for name in ("activation_checkpointing", "offload", "shard_group", "tp", "pp",
                  "microbatches"):
-        if getattr(args, name, None) is not None:
+        if name not in allowed and getattr(args, name, None) is not None:
             raise InvalidParameterError(
-                "--" + name.replace("_", "-"), getattr(args, name), "plan and breakeven do "
+                "--" + name.replace("_", "-"), getattr(args, name), f"{args.command} does "
                 "not model it yet", "Use min-compression, required-bandwidth, scaling or "
-                "iteration")
-    return _network(args)
+                "iteration" + (", or plan" if name in ("tp", "pp", "microbatches") else ""))
+    return dict(_network(args), **{name: getattr(args, name) for name in allowed
+                                   if getattr(args, name, None) is not None})
 
 
 def cmd_plan(args):
@@ -691,7 +693,8 @@ def cmd_plan(args):
 
     plan = plan_compression(args.model, args.bw, n=args.n, target=args.target,
                             compressors=args.compressors, gpu=args.gpu,
-                            implementation=args.implementation, **_plan_kwargs(args))
+                            implementation=args.implementation,
+                            **_plan_kwargs(args, ("tp", "pp", "microbatches")))
     if args.json:
         rows = []
         for r in plan.rows:

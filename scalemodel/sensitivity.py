@@ -66,6 +66,9 @@ class Sensitivities:
         d ln SF / d ln p (equal to each other: the wire share of the iteration) [-].
     elasticity_alpha : float or numpy.ndarray
         d ln SF / d ln alpha (<= 0) [-].
+    settings : dict
+        What the answer assumed (``Scenario.settings``: collective, fusion, sharding,
+        tensor and pipeline parallelism, checkpointing, offload, topology, cluster) [-].
     """
 
     scaling_factor: object
@@ -77,12 +80,14 @@ class Sensitivities:
     elasticity_alpha: object
     elasticity_utilization: object
     elasticity_compression: object
+    settings: dict = attrs.field(factory=dict)
 
 
 def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
                   algorithm=None, fusion=None, codec_cost=0.0, gpus_per_node=None,
                   nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
-                  cluster=None, sharding=None) -> Sensitivities:
+                  cluster=None, sharding=None, activation_checkpointing=None, offload=None,
+                  shard_group=None, tp=1, pp=1, microbatches=None) -> Sensitivities:
     """Derivatives and elasticities of the scaling factor, eqs. :eq:`sensitivities` and
     :eq:`elasticities`; vectorized like :func:`~scalemodel.scaling_factor`.
 
@@ -103,11 +108,18 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
     algorithm, fusion, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [s/byte], [workers], [NICs],
         [bits/s], [s], [servers], a cluster profile or file, [-].
+    activation_checkpointing, offload, shard_group, tp, pp, microbatches
+        As in :func:`~scalemodel.scaling_factor`: [-], [-], [GPUs], [GPUs], [stages],
+        [micro-batches]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the answer is
+        for the data-parallel dimension of ``n / (tp pp)`` replicas, as the scaling
+        factor's; ``d_bw`` is per bit/s of the NIC line rate ``bw`` asked
+        (:mod:`scalemodel.parallel`).
 
     Returns
     -------
     Sensitivities
-        SF, its derivatives and elasticities, shaped like the broadcast inputs.
+        SF, its derivatives and elasticities, shaped like the broadcast inputs, and the
+        settings assumed.
 
     Examples
     --------
@@ -119,9 +131,12 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
     n, bw, u, r = _prepare(n, bw, utilization, compression)
     kw = dict(algorithm=algorithm, fusion=fusion, codec_cost=codec_cost,
               gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, intra_bw=intra_bw,
-              ps_servers=ps_servers, cluster=cluster, sharding=sharding)
+              ps_servers=ps_servers, cluster=cluster, sharding=sharding,
+              activation_checkpointing=activation_checkpointing, offload=offload,
+              shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
     sc = Scenario.build(model, alpha=alpha, intra_alpha=intra_alpha, **kw)
     counts = Scenario.build(model, alpha=1.0, intra_alpha=0.0, **kw)  # latency counts
+    n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel: replicas, one ring's rate
     alpha = sc.options.alpha
     p = sc.profile
     shape = np.broadcast_shapes(*(np.shape(v) for v in (n, bw, u, r)))
@@ -179,8 +194,8 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
         return float(v) if v.ndim == 0 else v
 
     return Sensitivities(
-        scaling_factor=out(sf), d_bw=out(scaled(share_net * e_ach, bb)),
+        scaling_factor=out(sf), d_bw=out(scaled(share_net * e_ach, bb) * sc.bw_scale),
         d_alpha=out(-sf * lam * inv_t + 0.0), d_utilization=out(scaled(share_net, uu)),
         d_compression=out(scaled(share, rr)), elasticity_bw=out(share_net * e_ach),
         elasticity_alpha=out(e_alpha), elasticity_utilization=out(share_net),
-        elasticity_compression=out(share))
+        elasticity_compression=out(share), settings=sc.settings())

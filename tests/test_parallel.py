@@ -212,5 +212,5 @@ def test_cli_takes_tp_pp(capsys):
     assert main(["iteration", "--bw", "100Gbps", *args[:-4], "--pp", "3",
                  "--microbatches", "8"]) == 2
     assert "pp=3" in capsys.readouterr().err
-    assert main(["plan", "--bw", "100Gbps", *args]) == 2
+    assert main(["breakeven", "--compressors", "fp16", *args]) == 2  # plan takes them
     assert "--tp" in capsys.readouterr().err
