@@ -99,17 +99,20 @@ class _NetworkPrior:
 
 
 NETWORKS = {
-    "nccl-ib": _NetworkPrior(0.92, math.log(1 / 0.85), None, math.log(4.0),
+    "nccl-ib": _NetworkPrior(0.92, math.log(1 / 0.85), None, math.log(1 / 0.8),
                              "NCCL over InfiniBand reaches 85-98 % of the line rate in "
                              "nccl-tests' all_reduce_perf busbw: 12.2 GB/s on one 100 Gbit/s "
                              "EDR card (NVIDIA/nccl-tests#29), 84.8 GB/s average and 96 GB/s "
                              "peak on 4x HDR 200 Gbit/s per 8 GPUs (NVIDIA/nccl-tests#119); "
-                             "no ceiling below the line rate"),
-    "nccl-roce": _NetworkPrior(0.88, math.log(1 / 0.7), None, math.log(4.0),
+                             "no ceiling below the line rate: a ceiling at 80 % of it costs "
+                             "one unit of prior, at 20 % (a network explanation of what is "
+                             "framework or compute) 52"),
+    "nccl-roce": _NetworkPrior(0.88, math.log(1 / 0.7), None, math.log(2.0),
                                "NCCL over RoCE: as InfiniBand where tuned (86 of 96 GB/s, "
                                "NVIDIA/nccl#1048) but often well below it untuned (50 of 200 "
                                "GB/s with GID index 3, NVIDIA/nccl-tests#232): centre 0.88, "
-                               "wider scale"),
+                               "wider scale; a ceiling at 25 % of the line rate (the untuned "
+                               "case) costs 4 units of prior"),
     "nccl-socket": _NetworkPrior(0.9, math.log(1 / 0.8), 30e9, math.log(2.0),
                                  "NCCL's socket transport over TCP fills a slow link (95 % of "
                                  "1 Gbit/s, Zhang et al. arXiv:2006.10103 Fig. 4) but stops "
@@ -126,7 +129,11 @@ NETWORKS = {
                          "assumed as Gloo (one stream per peer) with a wider scale, ln 4"),
 }
 """Priors of the achieved bandwidth per transport (``fit_cluster(network=...)``): the
-centre and scale of the utilization of a slow link and of the ceiling, from published
-nccl-tests and Gloo benchmark figures (each with its source). Without ``network`` the
-generic priors of :data:`~scalemodel.fitting.PRIORS` apply (no ceiling, full utilization
-expected)."""
+centre and scale of the utilization of a slow link and of the ceiling (centred on the
+line rate where ``ceiling`` is None), from published nccl-tests and Gloo benchmark
+figures (each with its source). They rank the explanations of runs that cannot tell
+them apart: on a transport that reaches its line rate (NCCL over InfiniBand) a ceiling
+at a small fraction of it pays a large prior, so an equally good compute or framework
+explanation ranks first and the ceiling stays an alternative; transport data
+(``transport=``) replaces these priors. Without ``network`` the generic priors of
+:data:`~scalemodel.fitting.PRIORS` apply (no ceiling, full utilization expected)."""

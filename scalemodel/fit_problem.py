@@ -186,6 +186,22 @@ class _Problem:
             return net.ceiling_scale
         return PRIORS[name].scale
 
+    def rank_penalty(self, values):
+        r"""Extra ranking penalty of an explanation on a transport that reaches its line
+        rate (a network prior without a ceiling, :data:`~scalemodel.fit_priors.NETWORKS`):
+        :math:`(g/w_\text{net})^2 - (g/w)^2` for a fitted ceiling at
+        :math:`g = \ln(\text{line rate}/\text{ceiling})`, the network's scale
+        :math:`w_\text{net}` in place of the generic :math:`w` that the fit itself used.
+        It ranks, it does not move the fitted values: an explanation that reaches the
+        runs stays one (kept within their noise), ranked below an equally good compute or
+        framework one [-]."""
+        net = self.network
+        c = values.get("ceiling")
+        if net is None or net.ceiling is not None or c is None or not math.isfinite(c):
+            return 0.0
+        g = self.to_g("ceiling", c)
+        return max(0.0, (g / net.ceiling_scale) ** 2 - (g / PRIORS["ceiling"].scale) ** 2)
+
     def cluster(self, values):
         """A ClusterProfile with ``values`` (name -> value) over the base."""
         v = dict(self.fixed)

@@ -68,7 +68,11 @@ default, :math:`\big((g(\theta_p) - g(\theta_p^0))/w_p\big)^2`, with the scales
 :math:`w_p` of :data:`~scalemodel.fitting.PRIORS`. The subset with the smallest
 :math:`\sum \rho_i^2 + \text{prior} + 2|S|` (Akaike's penalty) wins: so one run fits the
 single parameter that explains it at the least surprise, and more runs free more
-parameters when they are needed. Intervals come from the Jacobian at the optimum
+parameters when they are needed. With ``network=`` naming a transport that reaches its
+line rate (NCCL over InfiniBand or RoCE), a fitted ceiling also pays the network's
+ranking penalty (``fit_problem._Problem.rank_penalty``, scales
+in :data:`~scalemodel.fit_priors.NETWORKS`): a compute or framework explanation that fits
+the runs as well ranks first, the slow network stays an alternative. Intervals come from the Jacobian at the optimum
 (Laplace approximation, scaled up by :math:`\chi^2/\text{dof}` when the runs scatter more
 than their uncertainties say), transformed back through :math:`g`; an end the runs do
 not constrain is ``None``. Every subset within :data:`ALTERNATIVE_SCORE` of the best is
@@ -395,7 +399,7 @@ def _uncompressed(runs):
 class _Solution:
     """One candidate set of free parameters, fitted."""
 
-    score: float  # chi2 + prior + 2 |free| (Akaike)
+    score: float  # chi2 + prior (+ the network's ranking penalty) + 2 |free| (Akaike)
     free: tuple
     values: dict
     g: np.ndarray
@@ -566,8 +570,9 @@ def _solve_each(problem, subsets):
             solutions.append(_Solution(chi2, (), {}, np.zeros(0), None, chi2, 0.0, None))
             continue
         vals, g, jac, chi2, prior, bounds = _solve(problem, subset)
-        solutions.append(_Solution(chi2 + prior + 2.0 * len(subset), tuple(subset), vals, g,
-                                   jac, chi2, prior, bounds))
+        rank = problem.rank_penalty(vals)
+        solutions.append(_Solution(chi2 + prior + rank + 2.0 * len(subset), tuple(subset),
+                                   vals, g, jac, chi2, prior, bounds))
     order = {k: i for i, k in enumerate(_ORDER)}
     solutions.sort(key=lambda s: (round(s.score, 6), len(s.free), [order[k] for k in s.free]))
     return solutions
