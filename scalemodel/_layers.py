@@ -1,8 +1,8 @@
 """The package's layers, bottom to top: a module imports only from its own layer or below.
 
-Every module of :mod:`scalemodel` is in exactly one layer of :data:`LAYERS`.
+Every module of ``scalemodel`` is in exactly one layer of :data:`LAYERS`.
 ``tests/test_layers.py`` checks the rule on every import statement, at the top of a module
-or inside a function (parsed with :mod:`ast`; importing ``scalemodel.calibrate.fit`` also
+or inside a function (parsed with ``ast``; importing ``scalemodel.calibrate.fit`` also
 imports the ``scalemodel.calibrate`` package), and imports the modules layer by layer in a
 fresh interpreter, with the package's ``__init__`` (the public facade, layer ``"api"``)
 skipped, to see that none pulls in a module above it. Modules inside one layer may import
