@@ -42,6 +42,13 @@ Protocol (stated before looking at the errors):
 Targets (issue 20): scaling with n, median |error| <= 5 %, largest <= 15 %; across model
 sizes at least as good as the constant-MFU rule (median and largest).
 
+A diagnostic, added after the errors were seen and predicting nothing
+(:func:`microbatch_pairs`): every large error is a row whose micro-batch differs from its
+calibration row's, so for each two consecutive rows of a series with different
+micro-batches it prints the fixed time per transformer block and micro-batch that would
+explain their times per token, how much 1 % of throughput moves it, and each row's model
+state as a share of GPU memory (docs/llm.rst says what it shows).
+
 Run: ``python benchmarks/validate_llm.py`` (about 15 s); writes
 ``benchmarks/results/validate_llm.txt`` and ``.json`` (as one set, atomically) unless
 ``--no-write``.
@@ -181,7 +188,7 @@ def evaluate():
             if other[1] == key[1] and other[0] != key[0]:
                 sizes += [_entry(r, cal, fits[key]) for r in orows]
     tt, tt_fits = evaluate_torchtitan()
-    return dict(with_n=with_n, sizes=sizes, torchtitan=tt,
+    return dict(with_n=with_n, sizes=sizes, torchtitan=tt, pairs=microbatch_pairs(),
                 summary=dict(with_n=_summary(with_n), sizes=_summary(sizes),
                              torchtitan=_summary(tt), with_n_all=_summary(with_n + tt)),
                 fits={f"{m} on {g}": dict(row=groups[(m, g)][0]["row"],
@@ -189,6 +196,71 @@ def evaluate():
                                           message=fit.message)
                       for (m, g), fit in fits.items()},
                 torchtitan_fits=tt_fits)
+
+
+def microbatch_pairs():
+    """Diagnostic, added after the errors were seen (it predicts nothing): can one
+    per-micro-batch term explain why the runs' time per token changes with the micro-batch?
+
+    For each two consecutive rows (by GPU count) of a series (model, GPU) whose micro-batches
+    differ, the fixed time per micro-batch :math:`F` that makes their published times per
+    token agree, :math:`t_a / T_a - t_b / T_b = F (1/T_a - 1/T_b)` (:math:`t` the time of one
+    micro-batch [s], :math:`T` its tokens), per transformer block: what a compute-path cost
+    per block and micro-batch (FSDP hooks, kernel launches) would have to be, and how much
+    1 % of row b's throughput moves it (pairs of close micro-batches tell little). Beside it, the
+    model state per GPU of each row (:func:`scalemodel.memory`: bf16 parameters and
+    gradients, Adam with an fp32 master copy, sharded over the row's GPUs) as a share of the
+    GPU's memory."""
+    out = []
+    for (model, gpu), rows in series().items():
+        hbm = sm.get_gpu(gpu).hbm_bytes
+        for a, b in zip(rows, rows[1:]):
+            if a["micro_batch"] == b["micro_batch"]:
+                continue
+            ta, tb = (r["micro_batch"] * r["seq"] for r in (a, b))  # tokens per micro-batch
+            per = (1 / ta - 1 / tb) * vs.MPT[model]["layers"]
+            fixed = (1 / a["tokens_per_gpu"] - 1 / b["tokens_per_gpu"]) / per
+            # how far 1 % more throughput of row b would move it: how well the pair tells
+            noise = abs(0.01 / b["tokens_per_gpu"] / per)
+            share = [float(sm.memory(r["config"], r["n"], sharding="zero3", gpu=gpu,
+                                     activation_checkpointing=r["checkpointing"]).model_state)
+                     / hbm for r in (a, b)]
+            out.append(dict(model=model, gpu=gpu, rows=(a["row"], b["row"]),
+                            n=(a["n"], b["n"]),
+                            micro_batch=(a["micro_batch"], b["micro_batch"]),
+                            grad_accum=(a["grad_accum"], b["grad_accum"]),
+                            mfu=(a["mfu"], b["mfu"]), fixed_per_block=fixed,
+                            one_percent=noise, state_share=tuple(share)))
+    return out
+
+
+TOLD = 1e-2
+"""Pairs of the micro-batch diagnostic summarized: 1 % of throughput moves their fixed
+cost per block by less than this [s]."""
+
+
+def pairs_table(pairs):
+    """Text lines of the micro-batch diagnostic."""
+    head = ["model", "GPU", "rows", "GPUs", "micro-batch x accum", "MFU [%]",
+            "fixed cost per block per micro-batch", "1 % moves it", "model state / GPU memory"]
+    body = [[p["model"], p["gpu"], "{} -> {}".format(*p["rows"]), "{} -> {}".format(*p["n"]),
+             "{} x {} -> {} x {}".format(p["micro_batch"][0], p["grad_accum"][0],
+                                        p["micro_batch"][1], p["grad_accum"][1]),
+             "{:.1f} -> {:.1f}".format(*(100 * m for m in p["mfu"])),
+             f"{1e3 * p['fixed_per_block']:+.1f} ms", f"{1e3 * p['one_percent']:.1f} ms",
+             "{:.0f} % -> {:.0f} %".format(*(100 * s for s in p["state_share"]))]
+            for p in pairs]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths))] + [
+        "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+    for gpu in dict.fromkeys(p["gpu"] for p in pairs):
+        told = [p for p in pairs if p["gpu"] == gpu and p["one_percent"] < TOLD]
+        if told:
+            f = [1e3 * p["fixed_per_block"] for p in told]
+            lines.append(f"{gpu}: a fixed cost per block and micro-batch would have to be "
+                         f"{min(f):+.1f} to {max(f):+.1f} ms ({len(f)} pairs where 1 % "
+                         f"moves it by less than {1e3 * TOLD:.0f} ms)")
+    return lines
 
 
 def _summary(entries):
@@ -256,6 +328,11 @@ def main(argv=None):
     say("", "== across model sizes (each calibration run predicts every row of the other "
             "models on its GPU)", *table(res["sizes"]), "")
     _say_summary(say, "across model sizes", res["summary"]["sizes"])
+    if res.get("pairs"):
+        say("", "== the micro-batch (diagnostic, added after the errors above were seen; it "
+                "predicts nothing): the fixed time per transformer block and micro-batch "
+                "that two rows of a series imply, if their time per token differed by that "
+                "alone", *pairs_table(res["pairs"]))
     say("", "networks: " + "; ".join(f"{g}: {t}" for g, (_, _, t) in vs.NETWORK.items()),
         f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
     if not args.no_write:

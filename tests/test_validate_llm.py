@@ -114,3 +114,53 @@ def test_torchtitan_rows_calibrate_on_8_and_predict_128(vl, small):
     rows = vl.torchtitan_rows()
     assert rows[0]["profile"].provenance["config"]["seq"] == 8192
     assert {r["n"] for r in rows} == {8, 128} and len(rows) == 6
+
+
+def test_microbatch_pairs_follow_from_the_rows(vl, small):
+    """The diagnostic's fixed cost per block is the one that equates the two rows' times per
+    token: t/T = k + F L / T for both rows, solved directly here."""
+    res, rows = small
+    by_row = {r["row"]: r for r in rows}
+    assert {p["rows"] for p in res["pairs"]} == {(21, 22), (25, 26)}  # micro-batch changes
+    for p in res["pairs"]:
+        a, b = (by_row[i] for i in p["rows"])
+        layers = vl.vs.MPT[a["model"]]["layers"]
+        ta, tb = (r["micro_batch"] * r["seq"] for r in (a, b))
+        k = 1 / a["tokens_per_gpu"] - p["fixed_per_block"] * layers / ta
+        assert 1 / b["tokens_per_gpu"] == pytest.approx(k + p["fixed_per_block"] * layers / tb,
+                                                        rel=1e-12)
+        assert 0 < p["state_share"][1] < p["state_share"][0] < 1  # more GPUs, less state each
+    text = "\n".join(vl.pairs_table(res["pairs"]))
+    assert "h100-sxm: a fixed cost per block" in text
+
+
+def test_mpt70b_row_communication_is_hidden_at_line_rate_and_the_reference_agrees(vl):
+    """Candidate 1 of the micro-batch misses: on LLM Foundry's mpt-70b on 64 A100 40GB at
+    micro-batch 2 (published 35.9 % MFU against 48.9 % at micro-batch 4) FSDP's per-micro-batch
+    all-gathers and reduce-scatters are hidden at the stated 8 x 200 Gbit/s per node; the
+    closed form equals the discrete-event reference on that row, and the communication is
+    exposed only far below the line rate."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from des_sharding import simulate_sharded
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    import scalemodel as sm
+
+    with open(ROOT / "benchmarks" / "data" / "published_sharded.csv") as fh:
+        r = next(r for r in csv.DictReader(fh) if r["row"] == "13")  # not the fixture's subset
+    assert (r["model"], r["gpus"], r["micro_batch"], r["grad_accum"]) == ("mpt-70b", "64", "2", "1")
+    row = dict(row=13, model=r["model"], gpu=r["gpu"], n=64, grad_accum=1, checkpointing=True,
+               config=vl.vs.mpt_config(r["model"], int(r["seq"]), 2))
+    bw, nics, _ = vl.vs.NETWORK[row["gpu"]]
+    prof = vl.vs.profile_for(row, None)
+    topo = dict(gpus_per_node=8, nics_per_node=nics,
+                intra_bw=sm.get_gpu(row["gpu"]).intra_node_bw)
+    it = sm.iteration_time(prof, row["n"], bw, sharding="zero3", **topo)
+    des = simulate_sharded(prof, row["n"], bw, strategy="zero3", wrap="block", element_bytes=2,
+                           grad_accum=prof.grad_accum, **topo)
+    assert float(it.total) == pytest.approx(des, rel=1e-9)
+    compute = prof.forward_time + prof.backward_time
+    assert float(it.exposed_communication) < 0.01 * compute
+    slow = sm.iteration_time(prof, row["n"], bw, sharding="zero3", utilization=0.1, **topo)
+    assert float(slow.exposed_communication) > 0.3 * compute
