@@ -122,6 +122,12 @@ the bytes of one tensor):
      - False: the compressed tensors of a bucket travel in one collective per phase
      - True: one collective per tensor and phase whatever the fusion, each with its own
        latency and launch (GRACE calls Horovod once per tensor)
+   * - ``codec_stream`` (every compressor)
+     - ``"channel"``: encode and decode in the communication pipeline, hidden behind
+       the backward pass while it lasts
+     - ``"compute"``: on the compute stream, delaying the backward pass (GRACE's
+       compress / decompress are ops of the framework's training step):
+       eq. :eq:`compute-stream` of :mod:`scalemodel.planner`
 
 An all-gathered message of :math:`S` bytes costs every worker :math:`(n-1) S` received
 bytes, against the ring all-reduce's :math:`2 (n-1) S / n`: it sends less than the
@@ -184,10 +190,13 @@ ALLREDUCE = "allreduce"
 
 WIRE_ATTRIBUTES = ("sign_bits", "scale_bytes", "collective", "index_bytes", "shared_seed",
                    "packed", "matrix_view", "min_compression_rate", "per_tensor",
-                   "dense_decode")
+                   "dense_decode", "codec_stream")
 """The compressor attributes that describe how an implementation realises it (its wire
-format, and for the sparse families whether decoding touches the dense tensor) rather
-than a knob."""
+format, for the sparse families whether decoding touches the dense tensor, and where
+the codec kernels run) rather than a knob."""
+
+CODEC_STREAMS = ("channel", "compute")
+"""Where a compressor's encode and decode run (``Compressor.codec_stream``)."""
 
 ELEMENT_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2,
                  "bfloat16": 2, "fp64": 8, "float64": 8}
@@ -451,10 +460,22 @@ class Compressor:
         collective (per phase), whatever the fusion, each paying its latency and
         reduction launch (GRACE's communicators call Horovod's ``allgather`` /
         ``_allreduce`` once per tensor) [-].
+    codec_stream : str
+        Where the encode and decode kernels run. ``"channel"`` (the default): in the
+        communication pipeline, a bucket's encode, collectives and decode one after the
+        other on the channel, hidden behind the backward pass while it lasts.
+        ``"compute"``: on the GPU's compute stream, interleaved with the backward
+        kernels: each bucket's encode delays the rest of the backward pass (and with it
+        every later bucket), and every decode is compute-stream work too, so the codec
+        is never hidden behind the backward pass (GRACE's compress and decompress are
+        TensorFlow / PyTorch ops of the training step, run in the framework's one
+        compute stream; eq. :eq:`compute-stream` in :mod:`scalemodel.planner`) [-].
     """
 
     per_tensor = attrs.field(default=False, kw_only=True,
                              validator=_check_bool("per_tensor"))
+    codec_stream = attrs.field(default="channel", kw_only=True,
+                               validator=_check_choice("codec_stream", CODEC_STREAMS))
 
     name = "?"
     family = "none"
@@ -1027,7 +1048,7 @@ IMPLEMENTATIONS = {
         "Horovod's tensor fusion like uncompressed ones."),
     "grace-tf": Implementation(
         "grace-tf", ("none", "fp16", "int8", "signsgd", "topk", "randomk", "powersgd"),
-        {"*": {"per_tensor": True},
+        {"*": {"per_tensor": True, "codec_stream": "compute"},
          "signsgd": {"sign_bits": 8, "scale_bytes": 0},
          "topk": {"index_bytes": 4, "dense_decode": True},
          "randomk": {"shared_seed": True, "dense_decode": True},
@@ -1048,7 +1069,7 @@ IMPLEMENTATIONS = {
         "106e3de)."),
     "grace-torch": Implementation(
         "grace-torch", ("none", "fp16", "int8", "signsgd", "topk", "randomk", "powersgd"),
-        {"*": {"per_tensor": True},
+        {"*": {"per_tensor": True, "codec_stream": "compute"},
          "signsgd": {"sign_bits": 8, "scale_bytes": 0},
          "topk": {"index_bytes": 8, "dense_decode": True},
          "randomk": {"shared_seed": True, "dense_decode": True},
@@ -1136,7 +1157,7 @@ def for_implementation(compressor, implementation="pytorch",
     --------
     >>> from scalemodel.compressors import for_implementation
     >>> for_implementation("signsgd", "grace-tf").describe()
-    'signsgd (per_tensor=True, sign_bits=8, scale_bytes=0)'
+    "signsgd (per_tensor=True, codec_stream='compute', sign_bits=8, scale_bytes=0)"
     >>> for_implementation("powersgd:1", "grace-tf").wire_format((512, 512, 3, 3))
     (('allreduce', 12.0), ('allreduce', 3145728.0))
     """

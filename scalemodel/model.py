@@ -537,14 +537,18 @@ class Scenario:
             object.__setattr__(self, "_buckets", made)
         return self._buckets
 
-    def make_lines(self, n, ready, cost, overhead=None, *, with_fixed=True):
+    def make_lines(self, n, ready, cost, overhead=None, *, with_fixed=True, delay=None,
+                   backward_extra=0.0):
         """Lines of eq. :eq:`iteration-cluster` for buckets ready at ``ready`` [s] (on the
         distributed timeline, as :attr:`buckets`) with collective costs ``cost`` (a
         :class:`~scalemodel.collectives.CollectiveCost`); ``overhead`` [s] replaces the
         cost's overhead when given; ``with_fixed=False`` leaves out the cluster's fixed
-        costs on the channel (per-collective and sync) [-]. Returns the lines, their
-        envelope (None without the fixed costs) and the wire map ``(k1, k2)`` of
-        :meth:`Scenario.x_effective`."""
+        costs on the channel (per-collective and sync) [-]; ``delay`` [s] per bucket is
+        compute-stream work before it (added to its ready time, after the slowdown) and
+        ``backward_extra`` [s] compute-stream work added to the end of the backward pass
+        (a compressor's codec on the compute stream, :mod:`scalemodel.planner`). Returns
+        the lines, their envelope (None without the fixed costs) and the wire map
+        ``(k1, k2)`` of :meth:`Scenario.x_effective`."""
         n = int(n)
         sigma = self.slowdown(n)
         ready = np.asarray(ready, float) * (sigma / self.compute_slowdown)
@@ -552,6 +556,8 @@ class Scenario:
         cb = self.bucket_overhead(n)
         if cb > 0:  # the framework's work per bucket delays backward and later buckets
             ready = ready + cb * np.arange(1, k + 1)
+        if delay is not None:
+            ready = ready + np.asarray(delay, float)
         bits, intra = np.asarray(cost.bits, float), np.asarray(cost.intra_bits, float)
         if n > 1 and not bits.any() and intra.any():  # one node: the intra link is the wire
             wire, xmap = intra, (0.0, 1.0 / cost.intra_bw)
@@ -567,7 +573,7 @@ class Scenario:
         # communication (DDP's no_sync); they delay the last backward, and its buckets
         shift = (p.grad_accum - 1) * sigma * (p.forward_time + p.backward_time)
         lines = overlap_lines(ready + shift, cost.latency, ovh, wire,
-                              sigma * p.backward_time + k * cb + shift,
+                              sigma * p.backward_time + k * cb + shift + backward_extra,
                               fixed=self._fixed(n, k) if with_fixed else 0.0)
         if not with_fixed:
             return lines, None, xmap

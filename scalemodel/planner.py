@@ -23,6 +23,29 @@ cluster's slowdown, fixed costs and intra-node floor) and
 :class:`~scalemodel.overlap.UpperEnvelope`. For ``"none"`` this is exactly
 :func:`~scalemodel.scaling_factor`, on any cluster.
 
+**Codec on the compute stream** (``Compressor.codec_stream="compute"``, GRACE's presets).
+When the encode and decode kernels run in the framework's compute stream, interleaved
+with the backward kernels, they are not hidden behind the backward pass: bucket
+:math:`k`'s encode :math:`E_k` runs when the bucket is ready and delays the rest of the
+backward pass, its decode :math:`D_k` follows its collectives, and all of them are
+compute-stream work (:math:`E_k`, :math:`D_k`: the bucket's encode and decode times, each
+with half its kernel launches). With :math:`R_k` the ready times and :math:`T_b` the end
+of the backward pass,
+
+.. math::
+   :label: compute-stream
+
+   T_\text{comm} = \max\Big( T_b + \sum_k (E_k + D_k),\;
+       \max_k \big( R_k + \textstyle\sum_{i \le k} E_i
+       + \sum_{i \ge k} (c_i + D_i) \big) \Big),
+
+:math:`c_i` the bucket's collectives (eq. :eq:`compressed-bucket` without the codec):
+again an upper envelope of lines in :math:`x`, the backward line raised by the codec and
+every bucket's ready time moved by the encodes before it. The GRACE data
+(``benchmarks/validate_compression.py``) tell the two apart: with the codec on the
+channel, compressors whose codec fits behind the backward pass at 2 and 4 workers
+(signSGD, 8-bit) were predicted to win where they measurably lost.
+
 The **effective ratio** of a compressor is the uncompressed wire bits of the plan's
 all-reduce over the compressed wire bits, summed over the iteration: the ``compression=``
 the core model would need to put the same bits on the wire. It can be below 1: an
@@ -225,6 +248,12 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
                 "compressor", comp, f"sends per tensor (per_tensor=True), but under "
                 f"sharding={sc.sharding.strategy!r} the gradients travel in the sharding's "
                 "reduce-scatters", "Use per_tensor=False, or sharding='none'")
+        if comp.codec_stream != "channel":
+            raise InvalidParameterError(
+                "compressor", comp, f"runs its codec on the compute stream "
+                f"(codec_stream={comp.codec_stream!r}), which is modelled without sharding "
+                f"only (sharding={sc.sharding.strategy!r})",
+                "Use codec_stream='channel', or sharding='none'")
         return _evaluate_sharded(sc, comp, n, codec)
     p = sc.profile
     b = sc.buckets
@@ -260,7 +289,8 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
     raw = _raw_cost(sc, n)
     base = CollectiveCost(latency=lat, overhead=ovh.copy(), bits=bits, intra_bits=intra,
                           intra_bw=raw.intra_bw if intra_bw is None else intra_bw)
-    encode = decode = 0.0
+    encode = decode = extra = 0.0
+    delay = None
     if n > 1:
         c = codec[comp.family]
         enc = np.add.reduceat(tc.encode_time, starts)
@@ -273,11 +303,17 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
             calls = calls + np.where(np.add.reduceat(compressed, starts) > 0,
                                      comp.calls_per_bucket, 0)
         launch = c.launch * calls
-        ovh = ovh + enc + dec + launch
         encode = float(enc.sum() + launch.sum() / 2)
         decode = float(dec.sum() + launch.sum() / 2)
+        if comp.codec_stream == "compute":  # eq. (compute-stream)
+            delay = np.cumsum(enc + launch / 2)
+            ovh = ovh + dec + launch / 2
+            extra = encode + decode
+        else:
+            ovh = ovh + enc + dec + launch
     # the core model's lines (cluster terms: slowdown, fixed costs, intra-node floor)
-    lines, env, xmap = sc.make_lines(n, b.ready, base, overhead=ovh)
+    lines, env, xmap = sc.make_lines(n, b.ready, base, overhead=ovh, delay=delay,
+                                     backward_extra=extra)
     return _Evaluated(lines=lines, env=env,
                       bits=float(bits.sum()), raw_bits=float(raw.bits.sum()), encode=encode,
                       decode=decode, n_collectives=ncoll, collective=main,

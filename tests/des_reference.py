@@ -339,7 +339,7 @@ def _fuse_indices(kind, sizes, ready, params):
 def simulate_compressed_iteration(profile, n, bw, *, phase_bytes, phase_algorithms,
                                   tensor_codec, bucket_codec=0.0, utilization=1.0,
                                   algorithm="ring", fusion="ddp", alpha=0.0,
-                                  fusion_params=None):
+                                  fusion_params=None, tensor_decode=None):
     """Iteration time [s] of ``n`` workers with a compressor, by discrete-event simulation.
 
     ``phase_bytes[i][p]`` are the bytes tensor i sends in phase p (a compressor's
@@ -347,7 +347,20 @@ def simulate_compressed_iteration(profile, n, bw, *, phase_bytes, phase_algorith
     ``algorithm``), ``tensor_codec[i]`` its encode + decode seconds and ``bucket_codec``
     seconds added to every bucket holding a tensor with codec work. A bucket plays its
     phases one after the other, each as its own collective over the bucket's tensors.
+
+    With ``tensor_decode`` the codec runs on the compute stream (``codec_stream=
+    "compute"``): ``tensor_codec[i]`` is then tensor i's encode and ``tensor_decode[i]``
+    its decode, ``bucket_codec`` split half and half between them. The compute stream
+    plays the backward pass and, when a bucket is ready, its encode (which delays the
+    rest of the backward pass); the bucket then goes to the channel (FIFO), followed
+    there by its decode; the decodes are compute-stream work too, so the stream ends at
+    the backward pass plus every encode and decode.
     """
+    if tensor_decode is not None:
+        return _simulate_compute_stream(profile, n, bw, phase_bytes, phase_algorithms,
+                                        tensor_codec, tensor_decode, bucket_codec,
+                                        utilization, algorithm, fusion, alpha,
+                                        fusion_params)
     bw_eff = utilization * bw
     sizes, ready = list(profile.tensor_bytes), list(profile.tensor_ready)
     groups = _fuse_indices(fusion, sizes, ready, fusion_params or {})
@@ -369,4 +382,42 @@ def simulate_compressed_iteration(profile, n, bw, *, phase_bytes, phase_algorith
         t_free = start + dur
         last_end = t_free
     end = max(profile.backward_time, last_end if n > 1 else -math.inf)
+    return profile.forward_time + end + profile.update_time
+
+
+def _simulate_compute_stream(profile, n, bw, phase_bytes, phase_algorithms, tensor_encode,
+                             tensor_decode, bucket_codec, utilization, algorithm, fusion,
+                             alpha, fusion_params):
+    """The compute-stream codec of :func:`simulate_compressed_iteration`, event by event."""
+    bw_eff = utilization * bw
+    sizes, ready = list(profile.tensor_bytes), list(profile.tensor_ready)
+    groups = _fuse_indices(fusion, sizes, ready, fusion_params or {})
+    red = profile.reduction
+    stream_delay = 0.0  # compute-stream time the encodes so far added to the backward pass
+    stream_work = 0.0  # every encode and decode on the compute stream
+    t_free, last_end = 0.0, -math.inf
+    for group in groups:
+        enc = sum(tensor_encode[i] for i in group)
+        dec = sum(tensor_decode[i] for i in group)
+        if n > 1 and enc + dec > 0:
+            enc, dec = enc + bucket_codec / 2, dec + bucket_codec / 2
+        elif n <= 1:
+            enc = dec = 0.0
+        # the bucket's gradients appear after the backward work before them and the
+        # encodes of the earlier buckets; its own encode follows on the stream
+        stream_delay += enc
+        stream_work += enc + dec
+        encoded = max(ready[i] for i in group) + stream_delay
+        start = max(t_free, encoded)
+        dur = 0.0
+        for p, alg in enumerate(phase_algorithms):
+            nbytes = sum(phase_bytes[i][p] for i in group)
+            if nbytes > 0:
+                dur += collective_seconds(algorithm if alg == "allreduce" else alg, nbytes,
+                                          n, bw_eff, alpha, lambda b: float(red(b)),
+                                          red_floor=_floor(red),
+                                          red_per_byte=_per_byte(red))
+        t_free = start + dur + dec
+        last_end = t_free
+    end = max(profile.backward_time + stream_work, last_end if n > 1 else -math.inf)
     return profile.forward_time + end + profile.update_time

@@ -80,7 +80,7 @@ def test_an_explicit_compressor_setting_wins_over_the_preset():
                                       implementation="grace-torch")
     assert got == sm.compressed_scaling_factor(
         "resnet50", PowerSGD(rank=2, matrix_view="tensorflow", per_tensor=True,
-                             min_compression_rate=0.0), 8, 10e9)
+                             min_compression_rate=0.0, codec_stream="compute"), 8, 10e9)
     assert got != pt
     row = _rows(sm.plan_compression("resnet50", "10Gbps", n=8, implementation="grace-torch",
                                     compressors=[comp]))["powersgd"]
