@@ -306,10 +306,10 @@ def network_rows():
     return rows
 
 
-def _network_iteration(row, efficiency, utilization=1.0, wrap=ZEROPP_WRAP):
+def _network_iteration(row, efficiency, utilization=1.0, wrap=ZEROPP_WRAP, cluster=None):
     """FLOPs per GPU per step as the source counts them [FLOP], and the model's
     :class:`~scalemodel.IterationTime` of the row at a compute efficiency [-], with
-    parameters gathered per ``wrap`` unit."""
+    parameters gathered per ``wrap`` unit (on ``cluster``, a ClusterProfile, if given)."""
     spec = sm.get_gpu(ZEROPP_GPU)
     p = transformer_profile(row["config"], spec, efficiency=efficiency,
                             name=f"{row['model']}-row{row['row']}")
@@ -317,14 +317,15 @@ def _network_iteration(row, efficiency, utilization=1.0, wrap=ZEROPP_WRAP):
                      backward_time=1.5 * p.backward_time)
     it = sm.iteration_time(p, row["n"], ZEROPP_LINK, utilization=utilization,
                            sharding="zero3", fusion=wrap, gpus_per_node=ZEROPP_GPUS_PER_NODE,
-                           nics_per_node=row["links"], intra_bw=spec.intra_node_bw)
+                           nics_per_node=row["links"], intra_bw=spec.intra_node_bw,
+                           cluster=cluster)
     return megatron_flops_per_token(row["config"]) * row["tokens"], it
 
 
-def predicted_network_step(row, efficiency, utilization=1.0, wrap=ZEROPP_WRAP):
+def predicted_network_step(row, efficiency, utilization=1.0, wrap=ZEROPP_WRAP, cluster=None):
     """Predicted TFLOP/s per GPU of a ZeRO-3 row as the source counts them, the share of the
     step that is exposed communication [-], and what binds."""
-    flops, it = _network_iteration(row, efficiency, utilization, wrap)
+    flops, it = _network_iteration(row, efficiency, utilization, wrap, cluster)
     return (float(flops / it.total / 1e12), float(it.exposed_communication / it.total),
             str(it.binding))
 
@@ -383,6 +384,56 @@ def evaluate_network():
         "recorded_rows": sum(r["predicted"] is None for r in out),
     }
     return out, stats
+
+
+UNIT_COST_LINKS = 4
+"""Links per node of the two runs (1K and 2K tokens per GPU) that calibrate the per-unit
+cost, as ``validate_transfer.py --source zero++`` calibrates."""
+
+
+def _unit_cluster(cost):
+    return sm.ClusterProfile(bucket_overhead=cost, provenance={
+        "source": "validate_sharded: per-unit cost solved from two ZeRO-3 runs"})
+
+
+def solve_unit_cost(small, large):
+    """The per-unit, per-micro-batch compute-path cost :math:`c_u` [s] and the compute
+    efficiency [-] that reproduce two runs on the same network that differ only in the
+    micro-batch (``small`` has fewer tokens per GPU), exactly: two numbers from two runs, no
+    prior. :math:`c_u` is the cluster's ``bucket_overhead``, which under ``zero3`` ends each
+    unit's backward in every micro-batch (the framework's per-submodule work: DeepSpeed
+    ZeRO-3 runs its fetch, release and gradient-partition hooks per submodule)."""
+    from scipy.optimize import brentq
+
+    def efficiency(cost):  # the one that reproduces the larger micro-batch at this cost
+        cl = _unit_cluster(cost)
+        return _bisect_efficiency(lambda e: predicted_network_step(large, e, cluster=cl)[0],
+                                  large["tflops"])
+
+    def gap(cost):
+        cl = _unit_cluster(cost)
+        return predicted_network_step(small, efficiency(cost), cluster=cl)[0] / small["tflops"] - 1
+
+    if gap(0.0) <= 0:  # the pair needs no fixed cost
+        return 0.0, efficiency(0.0)
+    cost = brentq(gap, 0.0, 0.1, xtol=1e-7)
+    return cost, efficiency(cost)
+
+
+def evaluate_unit_cost(rows=None):
+    """Diagnostic, added after the errors were seen: the 18B rows predicted from the two
+    :data:`UNIT_COST_LINKS`-link runs with a per-unit cost (:func:`solve_unit_cost`).
+    Returns the cost [s], the efficiency [-] and each row with its predicted TFLOP/s and
+    its error in TFLOP/s and in step time (published / predicted TFLOP/s - 1)."""
+    rows = [r for r in (rows or network_rows()) if r["model"] == "gpt-18b"]
+    cal = sorted((r for r in rows if r["links"] == UNIT_COST_LINKS), key=lambda r: r["tokens"])
+    cost, eff = solve_unit_cost(cal[0], cal[-1])
+    out = []
+    for r in sorted(rows, key=lambda r: (r["tokens"], -r["links"])):
+        pred = predicted_network_step(r, eff, cluster=_unit_cluster(cost))[0]
+        out.append(dict(r, predicted=pred, calibration=r in cal,
+                        error=pred / r["tflops"] - 1, time_error=r["tflops"] / pred - 1))
+    return cost, eff, out
 
 
 def table_network(results):
@@ -447,6 +498,19 @@ def main(argv=None):
     print(f"serial bound (no overlap; added after the errors were seen): median |error| "
           f"{100 * m[0]:.1f} %, largest {100 * m[1]:.1f} %; {stats['bracketed']} of "
           f"{stats['predicted_rows']} published values lie between it and the model")
+    cost, eff, rows = evaluate_unit_cost()
+    held = [r for r in rows if not r["calibration"]]
+    print(f"\nper-unit cost (diagnostic, added after the errors were seen): the 18B model's two "
+          f"{UNIT_COST_LINKS}-link runs (1K and 2K tokens per GPU) solved exactly for a cost per "
+          f"unit and micro-batch on the compute path, {1e3 * cost:.2f} ms, and an efficiency, "
+          f"{eff:.3f}; the other rows predicted (error in TFLOP/s; in step time):")
+    for r in held:
+        print(f"  {r['tokens']} tokens, {r['links']} x 100G: published {r['tflops']:.0f}, "
+              f"predicted {r['predicted']:.1f} ({100 * r['error']:+.1f} %; "
+              f"{100 * r['time_error']:+.1f} %)")
+    e = [abs(r["time_error"]) for r in held]
+    print(f"  step time: median |error| {100 * statistics.median(e):.1f} %, largest "
+          f"{100 * max(e):.1f} %")
     return 0
 
 

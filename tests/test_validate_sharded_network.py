@@ -88,3 +88,32 @@ def test_deepspeed_gathers_per_module(validate, evaluated):
     results, _ = evaluated
     held = [r for r in results if r["predicted"] is not None and not r["calibration"]]
     assert all(r["predicted"] != r["block"] for r in held)
+
+
+def test_per_unit_cost_is_recovered_from_runs_generated_with_it(validate):
+    """solve_unit_cost recovers a known per-unit cost and efficiency from the two 4-link
+    runs generated with them (the published TFLOP/s replaced by the model's own)."""
+    rows = [r for r in validate.network_rows() if r["model"] == "gpt-18b"]
+    cal = sorted((r for r in rows if r["links"] == validate.UNIT_COST_LINKS),
+                 key=lambda r: r["tokens"])
+    cost, eff = 8e-3, 0.6
+    cl = validate._unit_cluster(cost)
+    made = [dict(r, tflops=validate.predicted_network_step(r, eff, cluster=cl)[0]) for r in cal]
+    got_cost, got_eff = validate.solve_unit_cost(made[0], made[-1])
+    assert got_cost == pytest.approx(cost, rel=1e-4)
+    assert got_eff == pytest.approx(eff, rel=1e-4)
+    # the cost is on the compute path: it lengthens the step even where the network is idle
+    fast = dict(cal[-1], links=64)
+    assert (validate.predicted_network_step(fast, eff, cluster=cl)[0]
+            < validate.predicted_network_step(fast, eff)[0])
+
+
+def test_per_unit_cost_diagnostic_reproduces_its_calibration_runs(validate):
+    cost, eff, rows = validate.evaluate_unit_cost()
+    assert cost > 0 and 0 < eff <= 1
+    cal = [r for r in rows if r["calibration"]]
+    assert {(r["tokens"], r["links"]) for r in cal} == {(1024, 4), (2048, 4)}
+    for r in cal:
+        assert r["predicted"] == pytest.approx(r["tflops"], rel=1e-6)
+    for r in rows:
+        assert r["time_error"] == pytest.approx(r["tflops"] / r["predicted"] - 1)
