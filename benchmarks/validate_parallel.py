@@ -1,0 +1,434 @@
+"""TP x PP x DP jobs against published tables, calibrated from ONE row per series (issue 20,
+items 4 and 9).
+
+Data: ``benchmarks/data/published_parallel.csv`` (provenance of every value in
+``benchmarks/data/README.md``, section "Published TP x PP x DP throughput"):
+
+* ``megatron-h100-weak``: Megatron-LM's README weak-scaling table (GPT 1.7B to 462B on 48
+  to 6144 H100, tensor-parallel 1 to 8, pipeline 1 to 16, data-parallel 48 throughout;
+  ``NVIDIA/Megatron-LM`` at commit f2e5db4, ``images/model_table.png``);
+* ``megatron-h100-strong``: the same README's strong-scaling sentence (the 177B model at
+  96 and 4608 H100, batch 1152: MFU 47 % and 42 %);
+* ``narayanan-a100``: Narayanan et al. (SC 2021) Table 1, as Megatron-LM's README showed it
+  (GPT 1.7B to 1T on 32 to 3072 A100 80GB, Selene: 8 GPUs and 8 x 200 Gbit/s HDR per node);
+* ``torchtitan-2d3d``: torchtitan's 2-D and 3-D rows (Llama 3.1 70B and 405B). FSDP with
+  TP/PP, Float8, async TP and the interleaved schedule: not representable; the script
+  asks the library and prints its refusal instead of a prediction.
+
+What the model is asked (scalemodel as a user would call it): the row's GPT configuration
+(``TransformerConfig``: plain 4h MLP, LayerNorm with biases, learned positions; the
+source's heads, hidden size, layers, vocabulary and sequence) as a profile at efficiency
+``eta`` (``transformer_profile(cfg, gpu, efficiency=eta)``), then ``iteration_time(profile,
+n, bw, tp=, pp=, microbatches=B / (dp b), gpus_per_node=8, nics_per_node=8,
+intra_bw=<the GPU's NVLink rate>, activation_checkpointing=...)``.
+
+Protocol (stated before looking at the errors):
+
+1. **Published iteration time** of a row from its own numbers: the source's FLOPs per
+   iteration by the source's formula over (TFLOP/s per GPU x GPUs), MFU x the H100's dense
+   bf16 peak where only MFU is given (the peak cancels inside a series).
+2. **One row calibrates a series**: ``eta`` is solved (bisection) so that the predicted
+   iteration time of that row equals its published one; fit_cluster does not take
+   tp/pp runs, so the efficiency of the profile is the one knob. The calibration row is
+   the series' row with the fewest GPUs.
+3. **The other rows are predicted** at that ``eta``; error = predicted / published
+   throughput - 1 = published / predicted time - 1.
+4. **Baseline**: constant MFU, the calibration row's per-GPU TFLOP/s (or MFU) carried to
+   the row (error = X_cal / X_row - 1).
+5. **All pairs** as a check that the choice of calibration row does not decide the
+   verdict: every row of a series calibrates in turn and predicts the others.
+6. **Sensitivity** to the assumptions below: micro-batch 2, fp32 gradients, each for all
+   series at once, the same protocol.
+7. **Diagnostic** (not a prediction): the error with the 1F1B bubble and the TP
+   collectives taken out of the model, the calibration included: how much of the miss
+   those two terms make.
+
+What the sources do not state, assumed here for every row of a series (never per row):
+micro-batch 1; the 1F1B schedule; one NIC per GPU at the GPU's built-in rate where the
+network is not stated (DGX H100: 8 x 400 Gbit/s); 16-bit gradients; for the H100 rows no
+activation recomputation, for the A100 rows full recomputation (the paper's FLOP count,
+96 B s l h^2 ..., counts the recomputed forward). Features stated or implied by the source
+that the model does not have are flagged on each row (codes printed under the tables).
+
+Run: ``python benchmarks/validate_parallel.py`` (about 25 s); writes
+``benchmarks/results/validate_parallel.txt`` unless ``--no-write``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import scalemodel as sm
+from scalemodel.exceptions import ScalemodelError
+from scalemodel.parallel import tp_allreduce_time
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data" / "published_parallel.csv"
+RESULTS = HERE / "results"
+
+H100_PEAK = 989.5e12
+"""H100 SXM dense bf16 peak [FLOP/s] (scalemodel's ``h100-sxm``); converts an MFU-only
+row to TFLOP/s. It cancels inside a series."""
+
+LLAMA_FFN = {"llama-3.1-70b": 28672, "llama-3.1-405b": 53248}
+"""Feed-forward width of the Llama 3.1 models (``intermediate_size`` of their published
+``config.json``), only to ask the library about the refused rows [-]."""
+
+ASSUMED = {
+    # series: (micro-batch [sequences], activation recomputation, per-NIC line rate
+    # [bits/s], what is assumed, said in the output)
+    "megatron-h100-weak": (1, None, 400e9,
+                           "micro-batch 1, 1F1B, no recomputation, 8 x 400 Gbit/s per node "
+                           "(DGX H100; the README states no network)"),
+    "megatron-h100-strong": (1, None, 400e9,
+                             "as megatron-h100-weak; tp=8, pp=6 of the 177B row of the model "
+                             "table (the strong-scaling text gives no sizes)"),
+    "narayanan-a100": (1, "full", 200e9,
+                       "micro-batch 1, 1F1B, full recomputation, 8 x 200 Gbit/s HDR per "
+                       "node (Selene, stated by the paper)"),
+}
+
+FLAGS = {
+    "SP": "sequence parallelism (implied: Megatron's --tp-comm-overlap asserts "
+          "--sequence-parallel); modelled as Megatron TP all-reduces, the same ring bytes",
+    "TPO": "TP communication overlapped with GEMMs (--tp-comm-overlap); the model puts the "
+           "TP all-reduces on the critical path",
+    "DO": "distributed optimizer (--overlap-param-gather requires it): its reduce-scatter "
+          "after the backward and its parameter all-gather, which Megatron overlaps with "
+          "the next forward, are modelled as one all-reduce after the backward (the same "
+          "ring bytes; the exposed part can be up to 2x too long)",
+    "SCH": "pipeline schedule not stated; 1F1B assumed (the bubble column is its "
+           "(pp - 1) / m); an interleaved schedule would shrink it",
+    "MB": "micro-batch size not stated; 1 assumed",
+    "PAR": "tensor- and pipeline-parallel sizes not stated for this row; assumed",
+}
+
+
+def load_rows():
+    """The published rows, numbers parsed, blanks None."""
+    ints = ("row", "heads", "hidden", "layers", "vocab", "seq", "tp", "pp", "dp", "gpus",
+            "global_batch", "local_batch", "micro_batch", "gpus_per_node", "nics_per_node")
+    floats = ("params_b", "tflops_per_gpu", "mfu_percent", "tokens_per_s_per_gpu",
+              "nic_gbps")
+    out = []
+    with open(DATA) as fh:
+        for r in csv.DictReader(fh):
+            for k in ints:
+                r[k] = int(r[k]) if r[k] else None
+            for k in floats:
+                r[k] = float(r[k]) if r[k] else None
+            out.append(r)
+    return out
+
+
+def source_flops(r):
+    """FLOPs of one iteration as the source counts them [FLOP].
+
+    ``megatron-2024``: ``num_floating_point_operations`` of Megatron-LM at f2e5db4
+    (``megatron/training/training.py``), no GQA, plain 4h MLP: 72 B s l h^2 (1 + s/(6h) +
+    V/(12 l h)). ``narayanan-2021``: the paper's eq. (3), recomputation included:
+    96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+    """
+    B, s, l, h, V = r["global_batch"], r["seq"], r["layers"], r["hidden"], r["vocab"]
+    if r["flops_formula"] == "megatron-2024":
+        return 72.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+    if r["flops_formula"] == "narayanan-2021":
+        return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    raise ValueError(r["flops_formula"])
+
+
+def per_gpu_rate(r):
+    """The row's per-GPU FLOP rate as published [FLOP/s]."""
+    if r["tflops_per_gpu"] is not None:
+        return r["tflops_per_gpu"] * 1e12
+    return r["mfu_percent"] / 100.0 * H100_PEAK
+
+
+def published_time(r):
+    """The row's iteration time implied by its published rate [s]."""
+    return source_flops(r) / (per_gpu_rate(r) * r["gpus"])
+
+
+VARIANT = {}
+"""A change of the assumptions for every series at once (the sensitivity block):
+``micro_batch`` [sequences], ``grad_dtype`` [-]; empty for the main results."""
+
+SENSITIVITY = (("micro-batch 2", dict(micro_batch=2)),
+               ("fp32 gradients", dict(grad_dtype="fp32")))
+
+
+def micro_batch(r):
+    """The assumed micro-batch of the row's series [sequences]."""
+    return VARIANT.get("micro_batch", ASSUMED[r["series"]][0])
+
+
+def microbatches(r):
+    """Micro-batches per step and replica, B / (dp b) [micro-batches]."""
+    b = micro_batch(r)
+    m, rest = divmod(r["global_batch"], r["dp"] * b)
+    if rest:
+        raise ValueError(f"row {r['row']}: batch {r['global_batch']} not a multiple of "
+                         f"dp x micro-batch")
+    return m
+
+
+def flags(r):
+    """Codes of what the row has (stated or implied) that the model does not."""
+    out = []
+    if r["series"].startswith("megatron-h100"):
+        if r["tp"] > 1:
+            out += ["SP", "TPO"]
+        out.append("DO")
+    if r["pp"] > 1 and not r["schedule"]:
+        out.append("SCH")
+    if r["micro_batch"] is None:
+        out.append("MB")
+    if r["series"] == "megatron-h100-strong":
+        out.append("PAR")
+    return out
+
+
+def profile(r, eta):
+    """The row's single-GPU profile of the whole model, one micro-batch, at ``eta``."""
+    b = micro_batch(r)
+    cfg = sm.TransformerConfig(layers=r["layers"], hidden=r["hidden"], heads=r["heads"],
+                               ffn=4 * r["hidden"], vocab=r["vocab"], seq=r["seq"],
+                               micro_batch=b, gated_ffn=False, norm="layernorm",
+                               bias=True, learned_positions=r["seq"],
+                               tied_embeddings=r["series"] == "narayanan-a100",
+                               name=r["model"])
+    return sm.transformer_profile(cfg, r["gpu"], efficiency=eta, name=r["model"],
+                                  grad_dtype=VARIANT.get("grad_dtype"))
+
+
+def iteration(r, eta):
+    """scalemodel's iteration of the row at efficiency ``eta``."""
+    _, recompute, nic, _ = ASSUMED[r["series"]]
+    return sm.iteration_time(profile(r, eta), r["gpus"], nic, tp=r["tp"], pp=r["pp"],
+                             microbatches=microbatches(r), gpus_per_node=8,
+                             nics_per_node=8, intra_bw=sm.get_gpu(r["gpu"]).intra_node_bw,
+                             activation_checkpointing=recompute)
+
+
+def _tp_time(r, m):
+    """The TP all-reduces of one step, eq. tp-compute: 4 per layer and micro-batch over
+    the (m + pp - 1) micro-batch slots of the 1F1B step [s]."""
+    a_t = tp_allreduce_time(r["seq"] * r["hidden"] * micro_batch(r) * 2.0,
+                            r["tp"], sm.get_gpu(r["gpu"]).intra_node_bw)
+    return (m + r["pp"] - 1) * 4 * a_t * r["layers"] / r["pp"]
+
+
+def predicted_time(r, eta, bare=False):
+    """scalemodel's iteration time of the row at ``eta`` [s], and the iteration.
+
+    ``bare``: less the 1F1B bubble and the TP collectives, a diagnostic bound on what an
+    interleaved schedule and overlapped TP could recover (not a model).
+    """
+    it = iteration(r, eta)
+    if not bare:
+        return it.total, it
+    m, pp = microbatches(r), r["pp"]
+    bubble = (it.forward + it.backward) * (pp - 1) / (m + pp - 1)
+    return it.total - bubble - _tp_time(r, m) * m / (m + pp - 1), it
+
+
+def calibrate(r, bare=False):
+    """The efficiency at which the row's predicted time is its published one [-]."""
+    target = published_time(r)
+    lo, hi = 1e-3, 1.0
+    if predicted_time(r, hi, bare)[0] > target:
+        raise ValueError(f"row {r['row']}: slower than published even at efficiency 1")
+    for _ in range(60):  # the time falls with eta: bisect in log space
+        mid = (lo * hi) ** 0.5
+        if predicted_time(r, mid, bare)[0] > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo * hi) ** 0.5
+
+
+def entry(r, cal, eta, eta_bare):
+    """One prediction of row ``r`` from calibration row ``cal`` (at ``eta``; the
+    diagnostic at ``eta_bare``, calibrated the same way)."""
+    total, it = predicted_time(r, eta)
+    m = microbatches(r)
+    return dict(row=r["row"], model=r["model"], gpus=r["gpus"], tp=r["tp"], pp=r["pp"],
+                dp=r["dp"], m=m, bubble=(r["pp"] - 1) / m, cal=cal["row"], eta=eta,
+                published=per_gpu_rate(r) / 1e12,
+                predicted=source_flops(r) / (total * r["gpus"]) / 1e12,
+                error=published_time(r) / total - 1,
+                rule=per_gpu_rate(cal) / per_gpu_rate(r) - 1,
+                bare_error=published_time(r) / predicted_time(r, eta_bare, True)[0] - 1,
+                dp_sf=float(it.scaling_factor), tp_share=_tp_time(r, m) / total,
+                dp_share=it.exposed_communication / total, flags=flags(r))
+
+
+def refusal(r):
+    """What the library answers for a row it cannot represent (a message)."""
+    reasons = [f"{r['dp_optimizer']} with tp/pp"]
+    if "interleaved" in r["schedule"]:
+        reasons.append("interleaved schedule")
+    if r["sequence_parallel"] == "async TP":
+        reasons.append("async TP")
+    reasons.append("Float8 (torch.compile + Float8 in the source)")
+    cfg = sm.TransformerConfig(layers=r["layers"], hidden=r["hidden"], heads=r["heads"],
+                               kv_heads=8, ffn=LLAMA_FFN[r["model"]], vocab=r["vocab"],
+                               seq=8192, name=r["model"])
+    try:
+        sm.iteration_time(sm.transformer_profile(cfg, r["gpu"]), r["gpus"], 400e9,
+                          tp=r["tp"], pp=r["pp"], microbatches=8 if r["pp"] > 1 else None,
+                          sharding="zero3", gpus_per_node=8, nics_per_node=8)
+        answer = "ANSWERED (a refusal was expected)"
+    except ScalemodelError as exc:
+        answer = f"refused: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return dict(row=r["row"], model=r["model"], gpus=r["gpus"], tp=r["tp"], pp=r["pp"],
+                dp=r["dp"], published=r["tokens_per_s_per_gpu"], reasons=reasons,
+                answer=answer)
+
+
+def evaluate():
+    """Every series: its calibration, predictions, all-pairs check; the refused rows."""
+    rows = load_rows()
+    series = {}
+    for r in rows:
+        series.setdefault(r["series"], []).append(r)
+    out, refused = {}, []
+    for name, rs in series.items():
+        if name not in ASSUMED:
+            refused += [refusal(r) for r in rs]
+            continue
+        rs = sorted(rs, key=lambda r: (r["gpus"], r["row"]))
+        etas = {r["row"]: calibrate(r) for r in rs}
+        bare = {r["row"]: calibrate(r, bare=True) for r in rs}
+        cal = rs[0]
+        main = [entry(r, cal, etas[cal["row"]], bare[cal["row"]]) for r in rs[1:]]
+        pairs = [entry(r, c, etas[c["row"]], bare[c["row"]]) for c in rs for r in rs
+                 if r is not c]
+        out[name] = dict(calibration=cal["row"], eta=etas[cal["row"]], etas=etas,
+                         rows=main, pairs=pairs)
+    return out, refused
+
+
+def sensitivity():
+    """Each variant of the assumptions: every series from its fewest-GPU row again."""
+    rows = load_rows()
+    out = []
+    for label, change in SENSITIVITY:
+        VARIANT.update(change)
+        try:
+            for name in ASSUMED:
+                rs = sorted((r for r in rows if r["series"] == name),
+                            key=lambda r: (r["gpus"], r["row"]))
+                eta, bare = calibrate(rs[0]), calibrate(rs[0], bare=True)
+                out.append((label, name, summary([entry(r, rs[0], eta, bare)
+                                                  for r in rs[1:]])))
+        finally:
+            VARIANT.clear()
+    return out
+
+
+def summary(entries):
+    """Median and largest |error|, the model's and the constant-MFU rule's [-]."""
+    e = [abs(x["error"]) for x in entries]
+    q = [abs(x["rule"]) for x in entries]
+    b = [abs(x["bare_error"]) for x in entries]
+    return dict(n=len(e), median=statistics.median(e), largest=max(e),
+                rule_median=statistics.median(q), rule_largest=max(q),
+                bare_median=statistics.median(b), bare_largest=max(b))
+
+
+def table(entries):
+    """Text lines of one table."""
+    head = ["row", "model", "GPUs", "tp", "pp", "dp", "m", "1F1B bubble", "calibrated on",
+            "eta", "published TFLOP/s/GPU", "predicted", "error", "constant MFU",
+            "diagnostic",
+            "TP comm", "DP exposed", "DP scaling", "flags"]
+    body = [[str(x["row"]), x["model"], str(x["gpus"]), str(x["tp"]), str(x["pp"]),
+             str(x["dp"]), str(x["m"]), f"{100 * x['bubble']:.1f} %", f"row {x['cal']}",
+             f"{x['eta']:.3f}", f"{x['published']:.1f}", f"{x['predicted']:.1f}",
+             f"{100 * x['error']:+.1f} %", f"{100 * x['rule']:+.1f} %",
+             f"{100 * x['bare_error']:+.1f} %",
+             f"{100 * x['tp_share']:.1f} %", f"{100 * x['dp_share']:.1f} %",
+             f"{x['dp_sf']:.3f}", ",".join(x["flags"]) or "-"] for x in entries]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    return ["  ".join(h.rjust(w) for h, w in zip(head, widths))] + [
+        "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+
+
+def _line(what, s):
+    better = s["median"] <= s["rule_median"] and s["largest"] <= s["rule_largest"]
+    return (f"{what}: {s['n']} prediction{'s' * (s['n'] != 1)}; median |error| "
+            f"{100 * s['median']:.1f} %, "
+            f"largest {100 * s['largest']:.1f} %; constant-MFU rule median "
+            f"{100 * s['rule_median']:.1f} %, largest {100 * s['rule_largest']:.1f} % "
+            f"-> {'at least as good as' if better else 'WORSE than'} the rule")
+
+
+def _bare_line(s):
+    return (f"  diagnostic, not a prediction: without the 1F1B bubble and the TP collectives "
+            f"the same calibration would miss by median {100 * s['bare_median']:.1f} %, "
+            f"largest {100 * s['bare_largest']:.1f} %")
+
+
+def report(res, refused, sens):
+    """The lines printed and written."""
+    lines = ["TP x PP x DP against published tables, each series calibrated from its "
+             "fewest-GPU row (issue 20, items 4 and 9)", ""]
+    for name, s in res.items():
+        lines += [f"== {name} (assumed: {ASSUMED[name][3]})",
+                  f"calibration: row {s['calibration']}, efficiency {s['eta']:.3f}; "
+                  "efficiency each row would need: " + ", ".join(
+                      f"{k}: {v:.3f}" for k, v in s["etas"].items()),
+                  *table(s["rows"]), "", _line(f"{name}, from row {s['calibration']}",
+                                               summary(s["rows"])),
+                  _bare_line(summary(s["rows"]))]
+        if len(s["etas"]) > 2:
+            lines.append(_line(f"{name}, all pairs", summary(s["pairs"])))
+        lines.append("")
+    every = [x for s in res.values() for x in s["rows"]]
+    lines += [_line("all predicted rows", summary(every)),
+              _line("all pairs, every series", summary(
+                  [x for s in res.values() for x in s["pairs"]])), ""]
+    lines += ["== sensitivity: the same protocol under other assumptions (all series at "
+              "once; not chosen by their errors)"]
+    for label, name, summ in sens:
+        lines.append(_line(f"{label}: {name}", summ))
+    lines.append("")
+    lines.append("diagnostic: the error with the 1F1B bubble and the TP collectives taken "
+                 "out of the model (calibration row included), a bound, not a prediction")
+    lines.append("flags (a prediction is still made; the row has something the model "
+                 "does not):")
+    lines += [f"  {k}: {v}" for k, v in FLAGS.items()]
+    lines += ["", "== not representable, not predicted (torchtitan 2-D / 3-D rows)"]
+    for x in refused:
+        lines.append(f"row {x['row']} {x['model']} on {x['gpus']} (tp {x['tp']}, pp "
+                     f"{x['pp']}, FSDP {x['dp']}), published {x['published']:.0f} "
+                     f"tokens/s/GPU: {'; '.join(x['reasons'])}")
+        lines.append(f"    the library: {x['answer']}")
+    return lines
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-write", action="store_true",
+                    help="print only; do not write benchmarks/results/validate_parallel.txt")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    res, refused = evaluate()
+    lines = report(res, refused, sensitivity())
+    lines.append(f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
+    print("\n".join(lines))
+    if not args.no_write:
+        from scalemodel.profiles import atomic_write_files
+        RESULTS.mkdir(exist_ok=True)
+        atomic_write_files({RESULTS / "validate_parallel.txt": "\n".join(lines) + "\n"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
