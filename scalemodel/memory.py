@@ -464,20 +464,20 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
             stacklevel=2)
     group = _check_shard_group(shard_group, strategy, ns)
     mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label)
-    if mp is not None:
-        psi = psi / mp.size
-    est = _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
-                    grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, group, mp)
+    est = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns, strategy,
+                    spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node, bucket, mode,
+                    host_memory, group, mp)
     if suggest and not np.all(est.fits):
-        def estimate(strat, checkpointing, off):
-            return _estimate(cfg, psi, prof_elem, label, _check_n(n, strat), strat, spec,
-                             optimizer, param_dtype, grad_dtype, checkpointing,
-                             gpus_per_node, bucket, off, host_memory,
-                             _check_shard_group(shard_group, strat, ns),
-                             _check_model_parallel(tp, pp, microbatches, cfg, ns, strat,
-                                                   checkpointing, label))
+        def estimate(strat, checkpointing, off, t=tp):
+            m = _check_model_parallel(t, pp, microbatches, cfg, ns, strat, checkpointing,
+                                      label)
+            return _estimate(cfg, psi if m is None else psi / m.size, prof_elem, label,
+                             _check_n(n, strat), strat, spec, optimizer, param_dtype,
+                             grad_dtype, checkpointing, gpus_per_node, bucket, off,
+                             host_memory, _check_shard_group(shard_group, strat, ns), m)
 
-        est = attrs.evolve(est, suggestions=_suggestions(est, ck, estimate))
+        est = attrs.evolve(est, suggestions=_suggestions(
+            est, ck, estimate, 1 if mp is None else mp.tp, gpus_per_node or 8))
     return est
 
 
@@ -614,10 +614,13 @@ def _check_host(host, mode, spec, node, ns, host_memory):
 _MORE_SHARDING = {"none": "zero1", "zero1": "zero2", "zero2": "zero3"}
 
 
-def _suggestions(est, ck, estimate):
+def _suggestions(est, ck, estimate, tp=1, node=8):
     """(label, per-GPU bytes) of the options that would fit, smallest change first (at
     most four); when none fits, the one that comes closest. ``estimate(strategy,
-    checkpointing, offload)`` is the estimate with the other arguments as asked."""
+    checkpointing, offload, tp)`` is the estimate with the other arguments as asked;
+    tensor parallelism (``sharding="none"`` only, inside a node of ``node`` GPUs) is
+    tried at 2, 4, ... times ``tp`` after the others, and the smallest that fits is listed
+    besides them (a fifth entry at most)."""
     from .checkpointing import Checkpointing
 
     has_config = est.complete
@@ -644,19 +647,25 @@ def _suggestions(est, ck, estimate):
                       "sharding='zero3'", "zero3", Checkpointing("full", None,
                                                                  ck.flash_attention),
                       "optimizer+parameters"))
+    t, tp_tries = 2 * tp, []
+    while has_config and est.sharding == "none" and t <= node:
+        tp_tries.append((f"tp={t}", None, None, None, t))
+        t *= 2
     found, closest = [], None
-    for label, strategy, checkpointing, mode in tries:
-        try:
-            alt = estimate(strategy or est.sharding, checkpointing or ck, mode or offload)
-        except ScalemodelError:  # the host memory would not hold it
-            continue
-        worst = float(np.max(alt.per_gpu))
-        if np.all(alt.fits):
-            found.append((label, worst))
-            if len(found) == 4:
-                break
-        elif closest is None or worst < closest[1]:
-            closest = (label, worst)
+    for group in (tries, tp_tries):
+        for label, strategy, checkpointing, mode, *t in group:
+            try:
+                alt = estimate(strategy or est.sharding, checkpointing or ck,
+                               mode or offload, *t)
+            except ScalemodelError:  # the host memory would not hold it; tp not dividing
+                continue
+            worst = float(np.max(alt.per_gpu))
+            if np.all(alt.fits):
+                found.append((label, worst))
+                if len(found) == 4 or t:  # (the smallest tensor-parallel size is enough)
+                    break
+            elif closest is None or worst < closest[1]:
+                closest = (label, worst)
     if not found and closest is not None:
         return ((closest[0] + " (still does not fit)", closest[1]),)
     return tuple(found)

@@ -214,3 +214,22 @@ def test_cli_takes_tp_pp(capsys):
     assert "pp=3" in capsys.readouterr().err
     assert main(["breakeven", "--compressors", "fp16", *args]) == 2  # plan takes them
     assert "--tp" in capsys.readouterr().err
+
+
+def test_does_not_fit_suggests_the_smallest_tensor_parallel_size_that_fits():
+    """Issue 20 item 7: the suggestions include TP, with memory(tp=t)'s figure, the
+    smallest t (inside a node) that fits, after the other options."""
+    m = sm.memory("llama-2-7b", 64)
+    labels = [label for label, _ in m.suggestions]
+    assert not m.fits and labels[-1] == "tp=2"
+    assert dict(m.suggestions)["tp=2"] == pytest.approx(
+        float(sm.memory("llama-2-7b", 64, tp=2).per_gpu), rel=1e-12)
+    big = sm.memory("llama-2-13b", 256, tp=2)  # tp=4 fits, tp=2 (asked) does not
+    tps = [label for label, _ in big.suggestions if label.startswith("tp=")]
+    assert tps == ["tp=4"] and sm.memory("llama-2-13b", 256, tp=4).fits
+    assert "tp=4" in big.message()
+    zero1 = sm.memory("llama-2-13b", 8, sharding="zero1")
+    assert not zero1.fits and zero1.suggestions  # TP with sharding is not modelled:
+    assert not [label for label, _ in zero1.suggestions if label.startswith("tp=")]
+    assert not [label for label, _ in sm.memory("llama-2-7b", 63).suggestions
+                if label.startswith("tp=")]  # no t divides 63
