@@ -464,6 +464,16 @@ def _build_best_bucket(sub):
     _add(p, "--candidates", _bucket_caps, default=None,
          help="bucket caps to try, comma-separated (5,10,25,50) [MB] (default 1, 2, ..., "
               "200, refined to 0.1 around the best)")
+    p.add_argument("--tp", default=None, type=int,
+                   help="tensor-parallel GPUs per replica: --n counts all GPUs, the buckets "
+                        "are those of the data-parallel all-reduce of one GPU's gradients "
+                        "over n/(tp pp) replicas (scalemodel.parallel) [GPUs] (default 1)")
+    p.add_argument("--pp", default=None, type=int,
+                   help="pipeline stages per replica, 1F1B; needs --microbatches [stages] "
+                        "(default 1)")
+    p.add_argument("--microbatches", default=None, type=int,
+                   help="micro-batches per step and replica [micro-batches] (default: the "
+                        "profile's)")
     _json_option(p)
     p.set_defaults(func=cmd_best_bucket)
 
@@ -898,7 +908,8 @@ def cmd_best_bucket(args):
 
     kw = {k: getattr(args, k) for k in ("algorithm", "alpha", "gpus_per_node",
                                          "nics_per_node", "intra_bw", "intra_alpha",
-                                         "cluster") if getattr(args, k) is not None}
+                                         "cluster", "tp", "pp", "microbatches")
+          if getattr(args, k) is not None}
     res = best_bucket_size(args.model, args.n, args.bw, utilization=args.utilization,
                            compression=args.compression, candidates=args.candidates, **kw)
     if args.json:

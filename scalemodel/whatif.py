@@ -71,7 +71,7 @@ def paper_profile(model, reduction_launch="per-step"):
 
 
 def whatif_table(models=PAPER_MODELS, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RATIOS, *,
-                 reduction_launch="per-step"):
+                 reduction_launch="per-step", tp=1, pp=1, microbatches=None):
     """Scaling factors of the paper's what-if grid.
 
     Parameters
@@ -87,6 +87,11 @@ def whatif_table(models=PAPER_MODELS, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RAT
     reduction_launch : str
         ``"per-step"`` (the default: the authors' simulator, a vector-add launch at each
         of the ring's N - 1 steps) or ``"once"`` (NCCL: one launch per collective) [-].
+    tp, pp, microbatches
+        As in :func:`~scalemodel.scaling_factor`, for models with a transformer config
+        (the built-in LLMs; the paper's CNNs have none and are refused): ``ns`` count all
+        GPUs, each entry is for the data-parallel dimension of ``n / (tp pp)`` replicas
+        [GPUs], [stages], [micro-batches].
 
     Returns
     -------
@@ -108,7 +113,8 @@ def whatif_table(models=PAPER_MODELS, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RAT
     n = np.asarray(ns)[None, :, None]
     b = np.asarray(bws, dtype=float)[None, None, :]
     return {m: scaling_factor(paper_profile(m, reduction_launch), n=n, bw=b, compression=r,
-                              algorithm="ring", fusion="horovod")
+                              algorithm="ring", fusion="horovod", tp=tp, pp=pp,
+                              microbatches=microbatches)
             for m in models}
 
 

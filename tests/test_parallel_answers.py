@@ -110,3 +110,34 @@ def test_cli_plan_takes_tp_pp(capsys):
     assert "32 replicas" in data["message"]
     assert main(["breakeven", "--compressors", "fp16", *args]) == 2
     assert "--tp" in capsys.readouterr().err
+
+
+def test_whatif_table_takes_tp_pp():
+    from scalemodel.whatif import paper_profile, whatif_table
+
+    t = whatif_table(["llama-2-7b"], ns=[64, 128], bws=[25e9, 100e9], ratios=[1, 4], tp=2,
+                     pp=2, microbatches=4)["llama-2-7b"]
+    want = sm.scaling_factor(paper_profile("llama-2-7b"), np.array([64, 128])[None, :, None],
+                             np.array([25e9, 100e9])[None, None, :],
+                             compression=np.array([1.0, 4.0])[:, None, None],
+                             algorithm="ring", fusion="horovod", tp=2, pp=2, microbatches=4)
+    np.testing.assert_allclose(t, want, rtol=1e-12)
+    plain = whatif_table(["llama-2-7b"], ns=[64], bws=[25e9], ratios=[1])["llama-2-7b"]
+    assert float(plain[0, 0, 0]) != pytest.approx(float(t[0, 0, 0]))  # tp/pp are used
+    with pytest.raises(sm.InvalidParameterError):
+        whatif_table(["resnet50"], ns=[64], bws=[25e9], ratios=[1], tp=2)
+
+
+def test_cli_best_bucket_takes_tp_pp(capsys):
+    from scalemodel.cli import main
+
+    args = ["best-bucket", "--model", "llama-2-13b", "--n", "256", "--bw", "25Gbps",
+            "--gpus-per-node", "8", "--nics-per-node", "8", "--tp", "2", "--pp", "4",
+            "--microbatches", "8", "--candidates", "5,25,100", "--json"]
+    assert main(args) in (0, None)
+    import json
+    data = json.loads(capsys.readouterr().out)
+    res = sm.best_bucket_size("llama-2-13b", 256, "25Gbps", candidates=[5, 25, 100], tp=2,
+                              pp=4, microbatches=8, **NET)
+    assert data["iteration_time"] == pytest.approx(res.iteration_time, rel=1e-12)
+    assert "32 replicas" in data["message"]
