@@ -555,6 +555,9 @@ class CompressionPlan:
         transport achieves no more on the faster link, which the calibration cannot tell
         (the message says so; :func:`breakeven_bandwidth` with ``detail=True`` gives the
         range it can).
+    settings : dict
+        What the plan assumed (``Scenario.settings``: collective, fusion, sharding,
+        tensor and pipeline parallelism, checkpointing, offload, topology, cluster) [-].
     """
 
     rows: tuple
@@ -577,6 +580,7 @@ class CompressionPlan:
     best_interval: tuple | None = None
     implementation: str = "pytorch"
     outside_calibration: bool = False
+    settings: dict = attrs.field(factory=dict)
 
     def snippet(self, framework="pytorch") -> str:
         """Settings of the best row (of ``"none"`` when no compression is needed or none
@@ -1071,7 +1075,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                            codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps], gpu,
                                                   impl.name),
                            sharding=strategy, memory_per_gpu=per, fits=fits, gpu=gpu_name,
-                           implementation=impl.name, outside_calibration=bool(outside))
+                           implementation=impl.name, outside_calibration=bool(outside),
+                           settings=sc.settings())
     return _for_the_job(plan, sc, n_job, bw_job)  # said in the job's GPUs and line rate
 
 
