@@ -300,6 +300,21 @@ def _diagnose_all_reduce(rows, say):
     say("  " + ", ".join(f"{n}: {step[n] - step[64]:+.3f} measured, "
                          f"{nccl[n][0] - nccl[64][0]:+.3f} NCCL ({nccl[n][1]})"
                          for n in sorted(nccl) if n > 64))
+    _diagnose_straggler(step, say)
+
+
+def _diagnose_straggler(step, say):
+    """The straggler spread that the zero1=8 series' growth from 64 to 1024 GPUs would
+    need, and the loss from 8 to 64 GPUs it then implies (eq. straggler-max)."""
+    from scalemodel.model import expected_max_normal
+
+    e = {n: float(expected_max_normal(n)) for n in (8, 64, 1024)}
+    r = step[1024] / step[64]  # = (1 + s e_1024) / (1 + s e_64), the whole step waiting
+    s = (r - 1) / (e[1024] - r * e[64])
+    implied = (1 + s * e[64]) / (1 + s * e[8]) - 1
+    say(f"zero1=8: a straggler spread s = {s:.3f} would explain 64 -> 1024 GPUs; it implies "
+        f"{100 * implied:.1f} % longer steps from 8 to 64 GPUs, measured "
+        f"{100 * (step[64] / step[8] - 1):.1f} %")
 
 
 def main(argv=None):
