@@ -26,6 +26,7 @@ def test_plan_none_row_is_the_scaling_factor(mp):
     ideal = sm.min_compression("llama-2-13b", "100Gbps", n=256, **NET, **mp)
     assert plan.ideal_ratio == ideal.ratio
     assert (plan.n, plan.bw) == (256, 100e9)  # the job's, as asked
+    assert (plan.settings["tp"], plan.settings["pp"]) == (mp.get("tp", 1), mp.get("pp", 1))
     replicas = 256 // (mp.get("tp", 1) * mp.get("pp", 1))
     assert f"{replicas} replicas" in plan.message
 
