@@ -105,8 +105,9 @@ NOT_MODELLED = {"adaq": "adaptive quantization", "dgc": "DGC (sampled top-k thre
 def compressor_for(method, ratio):
     """The scalemodel compressor GRACE's ``method`` sends (grace-tf wire formats), or
     None when scalemodel does not model it."""
-    sign = dict(sign_bits=8, per_tensor=True)
-    byte = dict(bits=8, packed=False, per_tensor=True)
+    stream = C.IMPLEMENTATIONS[IMPL].settings["*"]  # per tensor, codec on the compute stream
+    sign = dict(sign_bits=8, **stream)
+    byte = dict(bits=8, packed=False, **stream)
     if method == "topk":
         return C.for_implementation(C.TopK(density=ratio), IMPL)
     if method == "randomk":
@@ -179,12 +180,21 @@ def features():
     out = {"implementation_parameter": "implementation" in sig,
            "fit_cluster_compressed_runs": "implementation" in
            inspect.signature(sm.fit_cluster).parameters,
-           "gpu_codec_costs": "gpu" in sig, "grace_table_from_this_data": False}
+           "gpu_codec_costs": "gpu" in sig, "grace_table_from_this_data": False,
+           "levels_rows": [], "levels_source": None}
     try:
         from scalemodel.codec_costs import default_costs
         table = default_costs(None, IMPL)[1]
         out["grace_table_from_this_data"] = table.implementation == IMPL
         out["default_table"] = table.name
+        if table.implementation == IMPL:
+            import json as _json
+            from importlib import resources
+            prov = _json.loads(resources.files("scalemodel").joinpath(
+                "data", "codec", f"{table.name}.json").read_text())["provenance"]
+            out["levels_rows"] = list(prov.get("rows", []))
+            out["levels_source"] = prov.get("source")
+            out["levels_workers"] = prov.get("workers")
     except (ImportError, AttributeError):
         pass
     return out
@@ -265,9 +275,12 @@ def score(rows, key):
             "largest": float(np.max(err)) if err else math.nan}
 
 
-def evaluate(configs, t1, profile, protocols, feats):
-    """One row per predicted configuration with every protocol's speedup."""
+def evaluate(configs, t1, profile, protocols, feats, levels_rows=()):
+    """One row per predicted configuration with every protocol's speedup; a row the
+    library's grace-tf codec levels were measured on (``levels_rows``) is marked
+    ``levels_row`` and scored by no protocol."""
     ref = {(c["n"], c["backend"]): c for c in configs if c["method"] == "none"}
+    levels_rows = set(levels_rows)
     rows = []
     for c in configs:
         comp = compressor_for(c["method"], c["ratio"])
@@ -277,7 +290,8 @@ def evaluate(configs, t1, profile, protocols, feats):
         row = {"config": label(c), "method": c["method"], "n": c["n"],
                "backend": c["backend"], "compressor": comp.describe(),
                "family": comp.family, "repeats": c["repeats"],
-               "measured": c["throughput"] / base["throughput"]}
+               "measured": c["throughput"] / base["throughput"],
+               "levels_row": label(c) in levels_rows}
         for key, (cluster, calib, impl) in protocols.items():
             if any(label(k) == row["config"] for k in calib):
                 row[key] = None  # a calibration run: not predicted
@@ -320,16 +334,21 @@ def run(path=None, say=print, subset=None, model=None):
     cb, mb = calibrate(configs, b, t1, profile, feats)
     protocols = {"uncal_textbook": (None, [], None), "uncal_grace": (None, [], IMPL),
                  "one_run": (ca, a, IMPL), "per_family": (cb, b, IMPL)}
-    rows = evaluate(configs, t1, profile, protocols, feats)
+    rows = evaluate(configs, t1, profile, protocols, feats,
+                    feats["levels_rows"] if path is None or Path(path).resolve() in
+                    (DATA.resolve(), SHARED.resolve()) else ())
     names = {"uncal_textbook": "uncalibrated, textbook wire formats",
              "uncal_grace": "uncalibrated, grace-tf wire formats",
-             "one_run": f"calibrated: none@{n_cal} + top-k 1 % @{n_cal} (other families: "
+             "one_run": f"calibrated: none@{n_cal} + top-k 1 % @{n_cal} (others: the grace-tf "
+                        "levels)" if feats["levels_rows"] else
+                        f"calibrated: none@{n_cal} + top-k 1 % @{n_cal} (other families: "
                         "default costs)",
              "per_family": f"calibrated: none@{n_cal} + one run per family @{n_cal}"}
     summary = {}
     for key in protocols:
         for part, keep in (("mpi", "mpi"), ("nccl", "nccl")):
-            sel = [r for r in rows if r["backend"] == keep and r[key] is not None]
+            sel = [r for r in rows if r["backend"] == keep and r[key] is not None
+                   and not r["levels_row"]]
             summary[f"{key}/{part}"] = score(sel, key)
     return {"features": feats, "model": profile.name, "bw": configs[0]["bw"],
             "calibration_workers": n_cal,
@@ -432,9 +451,12 @@ def lines_of(rec):
             f"GPU-scaled default codec costs "
             f"{'yes (the profile V100)' if f['gpu_codec_costs'] else 'no (the H100 table)'}, "
             f"default table {f.get('default_table', 'h100')}",
-            *(["WARNING: the library's grace-tf codec table was measured on this same GRACE "
-                "data: the 'default costs' and 'uncalibrated, grace-tf' rows are NOT held "
-                "out"] if f["grace_table_from_this_data"] else []),
+            *([f"the library's grace-tf codec levels were measured on this data "
+               f"(calibration/grace_tf_codec.py, {f.get('levels_workers')} workers): "
+               f"from the rows {'; '.join(f['levels_rows'])}; those rows are marked * "
+               "and scored by no protocol; every other row is held out (other worker "
+               "counts, other settings and methods, the NCCL runs)"]
+              if f["levels_rows"] else []),
             f"single-worker step {rec['single_worker_time'] * 1e3:.1f} ms (batch {BATCH}, "
             "the 1-worker row)", ""]
     for key, labels in rec["calibration"].items():
@@ -442,19 +464,23 @@ def lines_of(rec):
         for m in rec["fit_messages"][key]:
             out += ["  " + t for t in m.splitlines()]
     out += ["", "speedup T_none / T_compressed (measured; predicted by each protocol; "
-            "- = calibration run)",
-            f"{'configuration':28s} {'compressor (wire format)':86s} {'meas':>5s} "
+            "- = calibration run; * = a row the grace-tf levels were measured on, not "
+            "scored)",
+            f"{'configuration':28s} {'compressor (wire format)':112s} {'meas':>5s} "
             f"{'textb':>5s} {'grace':>5s} {'1run':>5s} {'perfam':>6s}"]
     for r in rec["rows"]:
         def v(k):
             return "    -" if r[k] is None else f"{r[k]:5.2f}"
-        out.append(f"{r['config']:28s} {r['compressor'][:86]:86s} {r['measured']:5.2f} "
+        star = "*" if r.get("levels_row") else " "
+        out.append(f"{r['config'] + star:28s} {r['compressor'][:112]:112s} {r['measured']:5.2f} "
                    f"{v('uncal_textbook')} {v('uncal_grace')} {v('one_run')} "
                    f"{v('per_family'):>6s}")
     out += ["", "not modelled (not predicted): " + ", ".join(
         f"{m} ({NOT_MODELLED[m]})" for m in rec["not_modelled"]), "",
         f"summary (clear cases: |measured - 1| > {CLEAR:.0%}; error: |predicted / "
-        "measured - 1| over all predicted rows)",
+        "measured - 1| over all predicted rows" + (", the * rows left out" if
+                                                  any(r.get("levels_row") for r in
+                                                      rec["rows"]) else "") + ")",
         f"{'protocol':70s} {'backend':7s} {'right winner':>14s} {'median':>7s} "
         f"{'largest':>8s}"]
     for key, name in rec["names"].items():

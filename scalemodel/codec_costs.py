@@ -37,7 +37,16 @@ codec note says so.
 **Which implementation.** A measured table may belong to one implementation (its JSON's
 ``provenance`` has ``"implementation"`` beside ``"gpu"``, a :func:`~scalemodel.get_gpu`
 name): it is used for that implementation's plans, scaled from its own GPU to the plan's
-by the same rule. A cluster profile's ``codec_costs`` replace the defaults
+by the same rule; the families it lacks come from the reference table, scaled alike.
+``grace-tf-v100.json`` is such a table: GRACE's TensorFlow compressors (TF 1.x + Horovod
+0.18.2) on V100s, measured from the GRACE data release's 8-worker ResNet-50 runs
+(``calibration/grace_tf_codec.py``: one run per family, the per-element level fitted on
+the cluster fitted from the uncompressed run, the per-call launch held at the
+reference's; its provenance lists the rows and the data file's SHA-256). It is a
+measurement of that implementation, framework overheads included, not of the kernels
+alone: per element, top-k and signSGD cost 3.4 times, 8-bit 24 times and PowerSGD (TF's
+3x3-convolution matrix view, rank 1) 73 times the H100 table scaled to a V100, random-k
+0.4 times (interval 0 to 1.4: its run hardly bounds it). A cluster profile's ``codec_costs`` replace the defaults
 family by family, unscaled (they were measured on the cluster's own GPUs); an entry keyed
 ``"<implementation>/<family>"`` (``"grace-tf/topk"``) applies to that implementation only
 and wins over the plain ``"<family>"`` entry.
@@ -219,19 +228,29 @@ def default_costs(gpu=None, implementation=None):
     gpu : str, GPUSpec or None
         The GPU (None: the table's own, unscaled) [-].
     implementation : str or None
-        Implementation preset name; its own table when one ships, else the reference [-].
+        Implementation preset name; its own table when one ships (the reference table's
+        families it lacks scaled alike), else the reference [-].
     """
     table = _table_for(implementation)
+    reference = _table_for(None)
     if gpu is None:
-        return table.costs, table, 1.0
+        if table is reference:
+            return table.costs, table, 1.0
+        # a family the implementation's table lacks: the reference kernels, scaled from
+        # their GPU to the implementation table's
+        gpu = table.gpu
     from .hardware import get_gpu
 
     spec = get_gpu(gpu)
     key = (table.name, spec.name, spec.hbm_bandwidth)
     if key not in _SCALED:
         factor = bandwidth_factor(spec, table.gpu)
-        _SCALED[key] = ({f: _scaled(c, factor, spec.name) for f, c in table.costs.items()},
-                        factor)
+        costs = {f: _scaled(c, factor, spec.name) for f, c in table.costs.items()}
+        if table is not reference:
+            ref = bandwidth_factor(spec, reference.gpu)
+            costs = {**{f: _scaled(c, ref, spec.name) for f, c in reference.costs.items()},
+                     **costs}
+        _SCALED[key] = (costs, factor)
     costs, factor = _SCALED[key]
     return costs, table, factor
 
