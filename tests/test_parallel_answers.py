@@ -142,3 +142,15 @@ def test_cli_best_bucket_takes_tp_pp(capsys):
                               pp=4, microbatches=8, **NET)
     assert data["iteration_time"] == pytest.approx(res.iteration_time, rel=1e-12)
     assert "32 replicas" in data["message"]
+
+
+def test_sensitivities_take_shard_group():
+    kw = dict(sharding="zero1", shard_group=8, **NET)
+    s = sm.sensitivities("llama-2-7b", 64, "100Gbps", **kw)
+    assert s.scaling_factor == pytest.approx(
+        sm.scaling_factor("llama-2-7b", 64, "100Gbps", **kw), rel=1e-12)
+    h = 1e-4
+    up = sm.scaling_factor("llama-2-7b", 64, 100e9 * (1 + h), **kw)
+    down = sm.scaling_factor("llama-2-7b", 64, 100e9 * (1 - h), **kw)
+    assert s.d_bw == pytest.approx((up - down) / (2 * h * 100e9), rel=1e-3)
+    assert s.settings["shard_group"] == 8
