@@ -46,7 +46,6 @@ ALIASES = {"bert": "bert-base", "bert_base": "bert-base", "bert_large": "bert-la
 """Short or alternative names and the built-in profile each means."""
 
 
-
 def _llm_names():
     return llm_names()  # built from data/llm_configs.json by workloads.py
 
