@@ -1087,7 +1087,7 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
                               algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                               intra_bw=None, intra_alpha=None, ps_servers=None,
                               nics_per_node=None, sharding=None, implementation=None,
-                              gpu=None):
+                              gpu=None, tp=1, pp=1, microbatches=None):
     """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
 
     ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
@@ -1118,6 +1118,10 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     gpu : str, GPUSpec or None
         GPU whose codec costs are used (:mod:`scalemodel.codec_costs`: the measured H100
         table scaled by HBM bandwidth); None: the profile's GPU [-].
+    tp, pp, microbatches
+        As in :func:`plan_compression`: ``n`` counts all GPUs, the compressor applies to
+        the data-parallel all-reduce of ``n / (tp pp)`` replicas [GPUs], [stages],
+        [micro-batches].
 
     Returns
     -------
@@ -1130,7 +1134,9 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     bw = parse_bandwidth(bw, "bw")
     u = check_fraction(utilization, "utilization")
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
-                ps_servers, cluster, nics_per_node, sharding)
+                ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
+                microbatches=microbatches)
+    n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
     codec = _codec(sc, gpu, impl)

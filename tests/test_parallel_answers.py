@@ -154,3 +154,16 @@ def test_sensitivities_take_shard_group():
     down = sm.scaling_factor("llama-2-7b", 64, 100e9 * (1 - h), **kw)
     assert s.d_bw == pytest.approx((up - down) / (2 * h * 100e9), rel=1e-3)
     assert s.settings["shard_group"] == 8
+
+
+@pytest.mark.parametrize("mp", JOBS[:2], ids=str)
+def test_compressed_scaling_factor_of_the_data_parallel_dimension(mp):
+    n, bw = np.array([128, 256]), np.array([[25e9], [100e9]])
+    got = sm.compressed_scaling_factor("llama-2-13b", "none", n, bw, **NET, **mp)
+    np.testing.assert_allclose(got, sm.scaling_factor("llama-2-13b", n, bw, **NET, **mp),
+                               rtol=1e-12)
+    row = sm.plan_compression("llama-2-13b", "25Gbps", n=256, compressors=["powersgd:4"],
+                              **NET, **mp).rows
+    power = next(r for r in row if r.compressor == "powersgd")
+    assert sm.compressed_scaling_factor("llama-2-13b", "powersgd:4", 256, "25Gbps", **NET,
+                                        **mp) == pytest.approx(power.scaling_factor, rel=1e-12)
