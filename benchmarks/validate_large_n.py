@@ -317,6 +317,72 @@ def _diagnose_straggler(step, say):
         f"{100 * (step[64] / step[8] - 1):.1f} %")
 
 
+def internlm_tensors():
+    """Element counts of InternLM-7B's parameters in the order InternLM's
+    ``ParamBcastSyncHandler`` walks them: embedding, per block fused Wqkv (weight, bias),
+    out_proj (weight, bias), two RMSNorms, w1, w2, w3; final norm; head."""
+    h, f, v, layers = 4096, 11008, 103168, 32
+    block = [3 * h * h, 3 * h, h * h, h, h, h, f * h, f * h, f * h]
+    return [v * h] + block * layers + [h, v * h]
+
+
+def broadcast_count(n):
+    """How many ranks of a ZeRO group of ``n`` own parameters, hence broadcast them, under
+    InternLM's allocation (``ParamBcastSyncHandler.__init__``, ``internlm/solver/
+    optimizer/utils.py``: a parameter moves to the next rank once the current one holds
+    more than 1.01 x total / n) [broadcasts]."""
+    elems = internlm_tensors()
+    avg = sum(elems) * 1.0 // n
+    alloc, rank, owners = 0, 0, set()
+    for e in elems:
+        alloc += e
+        if alloc > avg * 1.01 and rank < n - 1:
+            rank, alloc = rank + 1, 0
+        owners.add(rank)
+    return len(owners)
+
+
+def ring_fill(n):
+    """NCCL's latency for a chunk to pass all ``n - 1`` hops of a ring over nodes of 8
+    GPUs, Simple protocol: base 8.4 us, NVLink hops 3.4 us, network hops 14 us plus as
+    much again for the Simple flush (``../shared/notes/nccl_cost_model.md`` section 3, as
+    NCCL counts a ring all-reduce's steps; its own broadcast model counts one hop) [s]."""
+    inter = n // 8 - 1
+    return 8.4e-6 + (n - 1 - inter) * 3.4e-6 + inter * 2 * 14e-6
+
+
+def broadcast_term(entries, rows, say):
+    """A candidate term, for the zero1=-1 series: InternLM's ``broadcast_count(n)``
+    broadcasts, each with a fixed cost ``c`` plus a ring's fill; ``c`` from the 64-GPU rows
+    of the two tp=1 series only (calibration rows), added to the library's ``auto``
+    prediction as G(n) - G(64)."""
+    ns, gap = broadcast_gap(rows)
+    b64 = broadcast_count(64)
+    c = (float(gap[list(ns).index(64)]) - b64 * ring_fill(64)) / b64
+
+    def term(n):
+        return broadcast_count(n) * (c + ring_fill(n))
+
+    say("candidate term for zero1=-1 (diagnostic; c from the 64-GPU rows): "
+        f"G(n) = B(n) (c + fill(n)), c = {1e3 * c:.2f} ms per broadcast; B(n) = "
+        + ", ".join(f"{int(n)}: {broadcast_count(int(n))}" for n in ns))
+    say("  G(n) against the measured gap [s]: " + ", ".join(
+        f"{int(n)}: {term(int(n)):.3f} / {g:.3f}" for n, g in zip(ns, gap)))
+    errs = []
+    for x in entries:
+        if x["series"] != "tp1-zero1=-1" or x["explanation"] != "auto" or not x["held_out"]:
+            continue
+        r = next(r for r in rows if r["row"] == x["row"])
+        tokens = r["micro_batch"] * r["seq"] * r["grad_accum"]
+        pred = tokens / (tokens / x["predicted"] + term(x["n"]) - term(64))
+        errs.append(pred / x["published"] - 1)
+        say(f"  row {x['row']} ({x['n']} GPUs): published {x['published']:.0f}, auto + "
+            f"G(n) - G(64) {pred:.0f} ({100 * errs[-1]:+.1f} %)")
+    a = [abs(e) for e in errs]
+    say(f"  held out: median |error| {100 * statistics.median(a):.1f} %, largest "
+        f"{100 * max(a):.1f} % (auto alone: see above)")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-write", action="store_true",
@@ -336,6 +402,7 @@ def main(argv=None):
     report(entries, fits, say)
     say("")
     diagnose(load_rows(), say)
+    broadcast_term(entries, load_rows(), say)
     say("", "not evaluated: the tp=2 series (a fitted cluster with tp= is refused)",
         f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
     if not args.no_write:

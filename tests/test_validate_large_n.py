@@ -66,3 +66,15 @@ def test_diagnosis_is_computed_from_the_rows(vn):
             miss[name] = float(line.split("rms miss")[1].split("s")[0])
     assert min(miss, key=miss.get) == "c (n - 1)"
     assert np.isfinite(list(miss.values())).all()
+
+
+def test_broadcast_count_follows_internlms_allocation(vn):
+    """Every rank owns parameters while shares are larger than the tensors; from about
+    160 ranks on, each large tensor (5 per block, embedding, head) is one rank's."""
+    elems = vn.internlm_tensors()
+    assert sum(elems) == pytest.approx(7.32e9, rel=1e-3)
+    assert vn.broadcast_count(8) == 8 and vn.broadcast_count(16) == 16
+    big = sum(e >= 4096 * 4096 for e in elems)
+    assert big == 5 * 32 + 2
+    assert vn.broadcast_count(1024) == vn.broadcast_count(4096) == big
+    assert vn.ring_fill(16) < vn.ring_fill(1024)
