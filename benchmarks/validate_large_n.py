@@ -42,7 +42,13 @@ Protocol (fixed before the predictions were compared with the table):
    carried to every held-out row of the series (for the ``-batch`` rows: of their own
    series' 64-GPU row).
 
-Run: ``python benchmarks/validate_large_n.py`` (about a minute on this project's 2-core
+After the tables, a **diagnosis** (written after the errors were seen, on every row; not
+a prediction): the step-time gap between the two tp=1 series against growth laws, NCCL's
+own latency and all-reduce models, the straggler spread the zero1=8 growth would need,
+and a candidate term for InternLM's per-rank parameter broadcasts whose one constant
+comes from the 64-GPU rows. None of it changes the library's predictions above.
+
+Run: ``python benchmarks/validate_large_n.py`` (about 20-30 s on this project's 2-core
 machine); writes ``benchmarks/results/validate_large_n.txt`` unless ``--no-write``.
 """
 
