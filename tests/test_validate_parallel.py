@@ -35,7 +35,7 @@ def test_rows_agree_with_their_sources_arithmetic(vp, rows):
             # MFU (1 % steps) of the H100 dense bf16 peak the script uses
             implied_peak = r["tflops_per_gpu"] * 1e12 / (r["mfu_percent"] / 100)
             assert implied_peak == pytest.approx(vp.H100_PEAK, rel=0.025), r["row"]
-        if r["tflops_per_gpu"] and r["flops_formula"] == "narayanan-2021":
+        if r["mfu_percent"] and r["flops_formula"] == "narayanan-2021":
             assert r["tflops_per_gpu"] / 312 == pytest.approx(r["mfu_percent"] / 100,
                                                               abs=0.006), r["row"]
 
@@ -69,10 +69,21 @@ def test_one_row_calibrates_and_the_errors_come_from_the_data(vp, rows):
     assert e["cal"] == 12 and e["flags"] == ["MB"]
 
 
+def test_a_stated_micro_batch_is_kept_under_the_sensitivity_variant(vp, rows):
+    vp.VARIANT.update(micro_batch=2)
+    try:
+        assert vp.micro_batch(rows[26]) == 1 and vp.microbatches(rows[26]) == 1536 // 4
+        assert vp.micro_batch(rows[12]) == 2 and vp.microbatches(rows[12]) == 512 // 64
+    finally:
+        vp.VARIANT.clear()
+    assert vp.microbatches(rows[12]) == 512 // 32
+
+
 def test_flags_name_what_the_model_does_not_have(vp, rows):
     assert set(vp.flags(rows[7])) >= {"SP", "TPO", "DO", "SCH", "MB"}
     assert "SCH" not in vp.flags(rows[4]) and "SP" not in vp.flags(rows[1])
     assert "PAR" in vp.flags(rows[11]) and vp.flags(rows[13]) == ["MB"]
+    assert vp.flags(rows[28]) == ["SCH", "PAR"]  # micro-batch stated
 
 
 def test_rows_it_cannot_represent_are_refused_not_predicted(vp, rows):
