@@ -631,20 +631,25 @@ _BEAT_MARGIN = 1e-9
 _DENSITY_TOL = 1e-4
 
 
-def _knob_search(f, a, b, fa, fb, target, *, integer):
+def _knob_search(f, a, b, fa, fb, target, *, integer, lines=None, level=None):
     """The knob search: the end ``a`` of a bracket with ``f(a) >= target > f(b)`` once
     it is one integer apart (``integer``; ``a``, ``b`` the knob) or :data:`_DENSITY_TOL`
     wide (``a``, ``b`` the log density).
 
-    The knob scales the bytes on the wire, so the iteration time ``1 / f`` is a
-    piecewise straight line in the knob (an upper envelope of lines): the next point is
-    where the line through the last two points meets ``1 / target`` (the secant, exact
-    once both lie on the piece that crosses it), kept inside the bracket, half a
-    tolerance from its ends so that a right guess closes it; a bisection step follows
-    whenever three points did not halve the bracket, and throughout once at most 16
-    integers are left. ``f`` does not increase with the
-    knob, so the result is what bisection gives, to the bracket's width, in a third to a
-    half of its evaluations."""
+    The knob scales the bytes on the wire and the codec's work, so each line of the
+    iteration's upper envelope (eq. :eq:`compressed-bucket`) is close to a straight line
+    in the knob. With ``lines(v)`` (each line's time at the plan's line rate, knob ``v``
+    [s]) and ``level`` (the envelope's value that reaches the target [s]), the next
+    point is where the first of the lines, each drawn through its values at the
+    bracket's ends, reaches the level: exact when no line bends in between. Without
+    them (or when that point is outside the bracket), the secant of ``1 / f`` through
+    the last two points. A point is kept half a tolerance inside the bracket so that a
+    right guess closes it; a bisection step follows whenever three points did not halve
+    the bracket, and throughout once at most 16 integers are left. The lines are used
+    for the density only: a PowerSGD rank that stops compressing a matrix makes its
+    lines jump, and the secant gets there in fewer steps. ``f`` does not
+    increase with the knob, so the result is what bisection gives, to the bracket's
+    width, in a fraction of its evaluations."""
     lin = (lambda v: v) if integer else math.exp
     ga, gb = 1.0 / target - 1.0 / fa, 1.0 / target - 1.0 / fb  # ga >= 0 > gb
     stop = 1 if integer else _DENSITY_TOL
@@ -653,16 +658,16 @@ def _knob_search(f, a, b, fa, fb, target, *, integer):
     for _ in range(400):
         if b - a <= stop:
             break
-        (u1, g1), (u2, g2) = last[-2], last[-1]
         c = None
         if (len(widths) < 4 or widths[-1] <= 0.5 * widths[-4]) and \
                 not (integer and b - a <= 16):  # a few integers: bisection is as quick
-            if g1 != g2:
-                cu = u2 - g2 * (u2 - u1) / (g2 - g1)
-                if integer:
-                    c = cu
-                elif cu > 0:
-                    c = math.log(cu)
+            if lines is not None and not integer:
+                c = _first_crossing(lines, a, b, lin, level)
+            if c is None:
+                (u1, g1), (u2, g2) = last[-2], last[-1]
+                if g1 != g2:
+                    cu = u2 - g2 * (u2 - u1) / (g2 - g1)
+                    c = cu if integer else (math.log(cu) if cu > 0 else None)
             if c is not None and not a < c < b:
                 c = None
         if c is None:
@@ -679,6 +684,26 @@ def _knob_search(f, a, b, fa, fb, target, *, integer):
         last.append((lin(c), gc))
         widths.append(b - a)
     return a
+
+
+def _first_crossing(lines, a, b, lin, level):
+    """Where the first of the envelope's lines, each straight in the density between its
+    values at the log densities ``a`` and ``b``, reaches ``level`` (see
+    :func:`_knob_search`): its log density, or None when none does inside the bracket."""
+    ua, ub = lin(a), lin(b)
+    la, lb = lines(a), lines(b)
+    if la.shape != lb.shape or ub <= ua:
+        return None
+    slope = (lb - la) / (ub - ua)
+    rising = slope > 0
+    if not rising.any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = ua + (level - la[rising]) / slope[rising]
+    u = float(np.min(cross))
+    if not ua < u < ub:
+        return None
+    return math.log(u)
 
 
 def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, views=()):
@@ -732,13 +757,23 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, v
             chosen = at(hi)
         elif at(lo)[2] < target:
             chosen = at(lo)
-        elif comp.knob_integer:
-            chosen = at(_knob_search(lambda v: at(v)[2], int(lo), int(hi), at(lo)[2],
-                                  at(hi)[2], target, integer=True))
         else:
-            a = _knob_search(lambda v: at(math.exp(v))[2], math.log(lo), math.log(hi),
-                          at(lo)[2], at(hi)[2], target, integer=False)
-            chosen = at(math.exp(a))
+            # the envelope's lines at the plan's line rate (without an interval: with one,
+            # the target must hold on every view, and the secant alone is used)
+            level = p.iteration_time / target - sc.forward(n) - p.update_time
+
+            def lines(v):
+                ev = at(math.exp(v) if not comp.knob_integer else v)[1]
+                return ev.lines.intercept + ev.lines.slope * float(_x_eff(ev, x))
+
+            kw = {} if views else {"lines": lines, "level": level}
+            if comp.knob_integer:
+                chosen = at(_knob_search(lambda v: at(v)[2], int(lo), int(hi), at(lo)[2],
+                                         at(hi)[2], target, integer=True, **kw))
+            else:
+                a = _knob_search(lambda v: at(math.exp(v))[2], math.log(lo), math.log(hi),
+                                 at(lo)[2], at(hi)[2], target, integer=False, **kw)
+                chosen = at(math.exp(a))
     config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = chosen
     feasible = sf_lo >= target  # over the whole interval
     none_hi = max([sf_none] + [v[3] for v in views])
