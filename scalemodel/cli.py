@@ -813,9 +813,11 @@ def _build_fit(sub):
     p.add_argument("runs", help="CSV of measured runs, header: model,n,bw and one of "
                    "scaling_factor, iteration_time or tokens_per_second_per_gpu; optional "
                    "single_worker_time, compute_time, fusion, algorithm, sharding (none, "
-                   "zero1, zero2, zero3, hybrid_shard), grad_accum, wrapped (a single-worker "
+                   "zero1, zero2, zero3, hybrid_shard), shard_group (GPUs that share one copy of "
+                   "the sharded state), grad_accum, wrapped (a single-worker "
                    "run inside the data-parallel wrapper), bucket_cap_mb (0: per tensor), "
-                   "uncertainty, label [file] (required)")
+                   "compressor (e.g. topk:0.01), implementation (pytorch, horovod, grace-tf, "
+                   "grace-torch, deepspeed), uncertainty, label [file] (required)")
     _algorithm_options(p, fit=True)
     _topology_options(p, fit=True)
     p.add_argument("--transport", nargs="+", default=None, metavar="FILE",

@@ -147,3 +147,6 @@ def test_help_lists_the_run_keys_and_the_new_options(capsys):
                 "bucket_cap_mb", "--transport", "--network", "--allow-folder",
                 "nccl-roce", "straggler_spread"):
         assert key in text, key
+    from scalemodel.runs import _RUN_KEYS
+    for key in _RUN_KEYS:  # every key a run list may have is named in the help
+        assert key in text, key
