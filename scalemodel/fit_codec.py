@@ -382,7 +382,7 @@ def fit_codec(cluster, runs, *, implementation=None, algorithm="ring", fusion="d
     ...          "compressor": "topk:0.01", "implementation": "grace-tf"}]
     >>> res = fit_codec(scalemodel.ClusterProfile(), runs, fusion="horovod")
     >>> fit = res.fits["grace-tf/topk"]  # the run names its implementation
-    >>> fit.status, fit.scale > 1, "grace-tf/topk" in res.cluster.codec_costs
+    >>> fit.status, fit.used, "grace-tf/topk" in res.cluster.codec_costs
     ('fitted', True, True)
     """
     from statistics import NormalDist
