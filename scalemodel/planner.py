@@ -891,6 +891,13 @@ def _codec_note(profile, cluster, comps, gpu=None, implementation=None):
                                "else " if measured & families else "")
             + f"the defaults, {own}measured on an {get_gpu(table.gpu).full_name} "
             f"(scalemodel/data/codec/{table.name}.json)")
+    if table.implementation:  # the families its table lacks: the reference kernels
+        lacking = sorted(families - measured - set(table.costs))
+        if lacking:
+            ref = default_costs(None, None)[1]
+            note += (f"; {', '.join(lacking)}: the reference kernels "
+                     f"(scalemodel/data/codec/{ref.name}.json, scaled to the "
+                     f"{(spec or get_gpu(table.gpu)).name})")
     if spec is None:
         device = profile.device or "an unknown device"
         note += (f"; {profile.name} ran on {device}, which no built-in GPU matches: the "

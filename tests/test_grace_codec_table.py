@@ -87,3 +87,12 @@ def test_validation_does_not_score_the_rows_the_levels_came_from(table):
     scored = rec["summary"]["uncal_grace/mpi"]["rows"]
     assert scored == sum(1 for r in rec["rows"] if not r["levels_row"]
                          and r["backend"] == "mpi")
+
+
+def test_the_plan_says_which_families_come_from_which_table():
+    note = sm.plan_compression("resnet50", "10Gbps", n=8, implementation="grace-tf").codec_note
+    assert "grace-tf-v100.json" in note
+    assert "fp16: the reference kernels (scalemodel/data/codec/h100.json" in note
+    only = sm.plan_compression("resnet50", "10Gbps", n=8, implementation="grace-tf",
+                               compressors=["topk"]).codec_note
+    assert "grace-tf-v100.json" in only and "h100.json" not in only
