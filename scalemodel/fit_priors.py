@@ -4,7 +4,8 @@ Each fitted parameter :math:`\\theta_p` is fitted in a transformed coordinate
 :math:`g(\\theta_p)` (the log of the value for ``log`` parameters) and pulled towards its
 ideal default by the penalty :math:`\\big((g(\\theta_p) - g(\\theta_p^0))/w_p\\big)^2`,
 with the scale :math:`w_p` and the bounds of :data:`~scalemodel.fitting.PRIORS`, each with
-its source.
+its source; :data:`UNIT_PRIORS` replaces the per-bucket cost's where every run gathers
+its parameters per wrapped unit (the cost is then the wrapper's per unit).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 
 import attrs
 
-__all__ = ["PRIORS", "AUTO", "NETWORKS", "TRANSPORT_SEES"]
+__all__ = ["PRIORS", "UNIT_PRIORS", "AUTO", "NETWORKS", "TRANSPORT_SEES"]
 
 
 @attrs.frozen
@@ -67,6 +68,33 @@ PRIORS = {
 """Weakly informative priors of the fitted parameters: ideal default, scale of the
 penalty (in the log of the value for ``log`` parameters, in the value's unit otherwise),
 bounds and their source. ``ceiling`` bounds are fractions of the largest line rate."""
+
+UNIT_PRIORS = {
+    "bucket_overhead": _Prior(0.0, 1e-2, 0.0, 0.1, "s", "scale 10 ms per wrapped unit and "
+                              "micro-batch: a sharded wrapper runs its hooks (parameter "
+                              "fetch, release, gradient partition) per unit in the forward, "
+                              "the recomputed forward and the backward of every micro-batch. "
+                              "PyTorch FSDP spends 12.6 ms of host time (8.1 ms after the "
+                              "fix) to unshard, write back and reshard one unit of 400 "
+                              "parameters (pytorch/pytorch#96958: 6.1/4.3 + 1.8/1.1 + "
+                              "4.7/2.8 ms); FSDP2's pre-forward costs about 1 ms per module "
+                              "call (pytorch/pytorch#173680), FSDP1's root pre-forward "
+                              "0.59 ms per call (huggingface/blog#1649 profile). DeepSpeed "
+                              "ZeRO-3 hooks every submodule: no per-hook figure in ms was "
+                              "found, only that coalescing them gains 40 % on a "
+                              "host-bound device (deepspeedai/DeepSpeed#6649), halves the "
+                              "fetch/release CPU time (#6694), and that fixing its prefetch "
+                              "took a 10B model from ~16 to ~37 TFLOP/s per GPU (#1069). "
+                              "The scale is the broadest these figures support (ten hook "
+                              "calls of ~1 ms, or one unshard and reshard of a large unit), "
+                              "not a measurement of DeepSpeed's hooks; bound 0.1 s"),
+}
+"""Priors that replace those of :data:`~scalemodel.fitting.PRIORS` when every run gathers
+its parameters per wrapped unit (``sharding="zero3"`` or ``"hybrid_shard"``: FSDP
+FULL_SHARD, DeepSpeed ZeRO-3). There the cluster's ``bucket_overhead`` is not DDP's work
+per gradient bucket (0.1 ms) but the wrapper's host work per unit and micro-batch, up to
+a hundred times larger. Runs that mix sharded and unsharded configurations keep DDP's
+prior (one value serves both)."""
 
 _ORDER = ("ceiling", "utilization", "sync_overhead", "collective_overhead",
           "compute_slowdown", "iteration_overhead", "bucket_overhead", "straggler_spread",

@@ -15,7 +15,7 @@ import numpy as np
 
 from .collectives import ReductionCost
 from .exceptions import CalibrationError, ScalemodelError
-from .fit_priors import PRIORS
+from .fit_priors import PRIORS, UNIT_PRIORS
 from .model import Scenario
 from .overlap import UpperEnvelope
 
@@ -73,6 +73,22 @@ def _run_sharding(run):
     return Sharding(strategy, shard_group=group)
 
 
+def _gathers_per_unit(run):
+    """Whether a run's sharding gathers the parameters per wrapped unit (``zero3``,
+    ``hybrid_shard``): its ``bucket_overhead`` is then the wrapper's work per unit and
+    micro-batch [-]."""
+    sharding = _run_sharding(run)
+    if isinstance(sharding, str):
+        if sharding == "none":
+            return False
+        from .sharding import Sharding
+        try:
+            sharding = Sharding(sharding)
+        except ScalemodelError:  # validated elsewhere
+            return False
+    return bool(sharding.full_shard)
+
+
 class _Problem:
     """Runs, the fixed setting and how parameters map to a cluster.
 
@@ -87,6 +103,11 @@ class _Problem:
         self.settings = settings
         self.fixed = fixed  # name -> value (given or measured)
         self.bw_max = max(r.bw for r in runs)
+        # what a unit of bucket_overhead is: DDP's gradient bucket, or (every run sharded
+        # per unit) the wrapper's hooks per unit and micro-batch
+        self.priors = dict(PRIORS)
+        if all(_gathers_per_unit(r) for r in runs):
+            self.priors.update(UNIT_PRIORS)
         self._fields = {f.name for f in attrs.fields(type(base))}
         configs, groups, config_of = {}, {}, np.empty(len(runs), dtype=np.int64)
         for i, r in enumerate(runs):
@@ -127,9 +148,15 @@ class _Problem:
             t1 = r.profile.iteration_time
             self.measured_t[i] = t1 / sf if sf is not None else r.iteration_time
 
+    def prior(self, name):
+        """The prior of ``name`` for these runs: :data:`~scalemodel.fit_priors.PRIORS`,
+        with :data:`~scalemodel.fit_priors.UNIT_PRIORS` in place where every run gathers
+        its parameters per unit."""
+        return self.priors[name]
+
     # parameter transforms: g(value) in fitting coordinates
     def to_g(self, name, value):
-        p = PRIORS[name]
+        p = self.prior(name)
         if name == "efficiency":
             return math.log(value / self.e0)
         if name == "ceiling":
@@ -139,7 +166,7 @@ class _Problem:
         return value
 
     def from_g(self, name, g):
-        p = PRIORS[name]
+        p = self.prior(name)
         if name == "efficiency":
             return self.e0 * math.exp(g)
         if name == "ceiling":
@@ -151,7 +178,7 @@ class _Problem:
         return g
 
     def g_bounds(self, name):
-        p = PRIORS[name]
+        p = self.prior(name)
         if name == "efficiency":
             return math.log(p.lower / self.e0), math.log(p.upper / self.e0)
         if name == "ceiling":
@@ -174,7 +201,7 @@ class _Problem:
             return 0.0
         if name == "utilization" and net is not None:
             return -math.log(net.utilization)
-        p = PRIORS[name]
+        p = self.prior(name)
         return 0.0 if p.log or name == "utilization" else p.default
 
     def prior_scale(self, name):
@@ -184,7 +211,7 @@ class _Problem:
             return net.utilization_scale
         if net is not None and name == "ceiling" and net.ceiling is not None:
             return net.ceiling_scale
-        return PRIORS[name].scale
+        return self.prior(name).scale
 
     def rank_penalty(self, values):
         r"""Extra ranking penalty of an explanation on a transport that reaches its line
@@ -194,7 +221,14 @@ class _Problem:
         :math:`w_\text{net}` in place of the generic :math:`w` that the fit itself used.
         It ranks, it does not move the fitted values: an explanation that reaches the
         runs stays one (kept within their noise), ranked below an equally good compute or
-        framework one [-]."""
+        framework one [-].
+
+        It is the one mechanism for such transports: putting :math:`w_\text{net}` into
+        the fit itself (as :meth:`prior_scale` does where the network centres a ceiling)
+        ranks the same on the validation runs but moves the values: runs made with a
+        20 Gbit/s ceiling on 100 Gbit/s InfiniBand are then fitted by a 21.3 Gbit/s
+        ceiling plus a 1.07 compute slowdown that is not there, and a run made with a
+        compute slowdown loses the ceiling as an alternative it cannot rule out."""
         net = self.network
         c = values.get("ceiling")
         if net is None or net.ceiling is not None or c is None or not math.isfinite(c):

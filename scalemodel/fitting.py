@@ -65,7 +65,10 @@ by robust least squares on the residuals
 (the relative error of the iteration time in units of the run's uncertainty
 :math:`s_i`) plus weakly informative priors that pull each free parameter towards its ideal
 default, :math:`\big((g(\theta_p) - g(\theta_p^0))/w_p\big)^2`, with the scales
-:math:`w_p` of :data:`~scalemodel.fitting.PRIORS`. The subset with the smallest
+:math:`w_p` of :data:`~scalemodel.fitting.PRIORS` (for ``bucket_overhead`` those of
+:data:`~scalemodel.fit_priors.UNIT_PRIORS` when every run is sharded per unit: the cost is
+then the wrapper's hooks per unit and micro-batch, not DDP's per bucket). The subset with
+the smallest
 :math:`\sum \rho_i^2 + \text{prior} + 2|S|` (Akaike's penalty) wins: so one run fits the
 single parameter that explains it at the least surprise, and more runs free more
 parameters when they are needed. With ``network=`` naming a transport that reaches its
@@ -661,7 +664,7 @@ def _fitted_parameters(problem, best, confidence, *, warn):
         at_bound = bool(g[i] >= hi_g - 1e-3 * (hi_g - lo_g))
         params[k] = FittedParameter(k, vals[k], (lo, hi), PRIORS[k].unit, "fitted",
                                     at_bound, f"fitted to {k_runs} run(s); prior: "
-                                    f"{PRIORS[k].source}")
+                                    f"{problem.prior(k).source}")
         if at_bound and warn:
             warnings.warn(CalibrationWarning(
                 f"fit_cluster: {k} = {vals[k]:.4g} {PRIORS[k].unit} sits at its bound: the "
@@ -755,8 +758,9 @@ def _alternatives(problem, solutions, confidence):
 def _idle(problem, solution):
     """Whether every free parameter of ``solution`` sits at its ideal value (no effect)."""
     for k, g in zip(solution.free, solution.g):
-        ideal = PRIORS[k].default if not PRIORS[k].log and k != "utilization" else 0.0
-        if abs(float(g) - ideal) > 1e-3 * PRIORS[k].scale:
+        p = problem.prior(k)
+        ideal = p.default if not p.log and k != "utilization" else 0.0
+        if abs(float(g) - ideal) > 1e-3 * p.scale:
             return False
     return True
 
