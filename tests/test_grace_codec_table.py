@@ -87,6 +87,11 @@ def test_validation_does_not_score_the_rows_the_levels_came_from(table):
     scored = rec["summary"]["uncal_grace/mpi"]["rows"]
     assert scored == sum(1 for r in rec["rows"] if not r["levels_row"]
                          and r["backend"] == "mpi")
+    # the strict one-run line starts from the reference kernels, not from the levels
+    assert set(rec["codec_costs"]["one_run_ref"]) == {"topk"}
+    assert set(rec["codec_costs"]["one_run"]) == {"grace-tf/topk"}
+    ref = rec["codec_costs"]["one_run_ref"]["topk"]["encode"]
+    assert ref == pytest.approx(table["codec_costs"]["topk"]["encode"], rel=1e-6)
 
 
 def test_the_plan_says_which_families_come_from_which_table():
