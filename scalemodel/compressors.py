@@ -153,7 +153,10 @@ another GPU the planner scales the per-element costs by the ratio of HBM bandwid
 keeps the launch floors (:mod:`scalemodel.codec_costs`: a V100, 0.9 TB/s against the
 H100's 3.35 TB/s, is 3.72 times slower per element); for more than that estimate, or with
 fused kernels, measure your own with :mod:`scalemodel.calibrate.codec_bench` and pass the
-cluster profile (``cluster=``).
+cluster profile (``cluster=``). An implementation may ship levels of its own: the
+``grace-tf`` preset's are GRACE's TensorFlow code on V100s, measured from the GRACE data
+release's 8-worker runs (``scalemodel/data/codec/grace-tf-v100.json``, see
+:mod:`scalemodel.codec_costs`).
 
 References
 ----------
