@@ -18,7 +18,8 @@ starting costs are those the cluster or the defaults give,
 
 and the per-call launch :math:`L^0` stays the starting one (the GPU's kernel launch and
 dispatch). The model's iteration time does not fall as :math:`m` grows (the codec time is
-added to the communication channel, eq. :eq:`compressed-bucket`), so the root is unique
+added to the communication channel, eq. :eq:`compressed-bucket`, or to the compute stream,
+eq. :eq:`compute-stream`), so the root is unique
 where it exists and is found by bracketing. With two or more compressed runs of one
 family whose times the two parameters can tell apart (e.g. two worker counts: the
 all-gathered families decode :math:`n` contributions, the launches do not grow), both
