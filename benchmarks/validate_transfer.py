@@ -650,6 +650,10 @@ def zeropp_source():
              "checkpointing; TFLOP/s as Megatron counts them; profiles derived from FLOPs",
              "calibration: gpt-18b at 4 links, 1K and 2K tokens per GPU",
              "held out: gpt-18b at 1, 2 and 8 links (the 49B-138B shapes are not stated)",
+             "prior: under zero3 bucket_overhead is the wrapper's hooks per unit and "
+             "micro-batch (fit_priors.UNIT_PRIORS, scale 10 ms from FSDP's published host "
+             "costs; that scale was first tried on these runs after their 73 % errors were "
+             "seen, with DDP's 0.1 ms per bucket they fit a 39 Gbit/s ceiling)",
              "baselines: 'ideal' = no cluster, efficiency bisected on the calibration run of "
              "the same micro-batch; 'carried' = that run's TFLOP/s"]
     return dict(key="zero++", title="DeepSpeed ZeRO-3, 384 V100, 100-800 Gbit/s per node "
