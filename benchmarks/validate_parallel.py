@@ -237,11 +237,13 @@ def iteration(r, eta):
 
 
 def _tp_time(r, m):
-    """The TP all-reduces of one step, eq. tp-compute: 4 per layer and micro-batch over
-    the (m + pp - 1) micro-batch slots of the 1F1B step [s]."""
+    """The TP all-reduces of one step, eq. tp-compute: 4 per layer and micro-batch (6
+    under full recomputation, whose recomputed forward runs its 2 again) over the
+    (m + pp - 1) micro-batch slots of the 1F1B step [s]."""
     a_t = tp_allreduce_time(r["seq"] * r["hidden"] * micro_batch(r) * 2.0,
                             r["tp"], sm.get_gpu(r["gpu"]).intra_node_bw)
-    return (m + r["pp"] - 1) * 4 * a_t * r["layers"] / r["pp"]
+    per_layer = 6 if ASSUMED[r["series"]][1] == "full" else 4
+    return (m + r["pp"] - 1) * per_layer * a_t * r["layers"] / r["pp"]
 
 
 def predicted_time(r, eta, bare=False):

@@ -25,7 +25,22 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   .. math::
      :label: tp-compute
 
-     f = \frac{F}{t p} + \frac{L}{p}\, 2 A_t, \qquad b = \frac{B}{t p} + \frac{L}{p}\, 2 A_t ;
+     f = \frac{F}{t p} + \frac{L}{p}\, 2 A_t, \qquad b = \frac{B}{t p} + \frac{L}{p}\, 2 A_t
+         + \frac{L_r}{p}\, 2 A_t ;
+
+  with activation checkpointing, :math:`B` holds the recompute of the checkpointed
+  layers' forward (:mod:`scalemodel.checkpointing`) and the last term is the forward's
+  tensor-parallel all-reduces those layers run again: :math:`L_r` layers recomputed
+  fully (``"full"``: all :math:`L`; a fraction :math:`\phi` of the layers:
+  :math:`\mathrm{round}(\phi L)`), each re-running its forward with its two
+  all-reduces, as Megatron-LM's full recompute does (``CheckpointFunction`` re-runs the
+  layer's ``forward``, ``tensor_parallel/random.py``). ``"selective"`` re-runs none:
+  Megatron's selective recompute is the attention core, between the column-parallel QKV
+  and the row-parallel output projection, where no collective sits (Korthikanti et al.,
+  MLSys 2023, Sec. 5); for the op-level policy with flash attention (torchtitan, which
+  runs tensor parallelism with sequence parallelism, not modelled here) none is counted
+  either, an assumption. Each recomputed layer's all-reduces delay its gradients as its
+  recompute does (at the start of the layer's backward);
 
 * **pipeline (1F1B)**: with :math:`m` micro-batches per step the first stage runs
   :math:`(m + p - 1)(f + b)` (Narayanan et al., Sec. 2.2: the bubble is :math:`(p-1)/m`
@@ -296,19 +311,49 @@ def model_parallel_profile(profile, mp, options):
         per_layer = 2.0 * tp_allreduce_time(nbytes, mp.tp, options.intra_bw,
                                             options.intra_alpha)
         act_tp = cfg["layers"] / mp.pp * per_layer
+        redo_tp = recomputed_layers(profile, cfg["layers"]) / mp.pp * per_layer
         bubble_layers = mp.pp - 1
+    else:
+        redo_tp = 0.0
     f = profile.forward_time / k + act_tp
     b = profile.backward_time / k + act_tp
     stretch = b / profile.backward_time if profile.backward_time > 0 else 0.0
+    ready = np.asarray(profile.tensor_ready, float) * stretch
+    if redo_tp > 0:  # at each recomputed layer's backward start, as its recompute
+        redo = np.cumsum(np.asarray(profile.provenance["recompute"], float))
+        ready = ready + (redo_tp * redo / redo[-1] if redo[-1] > 0 else redo_tp)
+        b += redo_tp
     prov = dict(profile.provenance)
-    prov["model_parallel"] = dict(mp.settings(), tp_collectives_per_microbatch=2 * act_tp,
+    prov["model_parallel"] = dict(mp.settings(),
+                                  tp_collectives_per_microbatch=2 * act_tp + redo_tp,
+                                  tp_recompute_collectives_per_microbatch=redo_tp,
                                   pipeline_bubble=bubble_layers * (f + b))
     return attrs.evolve(
         profile, tensor_bytes=np.asarray(profile.tensor_bytes, float) / k,
-        tensor_ready=np.asarray(profile.tensor_ready, float) * stretch, tensor_shapes=None,
+        tensor_ready=ready, tensor_shapes=None,
         forward_time=f, backward_time=b,
         update_time=profile.update_time / k + bubble_layers * (f + b),
         grad_accum=mp.microbatches, provenance=prov)
+
+
+def recomputed_layers(profile, layers) -> int:
+    """Layers whose forward, tensor-parallel all-reduces included, runs again in backward:
+    :math:`L_r` of eq. :eq:`tp-compute`, ``round(fraction * layers)`` under ``"full"``
+    checkpointing, 0 otherwise (``"selective"`` re-runs no collective) [layers].
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The single-GPU profile, after :func:`~scalemodel.checkpointing.with_recompute`
+        (its ``provenance["checkpointing"]``) [-].
+    layers : int
+        Transformer layers of the model [layers].
+    """
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    ck = prov.get("checkpointing")
+    if not isinstance(ck, dict) or ck.get("mode") != "full" or not prov.get("recompute"):
+        return 0
+    return int(round(float(ck.get("fraction", 1.0)) * int(layers)))
 
 
 def dp_options(options, mp):
