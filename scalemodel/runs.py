@@ -15,7 +15,9 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     Forward + backward measured inside the run, per step (every micro-batch's).
 ``sharding``
     ``"none"`` (default), ``"zero1"``, ``"zero2"``, ``"zero3"``, ``"hybrid_shard"`` or an
-    alias (``"fsdp"``, ``"full_shard"``, ``"shard_grad_op"``, ``"hsdp"``).
+    alias (``"fsdp"``, ``"full_shard"``, ``"shard_grad_op"``, ``"hsdp"``); or a
+    :class:`~scalemodel.sharding.Sharding` whose ``param_return="broadcast"`` says how
+    the run returned its parameters (kept as given, its ``shard_group`` included).
 ``shard_group`` [GPUs]
     With ``sharding`` ``"zero1"``, ``"zero2"`` or ``"zero3"``: the state is sharded over
     groups of this many GPUs and replicated across them (InternLM's ``zero1=8``, MiCS,
@@ -280,6 +282,8 @@ def _sharding(i, value):
     if isinstance(value, Sharding) and (value.param_dtype or value.reduce_dtype):
         raise InvalidParameterError(f"runs[{i}].sharding", value, "a run takes the "
                                     "strategy only; dtypes are not supported per run")
+    if isinstance(value, Sharding) and value.param_return != "allgather":
+        return value  # the parameter return is part of what the run measured
     try:
         return resolve_sharding(value).strategy
     except (InvalidParameterError, ParameterTypeError) as exc:
@@ -297,6 +301,10 @@ def _shard_group(i, value, sharding, n):
     if not isinstance(g, int):
         raise ParameterTypeError(f"runs[{i}].shard_group", value, "one integer")
     try:
+        if isinstance(sharding, Sharding):
+            raise InvalidParameterError(f"runs[{i}].shard_group", value, "give the shard "
+                                        "group inside the run's Sharding (shard_group=) "
+                                        "when it sets param_return")
         Sharding(sharding, shard_group=g)
     except (InvalidParameterError, ParameterTypeError) as exc:
         raise _renamed(exc, f"runs[{i}].shard_group") from None

@@ -74,6 +74,44 @@ all-gathers :math:`g_j` of the updated parameters run back to back after the ste
    T_n = T_f + \max\Big(T_b,\; \max_j \big(R_j + \sum_{i \ge j} r_i\big)\Big)
          + \frac{T_u}{n} + \sum_j g_j .
 
+**Parameter return by broadcast.** DeepSpeed's ZeRO-1/2 all-gather the updated
+parameters bucket by bucket, as :eq:`zero12` says. PyTorch's ``ZeroRedundancyOptimizer``
+instead broadcasts each rank's shard from that rank (``_sync_params`` calls
+``_broadcast_params_from_rank(rank)`` for every rank of the group, which issues one
+``dist.broadcast`` per rank with ``parameters_as_bucket_view=True``, else one per
+parameter; ``torch/distributed/optim/zero_redundancy_optimizer.py``), and so does
+InternLM's hybrid ZeRO (one broadcast per rank that owns parameters; with more ranks
+than large tensors, the last ranks own none: :func:`broadcast_owners`). NCCL runs a
+broadcast only as a ring, a chain from the root through the other :math:`s - 1` ranks,
+pipelined in steps of :math:`c` bytes per channel (:data:`NCCL_SIMPLE_STEP_BYTES`; the
+channels' chunks together, :math:`C`, travel side by side). A chunk is forwarded once it
+has arrived, so the chain is a flow shop of :math:`k = \lceil S/C \rceil` equal chunks
+of :math:`C' = S/k` bytes over the hops :math:`h`, each taking :math:`t_h = 8C'/r_h`
+(:math:`r_h` the hop's rate: the node's NICs, :math:`N/x`, for the :math:`m - 1` hops
+between the :math:`m` nodes, which bind, and ``intra_bw`` for the :math:`s - m` others)
+plus its latency :math:`\ell_h` (``alpha`` or ``intra_alpha``). Its last chunk arrives
+after
+
+.. math::
+   :label: broadcast
+
+   B(S) = (k - 1) \max_h t_h + \sum_h (t_h + \ell_h)
+        = \frac{8\,x}{N}\,(k - 1 + m - 1)\,C' + (s - m)\Big(\frac{8C'}{r_{intra}}
+          + \ell_{intra}\Big) + (m - 1)\,\ell_{net} + c_0 ,
+
+the bytes of the buffer at the NIC rate plus the *pipeline fill*: one chunk over every
+hop. The fill grows with :math:`s`, and a group that returns its parameters in
+:math:`b` broadcasts pays it :math:`b` times, where all-gathers pay :math:`s - 1` step
+latencies once per bucket. Under ``param_return="broadcast"`` the all-gathers
+:math:`g_j` of :eq:`zero12` are replaced by :math:`b` such broadcasts of :math:`P/b`
+bytes each (:math:`P` the parameter bytes; the sum depends on how :math:`P` is split
+among the owners only through :math:`k`). Without a topology every hop is a network
+hop (:math:`m = s`, :math:`N = 1`); inside one node the intra-node links are the wire.
+:math:`C` defaults to :data:`NCCL_SIMPLE_STEP_BYTES` on each of
+:func:`nccl_ring_channels` channels. Not modelled: InternLM's ``overlap_sync_param``,
+which lets the next step's forward start on the blocks whose broadcasts have arrived
+(the model charges the broadcasts before it, an upper bound).
+
 Each term of :eq:`zero3` is a line or the max of two lines, so :math:`T_n` is convex and
 piecewise linear in :math:`x`: the sum of :math:`2K - 1` two-piece functions has at most
 :math:`2K` pieces, found by sorting the :math:`2K - 1` breakpoints and taking cumulative
@@ -149,6 +187,8 @@ from .topology import HIERARCHICAL_GPUS_PER_NODE
 
 __all__ = ["Sharding", "SizeWrap", "ShardUnits", "ShardedSchedule", "resolve_sharding",
            "resolve_wrap", "shard_units", "unit_buckets", "sharded_schedule", "sum_of_maxima", "SHARDING_STRATEGIES",
+           "broadcast_owners", "nccl_ring_channels", "PARAM_RETURNS",
+           "NCCL_SIMPLE_STEP_BYTES",
            "SHARDING_ALIASES", "WRAP_POLICIES", "SHARDING_COMPRESSORS"]
 
 WRAP_POLICIES = ("block", "module", "none")
@@ -204,6 +244,52 @@ def _strategy(value):
     return canonical_sharding(value)
 
 
+PARAM_RETURNS = ("allgather", "broadcast")
+"""How ``zero1`` / ``zero2`` return the updated parameters after the optimizer step:
+``"allgather"`` (DeepSpeed ZeRO stages 1 and 2: one all-gather per bucket) or
+``"broadcast"`` (one broadcast per owning rank of the shard group: PyTorch's
+``ZeroRedundancyOptimizer``, InternLM's hybrid ZeRO); see :class:`Sharding`."""
+
+NCCL_SIMPLE_STEP_BYTES = 512 * 1024
+"""Bytes one NCCL channel forwards per pipeline step of a ring broadcast under the Simple
+protocol: ``NCCL_BUFFSIZE`` (4 MiB by default) / ``NCCL_STEPS`` (8), with
+``BROADCAST_CHUNKSTEPS = BROADCAST_SLICESTEPS = 1`` (NVIDIA/nccl ``src/include/
+collectives.h``, ``src/enqueue.cc``) [bytes]."""
+
+
+def _param_return(value):
+    if not isinstance(value, str):
+        raise ParameterTypeError("param_return", value, f"one of {PARAM_RETURNS}")
+    key = value.strip().lower().replace("_", "").replace("-", "")
+    if key not in PARAM_RETURNS:
+        raise UnknownNameError("param_return", value, PARAM_RETURNS)
+    return key
+
+
+def _broadcasts(value):
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ParameterTypeError("broadcasts", value, "an integer number of broadcasts "
+                                 ">= 1, or None for one per rank of the shard group")
+    if value < 1:
+        raise InvalidParameterError("broadcasts", value, "at least one broadcast returns "
+                                    "the parameters")
+    return int(value)
+
+
+def _chunk(value):
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)) or not math.isfinite(value) \
+            or value <= 0:
+        raise InvalidParameterError("broadcast_chunk", value, "must be a finite number of "
+                                    "bytes > 0", f"NCCL's Simple step is "
+                                    f"{NCCL_SIMPLE_STEP_BYTES} bytes per channel")
+    return float(value)
+
+
 def _group(value):
     if value is None:
         return None
@@ -237,6 +323,24 @@ class Sharding:
         (InternLM's ``zero1=8``, MiCS, HSDP with any group; equation
         :eq:`shard-group`); it must divide ``n``. None: one group of all ``n`` GPUs
         [GPUs].
+    param_return : str
+        ``zero1`` / ``zero2`` only: how the updated parameters come back after the
+        optimizer step. ``"allgather"`` (default): one all-gather per gradient bucket
+        (DeepSpeed ZeRO stages 1 and 2). ``"broadcast"``: one ring broadcast per rank of
+        the shard group that owns parameters, each of its own parameters (PyTorch's
+        ``ZeroRedundancyOptimizer._broadcast_params_from_rank``, one per rank with
+        ``parameters_as_bucket_view=True``; InternLM's hybrid ZeRO
+        ``broadcast_params``), equation :eq:`broadcast` [-].
+    broadcasts : int or None
+        With ``param_return="broadcast"``: the number of owning ranks, hence broadcasts
+        per step; None: every rank of the shard group (see :func:`broadcast_owners` for
+        InternLM's allocation, which leaves ranks without parameters at large groups)
+        [broadcasts].
+    broadcast_chunk : float or None
+        With ``param_return="broadcast"``: the bytes the ring moves per pipeline step
+        across all its channels, whose passage over every hop is the broadcast's fill.
+        None: NCCL's Simple step, :data:`NCCL_SIMPLE_STEP_BYTES`, on each of
+        :func:`nccl_ring_channels` channels [bytes].
 
     Raises
     ------
@@ -244,9 +348,10 @@ class Sharding:
         An unknown strategy or dtype; suggests the closest.
     InvalidParameterError
         ``shard_group`` below 2 or with a strategy other than ``zero1`` / ``zero2`` /
-        ``zero3``.
+        ``zero3``; ``param_return="broadcast"`` with a strategy other than ``zero1`` /
+        ``zero2``; ``broadcasts`` below 1; ``broadcast_chunk`` not a positive number.
     ParameterTypeError
-        ``shard_group`` not an integer.
+        ``shard_group`` or ``broadcasts`` not an integer.
     """
 
     strategy: str = attrs.field(default="zero3", converter=_strategy)
@@ -254,8 +359,19 @@ class Sharding:
     reduce_dtype: str | None = attrs.field(default=None,
                                            converter=_opt_dtype("reduce_dtype"))
     shard_group: int | None = attrs.field(default=None, converter=_group, kw_only=True)
+    param_return: str = attrs.field(default="allgather", converter=_param_return,
+                                    kw_only=True)
+    broadcasts: int | None = attrs.field(default=None, converter=_broadcasts, kw_only=True)
+    broadcast_chunk: float | None = attrs.field(default=None, converter=_chunk,
+                                                kw_only=True)
 
     def __attrs_post_init__(self):
+        if self.param_return == "broadcast" and self.strategy not in ("zero1", "zero2"):
+            raise InvalidParameterError(
+                "param_return", self.param_return,
+                f"applies to zero1 and zero2, not to sharding={self.strategy!r} (which "
+                "gathers the parameters of each unit before it runs)",
+                "Use param_return='allgather'")
         if self.shard_group is not None and self.strategy not in ("zero1", "zero2",
                                                                    "zero3"):
             raise InvalidParameterError(
@@ -797,6 +913,111 @@ def _ring_per_byte(n, options):
             float(one.intra_bw))
 
 
+def _broadcast_ops(nbytes, s, opt, chunk, fixed, codec):
+    """Ring broadcasts of ``nbytes`` each over a shard group of ``s`` GPUs, equation
+    :eq:`broadcast`, as parts rows (see :class:`_Ops`), and the bits each NIC and each
+    intra-node link carries per broadcast [bit]."""
+    size = np.asarray(nbytes, float)
+    k = np.maximum(np.ceil(size / chunk), 1.0)  # pipeline steps of equal chunks
+    c8 = 8.0 * size / k  # bits of one chunk
+    gpn = opt.gpus_per_node
+    m = s if gpn is None else -(-s // gpn)  # nodes the chain passes
+    hops, inter = s - 1, m - 1
+    ops = _Ops.__new__(_Ops)
+    ops.intra_bw, ops.fix = float(opt.intra_bw), fixed
+    ops.ovh = codec * size
+    zero = np.zeros_like(size)
+    if gpn is None:  # every GPU its own link: every hop crosses
+        ops.bits, ops.intra = (k - 1.0 + hops) * c8, zero
+        ops.lat, ops.nalpha = hops * opt.alpha, float(hops)
+        carried = (8.0 * size, zero)
+    elif m > 1:  # the NIC hops bind; the intra-node hops' fill is a constant
+        ops.bits = (k - 1.0 + inter) * c8 / opt.nics_per_node
+        ops.intra = 8.0 * size
+        ops.ovh = ops.ovh + (hops - inter) * c8 / ops.intra_bw
+        ops.lat = (hops - inter) * opt.intra_alpha + inter * opt.alpha
+        ops.nalpha = float(inter)
+        carried = (8.0 * size / opt.nics_per_node, 8.0 * size)
+    else:  # one node: the intra-node links are the wire
+        ops.bits, ops.intra = zero, (k - 1.0 + hops) * c8
+        ops.lat, ops.nalpha = hops * opt.intra_alpha, 0.0
+        carried = (zero, 8.0 * size)
+    return ops, carried
+
+
+def nccl_ring_channels(nics_per_node=1) -> int:
+    """NCCL's ring channels on nodes with ``nics_per_node`` NICs: its topology search
+    finds one ring channel per NIC (each channel leaves the node through its own NIC),
+    and ``ncclTopoPostset`` doubles them, ``nChannels = min(MAXCHANNELS, nChannels*2)``
+    (NVIDIA/nccl ``src/graph/connect.cc``) [channels].
+
+    Parameters
+    ----------
+    nics_per_node : int
+        Network interfaces per node [NICs].
+
+    Examples
+    --------
+    >>> nccl_ring_channels(4)
+    8
+    """
+    if isinstance(nics_per_node, (bool, np.bool_)) or not isinstance(
+            nics_per_node, (int, np.integer)) or nics_per_node < 1:
+        raise InvalidParameterError("nics_per_node", nics_per_node,
+                                    "must be an integer number of NICs >= 1")
+    return min(2 * int(nics_per_node), 32)
+
+
+def broadcast_owners(params, s, *, slack=0.01) -> int:
+    """How many ranks of a shard group own parameters, hence broadcast them, under
+    InternLM's allocation: walking the tensors in model order, a tensor goes to the
+    current rank, and the next tensor to the next rank once the current one holds more
+    than ``(1 + slack)`` times the average, ``total // s`` elements; the tensor that
+    takes a rank past it already goes to the next rank, which counts from zero
+    (``ParamBcastSyncHandler.__init__``, ``internlm/solver/optimizer/utils.py``,
+    InternLM/InternLM; with ``overlap_sync_param=True`` the hybrid ZeRO optimizer's
+    ``_partition_param_list`` takes each tensor's rank from it, and ``broadcast_params``
+    broadcasts from every rank that owns one) [ranks].
+
+    Parameters
+    ----------
+    params : array_like
+        Elements of each parameter tensor, in the model's (forward) order [-].
+    s : int
+        Ranks in the shard group [GPUs].
+    slack : float
+        How far above the average a rank may fill before the next one starts [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        ``s`` below 1, ``slack`` negative or ``params`` empty or negative.
+
+    Examples
+    --------
+    >>> broadcast_owners([4, 4, 4, 4], 2)
+    2
+    >>> broadcast_owners([100, 1, 1, 1], 4)  # the tensor that overflows rank 0 opens rank 1
+    1
+    """
+    sizes = np.asarray(params, float).ravel()
+    if sizes.size == 0 or (sizes < 0).any() or not np.isfinite(sizes).all():
+        raise InvalidParameterError("params", params, "must be a non-empty list of "
+                                    "element counts >= 0")
+    if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) or s < 1:
+        raise InvalidParameterError("s", s, "must be an integer number of ranks >= 1")
+    if not math.isfinite(slack) or slack < 0:
+        raise InvalidParameterError("slack", slack, "must be a finite number >= 0")
+    avg = float(sizes.sum() // s)
+    alloc, rank, owners = 0.0, 0, set()
+    for e in sizes:
+        alloc += e
+        if alloc > avg * (1.0 + slack) and rank < s - 1:
+            rank, alloc = rank + 1, 0.0
+        owners.add(rank)
+    return len(owners)
+
+
 def _linear_wire_mode(kb, ki, intra_bw, network_ops):
     """The wire of a schedule and its x_eff map (see ``Scenario.x_effective``), for
     collectives whose NIC and intra-node bits are ``kb`` and
@@ -1076,7 +1297,19 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
             params = np.asarray(buckets.nbytes, float) / elem
             ready = np.asarray(buckets.ready, float)
         G, P = params * rb, params * pb
-        every, bits, ibits, xmap, k = ring_ops(P, G)
+        if sharding.param_return == "broadcast":  # eq. (broadcast), once per step
+            every, bits, ibits, xmap, _ = ring_ops(np.zeros(0), G)
+            k = sharding.broadcasts or s
+            chunk = sharding.broadcast_chunk or (
+                NCCL_SIMPLE_STEP_BYTES * nccl_ring_channels(intra_opt.nics_per_node))
+            bc, (bc_nic, bc_intra) = _broadcast_ops(
+                np.full(k, float(P.sum()) / k), s, intra_opt, chunk, c0, codec)
+            mode = "intra" if xmap[0] == 0.0 else "nic"
+            every = np.concatenate((bc.parts(mode, bc.intra_bw), every))
+            bits = np.concatenate((bc_nic, bits))
+            ibits = np.concatenate((bc_intra, ibits))
+        else:
+            every, bits, ibits, xmap, k = ring_ops(P, G)
         gp, rp = every[:k], every[k:]
         gp[-1, _FIX] += float(sync_overhead)
         tails = np.cumsum(rp[::-1], axis=0)[::-1]

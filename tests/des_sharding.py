@@ -99,6 +99,42 @@ def _ring_half(nbytes, ranks, bw_eff, intra_eff, alpha, intra_alpha, red, reduce
     return t
 
 
+def _chain_broadcast(nbytes, ranks, chunk, bw_eff, intra_eff, alpha, intra_alpha,
+                     per_node=None, nics=1):
+    """One ring broadcast of nbytes from rank 0 of ``ranks`` consecutive GPUs, as NCCL
+    runs it: a chain 0 -> 1 -> ... -> ranks-1, the buffer cut into k = ceil(nbytes /
+    chunk) equal chunks. Every hop forwards one chunk at a time, a chunk once it has
+    wholly arrived (store and forward): the time of chunk j on hop h starts at the later
+    of the end of chunk j-1 on hop h and the arrival of chunk j from hop h-1 (its end
+    there plus that hop's latency). A hop across nodes sends over the node's NICs (and
+    the GPU's intra-node link: the slower binds), one inside a node over the intra-node
+    link; without a topology every GPU has its own link at bw_eff."""
+    if ranks == 1:
+        return 0.0
+    k = max(math.ceil(nbytes / chunk), 1)
+    c = nbytes / k
+    svc, lat = [], []
+    for hop in range(ranks - 1):
+        if per_node is None:
+            svc.append(c * 8 / bw_eff)
+            lat.append(alpha)
+        elif hop // per_node != (hop + 1) // per_node:
+            link = c * 8 / intra_eff if per_node > 1 else 0.0
+            svc.append(max(c * 8 / (nics * bw_eff), link))
+            lat.append(alpha)
+        else:
+            svc.append(c * 8 / intra_eff)
+            lat.append(intra_alpha)
+    prev = [0.0] * k  # arrival of each chunk at the current hop's sender
+    for h in range(ranks - 1):
+        end, cur = 0.0, []
+        for j in range(k):
+            end = max(end, prev[j]) + svc[h]
+            cur.append(end + lat[h])
+        prev = cur
+    return prev[-1]
+
+
 def _cross_group_allreduce(shard, n, group, bw_eff, intra_eff, alpha, intra_alpha, red,
                            per_node, nics):
     """Ring all-reduce of one ``shard``-byte gradient shard across the n/group replicas
@@ -141,7 +177,8 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
                      sync_overhead=0.0, gpus_per_node=None, nics_per_node=1,
                      intra_bw=2.4e12, intra_alpha=0.0, element_bytes=None, grad_accum=1,
                      bucket_overhead=0.0, recompute=None, update_time=None,
-                     shard_group=None):
+                     shard_group=None, param_return="allgather", broadcasts=None,
+                     broadcast_chunk=None):
     """Iteration time [s] of one sharded iteration on n GPUs, by discrete-event simulation.
 
     ``grad_accum`` micro-batches per step, each ending in a synchronization (FSDP and
@@ -166,6 +203,11 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     replicated across the groups: every reduce-scatter (inside the group) is followed on
     the channel by the ring all-reduce of its shard across the n/shard_group groups,
     played hop by hop (see :func:`_cross_group_allreduce`).
+    ``param_return="broadcast"`` (zero1/2): the updated parameters come back in
+    ``broadcasts`` (default: one per rank of the shard group) ring broadcasts of equal
+    size from ranks of the group, each played chunk by chunk along its chain
+    (:func:`_chain_broadcast`), ``broadcast_chunk`` bytes per step (default NCCL's 512
+    KiB Simple step on each of 2 x nics_per_node channels).
     """
     elem = element_bytes
     pbytes = param_bytes or elem
@@ -398,6 +440,14 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     else:  # zero1: the micro-batches before the last one reduce nothing
         t = (grad_accum - 1) * sigma * (profile.forward_time + backward_time)
         t += micro + update
+    if param_return == "broadcast":
+        b = broadcasts or group
+        total = sum(unit_params) * pbytes
+        chunk = broadcast_chunk or 524288 * 2 * nics_per_node
+        one = _chain_broadcast(total / b, group, chunk, bw_eff, intra_eff, alpha,
+                               intra_alpha, per_node=gpus_per_node, nics=nics_per_node)
+        one += collective_overhead + (codec_cost * total / b if compression > 1 else 0.0)
+        return t + b * one + sync_overhead
     for i in range(K):
         t += ops_dur[("ag", i)]
     return t
