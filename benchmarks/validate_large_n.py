@@ -26,7 +26,13 @@ Protocol (fixed before the predictions were compared with the table):
 
 1. **Two runs calibrate**: a series' rows at 8 and 64 GPUs (one node, and the largest
    count <= 64), given to :func:`scalemodel.fit_cluster` as ``tokens_per_second_per_gpu``
-   with the job's sharding (and ``shard_group``), its fusion (InternLM's
+   with the job's sharding (and ``shard_group``) as InternLM runs it: the updated
+   parameters come back in one broadcast per rank of the ZeRO group that owns
+   parameters (``Sharding(param_return="broadcast")``, the owners from
+   :func:`scalemodel.sharding.broadcast_owners` on InternLM-7B's tensors: 8 in a group
+   of 8; 16, 27, 44, 82, 130, 162, 162 in groups of 16 to 1024), each a ring broadcast
+   with NCCL's pipeline fill (eq. ``broadcast`` of :mod:`scalemodel.sharding`, the
+   library's default chunk: 512 KiB on 2 x 4 NICs = 8 channels); its fusion (InternLM's
    ``reduce_bucket_size = 512 * 1024 * 1024`` elements, bf16: 1 GiB buckets, no small
    first bucket; ``configs/7B_sft.py``, ``InternLM/InternLM`` at commit 0047876) and the
    ring all-reduce, 8 GPUs and 4 NICs of 100 Gbit/s per node.
@@ -38,17 +44,20 @@ Protocol (fixed before the predictions were compared with the table):
 3. **Held out**: the rows at 128 to 1024 GPUs (and the ``-batch`` rows). Error =
    predicted / published TGS - 1; "inside" = the published TGS within the interval
    that ``iteration_time(...).scaling_factor_interval`` implies.
-4. **Baseline "flat"**: per-GPU throughput constant, the 64-GPU calibration row's TGS
-   carried to every held-out row of the series (for the ``-batch`` rows: of their own
-   series' 64-GPU row).
+4. **Baselines**: "all-gather", the same protocol with the parameters returned by
+   bucketed all-gathers (DeepSpeed's ZeRO-1, scalemodel's only ZeRO-1 before
+   ``param_return``: the previous version of this table); "flat", per-GPU throughput
+   constant, the 64-GPU calibration row's TGS carried to every held-out row of the
+   series (for the ``-batch`` rows: of their own series' 64-GPU row).
 
-After the tables, a **diagnosis** (written after the errors were seen, on every row; not
-a prediction): the step-time gap between the two tp=1 series against growth laws, NCCL's
-own latency and all-reduce models, the straggler spread the zero1=8 growth would need,
-and a candidate term for InternLM's per-rank parameter broadcasts whose one constant
-comes from the 64-GPU rows. None of it changes the library's predictions above.
+After the tables, a **diagnosis** (on every row; not a prediction): the step-time gap
+between the two tp=1 series against growth laws, NCCL's own latency and all-reduce
+models, the straggler spread the zero1=8 growth would need, what the library's broadcast
+term adds from 64 GPUs against the measured gap, and the zero1=-1 predictions with NCCL
+on 4 or 16 channels instead of 8 (a sensitivity: the channel rule was read from NCCL's
+source, but this cluster's channel count is not published).
 
-Run: ``python benchmarks/validate_large_n.py`` (about 20-30 s on this project's 2-core
+Run: ``python benchmarks/validate_large_n.py`` (about a minute on this project's 2-core
 machine); writes ``benchmarks/results/validate_large_n.txt`` unless ``--no-write``.
 """
 
@@ -67,6 +76,7 @@ import numpy as np
 import scalemodel as sm
 from scalemodel.checkpointing import with_recompute
 from scalemodel.fusion import DDPBuckets
+from scalemodel.sharding import Sharding, broadcast_owners
 from scalemodel.workloads import TransformerConfig
 
 HERE = Path(__file__).resolve().parent
@@ -93,6 +103,17 @@ FUSION = DDPBuckets(cap_bytes=BUCKET_BYTES, first_bucket_bytes=BUCKET_BYTES)
 
 EXPLANATIONS = {"auto": None, "latency": ("efficiency", "alpha"),
                 "straggler": ("efficiency", "straggler_spread")}
+
+RETURNS = ("broadcast", "allgather")
+"""How the model returns the updated parameters: ``"broadcast"``, InternLM's one
+broadcast per owning rank of the ZeRO group (``Sharding(param_return="broadcast")``
+with :func:`scalemodel.sharding.broadcast_owners`; the predictions), and
+``"allgather"``, the bucketed all-gathers of DeepSpeed's ZeRO-1 that scalemodel
+modelled before (shown beside them)."""
+
+CHANNEL_SENSITIVITY = (4, 16)
+"""NCCL ring channels tried beside the default 8 (2 x 4 NICs, ``nccl_ring_channels``)
+for the zero1=-1 series: a sensitivity, not a prediction [channels]."""
 
 EVALUATED = {"tp1-zero1=-1": None, "tp1-zero1=8": None, "flops-nockpt": None,
              "flops-ckpt": None, "flops-nockpt-batch": "flops-nockpt",
@@ -122,27 +143,43 @@ def profile_for(row):
     return with_recompute(prof, "full") if row["checkpointing"] else prof
 
 
-def _run(row):
-    run = dict(model=profile_for(row), n=row["gpus"], bw=BW, sharding=row["sharding"],
+def sharding_for(row, param_return="broadcast", channels=None):
+    """The row's ZeRO-1 with its shard group; under ``"broadcast"`` InternLM's
+    broadcasts, one per rank of the group that owns parameters, and (for the
+    sensitivity) a chunk of NCCL's 512 KiB step on ``channels`` channels."""
+    if param_return == "allgather":
+        return Sharding(row["sharding"], shard_group=row["shard_group"])
+    group = row["shard_group"] or row["gpus"]
+    return Sharding(row["sharding"], shard_group=row["shard_group"], param_return="broadcast",
+                    broadcasts=broadcast_owners(internlm_tensors(), group),
+                    broadcast_chunk=None if channels is None else channels * 512 * 1024)
+
+
+def _run(row, param_return="broadcast", channels=None):
+    run = dict(model=profile_for(row), n=row["gpus"], bw=BW,
                tokens_per_second_per_gpu=row["tgs"], label=f"row {row['row']}")
-    if row["shard_group"] is not None:
-        run["shard_group"] = row["shard_group"]
+    if param_return == "allgather":  # the strategy name and the group, as before
+        run["sharding"] = row["sharding"]
+        if row["shard_group"] is not None:
+            run["shard_group"] = row["shard_group"]
+    else:  # a Sharding with param_return carries its group
+        run["sharding"] = sharding_for(row, param_return, channels)
     return run
 
 
-def calibrate(cal_rows, fit):
+def calibrate(cal_rows, fit, param_return="broadcast", channels=None):
     """The cluster fitted on the calibration rows under one explanation."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return sm.fit_cluster([_run(r) for r in cal_rows], algorithm="ring", fusion=FUSION,
-                              fit=fit, **TOPO)
+        return sm.fit_cluster([_run(r, param_return, channels) for r in cal_rows],
+                              algorithm="ring", fusion=FUSION, fit=fit, **TOPO)
 
 
-def predict(row, cluster):
+def predict(row, cluster, param_return="broadcast", channels=None):
     """Predicted TGS of a row and the (low, high) TGS of its interval [tokens/s]."""
-    it = sm.iteration_time(profile_for(row), row["gpus"], BW, sharding=row["sharding"],
-                           shard_group=row["shard_group"], fusion=FUSION, algorithm="ring",
-                           cluster=cluster, **TOPO)
+    it = sm.iteration_time(profile_for(row), row["gpus"], BW,
+                           sharding=sharding_for(row, param_return, channels),
+                           fusion=FUSION, algorithm="ring", cluster=cluster, **TOPO)
     tokens = row["micro_batch"] * row["seq"] * row["grad_accum"]
     total, sf = float(it.total), float(it.scaling_factor)
     lo, hi = it.scaling_factor_interval
@@ -161,18 +198,21 @@ def evaluate():
         cal = [r for r in by_series[own] if r["gpus"] in CALIBRATION_N]
         flat = next(r["tgs"] for r in cal if r["gpus"] == max(CALIBRATION_N))
         for name, fit in EXPLANATIONS.items():
-            if (own, name) not in fits:
-                fits[(own, name)] = calibrate(cal, fit)
-            cluster = fits[(own, name)].cluster
+            for ret in RETURNS:
+                if (own, name, ret) not in fits:
+                    fits[(own, name, ret)] = calibrate(cal, fit, ret)
+            clusters = {ret: fits[(own, name, ret)].cluster for ret in RETURNS}
             for r in by_series[series]:
                 if r in cal:
                     continue
-                pred, (lo, hi) = predict(r, cluster)
+                pred, (lo, hi) = predict(r, clusters["broadcast"])
+                gathered, _ = predict(r, clusters["allgather"], "allgather")
                 entries.append(dict(series=series, row=r["row"], n=r["gpus"],
                                     micro_batch=r["micro_batch"],
                                     grad_accum=r["grad_accum"], explanation=name,
                                     published=r["tgs"], predicted=pred, low=lo, high=hi,
                                     error=pred / r["tgs"] - 1, flat=flat / r["tgs"] - 1,
+                                    allgather=gathered / r["tgs"] - 1,
                                     held_out=bool(r["gpus"] >= HELD_OUT_MIN_N or cal_series)))
     return entries, fits
 
@@ -181,19 +221,22 @@ def summary(entries):
     """Median and largest |error|, the flat baseline's, and how many are inside."""
     e = [abs(x["error"]) for x in entries]
     f = [abs(x["flat"]) for x in entries]
+    g = [abs(x["allgather"]) for x in entries]
     inside = sum(x["low"] * (1 - 1e-9) <= x["published"] <= x["high"] * (1 + 1e-9)
                  for x in entries)
     return dict(rows=len(entries), median=statistics.median(e), largest=max(e),
-                flat_median=statistics.median(f), flat_largest=max(f), inside=inside)
+                flat_median=statistics.median(f), flat_largest=max(f), inside=inside,
+                gather_median=statistics.median(g), gather_largest=max(g))
 
 
 def _table(entries):
     head = ["row", "GPUs", "mb x acc", "published", "predicted", "error", "interval",
-            "flat"]
+            "all-gather", "flat"]
     body = [[str(x["row"]), str(x["n"]), f"{x['micro_batch']} x {x['grad_accum']}",
              f"{x['published']:.0f}", f"{x['predicted']:.0f}",
              f"{100 * x['error']:+.1f} %", f"{x['low']:.0f}-{x['high']:.0f}",
-             f"{100 * x['flat']:+.1f} %"] for x in entries]
+             f"{100 * x['allgather']:+.1f} %", f"{100 * x['flat']:+.1f} %"]
+            for x in entries]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     return ["  ".join(h.rjust(w) for h, w in zip(head, widths))] + [
         "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
@@ -202,8 +245,8 @@ def _table(entries):
 def _say_summary(say, what, s):
     say(f"{what}: {s['rows']} rows; median |error| {100 * s['median']:.1f} %, largest "
         f"{100 * s['largest']:.1f} %; {s['inside']}/{s['rows']} inside the interval; "
-        f"flat: median {100 * s['flat_median']:.1f} %, largest "
-        f"{100 * s['flat_largest']:.1f} %")
+        f"all-gather: {100 * s['gather_median']:.1f} / {100 * s['gather_largest']:.1f} %; "
+        f"flat: {100 * s['flat_median']:.1f} / {100 * s['flat_largest']:.1f} %")
 
 
 def _fit_lines(fit):
@@ -219,8 +262,8 @@ def _fit_lines(fit):
 
 def report(entries, fits, say):
     """Print the tables and summaries."""
-    for (series, name), fit in fits.items():
-        say(f"fit {series} / {name}: {_fit_lines(fit)}")
+    for (series, name, ret), fit in fits.items():
+        say(f"fit {series} / {name} / {ret}: {_fit_lines(fit)}")
     say("")
     for series in EVALUATED:
         for name in EXPLANATIONS:
@@ -332,61 +375,47 @@ def internlm_tensors():
     return [v * h] + block * layers + [h, v * h]
 
 
-def broadcast_count(n):
-    """How many ranks of a ZeRO group of ``n`` own parameters, hence broadcast them, under
-    InternLM's allocation (``ParamBcastSyncHandler.__init__``, ``internlm/solver/
-    optimizer/utils.py``: a parameter moves to the next rank once the current one holds
-    more than 1.01 x total / n) [broadcasts]."""
-    elems = internlm_tensors()
-    avg = sum(elems) * 1.0 // n
-    alloc, rank, owners = 0, 0, set()
-    for e in elems:
-        alloc += e
-        if alloc > avg * 1.01 and rank < n - 1:
-            rank, alloc = rank + 1, 0
-        owners.add(rank)
-    return len(owners)
-
-
-def ring_fill(n):
-    """NCCL's latency for a chunk to pass all ``n - 1`` hops of a ring over nodes of 8
-    GPUs, Simple protocol: base 8.4 us, NVLink hops 3.4 us, network hops 14 us plus as
-    much again for the Simple flush (``../shared/notes/nccl_cost_model.md`` section 3, as
-    NCCL counts a ring all-reduce's steps; its own broadcast model counts one hop) [s]."""
-    inter = n // 8 - 1
-    return 8.4e-6 + (n - 1 - inter) * 3.4e-6 + inter * 2 * 14e-6
-
-
-def broadcast_term(entries, rows, say):
-    """A candidate term, for the zero1=-1 series: InternLM's ``broadcast_count(n)``
-    broadcasts, each with a fixed cost ``c`` plus a ring's fill; ``c`` from the 64-GPU rows
-    of the two tp=1 series only (calibration rows), added to the library's ``auto``
-    prediction as G(n) - G(64)."""
+def broadcast_diagnosis(fits, rows, say):
+    """What the library's broadcast term adds to the zero1=-1 step at each n (its
+    ``auto`` fit, broadcast minus all-gather return), against the measured zero1=-1 minus
+    zero1=8 gap; both from 64 GPUs on (the rows at 8 and 64 calibrate)."""
     ns, gap = broadcast_gap(rows)
-    b64 = broadcast_count(64)
-    c = (float(gap[list(ns).index(64)]) - b64 * ring_fill(64)) / b64
+    cluster = fits[("tp1-zero1=-1", "auto", "broadcast")].cluster
+    series = {r["gpus"]: r for r in rows if r["series"] == "tp1-zero1=-1"}
+    added = {}
+    for n in ns.astype(int):
+        r = series[n]
+        t = {ret: float(sm.iteration_time(profile_for(r), n, BW,
+                                          sharding=sharding_for(r, ret), fusion=FUSION,
+                                          algorithm="ring", cluster=cluster, **TOPO).total)
+             for ret in RETURNS}
+        added[n] = t["broadcast"] - t["allgather"]
+    g64 = float(gap[list(ns).index(64)])
+    say("zero1=-1: the library's broadcast return (InternLM's owners, NCCL chain fill) "
+        "minus all-gathers, against the measured gap, both from 64 GPUs [s]:",
+        "  owners B(n): " + ", ".join(f"{int(n)}: {broadcast_owners(internlm_tensors(), int(n))}"
+                                      for n in ns),
+        "  " + ", ".join(f"{int(n)}: +{added[int(n)] - added[64]:.3f} model / "
+                         f"+{g - g64:.3f} measured" for n, g in zip(ns, gap) if n > 64))
 
-    def term(n):
-        return broadcast_count(n) * (c + ring_fill(n))
 
-    say("candidate term for zero1=-1 (diagnostic; c from the 64-GPU rows): "
-        f"G(n) = B(n) (c + fill(n)), c = {1e3 * c:.2f} ms per broadcast; B(n) = "
-        + ", ".join(f"{int(n)}: {broadcast_count(int(n))}" for n in ns))
-    say("  G(n) against the measured gap [s]: " + ", ".join(
-        f"{int(n)}: {term(int(n)):.3f} / {g:.3f}" for n, g in zip(ns, gap)))
-    errs = []
-    for x in entries:
-        if x["series"] != "tp1-zero1=-1" or x["explanation"] != "auto" or not x["held_out"]:
-            continue
-        r = next(r for r in rows if r["row"] == x["row"])
-        tokens = r["micro_batch"] * r["seq"] * r["grad_accum"]
-        pred = tokens / (tokens / x["predicted"] + term(x["n"]) - term(64))
-        errs.append(pred / x["published"] - 1)
-        say(f"  row {x['row']} ({x['n']} GPUs): published {x['published']:.0f}, auto + "
-            f"G(n) - G(64) {pred:.0f} ({100 * errs[-1]:+.1f} %)")
-    a = [abs(e) for e in errs]
-    say(f"  held out: median |error| {100 * statistics.median(a):.1f} %, largest "
-        f"{100 * max(a):.1f} % (auto alone: see above)")
+def channel_sensitivity(rows, say):
+    """The zero1=-1 held-out rows with NCCL's ring on other channel counts than the
+    default (2 x 4 NICs = 8): the fill's chunk scales with them. A sensitivity, not a
+    prediction (calibrated the same way, on the rows at 8 and 64 GPUs)."""
+    sr = [r for r in rows if r["series"] == "tp1-zero1=-1"]
+    cal = [r for r in sr if r["gpus"] in CALIBRATION_N]
+    for ch in CHANNEL_SENSITIVITY:
+        cluster = calibrate(cal, None, "broadcast", ch).cluster
+        errs = []
+        for r in sr:
+            if r["gpus"] >= HELD_OUT_MIN_N:
+                pred, _ = predict(r, cluster, "broadcast", ch)
+                errs.append((r["gpus"], pred / r["tgs"] - 1))
+        a = [abs(e) for _, e in errs]
+        say(f"  {ch:2d} channels (chunk {ch * 0.5:g} MiB): " + ", ".join(
+            f"{n}: {100 * e:+.1f} %" for n, e in errs)
+            + f"; median {100 * statistics.median(a):.1f} %, largest {100 * max(a):.1f} %")
 
 
 def main(argv=None):
@@ -408,7 +437,9 @@ def main(argv=None):
     report(entries, fits, say)
     say("")
     diagnose(load_rows(), say)
-    broadcast_term(entries, load_rows(), say)
+    broadcast_diagnosis(fits, load_rows(), say)
+    say("zero1=-1, sensitivity to NCCL's channel count (auto; not a prediction):")
+    channel_sensitivity(load_rows(), say)
     say("", "not evaluated: the tp=2 series (a fitted cluster with tp= is refused)",
         f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
     if not args.no_write:

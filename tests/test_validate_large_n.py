@@ -68,13 +68,36 @@ def test_diagnosis_is_computed_from_the_rows(vn):
     assert np.isfinite(list(miss.values())).all()
 
 
-def test_broadcast_count_follows_internlms_allocation(vn):
+def test_broadcast_owners_follow_internlms_allocation(vn):
     """Every rank owns parameters while shares are larger than the tensors; from about
-    160 ranks on, each large tensor (5 per block, embedding, head) is one rank's."""
+    160 ranks on, each large tensor (5 per block, embedding, head) is one rank's; the
+    script's zero1 rows broadcast from that many ranks of their group."""
+    from scalemodel.sharding import broadcast_owners
+
     elems = vn.internlm_tensors()
     assert sum(elems) == pytest.approx(7.32e9, rel=1e-3)
-    assert vn.broadcast_count(8) == 8 and vn.broadcast_count(16) == 16
+    assert broadcast_owners(elems, 8) == 8 and broadcast_owners(elems, 16) == 16
     big = sum(e >= 4096 * 4096 for e in elems)
     assert big == 5 * 32 + 2
-    assert vn.broadcast_count(1024) == vn.broadcast_count(4096) == big
-    assert vn.ring_fill(16) < vn.ring_fill(1024)
+    assert broadcast_owners(elems, 1024) == broadcast_owners(elems, 4096) == big
+    rows = {(r["series"], r["gpus"]): r for r in vn.load_rows()}
+    assert vn.sharding_for(rows[("tp1-zero1=-1", 1024)]).broadcasts == big
+    assert vn.sharding_for(rows[("tp1-zero1=8", 1024)]).broadcasts == 8
+    assert vn.sharding_for(rows[("tp1-zero1=8", 1024)], "allgather").param_return == \
+        "allgather"
+
+
+def test_broadcast_return_calibrates_and_grows_with_n(vn):
+    """The zero1=-1 series calibrated with InternLM's broadcasts at 8 and 64 GPUs fits
+    both runs, and its predicted per-GPU throughput falls with n, where the all-gather
+    model's stays nearly flat."""
+    rows = [r for r in vn.load_rows() if r["series"] == "tp1-zero1=-1"]
+    cal = [r for r in rows if r["gpus"] in vn.CALIBRATION_N]
+    bc = vn.calibrate(cal, None, "broadcast")
+    ag = vn.calibrate(cal, None, "allgather")
+    assert max(abs(x.error) for x in bc.residuals) < 0.05
+    by_n = {r["gpus"]: r for r in rows}
+    drop_bc = vn.predict(by_n[1024], bc.cluster)[0] / vn.predict(by_n[64], bc.cluster)[0]
+    drop_ag = (vn.predict(by_n[1024], ag.cluster, "allgather")[0]
+               / vn.predict(by_n[64], ag.cluster, "allgather")[0])
+    assert drop_bc < 0.8 < 0.98 < drop_ag
