@@ -514,6 +514,8 @@ class ClusterProfile:
         def pair(name, value):
             lo, hi = iv.get(name, (value, value))
             lower, upper = PARAMETER_BOUNDS.get(name, (value, value))
+            if upper is not None and value is not None:  # never a corner past the fit itself
+                lower, upper = min(lower, value), max(upper, value)
             return (float(lower if lo is None else lo),
                     float(upper if hi is None else hi))
 

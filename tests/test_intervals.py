@@ -80,6 +80,16 @@ def test_bad_alternatives_and_settings_name_the_field(change, field):
         sm.ClusterProfile.from_dict(json.loads(json.dumps(data, default=list)))
 
 
+def test_an_open_end_never_puts_a_corner_past_the_fitted_value():
+    """A zero3 fit's per-unit cost (prior bound 0.1 s) can exceed the DDP bound of
+    PARAMETER_BOUNDS (10 ms): an open upper end then stays at the fitted value, not below it."""
+    cl = sm.ClusterProfile(bucket_overhead=0.012, intervals={"bucket_overhead": (0.011, None)},
+                           provenance={"source": "test", "runs": RUNS})
+    worst, best = cl.corners()
+    assert worst.bucket_overhead == pytest.approx(0.012)
+    assert best.bucket_overhead == pytest.approx(0.011)
+
+
 def test_unbounded_ends_take_the_documented_bounds_in_the_corners():
     from scalemodel.fitting import PRIORS
 
