@@ -158,9 +158,10 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
     >>> res.bucket_cap_mb >= 25, res.iteration_time <= res.default_iteration_time
     (True, True)
     """
-    from .model import _prepare, effective_utilization
+    from .model import _prepare, effective_utilization, warn_unused_codec_cost
 
     n, bw, u, r = _prepare(n, bw, utilization, compression)
+    warn_unused_codec_cost(codec_cost, r)
     for name, v in (("n", n), ("bw", bw), ("utilization", u), ("compression", r)):
         if np.ndim(v):
             raise ParameterTypeError(name, v, "a scalar (best_bucket_size answers one "

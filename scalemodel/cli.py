@@ -15,6 +15,7 @@ brackets and its default.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -1006,17 +1007,43 @@ def _config_model(args):
                                      gpu=getattr(args, "gpu", None))
 
 
+@contextlib.contextmanager
+def _model_warnings_to_stderr():
+    """Print each :class:`~scalemodel.exceptions.ModelWarning` (a setting given that the
+    model ignores, a detail it leaves out) once, as ``scalemodel: warning: ...`` on
+    stderr; other warnings go on as they would."""
+    import warnings
+
+    from .exceptions import ModelWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ModelWarning)
+        try:
+            yield
+        finally:
+            seen = set()
+            for w in caught:
+                if issubclass(w.category, ModelWarning):
+                    text = str(w.message)
+                    if text not in seen:
+                        seen.add(text)
+                        print(f"scalemodel: warning: {text}", file=sys.stderr)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 def main(argv=None):
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(_join_dash_values(parser, argv))
     try:
-        _resolve(args)
-        _config_model(args)
-        if getattr(args, "grad_accum", None) is not None:  # the workload, accumulating
-            args.model_name = args.model
-            args.model = load_profile(args.model).with_grad_accum(args.grad_accum)
-        args.func(args)
+        with _model_warnings_to_stderr():
+            _resolve(args)
+            _config_model(args)
+            if getattr(args, "grad_accum", None) is not None:  # the workload, accumulating
+                args.model_name = args.model
+                args.model = load_profile(args.model).with_grad_accum(args.grad_accum)
+            args.func(args)
     except ScalemodelError as exc:
         print(f"scalemodel: error: {exc}", file=sys.stderr)
         return 2

@@ -53,6 +53,9 @@ the intra-node bits as slopes when the run fits in one node.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 import weakref
 from collections import OrderedDict
 
@@ -61,7 +64,7 @@ import numpy as np
 
 from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
 from .cluster import ClusterProfile, load_cluster
-from .exceptions import InvalidParameterError, ParameterTypeError
+from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
 from .overlap import UpperEnvelope, _tail_sum, overlap_lines
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
@@ -247,6 +250,103 @@ def _codec_cost(value, profile):
     return c
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_model(message):
+    """Issue a :class:`~scalemodel.exceptions.ModelWarning` attributed to the first caller
+    outside scalemodel (so that it points at the user's line) [-].
+
+    Parameters
+    ----------
+    message : str
+        What is ignored or not modelled, and why [-].
+    """
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, ModelWarning, stacklevel=level)
+
+
+_TOPOLOGY_FREE = ("halving-doubling", "ps")  # count every worker on its own link
+_USE_FLAT_NICS = ("hierarchical", "nccl")  # nics_per_node without gpus_per_node
+
+
+def ignored_settings(given, *, algorithm, flat, sharded, tp=1) -> tuple:
+    """The settings given (not None) that the model does not use, with why [-].
+
+    Parameters
+    ----------
+    given : dict
+        ``ps_servers``, ``gpus_per_node``, ``nics_per_node``, ``intra_bw``,
+        ``intra_alpha`` as the caller passed them (None: not given) [-].
+    algorithm : str
+        The resolved collective algorithm [-].
+    flat : bool
+        Whether the resolved topology (the cluster's unless given) has no
+        ``gpus_per_node`` [-].
+    sharded : bool
+        Sharded data parallelism (its collectives use the topology their own way: only
+        ``ps_servers`` is judged then) [-].
+    tp : int
+        Tensor-parallel GPUs (their collectives use ``intra_bw`` and ``intra_alpha``)
+        [GPUs].
+
+    Returns
+    -------
+    tuple of (str, object, str)
+        ``(parameter, value, why)`` for each ignored setting.
+    """
+    out = []
+    g = {k: v for k, v in given.items() if v is not None}
+    if "ps_servers" in g and algorithm != "ps":
+        out.append(("ps_servers", g["ps_servers"], f"algorithm={algorithm!r} has no "
+                    "parameter servers; only algorithm='ps' uses them"))
+    if sharded:
+        return tuple(out)
+    topo = ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha")
+    if algorithm in _TOPOLOGY_FREE and tp == 1:
+        for k in topo:
+            if k in g:
+                out.append((k, g[k], f"algorithm={algorithm!r} counts every worker's "
+                            "traffic on its own link: the topology is not used"))
+        return tuple(out)
+    if not flat:
+        return tuple(out)
+    uses_flat_nics = algorithm.startswith(_USE_FLAT_NICS)
+    if "nics_per_node" in g and not uses_flat_nics:
+        out.append(("nics_per_node", g["nics_per_node"], "without gpus_per_node every "
+                    f"worker has its own link at bw (algorithm={algorithm!r}): give "
+                    "gpus_per_node for nodes whose GPUs share their NICs"))
+    if algorithm != "hierarchical" and tp == 1:
+        for k in ("intra_bw", "intra_alpha"):
+            if k in g:
+                out.append((k, g[k], "without gpus_per_node (and with tp=1) no traffic "
+                            f"crosses an intra-node link (algorithm={algorithm!r}); give "
+                            "gpus_per_node, or algorithm='hierarchical'"))
+    return tuple(out)
+
+
+def warn_unused_codec_cost(codec_cost, compression):
+    """Warn (:class:`~scalemodel.exceptions.ModelWarning`) when a ``codec_cost`` is given
+    but no compression ratio exceeds 1: it is paid only when compressing [-].
+
+    Parameters
+    ----------
+    codec_cost : float
+        Encode plus decode time per gradient byte, as given [s/byte].
+    compression : float or ndarray
+        The compression ratios asked [-].
+    """
+    try:
+        cost = float(codec_cost)
+    except (TypeError, ValueError):
+        return  # Scenario.build names the bad value
+    if cost > 0 and np.all(np.asarray(compression) <= 1.0):
+        warn_model(f"codec_cost={codec_cost!r} has no effect: it is paid only when the "
+                   "compression ratio exceeds 1, and compression=1 here")
+
+
 @attrs.frozen(eq=False)
 class Scenario:
     """A workload with its fusion, collective and network constants, ready to evaluate.
@@ -281,6 +381,10 @@ class Scenario:
     bw_scale : float
         Factor from a NIC's line rate to one data-parallel ring's (the node's NICs shared
         by its tensor-parallel ranks' rings) [-].
+    ignored : tuple of (str, object, str)
+        The settings given that this scenario does not use: ``(parameter, value, why)``
+        each (:func:`~scalemodel.model.ignored_settings`); :meth:`build` warns of them
+        on every call [-].
     """
 
     profile: WorkloadProfile
@@ -292,6 +396,7 @@ class Scenario:
     sharding: object = None
     model_parallel: object = None
     bw_scale: float = 1.0
+    ignored: tuple = ()
     _buckets: object = attrs.field(default=None, init=False)
     _cache: dict = attrs.field(factory=dict, init=False)
     _wire: dict = attrs.field(factory=dict, init=False)
@@ -300,13 +405,16 @@ class Scenario:
     def build(cls, model, *, algorithm=None, fusion=None, alpha=None, codec_cost=0.0,
               gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
               cluster=None, nics_per_node=None, sharding=None, activation_checkpointing=None,
-              offload=None, shard_group=None, tp=1, pp=1, microbatches=None):
+              offload=None, shard_group=None, tp=1, pp=1, microbatches=None, warn=True):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`.
 
         Scenarios (and the lines they cache) are kept for the last
         :data:`~scalemodel.model.SCENARIO_CACHE_SIZE` argument sets whose model and cluster are objects or
         built-in names (a file is read again every time), so that repeated questions on
-        one workload cost only the solve."""
+        one workload cost only the solve. A setting given that the scenario does not use
+        (``ignored``) gives a :class:`~scalemodel.exceptions.ModelWarning` on every
+        call, cached or not, unless ``warn`` is False (for internal questions whose
+        arguments the user did not write)."""
         profile = load_profile(model)
         kw = dict(algorithm=algorithm, fusion=fusion, alpha=alpha, codec_cost=codec_cost,
                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
@@ -318,13 +426,23 @@ class Scenario:
             hit = _SCENARIOS.get(key)
             if hit is not None and hit[0] is profile and hit[1] is cluster:
                 _SCENARIOS.move_to_end(key)
+                if warn and hit[2].ignored:
+                    hit[2].warn_ignored()
                 return hit[2]
         sc = cls._build(profile, cluster=cluster, **kw)
         if key is not None:
             _SCENARIOS[key] = (profile, cluster, sc)
             while len(_SCENARIOS) > SCENARIO_CACHE_SIZE:
                 _SCENARIOS.popitem(last=False)
+        if warn and sc.ignored:
+            sc.warn_ignored()
         return sc
+
+    def warn_ignored(self):
+        """Warn (:class:`~scalemodel.exceptions.ModelWarning`) of each setting given that
+        this scenario does not use, naming the parameter, its value and why [-]."""
+        for name, value, why in self.ignored:
+            warn_model(f"{name}={value!r} has no effect: {why}")
 
     @classmethod
     def _build(cls, profile, *, algorithm, fusion, alpha, codec_cost, gpus_per_node,
@@ -376,16 +494,23 @@ class Scenario:
             policy = resolve_wrap(fusion, shard.strategy, profile)
         else:
             policy, shard = resolve_fusion("ddp" if fusion is None else fusion), None
+        algorithm = resolve_algorithm("ring" if algorithm is None else algorithm)
+        ignored = ignored_settings(
+            dict(ps_servers=ps_servers, gpus_per_node=gpus_per_node,
+                 nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha),
+            algorithm=algorithm, flat=topology.gpus_per_node is None,
+            sharded=shard is not None, tp=mp.tp)
         return cls(
             cluster=cluster,
             profile=profile,
-            algorithm=resolve_algorithm("ring" if algorithm is None else algorithm),
+            algorithm=algorithm,
             fusion=policy,
             sharding=shard,
             options=options,
             codec_cost=_codec_cost(codec_cost, profile),
             model_parallel=mp_used,
             bw_scale=bw_scale,
+            ignored=ignored,
         )
 
     def data_parallel(self, n, bw):
@@ -398,17 +523,30 @@ class Scenario:
 
     def settings(self) -> dict:
         """What this scenario assumes: collective, fusion or wrapping, sharding,
-        activation checkpointing, offload, topology and cluster [-]."""
+        activation checkpointing, offload, topology and cluster [-].
+
+        ``gpus_per_node`` and ``nics_per_node`` are the job's nodes, as given; with tensor
+        or pipeline parallelism ``dp_ring_gpus_per_node``, ``dp_ring_nics_per_node`` and
+        ``dp_ring_bw_scale`` are one data-parallel ring's view of them
+        (:func:`~scalemodel.parallel.dp_options`: :math:`q/t` GPUs of the ring per node,
+        :math:`\\nu/t` of the node's NICs)."""
         prov = self.profile.provenance if isinstance(self.profile.provenance, dict) else {}
+        gpn, nics = self.options.gpus_per_node, self.options.nics_per_node
+        mp = self.model_parallel
+        ring = {}
+        if mp is not None:
+            ring = {"dp_ring_gpus_per_node": gpn, "dp_ring_nics_per_node": nics,
+                    "dp_ring_bw_scale": float(self.bw_scale)}
+            if gpn is not None and mp.tp > 1:  # dp_options' view back to the job's nodes
+                gpn, nics = gpn * mp.tp, int(round(self.bw_scale * mp.tp))
         return {"algorithm": self.algorithm, "fusion": (self.fusion if isinstance(
                     self.fusion, str) else repr(self.fusion)),
                 "sharding": "none" if self.sharding is None else self.sharding.strategy,
                 "shard_group": None if self.sharding is None else self.sharding.shard_group,
-                **({} if self.model_parallel is None else self.model_parallel.settings()),
+                **({} if mp is None else mp.settings()),
                 "activation_checkpointing": prov.get("activation_checkpointing", "none"),
                 "offload": prov.get("offload_mode", "none"),
-                "gpus_per_node": self.options.gpus_per_node,
-                "nics_per_node": self.options.nics_per_node,
+                "gpus_per_node": gpn, "nics_per_node": nics, **ring,
                 "cluster": None if self.cluster is None else self.cluster.name}
 
     # ------------------------------------------------------------------ cluster terms
@@ -1032,6 +1170,7 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     0.556
     """
     n, bw, u, r = _prepare(n, bw, utilization, compression)
+    warn_unused_codec_cost(codec_cost, r)
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
@@ -1143,6 +1282,7 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
         if np.ndim(v):
             raise ParameterTypeError(name, v, "a scalar (iteration_time describes one "
                                      "configuration; use scaling_factor for arrays)")
+    warn_unused_codec_cost(codec_cost, r)
     asked = dict(utilization=u, compression=r, algorithm=algorithm, fusion=fusion,
                  alpha=alpha, codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                  nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,

@@ -41,7 +41,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from .model import Scenario, _prepare, effective_utilization
+from .model import Scenario, _prepare, effective_utilization, warn_unused_codec_cost
 
 __all__ = ["sensitivities", "Sensitivities"]
 
@@ -129,13 +129,15 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
     (0.811, True)
     """
     n, bw, u, r = _prepare(n, bw, utilization, compression)
+    warn_unused_codec_cost(codec_cost, r)
     kw = dict(algorithm=algorithm, fusion=fusion, codec_cost=codec_cost,
               gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, intra_bw=intra_bw,
               ps_servers=ps_servers, cluster=cluster, sharding=sharding,
               activation_checkpointing=activation_checkpointing, offload=offload,
               shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
     sc = Scenario.build(model, alpha=alpha, intra_alpha=intra_alpha, **kw)
-    counts = Scenario.build(model, alpha=1.0, intra_alpha=0.0, **kw)  # latency counts
+    counts = Scenario.build(model, alpha=1.0, intra_alpha=0.0, warn=False,  # latency counts
+                            **kw)
     n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel: replicas, one ring's rate
     alpha = sc.options.alpha
     p = sc.profile

@@ -32,7 +32,7 @@ import attrs
 import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError
-from .model import Scenario, effective_utilization
+from .model import Scenario, effective_utilization, warn_unused_codec_cost
 from .units import (check_count, check_fraction, check_ratio, format_bandwidth,
                     parse_bandwidth)
 
@@ -599,6 +599,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     target = _scalar("target", check_fraction(target, "target"))
     r = _scalar("compression", check_ratio(compression, "compression"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
+    warn_unused_codec_cost(codec_cost, r)
     build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,

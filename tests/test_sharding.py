@@ -103,8 +103,9 @@ def configurations(draw, profile, strategy=None):
         param_dtype=draw(st.sampled_from([None, "bf16", "fp32"])),
         reduce_dtype=draw(st.sampled_from([None, "bf16", "fp32"])),
         bw=draw(st.floats(1e8, 1e12)), utilization=draw(st.floats(0.05, 1.0)),
-        compression=draw(st.one_of(st.just(1.0), st.floats(1.0, 200.0))),
-        alpha=draw(st.floats(0, 1e-4)), codec_cost=draw(st.floats(0, 1e-9)),
+        compression=(ratio := draw(st.one_of(st.just(1.0), st.floats(1.0, 200.0)))),
+        alpha=draw(st.floats(0, 1e-4)),  # a codec cost is paid only when compressing
+        codec_cost=draw(st.floats(0, 1e-9)) if ratio > 1 else 0.0,
         slowdown=draw(st.sampled_from([1.0, draw(st.floats(1.0, 1.5))])),
         collective_overhead=draw(st.sampled_from([0.0, draw(st.floats(0, 5e-3))])),
         sync_overhead=draw(st.sampled_from([0.0, draw(st.floats(0, 3e-2))])), **topo)
