@@ -738,7 +738,8 @@ def cmd_breakeven(args):
     comps = [get_compressor(c, "--compressors") for c in names]
     if args.implementation is not None:  # as the implementation sends them
         comps = [for_implementation(c, args.implementation, "--compressors") for c in comps]
-    kw = dict(_plan_kwargs(args), implementation=args.implementation)
+    kw = dict(_plan_kwargs(args, ("tp", "pp", "microbatches")),
+              implementation=args.implementation)
     sharded = resolve_sharding(_sharding(args)).sharded
     rows = []
     for comp in comps:

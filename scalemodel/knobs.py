@@ -9,6 +9,15 @@ Horovod: ``HOROVOD_FUSION_THRESHOLD`` [bytes], ``HOROVOD_CYCLE_TIME`` [ms] and
 ``hvd.DistributedOptimizer(..., compression=hvd.Compression.fp16)``. Sign, top-k and
 random-k have no stock hook in either framework: the snippet says so and points to GRACE
 (github.com/sands-lab/grace, Xu et al., ICDCS 2021).
+
+With tensor or pipeline parallelism (a plan with ``tp`` or ``pp`` above 1) the plan is for
+the job's data-parallel dimension, so the snippet puts DDP and its hook on the
+data-parallel process group, ``dp_group`` (the ranks that hold the same shard of the
+model: Megatron-LM's ``parallel_state.get_data_parallel_group()``, or
+``device_mesh["dp"].get_group()`` of a ``torch.distributed.device_mesh``):
+``DDP(..., process_group=dp_group)``, ``register_comm_hook(dp_group, ...)`` (a default
+hook's state is its process group) and ``PowerSGDState(process_group=dp_group, ...)``;
+for Horovod a process set of those ranks (``hvd.ProcessSet``, Horovod 0.23 and later).
 """
 
 from __future__ import annotations
@@ -76,19 +85,38 @@ def _fsdp(row):
     return "\n".join(out)
 
 
+def _model_parallel(row):
+    """``(tp, pp)`` of the row's plan, ``(1, 1)`` without model parallelism."""
+    return int(getattr(row, "tp", 1) or 1), int(getattr(row, "pp", 1) or 1)
+
+
+def _dp_group_lines(row):
+    """The comment that defines ``dp_group`` under tensor or pipeline parallelism."""
+    tp, pp = _model_parallel(row)
+    return [f"# tp={tp} x pp={pp}: the plan is for the data-parallel dimension; DDP runs "
+            "over the data-parallel group only",
+            'dp_group = device_mesh["dp"].get_group()  # or Megatron-LM\'s '
+            "parallel_state.get_data_parallel_group()"]
+
+
 def _pytorch(row):
     if getattr(row, "sharding", "none") != "none":
         return _fsdp(row)
     cap, why = _ddp_cap_mb(row.fusion)
     name = row.compressor
+    mp = _model_parallel(row) != (1, 1)
+    group = "dp_group" if mp else "None"
+    pg = ", process_group=dp_group" if mp else ""
     out = [_header(row, "PyTorch DDP"),
-           "from torch.nn.parallel import DistributedDataParallel as DDP",
-           f"model = DDP(model, device_ids=[local_rank], bucket_cap_mb={cap:g}){why}"]
+           "from torch.nn.parallel import DistributedDataParallel as DDP"]
+    if mp:
+        out += _dp_group_lines(row)
+    out.append(f"model = DDP(model, device_ids=[local_rank], bucket_cap_mb={cap:g}{pg}){why}")
     if name == "none":
         out.append("# no communication hook: plain all-reduce")
     elif name in ("fp16", "bf16"):
         out += ["from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
-                f"model.register_comm_hook(None, default_hooks.{name}_compress_hook)"]
+                f"model.register_comm_hook({group}, default_hooks.{name}_compress_hook)"]
     elif name == "int8":
         cfg = row.config
         if cfg.bits != 8:
@@ -97,12 +125,12 @@ def _pytorch(row):
         hook = ("quantization_pertensor_hook" if cfg.chunk is None else
                 "quantization_perchannel_hook")
         out += ["from torch.distributed.algorithms.ddp_comm_hooks import quantization_hooks",
-                f"model.register_comm_hook(None, quantization_hooks.{hook})"]
+                f"model.register_comm_hook({group}, quantization_hooks.{hook})"]
     elif name == "powersgd":
         cfg = row.config
         out += ["from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook",
                 "state = powerSGD_hook.PowerSGDState(",
-                f"    process_group=None, matrix_approximation_rank={cfg.rank},",
+                f"    process_group={group}, matrix_approximation_rank={cfg.rank},",
                 f"    start_powerSGD_iter={START_POWERSGD_ITER}, "
                 f"min_compression_rate={cfg.min_compression_rate:g})",
                 "model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)"]
@@ -127,6 +155,14 @@ def _horovod(row):
     out = [_header(row, "Horovod"),
            f"export HOROVOD_FUSION_THRESHOLD={int(threshold)}  # bytes{why}",
            f"export HOROVOD_CYCLE_TIME={cycle * 1e3:g}  # milliseconds"]
+    tp, pp = _model_parallel(row)
+    dp_set = ""
+    if (tp, pp) != (1, 1):
+        out.append(f"# tp={tp} x pp={pp}: the plan is for the data-parallel dimension; "
+                   "reduce over a process set of the data-parallel ranks only")
+        out.append("dp_set = hvd.ProcessSet(dp_ranks)  # the ranks holding this rank's "
+                   "model shard; hvd.init(process_sets=[dp_set, ...])")
+        dp_set = ", process_set=dp_set"
     if name == "none":
         comp = "hvd.Compression.none"
     elif name == "fp16":
@@ -135,7 +171,7 @@ def _horovod(row):
         comp = None
     if comp:
         out.append("optimizer = hvd.DistributedOptimizer(optimizer, named_parameters="
-                   f"model.named_parameters(), compression={comp})")
+                   f"model.named_parameters(), compression={comp}{dp_set})")
     else:
         out.append(f"# Horovod has no stock compressor for {name} ({row.setting_text()}); "
                    f"{GRACE} plugs it into hvd.DistributedOptimizer")

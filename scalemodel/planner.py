@@ -451,6 +451,9 @@ class PlanRow:
     speedup_interval : tuple of float or None
         ``(lo, hi)`` speedup over the same clusters, each against no compression on the
         same cluster [-].
+    tp, pp : int
+        The plan's tensor- and pipeline-parallel sizes: with either above 1 the snippet
+        puts DDP and its hook on the data-parallel process group [GPUs], [stages].
     """
 
     compressor: str
@@ -474,6 +477,8 @@ class PlanRow:
     speedup: float = 1.0
     interval: tuple | None = None
     speedup_interval: tuple | None = None
+    tp: int = 1
+    pp: int = 1
 
     def setting_text(self) -> str:
         """The setting for people, e.g. ``'rank 52'`` or ``'density 0.0021'``."""
@@ -726,7 +731,7 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, v
             n_collectives=none.n_collectives,
             note=(f"does not compose with sharding={strategy!r}: "
                   f"{_why_not_composes(comp.name)}"),
-            config=comp, fusion=fusion, sharding=strategy)
+            config=comp, fusion=fusion, sharding=strategy, **_mp_sizes(sc))
     e = ELEMENT_BYTES.get(p.precision.lower(), 4)
     numel = np.round(p.tensor_bytes / e)
     cache = {}
@@ -817,7 +822,13 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, v
         decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
         note=note, config=config, fusion=fusion, sharding=strategy, speedup=sf / sf_none,
         interval=(sf_lo, sf_hi) if views else None,
-        speedup_interval=(spd_lo, spd_hi) if views else None)
+        speedup_interval=(spd_lo, spd_hi) if views else None, **_mp_sizes(sc))
+
+
+def _mp_sizes(sc):
+    """``tp`` and ``pp`` of a scenario, for :class:`PlanRow` [-]."""
+    mp = sc.model_parallel
+    return {} if mp is None else {"tp": mp.tp, "pp": mp.pp}
 
 
 def _interval_clusters(cluster):
@@ -1230,7 +1241,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                         algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                         intra_bw=None, intra_alpha=None, ps_servers=None,
                         nics_per_node=None, sharding=None, implementation=None, gpu=None,
-                        detail=False):
+                        detail=False, tp=1, pp=1, microbatches=None):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in
@@ -1276,6 +1287,11 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
         Return :class:`~scalemodel.planner.Breakeven` objects (a list for an array ``n``)
         saying how the answer was reached and whether it lies within the calibrated line
         rates [-].
+    tp, pp, microbatches
+        As in :func:`plan_compression`: ``n`` counts all GPUs, the compressor applies to
+        the data-parallel all-reduce of ``n / (tp pp)`` replicas, and the answer is a
+        NIC's line rate (one data-parallel ring gets ``bw * bw_scale`` of it,
+        :mod:`scalemodel.parallel`) [GPUs], [stages], [micro-batches].
 
     Returns
     -------
@@ -1295,17 +1311,19 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     n = check_count(n, "n")
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
-                ps_servers, cluster, nics_per_node, sharding)
+                ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
+                microbatches=microbatches)
+    replicas, scale = sc.data_parallel(n, 1.0)  # scalemodel.parallel (1, 1: plain DDP)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
     codec = _codec(sc, gpu, impl)
     none = get_compressor("none")
     calibrated = _calibrated_rates(sc.cluster)
     out = []
-    for nv in np.atleast_1d(n).ravel():
+    for nv, dv in zip(np.atleast_1d(n).ravel(), np.atleast_1d(replicas).ravel()):
         nv = int(nv)
-        a = _evaluate(sc, comp, nv, codec).env
-        b = _evaluate(sc, none, nv, codec).env
+        a = _evaluate(sc, comp, int(dv), codec).env
+        b = _evaluate(sc, none, int(dv), codec).env
         x = _crossing(a, b)
         basis = "model"
         if x <= 0:
@@ -1313,7 +1331,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
         elif math.isinf(x):
             bw = 0.0
         else:
-            needed = 1.0 / (u * x)
+            needed = 1.0 / (u * x) / float(scale)  # a NIC's rate, not one ring's
             bw = float(_line_rate_for(sc, needed))
             if math.isinf(bw):  # above the ceiling: let the achieved bandwidth move
                 bw, basis = _beyond_ceiling(sc.cluster, needed, calibrated)
@@ -1327,7 +1345,8 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                     fusion=fusion, alpha=alpha, gpus_per_node=gpus_per_node,
                     intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
                     nics_per_node=nics_per_node, sharding=sharding, gpu=gpu,
-                    implementation=implementation), sc.cluster, bw)
+                    implementation=implementation, tp=tp, pp=pp,
+                    microbatches=microbatches), sc.cluster, bw)
                 res = attrs.evolve(res, interval=(iv.low, iv.high))
             bw = res
         out.append(bw)

@@ -212,8 +212,8 @@ def test_cli_takes_tp_pp(capsys):
     assert main(["iteration", "--bw", "100Gbps", *args[:-4], "--pp", "3",
                  "--microbatches", "8"]) == 2
     assert "pp=3" in capsys.readouterr().err
-    assert main(["breakeven", "--compressors", "fp16", *args]) == 2  # plan takes them
-    assert "--tp" in capsys.readouterr().err
+    assert main(["breakeven", "--compressors", "powersgd:4", *args]) == 0  # as plan does
+    assert "powersgd rank 4" in capsys.readouterr().out
 
 
 def test_does_not_fit_suggests_the_smallest_tensor_parallel_size_that_fits():

@@ -109,8 +109,13 @@ def test_cli_plan_takes_tp_pp(capsys):
     assert data["uncompressed_scaling_factor"] == pytest.approx(
         plan.uncompressed_scaling_factor, rel=1e-12)
     assert "32 replicas" in data["message"]
-    assert main(["breakeven", "--compressors", "fp16", *args]) == 2
-    assert "--tp" in capsys.readouterr().err
+    capsys.readouterr()
+    # breakeven takes them too (tests/test_parallel_plans.py checks its answer)
+    assert main(["breakeven", "--compressors", "powersgd:4", "--json", *args]) == 0
+    got = json.loads(capsys.readouterr().out)["results"][0]["breakeven_bw"][0]
+    assert got == pytest.approx(sm.breakeven_bandwidth(
+        "llama-2-13b", "powersgd:4", n=256, gpus_per_node=8, nics_per_node=8, tp=2, pp=4,
+        microbatches=8), rel=1e-12)
 
 
 def test_whatif_table_takes_tp_pp():
