@@ -306,9 +306,47 @@ def _by_tid(spans):
 
 
 def _analyse(col: _Collector) -> _Rank:
+    """One rank's analysis: its job (world size, rank, backend), steps, device work and
+    phases, collective calls, gradient all-reduces, per-step breakdown and slowdown."""
     src = col.source
     meta = col.meta
     notes, undetermined = [], {}
+    dist, world, rank, backend, nccl_version = _job_info(src, meta, undetermined)
+    steps, step_start, step_end, step_number = _steps_of(col, src)
+    cts, cdur, ctid, ccode = _cpu_columns(col)
+    bwd_mask = ccode == _C_BACKWARD
+    opt_iv = _per_thread_union(cts, cdur, ctid, ccode == _C_OPTIM)
+    bw_lo, bw_hi = _backward_windows(cts, cdur, bwd_mask, step_start, step_end,
+                                     undetermined)
+    launch = _launch_lookup(col)
+    timeline = "gpu" if (_column(col.gpu["ts"], float).size or col.comm) else "cpu"
+    if timeline == "gpu":
+        op_start, op_end, op_lane, op_name, op_issue, op_tid, gpus = \
+            _gpu_ops(col, meta, launch, notes)
+    else:
+        op_start, op_end, op_lane, op_name, op_issue, op_tid, gpus = \
+            _cpu_ops(col, meta, steps, cts, cdur, ctid, ccode, bwd_mask)
+    op_step = _step_index(op_issue, step_start, step_end)
+    phase = _phases(op_issue, op_tid, op_step, bw_lo, bw_hi, opt_iv)
+    calls = _build_calls(col, timeline, launch, step_start, step_end, notes, undetermined)
+    gradient = _gradient_calls(calls, bw_lo, opt_iv, step_end)
+    per_step = _per_step(timeline, step_start, step_end, op_start, op_end, op_issue, op_step,
+                         phase, op_lane, calls, gradient)
+    slowdown = _slowdown(op_start, op_end, op_name, op_step, calls, timeline)
+    if col.malformed:
+        notes.append(f"{col.malformed} event(s) with fields of the wrong type were skipped")
+    return _Rank(source=src, rank=rank, world_size=world, backend=backend,
+                 nccl_version=None if nccl_version is None else str(nccl_version),
+                 pg_config=dist.get("pg_config"), gpus=gpus, timeline=timeline,
+                 step_start=step_start, step_end=step_end, step_number=step_number,
+                 calls=calls, gradient=gradient, per_step=per_step, slowdown=slowdown,
+                 notes=notes, undetermined=undetermined,
+                 file_bytes=getattr(col, "file_bytes", 0), bytes_read=col.bytes_read)
+
+
+def _job_info(src, meta, undetermined):
+    """Check and read ``distributedInfo``: (the dict, world size, rank or None, backend,
+    NCCL version or None); notes an unrecorded NCCL version in ``undetermined``."""
     dist = meta.get("distributedInfo")
     if not isinstance(dist, dict) or dist.get("world_size") is None:
         raise ProfileFormatError(src, "distributedInfo.world_size",
@@ -330,6 +368,12 @@ def _analyse(col: _Collector) -> _Rank:
     if nccl_version is None and (backend or "").startswith("nccl"):
         undetermined["nccl_version"] = ("distributedInfo has no nccl_version (this PyTorch "
                                         "version does not record it)")
+    return dist, world, rank, backend, nccl_version
+
+
+def _steps_of(col, src):
+    """The ``ProfilerStep#N`` spans, sorted: (spans, starts, ends, numbers); raises when
+    the trace has none."""
     if not col.steps:
         raise CalibrationError(f"{src}: no ProfilerStep#N span: the trace does not mark "
                                "training iterations; profile with torch.profiler.profile("
@@ -338,14 +382,23 @@ def _analyse(col: _Collector) -> _Rank:
     step_start = np.array([s[0] for s in steps])
     step_end = np.array([s[0] + s[1] for s in steps])
     step_number = np.array([s[3] for s in steps])
+    return steps, step_start, step_end, step_number
 
-    cts = np.frombuffer(col.cpu["ts"], float) if col.cpu["ts"] else np.zeros(0)
-    cdur = np.frombuffer(col.cpu["dur"], float) if col.cpu["dur"] else np.zeros(0)
-    ctid = np.frombuffer(col.cpu_tid, np.int64) if col.cpu_tid else np.zeros(0, np.int64)
-    ccode = np.frombuffer(col.cpu_code, np.int8) if col.cpu_code else np.zeros(0, np.int8)
-    bwd_mask = ccode == _C_BACKWARD
-    opt_iv = _per_thread_union(cts, cdur, ctid, ccode == _C_OPTIM)
-    # backward window of each step: first to last evaluate_function issued in the step
+
+def _column(buf, dtype):
+    """A collected column as a numpy array (empty when nothing was collected)."""
+    return np.frombuffer(buf, dtype) if buf else np.zeros(0, dtype)
+
+
+def _cpu_columns(col):
+    """The CPU operators' columns: (start, duration, thread, category code)."""
+    return (_column(col.cpu["ts"], float), _column(col.cpu["dur"], float),
+            _column(col.cpu_tid, np.int64), _column(col.cpu_code, np.int8))
+
+
+def _backward_windows(cts, cdur, bwd_mask, step_start, step_end, undetermined):
+    """Backward window of each step: first to last ``evaluate_function`` issued in the
+    step (NaN where there is none); notes in ``undetermined`` a trace without backward."""
     bstep = _step_index(cts[bwd_mask], step_start, step_end)
     nstep = step_start.size
     bw_lo = np.full(nstep, np.nan)
@@ -359,16 +412,15 @@ def _analyse(col: _Collector) -> _Rank:
     else:
         undetermined["backward"] = ("no autograd::engine::evaluate_function spans: the "
                                     "trace does not show the backward pass")
+    return bw_lo, bw_hi
 
-    # -------------------------------------------------- device work and its CPU launch
-    gts = np.frombuffer(col.gpu["ts"], float) if col.gpu["ts"] else np.zeros(0)
-    gdur = np.frombuffer(col.gpu["dur"], float) if col.gpu["dur"] else np.zeros(0)
-    glane = np.frombuffer(col.gpu_lane, np.int64) if col.gpu_lane else np.zeros(0, np.int64)
-    gcorr = np.frombuffer(col.gpu_corr, np.int64) if col.gpu_corr else np.zeros(0, np.int64)
-    gname = np.frombuffer(col.gpu_name, np.int64) if col.gpu_name else np.zeros(0, np.int64)
-    rcorr = np.frombuffer(col.rt_corr, np.int64) if col.rt_corr else np.zeros(0, np.int64)
-    rts = np.frombuffer(col.rt["ts"], float) if col.rt["ts"] else np.zeros(0)
-    rtid = np.frombuffer(col.rt_tid, np.int64) if col.rt_tid else np.zeros(0, np.int64)
+
+def _launch_lookup(col):
+    """A function mapping correlation ids to their CPU launch (time, thread): NaN and -1
+    where the trace has no launch event for an id."""
+    rcorr = _column(col.rt_corr, np.int64)
+    rts = _column(col.rt["ts"], float)
+    rtid = _column(col.rt_tid, np.int64)
     ro = np.argsort(rcorr, kind="stable")
     rcorr_s, rts_s, rtid_s = rcorr[ro], rts[ro], rtid[ro]
 
@@ -380,33 +432,51 @@ def _analyse(col: _Collector) -> _Rank:
         hit = (rcorr_s[i] == corr) & (corr >= 0)
         return np.where(hit, rts_s[i], np.nan), np.where(hit, rtid_s[i], -1)
 
-    timeline = "gpu" if (gts.size or col.comm) else "cpu"
+    return launch
+
+
+def _gpu_ops(col, meta, launch, notes):
+    """GPU compute (kernels off the communication lanes) with their CPU launch:
+    (start, end, lane, name id, issue, launching thread, GPU names)."""
+    gts = _column(col.gpu["ts"], float)
+    gdur = _column(col.gpu["dur"], float)
+    glane = _column(col.gpu_lane, np.int64)
+    gcorr = _column(col.gpu_corr, np.int64)
+    gname = _column(col.gpu_name, np.int64)
     comm_lanes = {k["lane"] for k in col.comm}
-    if timeline == "gpu":
-        keep = ~np.isin(glane, list(comm_lanes)) if comm_lanes else np.ones(gts.size, bool)
-        op_start, op_end = gts[keep], gts[keep] + gdur[keep]
-        op_lane = glane[keep]
-        op_name = gname[keep]
-        op_issue, op_tid = launch(gcorr[keep])
-        if rcorr_s.size == 0 or np.all(np.isnan(op_issue)):
-            notes.append("no CPU launch events (cuda_runtime) link the GPU work to the "
-                         "steps: it is assigned by its GPU start time")
-            op_issue = op_start.copy()
-        gpus = _gpu_names(meta, {col.device_of_lane[int(x)] for x in np.unique(glane)}
-                          | {k["device"] for k in col.comm})
-    else:
-        # CPU training: operators on the threads that train (steps, backward) are compute
-        train = {s[2] for s in steps} | set(np.unique(ctid[bwd_mask]).tolist())
-        m = np.isin(ctid, list(train)) & np.isin(ccode, [_C_OTHER, _C_BACKWARD, _C_OPTIM])
-        op_start, op_end = cts[m], cts[m] + cdur[m]
-        op_issue, op_tid = op_start.copy(), ctid[m]
-        op_lane = op_tid
-        # leaves only (an operator holding no other on its thread) for the slowdown
-        cname = np.frombuffer(col.cpu_name, np.int64)
-        op_name = _leaf_names(op_start, op_end, op_tid, cname[m])
-        gpus = _gpu_names(meta, None)
-    op_step = _step_index(op_issue, step_start, step_end)
-    phase = np.full(op_start.size, 0, np.int8)     # 0 forward, 1 backward, 2 opt, 3 other
+    keep = ~np.isin(glane, list(comm_lanes)) if comm_lanes else np.ones(gts.size, bool)
+    op_start, op_end = gts[keep], gts[keep] + gdur[keep]
+    op_lane = glane[keep]
+    op_name = gname[keep]
+    op_issue, op_tid = launch(gcorr[keep])
+    if np.all(np.isnan(op_issue)):     # no launch events, or none links
+        notes.append("no CPU launch events (cuda_runtime) link the GPU work to the "
+                     "steps: it is assigned by its GPU start time")
+        op_issue = op_start.copy()
+    gpus = _gpu_names(meta, {col.device_of_lane[int(x)] for x in np.unique(glane)}
+                      | {k["device"] for k in col.comm})
+    return op_start, op_end, op_lane, op_name, op_issue, op_tid, gpus
+
+
+def _cpu_ops(col, meta, steps, cts, cdur, ctid, ccode, bwd_mask):
+    """CPU training: operators on the threads that train (steps, backward) are compute:
+    (start, end, lane = thread, leaf name id, issue = start, thread, GPU names)."""
+    train = {s[2] for s in steps} | set(np.unique(ctid[bwd_mask]).tolist())
+    m = np.isin(ctid, list(train)) & np.isin(ccode, [_C_OTHER, _C_BACKWARD, _C_OPTIM])
+    op_start, op_end = cts[m], cts[m] + cdur[m]
+    op_issue, op_tid = op_start.copy(), ctid[m]
+    op_lane = op_tid
+    # leaves only (an operator holding no other on its thread) for the slowdown
+    cname = np.frombuffer(col.cpu_name, np.int64)
+    op_name = _leaf_names(op_start, op_end, op_tid, cname[m])
+    gpus = _gpu_names(meta, None)
+    return op_start, op_end, op_lane, op_name, op_issue, op_tid, gpus
+
+
+def _phases(op_issue, op_tid, op_step, bw_lo, bw_hi, opt_iv):
+    """Phase of each operator by its issue time: 0 forward, 1 backward, 2 optimizer,
+    3 other (after the backward window)."""
+    phase = np.full(op_issue.size, 0, np.int8)
     in_opt = _inside_thread(op_issue, op_tid, opt_iv)
     has_bw = op_step >= 0
     has_bw[has_bw] &= np.isfinite(bw_lo[op_step[has_bw]])
@@ -415,8 +485,12 @@ def _analyse(col: _Collector) -> _Rank:
     phase[(op_issue >= lo) & (op_issue <= hi)] = 1
     phase[(op_issue > hi) & has_bw] = 3
     phase[in_opt] = 2
+    return phase
 
-    calls = _build_calls(col, timeline, launch, step_start, step_end, notes, undetermined)
+
+def _gradient_calls(calls, bw_lo, opt_iv, step_end):
+    """Which calls are gradient all-reduces: all-reduces issued from the first backward op
+    to the first optimizer step after it."""
     gradient = np.array([k == "all_reduce" for k in calls.kind], bool)
     if gradient.any():
         st = calls.step
@@ -424,23 +498,10 @@ def _analyse(col: _Collector) -> _Rank:
         inwin = np.zeros(gradient.size, bool)
         if np.isfinite(bw_lo).any():
             s = np.maximum(st, 0)
-            # issued from the first backward op to the first optimizer step after it
             opt_after = _first_optimizer_after(bw_lo, opt_iv, step_end)
             inwin = ok & (calls.issue >= bw_lo[s]) & (calls.issue < opt_after[s])
         gradient &= inwin
-
-    per_step = _per_step(timeline, step_start, step_end, op_start, op_end, op_issue, op_step,
-                         phase, op_lane, calls, gradient)
-    slowdown = _slowdown(op_start, op_end, op_name, op_step, calls, timeline)
-    if col.malformed:
-        notes.append(f"{col.malformed} event(s) with fields of the wrong type were skipped")
-    return _Rank(source=src, rank=rank, world_size=world, backend=backend,
-                 nccl_version=None if nccl_version is None else str(nccl_version),
-                 pg_config=dist.get("pg_config"), gpus=gpus, timeline=timeline,
-                 step_start=step_start, step_end=step_end, step_number=step_number,
-                 calls=calls, gradient=gradient, per_step=per_step, slowdown=slowdown,
-                 notes=notes, undetermined=undetermined,
-                 file_bytes=getattr(col, "file_bytes", 0), bytes_read=col.bytes_read)
+    return gradient
 
 
 def _first_optimizer_after(bw_lo, opt_iv, step_end):
@@ -488,52 +549,68 @@ def _gpu_names(meta, devices):
 def _build_calls(col, timeline, launch, step_start, step_end, notes, undetermined) -> _Calls:
     """Collective calls: annotations with their NCCL kernels, or lone kernels, or (gloo)
     execution spans."""
-    ann, rpc = col.ann, col.rpc
-    ann_by = _by_tid(ann)
-    rpc_by = _by_tid(rpc)
-    rows = {}       # key -> dict
-    order = []
-
-    def row(key):
-        r = rows.get(key)
-        if r is None:
-            r = rows[key] = {"kernels": [], "kargs": None, "kname": None, "issue": np.nan,
-                             "ann": None, "rpc": None, "lane": -1}
-            order.append(key)
-        return r
-
-    kernels = col.comm
-    if kernels:
-        k_issue, k_tid = launch([k["corr"] for k in kernels])
-        unlinked = 0
-        for i, k in enumerate(kernels):
-            t, tid = k_issue[i], int(k_tid[i])
-            a = _innermost(ann_by, tid, t) if np.isfinite(t) else None
-            key = ("ann", a) if a is not None else ("kernel", i)
-            r = row(key)
-            if np.isnan(t):
-                unlinked += 1
-            r["kernels"].append((k["ts"], k["ts"] + k["dur"]))
-            r["lane"] = k["lane"]
-            if r["kargs"] is None and "In msg nelems" in k:
-                r["kargs"] = k
-            if r["kname"] is None:
-                r["kname"] = k["name"]
-            if a is not None:
-                r["ann"] = a
-                r["issue"] = ann[a][0]
-            elif np.isfinite(t):
-                r["issue"] = t
-            if r["rpc"] is None and np.isfinite(t):
-                r["rpc"] = _innermost(rpc_by, tid, t)
-        if unlinked:
-            notes.append(f"{unlinked} NCCL kernel(s) have no CPU launch in the trace "
-                         "(launched before the profiler started): left out")
+    rows, order = {}, []        # key -> dict, keys in order of first sight
+    rpc_by = _by_tid(col.rpc)
+    _rows_from_kernels(col, launch, rows, order, rpc_by, notes)
     gloo_exec = timeline == "cpu"
+    _rows_from_annotations(col.ann, rows, order, rpc_by, gloo_exec)
+    if gloo_exec:
+        _issue_from_c10d(rows, col.ann, col.c10d, notes)
+    return _calls_from_rows(rows, order, col.ann, col.rpc, step_start, step_end)
+
+
+def _row(rows, order, key):
+    """The call row of ``key``, created empty (and ``key`` appended to ``order``) when
+    new."""
+    r = rows.get(key)
+    if r is None:
+        r = rows[key] = {"kernels": [], "kargs": None, "kname": None, "issue": np.nan,
+                         "ann": None, "rpc": None, "lane": -1}
+        order.append(key)
+    return r
+
+
+def _rows_from_kernels(col, launch, rows, order, rpc_by, notes):
+    """Attach each NCCL kernel to the annotation innermost at its CPU launch (or to a row
+    of its own); notes the kernels with no launch in the trace."""
+    kernels, ann = col.comm, col.ann
+    if not kernels:
+        return
+    ann_by = _by_tid(ann)
+    k_issue, k_tid = launch([k["corr"] for k in kernels])
+    unlinked = 0
+    for i, k in enumerate(kernels):
+        t, tid = k_issue[i], int(k_tid[i])
+        a = _innermost(ann_by, tid, t) if np.isfinite(t) else None
+        key = ("ann", a) if a is not None else ("kernel", i)
+        r = _row(rows, order, key)
+        if np.isnan(t):
+            unlinked += 1
+        r["kernels"].append((k["ts"], k["ts"] + k["dur"]))
+        r["lane"] = k["lane"]
+        if r["kargs"] is None and "In msg nelems" in k:
+            r["kargs"] = k
+        if r["kname"] is None:
+            r["kname"] = k["name"]
+        if a is not None:
+            r["ann"] = a
+            r["issue"] = ann[a][0]
+        elif np.isfinite(t):
+            r["issue"] = t
+        if r["rpc"] is None and np.isfinite(t):
+            r["rpc"] = _innermost(rpc_by, tid, t)
+    if unlinked:
+        notes.append(f"{unlinked} NCCL kernel(s) have no CPU launch in the trace "
+                     "(launched before the profiler started): left out")
+
+
+def _rows_from_annotations(ann, rows, order, rpc_by, gloo_exec):
+    """A row for each annotation no kernel was attached to; under gloo (``gloo_exec``) a
+    non-NCCL annotation is the execution itself, on its worker thread's lane."""
     for a, sp in enumerate(ann):
         if ("ann", a) in rows:
             continue
-        r = row(("ann", a))
+        r = _row(rows, order, ("ann", a))
         r["ann"] = a
         r["issue"] = sp[0]
         r["rpc"] = _innermost(rpc_by, sp[2], sp[0])
@@ -541,9 +618,11 @@ def _build_calls(col, timeline, launch, step_start, step_end, notes, undetermine
             r["kernels"].append((sp[0], sp[0] + sp[1]))
             r["lane"] = -2 - sp[2]     # the worker thread is the lane
             r["exec"] = True
-    if gloo_exec:
-        _issue_from_c10d(rows, ann, col.c10d, notes)
 
+
+def _calls_from_rows(rows, order, ann, rpc, step_start, step_end) -> _Calls:
+    """Assemble the :class:`_Calls` columns from the rows: kind, algorithm, protocol,
+    issue, kernel union, bytes with their source, group size and step."""
     n = len(order)
     kind, size_source, algo, proto = [], [], [], []
     issue = np.full(n, np.nan)
@@ -575,20 +654,9 @@ def _build_calls(col, timeline, launch, step_start, step_end, notes, undetermine
         if ks:
             iv = _union([a for a, _ in ks], [b for _, b in ks])
             start[j], end[j], dur[j] = iv[0][0], iv[1][-1], _length(iv)
-        b = src = None
-        if ka:
-            b, src = _nelems_bytes(ka, "In msg nelems"), "kernel args"
-            ob = _nelems_bytes(ka, "Out msg nelems")
-            if ob is not None:
-                out_bytes[j] = ob
-        if b is None and ra:
-            b, src = _nelems_bytes(ra, "In msg nelems"), "record_param_comms"
-            ob = _nelems_bytes(ra, "Out msg nelems")
-            if ob is not None:
-                out_bytes[j] = ob
-        if b is None and sp is not None:
-            b, src = _shape_bytes(sp[5].get("Input Dims"), sp[5].get("Input type")), \
-                "annotation Input Dims"
+        b, src, ob = _call_bytes(ka, ra, sp)
+        if ob is not None:
+            out_bytes[j] = ob
         if b is not None:
             nbytes[j] = b
         size_source.append(src if b is not None else None)
@@ -601,6 +669,27 @@ def _build_calls(col, timeline, launch, step_start, step_end, notes, undetermine
     return _Calls(kind=kind, issue=issue, start=start, end=end, dur=dur, nbytes=nbytes,
                   out_bytes=out_bytes, size_source=size_source, group=group, algo=algo,
                   proto=proto, lane=lane, step=step, kernels=kern)
+
+
+def _call_bytes(ka, ra, sp):
+    """A call's input bytes, where they come from, and its output bytes (None where
+    unknown) [bytes]: the kernel args, else record_param_comms, else the annotation's
+    input shape."""
+    b = src = out = None
+    if ka:
+        b, src = _nelems_bytes(ka, "In msg nelems"), "kernel args"
+        ob = _nelems_bytes(ka, "Out msg nelems")
+        if ob is not None:
+            out = ob
+    if b is None and ra:
+        b, src = _nelems_bytes(ra, "In msg nelems"), "record_param_comms"
+        ob = _nelems_bytes(ra, "Out msg nelems")
+        if ob is not None:
+            out = ob
+    if b is None and sp is not None:
+        b, src = _shape_bytes(sp[5].get("Input Dims"), sp[5].get("Input type")), \
+            "annotation Input Dims"
+    return b, src, out
 
 
 def _issue_from_c10d(rows, ann, c10d, notes):
