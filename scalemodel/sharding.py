@@ -333,14 +333,14 @@ class Sharding:
         ``broadcast_params``), equation :eq:`broadcast` [-].
     broadcasts : int or None
         With ``param_return="broadcast"``: the number of owning ranks, hence broadcasts
-        per step; None: every rank of the shard group (see :func:`broadcast_owners` for
+        per step; None: every rank of the shard group (see :func:`~scalemodel.sharding.broadcast_owners` for
         InternLM's allocation, which leaves ranks without parameters at large groups)
         [broadcasts].
     broadcast_chunk : float or None
         With ``param_return="broadcast"``: the bytes the ring moves per pipeline step
         across all its channels, whose passage over every hop is the broadcast's fill.
-        None: NCCL's Simple step, :data:`NCCL_SIMPLE_STEP_BYTES`, on each of
-        :func:`nccl_ring_channels` channels [bytes].
+        None: NCCL's Simple step, :data:`~scalemodel.sharding.NCCL_SIMPLE_STEP_BYTES`, on each of
+        :func:`~scalemodel.sharding.nccl_ring_channels` channels [bytes].
 
     Raises
     ------
