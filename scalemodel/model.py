@@ -543,6 +543,10 @@ class Scenario:
                     self.fusion, str) else repr(self.fusion)),
                 "sharding": "none" if self.sharding is None else self.sharding.strategy,
                 "shard_group": None if self.sharding is None else self.sharding.shard_group,
+                **({} if self.sharding is None or self.sharding.param_return == "allgather"
+                   else {"param_return": self.sharding.param_return,
+                         "broadcasts": self.sharding.broadcasts,
+                         "broadcast_chunk": self.sharding.broadcast_chunk}),
                 **({} if mp is None else mp.settings()),
                 "activation_checkpointing": prov.get("activation_checkpointing", "none"),
                 "offload": prov.get("offload_mode", "none"),

@@ -210,3 +210,14 @@ def test_latency_sensitivity_counts_the_chain_hops():
         return float(sm.scaling_factor(p, 256, 100e9, alpha=a, **kw))
 
     assert s.d_alpha == pytest.approx((f(1e-5 + h) - f(1e-5 - h)) / (2 * h), rel=1e-5)
+
+
+def test_answers_carry_the_parameter_return():
+    p = sm.load_profile("llama-2-7b")
+    kw = dict(fusion="ddp", gpus_per_node=8, nics_per_node=4)
+    it = sm.iteration_time(p, 64, 100e9, sharding=Sharding(
+        "zero1", param_return="broadcast", broadcasts=44), **kw)
+    assert it.settings["param_return"] == "broadcast"
+    assert it.settings["broadcasts"] == 44 and it.settings["broadcast_chunk"] is None
+    assert "param_return" not in sm.iteration_time(p, 64, 100e9, sharding="zero1",
+                                                   **kw).settings
