@@ -393,59 +393,76 @@ def _best(speeds, start_cap, cap, stop_total, max_ch=16):
 def _search(version, arch, intra, n_nodes, ppn, nics, nic):
     """Idealized ncclTopoCompute: (n, ring_intra, ring_inter, tree_intra, tree_inter) [GB/s]."""
     total, widest, cap_intra = _intra(version, arch, intra, ppn)
-    cc = _COMPCAP[arch]
     multi = n_nodes > 1
     if version == "2.5":
-        # Speeds from the NVLink (or PCI) width down in steps of 3 GB/s
-        # (src/graph/search.cc:538 at v2.5.6-1); one channel per NET (search.cc:295).
-        start = _NVLINK_BW["2.5"]["volta"] if intra == "nvlink" else 12.0
-        speeds = tuple(float(s) for s in range(int(start), 2, -3))
-        if multi:
-            path = min(nic, 12.0)  # NIC width and its PCIe path
-            n, s, _ = _best(speeds, path, lambda s: min(nics, cap_intra(s)), math.inf,
-                            max_ch=_MAX_GRAPH_CHANNELS["2.5"])
-        else:
-            n, s, _ = _best(speeds, start, cap_intra, total, max_ch=_MAX_GRAPH_CHANNELS["2.5"])
-        tree_intra = s
-        # Trees: raise the intra-node speed by 3 while <= 2x inter (search.cc:550).
-        while tree_intra + 3 <= 2 * s + _EPS and tree_intra + 3 <= widest + _EPS \
-                and cap_intra(tree_intra + 3) >= n:
-            tree_intra += 3
-        return n, s, s, tree_intra, s
+        return _search_25(intra, multi, nics, nic, total, widest, cap_intra)
     if version in ("2.6", "2.7"):
-        speeds = _SPEEDS[version]
-        max_ch = _MAX_GRAPH_CHANNELS[version]
-        if multi:
-            path = min(nic, _PCI_BW[arch])
-            start = path
-            cap = lambda s: min(nics * int(path / s + _EPS), cap_intra(s))  # noqa: E731
-            stop = math.inf
-        else:
-            # 2.6 caps an NVLink path at one link (search.cc:16-21 at v2.6.4-1); 2.7 not.
-            start = (_NVLINK_BW[version][arch] if version == "2.6" and intra == "nvlink"
-                     else widest)
-            cap, stop = cap_intra, total
-        n, s, idx = _best(speeds, start, cap, stop, max_ch=max_ch)
-        tree_intra = s
-        # Pass 2, trees only: raise bwIntra while it is below twice bwInter
-        # (search.cc:750 at v2.6.4-1, :755 at v2.7.8-1).
-        while idx > 0 and tree_intra < 2 * s - _EPS:
-            cand = speeds[idx - 1]
-            if cand > widest + _EPS or cap_intra(cand) < n:
-                break
-            tree_intra, idx = cand, idx - 1
-        ring = [n, s, s]
-        tree = [n, tree_intra, s]
-        if version == "2.7":
-            # Duplicate channels when bwIntra >= 25 (search.cc:773-779 at v2.7.8-1).
-            for g in (ring, tree):
-                if g[1] >= 25.0:
-                    dup = min(2 * g[0], max_ch)
-                    div = -(-dup // g[0])
-                    g[0], g[1], g[2] = dup, g[1] / div, g[2] / div
-        n = min(ring[0], tree[0])
-        return n, ring[1], ring[2], tree[1], tree[2]
-    # 2.30
+        return _search_26_27(version, arch, intra, multi, nics, nic, total, widest, cap_intra)
+    return _search_230(arch, multi, nics, nic, total, widest, cap_intra)
+
+
+def _search_25(intra, multi, nics, nic, total, widest, cap_intra):
+    """The 2.5 search: one ring speed from the NVLink (or PCI) width down in steps of
+    3 GB/s, trees raised by 3 while within twice the ring's (GB/s figures)."""
+    # Speeds from the NVLink (or PCI) width down in steps of 3 GB/s
+    # (src/graph/search.cc:538 at v2.5.6-1); one channel per NET (search.cc:295).
+    start = _NVLINK_BW["2.5"]["volta"] if intra == "nvlink" else 12.0
+    speeds = tuple(float(s) for s in range(int(start), 2, -3))
+    if multi:
+        path = min(nic, 12.0)  # NIC width and its PCIe path
+        n, s, _ = _best(speeds, path, lambda s: min(nics, cap_intra(s)), math.inf,
+                        max_ch=_MAX_GRAPH_CHANNELS["2.5"])
+    else:
+        n, s, _ = _best(speeds, start, cap_intra, total, max_ch=_MAX_GRAPH_CHANNELS["2.5"])
+    tree_intra = s
+    # Trees: raise the intra-node speed by 3 while <= 2x inter (search.cc:550).
+    while tree_intra + 3 <= 2 * s + _EPS and tree_intra + 3 <= widest + _EPS \
+            and cap_intra(tree_intra + 3) >= n:
+        tree_intra += 3
+    return n, s, s, tree_intra, s
+
+
+def _search_26_27(version, arch, intra, multi, nics, nic, total, widest, cap_intra):
+    """The 2.6 and 2.7 search: pass 1 over the version's speed list, pass 2 raising the
+    trees' intra-node speed, and (2.7) channel duplication (GB/s figures)."""
+    speeds = _SPEEDS[version]
+    max_ch = _MAX_GRAPH_CHANNELS[version]
+    if multi:
+        path = min(nic, _PCI_BW[arch])
+        start = path
+        cap = lambda s: min(nics * int(path / s + _EPS), cap_intra(s))  # noqa: E731
+        stop = math.inf
+    else:
+        # 2.6 caps an NVLink path at one link (search.cc:16-21 at v2.6.4-1); 2.7 not.
+        start = (_NVLINK_BW[version][arch] if version == "2.6" and intra == "nvlink"
+                 else widest)
+        cap, stop = cap_intra, total
+    n, s, idx = _best(speeds, start, cap, stop, max_ch=max_ch)
+    tree_intra = s
+    # Pass 2, trees only: raise bwIntra while it is below twice bwInter
+    # (search.cc:750 at v2.6.4-1, :755 at v2.7.8-1).
+    while idx > 0 and tree_intra < 2 * s - _EPS:
+        cand = speeds[idx - 1]
+        if cand > widest + _EPS or cap_intra(cand) < n:
+            break
+        tree_intra, idx = cand, idx - 1
+    ring = [n, s, s]
+    tree = [n, tree_intra, s]
+    if version == "2.7":
+        # Duplicate channels when bwIntra >= 25 (search.cc:773-779 at v2.7.8-1).
+        for g in (ring, tree):
+            if g[1] >= 25.0:
+                dup = min(2 * g[0], max_ch)
+                div = -(-dup // g[0])
+                g[0], g[1], g[2] = dup, g[1] / div, g[2] / div
+    n = min(ring[0], tree[0])
+    return n, ring[1], ring[2], tree[1], tree[2]
+
+
+def _search_230(arch, multi, nics, nic, total, widest, cap_intra):
+    """The 2.30 search: pass 1, ncclTopoDupChannels, then pass 2 for rings (higher speeds
+    with as many channels) and trees (raised intra-node speed) (GB/s figures)."""
+    cc = _COMPCAP[arch]
     cc_key = 100 if cc >= 100 else 90 if cc >= 90 else 70
     speeds = _SPEEDS_230[("inter" if multi else "intra", cc_key)]
     max_ch = _MAX_GRAPH_CHANNELS["2.30"]
@@ -656,91 +673,122 @@ def _ll128_enabled(version, arch, intra, nic_path, n_nodes):
 
 def _tables(version, coll, n_ranks, n_nodes, topo, arch, intra, nic_path, cpu):
     """NCCL's init-time cost table: {(algo, proto): (latency [us], bandwidth [GB/s])}."""
-    ppn = n_ranks // n_nodes
-    nsteps = _nsteps(coll, n_ranks)
-    out = {}
     if version == "2.4":
-        nvlink = intra == "nvlink"
-        ring_lat = 6.0 * (n_ranks - 1)
-        tree_lat = 15.0 * int(math.log2(n_nodes)) + 4.0 * (ppn - 1)
-        ringbw = topo.ring_bw_intra / _GB
-        treebw = topo.tree_bw_intra / _GB
-        for p, proto in enumerate(NCCL_PROTOCOLS):
-            ok = proto != "LL128"
-            out[("ring", proto)] = (ring_lat, ringbw if ok else 0.0)
-            tree_ok = ok and coll == "all_reduce" and n_nodes > 1
-            out[("tree", proto)] = (tree_lat, treebw if tree_ok else 0.0)
-        return out
+        return _tables_24(coll, n_ranks, n_nodes, topo, intra)
     ll128 = _ll128_enabled(version, arch, intra, nic_path, n_nodes)
-    intra_hw = 0 if intra == "nvlink" else 1
-    n = topo.n_channels
     ring_speed = (topo.ring_bw_intra if n_nodes <= 2 else topo.ring_bw_inter) / _GB
     tree_speed = (topo.tree_bw_intra if n_nodes <= 2 else topo.tree_bw_inter) / _GB
     if version in ("2.5", "2.6", "2.7"):
-        key = "2.7" if version == "2.7" else "2.5"
-        base, hw = _BASE_LAT[key], _HW_LAT[key]
-        cap80 = version == "2.7" and _COMPCAP[arch] == 80
-        for a, algo in enumerate(("tree", "ring")):
-            if algo == "tree" and coll != "all_reduce":
-                continue
-            for p, proto in enumerate(NCCL_PROTOCOLS):
-                bus = n * (tree_speed if algo == "tree" else ring_speed)
-                if cap80:
-                    bus = min(bus, 235.0)  # tuning.cc:112 at v2.7.8-1
-                if algo == "ring" and proto == "LL":
-                    if version == "2.7" and not (n_nodes > 1 or coll == "all_reduce"):
-                        bus *= 1 / 3
-                    else:
-                        bus *= 1 / 4
-                if algo == "ring" and proto == "LL128":
-                    if version == "2.7":
-                        bus = min(bus * (0.7 if ppn < 2 else 0.92), _LL128_MAX["2.7"][coll] * n)
-                    else:
-                        bus = min(bus * 120 / 128, _LL128_MAX["2.5"][coll])
-                if algo == "tree":
-                    if version == "2.5":
-                        cap = 70.0 if n_nodes > 1 else 90.0
-                    elif version == "2.6":
-                        cap = 80.0 if n_nodes > 2 else 110.0
-                    else:
-                        big = cap80 and proto == "LL128"
-                        cap = (105.0 if big else 80.0) if n_nodes > 2 else (130.0 if big else 110.0)
-                    bus = min(bus * 0.9, cap)
-                    if proto == "LL":
-                        bus *= 1 / 3.8 if version == "2.7" else 1 / 3
-                    if proto == "LL128":
-                        if version == "2.7":
-                            bus = min(bus * (7 / 9 if n_nodes == 1 else 0.915),
-                                      _LL128_MAX["2.7"][coll] * n * 7 / 9)
-                        else:
-                            bus *= 7 / 9
-                ratio = 0.5 if algo == "tree" else n_ranks / nsteps
-                bw = bus * ratio
-                if proto == "LL128" and not ll128:
-                    bw = 0.0
-                lat = base[a][p]
-                intra_lat = hw[intra_hw][a][p]
-                inter_lat = hw[2][a][p]
-                if algo == "ring":
-                    if version == "2.7":
-                        if n_nodes > 1 and proto == "LL":
-                            intra_lat *= 1.8  # tuning.cc:132 at v2.7.8-1
-                        n_inter = (2 * (n_nodes - 1) if coll == "all_reduce" else n_nodes - 1)
-                        lat += (nsteps - n_inter) * intra_lat + n_inter * inter_lat
-                    else:
-                        lat += nsteps * hw[2 if n_nodes > 1 else intra_hw][a][p]
-                else:
-                    if version == "2.7" and n_nodes > 1 and proto == "LL":
-                        intra_lat *= 1.8
-                    lat += 2 * ((ppn - 1) * intra_lat + int(math.log2(n_nodes)) * inter_lat)
-                out[(algo, proto)] = (lat, bw)
-        return out
-    # 2.30
-    cci = {"volta": 0, "ampere": 1, "hopper": 2, "blackwell": 3}[arch]
-    i2 = n_nodes - 1 if n_nodes <= 2 else 2
-    i1 = cci if n_nodes == 1 else (1 if cpu == "amd" else 0)
-    ll_max = _LL_MAX_230[i1][i2]
-    intra_key = "nvlink" if intra == "nvlink" else "pci"
+        return _tables_25_27(version, coll, n_ranks, n_nodes, topo.n_channels, arch, intra,
+                             ring_speed, tree_speed, ll128)
+    return _tables_230(coll, n_ranks, n_nodes, topo.n_channels, arch, intra, cpu,
+                       ring_speed, tree_speed, ll128)
+
+
+def _tables_24(coll, n_ranks, n_nodes, topo, intra):
+    """The 2.4 table: ring and tree latencies of ncclTreeThreshold, no LL128, trees only
+    for multi-node all-reduce (latency [us], bandwidth [GB/s])."""
+    ppn = n_ranks // n_nodes
+    out = {}
+    ring_lat = 6.0 * (n_ranks - 1)
+    tree_lat = 15.0 * int(math.log2(n_nodes)) + 4.0 * (ppn - 1)
+    ringbw = topo.ring_bw_intra / _GB
+    treebw = topo.tree_bw_intra / _GB
+    for proto in NCCL_PROTOCOLS:
+        ok = proto != "LL128"
+        out[("ring", proto)] = (ring_lat, ringbw if ok else 0.0)
+        tree_ok = ok and coll == "all_reduce" and n_nodes > 1
+        out[("tree", proto)] = (tree_lat, treebw if tree_ok else 0.0)
+    return out
+
+
+def _tables_25_27(version, coll, n_ranks, n_nodes, n, arch, intra, ring_speed, tree_speed,
+                  ll128):
+    """The 2.5-2.7 table over tree (all-reduce only) and ring and the three protocols
+    (latency [us], bandwidth [GB/s])."""
+    ppn = n_ranks // n_nodes
+    nsteps = _nsteps(coll, n_ranks)
+    out = {}
+    key = "2.7" if version == "2.7" else "2.5"
+    base, hw = _BASE_LAT[key], _HW_LAT[key]
+    intra_hw = 0 if intra == "nvlink" else 1
+    cap80 = version == "2.7" and _COMPCAP[arch] == 80
+    for a, algo in enumerate(("tree", "ring")):
+        if algo == "tree" and coll != "all_reduce":
+            continue
+        for p, proto in enumerate(NCCL_PROTOCOLS):
+            bus = _bus_25_27(version, coll, algo, proto, n,
+                             tree_speed if algo == "tree" else ring_speed, ppn, n_nodes,
+                             cap80)
+            ratio = 0.5 if algo == "tree" else n_ranks / nsteps
+            bw = bus * ratio
+            if proto == "LL128" and not ll128:
+                bw = 0.0
+            lat = _lat_25_27(version, coll, algo, proto, base[a][p], hw[intra_hw][a][p],
+                             hw[2][a][p], hw[2 if n_nodes > 1 else intra_hw][a][p], n_nodes,
+                             ppn, nsteps)
+            out[(algo, proto)] = (lat, bw)
+    return out
+
+
+def _bus_25_27(version, coll, algo, proto, n, speed, ppn, n_nodes, cap80):
+    """2.5-2.7 bus bandwidth of one algorithm and protocol over ``n`` channels of
+    ``speed``, with the protocol's factors and caps [GB/s]."""
+    bus = n * speed
+    if cap80:
+        bus = min(bus, 235.0)  # tuning.cc:112 at v2.7.8-1
+    if algo == "ring" and proto == "LL":
+        if version == "2.7" and not (n_nodes > 1 or coll == "all_reduce"):
+            bus *= 1 / 3
+        else:
+            bus *= 1 / 4
+    if algo == "ring" and proto == "LL128":
+        if version == "2.7":
+            bus = min(bus * (0.7 if ppn < 2 else 0.92), _LL128_MAX["2.7"][coll] * n)
+        else:
+            bus = min(bus * 120 / 128, _LL128_MAX["2.5"][coll])
+    if algo == "tree":
+        if version == "2.5":
+            cap = 70.0 if n_nodes > 1 else 90.0
+        elif version == "2.6":
+            cap = 80.0 if n_nodes > 2 else 110.0
+        else:
+            big = cap80 and proto == "LL128"
+            cap = (105.0 if big else 80.0) if n_nodes > 2 else (130.0 if big else 110.0)
+        bus = min(bus * 0.9, cap)
+        if proto == "LL":
+            bus *= 1 / 3.8 if version == "2.7" else 1 / 3
+        if proto == "LL128":
+            if version == "2.7":
+                bus = min(bus * (7 / 9 if n_nodes == 1 else 0.915),
+                          _LL128_MAX["2.7"][coll] * n * 7 / 9)
+            else:
+                bus *= 7 / 9
+    return bus
+
+
+def _lat_25_27(version, coll, algo, proto, lat, intra_lat, inter_lat, hop_lat, n_nodes, ppn,
+               nsteps):
+    """2.5-2.7 latency of one algorithm and protocol: the base ``lat`` plus its hops
+    (``hop_lat``: the 2.5/2.6 ring's per-step latency) [us]."""
+    if algo == "ring":
+        if version == "2.7":
+            if n_nodes > 1 and proto == "LL":
+                intra_lat *= 1.8  # tuning.cc:132 at v2.7.8-1
+            n_inter = (2 * (n_nodes - 1) if coll == "all_reduce" else n_nodes - 1)
+            lat += (nsteps - n_inter) * intra_lat + n_inter * inter_lat
+        else:
+            lat += nsteps * hop_lat
+    else:
+        if version == "2.7" and n_nodes > 1 and proto == "LL":
+            intra_lat *= 1.8
+        lat += 2 * ((ppn - 1) * intra_lat + int(math.log2(n_nodes)) * inter_lat)
+    return lat
+
+
+def _pairs_230(coll, ppn, n_nodes):
+    """The (algorithm, protocol index, protocol) pairs 2.30 tunes: tree for all-reduce
+    only, PAT for the others with one GPU per node on several nodes, Simple only."""
     for algo in NCCL_ALGORITHMS:
         if coll == "all_reduce" and algo == "pat":
             continue
@@ -752,47 +800,74 @@ def _tables(version, coll, n_ranks, n_nodes, topo, arch, intra, nic_path, cpu):
         for p, proto in enumerate(NCCL_PROTOCOLS):
             if algo == "pat" and proto != "Simple":
                 continue
-            graph_speed = tree_speed if algo in ("tree", "pat") else ring_speed
-            bus = n * graph_speed
-            if algo == "ring" and proto == "LL":
-                bus = min(ll_max, bus * 0.5)
-            if algo == "ring" and proto == "LL128":
-                bus = min(bus * 0.92, n * _RING_LL128_230[cci][i2])
-            if algo == "tree" and coll == "all_reduce":
-                bus = min(bus * 0.92, n * _TREE_MAX_230[cci][i2])
-            if algo == "tree" and proto == "LL":
-                bus = min(bus / 3.8, ll_max)
-            if algo == "tree" and proto == "LL128":
-                bus = min(bus * (7 / 9 if n_nodes == 1 else 120 / 128),
-                          n * _TREE_LL128_230[cci][i2])
-            if algo == "tree" and ppn == 1 and n_nodes > 1:
-                bus *= 0.85  # maxTreePattern == TREE with one GPU per node
-            if algo == "pat":
-                bus *= 0.75
-            if algo == "ring":
-                bus *= n_ranks / nsteps
-            elif coll == "all_reduce":
-                bus *= 0.5
-            bw = bus
-            if proto == "LL128" and not ll128:
-                bw = 0.0
-            lat = _BASE_LAT_230[algo][p]
-            intra_lat = _HW_LAT_230[intra_key][algo][p]
-            inter_lat = _HW_LAT_230["net"]["tree" if ppn == 1 else algo][p]
-            if algo == "ring":
-                overhead = 0.0
-                if n_nodes > 1:
-                    overhead = _NET_OVERHEAD_230[cpu] * (3 if proto == "Simple" else 1)
-                intra_lat = max(intra_lat, overhead)
-                n_inter = (0 if n_nodes == 1 else
-                           2 * (n_nodes - 1) if coll == "all_reduce" else n_nodes - 1)
-                lat += (nsteps - n_inter) * intra_lat + n_inter * inter_lat
-            elif algo == "tree":
-                lat += 2 * ((ppn - 1) * intra_lat + int(math.log2(n_nodes)) * inter_lat)
-            else:
-                lat += int(math.log2(n_nodes)) * (inter_lat / 3.5) + n_ranks * 2.8
-            out[(algo, proto)] = (lat, bw)
+            yield algo, p, proto
+
+
+def _tables_230(coll, n_ranks, n_nodes, n, arch, intra, cpu, ring_speed, tree_speed, ll128):
+    """The 2.30 table (latency [us], bandwidth [GB/s])."""
+    ppn = n_ranks // n_nodes
+    nsteps = _nsteps(coll, n_ranks)
+    out = {}
+    cci = {"volta": 0, "ampere": 1, "hopper": 2, "blackwell": 3}[arch]
+    i2 = n_nodes - 1 if n_nodes <= 2 else 2
+    i1 = cci if n_nodes == 1 else (1 if cpu == "amd" else 0)
+    ll_max = _LL_MAX_230[i1][i2]
+    intra_key = "nvlink" if intra == "nvlink" else "pci"
+    for algo, p, proto in _pairs_230(coll, ppn, n_nodes):
+        graph_speed = tree_speed if algo in ("tree", "pat") else ring_speed
+        bw = _bus_230(coll, algo, proto, n * graph_speed, n, ll_max, cci, i2, ppn, n_nodes,
+                      n_ranks, nsteps)
+        if proto == "LL128" and not ll128:
+            bw = 0.0
+        lat = _lat_230(coll, algo, p, proto, intra_key, cpu, ppn, n_nodes, n_ranks, nsteps)
+        out[(algo, proto)] = (lat, bw)
     return out
+
+
+def _bus_230(coll, algo, proto, bus, n, ll_max, cci, i2, ppn, n_nodes, n_ranks, nsteps):
+    """2.30 bandwidth of one algorithm and protocol from the graph's ``bus`` (channels x
+    speed), with the protocol's caps and the algorithm's ratio [GB/s]."""
+    if algo == "ring" and proto == "LL":
+        bus = min(ll_max, bus * 0.5)
+    if algo == "ring" and proto == "LL128":
+        bus = min(bus * 0.92, n * _RING_LL128_230[cci][i2])
+    if algo == "tree" and coll == "all_reduce":
+        bus = min(bus * 0.92, n * _TREE_MAX_230[cci][i2])
+    if algo == "tree" and proto == "LL":
+        bus = min(bus / 3.8, ll_max)
+    if algo == "tree" and proto == "LL128":
+        bus = min(bus * (7 / 9 if n_nodes == 1 else 120 / 128),
+                  n * _TREE_LL128_230[cci][i2])
+    if algo == "tree" and ppn == 1 and n_nodes > 1:
+        bus *= 0.85  # maxTreePattern == TREE with one GPU per node
+    if algo == "pat":
+        bus *= 0.75
+    if algo == "ring":
+        bus *= n_ranks / nsteps
+    elif coll == "all_reduce":
+        bus *= 0.5
+    return bus
+
+
+def _lat_230(coll, algo, p, proto, intra_key, cpu, ppn, n_nodes, n_ranks, nsteps):
+    """2.30 latency of one algorithm and protocol: base plus its intra- and inter-node
+    hops (ring: at least the network post overhead per step) [us]."""
+    lat = _BASE_LAT_230[algo][p]
+    intra_lat = _HW_LAT_230[intra_key][algo][p]
+    inter_lat = _HW_LAT_230["net"]["tree" if ppn == 1 else algo][p]
+    if algo == "ring":
+        overhead = 0.0
+        if n_nodes > 1:
+            overhead = _NET_OVERHEAD_230[cpu] * (3 if proto == "Simple" else 1)
+        intra_lat = max(intra_lat, overhead)
+        n_inter = (0 if n_nodes == 1 else
+                   2 * (n_nodes - 1) if coll == "all_reduce" else n_nodes - 1)
+        lat += (nsteps - n_inter) * intra_lat + n_inter * inter_lat
+    elif algo == "tree":
+        lat += 2 * ((ppn - 1) * intra_lat + int(math.log2(n_nodes)) * inter_lat)
+    else:
+        lat += int(math.log2(n_nodes)) * (inter_lat / 3.5) + n_ranks * 2.8
+    return lat
 
 
 def _tree_threshold_24(n_nodes, n_ranks, n_channels, nvlink):
