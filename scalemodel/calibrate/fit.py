@@ -427,11 +427,45 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
     >>> round(fit.alpha * 1e6, 3), round(fit.bandwidth / 1e9, 3), round(fit.utilization, 3)
     (25.0, 20.0, 0.8)
     """
+    _reject_unknown(overrides)
+    m, t, reps = _measurements(nbytes, seconds)
+    n, algorithm = _check_setup(n, confidence, f_scale, collective, algorithm, m, min_points)
+    if line_rate is not None:
+        line_rate = float(parse_bandwidth(line_rate, "line_rate"))
+    topology = _check_topology(topology, algorithm, n)
+    lat, bits, red, known = _columns(collective, algorithm, m, n, topology)
+    X = np.column_stack([lat, bits, red])
+    fixed, free = _held_fixed(overrides, fit_gamma, collective, algorithm, bits, red)
+    lower, upper = _check_bounds(bounds)
+    start = {0: alpha0, 1: None if bandwidth0 is None else
+             1.0 / float(parse_bandwidth(bandwidth0, "bandwidth0")), 2: gamma0}
+    p, cov, fun, f_used = _solve(t, X, fixed, free, start, lower, upper, loss, f_scale,
+                                 known)
+    intervals, gamma_interval = _intervals(p, cov, fixed, free, lower, upper, t.size,
+                                           confidence)
+    gamma = None
+    if fit_gamma or "gamma" in overrides:
+        gamma = p[2]
+        intervals["gamma"] = gamma_interval
+    fitted = known + X @ p
+    if topology is not None:
+        _check_nic_binds(collective, topology, 1.0 / p[1])
+    return _finish(collective, algorithm, n, p[0], 1.0 / p[1], gamma, intervals, confidence,
+                   m, t, fitted, line_rate, r2_warn, loss, f_used, reps, topology)
+
+
+def _reject_unknown(overrides):
+    """Raise on a keyword of fit_collective that names no parameter to hold fixed."""
     unknown = set(overrides) - set(_PARAMS)
     if unknown:
         raise ParameterTypeError(sorted(unknown)[0], overrides[sorted(unknown)[0]],
                                  f"no such keyword of fit_collective; parameters to hold "
                                  f"fixed are {', '.join(_PARAMS)}")
+
+
+def _measurements(nbytes, seconds):
+    """Check the sizes [bytes] and times [s]: (sizes, per-size median times,
+    repetitions per size)."""
     m = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
     if m.ndim != 1 or m.size == 0:
@@ -447,6 +481,12 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
     if t.ndim == 2:
         reps = int(t.shape[1])
         t = np.median(t, axis=1)
+    return m, t, reps
+
+
+def _check_setup(n, confidence, f_scale, collective, algorithm, m, min_points):
+    """Check the workers, confidence, loss scale, model and number of distinct sizes:
+    (n, model algorithm)."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
         raise InvalidParameterError("n", n, "an integer >= 2 (workers in the measurement)")
     n = int(n)
@@ -468,8 +508,12 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
             f"{collective}: {distinct} distinct message size(s) given, at least {min_points} "
             "needed to separate latency from bandwidth; widen the sweep (--min-size / "
             "--max-size) or add sizes")
-    if line_rate is not None:
-        line_rate = float(parse_bandwidth(line_rate, "line_rate"))
+    return n, algorithm
+
+
+def _check_topology(topology, algorithm, n):
+    """The topology to fit with: None for none or a flat one; raises for a local model or
+    ``n`` workers inside one node."""
     if topology is not None:
         if not isinstance(topology, Topology):
             raise ParameterTypeError("topology", topology, "a scalemodel Topology or None")
@@ -483,8 +527,12 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
                 "topology", topology, f"{n} workers at {topology.gpus_per_node} per node "
                 "fit in one node, so no NIC carries anything", "Fit a run inside one node "
                 "without a topology: it measures the intra-node link (intra_node_topology)")
-    lat, bits, red, known = _columns(collective, algorithm, m, n, topology)
-    X = np.column_stack([lat, bits, red])
+    return topology
+
+
+def _held_fixed(overrides, fit_gamma, collective, algorithm, bits, red):
+    """The unknowns (0 alpha, 1 1/B, 2 gamma) held fixed, {index: value}, and the free
+    ones; gamma is held at 0 unless fitted."""
     fixed = {}
     if "alpha" in overrides:
         fixed[0] = float(_nonneg(overrides["alpha"], "alpha"))
@@ -509,12 +557,13 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
     if not free:
         raise InvalidParameterError("overrides", overrides, "leave at least one parameter "
                                     "to fit")
-    lower, upper = _check_bounds(bounds)
-    start = {0: alpha0, 1: None if bandwidth0 is None else
-             1.0 / float(parse_bandwidth(bandwidth0, "bandwidth0")), 2: gamma0}
-    p, cov, fun, f_used = _solve(t, X, fixed, free, start, lower, upper, loss, f_scale,
-                                 known)
-    dof = max(1, t.size - len(free))
+    return fixed, free
+
+
+def _intervals(p, cov, fixed, free, lower, upper, points, confidence):
+    """Student-t confidence intervals {alpha [s], bandwidth [bits/s]} and that of gamma
+    [s/byte] from the covariance of the free unknowns (a held one's is its value)."""
+    dof = max(1, points - len(free))
     q = float(stats.t.ppf(0.5 + confidence / 2, dof))
     se = np.sqrt(np.maximum(np.diag(cov), 0.0))
     iv = {}
@@ -523,16 +572,7 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
     for i in fixed:
         iv[i] = (p[i], p[i])
     inv_lo = max(iv[1][0], p[1] * 1e-3)  # an interval reaching 1/B = 0: cap at 1000 B
-    intervals = {"alpha": iv[0], "bandwidth": (1.0 / iv[1][1], 1.0 / inv_lo)}
-    gamma = None
-    if fit_gamma or "gamma" in overrides:
-        gamma = p[2]
-        intervals["gamma"] = iv[2]
-    fitted = known + X @ p
-    if topology is not None:
-        _check_nic_binds(collective, topology, 1.0 / p[1])
-    return _finish(collective, algorithm, n, p[0], 1.0 / p[1], gamma, intervals, confidence,
-                   m, t, fitted, line_rate, r2_warn, loss, f_used, reps, topology)
+    return {"alpha": iv[0], "bandwidth": (1.0 / iv[1][1], 1.0 / inv_lo)}, iv[2]
 
 
 def _check_nic_binds(collective, topology, bandwidth):
@@ -758,19 +798,7 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
       B_{\text{eff},k})`, with the hull of the two fits' bandwidth intervals as its
       interval: the transport, not the link, binds (Zhang et al., arXiv:2006.10103).
     """
-    if isinstance(fits, CollectiveFit):
-        fits = [fits]
-    fits = list(fits)
-    if not fits or not all(isinstance(f, CollectiveFit) for f in fits):
-        raise InvalidParameterError("fits", fits, "one CollectiveFit or a list of them")
-    chosen = [f for f in fits if f.collective == collective]
-    if not chosen:
-        kinds = sorted({f.collective for f in fits})
-        if len(kinds) > 1:
-            raise InvalidParameterError("collective", collective,
-                                        f"no fit of it among {kinds}; pick one of those")
-        chosen = fits
-    fits = chosen
+    fits = _chosen_fits(fits, collective)
     if not (0 <= saturation < 1):
         raise InvalidParameterError("saturation", saturation, "in [0, 1)")
     prov = dict(provenance or {})
@@ -781,26 +809,10 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
                 for f in fits]
     extra = {"fits": [f.to_dict() for f in fits], "confidence": fits[0].confidence,
              "collective": fits[0].collective}
-    topos = {f.topology for f in fits}
-    if len(topos) > 1:
-        raise InvalidParameterError("fits", [f.topology for f in fits],
-                                    "fits made with one topology (or all without)")
-    topology = topos.pop()
+    topology = _shared_topology(fits)
     a_extra = {}
     if intra is not None:
-        made = intra_node_topology(intra, **({} if topology is None else {
-            "gpus_per_node": topology.gpus_per_node,
-            "nics_per_node": topology.nics_per_node}))
-        if topology is None:
-            topology = made
-        elif not (math.isclose(topology.intra_bw, made.intra_bw, rel_tol=1e-9)
-                  and math.isclose(topology.intra_alpha, made.intra_alpha, rel_tol=1e-9,
-                                   abs_tol=1e-15)):
-            raise InvalidParameterError("intra", str(intra), "the fit the topology of "
-                                        "fits was made from (its intra_bw and intra_alpha)")
-        extra["intra_node_fit"] = intra.to_dict()
-        a_extra = {"intra_bw": tuple(intra.intervals["bandwidth"]),
-                   "intra_alpha": tuple(intra.intervals["alpha"])}
+        topology, a_extra = _with_intra(intra, topology, extra)
     alpha = float(np.median([f.alpha for f in fits]))
     a_iv = (float(min(f.intervals["alpha"][0] for f in fits)),
             float(max(f.intervals["alpha"][1] for f in fits)))
@@ -813,11 +825,6 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
         return ClusterProfile(name=name, alpha=alpha, utilization=1.0, reduction=reduction,
                               intervals={"alpha": a_iv, **a_extra}, provenance=prov,
                               extra=extra, topology=topology)
-
-    def u_interval(f):
-        lo, hi = f.intervals["bandwidth"]
-        return (max(1e-9, min(1.0, lo / f.line_rate)), min(1.0, hi / f.line_rate))
-
     rated.sort(key=lambda f: f.line_rate)
     rates = np.array([f.line_rate for f in rated])
     if np.any(np.diff(rates) <= 0):
@@ -828,12 +835,74 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
         extra["fitted_bandwidth"] = f.bandwidth
         return ClusterProfile(name=name, alpha=alpha, utilization=f.utilization,
                               reduction=reduction, topology=topology,
-                              intervals={"alpha": a_iv, "utilization": u_interval(f),
+                              intervals={"alpha": a_iv, "utilization": _u_interval(f),
                                          **a_extra},
                               provenance=prov, extra=extra)
+    return _rate_table_cluster(rated, rates, name, alpha, a_iv, a_extra, saturation,
+                               reduction, prov, extra, topology)
+
+
+def _chosen_fits(fits, collective):
+    """The fits of ``collective`` (all of them when none is, if they share one
+    collective); raises on anything but CollectiveFits."""
+    if isinstance(fits, CollectiveFit):
+        fits = [fits]
+    fits = list(fits)
+    if not fits or not all(isinstance(f, CollectiveFit) for f in fits):
+        raise InvalidParameterError("fits", fits, "one CollectiveFit or a list of them")
+    chosen = [f for f in fits if f.collective == collective]
+    if not chosen:
+        kinds = sorted({f.collective for f in fits})
+        if len(kinds) > 1:
+            raise InvalidParameterError("collective", collective,
+                                        f"no fit of it among {kinds}; pick one of those")
+        chosen = fits
+    return chosen
+
+
+def _shared_topology(fits):
+    """The one topology the fits were made with (None: without); raises when they
+    differ."""
+    topos = {f.topology for f in fits}
+    if len(topos) > 1:
+        raise InvalidParameterError("fits", [f.topology for f in fits],
+                                    "fits made with one topology (or all without)")
+    return topos.pop()
+
+
+def _with_intra(intra, topology, extra):
+    """Add the intra-node fit: (topology, its intervals); it gives the topology when the
+    fits have none and must match theirs otherwise; stores its dict in ``extra``."""
+    made = intra_node_topology(intra, **({} if topology is None else {
+        "gpus_per_node": topology.gpus_per_node,
+        "nics_per_node": topology.nics_per_node}))
+    if topology is None:
+        topology = made
+    elif not (math.isclose(topology.intra_bw, made.intra_bw, rel_tol=1e-9)
+              and math.isclose(topology.intra_alpha, made.intra_alpha, rel_tol=1e-9,
+                               abs_tol=1e-15)):
+        raise InvalidParameterError("intra", str(intra), "the fit the topology of "
+                                    "fits was made from (its intra_bw and intra_alpha)")
+    extra["intra_node_fit"] = intra.to_dict()
+    a_extra = {"intra_bw": tuple(intra.intervals["bandwidth"]),
+               "intra_alpha": tuple(intra.intervals["alpha"])}
+    return topology, a_extra
+
+
+def _u_interval(f):
+    """A fit's utilization interval, its bandwidth interval over its line rate, in
+    [1e-9, 1] [-]."""
+    lo, hi = f.intervals["bandwidth"]
+    return (max(1e-9, min(1.0, lo / f.line_rate)), min(1.0, hi / f.line_rate))
+
+
+def _rate_table_cluster(rated, rates, name, alpha, a_iv, a_extra, saturation, reduction,
+                        prov, extra, topology):
+    """The cluster of fits at several line rates: a utilization table, and a ceiling
+    when the two fastest rates are saturated."""
     achieved = np.array([f.bandwidth for f in rated])
     util = np.minimum(1.0, achieved / rates)
-    u_ivs = [u_interval(f) for f in rated]
+    u_ivs = [_u_interval(f) for f in rated]
     intervals = {"alpha": a_iv, "utilization": u_ivs[-1],
                  "table_utilization": ([lo for lo, _ in u_ivs], [hi for _, hi in u_ivs]),
                  **a_extra}
