@@ -208,83 +208,127 @@ def read_nccl_tests(source, *, collective=None) -> NcclTestsResult:
     ``[1,0]<stdout>:`` are stripped. The world size is the number of distinct ranks in
     the ``#  Rank`` lines.
     """
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source):
-        path = Path(source)
-        text = read_text_file(path, what="nccl-tests output")  # regular files only
-        name = str(path)
-        hint = path.name
-    elif isinstance(source, str):
-        text, name, hint = source, "<text>", ""
-    else:
-        raise InvalidParameterError("source", source, "a path or the output text")
+    text, name, hint = _source_text(source)
     if collective is not None and collective not in _BINARIES.values():
         raise InvalidParameterError("collective", collective,
                                     f"one of {', '.join(sorted(set(_BINARIES.values())))}")
-    ranks, devices = set(), {}
-    n_gpus = None
-    header = None
-    rows = []
-    avg = None
-    found = collective
+    scan = _scan(text, name, collective)
+    if scan.header is None or not scan.rows:
+        raise ProfileFormatError(name, "<table>", "no nccl-tests table found (expected a "
+                                 "'# size count type ... time algbw busbw' header and rows)")
+    size, t_out, t_in, alg, bus = _table_columns(scan.header, scan.rows, name)
+    found = _collective_of(scan.found, hint, name)
+    world = len(scan.ranks) or scan.n_gpus
+    if not world:
+        raise ProfileFormatError(name, "<header>", "no '# Rank ... device' lines and no "
+                                 "nGpus: cannot tell the world size")
+    devices = scan.devices
+    return NcclTestsResult(collective=found, world_size=int(world), size=np.asarray(size),
+                           time_out_of_place=np.asarray(t_out),
+                           time_in_place=np.asarray(t_in), algbw=np.asarray(alg),
+                           busbw=np.asarray(bus), avg_busbw=scan.avg,
+                           devices=tuple(devices[k] for k in sorted(devices)), source=name)
+
+
+def _source_text(source):
+    """The text to parse, the name for messages and the file name (a hint of the
+    collective; empty for text)."""
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source):
+        path = Path(source)
+        text = read_text_file(path, what="nccl-tests output")  # regular files only
+        return text, str(path), path.name
+    if isinstance(source, str):
+        return source, "<text>", ""
+    raise InvalidParameterError("source", source, "a path or the output text")
+
+
+@attrs.define
+class _Scan:
+    """What one pass over the lines found: the collective (None: not yet told), ranks
+    and their devices, nGpus x nThread, the column header, data rows and average busbw."""
+
+    found: str | None
+    ranks: set = attrs.Factory(set)
+    devices: dict = attrs.Factory(dict)
+    n_gpus: int | None = None
+    header: list | None = None
+    rows: list = attrs.Factory(list)
+    avg: float | None = None
+
+
+def _scan(text, name, collective):
+    """One pass over the lines (MPI prefixes stripped): the header comments, the data
+    rows with their line numbers, and the binary name telling the collective."""
+    scan = _Scan(found=collective)
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _MPI_PREFIX.sub("", raw.rstrip())
         if not line.strip():
             continue
-        if found is None:
+        if scan.found is None:
             for binary, coll in _BINARIES.items():
                 if binary in line:
-                    found = coll
+                    scan.found = coll
                     break
         stripped = line.lstrip()
         if stripped.startswith("#"):
-            body = stripped[1:].strip()
-            if body.startswith("nThread"):
-                tok = body.split()
-                try:
-                    n_gpus = int(tok[tok.index("nGpus") + 1]) * int(tok[tok.index("nThread") + 1])
-                except (ValueError, IndexError):
-                    pass
-            m = _RANK_LINE.match("#" + stripped[1:])
-            if m:
-                ranks.add(int(m.group(1)))
-                devices[int(m.group(1))] = m.group(2).strip()
-            tok = body.split()
-            if "size" in tok and "time" in tok and "busbw" in tok:
-                header = tok
-            if body.lower().startswith("avg bus bandwidth"):
-                try:
-                    avg = float(body.split(":", 1)[1].split()[0]) * 8e9
-                except (IndexError, ValueError):
-                    raise ProfileFormatError(name, f"line {lineno}",
-                                             "expected '# Avg bus bandwidth : <GB/s>'") \
-                        from None
+            _read_comment(scan, stripped, name, lineno)
             continue
         tok = line.split()
         if not tok or not tok[0].isdigit():
             continue  # NCCL INFO lines, the command echo and the like
-        if header is None:
+        if scan.header is None:
             raise ProfileFormatError(name, f"line {lineno}",
                                      "a data row before the column header (# size count "
                                      "type ... time algbw busbw); is this nccl-tests output?")
-        rows.append((lineno, tok))
-    if header is None or not rows:
-        raise ProfileFormatError(name, "<table>", "no nccl-tests table found (expected a "
-                                 "'# size count type ... time algbw busbw' header and rows)")
+        scan.rows.append((lineno, tok))
+    return scan
+
+
+def _read_comment(scan, stripped, name, lineno):
+    """Read a ``#`` line into ``scan``: nGpus x nThread, a ``# Rank`` line, the column
+    header, or the footer's average bus bandwidth (GB/s -> bits/s)."""
+    body = stripped[1:].strip()
+    if body.startswith("nThread"):
+        tok = body.split()
+        try:
+            scan.n_gpus = int(tok[tok.index("nGpus") + 1]) * int(tok[tok.index("nThread") + 1])
+        except (ValueError, IndexError):
+            pass
+    m = _RANK_LINE.match("#" + stripped[1:])
+    if m:
+        scan.ranks.add(int(m.group(1)))
+        scan.devices[int(m.group(1))] = m.group(2).strip()
+    tok = body.split()
+    if "size" in tok and "time" in tok and "busbw" in tok:
+        scan.header = tok
+    if body.lower().startswith("avg bus bandwidth"):
+        try:
+            scan.avg = float(body.split(":", 1)[1].split()[0]) * 8e9
+        except (IndexError, ValueError):
+            raise ProfileFormatError(name, f"line {lineno}",
+                                     "expected '# Avg bus bandwidth : <GB/s>'") \
+                from None
+
+
+def _cell(tok, i, name, lineno, what):
+    """Cell ``i`` of a row as a number (NaN for N/A); raises naming the line and column."""
+    v = tok[i]
+    if v.upper() == "N/A":
+        return np.nan
+    try:
+        return float(v)
+    except ValueError:
+        raise ProfileFormatError(name, f"line {lineno}",
+                                 f"column {what!r} should be a number, got {v!r}") from None
+
+
+def _table_columns(header, rows, name):
+    """Sizes [bytes], out-of-place and in-place times [s], algbw and busbw [bits/s] of
+    the rows, read from the right of each row."""
     times = [i for i, h in enumerate(header) if h == "time"]
     # offsets from the end of the row: robust to blank or missing middle columns
     k_out = len(header) - times[0]
     k_in = len(header) - times[1] if len(times) > 1 else None
-
-    def num(tok, i, lineno, what):
-        v = tok[i]
-        if v.upper() == "N/A":
-            return np.nan
-        try:
-            return float(v)
-        except ValueError:
-            raise ProfileFormatError(name, f"line {lineno}",
-                                     f"column {what!r} should be a number, got {v!r}") from None
-
     size, t_out, t_in, alg, bus = [], [], [], [], []
     for lineno, tok in rows:
         if len(tok) < k_out + 2:
@@ -292,11 +336,18 @@ def read_nccl_tests(source, *, collective=None) -> NcclTestsResult:
                                      f"has {len(tok)} columns; expected at least "
                                      f"{k_out + 2} (size count ... time algbw busbw "
                                      "...); truncated?")
-        size.append(num(tok, 0, lineno, "size"))
-        t_out.append(num(tok, -k_out, lineno, "time") * 1e-6)
-        alg.append(num(tok, -k_out + 1, lineno, "algbw") * 8e9)
-        bus.append(num(tok, -k_out + 2, lineno, "busbw") * 8e9)
-        t_in.append(num(tok, -k_in, lineno, "time (in-place)") * 1e-6 if k_in else np.nan)
+        size.append(_cell(tok, 0, name, lineno, "size"))
+        t_out.append(_cell(tok, -k_out, name, lineno, "time") * 1e-6)
+        alg.append(_cell(tok, -k_out + 1, name, lineno, "algbw") * 8e9)
+        bus.append(_cell(tok, -k_out + 2, name, lineno, "busbw") * 8e9)
+        t_in.append(_cell(tok, -k_in, name, lineno, "time (in-place)") * 1e-6
+                    if k_in else np.nan)
+    return size, t_out, t_in, alg, bus
+
+
+def _collective_of(found, hint, name):
+    """The collective: as found in the text, else from the file name; raises when
+    neither tells."""
     if found is None:
         for binary, coll in _BINARIES.items():
             if binary.replace("_perf", "") in hint:
@@ -307,12 +358,4 @@ def read_nccl_tests(source, *, collective=None) -> NcclTestsResult:
                                "(no *_perf binary name in it); pass collective='all_reduce' "
                                "(or all_gather, ...), on the command line --collective "
                                "all_reduce")
-    world = len(ranks) or n_gpus
-    if not world:
-        raise ProfileFormatError(name, "<header>", "no '# Rank ... device' lines and no "
-                                 "nGpus: cannot tell the world size")
-    return NcclTestsResult(collective=found, world_size=int(world), size=np.asarray(size),
-                           time_out_of_place=np.asarray(t_out),
-                           time_in_place=np.asarray(t_in), algbw=np.asarray(alg),
-                           busbw=np.asarray(bus), avg_busbw=avg,
-                           devices=tuple(devices[k] for k in sorted(devices)), source=name)
+    return found
