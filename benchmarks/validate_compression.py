@@ -64,8 +64,15 @@ says how). Per network: the 1-GPU Adam row gives the single-worker step (batch 1
 fp16 gradients: the ``bert-large`` profile with 2-byte gradients); calibrate from Adam and
 1-bit Adam on 32 GPUs (``fit_cluster``: the cluster from the first, the ``deepspeed``
 signSGD codec cost from the second; ``network="nccl-socket"`` over Ethernet, ``"nccl-ib"``
-over InfiniBand; DDP buckets, 4 GPUs per node, the library's intra-node defaults); predict
-2, 4, 8 and 16 GPUs; score as above.
+over InfiniBand; 4 GPUs per node, the library's intra-node defaults); predict 2, 4, 8 and
+16 GPUs; score as above. What DeepSpeed runs, from its source (the ``deepspeed`` preset of
+``scalemodel.compressors``, read at the 2020 commit of these runs): Adam's fp16 gradients
+are all-reduced after the backward pass in one buffer of up to 5e8 elements
+(``fusion="bsp"``, no overlap); 1-bit Adam switches that off and runs its compressed
+all-reduce in the optimizer step on the flat momentum (``after_backward=True``): an
+all-to-all of the packed signs, then all-gathers (``collective="alltoall"``). Until
+commit "validate_compression: DeepSpeed rows as DeepSpeed's source runs them" both were
+modelled as DDP buckets overlapped with backward and a ring all-reduce of the signs.
 
 Run: ``python benchmarks/validate_compression.py [--no-write] [--data CSV] [--model
 NAME]``; writes ``benchmarks/results/validate_compression.txt`` and ``.json`` as one set
@@ -398,7 +405,9 @@ def _held_out_link(rows, key, network):
                            tensor_bytes=base.tensor_bytes / 2).scaled_to(t1)
     comp = C.for_implementation("signsgd", "deepspeed")
     n_cal = max(n for c, n in thr if c == "none")
-    kw = dict(fusion="ddp", gpus_per_node=4, implementation="deepspeed")
+    # the DeepSpeed engine without ZeRO: one all-reduce buffer after backward
+    # (buffered_allreduce_fallback, 5e8 elements > BERT-Large's 3.4e8 parameters)
+    kw = dict(fusion="bsp", gpus_per_node=4, implementation="deepspeed")
 
     def measured_run(c, n):
         r = {"model": profile, "n": n, "bw": 40e9, "iteration_time": HELD_OUT_BATCH * n /
@@ -442,7 +451,10 @@ def held_out(path=HELD_OUT):
 def held_out_lines(rec):
     out = ["", "held out (chose nothing; APPROXIMATE data digitised from figures): DeepSpeed "
            "1-bit Adam vs Adam, BERT-Large, V100, 4 GPUs per node "
-           f"({rec['file']})"]
+           f"({rec['file']})",
+           "  as DeepSpeed's source runs them: Adam all-reduces the fp16 gradients after "
+           "backward (fusion bsp); 1-bit Adam: "
+           + C.for_implementation("signsgd", "deepspeed").describe()]
     for name, link in rec["links"].items():
         out.append(f"  {name}: calibrated on Adam and 1-bit Adam at {link['calibration_gpus']} "
                    f"GPUs (network priors {link['network_priors']})")

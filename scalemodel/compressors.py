@@ -92,8 +92,11 @@ the bytes of one tensor):
      - 0: plain signSGD, no scale
    * - ``SignSGD(collective=...)``
      - ``"allgather"``: :math:`(n-1) S` received
-     - ``"allreduce"``: DeepSpeed 1-bit Adam's compressed all-reduce (all-to-all of
-       packed signs, then all-gather of the re-compressed sums), a ring's traffic
+     - ``"alltoall"``: DeepSpeed 1-bit Adam's compressed all-reduce as its source runs
+       it: an all-to-all of the packed signs (each node's NIC carries its GPUs' chunks
+       to every other node) and all-gathers of the re-compressed chunks and the fp32
+       scales (:func:`deepspeed_onebit_phases`, :func:`alltoall_cost`); ``"allreduce"``:
+       the same bytes approximated as a ring all-reduce
    * - ``TopK`` / ``RandomK(index_bytes=...)``
      - 4 (int32 indices)
      - 8: ``torch.topk``'s int64 indices, as GRACE's PyTorch top-k sends them
@@ -122,6 +125,10 @@ the bytes of one tensor):
      - False: the compressed tensors of a bucket travel in one collective per phase
      - True: one collective per tensor and phase whatever the fusion, each with its own
        latency and launch (GRACE calls Horovod once per tensor)
+   * - ``after_backward`` (every compressor)
+     - False: compressed in the fusion's buckets, overlapped with the backward pass
+     - True: one flat buffer compressed and sent in the optimizer step once the backward
+       pass has ended, nothing overlapped (DeepSpeed's 1-bit Adam / 1-bit LAMB)
    * - ``codec_stream`` (every compressor)
      - ``"channel"``: encode and decode in the communication pipeline, hidden behind
        the backward pass while it lasts
@@ -186,14 +193,15 @@ __all__ = ["CodecCost", "DEFAULT_CODEC_COSTS", "TensorCosts", "Compressor", "NoC
            "CastCompressor", "IntQuantizer", "SignSGD", "TopK", "RandomK", "PowerSGD",
            "COMPRESSORS", "get_compressor", "powersgd_ratio", "matrix_shape", "tensorflow_shape",
            "codec_costs_for", "Implementation", "IMPLEMENTATIONS", "resolve_implementation",
-           "for_implementation"]
+           "for_implementation", "DEEPSPEED_SOURCE", "deepspeed_padded_elements",
+           "deepspeed_onebit_phases", "alltoall_cost"]
 
 ALLREDUCE = "allreduce"
 """Phase collective meaning "the plan's all-reduce algorithm" (``ring`` by default)."""
 
 WIRE_ATTRIBUTES = ("sign_bits", "scale_bytes", "collective", "index_bytes", "shared_seed",
                    "packed", "matrix_view", "min_compression_rate", "per_tensor",
-                   "dense_decode", "codec_stream")
+                   "dense_decode", "codec_stream", "after_backward")
 """The compressor attributes that describe how an implementation realises it (its wire
 format, for the sparse families whether decoding touches the dense tensor, and where
 the codec kernels run) rather than a knob."""
@@ -432,6 +440,14 @@ def _check_choice(name, choices):
     return check
 
 
+def _check_not_per_tensor(instance, attribute, value):
+    if value and instance.per_tensor:
+        raise InvalidParameterError(
+            "after_backward", value, "sends one flat buffer after the backward pass, so it "
+            "cannot also send per tensor (per_tensor=True)",
+            "Use per_tensor=False with after_backward=True")
+
+
 @attrs.define(frozen=True, auto_attribs=False, slots=False)
 class Compressor:
     """Base of the compressor classes (each a frozen attrs class).
@@ -473,12 +489,24 @@ class Compressor:
         is never hidden behind the backward pass (GRACE's compress and decompress are
         TensorFlow / PyTorch ops of the training step, run in the framework's one
         compute stream; eq. :eq:`compute-stream` in :mod:`scalemodel.planner`) [-].
+    after_backward : bool
+        ``False`` (the default): the compressed tensors travel in the fusion's buckets,
+        overlapped with the backward pass. ``True``: compression and communication run
+        in the optimizer step, after the backward pass has ended, on ONE flat buffer of
+        every gradient element (the fusion is ignored for them, nothing overlaps the
+        backward pass): DeepSpeed's 1-bit Adam / 1-bit LAMB, whose ``step()`` calls
+        ``compressed_allreduce`` on the flat fp32 momentum of a parameter group once the
+        engine's backward all-reduce is switched off (see the ``deepspeed`` preset of
+        :data:`IMPLEMENTATIONS`). Not with ``per_tensor`` [-].
     """
 
     per_tensor = attrs.field(default=False, kw_only=True,
                              validator=_check_bool("per_tensor"))
     codec_stream = attrs.field(default="channel", kw_only=True,
                                validator=_check_choice("codec_stream", CODEC_STREAMS))
+    after_backward = attrs.field(default=False, kw_only=True,
+                                 validator=[_check_bool("after_backward"),
+                                            _check_not_per_tensor])
 
     name = "?"
     family = "none"
@@ -709,26 +737,186 @@ class SignSGD(Compressor):
         or 0 (plain signSGD sends no scale) [bytes].
     collective : str
         ``"allgather"`` (the default: every worker receives every other worker's signs,
-        :math:`(n-1) S`, and decodes :math:`n N` elements) or ``"allreduce"``: 1-bit
-        Adam's compressed all-reduce (DeepSpeed, ``deepspeed/runtime/comm/nccl.py``,
-        ``compressed_allreduce``: an all-to-all of each worker's packed signs, the chunk
-        owner sums and re-compresses them, an all-gather of the result), whose traffic is
-        a ring all-reduce's, :math:`2 (n-1) S / n`, decoding :math:`2 N` elements [-].
+        :math:`(n-1) S`, and decodes :math:`n N` elements); ``"allreduce"``: a
+        compressed all-reduce approximated as the plan's all-reduce of :math:`S` bytes
+        (a ring's traffic, :math:`2 (n-1) S / n`, decoding :math:`2 N` elements); or
+        ``"alltoall"``: DeepSpeed's compressed all-reduce as its source runs it
+        (:func:`~scalemodel.compressors.deepspeed_onebit_phases`): an all-to-all of the
+        packed signs, an all-gather of the worker scales, the chunk owner's sum
+        re-compressed, an all-gather of its packed signs and one of its scale [-].
     """
 
     sign_bits: int = attrs.field(default=1, validator=_check_choice("sign_bits", (1, 8)))
     scale_bytes: int = attrs.field(default=4, validator=_check_choice("scale_bytes", (0, 4)))
     collective: str = attrs.field(default="allgather", validator=_check_choice(
-        "collective", ("allgather", "allreduce")))
+        "collective", ("allgather", "allreduce", "alltoall")))
     name = "signsgd"
     family = "signsgd"
     calls_per_tensor = 5
 
     def _costs(self, numel, shapes, n, c, e):
+        if self.collective == "alltoall":
+            return self._deepspeed_costs(numel, n, c)
         nbytes = np.ceil(numel * self.sign_bits / 8) + self.scale_bytes
         if self.collective == "allreduce":
             return self._simple(numel, nbytes, ALLREDUCE, numel, 2 * numel, c)
         return self._simple(numel, nbytes, "allgather", numel, n * numel, c)
+
+    def _deepspeed_costs(self, numel, n, c):
+        phases, padded = deepspeed_onebit_phases(numel, n, sign_bits=self.sign_bits,
+                                                 scale_bytes=self.scale_bytes)
+        # encode: the worker's N_pad signs, then the server's N_pad / n; decode: the n
+        # received chunks (N_pad elements) and the n gathered server chunks (N_pad)
+        return TensorCosts(phase_bytes=np.stack([b for _, b in phases], axis=1),
+                           phase_collectives=tuple(coll for coll, _ in phases),
+                           encode_time=c.encode * padded * (1.0 + 1.0 / n),
+                           decode_time=c.decode * 2.0 * padded,
+                           calls=np.full(numel.shape, float(self.calls_per_tensor)))
+
+
+DEEPSPEED_SOURCE = {
+    "adam-2020": "deepspeedai/DeepSpeed@01726ce2b8ec1adbffae7974b5bfe600962c2043 (2020-09-09, "
+                 "'Add 1-bit Adam support'): deepspeed/runtime/fp16/onebit_adam.py",
+    "adam-head": "deepspeedai/DeepSpeed@edaa7221267243c7be7fb49c5d5f5c4fb97b4641: "
+                 "deepspeed/runtime/fp16/onebit/adam.py, deepspeed/runtime/comm/nccl.py",
+}
+"""The DeepSpeed commits the ``deepspeed`` preset was read from."""
+
+
+def deepspeed_padded_elements(numel, n):
+    r"""Elements DeepSpeed's 1-bit Adam compresses for a flat buffer of ``numel``: padded up
+    to a multiple of :math:`n \cdot \operatorname{lcm}(n, 8)` (``divider = size * 8 /
+    gcd(size, 8)``, ``corrected_tensor_size``: onebit_adam.py lines 85 and 292-300 at the
+    2020 commit, onebit/adam.py lines 110 and 172-177 at HEAD, :data:`DEEPSPEED_SOURCE`),
+    so that the packed signs split into :math:`n` equal chunks of whole bytes [elements].
+
+    Parameters
+    ----------
+    numel : array_like
+        Elements of the buffer [elements].
+    n : int
+        Number of workers [workers].
+
+    Examples
+    --------
+    >>> from scalemodel.compressors import deepspeed_padded_elements
+    >>> int(deepspeed_padded_elements(1000, 4)), int(deepspeed_padded_elements(1000, 6))
+    (1024, 1008)
+    """
+    n = int(n)
+    q = n * (n * 8 // math.gcd(n, 8))
+    return np.ceil(np.asarray(numel, float) / q) * q
+
+
+def deepspeed_onebit_phases(numel, n, *, sign_bits=1, scale_bytes=4):
+    r"""The collectives of DeepSpeed's compressed all-reduce of a flat buffer of
+    ``numel`` elements on ``n`` workers, in order: ``((collective, bytes), ...)`` with
+    ``bytes`` each worker's contribution as :func:`~scalemodel.collectives.collective_cost`
+    and :func:`alltoall_cost` count it, and the padded element count :math:`N_p`
+    (:func:`deepspeed_padded_elements`).
+
+    From the source (:data:`DEEPSPEED_SOURCE`; ``Compressed_Allreduce`` in the 2020
+    ``onebit_adam.py`` lines 104-228, ``compressed_allreduce`` in ``comm/nccl.py`` lines
+    52-170 at HEAD): the worker packs the signs of its error-compensated momentum
+    (``cupy.packbits`` of a bool tensor: 8 signs a byte) and splits them into :math:`n`
+    chunks of :math:`N_p / (8 n)` bytes (``compress_by_chunk``);
+
+    1. **all-to-all** of the chunks: chunk :math:`j` goes to worker :math:`j` (2020: one
+       non-blocking ``my_igather`` per root over MPI, ``custom_collectives.py`` lines 23-50;
+       HEAD: ``dist.all_to_all_single``), :math:`N_p / 8` bytes per worker of which
+       :math:`(n-1)/n` leave it;
+    2. **all-gather** of the fp32 worker scale (``torch.norm(m) / sqrt(N)``: 4 bytes; 2020:
+       igathers of the scale to every root, the same bytes);
+    3. the chunk owner unpacks the :math:`n` chunks, averages them, adds its server error
+       and re-compresses: **all-gather** of its :math:`N_p / (8 n)` packed bytes;
+    4. **all-gather** of its fp32 server scale (4 bytes).
+
+    Per worker this sends :math:`2 (n-1) N_p / (8 n) + 8 (n-1)` bytes: a ring all-reduce's
+    traffic of the packed buffer plus scales growing with :math:`n`; what differs from the
+    ring is the all-to-all, whose chunks go straight to every peer (across a node's NIC
+    :math:`g` times what a ring carries, :func:`alltoall_cost`). ``sign_bits=8`` sends a
+    byte per sign and ``scale_bytes=0`` no scales (not DeepSpeed's; for comparison).
+
+    Parameters
+    ----------
+    numel : array_like
+        Elements of each buffer [elements].
+    n : int
+        Number of workers [workers].
+    sign_bits : int
+        Bits per sign on the wire (DeepSpeed: 1) [bits].
+    scale_bytes : int
+        Bytes per scale (DeepSpeed: 4, fp32) [bytes].
+
+    Examples
+    --------
+    >>> from scalemodel.compressors import deepspeed_onebit_phases
+    >>> phases, padded = deepspeed_onebit_phases(1000, 4)
+    >>> [(c, float(b[0])) for c, b in phases], float(padded[0])
+    ([('alltoall', 128.0), ('allgather', 4.0), ('allgather', 32.0), ('allgather', 4.0)], 1024.0)
+    """
+    numel = np.atleast_1d(np.asarray(numel, float))
+    n = int(n)
+    padded = deepspeed_padded_elements(numel, n)
+    signs = padded * sign_bits / 8  # bytes of every worker's packed signs, n chunks
+    scale = np.full(numel.shape, float(scale_bytes))
+    phases = (("alltoall", signs), ("allgather", scale), ("allgather", signs / n),
+              ("allgather", scale))
+    return phases, padded
+
+
+def alltoall_cost(nbytes, n, options=None):
+    r"""Latency and wire bits of an all-to-all of ``nbytes`` per worker (``n`` equal
+    chunks, one for each worker, its own included), as DeepSpeed's compressed all-reduce
+    sends it: every chunk goes straight to its worker, all posted at once (MPI
+    ``Isend``/``Irecv`` in 2020, NCCL grouped send/recv under ``all_to_all_single`` now).
+
+    Without a topology each worker's link carries :math:`(n-1)/n \cdot S`. With
+    ``gpus_per_node`` :math:`g` on :math:`m > 1` nodes a node's NICs carry together the
+    chunks of its :math:`g` workers to the :math:`n - g` workers elsewhere,
+    :math:`g (n-g)/n \cdot S` (a ring's all-gather of the same chunks: :math:`(n-1)/n
+    \cdot S`), and each GPU's intra-node link its :math:`g-1` local chunks. The latency
+    is one message: :math:`lpha` across nodes, ``intra_alpha`` inside one. No
+    reductions (the sum is decoding work).
+
+    Parameters
+    ----------
+    nbytes : array_like
+        Bytes each worker sends to all workers together (its own chunk included) [bytes].
+    n : int
+        Number of workers [workers].
+    options : CollectiveOptions, optional
+        Latency and topology constants [-].
+
+    Examples
+    --------
+    >>> from scalemodel.compressors import alltoall_cost
+    >>> from scalemodel.collectives import CollectiveOptions
+    >>> float(alltoall_cost(800.0, 4).bits[0]) / 8                # 3 chunks of 200 bytes
+    600.0
+    >>> opt = CollectiveOptions(gpus_per_node=4)
+    >>> float(alltoall_cost(800.0, 8, opt).bits[0]) / 8           # 4 GPUs x 4 chunks of 100
+    1600.0
+    """
+    from .collectives import CollectiveCost, CollectiveOptions
+
+    opt = options or CollectiveOptions()
+    s = np.atleast_1d(np.asarray(nbytes, float))
+    n = int(n)
+    if n == 1:
+        z = np.zeros_like(s)
+        return CollectiveCost(z, z.copy(), z.copy(), z.copy(), opt.intra_bw)
+    chunk_bits = 8.0 * s / n
+    g = n if opt.gpus_per_node is None else min(int(opt.gpus_per_node), n)
+    if opt.gpus_per_node is None:  # every worker its own node
+        nic, intra, latency = (n - 1) * chunk_bits, np.zeros_like(s), opt.alpha
+    else:
+        m = -(-n // g)
+        nic = g * (n - g) * chunk_bits / opt.nics_per_node if m > 1 else np.zeros_like(s)
+        intra = (g - 1) * chunk_bits
+        latency = opt.alpha if m > 1 else opt.intra_alpha
+    return CollectiveCost(latency=np.full_like(s, latency), overhead=np.zeros_like(s),
+                          bits=nic, intra_bits=intra, intra_bw=opt.intra_bw)
 
 
 def _k(numel, density):
@@ -1088,13 +1276,29 @@ IMPLEMENTATIONS = {
         "contribution, summed by aggregate()."),
     "deepspeed": Implementation(
         "deepspeed", ("none", "fp16", "bf16", "signsgd", "int8"),
-        {"signsgd": {"collective": "allreduce"}},
-        "DeepSpeed: 1-bit Adam / 1-bit LAMB, deepspeed/runtime/comm/nccl.py "
-        "compressed_allreduce (signs packed 8 a byte with one fp32 scale, an all-to-all "
-        "of the packed signs then an all-gather of the re-compressed sums: a ring's "
-        "traffic; after the uncompressed warm-up steps); ZeRO++ qgZ (arXiv:2306.10209): "
-        "quantized gradients in the reduce-scatter of ZeRO sharding; fp16 / bf16 "
-        "gradients in mixed precision."),
+        {"signsgd": {"collective": "alltoall", "after_backward": True}},
+        "DeepSpeed 1-bit Adam / 1-bit LAMB (compression stage, after the uncompressed "
+        "warm-up of freeze_step steps), read at deepspeedai/DeepSpeed 01726ce2b (2020-09-09: "
+        "deepspeed/runtime/fp16/onebit_adam.py, runtime/custom_collectives.py, "
+        "runtime/engine.py) and edaa72212 (fp16/onebit/adam.py, comm/nccl.py, engine.py): "
+        "after freeze_step the optimizer sets engine.enable_backward_allreduce = False "
+        "(onebit_adam.py 369-372; onebit/adam.py 250-254), so backward ends with no "
+        "gradient all-reduce (engine.py 2020: 805 'if allreduce_gradients and "
+        "self.enable_backward_allreduce'; HEAD: _backward_epilogue 2980) and step() runs "
+        "Compressed_Allreduce on exp_avg, the flat fp32 momentum of a parameter group "
+        "(FP16_Optimizer's fp32_groups_flat), after backward, nothing overlapped "
+        "(after_backward=True); the buffer padded to a multiple of n lcm(n, 8) "
+        "elements; signs packed 8 a byte (cupy.packbits) in n chunks; phase 1 an "
+        "all-to-all of the chunks (2020: MPI Isend/Irecv igathers; HEAD: "
+        "all_to_all_single) and the fp32 worker scales to every worker; the chunk owner "
+        "sums, adds its server error and re-compresses; phase 2 an all-gather of its "
+        "packed chunk and fp32 scale (collective='alltoall', deepspeed_onebit_phases). "
+        "The uncompressed DeepSpeed engine (no ZeRO) all-reduces the fp16 gradients after "
+        "backward too, in buffers of 5e8 elements (allreduce_gradients -> "
+        "buffered_allreduce_fallback, MEMORY_OPT_ALLREDUCE_SIZE): fusion='bsp' for "
+        "models below 5e8 parameters (not set by this preset). ZeRO++ qgZ "
+        "(arXiv:2306.10209): quantized gradients in the reduce-scatter of ZeRO sharding; "
+        "fp16 / bf16 gradients in mixed precision."),
 }
 """Implementation presets, ``implementation=`` names: what each provides and sends, read
 from its source (see each :class:`Implementation`'s ``source``)."""

@@ -89,7 +89,7 @@ import numpy as np
 
 from .collectives import CollectiveCost, collective_cost
 from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS, Compressor,
-                          codec_costs_for, for_implementation, get_compressor,
+                          alltoall_cost, codec_costs_for, for_implementation, get_compressor,
                           resolve_implementation)
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import Scenario, effective_utilization
@@ -248,6 +248,12 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
                 "compressor", comp, f"sends per tensor (per_tensor=True), but under "
                 f"sharding={sc.sharding.strategy!r} the gradients travel in the sharding's "
                 "reduce-scatters", "Use per_tensor=False, or sharding='none'")
+        if comp.after_backward:
+            raise InvalidParameterError(
+                "compressor", comp, f"sends one flat buffer after backward "
+                f"(after_backward=True), but under sharding={sc.sharding.strategy!r} the "
+                "gradients travel in the sharding's reduce-scatters",
+                "Use after_backward=False, or sharding='none'")
         if comp.codec_stream != "channel":
             raise InvalidParameterError(
                 "compressor", comp, f"runs its codec on the compute stream "
@@ -258,9 +264,15 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
     p = sc.profile
     b = sc.buckets
     e, numel = _elements(sc)
-    tc = comp._costs(numel, p.tensor_shapes, n, codec[comp.family], e)
-    starts = _members_starts(b)
-    k = len(b)
+    ready = b.ready
+    if comp.after_backward:  # one flat buffer when backward has ended (DeepSpeed 1-bit)
+        numel = np.array([numel.sum()])
+        tc = comp._costs(numel, [(int(numel[0]),)], n, codec[comp.family], e)
+        starts, ready = np.array([0]), np.array([float(np.max(b.ready))])
+    else:
+        tc = comp._costs(numel, p.tensor_shapes, n, codec[comp.family], e)
+        starts = _members_starts(b)
+    k = len(starts)
     lat, ovh, bits, intra = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
     intra_bw = None
     ncoll = 0
@@ -271,7 +283,10 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
         nbytes = np.add.reduceat(tc.phase_bytes[:, j], starts)
         alg = sc.algorithm if coll == ALLREDUCE else coll
         each = tc.phase_bytes[:, j] if per_tensor else nbytes
-        cost = collective_cost(alg, each, n, reduction=p.reduction, options=sc.options)
+        if alg == "alltoall":  # DeepSpeed's compressed all-reduce, phase 1
+            cost = alltoall_cost(each, n, sc.options)
+        else:
+            cost = collective_cost(alg, each, n, reduction=p.reduction, options=sc.options)
         used = each > 0
 
         def add(part):  # per bucket, over the collectives that send
@@ -312,7 +327,7 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
         else:
             ovh = ovh + enc + dec + launch
     # the core model's lines (cluster terms: slowdown, fixed costs, intra-node floor)
-    lines, env, xmap = sc.make_lines(n, b.ready, base, overhead=ovh, delay=delay,
+    lines, env, xmap = sc.make_lines(n, ready, base, overhead=ovh, delay=delay,
                                      backward_extra=extra)
     return _Evaluated(lines=lines, env=env,
                       bits=float(bits.sum()), raw_bits=float(raw.bits.sum()), encode=encode,

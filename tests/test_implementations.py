@@ -47,7 +47,9 @@ def test_grace_formats_reach_the_rows():
                                            implementation="grace-torch"))
     assert torch_rows["topk"].config.index_bytes == 8
     ds = _rows(sm.plan_compression("resnet50", "10Gbps", n=8, implementation="deepspeed"))
-    assert ds["signsgd"].config.collective == "allreduce" and ds["signsgd"].ratio > 30
+    assert ds["signsgd"].config.collective == "alltoall" and ds["signsgd"].config.after_backward
+    # bytes per worker: the packed signs in the all-to-all, 1/n of them in the all-gather
+    assert ds["signsgd"].ratio == pytest.approx(32 / (1 + 1 / 8), rel=1e-3)
 
 
 @pytest.mark.parametrize("impl", ["grace-tf", "grace-torch", "deepspeed", "horovod"])

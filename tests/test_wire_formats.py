@@ -320,8 +320,9 @@ def test_pytorch_and_horovod_presets_are_the_defaults_and_deepspeed_allreduces_s
     for name in IMPLEMENTATIONS["pytorch"].families:
         assert for_implementation(name, "pytorch") == sm.get_compressor(name)
     assert for_implementation("fp16", "horovod") == sm.get_compressor("fp16")
-    ds = for_implementation("signsgd", "deepspeed")
-    assert ds.collective == "allreduce" and ds.sign_bits == 1 and not ds.per_tensor
+    ds = for_implementation("signsgd", "deepspeed")  # tests/test_deepspeed_onebit.py
+    assert ds.collective == "alltoall" and ds.sign_bits == 1 and not ds.per_tensor
+    assert ds.after_backward
 
 
 def test_grace_signsgd_on_8_workers_puts_as_many_bits_on_the_wire_as_no_compression():
