@@ -958,6 +958,7 @@ def nccl_ring_channels(nics_per_node=1) -> int:
 
     Examples
     --------
+    >>> from scalemodel.sharding import nccl_ring_channels
     >>> nccl_ring_channels(4)
     8
     """
@@ -995,6 +996,7 @@ def broadcast_owners(params, s, *, slack=0.01) -> int:
 
     Examples
     --------
+    >>> from scalemodel.sharding import broadcast_owners
     >>> broadcast_owners([4, 4, 4, 4], 2)
     2
     >>> broadcast_owners([100, 1, 1, 1], 4)  # the tensor that overflows rank 0 opens rank 1
