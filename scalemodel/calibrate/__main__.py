@@ -364,7 +364,6 @@ def load_profile_for(args):
 def _measure(args, steps, dist, timeout, profile, cluster, line_rate, model_name, out,
              profile_path, report_path):
     """Run the steps; return the files to write, ``{path: (label, text)}`` (rank 0)."""
-    import attrs
     rank, world = dist.get_rank(), dist.get_world_size()
     # the compute step runs where the DDP step does: the rank's GPU under nccl, else the CPU
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
@@ -375,85 +374,115 @@ def _measure(args, steps, dist, timeout, profile, cluster, line_rate, model_name
     if args.pin_cpu is not None:
         os.sched_setaffinity(0, {args.pin_cpu})
     staged = {}
-
-    def stage(path, label, obj):
-        data = obj if isinstance(obj, dict) else obj.to_dict()
-        staged[path] = (label, json.dumps(data, indent=1) + "\n")
-
     compute = None
     if "compute" in steps:
-        from .compute import measure_compute
-        if progress:
-            _log(f"compute: {args.model}, batch {args.batch_size}, on all {world} ranks")
-        compute = measure_compute(args.model, batch_size=args.batch_size,
-                                  warmup=args.warmup, iterations=args.iterations,
-                                  name=model_name, amp=args.amp, device=device,
-                                  progress=None)
-        medians = [None] * world
-        _collective("gathering the compute medians (all_gather_object)",
-                    dist.all_gather_object, medians, compute.spread()["median"],
-                    timeout=timeout)
-        profile = compute.profile
-        if rank == 0:
-            prov = dict(profile.provenance, rank_iteration_medians=medians,
-                        world_size=world)
-            profile = attrs.evolve(profile, provenance=prov)
-            stage(profile_path, "workload profile", profile)
-            if progress:
-                _log(f"compute: {compute}")
-            spread = max(medians) / min(medians)
-            if spread > 1.1:
-                import warnings
-                from ..exceptions import CalibrationWarning
-                warnings.warn(f"ranks differ: their iteration medians span {spread:.2f}x "
-                              f"({min(medians) * 1e3:.1f} to {max(medians) * 1e3:.1f} ms); "
-                              "the slowest rank sets the pace", CalibrationWarning)
+        compute, profile = _compute_step(args, dist, world, rank, timeout, model_name, device,
+                                         progress, staged, profile_path)
     if "transport" in steps:
-        from .transport import default_sizes, local_world_size, run_intra_node_sweep, run_sweep
-        colls = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
-        sizes = default_sizes(args.min_size, args.max_size)
-        sweep = run_sweep(sizes, collectives=colls, warmup=args.warmup, repeats=args.repeats,
-                          progress=progress, timeout=timeout)
-        local = local_world_size()
-        intra = None
-        if 1 < local < world:  # the world spans nodes of several ranks each
-            if progress:
-                _log(f"transport: all-reduce inside each node ({local} ranks per node, "
-                     "every node at once)")
-            intra = run_intra_node_sweep(sizes, warmup=args.warmup, repeats=args.repeats,
-                                         progress=progress, timeout=timeout)
-            if intra is None and rank == 0:
-                import warnings
-                from ..exceptions import CalibrationWarning
-                warnings.warn("the nodes hold different numbers of ranks: no intra-node "
-                              "sweep, the cluster has no topology", CalibrationWarning)
-        if rank == 0:
-            cluster = _fit_cluster(args, sweep, line_rate, progress, intra=intra,
-                                   local=local)
-            stage(out, "cluster profile", cluster)
+        cluster = _transport_step(args, world, rank, timeout, line_rate, progress, staged,
+                                  out, cluster)
     if "scaling" in steps:
-        from .scaling import measure_ddp
-        if progress:
-            _log(f"scaling: DDP on {world} ranks, bucket cap {args.bucket_cap_mb} MiB")
-        ddp = measure_ddp(args.model, batch_size=args.batch_size, warmup=args.warmup,
-                          iterations=args.iterations, bucket_cap_mb=args.bucket_cap_mb,
-                          progress=progress, timeout=timeout, amp=args.amp,
-                          trace=args.trace)
-        if ddp.trace_text is not None:  # every rank writes its own, with the others
-            from .trace import rank_trace_path
-            staged[rank_trace_path(args.trace, rank)] = ("trace", ddp.trace_text)
-        if rank == 0:
-            if compute is not None:
-                # the compute step's shape, the speed of the paired local iterations
-                profile = _rescaled(profile, ddp.local_median)
-                stage(profile_path, "workload profile", profile)
-            report = _report(args, profile, compute, cluster, ddp, world, line_rate)
-            fitted_cluster = report.pop("_cluster")
-            if fitted_cluster is not None:
-                stage(out, "cluster profile", fitted_cluster)
-            stage(report_path, "report", report)
-            print(report["text"], flush=True)
+        _scaling_step(args, world, rank, timeout, profile, compute, cluster, line_rate,
+                      progress, staged, out, profile_path, report_path)
     return staged
+
+
+def _stage(staged, path, label, obj):
+    """Stage ``obj`` (a dict, or anything with ``to_dict``) as indented JSON for
+    ``path``."""
+    data = obj if isinstance(obj, dict) else obj.to_dict()
+    staged[path] = (label, json.dumps(data, indent=1) + "\n")
+
+
+def _compute_step(args, dist, world, rank, timeout, model_name, device, progress, staged,
+                  profile_path):
+    """The compute step on every rank: (the measurement, its workload profile); rank 0
+    stages the profile with every rank's median and warns when they differ by > 10 %."""
+    import attrs
+
+    from .compute import measure_compute
+    if progress:
+        _log(f"compute: {args.model}, batch {args.batch_size}, on all {world} ranks")
+    compute = measure_compute(args.model, batch_size=args.batch_size,
+                              warmup=args.warmup, iterations=args.iterations,
+                              name=model_name, amp=args.amp, device=device,
+                              progress=None)
+    medians = [None] * world
+    _collective("gathering the compute medians (all_gather_object)",
+                dist.all_gather_object, medians, compute.spread()["median"],
+                timeout=timeout)
+    profile = compute.profile
+    if rank == 0:
+        prov = dict(profile.provenance, rank_iteration_medians=medians,
+                    world_size=world)
+        profile = attrs.evolve(profile, provenance=prov)
+        _stage(staged, profile_path, "workload profile", profile)
+        if progress:
+            _log(f"compute: {compute}")
+        spread = max(medians) / min(medians)
+        if spread > 1.1:
+            import warnings
+            from ..exceptions import CalibrationWarning
+            warnings.warn(f"ranks differ: their iteration medians span {spread:.2f}x "
+                          f"({min(medians) * 1e3:.1f} to {max(medians) * 1e3:.1f} ms); "
+                          "the slowest rank sets the pace", CalibrationWarning)
+    return compute, profile
+
+
+def _transport_step(args, world, rank, timeout, line_rate, progress, staged, out, cluster):
+    """The transport step: the sweep of the world and, when it spans nodes of several
+    ranks, inside each node; rank 0 fits and stages the cluster (returned; the given
+    ``cluster`` on the other ranks)."""
+    from .transport import default_sizes, local_world_size, run_intra_node_sweep, run_sweep
+    colls = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
+    sizes = default_sizes(args.min_size, args.max_size)
+    sweep = run_sweep(sizes, collectives=colls, warmup=args.warmup, repeats=args.repeats,
+                      progress=progress, timeout=timeout)
+    local = local_world_size()
+    intra = None
+    if 1 < local < world:  # the world spans nodes of several ranks each
+        if progress:
+            _log(f"transport: all-reduce inside each node ({local} ranks per node, "
+                 "every node at once)")
+        intra = run_intra_node_sweep(sizes, warmup=args.warmup, repeats=args.repeats,
+                                     progress=progress, timeout=timeout)
+        if intra is None and rank == 0:
+            import warnings
+            from ..exceptions import CalibrationWarning
+            warnings.warn("the nodes hold different numbers of ranks: no intra-node "
+                          "sweep, the cluster has no topology", CalibrationWarning)
+    if rank == 0:
+        cluster = _fit_cluster(args, sweep, line_rate, progress, intra=intra,
+                               local=local)
+        _stage(staged, out, "cluster profile", cluster)
+    return cluster
+
+
+def _scaling_step(args, world, rank, timeout, profile, compute, cluster, line_rate,
+                  progress, staged, out, profile_path, report_path):
+    """The scaling step: a DDP run (every rank stages its --trace); rank 0 rescales the
+    compute step's profile, makes the scaling check, stages and prints it."""
+    from .scaling import measure_ddp
+    if progress:
+        _log(f"scaling: DDP on {world} ranks, bucket cap {args.bucket_cap_mb} MiB")
+    ddp = measure_ddp(args.model, batch_size=args.batch_size, warmup=args.warmup,
+                      iterations=args.iterations, bucket_cap_mb=args.bucket_cap_mb,
+                      progress=progress, timeout=timeout, amp=args.amp,
+                      trace=args.trace)
+    if ddp.trace_text is not None:  # every rank writes its own, with the others
+        from .trace import rank_trace_path
+        staged[rank_trace_path(args.trace, rank)] = ("trace", ddp.trace_text)
+    if rank == 0:
+        if compute is not None:
+            # the compute step's shape, the speed of the paired local iterations
+            profile = _rescaled(profile, ddp.local_median)
+            _stage(staged, profile_path, "workload profile", profile)
+        report = _report(args, profile, compute, cluster, ddp, world, line_rate)
+        fitted_cluster = report.pop("_cluster")
+        if fitted_cluster is not None:
+            _stage(staged, out, "cluster profile", fitted_cluster)
+        _stage(staged, report_path, "report", report)
+        print(report["text"], flush=True)
 
 
 def _fit_cluster(args, sweep, line_rate, progress, intra=None, local=1):
@@ -562,28 +591,22 @@ def _terms_label(fit):
 
 
 def _report(args, profile, compute, cluster, ddp, world, line_rate):
+    """The scaling check of a DDP run: the transport fit alone, a --cluster fitted
+    elsewhere, the terms fitted here, a held-out check; with the report's text."""
     from .. import scaling_factor
     from ..cluster import load_cluster
-    from ..exceptions import ScalemodelError
-    from .overhead import fit_with_transport, transport_only
+    from .overhead import transport_only
     from .uncertainty import scaling_factor_interval
     given = load_cluster(cluster)
     bw = line_rate if line_rate is not None else given.extra.get("fitted_bandwidth")
     if bw is None:
         raise CalibrationError("no line rate: pass --line-rate")
-    t1 = ddp.local_median  # paired with the DDP iterations (see measure_ddp)
-    measured = ddp.scaling_factor
     kw = dict(algorithm=args.algorithm, fusion="ddp")
     fit_overhead = args.fit_host_overhead
     if fit_overhead is None:
         fit_overhead = ddp.backend == "gloo"
     slow = ddp.compute_slowdown()
-    report = {"model": args.model, "world_size": world, "line_rate": bw,
-              "t1_median": t1, "tn_median": ddp.median, "tn_p10_p90": ddp.interval(),
-              "t1_compute_step": (compute.spread()["median"] if compute is not None
-                                  else None),
-              "measured_scaling_factor": measured, "ddp": ddp.to_dict(),
-              "compute_slowdown": None if slow is None else slow.to_dict()}
+    report = _report_measured(args, compute, ddp, world, bw, slow)
     spread = profile.provenance.get("spread") or {}
     c_iv = (spread.get("rel_lo", 1.0), spread.get("rel_hi", 1.0))
     transport = transport_only(given)
@@ -597,18 +620,8 @@ def _report(args, profile, compute, cluster, ddp, world, line_rate):
         checks.append(_check_row("the given --cluster (fitted elsewhere)", scaling_factor(
             profile, world, bw, cluster=given, **kw), ddp, False))
     fitted_from = {"model": args.model, "line_rate": bw, "world_size": world}
-
-    def fit(prof, meas, iterations):
-        # the transport fixes latency and bandwidth; the run fits what it cannot see
-        est = meas.compute_slowdown()
-        return fit_with_transport(
-            prof, world, bw, meas.scaling_factor, transport=given,
-            compute_slowdown=1.0 if est is None else est.value,
-            slowdown_interval=None if est is None else est.cluster_interval,
-            uncertainty=_median_uncertainty(meas), fit_overhead=fit_overhead,
-            fitted_from=dict(fitted_from, iterations=iterations), **kw)
-
-    terms = fit(profile, ddp, "all")
+    fit_args = (world, bw, given, fit_overhead, fitted_from, kw)
+    terms = _fit_terms(profile, ddp, "all", *fit_args)
     full = terms.cluster
     s_full = scaling_factor(profile, world, bw, cluster=full, **kw)
     checks.append(_check_row(f"fitted here ({_terms_label(terms)})", s_full, ddp, True))
@@ -617,21 +630,66 @@ def _report(args, profile, compute, cluster, ddp, world, line_rate):
     report["predicted_scaling_factor_fitted"] = s_full
     report["predicted_interval_fitted"] = [ci_full.lo, ci_full.hi]
     if ddp.seconds.size >= 6 and slow is not None:
-        # generalization across iterations: fit on the even ones, check the odd ones
-        even, odd = ddp.subset(slice(0, None, 2)), ddp.subset(slice(1, None, 2))
-
-        def as_measured(meas):  # the profile's compute at these iterations' local speed
-            return _rescaled(profile, meas.local_median) if compute is not None else profile
-
-        try:
-            half = fit(as_measured(even), even, "even")
-            s_odd = scaling_factor(as_measured(odd), world, bw, cluster=half.cluster, **kw)
-            checks.append(_check_row(f"fitted on the {even.seconds.size} even iterations, "
-                                     f"checked on the {odd.seconds.size} odd ones", s_odd,
-                                     odd, False))
-        except ScalemodelError as exc:
-            report["held_out_note"] = f"the held-out check could not be fitted: {exc}"
+        _held_out_check(profile, compute, ddp, fit_args, checks, report)
     report["checks"] = checks
+    _report_terms(report, terms)
+    # the cluster to write: the fitted one, unless a --cluster that was fitted elsewhere
+    # is only being checked here (--no-fit-host-overhead)
+    report["_cluster"] = full if (fit_overhead or not _has_terms(given)) else None
+    report["text"] = _report_text(args, world, bw, ddp, predicted, ci, slow, checks, terms,
+                                  report)
+    return report
+
+
+def _report_measured(args, compute, ddp, world, bw, slow):
+    """The report's measured part: single- and n-worker medians, the measured scaling
+    factor, the DDP run and the compute slowdown."""
+    return {"model": args.model, "world_size": world, "line_rate": bw,
+            "t1_median": ddp.local_median,  # paired with the DDP iterations (measure_ddp)
+            "tn_median": ddp.median, "tn_p10_p90": ddp.interval(),
+            "t1_compute_step": (compute.spread()["median"] if compute is not None
+                                else None),
+            "measured_scaling_factor": ddp.scaling_factor, "ddp": ddp.to_dict(),
+            "compute_slowdown": None if slow is None else slow.to_dict()}
+
+
+def _fit_terms(prof, meas, iterations, world, bw, given, fit_overhead, fitted_from, kw):
+    """Fit what the run shows on top of the transport (which fixes latency and
+    bandwidth): slowdown, overlap, host overhead."""
+    from .overhead import fit_with_transport
+    est = meas.compute_slowdown()
+    return fit_with_transport(
+        prof, world, bw, meas.scaling_factor, transport=given,
+        compute_slowdown=1.0 if est is None else est.value,
+        slowdown_interval=None if est is None else est.cluster_interval,
+        uncertainty=_median_uncertainty(meas), fit_overhead=fit_overhead,
+        fitted_from=dict(fitted_from, iterations=iterations), **kw)
+
+
+def _held_out_check(profile, compute, ddp, fit_args, checks, report):
+    """Generalization across iterations: fit on the even ones, check the odd ones (a
+    row in ``checks``, or a note in ``report`` when the fit fails); ``fit_args`` are
+    :func:`_fit_terms`'s after the iterations."""
+    from .. import scaling_factor
+    from ..exceptions import ScalemodelError
+    world, bw, _given, _fit_overhead, _fitted_from, kw = fit_args
+    even, odd = ddp.subset(slice(0, None, 2)), ddp.subset(slice(1, None, 2))
+
+    def as_measured(meas):  # the profile's compute at these iterations' local speed
+        return _rescaled(profile, meas.local_median) if compute is not None else profile
+
+    try:
+        half = _fit_terms(as_measured(even), even, "even", *fit_args)
+        s_odd = scaling_factor(as_measured(odd), world, bw, cluster=half.cluster, **kw)
+        checks.append(_check_row(f"fitted on the {even.seconds.size} even iterations, "
+                                 f"checked on the {odd.seconds.size} odd ones", s_odd,
+                                 odd, False))
+    except ScalemodelError as exc:
+        report["held_out_note"] = f"the held-out check could not be fitted: {exc}"
+
+
+def _report_terms(report, terms):
+    """The fitted overlap and host overhead into the report (None when not fitted)."""
     report["overlap"] = report["host_overhead"] = None
     if terms.overlap is not None:
         o = terms.overlap
@@ -639,9 +697,11 @@ def _report(args, profile, compute, cluster, ddp, world, line_rate):
                              "predicted_none": o.predicted_none, "clipped": o.clipped}
     if terms.host is not None:
         report["host_overhead"] = {"gamma": terms.host.gamma}
-    # the cluster to write: the fitted one, unless a --cluster that was fitted elsewhere
-    # is only being checked here (--no-fit-host-overhead)
-    report["_cluster"] = full if (fit_overhead or not _has_terms(given)) else None
+
+
+def _report_text(args, world, bw, ddp, predicted, ci, slow, checks, terms, report):
+    """The scaling check as text: measured, predicted, one row per check, the terms."""
+    t1, measured = ddp.local_median, ddp.scaling_factor
     lines = [f"scaling check: {args.model}, {world} workers, line rate {bw / 1e9:g} Gbit/s",
              f"  measured:  T1 {t1 * 1e3:.1f} ms, T{world} {ddp.median * 1e3:.1f} ms, "
              f"scaling factor {measured:.3f}",
@@ -665,8 +725,7 @@ def _report(args, profile, compute, cluster, ddp, world, line_rate):
                      "and for other models include it")
     else:
         lines.append("  the given --cluster is checked, not refitted (--no-fit-host-overhead)")
-    report["text"] = "\n".join(lines)
-    return report
+    return "\n".join(lines)
 
 
 def from_nccl_tests(argv) -> int:
