@@ -391,6 +391,19 @@ def broadcast_diagnosis(fits, rows, say):
              for ret in RETURNS}
         added[n] = t["broadcast"] - t["allgather"]
     g64 = float(gap[list(ns).index(64)])
+    eight = {r["gpus"]: r for r in rows if r["series"] == "tp1-zero1=8"}
+    model_gap = {}
+    for n in ns.astype(int):
+        for ret in RETURNS:
+            t = [float(sm.iteration_time(profile_for(r), n, BW, sharding=sharding_for(r, ret),
+                                         fusion=FUSION, algorithm="ring", cluster=cluster,
+                                         **TOPO).total) for r in (series[n], eight[n])]
+            model_gap[(n, ret)] = t[0] - t[1]
+    say("zero1=-1 minus zero1=8 step time with one cluster (the zero1=-1 auto fit), "
+        "all-gather / broadcast model / measured [s]:",
+        "  " + ", ".join(f"{int(n)}: {model_gap[(int(n), 'allgather')]:.3f} / "
+                         f"{model_gap[(int(n), 'broadcast')]:.3f} / {g:.3f}"
+                         for n, g in zip(ns, gap)))
     say("zero1=-1: the library's broadcast return (InternLM's owners, NCCL chain fill) "
         "minus all-gathers, against the measured gap, both from 64 GPUs [s]:",
         "  owners B(n): " + ", ".join(f"{int(n)}: {broadcast_owners(internlm_tensors(), int(n))}"
