@@ -391,6 +391,7 @@ def broadcast_diagnosis(fits, rows, say):
              for ret in RETURNS}
         added[n] = t["broadcast"] - t["allgather"]
     g64 = float(gap[list(ns).index(64)])
+    _fixed_cost(rows, say)
     eight = {r["gpus"]: r for r in rows if r["series"] == "tp1-zero1=8"}
     model_gap = {}
     for n in ns.astype(int):
@@ -410,6 +411,19 @@ def broadcast_diagnosis(fits, rows, say):
                                       for n in ns),
         "  " + ", ".join(f"{int(n)}: +{added[int(n)] - added[64]:.3f} model / "
                          f"+{g - g64:.3f} measured" for n, g in zip(ns, gap) if n > 64))
+
+
+def _fixed_cost(rows, say):
+    """The zero1=-1 series calibrated with a per-collective cost (``collective_overhead``,
+    every broadcast's and reduce-scatter's) freed beside the efficiency: whether the two
+    runs ask for a fixed cost per broadcast."""
+    sr = [r for r in rows if r["series"] == "tp1-zero1=-1"]
+    fit = calibrate([r for r in sr if r["gpus"] in CALIBRATION_N],
+                    ("efficiency", "collective_overhead"))
+    errs = [predict(r, fit.cluster)[0] / r["tgs"] - 1 for r in sr
+            if r["gpus"] >= HELD_OUT_MIN_N]
+    say(f"zero1=-1 with collective_overhead freed: {_fit_lines(fit)}; held out "
+        + ", ".join(f"{100 * e:+.1f} %" for e in errs))
 
 
 def channel_sensitivity(rows, say):
