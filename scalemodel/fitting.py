@@ -565,16 +565,25 @@ def _candidate_sets(runs, fixed, *, fit, hold, max_free):
 
 def _solve_each(problem, subsets):
     """Every candidate set fitted, best (lowest score) first; ties go to fewer parameters,
-    then to :data:`_ORDER`."""
+    then to :data:`_ORDER`.
+
+    When ``efficiency`` is a candidate (a FLOP-derived profile with no absolute time), a set
+    without it holds the efficiency at the profile's default, which is as much a choice as
+    fitting it: such a set is charged as if it had that parameter too (2 in score), so one
+    run of a FLOP-derived profile is explained by its efficiency first, and a per-unit or
+    per-run cost that reaches the same time stays an alternative."""
+    unknown_rate = any("efficiency" in s for s in subsets)
     solutions = []
     for subset in subsets:
         if not subset:
             chi2 = float(np.sum(problem.residuals({}) ** 2))
-            solutions.append(_Solution(chi2, (), {}, np.zeros(0), None, chi2, 0.0, None))
+            solutions.append(_Solution(chi2 + 2.0 * unknown_rate, (), {}, np.zeros(0), None,
+                                       chi2, 0.0, None))
             continue
         vals, g, jac, chi2, prior, bounds = _solve(problem, subset)
         rank = problem.rank_penalty(vals)
-        solutions.append(_Solution(chi2 + prior + rank + 2.0 * len(subset), tuple(subset),
+        charged = len(subset) + (unknown_rate and "efficiency" not in subset)
+        solutions.append(_Solution(chi2 + prior + rank + 2.0 * charged, tuple(subset),
                                    vals, g, jac, chi2, prior, bounds))
     order = {k: i for i, k in enumerate(_ORDER)}
     solutions.sort(key=lambda s: (round(s.score, 6), len(s.free), [order[k] for k in s.free]))

@@ -14,6 +14,7 @@ import warnings
 import pytest
 
 import scalemodel as sm
+from scalemodel.efficiency import profile_efficiency
 import scalemodel.fit_problem as fit_problem
 from scalemodel.fit_priors import PRIORS, UNIT_PRIORS
 from scalemodel.fit_problem import _Problem
@@ -75,8 +76,11 @@ def test_a_per_unit_cost_is_recovered_and_the_bucket_prior_would_miss_it(monkeyp
     truth = sm.ClusterProfile(topology=TOPO, bucket_overhead=5e-3, provenance=P)
     runs = [_run(truth, 1, 64), _run(truth, 4, 64)]
     fit = _fit(runs)
-    assert fit.free == ("bucket_overhead",)
+    # a FLOP-derived profile: its efficiency is fitted with the cluster terms (at the truth's)
+    assert fit.free == ("bucket_overhead", "efficiency")
     assert fit.parameters["bucket_overhead"].value == pytest.approx(5e-3, rel=0.01)
+    assert fit.parameters["efficiency"].value == pytest.approx(
+        profile_efficiency(runs[0]["model"]), rel=0.01)
     assert "pytorch/pytorch#96958" in fit.parameters["bucket_overhead"].source
     # with DDP's per-bucket prior (0.1 ms) the same runs get a ceiling instead
     monkeypatch.setattr(fit_problem, "UNIT_PRIORS", {})
@@ -91,9 +95,9 @@ def test_a_slow_network_is_told_apart_by_a_single_node_run():
     # the pair alone: a ceiling at a fifth of InfiniBand's line rate ranks below the unit
     # cost that fits it as well, and stays an alternative
     fit = _fit(pair, max_free=2)
-    assert fit.free == ("bucket_overhead",)
-    assert ["ceiling"] in [a["free"] for a in fit.alternatives]
+    assert fit.free == ("bucket_overhead", "efficiency")
+    assert ["ceiling", "efficiency"] in [a["free"] for a in fit.alternatives]
     # one node (NVLink only): no network for a ceiling to slow, the hooks still run
     fit = _fit(pair + [_run(truth, 4, 8)], max_free=2)
-    assert fit.free == ("ceiling",)
+    assert fit.free == ("ceiling", "efficiency")
     assert fit.parameters["ceiling"].value == pytest.approx(20e9, rel=0.01)
