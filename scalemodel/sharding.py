@@ -79,7 +79,8 @@ parameters bucket by bucket, as :eq:`zero12` says. PyTorch's ``ZeroRedundancyOpt
 instead broadcasts each rank's shard from that rank (``_sync_params`` calls
 ``_broadcast_params_from_rank(rank)`` for every rank of the group, which issues one
 ``dist.broadcast`` per rank with ``parameters_as_bucket_view=True``, else one per
-parameter; ``torch/distributed/optim/zero_redundancy_optimizer.py``), and so does
+parameter; ``torch/distributed/optim/zero_redundancy_optimizer.py``, pytorch/pytorch at
+013a31b), and so does
 InternLM's hybrid ZeRO (one broadcast per rank that owns parameters; with more ranks
 than large tensors, the last ranks own none: :func:`broadcast_owners`). NCCL runs a
 broadcast only as a ring, a chain from the root through the other :math:`s - 1` ranks,
@@ -332,10 +333,11 @@ class Sharding:
         ``parameters_as_bucket_view=True``; InternLM's hybrid ZeRO
         ``broadcast_params``), equation :eq:`broadcast` [-].
     broadcasts : int or None
-        With ``param_return="broadcast"``: the number of owning ranks, hence broadcasts
-        per step; None: every rank of the shard group (see :func:`~scalemodel.sharding.broadcast_owners` for
-        InternLM's allocation, which leaves ranks without parameters at large groups)
-        [broadcasts].
+        With ``param_return="broadcast"``: broadcasts per step, of equal size; None:
+        one per rank of the shard group (``ZeroRedundancyOptimizer`` with
+        ``parameters_as_bucket_view=True``; without it, one per parameter tensor: give
+        the number of tensors). For InternLM, the ranks that own parameters:
+        :func:`~scalemodel.sharding.broadcast_owners` [broadcasts].
     broadcast_chunk : float or None
         With ``param_return="broadcast"``: the bytes the ring moves per pipeline step
         across all its channels, whose passage over every hop is the broadcast's fill.
