@@ -506,22 +506,8 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
     ob = master + 4 * states
 
     scalar = ns.ndim == 0  # one answer: Python floats (the array path gives the same)
-    group = float(ns) if scalar else ns.astype(float)
-    node = spec.gpus_per_server if gpus_per_node is None else gpus_per_node
-    if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(
-            gpus_per_node, (int, np.integer)) or gpus_per_node < 1):
-        raise InvalidParameterError("gpus_per_node", gpus_per_node, "must be an integer >= 1")
-    if strategy == "hybrid_shard":
-        if node is None:
-            raise InvalidParameterError("gpus_per_node", None, f"the {spec.name} has no usual "
-                                        "server recorded", "Pass gpus_per_node=")
-        group = min(group, float(node)) if scalar else np.minimum(group, float(node))
-    if shard_group is not None:  # sharded over the group, replicated across groups
-        group = float(shard_group) if scalar else np.full_like(group, float(shard_group))
-    one = 1.0 if scalar else np.ones_like(group)
-    div_p = group if strategy in ("zero3", "hybrid_shard") else one
-    div_g = group if strategy in ("zero2", "zero3", "hybrid_shard") else one
-    div_o = one if strategy == "none" else group
+    node, one, div_p, div_g, div_o = _divisors(ns, scalar, strategy, spec, gpus_per_node,
+                                               shard_group)
     params, grads, optim = pb * psi / div_p, gb * psi / div_g, ob * psi / div_o
 
     notes = [f"{pd} parameters, {gd} gradients, {optimizer} with "
@@ -529,37 +515,13 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
              f"({pb + gb + ob} bytes per parameter unsharded; ZeRO, arXiv:1910.02054)"]
     host = 0.0 * one
     if mode != "none":  # scalemodel.offload: the host holds these instead
-        host = optim + 4.0 * psi / div_o
-        optim = 0.0 * one
-        if mode == "optimizer+parameters":
-            host = host + params
-            params, grads = 0.0 * one, 0.0 * one
-        notes.append(f"offload={mode!r}: optimizer state and fp32 gradient shard"
-                     + (", parameter shard" if mode == "optimizer+parameters" else "")
-                     + " in host memory")
+        params, grads, optim, host = _offloaded(params, grads, optim, psi, div_o, one, mode,
+                                                notes)
         _check_host(host, mode, spec, node, ns, host_memory)
     buffers = bucket * one
     if cfg is not None:
-        act = (activation_bytes(cfg, ck) if mp is None
-               else model_parallel_activations(cfg, ck, mp))
-        if mp is not None:
-            notes.append(f"tp={mp.tp} x pp={mp.pp}: 1/{mp.size} of the model state per GPU;"
-                         " activations sbh(10 + 24/t + 5as/(ht)) per layer (Korthikanti et "
-                         "al., no sequence parallelism), the first stage keeping "
-                         f"{min(mp.pp, mp.microbatches)} micro-batch(es) of its layers")
-        notes.append("activations: Korthikanti et al. arXiv:2205.05198, sbh(34 + 5as/h) per "
-                     "layer" + (" without the 5as/h score term (flash attention)"
-                                if ck.flash_attention else "")
-                     + f"; checkpointing {ck.describe()} (scalemodel.checkpointing)"
-                     + "; loss peak 12sbV (three fp32 sbV tensors)")
-        if strategy in ("zero3", "hybrid_shard"):
-            biggest, root = _block_and_root(cfg)
-            gathered = pb * (2 * biggest + root) + gb * biggest * one
-            buffers = buffers + gathered
-            notes.append("buffers: two all-gathered blocks (current + prefetched), one "
-                         "block's unsharded gradients, the gathered root unit (embeddings, "
-                         "head) and one bucket")
-        activations = act * one
+        activations, buffers = _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one,
+                                                        buffers, notes)
     else:
         activations = None
         notes.append(f"{label}: no transformer config, so activations are unknown and not "
@@ -587,6 +549,67 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
                           parameter_count=psi, complete=activations is not None,
                           notes="; ".join(notes), host_per_gpu=out(host),
                           settings=settings)
+
+
+def _divisors(ns, scalar, strategy, spec, gpus_per_node, shard_group):
+    """GPUs per node, a one of the answer's shape, and what the parameters, gradients
+    and optimizer state are divided by under ``strategy`` (1 or the shard group) [-]."""
+    group = float(ns) if scalar else ns.astype(float)
+    node = spec.gpus_per_server if gpus_per_node is None else gpus_per_node
+    if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(
+            gpus_per_node, (int, np.integer)) or gpus_per_node < 1):
+        raise InvalidParameterError("gpus_per_node", gpus_per_node, "must be an integer >= 1")
+    if strategy == "hybrid_shard":
+        if node is None:
+            raise InvalidParameterError("gpus_per_node", None, f"the {spec.name} has no usual "
+                                        "server recorded", "Pass gpus_per_node=")
+        group = min(group, float(node)) if scalar else np.minimum(group, float(node))
+    if shard_group is not None:  # sharded over the group, replicated across groups
+        group = float(shard_group) if scalar else np.full_like(group, float(shard_group))
+    one = 1.0 if scalar else np.ones_like(group)
+    div_p = group if strategy in ("zero3", "hybrid_shard") else one
+    div_g = group if strategy in ("zero2", "zero3", "hybrid_shard") else one
+    div_o = one if strategy == "none" else group
+    return node, one, div_p, div_g, div_o
+
+
+def _offloaded(params, grads, optim, psi, div_o, one, mode, notes):
+    """Move the offloaded state to the host: (parameters, gradients, optimizer, host)
+    per GPU [bytes]; notes what moved."""
+    host = optim + 4.0 * psi / div_o
+    optim = 0.0 * one
+    if mode == "optimizer+parameters":
+        host = host + params
+        params, grads = 0.0 * one, 0.0 * one
+    notes.append(f"offload={mode!r}: optimizer state and fp32 gradient shard"
+                 + (", parameter shard" if mode == "optimizer+parameters" else "")
+                 + " in host memory")
+    return params, grads, optim, host
+
+
+def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes):
+    """Activations of a transformer config, and the buffers with the all-gathered blocks
+    under zero3 / hybrid_shard [bytes]; notes the formulas."""
+    act = (activation_bytes(cfg, ck) if mp is None
+           else model_parallel_activations(cfg, ck, mp))
+    if mp is not None:
+        notes.append(f"tp={mp.tp} x pp={mp.pp}: 1/{mp.size} of the model state per GPU;"
+                     " activations sbh(10 + 24/t + 5as/(ht)) per layer (Korthikanti et "
+                     "al., no sequence parallelism), the first stage keeping "
+                     f"{min(mp.pp, mp.microbatches)} micro-batch(es) of its layers")
+    notes.append("activations: Korthikanti et al. arXiv:2205.05198, sbh(34 + 5as/h) per "
+                 "layer" + (" without the 5as/h score term (flash attention)"
+                            if ck.flash_attention else "")
+                 + f"; checkpointing {ck.describe()} (scalemodel.checkpointing)"
+                 + "; loss peak 12sbV (three fp32 sbV tensors)")
+    if strategy in ("zero3", "hybrid_shard"):
+        biggest, root = _block_and_root(cfg)
+        gathered = pb * (2 * biggest + root) + gb * biggest * one
+        buffers = buffers + gathered
+        notes.append("buffers: two all-gathered blocks (current + prefetched), one "
+                     "block's unsharded gradients, the gathered root unit (embeddings, "
+                     "head) and one bucket")
+    return act * one, buffers
 
 
 def _check_host(host, mode, spec, node, ns, host_memory):
