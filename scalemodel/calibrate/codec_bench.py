@@ -135,15 +135,29 @@ def _times_at(torch, dev, numel, timed, gen, repeats, rank, density):
     """
     numel = max(CHUNK, numel // CHUNK * CHUNK)
     grad = torch.randn(numel, generator=gen).to(dev)
-    err = torch.zeros_like(grad)
+    err = torch.zeros_like(grad)   # the error feedback, carried from family to family
     out = torch.zeros_like(grad)
     times = {}
+    _time_casts(torch, grad, timed, repeats, times)
+    _time_int8(torch, grad, out, timed, repeats, times)
+    _time_sign(torch, dev, grad, err, out, timed, repeats, times)
+    _time_sparse(torch, dev, grad, err, out, timed, repeats, density, times)
+    _time_powersgd(torch, dev, grad, gen, timed, repeats, rank, times)
+    return times
 
+
+def _time_casts(torch, grad, timed, repeats, times):
+    """fp16 and bf16: a cast down to encode, up to decode."""
+    numel = grad.numel()
     for family, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         half = grad.to(dtype)
         times[family] = {"encode": (numel, timed(lambda: grad.to(dtype), repeats)),
                          "decode": (numel, timed(lambda: half.to(torch.float32), repeats))}
 
+
+def _time_int8(torch, grad, out, timed, repeats, times):
+    """int8: a scale per chunk and rounding to encode, rescale and add to decode."""
+    numel = grad.numel()
     chunks = grad.view(-1, CHUNK)
 
     def int8_encode():
@@ -156,6 +170,10 @@ def _times_at(torch, dev, numel, timed, gen, repeats, rank, density):
         "decode": (numel, timed(lambda: out.view(-1, CHUNK).add_(q.to(torch.float32) * scale),
                                 repeats))}
 
+
+def _time_sign(torch, dev, grad, err, out, timed, repeats, times):
+    """signSGD with error feedback: pack the signs into bits, unpack and add."""
+    numel = grad.numel()
     shifts = torch.arange(8, device=dev, dtype=torch.uint8)
     weights = (2 ** torch.arange(8, device=dev)).to(torch.uint8)
 
@@ -176,6 +194,11 @@ def _times_at(torch, dev, numel, timed, gen, repeats, rank, density):
     times["signsgd"] = {"encode": (numel, timed(sign_encode, repeats)),
                         "decode": (numel, timed(sign_decode, repeats))}
 
+
+def _time_sparse(torch, dev, grad, err, out, timed, repeats, density, times):
+    """top-k and random-k with error feedback: select ``density`` of the elements;
+    decode (per received element) adds them at their indices."""
+    numel = grad.numel()
     k = max(1, int(math.ceil(density * numel)))
 
     def topk_encode():
@@ -200,7 +223,10 @@ def _times_at(torch, dev, numel, timed, gen, repeats, rank, density):
                          # decode is per received element
                          "decode": (k, timed(lambda: out.index_add_(0, idx, vals), repeats))}
 
-    side = int(math.isqrt(numel))
+
+def _time_powersgd(torch, dev, grad, gen, timed, repeats, rank, times):
+    """PowerSGD on the gradient as a square matrix, at rank 1 and ``rank``."""
+    side = int(math.isqrt(grad.numel()))
     mat = grad[: side * side].view(side, side)
     merr = torch.zeros_like(mat)
     times["powersgd"] = {}
@@ -222,7 +248,6 @@ def _times_at(torch, dev, numel, timed, gen, repeats, rank, density):
 
         times["powersgd"][f"encode@{r}"] = (side * side, timed(psgd_encode, repeats))
         times["powersgd"][f"decode@{r}"] = (side * side, timed(psgd_decode, repeats))
-    return times
 
 
 def fit_roofline(elements, seconds):
