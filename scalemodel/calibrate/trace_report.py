@@ -725,6 +725,53 @@ def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
     (5.0, {'RING': 15})
     """
     from ..units import parse_bandwidth
+    paths = _trace_paths(path_or_paths)
+    if line_rate is not None:
+        line_rate = float(parse_bandwidth(line_rate, "line_rate"))
+    ranks = [_analyse(_collect(p)) for p in paths]
+    _check_ranks(ranks)
+    world = ranks[0].world_size
+    notes = [n for r in ranks for n in r.notes]
+    undetermined = {}
+    for r in ranks:
+        for k, v in r.undetermined.items():
+            undetermined.setdefault(k, v)
+    durations = np.concatenate([r.step_end - r.step_start for r in ranks])
+    step_time = float(np.median(durations))
+    spread = {"min": float(durations.min()), "p25": float(np.percentile(durations, 25)),
+              "p75": float(np.percentile(durations, 75)), "max": float(durations.max())}
+    collectives = _summaries(ranks, world)
+    _undetermined_collectives(collectives, ranks, world, undetermined)
+    slow = _pool_slowdown(ranks)
+    sigma = slow.get("value")
+    if sigma is None and world > 1:
+        undetermined["compute_slowdown"] = slow.get("reason")
+    elif sigma is not None and sigma < 1.0:
+        notes.append(f"compute slowdown measured {sigma:.4f} < 1 (noise): 1 is used")
+        sigma = 1.0
+    label = name or _stem(paths[0])
+    profile, buckets, measured = _build_profile(ranks, label, world, sigma, notes,
+                                                undetermined)
+    fits = _fit_all(ranks, world, line_rate, notes, undetermined)
+    cluster = _trace_cluster(ranks, fits, label, world, line_rate, sigma)
+    replay = _replay(profile, cluster, fits, world, step_time, measured, ranks,
+                     buckets.get("count") if buckets else 0, notes)
+    if replay.predicted is None:
+        undetermined["replay"] = replay.reason
+    gpus = tuple(g for r in ranks for g in r.gpus)
+    return TraceReport(
+        files=tuple(r.source for r in ranks), ranks=tuple(r.rank for r in ranks),
+        world_size=world, backend=ranks[0].backend, nccl_version=ranks[0].nccl_version,
+        gpus=gpus, timeline=ranks[0].timeline, step_time=step_time,
+        step_time_spread=spread, step_count=int(durations.size), step_times=durations,
+        per_step=_per_step_table(ranks), collectives=collectives,
+        undetermined=undetermined, notes=tuple(notes), buckets=buckets, profile=profile,
+        cluster=cluster, fits=fits, compute_slowdown=slow, replay=replay,
+        file_bytes=sum(r.file_bytes for r in ranks))
+
+
+def _trace_paths(path_or_paths):
+    """The trace files as a non-empty list; raises for anything else."""
     if isinstance(path_or_paths, (str, os.PathLike)):
         paths = [path_or_paths]
     else:
@@ -737,9 +784,11 @@ def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
     if not paths:
         from ..exceptions import InvalidParameterError
         raise InvalidParameterError("path_or_paths", path_or_paths, "give at least one trace")
-    if line_rate is not None:
-        line_rate = float(parse_bandwidth(line_rate, "line_rate"))
-    ranks = [_analyse(_collect(p)) for p in paths]
+    return paths
+
+
+def _check_ranks(ranks):
+    """Raise when a rank's trace has no collective, or the traces are not of one job."""
     for r in ranks:
         if not r.calls.kind:
             raise CalibrationError(
@@ -748,17 +797,10 @@ def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
                 "training loop of the distributed job (DDP, FSDP)")
     if len(ranks) > 1:
         _check_same_job(ranks)
-    world = ranks[0].world_size
-    notes = [n for r in ranks for n in r.notes]
-    undetermined = {}
-    for r in ranks:
-        for k, v in r.undetermined.items():
-            undetermined.setdefault(k, v)
-    durations = np.concatenate([r.step_end - r.step_start for r in ranks])
-    step_time = float(np.median(durations))
-    spread = {"min": float(durations.min()), "p25": float(np.percentile(durations, 25)),
-              "p75": float(np.percentile(durations, 75)), "max": float(durations.max())}
-    collectives = _summaries(ranks, world)
+
+
+def _undetermined_collectives(collectives, ranks, world, undetermined):
+    """Note in ``undetermined`` the collectives' unknown sizes, times and algorithms."""
     for k, c in collectives.items():
         if c.sizes_known < c.calls and k != "barrier":   # a barrier has no size
             undetermined[f"bytes.{k}"] = (
@@ -777,57 +819,42 @@ def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
     if ranks[0].timeline == "cpu":
         undetermined.setdefault("algorithm", f"{ranks[0].backend} traces do not name the "
                                 "collective algorithm or protocol")
-    slow = _pool_slowdown(ranks)
-    sigma = slow.get("value")
-    if sigma is None and world > 1:
-        undetermined["compute_slowdown"] = slow.get("reason")
-    elif sigma is not None and sigma < 1.0:
-        notes.append(f"compute slowdown measured {sigma:.4f} < 1 (noise): 1 is used")
-        sigma = 1.0
-    label = name or _stem(paths[0])
-    profile, buckets, measured = _build_profile(ranks, label, world, sigma, notes,
-                                                undetermined)
-    fits = _fit_all(ranks, world, line_rate, notes, undetermined)
-    cluster = None
-    if "all_reduce" in fits:
-        from .fit import cluster_from_fits
-        prov = {"source": "PyTorch profiler trace: " + ", ".join(Path(r.source).name
-                                                                 for r in ranks),
-                "derivation": ("scalemodel.calibrate.trace: ring all-reduce model fitted "
-                               "to every all-reduce's (bytes per rank, kernel time); a "
-                               "kernel's time includes waiting for the slowest rank (with "
-                               "every rank's trace the shortest time of each call is "
-                               "used)"),
-                "world_size": world, "backend": ranks[0].backend,
-                "nccl_version": ranks[0].nccl_version, "gpus": sorted(set(ranks[0].gpus))}
-        cluster = cluster_from_fits([fits["all_reduce"]], name=label, line_rate=line_rate,
-                                    provenance=prov)
-        extra = dict(cluster.extra)
-        extra["collective_fits"] = {k: f.to_dict() for k, f in fits.items()}
-        cluster = attrs.evolve(cluster, extra=extra,
-                               compute_slowdown=sigma if sigma is not None else 1.0)
-    replay = _replay(profile, cluster, fits, world, step_time, measured, ranks,
-                     buckets.get("count") if buckets else 0, notes)
-    if replay.predicted is None:
-        undetermined["replay"] = replay.reason
+
+
+def _trace_cluster(ranks, fits, label, world, line_rate, sigma):
+    """The cluster profile from the all-reduce fit (None without one), with every
+    collective's fit and the compute slowdown."""
+    if "all_reduce" not in fits:
+        return None
+    from .fit import cluster_from_fits
+    prov = {"source": "PyTorch profiler trace: " + ", ".join(Path(r.source).name
+                                                             for r in ranks),
+            "derivation": ("scalemodel.calibrate.trace: ring all-reduce model fitted "
+                           "to every all-reduce's (bytes per rank, kernel time); a "
+                           "kernel's time includes waiting for the slowest rank (with "
+                           "every rank's trace the shortest time of each call is "
+                           "used)"),
+            "world_size": world, "backend": ranks[0].backend,
+            "nccl_version": ranks[0].nccl_version, "gpus": sorted(set(ranks[0].gpus))}
+    cluster = cluster_from_fits([fits["all_reduce"]], name=label, line_rate=line_rate,
+                                provenance=prov)
+    extra = dict(cluster.extra)
+    extra["collective_fits"] = {k: f.to_dict() for k, f in fits.items()}
+    return attrs.evolve(cluster, extra=extra,
+                        compute_slowdown=sigma if sigma is not None else 1.0)
+
+
+def _per_step_table(ranks):
+    """The per-step breakdown: medians over every rank's steps, and each step's row."""
     per_rank_steps = [d for r in ranks for d in r.per_step]
     keys = ("forward", "backward", "optimizer", "other", "compute", "communication",
             "exposed_communication")
-    per_step = {"median": {k: _median([d[k] for d in per_rank_steps]) for k in keys},
-                "steps": [{"rank": r.rank, "number": int(r.step_number[i]),
-                           "duration": float(r.step_end[i] - r.step_start[i]),
-                           **{k: _f(d[k]) for k in keys},
-                           "device_period": _f(d["g1"] - d["g0"])}
-                          for r in ranks for i, d in enumerate(r.per_step)]}
-    gpus = tuple(g for r in ranks for g in r.gpus)
-    return TraceReport(
-        files=tuple(r.source for r in ranks), ranks=tuple(r.rank for r in ranks),
-        world_size=world, backend=ranks[0].backend, nccl_version=ranks[0].nccl_version,
-        gpus=gpus, timeline=ranks[0].timeline, step_time=step_time,
-        step_time_spread=spread, step_count=int(durations.size), step_times=durations,
-        per_step=per_step, collectives=collectives, undetermined=undetermined,
-        notes=tuple(notes), buckets=buckets, profile=profile, cluster=cluster, fits=fits,
-        compute_slowdown=slow, replay=replay, file_bytes=sum(r.file_bytes for r in ranks))
+    return {"median": {k: _median([d[k] for d in per_rank_steps]) for k in keys},
+            "steps": [{"rank": r.rank, "number": int(r.step_number[i]),
+                       "duration": float(r.step_end[i] - r.step_start[i]),
+                       **{k: _f(d[k]) for k in keys},
+                       "device_period": _f(d["g1"] - d["g0"])}
+                      for r in ranks for i, d in enumerate(r.per_step)]}
 
 
 def _pool_slowdown(ranks):
