@@ -779,6 +779,16 @@ _INTERVAL_FIELDS = ("alpha", "utilization", "ceiling", "compute_slowdown",
                     "iteration_overhead", "straggler_spread")
 
 
+def _sharding_text(sharding):
+    """A run's sharding as ``fit_settings`` records it: the strategy name, or the
+    :meth:`~scalemodel.Sharding.spec` of a :class:`~scalemodel.Sharding` with other fields."""
+    from .sharding import Sharding
+
+    if isinstance(sharding, Sharding):
+        return sharding.spec()
+    return str(sharding or "none")
+
+
 def _fit_settings(runs, algorithm, fusion, source):
     """What the cluster was fitted under (:attr:`~scalemodel.ClusterProfile.fit_settings`):
     the fusion and algorithm when they are names, the runs' sharding when they share one,
@@ -788,7 +798,7 @@ def _fit_settings(runs, algorithm, fusion, source):
         out["fusion"] = fusion
     if isinstance(algorithm, str):
         out["algorithm"] = algorithm
-    shardings = {str(getattr(r, "sharding", None) or "none") for r in runs}
+    shardings = {_sharding_text(getattr(r, "sharding", None)) for r in runs}
     if len(shardings) == 1:
         out["sharding"] = shardings.pop()
     if source.kind == "transport":

@@ -383,6 +383,19 @@ class Sharding:
                    if self.strategy == "hybrid_shard" else ""),
                 "Use sharding='zero3', shard_group=g for HSDP / MiCS with any group")
 
+    def spec(self) -> str:
+        """This sharding as text that :func:`resolve_sharding` reads back: the strategy
+        alone when every other field has its default, else
+        ``"zero1(param_return=broadcast, broadcasts=16)"`` (how a fitted cluster records it
+        in ``fit_settings``) [-]."""
+        parts = []
+        for a in attrs.fields(type(self))[1:]:
+            value = getattr(self, a.name)
+            if value != a.default:
+                parts.append(f"{a.name}={value:g}" if isinstance(value, float)
+                             else f"{a.name}={value}")
+        return self.strategy + (f"({', '.join(parts)})" if parts else "")
+
     @property
     def sharded(self) -> bool:
         """True unless the strategy is ``"none"``."""
@@ -424,7 +437,42 @@ def resolve_sharding(sharding) -> Sharding:
     if not isinstance(sharding, str):
         raise ParameterTypeError("sharding", sharding,
                                  "a strategy name such as 'zero3' or a Sharding")
+    if "(" in sharding:
+        return _from_spec(sharding)
     return Sharding(sharding)
+
+
+_SPEC = re.compile(r"\s*([A-Za-z0-9_-]+)\s*\((.*)\)\s*")
+_SPEC_FIELDS = {"param_dtype": str, "reduce_dtype": str, "shard_group": int,
+                "param_return": str, "broadcasts": int, "broadcast_chunk": float}
+
+
+def _from_spec(text):
+    """A :class:`Sharding` from :meth:`Sharding.spec`'s text (a cluster file's
+    ``fit_settings``: untrusted, read strictly)."""
+    m = _SPEC.fullmatch(text) if len(text) <= 400 else None
+    if m is None:
+        raise InvalidParameterError("sharding", text[:80], "is not a strategy name or "
+                                    "'strategy(key=value, ...)'")
+    kwargs = {}
+    for item in filter(None, (x.strip() for x in m.group(2).split(","))):
+        key, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or key not in _SPEC_FIELDS or key in kwargs:
+            raise InvalidParameterError(
+                "sharding", text[:80], f"{item!r} is not one of key=value with the keys "
+                f"{', '.join(_SPEC_FIELDS)} (each once)")
+        kind = _SPEC_FIELDS[key]
+        try:
+            if value == "None" or kind is str:
+                kwargs[key] = None if value == "None" else value
+            elif len(value) > 40:
+                raise ValueError(value)
+            else:
+                kwargs[key] = kind(value)
+        except ValueError:
+            raise InvalidParameterError("sharding", text[:80],
+                                        f"{key}={value[:40]!r} is not a number") from None
+    return Sharding(m.group(1), **kwargs)
 
 
 def _profile_element_bytes(profile) -> int:

@@ -193,6 +193,17 @@ def test_fit_sees_the_broadcast_return():
     assert eff.value == pytest.approx(0.5, rel=0.02)  # communication-bound: weakly set
     assert eff.interval[0] <= 0.5 <= eff.interval[1]
     assert abs(gathered.parameters["efficiency"].value - 0.5) > 0.1
+    # the cluster records the Sharding (spec text, read back), and a later call without
+    # sharding= answers under it, in the API and after a JSON round trip
+    assert fit.cluster.fit_settings["sharding"] == "zero1(param_return=broadcast)"
+    prof = transformer_profile(cfg, "a100-80gb")
+    for cl in (fit.cluster, sm.ClusterProfile.from_dict(fit.cluster.to_dict())):
+        t = sm.iteration_time(prof, 64, 1e9, fusion="ddp", cluster=cl, **topo).total
+        assert float(t) == pytest.approx(float(sm.iteration_time(
+            prof, 64, 1e9, fusion="ddp", cluster=cl, sharding=sh, **topo).total), rel=1e-12)
+    for bad in ("zero1(foo=1)", "zero1(broadcasts=x)", "zero1(broadcasts=1, broadcasts=2)"):
+        with pytest.raises(InvalidParameterError, match="sharding"):
+            sm.iteration_time(prof, 64, 1e9, sharding=bad)
     with pytest.raises(sm.ScalemodelError, match=r"runs\[0\]\.shard_group"):
         load_runs([dict(runs[0], shard_group=8)])
 
