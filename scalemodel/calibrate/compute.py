@@ -261,6 +261,37 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
     clock = _Clock(dev)
     params = [p for p in net.parameters() if p.requires_grad]
     names = {id(p): n for n, p in net.named_parameters()}
+    fwd, bwd, upd, ready = _record_iterations(model, net, x, y, loss_fn, opt, autocast,
+                                              clock, params, names, warmup, iterations,
+                                              progress)
+    med_ready = np.median(ready, axis=0)
+    order = np.argsort(med_ready, kind="stable")
+    nbytes = np.array([p.numel() * p.element_size() for p in params], dtype=float)[order]
+    ready_sorted = np.maximum.accumulate(np.maximum(med_ready[order], 0.0))
+    backward_time = max(float(np.median(bwd)), float(ready_sorted[-1]))
+    red = measure_reduction(dev) if reduction else ReductionCost(name="free")
+    dtype = str(params[0].dtype).replace("torch.", "") if params else "float32"
+    provenance = _compute_provenance(torch, dev, model, warmup, iterations, amp,
+                                     fwd + bwd + upd)
+    profile = WorkloadProfile(
+        name=name or default_name, tensor_bytes=nbytes, tensor_ready=ready_sorted,
+        tensor_names=tuple(names[id(params[i])] for i in order),
+        tensor_shapes=tuple(tuple(int(d) for d in params[i].shape) for i in order),
+        forward_time=float(np.median(fwd)), backward_time=backward_time,
+        update_time=float(np.median(upd)), reduction=red, batch_size=batch_size,
+        description=(f"{default_name}, batch {batch_size}"
+                     f"{f', {amp} autocast' if amp else ''}, measured on {device_name(dev)}"),
+        device=device_name(dev), framework=f"PyTorch {torch.__version__}",
+        precision={"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype, dtype),
+        provenance=provenance, source="<measured>")
+    return ComputeMeasurement(profile=profile, forward=fwd, backward=bwd, update=upd,
+                              ready=ready[:, order])
+
+
+def _record_iterations(model, net, x, y, loss_fn, opt, autocast, clock, params, names,
+                       warmup, iterations, progress):
+    """Train for ``warmup`` + ``iterations`` iterations; per recorded one its forward,
+    backward and update times and every parameter's gradient ready time [s] (arrays)."""
     marks = {}
 
     def hook(p):
@@ -284,13 +315,7 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
             t3 = clock.mark()
             clock.sync()
             if it >= warmup:
-                missing = [names[id(p)] for p in params if id(p) not in marks]
-                if missing:
-                    raise CalibrationError(
-                        f"model {model!r}: {len(missing)} parameter(s) received no gradient "
-                        f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); "
-                        "set requires_grad=False on them or make the loss use them, so "
-                        "every gradient tensor has a ready time")
+                _check_every_gradient(model, params, names, marks)
                 fwd.append(clock.elapsed(t0, t1))
                 bwd.append(clock.elapsed(t1, t2))
                 upd.append(clock.elapsed(t2, t3))
@@ -300,17 +325,25 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
     finally:
         for h in handles:
             h.remove()
-    fwd, bwd, upd, ready = (np.asarray(v, dtype=float) for v in (fwd, bwd, upd, ready))
-    med_ready = np.median(ready, axis=0)
-    order = np.argsort(med_ready, kind="stable")
-    nbytes = np.array([p.numel() * p.element_size() for p in params], dtype=float)[order]
-    ready_sorted = np.maximum.accumulate(np.maximum(med_ready[order], 0.0))
-    backward_time = max(float(np.median(bwd)), float(ready_sorted[-1]))
-    red = measure_reduction(dev) if reduction else ReductionCost(name="free")
-    dtype = str(params[0].dtype).replace("torch.", "") if params else "float32"
-    it_total = fwd + bwd + upd
+    return tuple(np.asarray(v, dtype=float) for v in (fwd, bwd, upd, ready))
+
+
+def _check_every_gradient(model, params, names, marks):
+    """Raise when a parameter received no gradient in this iteration (no ready time)."""
+    missing = [names[id(p)] for p in params if id(p) not in marks]
+    if missing:
+        raise CalibrationError(
+            f"model {model!r}: {len(missing)} parameter(s) received no gradient "
+            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); "
+            "set requires_grad=False on them or make the loss use them, so "
+            "every gradient tensor has a ready time")
+
+
+def _compute_provenance(torch, dev, model, warmup, iterations, amp, it_total):
+    """The measured profile's provenance: what was run where, with the spread of the
+    iteration times ``it_total`` [s]."""
     med = float(np.median(it_total))
-    provenance = {
+    return {
         "source": "measured by scalemodel.calibrate.compute",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "model_spec": model, "torch": torch.__version__, "host": platform.node(),
@@ -322,16 +355,3 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
                    "rel_lo": float(np.percentile(it_total, 10)) / med,
                    "rel_hi": float(np.percentile(it_total, 90)) / med},
     }
-    profile = WorkloadProfile(
-        name=name or default_name, tensor_bytes=nbytes, tensor_ready=ready_sorted,
-        tensor_names=tuple(names[id(params[i])] for i in order),
-        tensor_shapes=tuple(tuple(int(d) for d in params[i].shape) for i in order),
-        forward_time=float(np.median(fwd)), backward_time=backward_time,
-        update_time=float(np.median(upd)), reduction=red, batch_size=batch_size,
-        description=(f"{default_name}, batch {batch_size}"
-                     f"{f', {amp} autocast' if amp else ''}, measured on {device_name(dev)}"),
-        device=device_name(dev), framework=f"PyTorch {torch.__version__}",
-        precision={"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype, dtype),
-        provenance=provenance, source="<measured>")
-    return ComputeMeasurement(profile=profile, forward=fwd, backward=bwd, update=upd,
-                              ready=ready[:, order])
