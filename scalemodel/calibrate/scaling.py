@@ -352,20 +352,10 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
     autocast = autocast_context(amp, device)
     net, x, y, _ = load_model(model, batch_size)
     net, x, y = net.to(device), x.to(device), y.to(device)
-    try:  # the constructor broadcasts the parameters and checks their shapes on all ranks
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            net, device_ids=[device.index] if device.type == "cuda" else None,
-            bucket_cap_mb=float(bucket_cap_mb), process_group=group)
-    except CalibrationError:
-        raise
-    except RuntimeError as exc:
-        raise peer_failure("setting up DDP (its constructor syncs the parameters of all "
-                           "ranks)", exc, timeout) from exc
+    ddp = _wrap_ddp(torch, net, device, bucket_cap_mb, group, timeout)
     loss_fn = loss_function(y)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr)
     rank = dist.get_rank(group)
-    import contextlib
-
     from .compute import _Clock
     clock = _Clock(device)
     marks = {}
@@ -377,6 +367,53 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
                if p.requires_grad]
     rows = {k: [] for k in ("ddp", "local", "bwd", "local_bwd", "fwd", "local_fwd")}
     trace_text = None
+    step = _step_function(dist, group, sync, opt, ddp, autocast, loss_fn, x, y, clock, marks)
+    try:
+        _timed_iterations(step, warmup, iterations, rows, progress and rank == 0)
+        worst = torch.tensor([rows[k] for k in rows], dtype=torch.float64,
+                             device=device if backend == "nccl" else "cpu")
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
+        if trace is not None:  # kept in memory: the caller writes it with its outputs
+            from .trace import record_trace
+            trace_text = record_trace(trace, lambda: step(True), rank=rank,
+                                      cuda=device.type == "cuda", stage=True)
+    except CalibrationError:
+        raise
+    except RuntimeError as exc:
+        raise peer_failure(f"DDP training at iteration {len(rows['ddp']) + 1}", exc,
+                           timeout) from exc
+    finally:
+        for h in handles:
+            h.remove()
+    worst = dict(zip(rows, worst.cpu().numpy()))
+    return DDPMeasurement(seconds=worst["ddp"], local_seconds=worst["local"],
+                          world_size=dist.get_world_size(group),
+                          batch_size=batch_size, bucket_cap_mb=float(bucket_cap_mb),
+                          backend=backend, backward=worst["bwd"],
+                          local_backward=worst["local_bwd"], forward=worst["fwd"],
+                          local_forward=worst["local_fwd"],
+                          timer="CUDA events" if clock.cuda else "time.perf_counter",
+                          trace_text=trace_text)
+
+
+def _wrap_ddp(torch, net, device, bucket_cap_mb, group, timeout):
+    """``net`` in DistributedDataParallel; a peer failing in its constructor (which
+    broadcasts the parameters and checks their shapes on all ranks) is reported as such."""
+    try:
+        return torch.nn.parallel.DistributedDataParallel(
+            net, device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=float(bucket_cap_mb), process_group=group)
+    except CalibrationError:
+        raise
+    except RuntimeError as exc:
+        raise peer_failure("setting up DDP (its constructor syncs the parameters of all "
+                           "ranks)", exc, timeout) from exc
+
+
+def _step_function(dist, group, sync, opt, ddp, autocast, loss_fn, x, y, clock, marks):
+    """The function running one iteration, with (``True``) or without the gradients'
+    all-reduce; ``marks`` are filled by the gradient hooks."""
+    import contextlib
 
     def step(sync_grads):
         """One iteration: (iteration time, forward time, backward span) [s]."""
@@ -402,43 +439,24 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
         span = max(clock.elapsed(b0, m) for m in ends)
         return elapsed, clock.elapsed(f0, b0), max(span, 1e-9)
 
-    try:
-        for it in range(warmup + iterations):
-            # a local iteration (no all-reduce) and a DDP one, back to back, so both see
-            # the same machine: the single-worker time is measured where it is used
-            t_local, f_local, b_local = step(False)
-            t_ddp, f_ddp, b_ddp = step(True)
-            if it >= warmup:
-                for k, v in (("ddp", t_ddp), ("local", t_local), ("bwd", b_ddp),
-                             ("local_bwd", b_local), ("fwd", f_ddp), ("local_fwd", f_local)):
-                    rows[k].append(v)
-            if progress and rank == 0:
-                print(f"[scalemodel.calibrate] DDP iteration {it + 1}/{warmup + iterations}"
-                      f"{' (warm-up)' if it < warmup else ''}: {t_ddp * 1e3:.1f} ms "
-                      f"(without communication {t_local * 1e3:.1f} ms; backward "
-                      f"{b_ddp * 1e3:.1f} vs {b_local * 1e3:.1f} ms)", file=sys.stderr,
-                      flush=True)
-        worst = torch.tensor([rows[k] for k in rows], dtype=torch.float64,
-                             device=device if backend == "nccl" else "cpu")
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
-        if trace is not None:  # kept in memory: the caller writes it with its outputs
-            from .trace import record_trace
-            trace_text = record_trace(trace, lambda: step(True), rank=rank,
-                                      cuda=device.type == "cuda", stage=True)
-    except CalibrationError:
-        raise
-    except RuntimeError as exc:
-        raise peer_failure(f"DDP training at iteration {len(rows['ddp']) + 1}", exc,
-                           timeout) from exc
-    finally:
-        for h in handles:
-            h.remove()
-    worst = dict(zip(rows, worst.cpu().numpy()))
-    return DDPMeasurement(seconds=worst["ddp"], local_seconds=worst["local"],
-                          world_size=dist.get_world_size(group),
-                          batch_size=batch_size, bucket_cap_mb=float(bucket_cap_mb),
-                          backend=backend, backward=worst["bwd"],
-                          local_backward=worst["local_bwd"], forward=worst["fwd"],
-                          local_forward=worst["local_fwd"],
-                          timer="CUDA events" if clock.cuda else "time.perf_counter",
-                          trace_text=trace_text)
+    return step
+
+
+def _timed_iterations(step, warmup, iterations, rows, progress):
+    """Run the warm-up and timed iterations, each a local one then a DDP one; append the
+    timed ones' times to ``rows`` [s]; ``progress``: print a line per iteration."""
+    for it in range(warmup + iterations):
+        # a local iteration (no all-reduce) and a DDP one, back to back, so both see
+        # the same machine: the single-worker time is measured where it is used
+        t_local, f_local, b_local = step(False)
+        t_ddp, f_ddp, b_ddp = step(True)
+        if it >= warmup:
+            for k, v in (("ddp", t_ddp), ("local", t_local), ("bwd", b_ddp),
+                         ("local_bwd", b_local), ("fwd", f_ddp), ("local_fwd", f_local)):
+                rows[k].append(v)
+        if progress:
+            print(f"[scalemodel.calibrate] DDP iteration {it + 1}/{warmup + iterations}"
+                  f"{' (warm-up)' if it < warmup else ''}: {t_ddp * 1e3:.1f} ms "
+                  f"(without communication {t_local * 1e3:.1f} ms; backward "
+                  f"{b_ddp * 1e3:.1f} vs {b_local * 1e3:.1f} ms)", file=sys.stderr,
+                  flush=True)
