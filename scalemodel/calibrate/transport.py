@@ -246,43 +246,10 @@ def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2,
             numel = max(1, int(nbytes) // 4)
             buf = torch.ones(numel, device=device)
             out = [torch.empty_like(buf) for _ in range(n)] if coll == "all_gather" else None
-            peer = n - 1
-
-            def once():
-                if coll == "all_reduce":
-                    dist.all_reduce(buf, group=group)
-                elif coll == "all_gather":
-                    dist.all_gather(out, buf, group=group)
-                elif rank == 0:
-                    dist.send(buf, last, group=group)
-                    dist.recv(buf, last, group=group)
-                elif rank == peer:
-                    dist.recv(buf, root, group=group)
-                    dist.send(buf, root, group=group)
-
-            times = []
+            once = _one_call(dist, coll, buf, out, group, rank, n - 1, root, last)
             try:
-                for _ in range(warmup):
-                    once()
-                sync()
-                reps = repeats
-                for i in range(repeats):
-                    dist.barrier(group=group)
-                    t0 = time.perf_counter()
-                    once()
-                    sync()
-                    times.append(time.perf_counter() - t0)
-                    if i == 0:  # agree on how many repetitions fit the budget
-                        want = torch.tensor([max(3, min(repeats, int(budget / max(times[0],
-                                                                                  1e-9))))])
-                        dist.broadcast(want, root, group=group)
-                        reps = int(want.item())
-                    if i + 1 >= reps:
-                        break
-                worst = torch.tensor(times, dtype=torch.float64)
-                if backend == "nccl":
-                    worst = worst.to(device)
-                dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
+                worst = _timed_repetitions(torch, dist, once, sync, warmup, repeats, budget,
+                                           root, group, backend, device)
             except RuntimeError as exc:  # DistBackendError subclasses RuntimeError
                 raise _fail(prefix + coll, nbytes, exc, timeout) from exc
             t = worst.cpu().numpy()
@@ -299,6 +266,54 @@ def run_sweep(sizes=None, *, collectives=("all_reduce", "all_gather"), warmup=2,
                                                    constant_values=np.nan) for r in rows]))
     return TransportSweep(backend=backend, world_size=n, device=device_name(device),
                           nbytes=sizes, seconds=results)
+
+
+def _one_call(dist, coll, buf, out, group, rank, peer, root, last):
+    """One call of the collective on ``buf`` (send/recv: a ping-pong between rank 0 and
+    the last rank, ``peer`` in the group, ``root`` and ``last`` in the world)."""
+    def once():
+        if coll == "all_reduce":
+            dist.all_reduce(buf, group=group)
+        elif coll == "all_gather":
+            dist.all_gather(out, buf, group=group)
+        elif rank == 0:
+            dist.send(buf, last, group=group)
+            dist.recv(buf, last, group=group)
+        elif rank == peer:
+            dist.recv(buf, root, group=group)
+            dist.send(buf, root, group=group)
+
+    return once
+
+
+def _timed_repetitions(torch, dist, once, sync, warmup, repeats, budget, root, group,
+                       backend, device):
+    """Warm up, then time ``once`` between barriers, as many repetitions as the first
+    one says fit ``budget`` (at least 3, at most ``repeats``; agreed from the root); the
+    slowest rank's time of each, as a float64 tensor [s]."""
+    for _ in range(warmup):
+        once()
+    sync()
+    times = []
+    reps = repeats
+    for i in range(repeats):
+        dist.barrier(group=group)
+        t0 = time.perf_counter()
+        once()
+        sync()
+        times.append(time.perf_counter() - t0)
+        if i == 0:  # agree on how many repetitions fit the budget
+            want = torch.tensor([max(3, min(repeats, int(budget / max(times[0],
+                                                                      1e-9))))])
+            dist.broadcast(want, root, group=group)
+            reps = int(want.item())
+        if i + 1 >= reps:
+            break
+    worst = torch.tensor(times, dtype=torch.float64)
+    if backend == "nccl":
+        worst = worst.to(device)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
+    return worst
 
 
 def local_world_size() -> int:
