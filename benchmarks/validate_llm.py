@@ -4,9 +4,12 @@ item 9).
 Data: the 29 rows of ``benchmarks/data/published_sharded.csv`` (MosaicML's LLM Foundry
 benchmark tables, ``mosaicml/llm-foundry`` ``scripts/train/benchmarking/README.md`` at
 commit 061f2c7: MPT-1B to MPT-70B with PyTorch FSDP ``FULL_SHARD`` on 8 to 128 A100 40GB,
-A100 80GB and H100 GPUs), loaded, with their MPT configurations, profiles (activation
-checkpointing: backward 1.5x) and networks, by ``benchmarks/validate_sharded.py``
-(imported, not copied).
+A100 80GB and H100 GPUs), loaded, with their MPT configurations and networks, by
+``benchmarks/validate_sharded.py`` (imported, not copied). Each row's profile is built here
+(:func:`profile_for`): FLOP-derived, and where the row checkpoints, the library's own
+``"full"`` recompute of every transformer block (MPT checkpoints ``MPTBlock`` modules
+only; this script used validate_sharded's backward x 1.5 before, which also recomputed
+the output projection: its predictions moved by 0.7 % or less when it changed).
 
 Second source, scaling with n only: ``benchmarks/data/published_llm_scaling.csv``,
 torchtitan's Llama 3.1 8B with FSDP2 on 8 and 128 H100 (``pytorch/torchtitan``
@@ -49,6 +52,13 @@ micro-batches it prints the fixed time per transformer block and micro-batch tha
 explain their times per token, how much 1 % of throughput moves it, and each row's model
 state as a share of GPU memory (docs/llm.rst says what it shows).
 
+Two more diagnostics, also added after the errors were seen (issue 20 item 9: where does
+the model lose to the constant-MFU rule?): :func:`by_class` splits the across-sizes rows by
+whether the calibration and the predicted row differ in activation checkpointing and
+whether the calibration run is memory-pressured
+(:func:`scalemodel.efficiency.memory_pressure`); :func:`flop_check` sets scalemodel's
+model FLOPs per token against LLM Foundry's MFU formula.
+
 Run: ``python benchmarks/validate_llm.py`` (about 15 s); writes
 ``benchmarks/results/validate_llm.txt`` and ``.json`` (as one set, atomically) unless
 ``--no-write``.
@@ -71,6 +81,9 @@ sys.path.insert(0, str(HERE))
 import validate_sharded as vs  # noqa: E402  (the rows, configurations and networks)
 
 import scalemodel as sm  # noqa: E402
+from scalemodel.checkpointing import with_recompute  # noqa: E402
+from scalemodel.efficiency import memory_pressure  # noqa: E402
+from scalemodel.workloads import tensor_flops, transformer_profile  # noqa: E402
 
 RESULTS = HERE / "results"
 TORCHTITAN = HERE / "data" / "published_llm_scaling.csv"
@@ -94,10 +107,24 @@ def _topology(gpu):
                     intra_bw=sm.get_gpu(gpu).intra_node_bw)
 
 
+def profile_for(row):
+    """The row's FLOP-derived profile at the GPU's default efficiency, its micro-batch and
+    gradient accumulation, with LLM Foundry's activation checkpointing as the library
+    models it (:func:`scalemodel.checkpointing.with_recompute`, ``"full"``): every
+    transformer block recomputed at the start of its backward, the embeddings and the
+    output projection not -- MPT checkpoints ``MPTBlock`` modules only
+    (``MPTPreTrainedModel.activation_checkpointing_fn`` returns ``isinstance(module,
+    MPTBlock)``; ``mosaicml/llm-foundry`` ``llmfoundry/models/mpt/modeling_mpt.py``, read at
+    commit 0085285; the table's commit 061f2c7 is not in the searchable index)."""
+    p = transformer_profile(row["config"], row["gpu"], name=f"{row['model']}-row{row['row']}",
+                            grad_accum=row["grad_accum"])
+    return with_recompute(p, "full") if row["checkpointing"] else p
+
+
 def calibrate(row):
     """The cluster fitted on one published row (:func:`scalemodel.fit_cluster`)."""
     bw, topo = _topology(row["gpu"])
-    run = dict(model=vs.profile_for(row, None), n=row["n"], bw=bw, sharding="zero3",
+    run = dict(model=profile_for(row), n=row["n"], bw=bw, sharding="zero3",
                tokens_per_second_per_gpu=row["tokens_per_gpu"],
                label=f"{row['model']} on {row['n']} {row['gpu']}")
     with warnings.catch_warnings():
@@ -109,7 +136,7 @@ def predict(row, cluster):
     """Predicted tokens per second per GPU of a row on a fitted cluster [tokens/s], and
     the (low, high) ends implied by the scaling-factor interval [tokens/s]."""
     bw, _ = _topology(row["gpu"])
-    it = sm.iteration_time(vs.profile_for(row, None), row["n"], bw, sharding="zero3",
+    it = sm.iteration_time(profile_for(row), row["n"], bw, sharding="zero3",
                            fusion=None, algorithm="ring", cluster=cluster)
     tokens = row["grad_accum"] * row["micro_batch"] * row["seq"]
     sf = float(it.scaling_factor)
@@ -125,7 +152,15 @@ def _entry(row, cal, fit):
                 published=row["tokens_per_gpu"], predicted=pred, low=lo, high=hi,
                 error=pred / row["tokens_per_gpu"] - 1,
                 rule=cal["mfu"] / row["mfu"] - 1,
-                efficiency=float(fit.cluster.extra["efficiency"]["value"]))
+                efficiency=float(fit.cluster.extra["efficiency"]["value"]),
+                checkpointing=(cal["checkpointing"], row["checkpointing"]),
+                calibration_state_share=pressure(cal).share,
+                calibration_pressured=pressure(cal).pressured)
+
+
+def pressure(row):
+    """:func:`scalemodel.efficiency.memory_pressure` of a row (FSDP = zero3)."""
+    return memory_pressure(row["config"].parameter_count, row["n"], row["gpu"], "zero3")
 
 
 def torchtitan_rows():
@@ -189,13 +224,54 @@ def evaluate():
                 sizes += [_entry(r, cal, fits[key]) for r in orows]
     tt, tt_fits = evaluate_torchtitan()
     return dict(with_n=with_n, sizes=sizes, torchtitan=tt, pairs=microbatch_pairs(),
+                classes=by_class(sizes),
                 summary=dict(with_n=_summary(with_n), sizes=_summary(sizes),
                              torchtitan=_summary(tt), with_n_all=_summary(with_n + tt)),
+                flops=flop_check(groups),
                 fits={f"{m} on {g}": dict(row=groups[(m, g)][0]["row"],
                                           efficiency=fit.cluster.extra["efficiency"],
-                                          message=fit.message)
+                                          message=fit.message,
+                                          state_share=pressure(groups[(m, g)][0]).share,
+                                          pressured=pressure(groups[(m, g)][0]).pressured)
                       for (m, g), fit in fits.items()},
                 torchtitan_fits=tt_fits)
+
+
+def flop_check(groups):
+    r"""Per model, scalemodel's model FLOPs per token (:func:`scalemodel.tensor_flops`,
+    forward + backward, no recompute) against the formula LLM Foundry's table computes its
+    MFU with: :math:`3\,(2 N s + 4 L d s^2)` per sequence of :math:`s` tokens, :math:`N`
+    the parameter count (embeddings included), :math:`L` layers, :math:`d` the width
+    (``scripts/train/benchmarking/collect_results.py``, ``parse_run``, at commit 061f2c7,
+    the table's own commit)."""
+    out = {}
+    for (model, _), rows in groups.items():
+        cfg = rows[0]["config"]
+        if model in out:
+            continue
+        fl = tensor_flops(cfg)
+        s, L, d = cfg.seq, cfg.layers, cfg.hidden
+        foundry = 3 * (2 * cfg.parameter_count * s + 4 * L * d * s ** 2) / s
+        ours = (fl.forward + fl.backward) / cfg.tokens
+        out[model] = dict(scalemodel=ours, llm_foundry=foundry, ratio=ours / foundry)
+    return out
+
+
+def by_class(entries):
+    """The across-sizes entries split by what differs between the calibration run and the
+    predicted row: activation checkpointing (both on, both off, or one of them), and
+    whether the calibration run is memory-pressured; each class's summary."""
+    def ck(x):
+        a, b = x["checkpointing"]
+        return "both checkpointed" if a and b else "neither checkpointed" if not (a or b) \
+            else "checkpointing differs"
+    out = {}
+    for x in entries:
+        key = (x["gpu"], ck(x), "calibration memory-pressured" if x["calibration_pressured"]
+               else "calibration not pressured")
+        out.setdefault(key, []).append(x)
+    return [dict(gpu=k[0], checkpointing=k[1], pressure=k[2], **_summary(v))
+            for k, v in sorted(out.items())]
 
 
 def microbatch_pairs():
@@ -286,6 +362,19 @@ def table(entries):
         "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
 
 
+def classes_table(classes):
+    """Text lines of :func:`by_class`."""
+    head = ["GPU", "checkpointing", "calibration run", "predictions", "model median",
+            "model largest", "rule median", "rule largest"]
+    body = [[c["gpu"], c["checkpointing"], c["pressure"].replace("calibration ", ""),
+             str(c["rows"]), f"{100 * c['median']:.1f} %", f"{100 * c['largest']:.1f} %",
+             f"{100 * c['rule_median']:.1f} %", f"{100 * c['rule_largest']:.1f} %"]
+            for c in classes]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    return ["  ".join(h.rjust(w) for h, w in zip(head, widths))] + [
+        "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+
+
 def _say_summary(say, what, s, target=None):
     say(f"{what}: {s['rows']} predictions; median |error| {100 * s['median']:.1f} %, "
         f"largest {100 * s['largest']:.1f} %; constant-MFU rule median "
@@ -328,6 +417,22 @@ def main(argv=None):
     say("", "== across model sizes (each calibration run predicts every row of the other "
             "models on its GPU)", *table(res["sizes"]), "")
     _say_summary(say, "across model sizes", res["summary"]["sizes"])
+    if res.get("classes"):
+        say("", "== where the model and the constant-MFU rule differ (diagnostic, added after "
+                "the errors above were seen; it predicts nothing): the across-sizes rows by "
+                "what differs between calibration run and predicted row",
+            *classes_table(res["classes"]))
+    if res.get("flops"):
+        say("", "model FLOPs per token, scalemodel / LLM Foundry's MFU formula "
+                "(collect_results.py at 061f2c7): " + ", ".join(
+                    f"{m} {f['ratio']:.4f}" for m, f in res["flops"].items()))
+    if res.get("fits"):
+        hot = [f"{k} (row {f['row']}, {100 * f['state_share']:.0f} %)"
+               for k, f in res["fits"].items() if f.get("pressured")]
+        say(f"calibration runs whose model state is >= "
+            f"{100 * sm.efficiency.MEMORY_PRESSURE_SHARE:.0f} % of the GPU's memory "
+            f"(scalemodel.efficiency.memory_pressure; not modelled, flagged): "
+            + ("; ".join(hot) if hot else "none"))
     if res.get("pairs"):
         say("", "== the micro-batch (diagnostic, added after the errors above were seen; it "
                 "predicts nothing): the fixed time per transformer block and micro-batch "

@@ -40,6 +40,20 @@ published default here:
 (:func:`~scalemodel.measured_efficiency`) for fp32 and asks for ``efficiency=`` for tf32,
 fp8 and fp64.
 
+**A memory-pressured calibration run** (:func:`memory_pressure`,
+:func:`check_calibration_memory`): the fitted efficiency of a run whose model state fills
+much of the GPU carries a slowdown that no term of the model represents (allocator
+retries, FSDP's ``limit_all_gathers`` throttling, a micro-batch forced small). The model
+state per GPU is counted at 16 bytes per parameter -- bf16 parameters and gradients and
+Adam with an fp32 master copy, :math:`(2 + 2 + 12)\Psi` of Rajbhandari et al., "ZeRO",
+SC 2020, Sec. 3.1 -- divided as each ZeRO stage divides it; a share of the GPU's memory at
+or above :data:`MEMORY_PRESSURE_SHARE` is flagged. The threshold is read from LLM
+Foundry's tables (the rows above, ``benchmarks/data/published_sharded.csv``): the runs at
+37.8 % (MPT-70B on 64 A100 40GB, on 32 A100 80GB and on 32 H100) and 60 % (MPT-13B on 8
+A100 40GB) reach 9 to 27 % less MFU than the same model on more GPUs, the runs at 34.9 %
+or less (MPT-30B on 32 A100 40GB, MPT-7B on 8) the MFU of their series. It is a warning
+of what is not modelled, not a correction: nothing is rescaled.
+
 A cluster fitted on runs of a FLOP-derived profile (:func:`~scalemodel.fit_cluster`)
 keeps the fitted efficiency with the GPU it was fitted on
 (``cluster.extra["efficiency"]``); :func:`fitted_efficiency` finds it for a profile of
@@ -52,15 +66,17 @@ from __future__ import annotations
 import math
 import re
 import statistics
+import warnings
 
 import attrs
 
-from .exceptions import InvalidParameterError
+from .exceptions import CalibrationWarning, InvalidParameterError, ParameterTypeError
 from .hardware import GPUSpec, canonical_dtype, get_gpu, list_gpus
 
 __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_efficiency",
            "fitted_efficiency", "at_fitted_efficiency", "profile_efficiency", "gpu_name_of",
-           "SIXTEEN_BIT"]
+           "SIXTEEN_BIT", "MEMORY_PRESSURE_SHARE", "STATE_BYTES_PER_PARAMETER",
+           "MemoryPressure", "memory_pressure", "check_calibration_memory"]
 
 SIXTEEN_BIT = ("bf16", "fp16")
 """Compute dtypes the published defaults are for (tensor-core 16-bit training)."""
@@ -347,3 +363,148 @@ def at_fitted_efficiency(profile, cluster):
         return profile
     own = profile_efficiency(profile)
     return profile.scaled_to(profile.iteration_time * own / fit[0])
+
+
+# --------------------------------------------------------------------------- memory pressure
+
+MEMORY_PRESSURE_SHARE = 0.36
+"""Model state per GPU (at :data:`STATE_BYTES_PER_PARAMETER`) over the GPU's memory at
+or above which a calibration run is flagged as memory-pressured [-]. Between 34.9 % (the
+highest share of an LLM Foundry run at its series' MFU: MPT-30B on 32 A100 40GB) and
+37.8 % (the lowest of a run 9 to 27 % below it: MPT-70B on 64 A100 40GB, 32 A100 80GB,
+32 H100); read from those rows after their errors were seen (module docstring)."""
+
+STATE_BYTES_PER_PARAMETER = {"params": 2.0, "grads": 2.0, "optimizer": 12.0}
+"""Bytes per parameter of the model state the pressure is counted at: bf16 parameters and
+gradients, Adam's fp32 master copy, momentum and variance (Rajbhandari et al., ZeRO, SC
+2020, Sec. 3.1: 2 + 2 + K with K = 12) [bytes]."""
+
+_SHARDED = {"none": (), "zero1": ("optimizer",), "zero2": ("optimizer", "grads"),
+            "zero3": ("optimizer", "grads", "params")}
+
+
+@attrs.frozen
+class MemoryPressure:
+    """How much of a GPU's memory a run's model state takes (:func:`memory_pressure`).
+
+    Attributes
+    ----------
+    state_bytes : float
+        Model state per GPU [bytes].
+    gpu_bytes : float
+        The GPU's memory [bytes].
+    share : float
+        ``state_bytes / gpu_bytes`` [-].
+    threshold : float
+        :data:`MEMORY_PRESSURE_SHARE` [-].
+    pressured : bool
+        ``share >= threshold`` [-].
+    text : str
+        One sentence saying so.
+    """
+
+    state_bytes: float
+    gpu_bytes: float
+    share: float
+    threshold: float
+    pressured: bool
+    text: str
+
+
+def memory_pressure(parameters, n, gpu, sharding="zero3") -> MemoryPressure:
+    """The model state per GPU of a run as a share of its GPU's memory.
+
+    Parameters
+    ----------
+    parameters : int or float
+        Parameters of the model [-].
+    n : int
+        Data-parallel workers the state is sharded over [workers].
+    gpu : str or GPUSpec
+        The GPU (:func:`~scalemodel.get_gpu`) [-].
+    sharding : str
+        ``"none"``, ``"zero1"``, ``"zero2"`` or ``"zero3"`` (FSDP ``FULL_SHARD``) [-].
+
+    Returns
+    -------
+    MemoryPressure
+        State, share, and whether it reaches :data:`MEMORY_PRESSURE_SHARE`.
+
+    Raises
+    ------
+    InvalidParameterError
+        ``parameters`` not positive and finite, ``n`` not a positive integer, or an
+        unknown ``sharding``.
+    ParameterTypeError
+        ``parameters`` or ``n`` not a number.
+    UnknownNameError
+        Not a GPU scalemodel knows.
+
+    Examples
+    --------
+    >>> from scalemodel.efficiency import memory_pressure
+    >>> p = memory_pressure(64_862_437_376, 64, "a100-40gb")   # MPT-70B, FSDP
+    >>> round(p.share, 3), p.pressured
+    (0.378, True)
+    >>> memory_pressure(64_862_437_376, 128, "a100-40gb").pressured
+    False
+    """
+    if isinstance(parameters, bool) or not isinstance(parameters, (int, float)):
+        raise ParameterTypeError("parameters", parameters, "a number of parameters")
+    if not (math.isfinite(parameters) and parameters > 0):
+        raise InvalidParameterError("parameters", parameters,
+                                    "must be a positive, finite number of parameters")
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        raise ParameterTypeError("n", n, "a positive integer number of workers")
+    if not (math.isfinite(n) and n >= 1 and float(n) == int(n)):
+        raise InvalidParameterError("n", n, "must be a positive integer number of workers")
+    if sharding not in _SHARDED:
+        raise InvalidParameterError("sharding", sharding,
+                                    f"must be one of {', '.join(_SHARDED)}")
+    spec = get_gpu(gpu)
+    state = sum(b * parameters / (int(n) if part in _SHARDED[sharding] else 1)
+                for part, b in STATE_BYTES_PER_PARAMETER.items())
+    share = state / spec.hbm_bytes
+    pressured = share >= MEMORY_PRESSURE_SHARE
+    text = (f"model state {state / 2**30:.1f} GiB per GPU ({sharding}, {int(n)} workers, "
+            f"16 bytes per parameter) is {share:.1%} of the {spec.name}'s memory"
+            + (f", at or above {MEMORY_PRESSURE_SHARE:.0%}: a run this full was 9 to 27 % "
+               "slower per FLOP than the same model on more GPUs in LLM Foundry's tables "
+               "(allocator retries, throttled all-gathers, a small micro-batch), which the "
+               "model does not represent; an efficiency fitted on it is too low for "
+               "runs with more room" if pressured else ""))
+    return MemoryPressure(state, float(spec.hbm_bytes), float(share),
+                          MEMORY_PRESSURE_SHARE, bool(pressured), text)
+
+
+def check_calibration_memory(parameters, n, gpu, sharding="zero3", label="the run"):
+    """:func:`memory_pressure` of a calibration run, with a
+    :class:`~scalemodel.exceptions.CalibrationWarning` when it is memory-pressured.
+
+    Parameters
+    ----------
+    parameters : int or float
+        Parameters of the model [-].
+    n : int
+        Data-parallel workers [workers].
+    gpu : str or GPUSpec
+        The GPU [-].
+    sharding : str
+        As for :func:`memory_pressure` [-].
+    label : str
+        The run's name in the warning [-].
+
+    Returns
+    -------
+    MemoryPressure
+        As :func:`memory_pressure` returns it.
+
+    Raises
+    ------
+    InvalidParameterError
+        As :func:`memory_pressure`.
+    """
+    p = memory_pressure(parameters, n, gpu, sharding)
+    if p.pressured:
+        warnings.warn(f"calibration run {label}: {p.text}", CalibrationWarning, stacklevel=2)
+    return p

@@ -220,3 +220,68 @@ def test_a_saved_fitted_cluster_keeps_its_efficiency(fit8, tmp_path):
     b = _tokens(prof, 64, str(path))[1]
     assert float(b.total) == pytest.approx(float(a.total), rel=1e-9)
     assert b.scaling_factor_interval == pytest.approx(a.scaling_factor_interval, rel=1e-9)
+
+
+# ------------------------------------------------------------------ memory pressure
+
+def test_memory_pressure_counts_the_state_as_memory_does():
+    """16 bytes per parameter divided per ZeRO stage = memory()'s model state (an
+    independent implementation), for every sharding and two worker counts."""
+    from scalemodel.efficiency import memory_pressure
+
+    cfg = sm.TransformerConfig(layers=40, hidden=5120, heads=40, ffn=20480, vocab=50368,
+                               seq=2048, micro_batch=4, dtype="bf16", tied_embeddings=True,
+                               gated_ffn=False, norm="layernorm", bias=True,
+                               learned_positions=2048, name="mpt-13b")
+    for sharding in ("none", "zero1", "zero2", "zero3"):
+        for n in (8, 64):
+            want = float(sm.memory(cfg, n, sharding=sharding, gpu="a100-40gb").model_state)
+            got = memory_pressure(cfg.parameter_count, n, "a100-40gb", sharding)
+            assert got.state_bytes == pytest.approx(want, rel=1e-12)
+            assert got.share == pytest.approx(want / sm.get_gpu("a100-40gb").hbm_bytes)
+
+
+def test_memory_pressure_flags_the_llm_foundry_rows_on_either_side_of_the_threshold():
+    """The rows the threshold was read from fall on their sides of it (MPT sizes from
+    benchmarks/data/published_sharded.csv)."""
+    from scalemodel.efficiency import MEMORY_PRESSURE_SHARE, memory_pressure
+
+    slow = [(12_853_954_560, 8, "a100-40gb"), (64_862_437_376, 64, "a100-40gb"),
+            (64_862_437_376, 32, "a100-80gb"), (64_862_437_376, 32, "h100-sxm")]
+    at_level = [(29_975_214_080, 32, "a100-40gb"), (6_658_859_008, 8, "a100-40gb"),
+                (64_862_437_376, 128, "a100-40gb"), (12_853_954_560, 8, "h100-sxm")]
+    for p, n, g in slow:
+        r = memory_pressure(p, n, g)
+        assert r.pressured and r.share >= MEMORY_PRESSURE_SHARE and "not represent" in r.text
+    for p, n, g in at_level:
+        r = memory_pressure(p, n, g)
+        assert not r.pressured and r.share < MEMORY_PRESSURE_SHARE
+        assert "not represent" not in r.text
+
+
+def test_check_calibration_memory_warns_only_when_pressured():
+    import warnings
+
+    from scalemodel.efficiency import check_calibration_memory
+    from scalemodel.exceptions import CalibrationWarning
+
+    with pytest.warns(CalibrationWarning, match=r"mpt-13b on 8: .*59\.9%"):
+        r = check_calibration_memory(12_853_954_560, 8, "a100-40gb", label="mpt-13b on 8")
+    assert r.pressured
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not check_calibration_memory(12_853_954_560, 16, "a100-40gb").pressured
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(parameters=0), "parameters"), (dict(parameters=float("nan")), "parameters"),
+    (dict(parameters="7b"), "parameters"), (dict(n=0), "n"), (dict(n=2.5), "n"),
+    (dict(n=True), "n"), (dict(sharding="fsdp"), "sharding"),
+])
+def test_memory_pressure_bad_input_names_the_value(kwargs, name):
+    from scalemodel.efficiency import memory_pressure
+    from scalemodel.exceptions import InvalidParameterError, ParameterTypeError
+
+    args = dict(parameters=1e9, n=8, gpu="h100-sxm", sharding="zero3") | kwargs
+    with pytest.raises((InvalidParameterError, ParameterTypeError), match=name):
+        memory_pressure(**args)

@@ -164,3 +164,65 @@ def test_mpt70b_row_communication_is_hidden_at_line_rate_and_the_reference_agree
     assert float(it.exposed_communication) < 0.01 * compute
     slow = sm.iteration_time(prof, row["n"], bw, sharding="zero3", utilization=0.1, **topo)
     assert float(slow.exposed_communication) > 0.3 * compute
+
+
+COMPOSER_PEAK = {"a100-40gb": 312e12, "a100-80gb": 312e12, "h100-sxm": 989e12}
+"""GPU_AVAILABLE_FLOPS of composer's speed_monitor in bf16, which collect_results.py
+divides by (mosaicml/llm-foundry scripts/train/benchmarking/collect_results.py @061f2c7)."""
+
+
+def test_flops_per_token_match_what_the_published_mfu_implies(vl):
+    """scalemodel's model FLOPs per token against each published row's MFU x peak /
+    tokens per second per GPU (what LLM Foundry's MFU formula counted), and against the
+    script's own formula: the FLOP counts are not where model and rule differ."""
+    rows = [dict(model=r["model"], gpu=r["gpu"], mfu=float(r["mfu_percent"]) / 100,
+                 tokens_per_gpu=float(r["tokens_per_s_per_gpu"]),
+                 config=vl.vs.mpt_config(r["model"], int(r["seq"]), int(r["micro_batch"])))
+            for r in csv.DictReader((ROOT / "benchmarks" / "data" / "published_sharded.csv")
+                                    .read_text().splitlines())]
+    assert len(rows) == 29
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["gpu"]), []).append(r)
+    flops = vl.flop_check(groups)
+    for r in rows:
+        counted = r["mfu"] * COMPOSER_PEAK[r["gpu"]] / r["tokens_per_gpu"]
+        assert flops[r["model"]]["llm_foundry"] == pytest.approx(counted, rel=3e-3)  # rounding
+        assert flops[r["model"]]["scalemodel"] == pytest.approx(counted, rel=5e-3)
+    assert all(0.995 < f["ratio"] <= 1.0 for f in flops.values())
+
+
+def test_checkpointed_profile_recomputes_the_blocks_not_the_head(vl):
+    """LLM Foundry checkpoints MPTBlock modules only: the backward grows by the blocks'
+    share of the forward time (FLOP-proportional), not by the whole forward."""
+    from scalemodel.workloads import tensor_flops
+
+    row = dict(row=28, model="mpt-70b", gpu="h100-sxm", grad_accum=16, checkpointing=True,
+               config=vl.vs.mpt_config("mpt-70b", 2048, 2))  # row 28 of the CSV
+    ck = vl.profile_for(row)
+    plain = vl.profile_for(dict(row, checkpointing=False))
+    fl = tensor_flops(row["config"])
+    blocks = fl.forward_flops[(fl.unit >= 0) & (fl.unit < row["config"].layers)].sum()
+    assert 0.99 < blocks / fl.forward < 1.0
+    assert ck.backward_time - plain.backward_time == pytest.approx(
+        plain.forward_time * blocks / fl.forward, rel=1e-9)
+    assert ck.forward_time == pytest.approx(plain.forward_time, rel=1e-12)
+
+
+def test_classes_and_pressure_flags_follow_from_the_rows(vl, small):
+    res, rows = small
+    n = sum(c["rows"] for c in res["classes"])
+    assert n == len(res["sizes"])
+    for c in res["classes"]:  # 1B and 3B on H100: neither checkpointed, state ~3 %
+        assert c["checkpointing"] == "neither checkpointed"
+        assert c["pressure"] == "calibration not pressured"
+    for f in res["fits"].values():
+        assert not f["pressured"] and 0 < f["state_share"] < 0.05
+    text = "\n".join(vl.classes_table(res["classes"]))
+    assert "neither checkpointed" in text
+
+
+def test_committed_results_flag_the_memory_pressured_calibration_runs():
+    data = json.loads((ROOT / "benchmarks" / "results" / "validate_llm.json").read_text())
+    hot = {f["row"] for f in data["fits"].values() if f["pressured"]}
+    assert hot == {6, 13, 15, 28}  # 13b on 8 A100 40GB; 70b on 64 / 32 / 32
