@@ -43,6 +43,40 @@
   unit before its reduce-scatter, and the root unit (embeddings and head) that FSDP keeps
   gathered; under every strategy one communication bucket (``bucket_bytes``).
 
+**What is measured** (``measure=``). The parts above are the tensors alive at the peak:
+PyTorch's ``torch.cuda.max_memory_allocated`` (``"allocated"``, the default). Training
+logs usually report the caching allocator's *reserved* memory instead (torchtitan logs
+``memory_stats()["reserved_bytes.all.peak"]``: ``torchtitan/metrics.py``,
+``DeviceMemoryMonitor.get_peak_stats``, at the commit of its 2024-12 benchmarks,
+9dec370); ``measure="reserved"`` adds what the allocator holds besides the live tensors,
+each term listed in ``MemoryEstimate.overheads``:
+
+* ``rounding``: every request is rounded up to 512 bytes, and one of 10 MiB or more to a
+  2 MiB multiple (``c10/cuda/CUDACachingAllocator.cpp``: ``kMinBlockSize = 512``,
+  ``kMinLargeAlloc = 10485760``, ``kRoundLarge = 2097152``; smaller requests share 2 MiB
+  and 20 MiB segments, so only their 512-byte rounding is counted), over the tensors
+  the estimate knows: the activations as ``2sbh``-byte tensors, the three ``4sbV`` loss
+  tensors (:func:`allocator_block_bytes`; the all-gather outputs' rounding is in
+  ``side_stream_pool``; model state and the other buffers are not rounded).
+* ``side_stream_pool``: the caching allocator keeps one pool per CUDA stream and a
+  block freed on one stream is reused only by that stream. FSDP2 allocates each unit's
+  all-gather output on its all-gather copy-in stream
+  (``torch/distributed/_composable/fsdp/_fsdp_collectives.py``, ``foreach_all_gather``)
+  and copies it out into the unsharded parameters on the default stream, keeping the
+  previous output until the next all-gather; so under ``zero3`` / ``hybrid_shard``
+  that stream's pool holds the two largest units' all-gather outputs (the root unit and
+  the largest block), reserved at the default stream's peak though no tensor lives
+  there (:func:`side_stream_pool_bytes`).
+* ``fragmentation``: free space inside reserved segments. It depends on the allocation
+  order and the allocator settings, so it is a fraction of reserved memory given by the
+  user (``fragmentation=``, 0 by default, as with ``expandable_segments:True``, which
+  torchtitan's launcher sets); Guo et al. (GMLake, ASPLOS'24, arXiv:2401.08156) removed
+  on average 15 % (at most 33 %) of the memory of eight LLM training runs with PyTorch's
+  default (non-expandable) segments by defragmenting, a range for this fraction.
+
+Not in either view: the CUDA context and NCCL's own buffers (``NCCL_BUFFSIZE``, 4 MiB per
+channel and peer by default), which ``nvidia-smi`` shows but PyTorch's counters do not.
+
 For a plain :class:`~scalemodel.WorkloadProfile` without a transformer config the
 parameter count is the gradient bytes over the gradient element size; activations are
 unknown (``None``) and ``per_gpu`` counts the known parts only (``complete`` is False).
@@ -66,7 +100,23 @@ from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
 from .offload import canonical_offload, check_offload_sharding, default_host_memory
 
 __all__ = ["memory", "MemoryEstimate", "canonical_sharding", "SHARDING_STRATEGIES",
-           "SHARDING_ALIASES", "OPTIMIZER_STATES"]
+           "SHARDING_ALIASES", "OPTIMIZER_STATES", "MEASURES", "allocator_block_bytes",
+           "side_stream_pool_bytes"]
+
+MEASURES = ("allocated", "reserved")
+"""What ``memory(measure=...)`` reports: the live tensors' peak
+(``torch.cuda.max_memory_allocated``) or the caching allocator's reserved peak
+(``torch.cuda.max_memory_reserved``, what torchtitan logs)."""
+
+ALLOCATOR_MIN_BLOCK = 512
+"""Every caching-allocator request is rounded up to a multiple of this
+(``kMinBlockSize``, ``c10/cuda/CUDACachingAllocator.cpp``) [bytes]."""
+
+ALLOCATOR_MIN_LARGE_ALLOC = 10 * 2**20
+"""Requests of at least this get a segment of their own (``kMinLargeAlloc``) [bytes]."""
+
+ALLOCATOR_ROUND_LARGE = 2 * 2**20
+"""Such a segment is rounded up to a multiple of this (``kRoundLarge``) [bytes]."""
 
 SHARDING_STRATEGIES = ("none", "zero1", "zero2", "zero3", "hybrid_shard")
 """The data-parallel strategies, by their canonical names."""
@@ -142,6 +192,19 @@ class MemoryEstimate:
     suggestions : tuple of (str, float)
         When it does not fit: the options that would (or the closest one, marked "still
         does not fit"), each with its memory per GPU [bytes]; empty when it fits.
+    measure : str
+        What ``per_gpu`` and ``fits`` count: ``"allocated"`` (the live tensors, the sum
+        of ``parts``) or ``"reserved"`` (``reserved_per_gpu``).
+    allocated_per_gpu : float, numpy.ndarray or None
+        The live tensors' peak, the sum of the known ``parts`` [bytes].
+    reserved_per_gpu : float, numpy.ndarray or None
+        The caching allocator's reserved peak: ``allocated_per_gpu`` plus
+        ``overheads`` [bytes].
+    overheads : mapping of str to float or numpy.ndarray
+        What the allocator reserves besides the live tensors: ``rounding``,
+        ``side_stream_pool``, ``fragmentation`` (the docstring of ``scalemodel.memory``;
+        :func:`scalemodel.memory.allocator_block_bytes`,
+        :func:`scalemodel.memory.side_stream_pool_bytes`) [bytes].
     """
 
     per_gpu: object
@@ -157,6 +220,11 @@ class MemoryEstimate:
     settings: types.MappingProxyType = attrs.field(
         factory=lambda: types.MappingProxyType({}))
     suggestions: tuple = ()
+    measure: str = "allocated"
+    allocated_per_gpu: object = None
+    reserved_per_gpu: object = None
+    overheads: types.MappingProxyType = attrs.field(
+        factory=lambda: types.MappingProxyType({}))
 
     @property
     def model_state(self):
@@ -178,6 +246,8 @@ class MemoryEstimate:
             host = np.atleast_1d(self.host_per_gpu)
             extra += (f", offload={st['offload']!r} (host: "
                       + ", ".join(f"{v / 2**30:.1f}" for v in host) + " GiB per GPU)")
+        if self.measure != "allocated":
+            extra += f", {self.measure} memory"
         text = (f"{gib} GiB per GPU with sharding={self.sharding!r}{extra}: {verdict} on "
                 f"{self.gpu.name} ({self.gpu.hbm_bytes / 2**30:.0f} GiB){tail}")
         if self.suggestions:
@@ -350,7 +420,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
            grad_dtype=None, activation_checkpointing=False, micro_batch=None, seq=None,
            gpus_per_node=None, bucket_bytes=DEFAULT_BUCKET_BYTES,
            flash_attention=True, offload="none", host_memory=None,
-           suggest=True, shard_group=None, tp=1, pp=1, microbatches=None) -> MemoryEstimate:
+           suggest=True, shard_group=None, tp=1, pp=1, microbatches=None,
+           measure="allocated", fragmentation=0.0) -> MemoryEstimate:
     """Memory per GPU to train ``model`` data-parallel on ``n`` GPUs.
 
     Parameters
@@ -415,6 +486,16 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     microbatches : int or None
         Micro-batches per step (the first stage keeps ``min(pp, microbatches)`` in
         flight); required with ``pp > 1`` [micro-batches].
+    measure : str
+        ``"allocated"``: the live tensors at the peak (``max_memory_allocated``);
+        ``"reserved"``: what the caching allocator holds (``max_memory_reserved``, what
+        torchtitan logs as "memory"), the allocated peak plus the allocator's
+        ``overheads`` (module docstring). ``per_gpu`` and ``fits`` follow it; both
+        views are in the result [-].
+    fragmentation : float
+        Fraction of the reserved memory that is free space inside segments, for
+        ``measure="reserved"``: 0 (``expandable_segments:True``) to about 0.33 (GMLake's
+        largest with default segments; 0.15 its mean) [-].
 
     Returns
     -------
@@ -431,7 +512,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     Raises
     ------
     UnknownNameError
-        Unknown strategy, optimizer, GPU or model; suggests the closest.
+        Unknown strategy, optimizer, GPU, model or ``measure`` (``"allocated"``,
+        ``"reserved"``); suggests the closest.
     InvalidParameterError
         Sharding with ``n=1``; ``"hybrid_shard"`` without ``gpus_per_node`` on a GPU with
         no usual server; a negative bucket; ``activation_checkpointing`` or ``offload``
@@ -442,7 +524,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``zero1`` / ``zero2`` / ``zero3``; ``tp`` / ``pp`` not dividing the heads / layers
         (the message lists the valid values), ``n`` not a multiple of ``tp * pp``, ``pp > 1``
         without ``microbatches``, or with sharding, selective or partial checkpointing, or
-        a profile without a transformer config.
+        a profile without a transformer config; ``fragmentation`` outside [0, 1).
     """
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
@@ -455,6 +537,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     mode = canonical_offload(offload)
     check_offload_sharding(mode, strategy)
     bucket = _nonneg_bytes(bucket_bytes, "bucket_bytes")
+    view = _check_measure(measure, fragmentation)
     cfg, psi, prof_elem, label = _resolve_model(model, micro_batch, seq)
     if cfg is None and ck.mode != "none":  # said, not silently dropped
         warnings.warn(ModelWarning(
@@ -466,7 +549,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label)
     est = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns, strategy,
                     spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node, bucket, mode,
-                    host_memory, group, mp)
+                    host_memory, group, mp, view)
     if suggest and not np.all(est.fits):
         def estimate(strat, checkpointing, off, t=tp):
             m = _check_model_parallel(t, pp, microbatches, cfg, ns, strat, checkpointing,
@@ -474,7 +557,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
             return _estimate(cfg, psi if m is None else psi / m.size, prof_elem, label,
                              _check_n(n, strat), strat, spec, optimizer, param_dtype,
                              grad_dtype, checkpointing, gpus_per_node, bucket, off,
-                             host_memory, _check_shard_group(shard_group, strat, ns), m)
+                             host_memory, _check_shard_group(shard_group, strat, ns), m,
+                             view)
 
         est = attrs.evolve(est, suggestions=_suggestions(
             est, ck, estimate, 1 if mp is None else mp.tp, gpus_per_node or 8))
@@ -497,7 +581,7 @@ def _dtypes(cfg, prof_elem, param_dtype, grad_dtype):
 
 def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
               grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, shard_group=None,
-              mp=None):
+              mp=None, view=("allocated", 0.0)):
     """The estimate, once every argument is checked."""
     states = OPTIMIZER_STATES[optimizer.strip().lower()]
     pd, gd = _dtypes(cfg, prof_elem, param_dtype, grad_dtype)
@@ -527,13 +611,19 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
         notes.append(f"{label}: no transformer config, so activations are unknown and not "
                      "counted; parameters from the gradient bytes")
     total = params + grads + optim + buffers + (activations if activations is not None else 0)
+    overheads = _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, view[1])
+    reserved = total + sum(overheads.values())
+    if view[0] == "reserved":
+        notes.append("reserved = allocated + allocator rounding + FSDP copy-in stream "
+                     f"pool + fragmentation ({view[1]:g} of reserved)")
 
     def out(x):
         return None if x is None else (float(x) if scalar else x)
 
     parts = {"parameters": out(params), "gradients": out(grads), "optimizer": out(optim),
              "activations": out(activations), "buffers": out(buffers)}
-    fits = total <= spec.hbm_bytes
+    counted = reserved if view[0] == "reserved" else total
+    fits = counted <= spec.hbm_bytes
     settings = types.MappingProxyType({
         "sharding": strategy, "shard_group": shard_group,
         **({} if mp is None else {"tp": mp.tp, "pp": mp.pp,
@@ -542,13 +632,17 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
         "flash_attention": bool(ck.flash_attention), "offload": mode, "optimizer": optimizer,
         "param_dtype": pd, "grad_dtype": gd,
         "micro_batch": None if cfg is None else cfg.micro_batch,
-        "seq": None if cfg is None else cfg.seq, "gpu": spec.name})
-    return MemoryEstimate(per_gpu=out(total), parts=types.MappingProxyType(parts),
+        "seq": None if cfg is None else cfg.seq, "gpu": spec.name,
+        "measure": view[0], "fragmentation": view[1]})
+    return MemoryEstimate(per_gpu=out(counted), parts=types.MappingProxyType(parts),
                           fits=bool(fits) if scalar else fits, gpu=spec,
                           sharding=strategy, n=int(ns) if scalar else ns,
                           parameter_count=psi, complete=activations is not None,
                           notes="; ".join(notes), host_per_gpu=out(host),
-                          settings=settings)
+                          settings=settings, measure=view[0], allocated_per_gpu=out(total),
+                          reserved_per_gpu=out(reserved),
+                          overheads=types.MappingProxyType(
+                              {k: out(v) for k, v in overheads.items()}))
 
 
 def _divisors(ns, scalar, strategy, spec, gpus_per_node, shard_group):
@@ -703,3 +797,107 @@ def _block_and_root(cfg):
     blocks = np.array(u.kind) == "block"
     biggest = float(u.param_count[blocks].max()) if blocks.any() else 0.0
     return biggest, float(u.param_count[~blocks].sum())
+
+
+def _check_measure(measure, fragmentation):
+    """(measure, fragmentation) checked [-]."""
+    if not isinstance(measure, str) or measure.strip().lower() not in MEASURES:
+        raise UnknownNameError("measure", measure, MEASURES)
+    if isinstance(fragmentation, bool) or not isinstance(fragmentation, (int, float)) \
+            or not 0.0 <= fragmentation < 1.0:
+        raise InvalidParameterError("fragmentation", fragmentation, "must be a fraction of "
+                                    "the reserved memory in [0, 1)")
+    return measure.strip().lower(), float(fragmentation)
+
+
+def allocator_block_bytes(nbytes):
+    """Bytes PyTorch's CUDA caching allocator reserves for one request of ``nbytes``.
+
+    Rounded up to a multiple of 512 bytes (``kMinBlockSize``); a request of 10 MiB or
+    more (``kMinLargeAlloc``) gets a segment of its own, rounded up to a multiple of
+    2 MiB (``kRoundLarge``). Smaller requests are packed into shared 2 MiB / 20 MiB
+    segments whose rest serves other requests, so only their 512-byte rounding is
+    counted (``c10/cuda/CUDACachingAllocator.cpp``, ``round_size`` and
+    ``get_allocation_size``).
+
+    Parameters
+    ----------
+    nbytes : float or array_like
+        Requested sizes, >= 0 [bytes].
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Reserved bytes per request [bytes].
+
+    Raises
+    ------
+    InvalidParameterError
+        A negative or non-finite size.
+
+    Examples
+    --------
+    >>> from scalemodel.memory import allocator_block_bytes
+    >>> allocator_block_bytes(1), allocator_block_bytes(10 * 2**20 + 1) / 2**20
+    (512.0, 12.0)
+    """
+    arr = np.asarray(nbytes, dtype=float)
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise InvalidParameterError("nbytes", nbytes, "must be finite sizes >= 0 [bytes]")
+    block = np.maximum(np.ceil(arr / ALLOCATOR_MIN_BLOCK), 1.0) * ALLOCATOR_MIN_BLOCK
+    large = np.ceil(block / ALLOCATOR_ROUND_LARGE) * ALLOCATOR_ROUND_LARGE
+    res = np.where(arr >= ALLOCATOR_MIN_LARGE_ALLOC, large, block)
+    return float(res) if res.ndim == 0 else res
+
+
+def side_stream_pool_bytes(cfg, param_bytes=2) -> float:
+    """All-gather outputs cached in FSDP2's copy-in stream pool under ``zero3`` [bytes].
+
+    FSDP2 allocates a unit's all-gather output on its all-gather copy-in stream and keeps
+    the previous one until the next all-gather starts, so two outputs are alive at once;
+    blocks freed on that stream are not reused by the default stream. The pool holds the
+    two largest units' outputs: the root unit (embeddings, final norm, head) and the
+    largest transformer block, or two blocks when a block is larger than the root.
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+        The model [-].
+    param_bytes : float
+        Bytes per all-gathered parameter (2 for bf16) [bytes].
+
+    Examples
+    --------
+    >>> import scalemodel
+    >>> from scalemodel.memory import side_stream_pool_bytes
+    >>> round(side_stream_pool_bytes(scalemodel.llm_config("llama-3-8b")) / 2**30, 2)
+    2.37
+    """
+    biggest, root = _block_and_root(cfg)
+    units = sorted([root, biggest, biggest if cfg.layers > 1 else 0.0], reverse=True)
+    return float(allocator_block_bytes(param_bytes * units[0])
+                 + allocator_block_bytes(param_bytes * units[1]))
+
+
+def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation):
+    """The caching allocator's reserve besides the live tensors: rounding, the FSDP
+    copy-in stream's pool, fragmentation [bytes] (module docstring)."""
+    rounding, side = 0.0 * one, 0.0 * one
+    if cfg is not None:
+        from .checkpointing import ACTIVATION_BYTES, LOSS_BYTES_PER_LOGIT
+
+        s, b = float(cfg.seq), float(cfg.micro_batch)
+        t = 1 if mp is None else mp.tp
+        layer_tensor = ACTIVATION_BYTES * s * b * cfg.hidden
+        logit_tensor = 4.0 * s * b * cfg.vocab / t
+        act = activation_bytes(cfg, ck) if mp is None else model_parallel_activations(
+            cfg, ck, mp)
+        loss = float(LOSS_BYTES_PER_LOGIT) * s * b * cfg.vocab / t
+        count = max(act - loss, 0.0) / layer_tensor
+        rounding = rounding + (count * (allocator_block_bytes(layer_tensor) - layer_tensor)
+                               + 3 * (allocator_block_bytes(logit_tensor) - logit_tensor))
+        if strategy in ("zero3", "hybrid_shard"):
+            side = side + side_stream_pool_bytes(cfg, pb)
+    live = total + rounding + side
+    frag = live * (fragmentation / (1.0 - fragmentation))
+    return {"rounding": rounding, "side_stream_pool": side, "fragmentation": frag}

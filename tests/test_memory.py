@@ -130,3 +130,92 @@ def test_errors_name_parameter_and_value():
     assert state(m) == pytest.approx(16 * PSI / 4)
     with pytest.raises(sm.InvalidParameterError):
         sm.memory("llama-2-7b", 8, bucket_bytes=-1)
+
+
+# -- reserved memory: the caching allocator's view (what torchtitan logs) ------------------
+
+MIB = 2**20
+
+
+def test_allocator_rounding_follows_the_caching_allocators_rules():
+    from scalemodel.memory import allocator_block_bytes
+
+    def direct(n):  # c10/cuda/CUDACachingAllocator.cpp: round_size, get_allocation_size
+        block = max(-(-n // 512), 1) * 512
+        return -(-block // (2 * MIB)) * (2 * MIB) if n >= 10 * MIB else block
+
+    sizes = [0, 1, 511, 512, 513, MIB - 1, MIB + 1, 10 * MIB - 1, 10 * MIB, 10 * MIB + 1,
+             128 * MIB, 3 * 2**30 + 12345]
+    assert [allocator_block_bytes(n) for n in sizes] == [float(direct(n)) for n in sizes]
+    arr = allocator_block_bytes(np.array(sizes, dtype=float))
+    assert arr.tolist() == [float(direct(n)) for n in sizes]
+    with pytest.raises(sm.InvalidParameterError, match="nbytes"):
+        allocator_block_bytes(-1)
+
+
+def test_side_stream_pool_is_the_root_and_largest_block_gathered():
+    from scalemodel.memory import allocator_block_bytes, side_stream_pool_bytes
+
+    cfg = sm.llm_config("llama-3-8b")
+    h, f, v, hd = cfg.hidden, cfg.ffn, cfg.vocab, cfg.hidden // cfg.heads
+    block = h * cfg.heads * hd * 2 + 2 * h * cfg.kv_heads * hd + 3 * h * f + 2 * h
+    root = 2 * v * h + h  # embeddings, head (untied), final norm
+    expect = allocator_block_bytes(2 * root) + allocator_block_bytes(2 * block)
+    assert side_stream_pool_bytes(cfg) == pytest.approx(expect, rel=1e-12)
+    assert 2 * (root + block) <= side_stream_pool_bytes(cfg) < 2 * (root + block) + 4 * MIB
+
+
+def test_reserved_is_allocated_plus_each_overhead():
+    from scalemodel.memory import side_stream_pool_bytes
+
+    cfg = sm.llm_config("llama-3-8b", seq=8192, micro_batch=2)
+    alloc = sm.memory(cfg, 8, sharding="zero3", activation_checkpointing="selective")
+    res = sm.memory(cfg, 8, sharding="zero3", activation_checkpointing="selective",
+                    measure="reserved")
+    assert alloc.per_gpu == alloc.allocated_per_gpu == res.allocated_per_gpu
+    assert alloc.per_gpu == pytest.approx(sum(alloc.parts.values()))  # parts unchanged
+    assert res.per_gpu == res.reserved_per_gpu == alloc.reserved_per_gpu
+    assert res.per_gpu == pytest.approx(alloc.per_gpu + sum(res.overheads.values()))
+    assert res.overheads["side_stream_pool"] == side_stream_pool_bytes(cfg)
+    assert res.overheads["rounding"] == 0.0  # every tensor a multiple of 2 MiB
+    assert res.overheads["fragmentation"] == 0.0
+    assert res.measure == "reserved" and res.settings["measure"] == "reserved"
+    assert res.fits == (res.per_gpu <= res.gpu.hbm_bytes)
+    assert "reserved memory" in res.message()
+    ddp = sm.memory(cfg, 8, measure="reserved")  # no FSDP all-gather stream
+    assert ddp.overheads["side_stream_pool"] == 0.0
+
+
+def test_fragmentation_is_a_fraction_of_reserved():
+    base = sm.memory("llama-2-7b", 8, sharding="zero3", measure="reserved")
+    frag = sm.memory("llama-2-7b", 8, sharding="zero3", measure="reserved",
+                     fragmentation=0.15)
+    assert frag.overheads["fragmentation"] == pytest.approx(0.15 * frag.per_gpu)
+    assert frag.per_gpu * 0.85 == pytest.approx(base.per_gpu)
+    for bad in (-0.1, 1.0, True, "0.1"):
+        with pytest.raises(sm.InvalidParameterError, match="fragmentation"):
+            sm.memory("llama-2-7b", 8, measure="reserved", fragmentation=bad)
+    with pytest.raises(sm.UnknownNameError, match="measure"):
+        sm.memory("llama-2-7b", 8, measure="nvidia-smi")
+
+
+def test_rounding_counts_activation_and_logit_tensors_of_odd_shapes():
+    cfg = sm.llm_config("llama-2-7b", seq=3000, micro_batch=1)
+    m = sm.memory(cfg, 8, sharding="zero3", measure="reserved")
+    tensor = 2 * 3000 * cfg.hidden  # >= 10 MiB: its own segment, a 2 MiB multiple
+    waste = -(-tensor // (2 * MIB)) * 2 * MIB - tensor
+    logits = 4 * 3000 * cfg.vocab
+    logit_waste = -(-logits // (2 * MIB)) * 2 * MIB - logits
+    count = (m.parts["activations"] - 12 * 3000 * cfg.vocab) / tensor
+    assert m.overheads["rounding"] == pytest.approx(count * waste + 3 * logit_waste)
+    assert m.overheads["rounding"] > 0
+
+
+def test_reserved_vectorized_over_n():
+    ns = np.array([8, 64, 512])
+    m = sm.memory("llama-2-13b", ns, sharding="zero3", measure="reserved")
+    for i, n in enumerate(ns):
+        one = sm.memory("llama-2-13b", int(n), sharding="zero3", measure="reserved")
+        assert m.per_gpu[i] == pytest.approx(one.per_gpu)
+        assert m.overheads["side_stream_pool"][i] == pytest.approx(
+            one.overheads["side_stream_pool"])
