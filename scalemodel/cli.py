@@ -25,6 +25,7 @@ import numpy as np
 
 from . import __version__
 from .exceptions import InvalidParameterError, ScalemodelError
+from .knobs import FRAMEWORKS
 from .model import iteration_time, scaling_factor
 from .planner import DEFAULT_PLAN_COMPRESSORS
 from .profiles import ALIASES, list_profiles, load_profile
@@ -407,9 +408,10 @@ def _build_plan(sub):
          help="compressors to compare, comma-separated; a name has its setting searched, "
               "name:setting is taken as given (fp16, int8:4, topk:0.01, powersgd:8) [-] "
               f"(default: all of {', '.join(DEFAULT_PLAN_COMPRESSORS)})")
-    p.add_argument("--framework", default="pytorch", choices=("pytorch", "horovod"),
-                   help="framework of the settings snippet: pytorch or horovod [-] "
-                        "(default pytorch)")
+    p.add_argument("--framework", default=None,
+                   choices=FRAMEWORKS,
+                   help="framework of the settings snippet: pytorch, horovod, grace-tf, "
+                        "grace-torch or deepspeed [-] (default: the plan's --implementation)")
     _implementation_option(p)
     p.set_defaults(func=cmd_plan)
 

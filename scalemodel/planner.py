@@ -469,6 +469,10 @@ class PlanRow:
     tp, pp : int
         The plan's tensor- and pipeline-parallel sizes: with either above 1 the snippet
         puts DDP and its hook on the data-parallel process group [GPUs], [stages].
+    implementation : str
+        The implementation preset the row was planned with
+        (:data:`~scalemodel.compressors.IMPLEMENTATIONS` key); its snippet is written for
+        that framework unless told otherwise (:data:`~scalemodel.knobs.FRAMEWORKS`).
     """
 
     compressor: str
@@ -494,6 +498,7 @@ class PlanRow:
     speedup_interval: tuple | None = None
     tp: int = 1
     pp: int = 1
+    implementation: str = "pytorch"
 
     def setting_text(self) -> str:
         """The setting for people, e.g. ``'rank 52'`` or ``'density 0.0021'``."""
@@ -503,15 +508,19 @@ class PlanRow:
             return f"density {self.setting:.3g}"
         return f"{self.setting_name} {int(self.setting)}"
 
-    def snippet(self, framework="pytorch") -> str:
+    def snippet(self, framework=None) -> str:
         """The framework settings that realise this row, as code to paste.
 
         Parameters
         ----------
-        framework : str
-            ``"pytorch"`` (DDP ``bucket_cap_mb`` and a communication hook) or
+        framework : str or None
+            ``"pytorch"`` (DDP ``bucket_cap_mb`` and a communication hook),
             ``"horovod"`` (``HOROVOD_FUSION_THRESHOLD``, ``HOROVOD_CYCLE_TIME`` and the
-            compression argument) [-].
+            compression argument), ``"grace-tf"`` / ``"grace-torch"`` (GRACE's
+            ``grace_from_params`` into ``hvd.DistributedOptimizer(..., grace=...)``) or
+            ``"deepspeed"`` (the ``ds_config``: 1-bit Adam, ``communication_data_type``);
+            None (the default): the row's ``implementation`` (:func:`scalemodel.knobs.snippet`)
+            [-].
         """
         from .knobs import snippet
 
@@ -602,14 +611,15 @@ class CompressionPlan:
     outside_calibration: bool = False
     settings: dict = attrs.field(factory=dict)
 
-    def snippet(self, framework="pytorch") -> str:
+    def snippet(self, framework=None) -> str:
         """Settings of the best row (of ``"none"`` when no compression is needed or none
         helps); see :meth:`PlanRow.snippet`.
 
         Parameters
         ----------
-        framework : str
-            ``"pytorch"`` or ``"horovod"`` [-].
+        framework : str or None
+            A name of :data:`~scalemodel.knobs.FRAMEWORKS`; None (the default): the
+            plan's ``implementation`` [-].
         """
         row = self.best or next((r for r in self.rows if r.compressor == "none"), self.rows[0])
         return row.snippet(framework)
@@ -1059,7 +1069,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         algorithm=algorithm, fusion=fusion, alpha=alpha, gpus_per_node=gpus_per_node,
         intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
         nics_per_node=nics_per_node, sharding=sharding))
-    rows = [_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw, views=views)
+    rows = [attrs.evolve(_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw,
+                              views=views), implementation=impl.name)
             for c, fixed in comps]
     needed = min([sf_none] + [v[3] for v in views]) >= target
     # recommended first ("none" first of all when it is the answer), fastest first (the
