@@ -56,7 +56,8 @@ Two more diagnostics, also added after the errors were seen (issue 20 item 9: wh
 the model lose to the constant-MFU rule?): :func:`by_class` splits the across-sizes rows by
 whether the calibration and the predicted row differ in activation checkpointing and
 whether the calibration run is memory-pressured
-(:func:`scalemodel.efficiency.memory_pressure`); :func:`flop_check` sets scalemodel's
+(:func:`scalemodel.efficiency.memory_pressure`), with the largest share of a predicted
+step that the model leaves as exposed communication; :func:`flop_check` sets scalemodel's
 model FLOPs per token against LLM Foundry's MFU formula.
 
 Run: ``python benchmarks/validate_llm.py`` (about 15 s); writes
@@ -142,11 +143,17 @@ def predict(row, cluster):
     sf = float(it.scaling_factor)
     lo, hi = it.scaling_factor_interval
     total = float(it.total)
+    _EXPOSED[(row["row"], id(cluster))] = float(it.exposed_communication) / total
     return tokens / total, (tokens / (total * sf / lo), tokens / (total * sf / hi))
+
+
+_EXPOSED: dict = {}
+"""(row, id(cluster)) -> exposed communication / step time of the last prediction [-]."""
 
 
 def _entry(row, cal, fit):
     pred, (lo, hi) = predict(row, fit.cluster)
+    exposed = _EXPOSED.pop((row["row"], id(fit.cluster)))
     return dict(source="llm-foundry", row=row["row"], model=row["model"], gpu=row["gpu"], n=row["n"],
                 calibration_row=cal["row"], calibration=f"{cal['model']} @ {cal['n']}",
                 published=row["tokens_per_gpu"], predicted=pred, low=lo, high=hi,
@@ -155,7 +162,8 @@ def _entry(row, cal, fit):
                 efficiency=float(fit.cluster.extra["efficiency"]["value"]),
                 checkpointing=(cal["checkpointing"], row["checkpointing"]),
                 calibration_state_share=pressure(cal).share,
-                calibration_pressured=pressure(cal).pressured)
+                calibration_pressured=pressure(cal).pressured,
+                exposed_communication=exposed)
 
 
 def pressure(row):
@@ -270,7 +278,8 @@ def by_class(entries):
         key = (x["gpu"], ck(x), "calibration memory-pressured" if x["calibration_pressured"]
                else "calibration not pressured")
         out.setdefault(key, []).append(x)
-    return [dict(gpu=k[0], checkpointing=k[1], pressure=k[2], **_summary(v))
+    return [dict(gpu=k[0], checkpointing=k[1], pressure=k[2], **_summary(v),
+                 exposed=max(x["exposed_communication"] for x in v))
             for k, v in sorted(out.items())]
 
 
@@ -365,11 +374,11 @@ def table(entries):
 def classes_table(classes):
     """Text lines of :func:`by_class`."""
     head = ["GPU", "checkpointing", "calibration run", "predictions", "model median",
-            "model largest", "rule median", "rule largest"]
+            "model largest", "rule median", "rule largest", "exposed comm. (largest)"]
     body = [[c["gpu"], c["checkpointing"], c["pressure"].replace("calibration ", ""),
              str(c["rows"]), f"{100 * c['median']:.1f} %", f"{100 * c['largest']:.1f} %",
-             f"{100 * c['rule_median']:.1f} %", f"{100 * c['rule_largest']:.1f} %"]
-            for c in classes]
+             f"{100 * c['rule_median']:.1f} %", f"{100 * c['rule_largest']:.1f} %",
+             f"{100 * c['exposed']:.2f} %"] for c in classes]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     return ["  ".join(h.rjust(w) for h, w in zip(head, widths))] + [
         "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]

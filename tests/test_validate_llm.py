@@ -218,6 +218,10 @@ def test_classes_and_pressure_flags_follow_from_the_rows(vl, small):
         assert c["pressure"] == "calibration not pressured"
     for f in res["fits"].values():
         assert not f["pressured"] and 0 < f["state_share"] < 0.05
+    for c in res["classes"]:
+        mine = [x for x in res["sizes"] if x["gpu"] == c["gpu"]]
+        assert c["exposed"] == max(x["exposed_communication"] for x in mine)
+        assert 0 <= c["exposed"] < 0.05  # FSDP's collectives hidden behind the compute
     text = "\n".join(vl.classes_table(res["classes"]))
     assert "neither checkpointed" in text
 
