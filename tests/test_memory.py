@@ -219,3 +219,13 @@ def test_reserved_vectorized_over_n():
         assert m.per_gpu[i] == pytest.approx(one.per_gpu)
         assert m.overheads["side_stream_pool"][i] == pytest.approx(
             one.overheads["side_stream_pool"])
+
+
+def test_reserved_suggestions_are_reserved_estimates():
+    kw = dict(sharding="zero3", micro_batch=2, seq=8192, measure="reserved")
+    m = sm.memory("llama-3-8b", 8, **kw)
+    assert not m.fits and m.suggestions
+    label, value = m.suggestions[0]
+    assert label == "activation_checkpointing='selective'"
+    alt = sm.memory("llama-3-8b", 8, activation_checkpointing="selective", **kw)
+    assert value == pytest.approx(alt.per_gpu) and alt.per_gpu > alt.allocated_per_gpu
