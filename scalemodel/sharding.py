@@ -1173,6 +1173,292 @@ def _group_wire_mode(kb, ki, akb, aki, intra_bw):
     return "flat", (1.0, 0.0)
 
 
+@attrs.frozen(eq=False)
+class _Channel:
+    """What every collective of one schedule shares: the ``layout``; ``name``, the
+    canonical algorithm of the all-reduce across groups (None with one group) and
+    ``algorithm`` as asked; the profile's ``reduction`` cost; ``c0`` [s], the fixed cost
+    of every collective; ``codec`` [s/byte] per uncompressed byte; ``scale`` [-], the
+    factor on the gradient collectives' wire bits; ``gradient_overhead`` [s] on each
+    gradient collective (or None); ``alpha_counts``, whether latencies are counted."""
+
+    layout: _Layout
+    name: object
+    algorithm: object
+    reduction: object
+    c0: float
+    codec: float
+    scale: np.ndarray
+    gradient_overhead: object
+    alpha_counts: bool
+
+
+def _group_algorithm(algorithm, strategy, lay):
+    """The canonical name of the all-reduce across the shard groups, None with one group;
+    an algorithm not modelled there raises :class:`InvalidParameterError` [-]."""
+    m = lay.m
+    if m == 1:
+        return None
+    name = resolve_algorithm(algorithm)
+    if name == "hierarchical" or (lay.ring_only and name != "ring"):
+        raise InvalidParameterError(
+            "algorithm", algorithm, f"sharding={strategy!r} with {m} shard groups "
+            "all-reduces each shard across the groups"
+            + (" with ranks that share a node: only a ring is modelled there"
+               if lay.ring_only else ", one GPU per node in each all-reduce: a "
+               "two-level all-reduce makes no sense there"),
+            "Use 'ring'" if lay.ring_only else "Use 'ring', 'tree' or 'nccl'")
+    return name
+
+
+def _alpha_count(ch, kind, nbytes, ranks, opts, algorithm="ring"):
+    """Network latencies per collective: its latency with alpha 1, intra_alpha 0; 0 when
+    the schedule does not count them [-]."""
+    if not ch.alpha_counts:
+        return 0.0
+    unit = opts.evolve(alpha=1.0, intra_alpha=0.0)
+    return collective_cost(algorithm, nbytes, ranks, options=unit, kind=kind).latency
+
+
+def _shard_ring_ops(ch, gathered, scattered):
+    """The shard ring's all-gathers of ``gathered`` bytes, then its reduce-scatters of
+    ``scattered`` bytes (with their reductions and the gradient compressor), as
+    :class:`_Ops`; and the ring's NIC and intra-node bits per byte [bit/byte]."""
+    k = len(gathered)
+    s, intra_opt = ch.layout.s, ch.layout.ring_opt
+    sizes = np.concatenate((gathered, scattered))
+    # a ring phase's wire bits are linear in the size and its latency is constant:
+    # its cost per byte, once per ring and topology
+    ops = _Ops.__new__(_Ops)
+    kb, ki, ops.lat, ops.intra_bw = _ring_half_per_byte(s, intra_opt)
+    ops.bits, ops.intra = kb * sizes, ki * sizes
+    ops.ovh = ch.codec * sizes
+    ops.fix, ops.nalpha = ch.c0, _alpha_count(ch, "all_gather", sizes, s, intra_opt)
+    rows = slice(k, None)  # the reduce-scatters: their reduction and compressor
+    ops.ovh[rows] += ch.reduction.steps(scattered / s, s - 1)
+    if ch.gradient_overhead is not None:
+        ops.ovh[rows] += np.asarray(ch.gradient_overhead, float)
+    scale = ch.scale
+    if scale.ndim or float(scale) != 1.0:
+        ops.bits[rows] *= scale
+        ops.intra[rows] *= scale
+    return ops, kb, ki
+
+
+def _group_allreduce_ops(ch, scattered):
+    """The all-reduce of each reduce-scattered shard across the shard groups, equation
+    :eq:`shard-group`, as :class:`_Ops` (NIC bits times the rings that share a node's
+    NICs, wire bits times the gradient scale); and its NIC and intra-node bits per byte,
+    of which only the ratio and sign matter [bit/byte]."""
+    lay = ch.layout
+    m, flat, shard = lay.m, lay.ar_opt, scattered / lay.s
+    ar_kb, ar_ki = 1.0, 0.0  # per byte: only their ratio and sign matter
+    if ch.name == "ring":  # linear in the size but for its reductions: per byte
+        ar = _Ops.__new__(_Ops)
+        ar_kb, ar_ki, ar.lat, ar.intra_bw = _ring_per_byte(m, flat)
+        ar.bits, ar.intra = ar_kb * shard, ar_ki * shard
+        ar.ovh = ch.reduction.steps(shard / m, m - 1)
+        ar.fix, ar.nalpha = ch.c0, _alpha_count(ch, "all_reduce", shard, m, flat,
+                                                ch.algorithm)
+    else:
+        ar = _Ops(ALGORITHMS[ch.name](shard, m, ch.reduction, flat), ch.c0, 0.0,
+                  _alpha_count(ch, "all_reduce", shard, m, flat, ch.algorithm))
+    ar.bits = ar.bits * lay.conc * ch.scale
+    ar.intra = ar.intra * ch.scale
+    return ar, ar_kb, ar_ki
+
+
+def _ring_ops(ch, gathered, scattered):
+    """All the iteration's collectives as parts rows: the all-gathers of ``gathered``
+    bytes, then the reduce-scatters of ``scattered`` (and, across shard groups, the
+    all-reduce of each shard: one op of the channel with its reduce-scatter). Returns the
+    parts [s, s, s, s, bit, -], the NIC and intra-node bits of each row [bit], the wire
+    map and the row where the reduce-scatters start [-]."""
+    k = len(gathered)
+    ops, kb, ki = _shard_ring_ops(ch, gathered, scattered)
+    ibw = ops.intra_bw
+    if ch.layout.m == 1:  # one linear family of ops
+        mode, xmap = _linear_wire_mode(kb, ki, ibw, False)
+        return ops.parts(mode, ibw), ops.bits, ops.intra, xmap, k
+    ar, ar_kb, ar_ki = _group_allreduce_ops(ch, scattered)
+    rows = slice(k, None)
+    mode, xmap = _group_wire_mode(kb, ki, ar_kb * ch.layout.conc, ar_ki, ibw)
+    rows_parts = ops.parts(mode, ibw)
+    rows_parts[rows] += ar.parts(mode, ibw)
+    bits, intra = ops.bits.copy(), ops.intra.copy()
+    bits[rows] += ar.bits
+    intra[rows] += ar.intra
+    return rows_parts, bits, intra, xmap, k
+
+
+@attrs.frozen(eq=False)
+class _Pieces:
+    """One iteration's envelope pieces before the compute floor (parts rows [s, s, s, s,
+    bit, -]) and their ``breaks`` (the chain's breakpoints [s/bit] under ``zero3``, else
+    None); the wire map ``xmap``; each collective's parts ``ops_parts`` and
+    ``op_count`` per iteration [-]; the bytes all-gathered and reduce-scattered [bytes];
+    the bits per NIC and per intra-node link [bit]; the ``units`` (or buckets) and the
+    micro-batches whose gradients are reduce-scattered, ``rounds`` [-]."""
+
+    pieces: np.ndarray
+    breaks: object
+    xmap: tuple
+    ops_parts: np.ndarray
+    op_count: np.ndarray
+    param_bytes: float
+    grad_bytes: float
+    nic: float
+    intra: float
+    units: int
+    rounds: int
+
+
+def _zero3_chain(gp, ap, rp, fc, bc):
+    """Equation :eq:`zero3` as :func:`sum_of_maxima` of compute against communication,
+    from the forward all-gathers ``gp`` (forward order), the backward ones ``ap`` and the
+    reduce-scatters ``rp`` (backward order) as parts rows, the forward compute ``fc`` and
+    backward compute with its hook ``bc`` [s]: the pieces and their breakpoints
+    [s/bit]."""
+    K = len(gp)
+    base = gp[0] + rp[-1]
+    base[_C] += fc[-1]
+    ta = np.zeros((2 * K - 1, _W))
+    ta[:, _C] = np.concatenate((fc[:-1], bc))
+    tb = np.empty((2 * K - 1, _W))
+    tb[:K - 1] = gp[1:]
+    tb[K - 1:2 * K - 2] = ap[1:]
+    tb[K:2 * K - 2] += rp[:K - 2]  # r_{i-1}, with r_{-1} = 0
+    tb[2 * K - 2] = rp[K - 2] if K > 1 else 0.0  # r_{K-2} alone on the last term
+    return sum_of_maxima(base, ta, tb, breaks=True)
+
+
+def _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead) -> _Pieces:
+    """``zero3`` / ``hybrid_shard``: every unit all-gathered before its forward and its
+    backward, reduce-scattered after its backward, equation :eq:`zero3`, with ``pb`` and
+    ``rb`` [bytes] per parameter and gradient element, the slowdown ``sigma`` [-], the
+    per-unit hook ``cb`` [s] and the ``sync_overhead`` [s] after the last collective."""
+    acc = profile.grad_accum  # micro-batches per optimizer step
+    units = shard_units(profile, wrap)
+    K = len(units)
+    P = units.params * pb
+    G = units.params * rb
+    # forward all-gathers (forward order), backward ones and reduce-scatters
+    # (backward order), in one call
+    every, bits, ibits, xmap, _ = _ring_ops(ch, np.concatenate((P, P[::-1])), G[::-1])
+    gp, ap, rp = every[:K], every[K:2 * K], every[2 * K:]
+    rp[-1, _FIX] += float(sync_overhead)
+    fc = sigma * units.forward  # forward compute, forward order
+    bc = sigma * units.backward[::-1] + cb  # backward compute and its hook
+    pieces, chain_breaks = _zero3_chain(gp, ap, rp, fc, bc)
+    if acc > 1:  # every micro-batch gathers and reduce-scatters again
+        pieces *= acc
+    # backward all-gathers: all but the first, of the unit kept gathered (row K)
+    ops_parts = np.concatenate((every[:K], every[K + 1:]))
+    return _Pieces(
+        pieces=pieces, breaks=chain_breaks, xmap=xmap, ops_parts=ops_parts,
+        op_count=np.full(len(ops_parts), float(acc)),
+        param_bytes=acc * float(2.0 * P.sum() - P[-1]), grad_bytes=acc * float(G.sum()),
+        nic=acc * float(bits.sum() - bits[K]), intra=acc * float(ibits.sum() - ibits[K]),
+        units=K, rounds=acc)
+
+
+def _bucket_sizes(profile, wrap, buckets, elem, sigma):
+    """``zero1`` / ``zero2``: the gradient buckets in backward order, their parameters
+    [-] and ready times on the distributed timeline [s]."""
+    if isinstance(wrap, (str, SizeWrap)):
+        units = shard_units(profile, wrap)
+        return units.params[::-1], sigma * units.ready[::-1]
+    if buckets is None:
+        raise ScalemodelError("zero1/zero2 with a bucket fusion need its buckets")
+    return np.asarray(buckets.nbytes, float) / elem, np.asarray(buckets.ready, float)
+
+
+def _broadcast_return(ch, sharding, P, G):
+    """``param_return="broadcast"``, equation :eq:`broadcast`, once per step: the
+    broadcasts of the ``P`` parameter bytes, then the reduce-scatters of the ``G``
+    gradient bytes [bytes], as :func:`_ring_ops` returns them (parts, NIC and intra-node
+    bits [bit], wire map, the number of broadcasts [-])."""
+    s, intra_opt = ch.layout.s, ch.layout.ring_opt
+    every, bits, ibits, xmap, _ = _ring_ops(ch, np.zeros(0), G)
+    k = sharding.broadcasts or s
+    chunk = sharding.broadcast_chunk or (
+        NCCL_SIMPLE_STEP_BYTES * nccl_ring_channels(intra_opt.nics_per_node))
+    bc, (bc_nic, bc_intra) = _broadcast_ops(
+        np.full(k, float(P.sum()) / k), s, intra_opt, chunk, ch.c0, ch.codec)
+    mode = "intra" if xmap[0] == 0.0 else "nic"
+    every = np.concatenate((bc.parts(mode, bc.intra_bw), every))
+    bits = np.concatenate((bc_nic, bits))
+    ibits = np.concatenate((bc_intra, ibits))
+    return every, bits, ibits, xmap, k
+
+
+def _zero12_chain(profile, gp, rp, ready, sigma, cb, rounds):
+    """Equation :eq:`zero12` as pieces (parts rows): the micro-batches that
+    reduce-scatter (``rounds`` of them) each end with their reduce-scatters ``rp`` after
+    the buckets' ``ready`` times and hooks ``cb`` [s]; the others are compute alone; the
+    updated parameters ``gp`` are all-gathered once, after the step."""
+    acc = profile.grad_accum
+    tails = np.cumsum(rp[::-1], axis=0)[::-1]
+    hooks = cb * np.arange(1, len(ready) + 1)  # eq. (compute-path-ready)
+    tails[:, _C] += ready + hooks
+    end_b = np.zeros((1, _W))
+    end_b[0, _C] = sigma * profile.backward_time + len(ready) * cb
+    pieces = rounds * np.concatenate((end_b, tails)) + gp.sum(axis=0)[None, :]
+    pieces[:, _C] += (rounds * sigma * profile.forward_time
+                      + (acc - rounds) * sigma * (profile.forward_time
+                                                  + profile.backward_time))
+    return pieces
+
+
+def _zero12_pieces(profile, wrap, buckets, sharding, ch, elem, pb, rb, sigma, cb,
+                   sync_overhead) -> _Pieces:
+    """``zero1`` / ``zero2``: each gradient bucket reduce-scattered when backward has
+    produced it, the updated parameters returned after the step, equation
+    :eq:`zero12`; arguments as :func:`_full_shard_pieces`, with the profile's gradient
+    ``elem`` [bytes] per element and the ``buckets`` of a bucket fusion."""
+    acc = profile.grad_accum
+    params, ready = _bucket_sizes(profile, wrap, buckets, elem, sigma)
+    G, P = params * rb, params * pb
+    if sharding.param_return == "broadcast":
+        every, bits, ibits, xmap, k = _broadcast_return(ch, sharding, P, G)
+    else:
+        every, bits, ibits, xmap, k = _ring_ops(ch, P, G)
+    gp, rp = every[:k], every[k:]
+    gp[-1, _FIX] += float(sync_overhead)
+    # every micro-batch reduce-scatters under zero2, the last one under zero1
+    rounds = acc if sharding.strategy == "zero2" else 1
+    pieces = _zero12_chain(profile, gp, rp, ready, sigma, cb, rounds)
+    return _Pieces(
+        pieces=pieces, breaks=None, xmap=xmap, ops_parts=np.concatenate((rp, gp)),
+        op_count=np.concatenate((np.full(len(rp), float(rounds)), np.ones(len(gp)))),
+        param_bytes=float(P.sum()), grad_bytes=rounds * float(G.sum()),
+        nic=float(bits[:k].sum() + rounds * bits[k:].sum()),
+        intra=float(ibits[:k].sum() + rounds * ibits[k:].sum()), units=len(params),
+        rounds=rounds)
+
+
+def _schedule_lines(profile, pc, s, sigma, cb):
+    """Line 0, the compute alone with the hooks of the rounds, over the pieces ``pc``:
+    the parts of every line [s, s, s, s, bit, -], the :class:`OverlapLines` of
+    :math:`T_n - \\sigma T_f - T_u` in :math:`x_\\text{eff}` and their upper envelope."""
+    fwd = sigma * profile.forward_time
+    offset = profile.update_time / s - profile.update_time - fwd
+    floor = np.zeros((1, _W))
+    floor[0, _C] = (profile.grad_accum * (fwd + sigma * profile.backward_time)
+                    + pc.rounds * pc.units * cb)
+    every = np.concatenate((floor, pc.pieces))
+    intercept = every[:, :4].sum(axis=1) + offset
+    slope = every[:, _BITS].copy()
+    if pc.breaks is not None:  # zero3's pieces are a convex chain: no hull to build
+        envelope = UpperEnvelope.of_convex(intercept, slope, pc.breaks)
+    else:
+        envelope = UpperEnvelope(intercept, slope)
+    lines = OverlapLines(intercept=intercept, slope=slope, latency=every[:, _LAT],
+                         overhead=every[:, _OVH], bits=slope, ready=every[:, _C] - fwd,
+                         fixed=every[:, _FIX])
+    return every, lines, envelope
+
+
 def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,
                      slowdown=1.0, collective_overhead=0.0, sync_overhead=0.0,
                      codec_cost=0.0, compressed=False, buckets=None, bucket_overhead=0.0,
@@ -1227,181 +1513,30 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
     """
     strategy = sharding.strategy
     n = _check_n(n, strategy)
-    acc = profile.grad_accum  # micro-batches per optimizer step
     options = options or CollectiveOptions()
-    red = profile.reduction
     elem, pb, rb = sharding.element_bytes(profile)
     sigma = float(slowdown)
     c0 = float(collective_overhead)
     cb = float(bucket_overhead)
     codec = float(codec_cost) if compressed else 0.0
     scale = np.asarray(gradient_scale, float)
-
+    # where the collectives run (the shard groups) and what every collective shares
     lay = _group_layout(n, sharding, options)
-    s, m, intra_opt = lay.s, lay.m, lay.ring_opt
-    if m > 1:
-        name = resolve_algorithm(algorithm)
-        if name == "hierarchical" or (lay.ring_only and name != "ring"):
-            raise InvalidParameterError(
-                "algorithm", algorithm, f"sharding={strategy!r} with {m} shard groups "
-                "all-reduces each shard across the groups"
-                + (" with ranks that share a node: only a ring is modelled there"
-                   if lay.ring_only else ", one GPU per node in each all-reduce: a "
-                   "two-level all-reduce makes no sense there"),
-                "Use 'ring'" if lay.ring_only else "Use 'ring', 'tree' or 'nccl'")
-
-    def count(kind, nbytes, ranks, opts, algorithm="ring"):
-        """Network latencies per collective: its latency with alpha 1, intra_alpha 0."""
-        if not alpha_counts:
-            return 0.0
-        unit = opts.evolve(alpha=1.0, intra_alpha=0.0)
-        return collective_cost(algorithm, nbytes, ranks, options=unit, kind=kind).latency
-
-    def ring_ops(gathered, scattered):
-        """All the iteration's collectives as parts rows: the all-gathers of ``gathered``
-        bytes, then the reduce-scatters of ``scattered`` (and, across the nodes of
-        hybrid_shard, the all-reduce of each shard: one op of the channel with its
-        reduce-scatter). Returns the parts, the NIC and intra-node bits of each row, the
-        wire map and the row where the reduce-scatters start."""
-        k = len(gathered)
-        sizes = np.concatenate((gathered, scattered))
-        # a ring phase's wire bits are linear in the size and its latency is constant:
-        # its cost per byte, once per ring and topology
-        ops = _Ops.__new__(_Ops)
-        kb, ki, ops.lat, ops.intra_bw = _ring_half_per_byte(s, intra_opt)
-        ops.bits, ops.intra = kb * sizes, ki * sizes
-        ops.ovh = codec * sizes
-        ops.fix, ops.nalpha = c0, count("all_gather", sizes, s, intra_opt)
-        rows = slice(k, None)  # the reduce-scatters: their reduction and compressor
-        ops.ovh[rows] += red.steps(scattered / s, s - 1)
-        if gradient_overhead is not None:
-            ops.ovh[rows] += np.asarray(gradient_overhead, float)
-        if scale.ndim or float(scale) != 1.0:
-            ops.bits[rows] *= scale
-            ops.intra[rows] *= scale
-        ibw = ops.intra_bw
-        if m == 1:  # one linear family of ops
-            mode, xmap = _linear_wire_mode(kb, ki, ibw, False)
-            return ops.parts(mode, ibw), ops.bits, ops.intra, xmap, k
-        # across the m groups: the all-reduce of each shard, eq. (shard-group)
-        flat, shard = lay.ar_opt, scattered / s
-        ar_kb, ar_ki = 1.0, 0.0  # per byte: only their ratio and sign matter below
-        if name == "ring":  # linear in the size but for its reductions: per byte
-            ar = _Ops.__new__(_Ops)
-            ar_kb, ar_ki, ar.lat, ar.intra_bw = _ring_per_byte(m, flat)
-            ar.bits, ar.intra = ar_kb * shard, ar_ki * shard
-            ar.ovh = red.steps(shard / m, m - 1)
-            ar.fix, ar.nalpha = c0, count("all_reduce", shard, m, flat, algorithm)
-        else:
-            ar = _Ops(ALGORITHMS[name](shard, m, red, flat), c0, 0.0,
-                      count("all_reduce", shard, m, flat, algorithm))
-        ar.bits = ar.bits * lay.conc * scale
-        ar.intra = ar.intra * scale
-        mode, xmap = _group_wire_mode(kb, ki, ar_kb * lay.conc, ar_ki, ibw)
-        rows_parts = ops.parts(mode, ibw)
-        rows_parts[rows] += ar.parts(mode, ibw)
-        bits, intra = ops.bits.copy(), ops.intra.copy()
-        bits[rows] += ar.bits
-        intra[rows] += ar.intra
-        return rows_parts, bits, intra, xmap, k
-
+    ch = _Channel(lay, _group_algorithm(algorithm, strategy, lay), algorithm,
+                  profile.reduction, c0, codec, scale, gradient_overhead, alpha_counts)
+    # the envelope's pieces, eq. (zero3) or eq. (zero12), then line 0 beneath them
     if sharding.full_shard:
-        units = shard_units(profile, wrap)
-        K = len(units)
-        P = units.params * pb
-        G = units.params * rb
-        # forward all-gathers (forward order), backward ones and reduce-scatters
-        # (backward order), in one call
-        every, bits, ibits, xmap, _ = ring_ops(np.concatenate((P, P[::-1])), G[::-1])
-        gp, ap, rp = every[:K], every[K:2 * K], every[2 * K:]
-        rp[-1, _FIX] += float(sync_overhead)
-        fc = sigma * units.forward  # forward compute, forward order
-        bc = sigma * units.backward[::-1] + cb  # backward compute and its hook
-        base = gp[0] + rp[-1]
-        base[_C] += fc[-1]
-        # the terms: compute (a constant) against communication, eq. (zero3)
-        ta = np.zeros((2 * K - 1, _W))
-        ta[:, _C] = np.concatenate((fc[:-1], bc))
-        tb = np.empty((2 * K - 1, _W))
-        tb[:K - 1] = gp[1:]
-        tb[K - 1:2 * K - 2] = ap[1:]
-        tb[K:2 * K - 2] += rp[:K - 2]  # r_{i-1}, with r_{-1} = 0
-        tb[2 * K - 2] = rp[K - 2] if K > 1 else 0.0  # r_{K-2} alone on the last term
-        pieces, chain_breaks = sum_of_maxima(base, ta, tb, breaks=True)
-        if acc > 1:  # every micro-batch gathers and reduce-scatters again
-            pieces *= acc
-        # backward all-gathers: all but the first, of the unit kept gathered (row K)
-        ops_parts = np.concatenate((every[:K], every[K + 1:]))
-        op_count = np.full(len(ops_parts), float(acc))
-        param_bytes = acc * float(2.0 * P.sum() - P[-1])
-        grad_bytes = acc * float(G.sum())
-        nic = acc * float(bits.sum() - bits[K])
-        intra = acc * float(ibits.sum() - ibits[K])
-        n_units, rounds = K, acc
+        pc = _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead)
     else:
-        if isinstance(wrap, (str, SizeWrap)):
-            units = shard_units(profile, wrap)
-            params = units.params[::-1]  # backward order
-            ready = sigma * units.ready[::-1]
-        else:
-            if buckets is None:
-                raise ScalemodelError("zero1/zero2 with a bucket fusion need its buckets")
-            params = np.asarray(buckets.nbytes, float) / elem
-            ready = np.asarray(buckets.ready, float)
-        G, P = params * rb, params * pb
-        if sharding.param_return == "broadcast":  # eq. (broadcast), once per step
-            every, bits, ibits, xmap, _ = ring_ops(np.zeros(0), G)
-            k = sharding.broadcasts or s
-            chunk = sharding.broadcast_chunk or (
-                NCCL_SIMPLE_STEP_BYTES * nccl_ring_channels(intra_opt.nics_per_node))
-            bc, (bc_nic, bc_intra) = _broadcast_ops(
-                np.full(k, float(P.sum()) / k), s, intra_opt, chunk, c0, codec)
-            mode = "intra" if xmap[0] == 0.0 else "nic"
-            every = np.concatenate((bc.parts(mode, bc.intra_bw), every))
-            bits = np.concatenate((bc_nic, bits))
-            ibits = np.concatenate((bc_intra, ibits))
-        else:
-            every, bits, ibits, xmap, k = ring_ops(P, G)
-        gp, rp = every[:k], every[k:]
-        gp[-1, _FIX] += float(sync_overhead)
-        tails = np.cumsum(rp[::-1], axis=0)[::-1]
-        hooks = cb * np.arange(1, len(ready) + 1)  # eq. (compute-path-ready)
-        tails[:, _C] += ready + hooks
-        end_b = np.zeros((1, _W))
-        end_b[0, _C] = sigma * profile.backward_time + len(ready) * cb
-        # eq. (zero12): the micro-batches that reduce-scatter (every one under zero2, the
-        # last under zero1) each end with their reduce-scatters; the others are compute
-        # alone; the updated parameters are all-gathered once, after the step
-        rounds = acc if strategy == "zero2" else 1
-        pieces = rounds * np.concatenate((end_b, tails)) + gp.sum(axis=0)[None, :]
-        pieces[:, _C] += (rounds * sigma * profile.forward_time
-                          + (acc - rounds) * sigma * (profile.forward_time
-                                                      + profile.backward_time))
-        ops_parts = np.concatenate((rp, gp))
-        op_count = np.concatenate((np.full(len(rp), float(rounds)), np.ones(len(gp))))
-        param_bytes, grad_bytes = float(P.sum()), rounds * float(G.sum())
-        nic = float(bits[:k].sum() + rounds * bits[k:].sum())
-        intra = float(ibits[:k].sum() + rounds * ibits[k:].sum())
-        n_units = len(params)
-    fwd = sigma * profile.forward_time
-    offset = profile.update_time / s - profile.update_time - fwd
-    floor = np.zeros((1, _W))  # line 0: compute alone, with the hooks of the rounds
-    floor[0, _C] = acc * (fwd + sigma * profile.backward_time) + rounds * n_units * cb
-    every = np.concatenate((floor, pieces))
-    intercept = every[:, :4].sum(axis=1) + offset
-    slope = every[:, _BITS].copy()
-    if sharding.full_shard:  # the pieces are a convex chain: no hull to build
-        envelope = UpperEnvelope.of_convex(intercept, slope, chain_breaks)
-    else:
-        envelope = UpperEnvelope(intercept, slope)
-    lines = OverlapLines(intercept=intercept, slope=slope, latency=every[:, _LAT],
-                         overhead=every[:, _OVH], bits=slope, ready=every[:, _C] - fwd,
-                         fixed=every[:, _FIX])
+        pc = _zero12_pieces(profile, wrap, buckets, sharding, ch, elem, pb, rb, sigma, cb,
+                            sync_overhead)
+    every, lines, envelope = _schedule_lines(profile, pc, lay.s, sigma, cb)
     return ShardedSchedule(
-        strategy=strategy, n=n, group=s, units=n_units, lines=lines,
-        envelope=envelope, xmap=xmap,
-        update=profile.update_time / s, op_constant=ops_parts[:, :4].sum(axis=1),
-        op_bits=ops_parts[:, _BITS].copy(), op_count=op_count, param_bytes=param_bytes,
-        grad_bytes=grad_bytes, nic_bits=nic, intra_bits=intra,
+        strategy=strategy, n=n, group=lay.s, units=pc.units, lines=lines,
+        envelope=envelope, xmap=pc.xmap,
+        update=profile.update_time / lay.s, op_constant=pc.ops_parts[:, :4].sum(axis=1),
+        op_bits=pc.ops_parts[:, _BITS].copy(), op_count=pc.op_count,
+        param_bytes=pc.param_bytes, grad_bytes=pc.grad_bytes, nic_bits=pc.nic,
+        intra_bits=pc.intra,
         alpha_count=every[:, _NALPHA].copy() if alpha_counts else None,
-        gradient_rounds=rounds)
+        gradient_rounds=pc.rounds)
