@@ -421,7 +421,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
            gpus_per_node=None, bucket_bytes=DEFAULT_BUCKET_BYTES,
            flash_attention=True, offload="none", host_memory=None,
            suggest=True, shard_group=None, tp=1, pp=1, microbatches=None,
-           measure="allocated", fragmentation=0.0) -> MemoryEstimate:
+           measure="reserved", fragmentation=0.0) -> MemoryEstimate:
     """Memory per GPU to train ``model`` data-parallel on ``n`` GPUs.
 
     Parameters
@@ -487,11 +487,11 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         Micro-batches per step (the first stage keeps ``min(pp, microbatches)`` in
         flight); required with ``pp > 1`` [micro-batches].
     measure : str
-        ``"allocated"``: the live tensors at the peak (``max_memory_allocated``);
-        ``"reserved"``: what the caching allocator holds (``max_memory_reserved``, what
-        torchtitan logs as "memory"), the allocated peak plus the allocator's
-        ``overheads`` (module docstring). ``per_gpu`` and ``fits`` follow it; both
-        views are in the result [-].
+        ``"reserved"`` (the default): what the caching allocator holds
+        (``max_memory_reserved``, what torchtitan logs as "memory", and what runs out
+        first), the allocated peak plus the allocator's ``overheads`` (module docstring);
+        ``"allocated"``: the live tensors at the peak (``max_memory_allocated``).
+        ``per_gpu`` and ``fits`` follow it; both views are in the result [-].
     fragmentation : float
         Fraction of the reserved memory that is free space inside segments, for
         ``measure="reserved"``: 0 (``expandable_segments:True``) to about 0.33 (GMLake's

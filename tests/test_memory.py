@@ -169,9 +169,10 @@ def test_reserved_is_allocated_plus_each_overhead():
     from scalemodel.memory import side_stream_pool_bytes
 
     cfg = sm.llm_config("llama-3-8b", seq=8192, micro_batch=2)
-    alloc = sm.memory(cfg, 8, sharding="zero3", activation_checkpointing="selective")
-    res = sm.memory(cfg, 8, sharding="zero3", activation_checkpointing="selective",
-                    measure="reserved")
+    alloc = sm.memory(cfg, 8, sharding="zero3", activation_checkpointing="selective",
+                      measure="allocated")
+    res = sm.memory(cfg, 8, sharding="zero3", activation_checkpointing="selective")
+    assert res.measure == "reserved"  # the default: what the allocator holds, what runs out
     assert alloc.per_gpu == alloc.allocated_per_gpu == res.allocated_per_gpu
     assert alloc.per_gpu == pytest.approx(sum(alloc.parts.values()))  # parts unchanged
     assert res.per_gpu == res.reserved_per_gpu == alloc.reserved_per_gpu
