@@ -567,7 +567,7 @@ def _memory(args, n):
 
 
 def _memory_text(per, fits, gpu):
-    return (f"{per / 2**30:.1f} GiB per GPU, "
+    return (f"{per / 2**30:.1f} GiB per GPU reserved, "
             + ("fits on " if fits else "does NOT fit on ") + gpu)
 
 
