@@ -68,6 +68,42 @@ def test_24_two_nodes_tree_for_every_size_one_node_never():
     assert set(nccl_choice("all_gather", sizes, 16, 2, version="2.4").algorithm) == {"ring"}
 
 
+def test_24_two_nodes_of_eight_without_nvlink_tree_only_below_470kB():
+    # Li et al.'s 16 GPUs (2 servers x 8) if NCCL 2.4.8 does not detect NVLink
+    # (getNvlinkGpu, src/include/nvlink.h:70-131 at v2.4.8-1, returns 0 when NVML reports no
+    # P2P-capable active link): ncclTreeThreshold (src/init.cc:354-378) takes ringbw 5000,
+    # treebw 5000*2/3, ringlat 6*15 = 90, treelat 15*1 + 4*7 = 43: 10000 * 47 = 470000,
+    # 469999 after float rounding; every DDP bucket of 1 MB or more then runs the ring.
+    kw = dict(intra="pci", version="2.4.8")
+    c = nccl_choice("all_reduce", [469_999, 470_000, 25 * MiB], 16, 2, **kw)
+    assert c.algorithm.tolist() == ["tree", "ring", "ring"]
+    # with NVLink detected (getPatternInfo, src/enqueue.cc:236): the tree for every bucket
+    c = nccl_choice("all_reduce", [469_999, 470_000, 25 * MiB, 200 * MiB], 16, 2,
+                    version="2.4.8", **P3DN)
+    assert set(c.algorithm.tolist()) == {"tree"}
+
+
+@pytest.mark.parametrize("version", ["2.6", "2.7"])
+def test_26_27_two_nodes_of_eight_ring_below_32MiB_tree_from_it(version):
+    # 2 nodes x 8 V100 (NVLink) x one 100 Gbit/s NIC. Ring/Simple (src/graph/tuning.cc:96-148
+    # at v2.7.8-1): 1 channel x 12 GB/s x 16/30 = 6.4 GB/s; 8.4 + 28 x 3.4 + 2 x 9.6 =
+    # 122.8 us, x1.9 plateau (tuning.cc:261-262) = 233.32 us. Tree/Simple: 24 GB/s inside
+    # (search.cc:752-758: speedIntra raised to 2 x speedInter), min(0.9 x 24, 110) / 2 =
+    # 10.8 GB/s; 2 x (7 x 28 + 1 x 50) = 492 us. treeCorrectionFactor (tuning.cc:247-251)
+    # for Simple is .6 at log2(S/64) = 18 (16-32 MiB): 6.48 GB/s, the ring wins up to
+    # 134 MB; .7 at 19 (32-64 MiB): 7.56 GB/s, the tree wins from 10.8 MB on. 2.6.4
+    # (tuning.cc at v2.6.4-1) has the same bandwidths and tree latency and no plateau, its
+    # ring 8.4 + 30 x 6.6 = 206.4 us (:125-134, the network's 6.6 us on every step), and the
+    # same Simple corrections (:232-237): the same bins. LL128 stays off (NIC path PHB).
+    c = nccl_choice("all_reduce", [2**25 - 1, 2**25, 200 * MiB], 16, 2, version=version,
+                    inter_bw=100e9, **P3DN)
+    assert c.algorithm.tolist() == ["ring", "tree", "tree"]
+    assert c.protocol.tolist() == ["Simple"] * 3
+    ring_lat = 233.32e-6 if version == "2.7" else 206.4e-6
+    assert c.time[0] == pytest.approx(ring_lat + (2**25 - 1) / 6.4e9, rel=1e-6)
+    assert c.time[1] == pytest.approx(492e-6 + 2**25 / 7.56e9, rel=1e-6)
+
+
 def _ll_reference(nbytes, n_channels, nchunks, thread_threshold):
     """getKernelInfo (src/enqueue.cc:267-300 at v2.4.8-1), literally, for one size."""
     per_thread_ll = min(thread_threshold, 8)
