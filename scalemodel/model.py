@@ -405,7 +405,8 @@ class Scenario:
     def build(cls, model, *, algorithm=None, fusion=None, alpha=None, codec_cost=0.0,
               gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
               cluster=None, nics_per_node=None, sharding=None, activation_checkpointing=None,
-              offload=None, shard_group=None, tp=1, pp=1, microbatches=None, warn=True):
+              offload=None, shard_group=None, tp=1, pp=1, microbatches=None, warn=True,
+              virtual_stages=1):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`.
 
         Scenarios (and the lines they cache) are kept for the last
@@ -420,7 +421,8 @@ class Scenario:
                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                   ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
                   activation_checkpointing=activation_checkpointing, offload=offload,
-                  shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
+                  shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
+                  virtual_stages=virtual_stages)
         key = _cache_key(profile, cluster, kw)
         if key is not None:
             hit = _SCENARIOS.get(key)
@@ -448,9 +450,10 @@ class Scenario:
     def _build(cls, profile, *, algorithm, fusion, alpha, codec_cost, gpus_per_node,
                intra_bw, intra_alpha, ps_servers, cluster, nics_per_node, sharding,
                activation_checkpointing=None, offload=None, shard_group=None, tp=1, pp=1,
-               microbatches=None):
+               microbatches=None, virtual_stages=1):
         alpha = _scalar_float(alpha, "alpha")
-        mp = resolve_model_parallel(tp, pp, microbatches, profile.grad_accum)
+        mp = resolve_model_parallel(tp, pp, microbatches, profile.grad_accum,
+                                    virtual_stages)
         if cluster is not None:  # what the cluster was fitted under, unless given
             cluster = load_cluster(cluster)
             algorithm, fusion, sharding = cluster.settings_defaults(algorithm, fusion,
@@ -1090,7 +1093,11 @@ TOPOLOGY_DOC = """alpha : float or None
         Pipeline stages per replica, 1F1B [stages].
     microbatches : int or None
         Micro-batches per step and replica; required with ``pp > 1``; None: the
-        profile's ``grad_accum`` [micro-batches]."""
+        profile's ``grad_accum`` [micro-batches].
+    virtual_stages : int
+        Model chunks per pipeline stage: > 1 is Megatron's interleaved 1F1B, whose bubble
+        is ``(pp - 1) / (virtual_stages * microbatches)`` (eq. :eq:`pp-interleaved`)
+        [chunks]."""
 
 
 def _check_model_parallel_scope(mp, cluster, shard):
@@ -1127,7 +1134,7 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                    cluster=None, sharding=None, activation_checkpointing=None, offload=None,
-                   shard_group=None, tp=1, pp=1, microbatches=None):
+                   shard_group=None, tp=1, pp=1, microbatches=None, virtual_stages=1):
     r"""Scaling factor of data-parallel training, equation :eq:`scaling-factor`.
 
     Any of ``n``, ``bw``, ``utilization`` and ``compression`` may be an array; they
@@ -1181,7 +1188,7 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
                         sharding=sharding, activation_checkpointing=activation_checkpointing,
                         offload=offload, shard_group=shard_group, tp=tp, pp=pp,
-                        microbatches=microbatches)
+                        microbatches=microbatches, virtual_stages=virtual_stages)
     n, bw = sc.data_parallel(n, bw)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / (np.multiply(np.multiply(u, bw), r))
@@ -1261,18 +1268,19 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                    cluster=None, sharding=None, activation_checkpointing=None,
                    offload=None, shard_group=None, tp=1, pp=1,
-                   microbatches=None) -> IterationTime:
+                   microbatches=None, virtual_stages=1) -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
     Parameters
     ----------
-    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding, activation_checkpointing, offload, shard_group, tp, pp, microbatches
+    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding, activation_checkpointing, offload, shard_group, tp, pp, microbatches, virtual_stages
         As in :func:`scaling_factor`, scalars only: ``n`` [workers], ``bw`` [bits/s],
         ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost``
         [s/byte], ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw``
         [bits/s], ``intra_alpha`` [s], ``ps_servers`` [servers], ``sharding`` [-],
         ``activation_checkpointing`` [-], ``offload`` [-], ``shard_group`` [GPUs],
-        ``tp`` [GPUs], ``pp`` [stages], ``microbatches`` [micro-batches]. With ``tp`` or
+        ``tp`` [GPUs], ``pp`` [stages], ``microbatches`` [micro-batches],
+        ``virtual_stages`` [chunks]. With ``tp`` or
         ``pp`` the forward and backward include the pipeline bubble, and ``update`` is
         the step on the GPU's share of the state.
 
@@ -1292,14 +1300,15 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                  nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                  ps_servers=ps_servers, sharding=sharding,
                  activation_checkpointing=activation_checkpointing, offload=offload,
-                 shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
+                 shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
+                 virtual_stages=virtual_stages)
     sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                         codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                         nics_per_node=nics_per_node, intra_bw=intra_bw,
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
                         sharding=sharding, activation_checkpointing=activation_checkpointing,
                         offload=offload, shard_group=shard_group, tp=tp, pp=pp,
-                        microbatches=microbatches)
+                        microbatches=microbatches, virtual_stages=virtual_stages)
     n, bw = sc.data_parallel(n, bw)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
@@ -1321,8 +1330,9 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     if sc.sharding is not None:  # eq. (zero3): forward may wait, the step is sharded
         sched = sc.schedule(n, r > 1)
         busy, update, messages = sched.channel_time(x), sched.update, sched.n_collectives
-    if sc.model_parallel is not None and sc.model_parallel.pp > 1:  # eq. (pp-iteration)
-        stages = sc.model_parallel.pp - 1  # the bubble: compute, not the optimizer step
+    mp = sc.model_parallel
+    if mp is not None and mp.pp > 1:  # eqs. (pp-iteration), (pp-interleaved)
+        stages = (mp.pp - 1) / mp.virtual_stages  # the bubble: compute, not the step
         fwd, bwd = fwd + stages * p.forward_time, bwd + stages * p.backward_time
         update -= stages * (p.forward_time + p.backward_time)
     sf = p.iteration_time / total

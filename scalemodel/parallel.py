@@ -57,6 +57,31 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
      T = (m - 1)(f + b) + f + \max\big(b,\ \text{gradients of the stage all-reduced}\big)
          + (p - 1)(f + b) + \frac{T_u}{t p} ;
 
+* **interleaved 1F1B** (``virtual_stages`` :math:`v > 1`, Megatron-LM's
+  ``--num-layers-per-virtual-pipeline-stage`` :math:`= L/(p v)`): each GPU holds
+  :math:`v` model chunks of :math:`L/(p v)` layers, chunk :math:`c` of stage :math:`s`
+  being virtual stage :math:`c p + s`; a micro-batch's forward visits the stages
+  :math:`v` times, each chunk taking :math:`f/v` and :math:`b/v`. The pipeline fills and
+  drains in chunk steps, so the bubble shrinks by :math:`v` (Narayanan et al., Sec. 2.2.2:
+  :math:`t_{pb} = (p-1)(t_f + t_b)/v`, bubble fraction :math:`\frac{1}{v}\frac{p-1}{m}`):
+
+  .. math::
+     :label: pp-interleaved
+
+     T = (m - 1)(f + b) + f + \max\big(b,\ \text{gradients of the stage all-reduced}\big)
+         + \frac{p - 1}{v}(f + b) + \frac{T_u}{t p} ,
+
+  which is eq. :eq:`pp-iteration` at :math:`v = 1`. The price the paper names, :math:`v`
+  times the pipeline's point-to-point traffic, is not charged: point-to-point transfers
+  are not modelled at any :math:`v` (Megatron overlaps them with compute by default).
+  The data-parallel all-reduce is still taken to overlap only the last micro-batch's
+  backward (the first chunk's gradients complete with the step's last backward).
+  Megatron's conditions are checked: :math:`p \ge 2`, :math:`m` a multiple of :math:`p`
+  (``forward_backward_pipelining_with_interleaving``) and :math:`L` a multiple of
+  :math:`p v`. The activation memory of the extra in-flight chunks is not modelled
+  (:func:`~scalemodel.memory.memory` takes no ``virtual_stages``). The closed form is
+  checked against a discrete-event simulation of Megatron's per-stage order of
+  micro-batches and chunks (``tests/des_interleaved.py``);
 * **gradients**: each GPU holds :math:`1/(t p)` of the parameters and gradients; its
   buckets are the profile's tensors at :math:`1/(t p)` of their bytes, ready at the
   profile's times scaled to :math:`b` (the stage's gradients come as the model's do);
@@ -67,8 +92,7 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   :math:`d` GPUs with :math:`q/t` per node and :math:`\nu/t` of a NIC (the line rate of a
   ring is :math:`\nu B / t`).
 
-Not modelled, and not expressible through these parameters: interleaved (virtual
-pipeline) schedules, sequence parallelism, context parallelism, expert parallelism,
+Not modelled, and not expressible through these parameters: sequence parallelism, context parallelism, expert parallelism,
 uneven stages (the embedding and the head on the first and last stage), tensor
 parallelism across nodes (refused), sharded data parallelism with ``tp``/``pp``
 (refused), and a fitted cluster with them (refused: its fitted terms are per GPU of a
@@ -110,11 +134,21 @@ class ModelParallel:
         Pipeline stages, 1F1B schedule [stages].
     microbatches : int
         Micro-batches per optimizer step and replica [micro-batches].
+    virtual_stages : int
+        Model chunks per pipeline stage, :math:`v` of eq. :eq:`pp-interleaved` (1: plain
+        1F1B; Megatron: layers / (pp x ``--num-layers-per-virtual-pipeline-stage``))
+        [chunks].
     """
 
     tp: int = 1
     pp: int = 1
     microbatches: int = 1
+    virtual_stages: int = 1
+
+    @property
+    def bubble_fraction(self) -> float:
+        """The pipeline bubble over the ideal time, :math:`(p-1)/(v m)` [-]."""
+        return (self.pp - 1) / (self.virtual_stages * self.microbatches)
 
     @property
     def size(self) -> int:
@@ -152,11 +186,14 @@ class ModelParallel:
     def settings(self) -> dict:
         """What is assumed: sizes, the schedule, and what is not modelled [-]."""
         return {"tp": self.tp, "pp": self.pp, "microbatches": self.microbatches,
-                "pipeline_schedule": "1f1b", "sequence_parallel": False,
+                "virtual_stages": self.virtual_stages,
+                "pipeline_schedule": "interleaved 1f1b" if self.virtual_stages > 1
+                else "1f1b", "sequence_parallel": False,
                 "context_parallel": 1}
 
 
-def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1) -> ModelParallel:
+def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1,
+                           virtual_stages=1) -> ModelParallel:
     """Checked tensor and pipeline parallelism [-].
 
     Parameters
@@ -170,13 +207,17 @@ def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1) -> Model
         one [micro-batches].
     grad_accum : int
         The profile's micro-batches per step [micro-batches].
+    virtual_stages : int
+        Model chunks per stage (interleaved 1F1B), 1 for plain 1F1B [chunks].
 
     Raises
     ------
     ParameterTypeError
         A value that is not an integer.
     InvalidParameterError
-        A value below 1; ``pp > 1`` without ``microbatches``.
+        A value below 1; ``pp > 1`` without ``microbatches``; ``virtual_stages > 1``
+        with ``pp < 2`` or ``microbatches`` not a multiple of ``pp`` (Megatron's
+        conditions for the interleaved schedule).
     """
     tp = _count(1 if tp is None else tp, "tp")
     pp = _count(1 if pp is None else pp, "pp")
@@ -188,7 +229,18 @@ def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1) -> Model
                 "Pass microbatches= (Megatron: global batch / (micro batch x data-parallel "
                 "size))")
         microbatches = int(grad_accum)
-    return ModelParallel(tp, pp, _count(microbatches, "microbatches"))
+    m = _count(microbatches, "microbatches")
+    v = _count(1 if virtual_stages is None else virtual_stages, "virtual_stages")
+    if v > 1 and pp < 2:
+        raise InvalidParameterError(
+            "virtual_stages", v, f"the interleaved schedule needs a pipeline (pp >= 2), "
+            f"got pp={pp}", "Pass virtual_stages=1 without a pipeline")
+    if v > 1 and m % pp:
+        raise InvalidParameterError(
+            "microbatches", m, f"the interleaved schedule (virtual_stages={v}) needs the "
+            f"micro-batches a multiple of pp={pp}, as Megatron-LM asserts: valid are "
+            f"{[pp * k for k in range(1, 4)]}, ...")
+    return ModelParallel(tp, pp, m, v)
 
 
 def tp_allreduce_time(nbytes, tp, intra_bw, intra_alpha=0.0) -> float:
@@ -239,11 +291,15 @@ def check_config(mp, layers, heads, name):
     Raises
     ------
     InvalidParameterError
-        Naming ``pp`` or ``tp`` and the valid values.
+        Naming ``pp``, ``virtual_stages`` or ``tp`` and the valid values.
     """
     if layers % mp.pp:
         raise InvalidParameterError("pp", mp.pp, f"must divide the {layers} layers of "
                                     f"{name}: valid are {_divisors(layers)}")
+    if (layers // mp.pp) % mp.virtual_stages:
+        raise InvalidParameterError(
+            "virtual_stages", mp.virtual_stages, f"must divide the {layers // mp.pp} layers "
+            f"per stage of {name} (pp={mp.pp}): valid are {_divisors(layers // mp.pp)}")
     if heads % mp.tp:
         raise InvalidParameterError("tp", mp.tp, f"must divide the {heads} attention heads "
                                     f"of {name}: valid are {_divisors(heads)}")
@@ -264,7 +320,8 @@ def check_against(mp, profile, options):
     Raises
     ------
     InvalidParameterError
-        ``pp`` not dividing the layers, ``tp`` not dividing the heads or a node's GPUs.
+        ``pp`` not dividing the layers, ``virtual_stages`` not dividing a stage's layers,
+        ``tp`` not dividing the heads or a node's GPUs.
     """
     cfg = _config(profile, mp)
     layers, heads = int(cfg["layers"]), int(cfg["heads"])
@@ -279,7 +336,8 @@ def check_against(mp, profile, options):
 
 
 def model_parallel_profile(profile, mp, options):
-    """The profile of one GPU of the job, eqs. :eq:`tp-compute` and :eq:`pp-iteration` [-].
+    """The profile of one GPU of the job, eqs. :eq:`tp-compute`, :eq:`pp-iteration` and
+    :eq:`pp-interleaved` [-].
 
     Parameters
     ----------
@@ -303,7 +361,7 @@ def model_parallel_profile(profile, mp, options):
 
     k = mp.size
     act_tp = 0.0
-    bubble_layers = 0
+    bubble_layers = 0.0
     if mp.active:
         cfg = check_against(mp, profile, options)
         elem = DTYPE_BYTES.get(str(cfg.get("dtype", "bf16")), 2)
@@ -312,7 +370,7 @@ def model_parallel_profile(profile, mp, options):
                                             options.intra_alpha)
         act_tp = cfg["layers"] / mp.pp * per_layer
         redo_tp = recomputed_layers(profile, cfg["layers"]) / mp.pp * per_layer
-        bubble_layers = mp.pp - 1
+        bubble_layers = (mp.pp - 1) / mp.virtual_stages  # eq. (pp-interleaved)
     else:
         redo_tp = 0.0
     f = profile.forward_time / k + act_tp

@@ -251,7 +251,9 @@ def _for_the_job(result, sc, n, bw=None):
     if mp is None:
         return result
     d = mp.dp(n)
-    note = (f" [the data-parallel dimension of tp={mp.tp} x pp={mp.pp} (1F1B, "
+    sched = ("1F1B" if mp.virtual_stages == 1
+             else f"interleaved 1F1B, {mp.virtual_stages} chunks per stage")
+    note = (f" [the data-parallel dimension of tp={mp.tp} x pp={mp.pp} ({sched}, "
             f"{mp.microbatches} micro-batches) on {n} GPUs: {d} replicas")
     changes = dict(n=n)
     if bw is not None:
@@ -398,7 +400,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                     ps_servers=None, cluster=None, sharding=None,
                     gpu=None, activation_checkpointing=None,
                     offload=None, shard_group=None, tp=1, pp=1,
-                    microbatches=None) -> CompressionResult:
+                    microbatches=None, virtual_stages=1) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -426,10 +428,12 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
     shard_group : int or None
         As in :func:`~scalemodel.scaling_factor` (time and memory) [GPUs].
-    tp, pp, microbatches
+    tp, pp, microbatches, virtual_stages
         As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
-        is :func:`~scalemodel.memory` with them [GPUs], [stages], [micro-batches].
+        is :func:`~scalemodel.memory` with them (without ``virtual_stages``, whose
+        extra in-flight activations it does not model) [GPUs], [stages],
+        [micro-batches], [chunks].
 
     Returns
     -------
@@ -458,7 +462,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                      ps_servers=ps_servers, sharding=sharding,
                      activation_checkpointing=activation_checkpointing, offload=offload,
-                     shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
+                     shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
+                     virtual_stages=virtual_stages)
     sc = build(cluster)
     n_dp, bw_dp = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_min_compression(sc, bw_dp, n_dp, target, u), sc,
@@ -549,7 +554,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                        intra_alpha=None, ps_servers=None, cluster=None, sharding=None,
                        gpu=None, activation_checkpointing=None,
                        offload=None, shard_group=None, tp=1, pp=1,
-                       microbatches=None) -> BandwidthResult:
+                       microbatches=None, virtual_stages=1) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -574,10 +579,12 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
     shard_group : int or None
         As in :func:`~scalemodel.scaling_factor` (time and memory) [GPUs].
-    tp, pp, microbatches
+    tp, pp, microbatches, virtual_stages
         As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
-        is :func:`~scalemodel.memory` with them [GPUs], [stages], [micro-batches].
+        is :func:`~scalemodel.memory` with them (without ``virtual_stages``, whose
+        extra in-flight activations it does not model) [GPUs], [stages],
+        [micro-batches], [chunks].
 
     Returns
     -------
@@ -605,7 +612,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                      ps_servers=ps_servers, sharding=sharding,
                      activation_checkpointing=activation_checkpointing, offload=offload,
-                     shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
+                     shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
+                     virtual_stages=virtual_stages)
     sc = build(cluster)
     n_dp = sc.data_parallel(n, 1.0)[0]  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
