@@ -275,6 +275,10 @@ def _model_options(p):
     p.add_argument("--microbatches", default=None, type=int,
                    help="micro-batches per step and replica (the pipeline bubble is "
                         "(pp-1)/microbatches) [micro-batches] (default: the profile's)")
+    p.add_argument("--virtual-stages", default=None, type=int,
+                   help="model chunks per pipeline stage: > 1 is Megatron's interleaved "
+                        "1F1B (layers / (pp x --num-layers-per-virtual-pipeline-stage)), "
+                        "bubble (pp-1)/(virtual_stages x microbatches) [chunks] (default 1)")
     p.add_argument("--gpu", default=None,
                    help="GPU whose memory is checked and, in plan and breakeven, whose "
                         "codec costs are used (the H100 table scaled by HBM bandwidth), e.g. "
@@ -520,7 +524,7 @@ def _sharding(args):
 def _common(args):
     out = dict(_network(args), codec_cost=args.codec_cost)
     for name in ("activation_checkpointing", "offload", "shard_group", "tp", "pp",
-                 "microbatches"):  # when given
+                 "microbatches", "virtual_stages"):  # when given
         if getattr(args, name, None) is not None:
             out[name] = getattr(args, name)
     return out
@@ -691,7 +695,7 @@ def _plan_kwargs(args, allowed=()):
             "encode/decode costs", "Measure them with python -m "
             "scalemodel.calibrate.codec_bench and pass --cluster")
     for name in ("activation_checkpointing", "offload", "shard_group", "tp", "pp",
-                 "microbatches"):
+                 "microbatches", "virtual_stages"):
         if name not in allowed and getattr(args, name, None) is not None:
             raise InvalidParameterError(
                 "--" + name.replace("_", "-"), getattr(args, name), f"{args.command} does "

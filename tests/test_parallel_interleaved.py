@@ -87,3 +87,22 @@ def test_bad_virtual_stages(kw, name):
 def test_virtual_stages_not_an_integer():
     with pytest.raises(sm.ParameterTypeError):
         resolve_model_parallel(1, 4, 8, virtual_stages=2.0)
+
+
+def test_cli_takes_virtual_stages(capsys):
+    from scalemodel.cli import main
+
+    args = ["--model", "llama-2-13b", "--n", "128", "--gpus-per-node", "8",
+            "--nics-per-node", "8", "--tp", "4", "--pp", "4", "--microbatches", "8"]
+    assert main(["iteration", "--bw", "100Gbps", *args, "--virtual-stages", "2"]) in (0, None)
+    sf = sm.scaling_factor("llama-2-13b", 128, "100Gbps", gpus_per_node=8, nics_per_node=8,
+                           tp=4, pp=4, microbatches=8, virtual_stages=2)
+    assert sf != sm.scaling_factor("llama-2-13b", 128, "100Gbps", gpus_per_node=8,
+                                   nics_per_node=8, tp=4, pp=4, microbatches=8)
+    assert f"{sf:.4f}" in capsys.readouterr().out
+    # 10 layers a stage: 3 chunks is refused, by name
+    assert main(["iteration", "--bw", "100Gbps", *args, "--virtual-stages", "3"]) == 2
+    assert "virtual_stages=3" in capsys.readouterr().err
+    # plan does not take it (yet): refused rather than ignored
+    assert main(["plan", "--bw", "100Gbps", *args, "--virtual-stages", "2"]) == 2
+    assert "--virtual-stages=2" in capsys.readouterr().err
