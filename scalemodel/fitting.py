@@ -142,8 +142,10 @@ class FittedParameter:
     unit : str
         Unit of the value.
     status : str
-        ``"fitted"``, ``"measured"`` (from compute times), ``"given"`` (a keyword) or
-        ``"default"`` (held at the ideal value).
+        ``"fitted"``, ``"measured"`` (from compute times), ``"given"`` (a keyword),
+        ``"transport"`` (from transport data), ``"from cluster"``, ``"default"`` (held at
+        the ideal value) or ``"prior"`` (held at the ideal value, which the runs did not
+        see, with the network prior's range as its interval: :func:`_prior_intervals`).
     at_bound : bool
         Whether a fitted value sits at its bound [-].
     source : str
@@ -362,6 +364,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     best = solutions[0]
     params = _parameters(problem, best, fixed_all, statuses, sigma, base,
                          confidence=confidence, source=source)
+    params = _prior_intervals(problem, best, params, network, confidence)
     alternatives = _alternatives(problem, solutions, confidence)
     residuals = _residuals(problem, best.values, [
         s.values for s in solutions if s.score <= best.score + ALTERNATIVE_SCORE])
@@ -629,6 +632,73 @@ def _parameters(problem, best, fixed_all, statuses, sigma, base, *, confidence, 
     return params
 
 
+UNSEEN = 1.0
+"""Sensitivity below which the runs did not see a parameter: the change of their
+normalised residuals :math:`\\|\\rho(\\theta_\\text{end}) - \\rho(\\hat\\theta)\\|_2`
+(eq. :eq:`fit-residual`) when the parameter moves from its held value to the far end of
+its network prior's range, at most one standard uncertainty of the runs [-]."""
+
+_PRIOR_RANGE = ("utilization", "ceiling")
+"""Parameters whose range a network prior states (:data:`~scalemodel.fit_priors.NETWORKS`):
+the achieved bandwidth of the transport."""
+
+
+def _network_range(problem, k, z):
+    """The network prior's central range of ``k`` as (pessimistic value, optimistic
+    value or None), clipped to the parameter's bounds: :math:`g_0 \\pm z\\,w` in the
+    fitting coordinate :math:`g` (:meth:`~scalemodel.fit_problem._Problem.g_default`,
+    :meth:`~scalemodel.fit_problem._Problem.prior_scale`; the ceiling's always the
+    network's :attr:`ceiling_scale`), with :math:`g` growing towards
+    the pessimistic end for both; an optimistic end at :math:`g \\le 0` is the ideal
+    value (utilization 1, no ceiling: None)."""
+    g0, w = problem.g_default(k), problem.prior_scale(k)
+    if k == "ceiling":  # a transport that reaches its line rate: the network's own scale
+        w = problem.network.ceiling_scale  # (as the ranking's, _Problem.rank_penalty)
+    g_lo, g_hi = problem.g_bounds(k)
+    worst = float(problem.from_g(k, min(g_hi, g0 + z * w)))
+    g_best = g0 - z * w
+    best = None if g_best <= g_lo else float(problem.from_g(k, g_best))
+    if k == "utilization" and best is None:
+        best = 1.0
+    return worst, best
+
+
+def _prior_intervals(problem, best, params, network, confidence):
+    """Step: the achieved bandwidth the runs did not see takes its network prior's range.
+
+    For each parameter of :data:`_PRIOR_RANGE` held at the ideal value (status
+    ``"default"``) when ``network=`` names a transport, the prior's central
+    ``confidence`` range (:func:`_network_range`) becomes its interval, status
+    ``"prior"``, if the runs do not see it: moving it (together with the ones already
+    taken) to the pessimistic end of that range changes the runs' normalised residuals
+    by at most :data:`UNSEEN` (the runs' noise). A parameter the runs see keeps its point
+    interval: they constrain it. Corners and the intervals of every answer then span the
+    range (:meth:`~scalemodel.ClusterProfile.corners`)."""
+    if network is None:
+        return params
+    from scipy.stats import norm
+
+    z = float(norm.ppf(0.5 + confidence / 2))
+    rho0 = problem.residuals(best.values)
+    trial = dict(best.values)
+    out = dict(params)
+    for k in _PRIOR_RANGE:
+        p = params.get(k)
+        if p is None or p.status != "default" or k not in problem._fields:
+            continue
+        worst, hi = _network_range(problem, k, z)
+        moved = dict(trial, **{k: worst})
+        shift = float(np.linalg.norm(problem.residuals(moved) - rho0))
+        if not shift <= UNSEEN:
+            continue  # the runs see it: they constrain it
+        trial = moved
+        out[k] = FittedParameter(
+            k, p.value, (worst, hi), p.unit, "prior", False,
+            f"from the network prior, not seen by the runs (their residuals move by "
+            f"{shift:.2g} of their uncertainty over its range): {NETWORKS[network].source}")
+    return out
+
+
 _PHYSICAL_LOW = {"compute_slowdown", "sync_overhead", "collective_overhead", "alpha",
                  "host_overhead", "bucket_overhead", "iteration_overhead",
                  "straggler_spread", "overlap"}
@@ -812,7 +882,8 @@ def _fitted_cluster(problem, best, params, alternatives, fit_settings):
     base, runs = problem.base, problem.runs
     intervals = dict(base.intervals)
     for k, p in params.items():
-        if p.status in ("fitted", "measured", "transport") and k in _INTERVAL_FIELDS \
+        if p.status in ("fitted", "measured", "transport", "prior") \
+                and k in _INTERVAL_FIELDS \
                 and k in problem._fields:
             if k == "ceiling" and p.status == "transport" and base.ceiling is None:
                 continue
@@ -920,6 +991,11 @@ def _message(best, params, residuals, alternatives, notes=()):
              f"largest miss {100 * worst.error:+.1f} % ({worst.label})"]
     for k in _ORDER:
         p = params[k]
+        if p.status == "prior":
+            lines.append(f"  {k:20s} {_fmt(p.value, p.unit)}  [{_fmt(p.interval[0], p.unit)}"
+                         f", {_fmt(p.interval[1], p.unit)}]  from the network prior, not "
+                         "seen by the runs")
+            continue
         if p.status == "default" or not math.isfinite(p.value):
             continue  # held at the ideal value, or no ceiling
         value, where = p.value, ""
