@@ -43,7 +43,7 @@ Protocol (stated before looking at the errors):
    verdict: every row of a series calibrates in turn and predicts the others.
 6. **Sensitivity** to the assumptions below: micro-batch 2, fp32 gradients, each for all
    series at once, the same protocol.
-7. **Diagnostic** (not a prediction): the error with the 1F1B bubble and the TP
+7. **Diagnostic** (not a prediction): the error with the pipeline bubble and the TP
    collectives taken out of the model, the calibration included: how much of the miss
    those two terms make.
 
@@ -52,7 +52,10 @@ median |error| <= 5 % and largest <= 15 %; across model sizes at least as good a
 constant-MFU rule.
 
 What the sources do not state, assumed here for every row of a series (never per row):
-micro-batch 1; the 1F1B schedule; one NIC per GPU at the GPU's built-in rate where the
+micro-batch 1; the 1F1B schedule where the source does not state one (the
+``schedule``/``virtual_stages`` columns: Narayanan et al.'s Table 1 rows as Megatron-LM's
+``examples/sc21/run_table_1.sh`` runs them, ``--num-layers-per-virtual-pipeline-stage``
+giving v = layers / (pp x that), passed as ``virtual_stages=``); one NIC per GPU at the GPU's built-in rate where the
 network is not stated (DGX H100: 8 x 400 Gbit/s); 16-bit gradients; for the H100 rows no
 activation recomputation, for the A100 rows full recomputation (the paper's FLOP count,
 96 B s l h^2 ..., counts the recomputed forward). Features stated or implied by the source
@@ -97,8 +100,9 @@ ASSUMED = {
                              "as megatron-h100-weak; tp=8, pp=6 of the 177B row of the model "
                              "table (the strong-scaling text gives no sizes)"),
     "narayanan-a100": (1, "full", 200e9,
-                       "micro-batch 1, 1F1B, full recomputation, 8 x 200 Gbit/s HDR per "
-                       "node (Selene, stated by the paper)"),
+                       "micro-batch 1, full recomputation, 8 x 200 Gbit/s HDR per node "
+                       "(Selene, stated by the paper); the schedule as stated per row by "
+                       "Megatron-LM's examples/sc21/run_table_1.sh (column v)"),
     "narayanan-a100-175b-strong": (1, "full", 200e9,
                                    "micro-batch 1 (stated), 1F1B, full recomputation, Selene; "
                                    "tp=8, pp=12 for the stated model-parallel size 96"),
@@ -120,8 +124,8 @@ FLAGS = {
           "after the backward and its parameter all-gather, which Megatron overlaps with "
           "the next forward, are modelled as one all-reduce after the backward (the same "
           "ring bytes; the exposed part can be up to 2x too long)",
-    "SCH": "pipeline schedule not stated; 1F1B assumed (the bubble column is its "
-           "(pp - 1) / m); an interleaved schedule would shrink it",
+    "SCH": "pipeline schedule not stated; 1F1B assumed (v = 1, the bubble (pp - 1) / m); "
+           "an interleaved schedule (virtual_stages=v) would divide it by v",
     "MB": "micro-batch size not stated; 1 assumed",
     "PAR": "tensor- and pipeline-parallel sizes not stated for this row (or only their "
            "product); assumed as in the series' heading",
@@ -131,7 +135,8 @@ FLAGS = {
 def load_rows():
     """The published rows, numbers parsed, blanks None."""
     ints = ("row", "heads", "hidden", "layers", "vocab", "seq", "tp", "pp", "dp", "gpus",
-            "global_batch", "local_batch", "micro_batch", "gpus_per_node", "nics_per_node")
+            "global_batch", "local_batch", "micro_batch", "gpus_per_node", "nics_per_node",
+            "virtual_stages")
     floats = ("params_b", "tflops_per_gpu", "mfu_percent", "tokens_per_s_per_gpu",
               "nic_gbps")
     out = []
@@ -188,6 +193,22 @@ def micro_batch(r):
     return VARIANT.get("micro_batch", ASSUMED[r["series"]][0])
 
 
+FALLBACK = set()
+"""(variant, row) where a sensitivity variant's micro-batches are not a multiple of pp, so
+Megatron would refuse the stated interleaved schedule: 1F1B is used there (printed)."""
+
+
+def virtual_stages(r):
+    """Model chunks per stage: stated (interleaved 1F1B), else 1 (1F1B) [chunks]."""
+    v = r["virtual_stages"] or 1
+    if v > 1 and microbatches(r) % r["pp"]:
+        if not VARIANT:
+            raise ValueError(f"row {r['row']}: m not a multiple of pp for its schedule")
+        FALLBACK.add((tuple(sorted(VARIANT.items())), r["row"]))
+        return 1
+    return v
+
+
 def microbatches(r):
     """Micro-batches per step and replica, B / (dp b) [micro-batches]."""
     b = micro_batch(r)
@@ -233,31 +254,33 @@ def iteration(r, eta):
     return sm.iteration_time(profile(r, eta), r["gpus"], nic, tp=r["tp"], pp=r["pp"],
                              microbatches=microbatches(r), gpus_per_node=8,
                              nics_per_node=8, intra_bw=sm.get_gpu(r["gpu"]).intra_node_bw,
-                             activation_checkpointing=recompute)
+                             activation_checkpointing=recompute,
+                             virtual_stages=virtual_stages(r))
 
 
 def _tp_time(r, m):
     """The TP all-reduces of one step, eq. tp-compute: 4 per layer and micro-batch (6
     under full recomputation, whose recomputed forward runs its 2 again) over the
-    (m + pp - 1) micro-batch slots of the 1F1B step [s]."""
+    m + (pp - 1)/v micro-batch slots of the (interleaved) 1F1B step [s]."""
     a_t = tp_allreduce_time(r["seq"] * r["hidden"] * micro_batch(r) * 2.0,
                             r["tp"], sm.get_gpu(r["gpu"]).intra_node_bw)
     per_layer = 6 if ASSUMED[r["series"]][1] == "full" else 4
-    return (m + r["pp"] - 1) * per_layer * a_t * r["layers"] / r["pp"]
+    slots = m + (r["pp"] - 1) / virtual_stages(r)
+    return slots * per_layer * a_t * r["layers"] / r["pp"]
 
 
 def predicted_time(r, eta, bare=False):
     """scalemodel's iteration time of the row at ``eta`` [s], and the iteration.
 
-    ``bare``: less the 1F1B bubble and the TP collectives, a diagnostic bound on what an
-    interleaved schedule and overlapped TP could recover (not a model).
+    ``bare``: less the pipeline bubble and the TP collectives, a diagnostic bound on what
+    a bubble-free schedule and overlapped TP could recover (not a model).
     """
     it = iteration(r, eta)
     if not bare:
         return it.total, it
-    m, pp = microbatches(r), r["pp"]
-    bubble = (it.forward + it.backward) * (pp - 1) / (m + pp - 1)
-    return it.total - bubble - _tp_time(r, m) * m / (m + pp - 1), it
+    m, lag = microbatches(r), (r["pp"] - 1) / virtual_stages(r)
+    bubble = (it.forward + it.backward) * lag / (m + lag)
+    return it.total - bubble - _tp_time(r, m) * m / (m + lag), it
 
 
 def calibrate(r, bare=False):
@@ -281,7 +304,8 @@ def entry(r, cal, eta, eta_bare):
     total, it = predicted_time(r, eta)
     m = microbatches(r)
     return dict(row=r["row"], model=r["model"], gpus=r["gpus"], tp=r["tp"], pp=r["pp"],
-                dp=r["dp"], m=m, bubble=(r["pp"] - 1) / m, cal=cal["row"], eta=eta,
+                dp=r["dp"], m=m, v=virtual_stages(r),
+                bubble=(r["pp"] - 1) / (virtual_stages(r) * m), cal=cal["row"], eta=eta,
                 published=per_gpu_rate(r) / 1e12,
                 predicted=source_flops(r) / (total * r["gpus"]) / 1e12,
                 error=published_time(r) / total - 1,
@@ -295,7 +319,7 @@ def refusal(r):
     """What the library answers for a row it cannot represent (a message)."""
     reasons = [f"{r['dp_optimizer']} with tp/pp"]
     if "interleaved" in r["schedule"]:
-        reasons.append("interleaved schedule")
+        reasons.append("interleaved schedule, chunks per stage not stated")
     if r["sequence_parallel"] == "async TP":
         reasons.append("async TP")
     reasons.append("Float8 (torch.compile + Float8 in the source)")
@@ -367,12 +391,13 @@ def summary(entries):
 
 def table(entries):
     """Text lines of one table."""
-    head = ["row", "model", "GPUs", "tp", "pp", "dp", "m", "1F1B bubble", "calibrated on",
+    head = ["row", "model", "GPUs", "tp", "pp", "dp", "m", "v", "bubble", "calibrated on",
             "eta", "published TFLOP/s/GPU", "predicted", "error", "constant MFU",
             "diagnostic",
             "TP comm", "DP exposed", "DP scaling", "flags"]
     body = [[str(x["row"]), x["model"], str(x["gpus"]), str(x["tp"]), str(x["pp"]),
-             str(x["dp"]), str(x["m"]), f"{100 * x['bubble']:.1f} %", f"row {x['cal']}",
+             str(x["dp"]), str(x["m"]), str(x["v"]), f"{100 * x['bubble']:.1f} %",
+             f"row {x['cal']}",
              f"{x['eta']:.3f}", f"{x['published']:.1f}", f"{x['predicted']:.1f}",
              f"{100 * x['error']:+.1f} %", f"{100 * x['rule']:+.1f} %",
              f"{100 * x['bare_error']:+.1f} %",
@@ -393,7 +418,7 @@ def _line(what, s):
 
 
 def _bare_line(s):
-    return (f"  diagnostic, not a prediction: without the 1F1B bubble and the TP collectives "
+    return (f"  diagnostic, not a prediction: without the pipeline bubble and the TP collectives "
             f"the same calibration would miss by median {100 * s['bare_median']:.1f} %, "
             f"largest {100 * s['bare_largest']:.1f} %")
 
@@ -427,9 +452,15 @@ def report(res, refused, sens):
               "once; not chosen by their errors)"]
     for label, name, summ in sens:
         lines.append(_line(f"{label}: {name}", summ))
+    for variant, row in sorted(FALLBACK):
+        lines.append(f"  {dict(variant)}: row {row}'s micro-batches are not a multiple of pp "
+                     "(Megatron refuses its interleaved schedule): 1F1B used")
     lines.append("")
-    lines.append("diagnostic: the error with the 1F1B bubble and the TP collectives taken "
-                 "out of the model (calibration row included), a bound, not a prediction")
+    lines.append("diagnostic: the error with the pipeline bubble and the TP collectives "
+                 "taken out of the model (calibration row included), a bound, not a "
+                 "prediction")
+    lines.append("v: model chunks per pipeline stage (1: 1F1B; > 1: interleaved 1F1B, "
+                 "as the source states); bubble: (pp - 1) / (v m)")
     lines.append("flags (a prediction is still made; the row has something the model "
                  "does not):")
     lines += [f"  {k}: {v}" for k, v in FLAGS.items()]
