@@ -163,5 +163,8 @@ figures (each with its source). They rank the explanations of runs that cannot t
 them apart: on a transport that reaches its line rate (NCCL over InfiniBand) a ceiling
 at a small fraction of it pays a large prior, so an equally good compute or framework
 explanation ranks first and the ceiling stays an alternative; transport data
-(``transport=``) replaces these priors. Without ``network`` the generic priors of
+(``transport=``) replaces these priors. A utilization or ceiling held at the ideal
+value that the runs do not see takes the central range of its prior here as its
+interval (status ``"prior"``, :data:`~scalemodel.fitting.UNSEEN`), so answers at other
+line rates carry what the runs cannot tell. Without ``network`` the generic priors of
 :data:`~scalemodel.fitting.PRIORS` apply (no ceiling, full utilization expected)."""

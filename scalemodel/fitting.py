@@ -145,7 +145,8 @@ class FittedParameter:
         ``"fitted"``, ``"measured"`` (from compute times), ``"given"`` (a keyword),
         ``"transport"`` (from transport data), ``"from cluster"``, ``"default"`` (held at
         the ideal value) or ``"prior"`` (held at the ideal value, which the runs did not
-        see, with the network prior's range as its interval: :func:`_prior_intervals`).
+        see, with the network prior's range as its interval:
+        :data:`~scalemodel.fitting.UNSEEN`).
     at_bound : bool
         Whether a fitted value sits at its bound [-].
     source : str
@@ -282,7 +283,9 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         The transport the runs used, for the priors of the achieved bandwidth without
         transport data: ``"nccl-ib"``, ``"nccl-roce"``, ``"nccl-socket"``, ``"gloo"``,
         ``"mpi"`` (:data:`~scalemodel.fit_priors.NETWORKS`, each with its published
-        figures) or None (generic priors) [-].
+        figures) or None (generic priors). A utilization or ceiling held at the ideal
+        value that the runs do not see (:data:`~scalemodel.fitting.UNSEEN`) then takes
+        the prior's central ``confidence`` range as its interval (status ``"prior"``) [-].
     algorithm : str
         Collective of the runs that do not name one [-].
     fusion : str or fusion policy
@@ -635,8 +638,11 @@ def _parameters(problem, best, fixed_all, statuses, sigma, base, *, confidence, 
 UNSEEN = 1.0
 """Sensitivity below which the runs did not see a parameter: the change of their
 normalised residuals :math:`\\|\\rho(\\theta_\\text{end}) - \\rho(\\hat\\theta)\\|_2`
-(eq. :eq:`fit-residual`) when the parameter moves from its held value to the far end of
-its network prior's range, at most one standard uncertainty of the runs [-]."""
+(:math:`\\rho_i` the log of the run's predicted over measured time, divided by its
+uncertainty) when the parameter moves from its held value to the pessimistic end of its
+network prior's range: at most one standard uncertainty of the runs. Such a parameter
+(``utilization``, ``ceiling``) held at its ideal value takes that range as its interval
+(status ``"prior"``) when ``fit_cluster`` is given ``network=`` [-]."""
 
 _PRIOR_RANGE = ("utilization", "ceiling")
 """Parameters whose range a network prior states (:data:`~scalemodel.fit_priors.NETWORKS`):
