@@ -52,10 +52,11 @@ median |error| <= 5 % and largest <= 15 %; across model sizes at least as good a
 constant-MFU rule.
 
 What the sources do not state, assumed here for every row of a series (never per row):
-micro-batch 1; the 1F1B schedule where the source does not state one (the
-``schedule``/``virtual_stages`` columns: Narayanan et al.'s Table 1 rows as Megatron-LM's
-``examples/sc21/run_table_1.sh`` runs them, ``--num-layers-per-virtual-pipeline-stage``
-giving v = layers / (pp x that), passed as ``virtual_stages=``); one NIC per GPU at the GPU's built-in rate where the
+micro-batch 1 and the 1F1B schedule where the source does not state them (Narayanan et
+al.'s Table 1 rows state both through Megatron-LM's ``examples/sc21/run_table_1.sh``, which
+runs them: ``--micro-batch-size``, and ``--num-layers-per-virtual-pipeline-stage`` giving
+v = layers / (pp x that), passed as ``virtual_stages=``; columns ``micro_batch``,
+``schedule``, ``virtual_stages``); one NIC per GPU at the GPU's built-in rate where the
 network is not stated (DGX H100: 8 x 400 Gbit/s); 16-bit gradients; for the H100 rows no
 activation recomputation, for the A100 rows full recomputation (the paper's FLOP count,
 96 B s l h^2 ..., counts the recomputed forward). Features stated or implied by the source
@@ -100,9 +101,9 @@ ASSUMED = {
                              "as megatron-h100-weak; tp=8, pp=6 of the 177B row of the model "
                              "table (the strong-scaling text gives no sizes)"),
     "narayanan-a100": (1, "full", 200e9,
-                       "micro-batch 1, full recomputation, 8 x 200 Gbit/s HDR per node "
-                       "(Selene, stated by the paper); the schedule as stated per row by "
-                       "Megatron-LM's examples/sc21/run_table_1.sh (column v)"),
+                       "full recomputation, 8 x 200 Gbit/s HDR per node (Selene, stated "
+                       "by the paper); micro-batch and schedule as stated per row by "
+                       "Megatron-LM's examples/sc21/run_table_1.sh (columns m, v)"),
     "narayanan-a100-175b-strong": (1, "full", 200e9,
                                    "micro-batch 1 (stated), 1F1B, full recomputation, Selene; "
                                    "tp=8, pp=12 for the stated model-parallel size 96"),

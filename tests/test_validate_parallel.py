@@ -56,33 +56,35 @@ def test_one_row_calibrates_and_the_errors_come_from_the_data(vp, rows):
     e = vp.entry(held, cal, eta, vp.calibrate(cal, bare=True))
     # the prediction, asked of the library directly
     cfg = sm.TransformerConfig(layers=36, hidden=4096, heads=32, ffn=4 * 4096, vocab=51200,
-                               seq=2048, micro_batch=1, gated_ffn=False, norm="layernorm",
+                               seq=2048, micro_batch=16, gated_ffn=False, norm="layernorm",
                                bias=True, learned_positions=2048, tied_embeddings=True)
     it = sm.iteration_time(sm.transformer_profile(cfg, "a100-80gb", efficiency=eta), 128,
-                           200e9, tp=4, pp=1, microbatches=512 // 32, gpus_per_node=8,
+                           200e9, tp=4, pp=1, microbatches=512 // (32 * 16), gpus_per_node=8,
                            nics_per_node=8, intra_bw=sm.get_gpu("a100-80gb").intra_node_bw,
                            activation_checkpointing="full")
     published = 96 * 512 * 2048 * 36 * 4096**2 * (1 + 2048 / (6 * 4096)
                                                    + 51200 / (16 * 36 * 4096)) / (142e12 * 128)
     assert e["error"] == pytest.approx(published / it.total - 1, rel=1e-9)
     assert e["rule"] == pytest.approx(137 / 142 - 1, rel=1e-12)
-    assert e["cal"] == 12 and e["flags"] == ["MB"]
+    assert e["cal"] == 12 and e["flags"] == []  # micro-batch 16 stated (run_table_1.sh)
 
 
 def test_a_stated_micro_batch_is_kept_under_the_sensitivity_variant(vp, rows):
     vp.VARIANT.update(micro_batch=2)
     try:
         assert vp.micro_batch(rows[26]) == 1 and vp.microbatches(rows[26]) == 1536 // 4
-        assert vp.micro_batch(rows[12]) == 2 and vp.microbatches(rows[12]) == 512 // 64
+        assert vp.micro_batch(rows[12]) == 16  # stated by the run script
+        assert vp.micro_batch(rows[1]) == 2 and vp.microbatches(rows[1]) == 192 // 96
     finally:
         vp.VARIANT.clear()
-    assert vp.microbatches(rows[12]) == 512 // 32
+    assert vp.microbatches(rows[1]) == 192 // 48
 
 
 def test_flags_name_what_the_model_does_not_have(vp, rows):
     assert set(vp.flags(rows[7])) >= {"SP", "TPO", "DO", "SCH", "MB"}
     assert "SCH" not in vp.flags(rows[4]) and "SP" not in vp.flags(rows[1])
-    assert "PAR" in vp.flags(rows[11]) and vp.flags(rows[13]) == ["MB"]
+    assert "PAR" in vp.flags(rows[11]) and vp.flags(rows[13]) == []
+    assert vp.flags(rows[16]) == [] and vp.flags(rows[17]) == []  # schedule stated
     assert vp.flags(rows[28]) == ["SCH", "PAR"]  # micro-batch stated
 
 
@@ -103,3 +105,12 @@ def test_committed_results_are_those_of_the_current_code(vp, rows):
     assert errors[0] == f"{100 * e['error']:+.1f} %"
     assert errors[1] == f"{100 * e['rule']:+.1f} %"
     assert errors[2] == f"{100 * e['bare_error']:+.1f} %"
+
+
+def test_the_stated_interleaved_schedule_is_asked(vp, rows):
+    # run_table_1.sh: --num-layers-per-virtual-pipeline-stage 5 on 60 layers / pp 4
+    assert [vp.virtual_stages(rows[k]) for k in range(16, 22)] == [1, 3, 2, 2, 3, 1]
+    r = rows[17]
+    assert vp.iteration(r, 0.5).settings["virtual_stages"] == 3
+    e = vp.entry(r, rows[12], 0.5, 0.5)
+    assert e["bubble"] == pytest.approx(3 / (3 * 1792 // (32 * 2)), rel=1e-12)
