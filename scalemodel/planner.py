@@ -741,24 +741,60 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, v
     uncompressed scaling factor; ``bw`` [bits/s] lets the binding name the ceiling;
     ``views`` the other clusters of a fitted cluster's interval, ``(scenario, x, codec,
     uncompressed scaling factor)`` each: the target must be reached on all of them."""
-    p = sc.profile
     strategy = "none" if sc.sharding is None else sc.sharding.strategy
     if not composes(sc, comp):
-        none = _evaluate(sc, get_compressor("none"), n, codec)
-        x_eff = float(_x_eff(none, x))
-        return PlanRow(
-            compressor=comp.name, setting_name=comp.knob,
-            setting=None if comp.knob is None else comp.setting, feasible=False,
-            beats_uncompressed=False, recommended=False, ratio=1.0, effective_ratio=1.0,
-            scaling_factor=sf_none, binding=sc.critical(
-                n, none.lines, int(none.env.argmax(x_eff)), x_eff, bw=bw)[0],
-            encode_time=0.0, decode_time=0.0, collective="reduce_scatter",
-            n_collectives=none.n_collectives,
-            note=(f"does not compose with sharding={strategy!r}: "
-                  f"{_why_not_composes(comp.name)}"),
-            config=comp, fusion=fusion, sharding=strategy, **_mp_sizes(sc))
-    e = ELEMENT_BYTES.get(p.precision.lower(), 4)
-    numel = np.round(p.tensor_bytes / e)
+        return _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw)
+    at = _setting_evaluator(sc, comp, n, x, codec, sf_none, views)
+    config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = _chosen_setting(sc, comp, n, x, target,
+                                                                   fixed, views, at)
+    feasible = sf_lo >= target  # over the whole interval
+    none_hi = max([sf_none] + [v[3] for v in views])
+    # feasible while uncompressed is not: better by construction; else by a clear margin,
+    # at every end of the interval
+    beats = comp.name != "none" and ((feasible and none_hi < target)
+                                     or spd_lo > 1.0 + _BEAT_MARGIN)
+    recommended = feasible and (beats or comp.name == "none")
+    x_eff = float(_x_eff(ev, x))
+    j = int(ev.env.argmax(x_eff))
+    binding, _ = sc.critical(n, ev.lines, j, x_eff, bw=bw)
+    eff = ev.raw_bits / ev.bits if ev.bits > 0 else math.inf
+    note = _row_note(ev, n, target, (sf_lo, sf, sf_hi), sf_none, (spd_lo, spd_hi), feasible,
+                     recommended, binding, eff, views)
+    return PlanRow(
+        compressor=comp.name, setting_name=comp.knob,
+        setting=None if comp.knob is None else config.setting, feasible=feasible,
+        beats_uncompressed=beats, recommended=recommended, ratio=ev.per_worker_ratio,
+        effective_ratio=eff, scaling_factor=sf, binding=binding, encode_time=ev.encode,
+        decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
+        note=note, config=config, fusion=fusion, sharding=strategy, speedup=sf / sf_none,
+        interval=(sf_lo, sf_hi) if views else None,
+        speedup_interval=(spd_lo, spd_hi) if views else None, **_mp_sizes(sc))
+
+
+def _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw):
+    """The row of a compressor that does not compose with the scenario's sharding
+    (``strategy``): the uncompressed reduce-scatters' scaling factor ``sf_none`` [-] and
+    binding (at ``x`` [s/bit], line rate ``bw`` [bits/s]), not feasible."""
+    none = _evaluate(sc, get_compressor("none"), n, codec)
+    x_eff = float(_x_eff(none, x))
+    return PlanRow(
+        compressor=comp.name, setting_name=comp.knob,
+        setting=None if comp.knob is None else comp.setting, feasible=False,
+        beats_uncompressed=False, recommended=False, ratio=1.0, effective_ratio=1.0,
+        scaling_factor=sf_none, binding=sc.critical(
+            n, none.lines, int(none.env.argmax(x_eff)), x_eff, bw=bw)[0],
+        encode_time=0.0, decode_time=0.0, collective="reduce_scatter",
+        n_collectives=none.n_collectives,
+        note=(f"does not compose with sharding={strategy!r}: "
+              f"{_why_not_composes(comp.name)}"),
+        config=comp, fusion=fusion, sharding=strategy, **_mp_sizes(sc))
+
+
+def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
+    """``at(value)``: ``comp`` at knob ``value`` (None: its own setting) evaluated at ``x``
+    [s/bit] on ``sc`` and on every view, memoized per row, as ``(compressor, evaluation,
+    low, best, high scaling factor, low and high speedup over sf_none)`` [-]; index 2,
+    the low end over the interval, is what must reach the target."""
     cache = {}
 
     def at(value):
@@ -777,77 +813,78 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, v
             cache[key] = (c, ev, lo, sf, hi, min(spd), max(spd))
         return cache[key]
 
+    return at
+
+
+def _chosen_setting(sc, comp, n, x, target, fixed, views, at):
+    """The setting the row reports, as ``at`` gives it (:func:`_setting_evaluator`): the
+    compressor's own without a knob or when ``fixed``; else the least aggressive knob
+    within its bounds whose low end reaches ``target`` [-], or the bound nearest it."""
+    p = sc.profile
+    e = ELEMENT_BYTES.get(p.precision.lower(), 4)
+    numel = np.round(p.tensor_bytes / e)
     if comp.knob is None:
-        chosen = at(None)
-    elif fixed:
-        chosen = at(comp.setting)
-    else:
-        lo, hi = comp.knob_bounds(numel, p.tensor_shapes)
-        if at(hi)[2] >= target:
-            chosen = at(hi)
-        elif at(lo)[2] < target:
-            chosen = at(lo)
-        else:
-            # the envelope's lines at the plan's line rate (without an interval: with one,
-            # the target must hold on every view, and the secant alone is used)
-            level = p.iteration_time / target - sc.forward(n) - p.update_time
+        return at(None)
+    if fixed:
+        return at(comp.setting)
+    lo, hi = comp.knob_bounds(numel, p.tensor_shapes)
+    if at(hi)[2] >= target:
+        return at(hi)
+    if at(lo)[2] < target:
+        return at(lo)
+    return _searched_setting(sc, comp, n, x, target, views, at, lo, hi)
 
-            def lines(v):
-                ev = at(math.exp(v) if not comp.knob_integer else v)[1]
-                return ev.lines.intercept + ev.lines.slope * float(_x_eff(ev, x))
 
-            kw = {} if views else {"lines": lines, "level": level}
-            if comp.knob_integer:
-                chosen = at(_knob_search(lambda v: at(v)[2], int(lo), int(hi), at(lo)[2],
-                                         at(hi)[2], target, integer=True, **kw))
-            else:
-                a = _knob_search(lambda v: at(math.exp(v))[2], math.log(lo), math.log(hi),
-                                 at(lo)[2], at(hi)[2], target, integer=False, **kw)
-                chosen = at(math.exp(a))
-    config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = chosen
-    feasible = sf_lo >= target  # over the whole interval
-    none_hi = max([sf_none] + [v[3] for v in views])
-    # feasible while uncompressed is not: better by construction; else by a clear margin,
-    # at every end of the interval
-    beats = comp.name != "none" and ((feasible and none_hi < target)
-                                     or spd_lo > 1.0 + _BEAT_MARGIN)
-    recommended = feasible and (beats or comp.name == "none")
-    x_eff = float(_x_eff(ev, x))
-    j = int(ev.env.argmax(x_eff))
-    binding, _ = sc.critical(n, ev.lines, j, x_eff, bw=bw)
-    eff = ev.raw_bits / ev.bits if ev.bits > 0 else math.inf
+def _searched_setting(sc, comp, n, x, target, views, at, lo, hi):
+    """:func:`_knob_search` between the knob bounds ``lo`` (reaches ``target`` [-]) and
+    ``hi`` (does not), as ``at`` gives its result."""
+    p = sc.profile
+    # the envelope's lines at the plan's line rate (without an interval: with one,
+    # the target must hold on every view, and the secant alone is used)
+    level = p.iteration_time / target - sc.forward(n) - p.update_time
+
+    def lines(v):
+        ev = at(math.exp(v) if not comp.knob_integer else v)[1]
+        return ev.lines.intercept + ev.lines.slope * float(_x_eff(ev, x))
+
+    kw = {} if views else {"lines": lines, "level": level}
+    if comp.knob_integer:
+        return at(_knob_search(lambda v: at(v)[2], int(lo), int(hi), at(lo)[2],
+                               at(hi)[2], target, integer=True, **kw))
+    a = _knob_search(lambda v: at(math.exp(v))[2], math.log(lo), math.log(hi),
+                     at(lo)[2], at(hi)[2], target, integer=False, **kw)
+    return at(math.exp(a))
+
+
+def _row_note(ev, n, target, sfs, sf_none, spds, feasible, recommended, binding, eff,
+              views):
+    """The row's note for people: why it fails or what to watch. ``sfs``: the low, best
+    and high scaling factor, ``spds`` the low and high speedup, ``eff`` the effective
+    ratio [-]."""
+    sf_lo, sf, sf_hi = sfs
+    spd_lo, spd_hi = spds
     growth = (f"all-gather traffic grows with n: it sends less than the uncompressed "
               f"all-reduce only for n < {2 * ev.per_worker_ratio:.3g}")
     codec_ms = (ev.encode + ev.decode) * 1e3
     if feasible and not recommended:
-        note = (f"reaches {target:g} but scales worse than no compression "
+        return (f"reaches {target:g} but scales worse than no compression "
                 f"({sf:.3f} vs {sf_none:.3f})" if sf < sf_none else
                 f"reaches {target:g} but scales no better than no compression ({sf:.3f})"
                 if not views or sf <= sf_none * (1.0 + _BEAT_MARGIN) else
                 f"reaches {target:g} but not better than no compression over the whole "
                 f"interval (speedup {spd_lo:.3f} to {spd_hi:.3f})")
-    elif views and sf >= target and not feasible:
-        note = (f"reaches {target:g} at the fit's best values ({sf:.3f}) but not over its "
+    if views and sf >= target and not feasible:
+        return (f"reaches {target:g} at the fit's best values ({sf:.3f}) but not over its "
                 f"interval ({sf_lo:.3f} to {sf_hi:.3f})")
-    elif feasible:
-        note = growth if ev.collective == "allgather" and n > 1 else ""
-    elif ev.collective == "allgather" and n > 1 and eff <= 1:
-        note = growth
-    elif binding == "overhead" and codec_ms > 0:
-        note = f"encode/decode ({codec_ms:.3g} ms per iteration) eats the gain"
-    elif binding == "bandwidth":
-        note = f"{ev.per_worker_ratio:.3g}x is not enough"
-    else:
-        note = f"{binding} binds"
-    return PlanRow(
-        compressor=comp.name, setting_name=comp.knob,
-        setting=None if comp.knob is None else config.setting, feasible=feasible,
-        beats_uncompressed=beats, recommended=recommended, ratio=ev.per_worker_ratio,
-        effective_ratio=eff, scaling_factor=sf, binding=binding, encode_time=ev.encode,
-        decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
-        note=note, config=config, fusion=fusion, sharding=strategy, speedup=sf / sf_none,
-        interval=(sf_lo, sf_hi) if views else None,
-        speedup_interval=(spd_lo, spd_hi) if views else None, **_mp_sizes(sc))
+    if feasible:
+        return growth if ev.collective == "allgather" and n > 1 else ""
+    if ev.collective == "allgather" and n > 1 and eff <= 1:
+        return growth
+    if binding == "overhead" and codec_ms > 0:
+        return f"encode/decode ({codec_ms:.3g} ms per iteration) eats the gain"
+    if binding == "bandwidth":
+        return f"{ev.per_worker_ratio:.3g}x is not enough"
+    return f"{binding} binds"
 
 
 def _mp_sizes(sc):
