@@ -79,7 +79,7 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   Megatron's conditions are checked: :math:`p \ge 2`, :math:`m` a multiple of :math:`p`
   (``forward_backward_pipelining_with_interleaving``) and :math:`L` a multiple of
   :math:`p v`. The activation memory of the extra in-flight chunks is not modelled
-  (:func:`~scalemodel.memory.memory` takes no ``virtual_stages``). The closed form is
+  (:func:`~scalemodel.memory` takes no ``virtual_stages``). The closed form is
   checked against a discrete-event simulation of Megatron's per-stage order of
   micro-batches and chunks (``tests/des_interleaved.py``);
 * **gradients**: each GPU holds :math:`1/(t p)` of the parameters and gradients; its
