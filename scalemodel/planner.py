@@ -1084,6 +1084,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     impl, explicit = _implementation(implementation)
     comps = _compressor_list(compressors, impl, explicit)
+    options = dict(algorithm=algorithm, fusion=fusion, alpha=alpha,
+                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
+                   ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding)
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
                 microbatches=microbatches)
@@ -1102,24 +1105,57 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                             intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
                             cluster=cluster, sharding=sc.sharding or "none", tp=tp, pp=pp,
                             microbatches=microbatches)
-    views = _views(sc, model, bw, u, n, gpu, impl, dict(
-        algorithm=algorithm, fusion=fusion, alpha=alpha, gpus_per_node=gpus_per_node,
-        intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
-        nics_per_node=nics_per_node, sharding=sharding))
+    views = _views(sc, model, bw, u, n, gpu, impl, options)
     rows = [attrs.evolve(_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw,
                               views=views), implementation=impl.name)
             for c, fixed in comps]
     needed = min([sf_none] + [v[3] for v in views]) >= target
-    # recommended first ("none" first of all when it is the answer), fastest first (the
-    # gentlest among equals), then the others by scaling factor
-    rows.sort(key=lambda r: (not r.recommended, not (needed and r.compressor == "none"),
-                             -r.speedup if r.recommended else 0.0,
-                             r.ratio if r.recommended else 0.0, -r.scaling_factor))
+    _rank_rows(rows, needed)
     best = None if needed else next(
         (r for r in rows if r.recommended and r.compressor != "none"), None)
     where = f"{p.name} on {n} workers at {format_bandwidth(bw)}"
     if explicit:
         where += f" with {impl.name}'s compressors"
+    msg = _plan_message(rows, best, needed, where, sf_none, target, ideal,
+                        sc.sharding is not None)
+    outside = _outside_calibration(sc.cluster, bw)
+    msg = _message_caveats(msg, rows, needed, _strategy(sc), views, outside)
+    per, fits, gpu_name, note = memory_check(sc, n, gpu)
+    best_interval, said = _best_interval(model, best, sc, n, bw, dict(
+        utilization=u, **options, implementation=implementation, gpu=gpu))
+    plan = CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
+                           best_interval=best_interval,
+                           message=msg + said + note, uncompressed_scaling_factor=sf_none,
+                           ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
+                           utilization=u, algorithm=sc.algorithm,
+                           codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps], gpu,
+                                                  impl.name),
+                           sharding=_strategy(sc), memory_per_gpu=per, fits=fits,
+                           gpu=gpu_name, implementation=impl.name,
+                           outside_calibration=bool(outside),
+                           settings=sc.settings())
+    return _for_the_job(plan, sc, n_job, bw_job)  # said in the job's GPUs and line rate
+
+
+def _strategy(sc):
+    """The scenario's sharding strategy, ``"none"`` without sharding [-]."""
+    return "none" if sc.sharding is None else sc.sharding.strategy
+
+
+def _rank_rows(rows, needed):
+    """Sort ``rows`` in place: recommended first (``"none"`` first of all when no
+    compression is ``needed``), fastest first (the gentlest among equals), then the others
+    by scaling factor."""
+    rows.sort(key=lambda r: (not r.recommended, not (needed and r.compressor == "none"),
+                             -r.speedup if r.recommended else 0.0,
+                             r.ratio if r.recommended else 0.0, -r.scaling_factor))
+
+
+def _plan_message(rows, best, needed, where, sf_none, target, ideal, sharded):
+    """The plan's answer in a sentence or two: no compression needed, the ``best`` row, or
+    why no compressor reaches ``target`` [-] (``where``: the question in words;
+    ``sf_none``: the uncompressed scaling factor [-]; ``ideal``: the
+    :func:`~scalemodel.min_compression` answer; ``sharded``: whether the plan shards)."""
     if needed:
         msg = (f"no compression needed: {where} already scales {sf_none:.3f} >= {target:g}")
         worse = [r for r in rows if r.feasible and not r.recommended]
@@ -1130,7 +1166,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                     "recommended")
     elif best is not None:
         others = [r.compressor for r in rows if r.recommended and r is not best]
-        ideal_text = _ideal_text(ideal, sc.sharding is not None)
+        ideal_text = _ideal_text(ideal, sharded)
         msg = (f"{where} scales {sf_none:.3f} uncompressed; best: {best.compressor} "
                f"{best.setting_text() if best.setting_name else ''}".rstrip()
                + f" ({best.ratio:.3g}x, codec "
@@ -1152,9 +1188,15 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                         if r.compressor != "none" and r.note
                         and not r.note.startswith("does not compose with"))
         msg = (f"no compressor reaches {target:g}: {where} scales {sf_none:.3f} "
-               f"uncompressed and {_ideal_text(ideal, sc.sharding is not None)}, but "
+               f"uncompressed and {_ideal_text(ideal, sharded)}, but "
                + (why or "none is strong or cheap enough"))
-    strategy = "none" if sc.sharding is None else sc.sharding.strategy
+    return msg
+
+
+def _message_caveats(msg, rows, needed, strategy, views, outside):
+    """``msg`` with what qualifies it: that no compressor beats no compression (over the
+    fit's interval with ``views``), which compressors do not compose with the sharding
+    ``strategy``, and the ``outside`` calibration note (or ``""``) [-]."""
     shut = [r.compressor for r in rows if r.note.startswith("does not compose with")]
     tried = [r for r in rows if r.compressor != "none" and r.compressor not in shut]
     if not needed and tried and not any(r.beats_uncompressed for r in tried):
@@ -1163,37 +1205,29 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     if shut:
         msg += (f"; under sharding={strategy!r} only low-precision reduce-scatters compose: "
                 f"{', '.join(shut)} do not (FSDP's hooks only change the reduce dtype)")
-    outside = _outside_calibration(sc.cluster, bw)
     if outside:
         msg += "; " + outside
-    per, fits, gpu_name, note = memory_check(sc, n, gpu)
-    best_interval = None
-    if best is not None and sc.cluster is not None and (sc.cluster.intervals
-                                                        or sc.cluster.alternatives):
-        from .intervals import answer_interval  # over the corners of every alternative
+    return msg
 
-        kw = dict(utilization=u, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                  gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
-                  ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
-                  implementation=implementation, gpu=gpu)
-        iv = answer_interval(lambda c: compressed_scaling_factor(
-            model, best.config, n, bw, cluster=c, **kw), sc.cluster, best.scaling_factor)
-        best_interval = (float(iv.low), float(iv.high))
-        msg += (f"; over the fit's intervals {best.compressor} reaches "
-                f"{best_interval[0]:.3f} to {best_interval[1]:.3f}")
-        if iv.from_alternatives:
-            msg += "; " + iv.describe(lambda v: f"{v:.3f}").split("; ", 1)[1]
-    plan = CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
-                           best_interval=best_interval,
-                           message=msg + note, uncompressed_scaling_factor=sf_none,
-                           ideal_ratio=ideal.ratio, model=p.name, n=n, bw=bw, target=target,
-                           utilization=u, algorithm=sc.algorithm,
-                           codec_note=_codec_note(p, sc.cluster, [c for c, _ in comps], gpu,
-                                                  impl.name),
-                           sharding=strategy, memory_per_gpu=per, fits=fits, gpu=gpu_name,
-                           implementation=impl.name, outside_calibration=bool(outside),
-                           settings=sc.settings())
-    return _for_the_job(plan, sc, n_job, bw_job)  # said in the job's GPUs and line rate
+
+def _best_interval(model, best, sc, n, bw, kw):
+    """``((lo, hi), text)``: the ``best`` row's scaling factor over a fitted cluster's
+    intervals and alternatives [-] (:func:`~scalemodel.intervals.answer_interval`;
+    ``kw``: the options of :func:`compressed_scaling_factor`) and what the message says
+    of it; ``(None, "")`` without a best row or intervals."""
+    if best is None or sc.cluster is None or not (sc.cluster.intervals
+                                                  or sc.cluster.alternatives):
+        return None, ""
+    from .intervals import answer_interval  # over the corners of every alternative
+
+    iv = answer_interval(lambda c: compressed_scaling_factor(
+        model, best.config, n, bw, cluster=c, **kw), sc.cluster, best.scaling_factor)
+    best_interval = (float(iv.low), float(iv.high))
+    text = (f"; over the fit's intervals {best.compressor} reaches "
+            f"{best_interval[0]:.3f} to {best_interval[1]:.3f}")
+    if iv.from_alternatives:
+        text += "; " + iv.describe(lambda v: f"{v:.3f}").split("; ", 1)[1]
+    return best_interval, text
 
 
 # --------------------------------------------------------------------------- curves
