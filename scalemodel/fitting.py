@@ -905,6 +905,10 @@ def _fitted_cluster(problem, best, params, alternatives, fit_settings):
     })
     if len(runs) > 1000:
         provenance["runs_omitted"] = len(runs) - 1000
+    provenance.pop("prior_intervals", None)  # a starting cluster's: not this fit's
+    unseen = [k for k, p in params.items() if p.status == "prior" and k in intervals]
+    if unseen:  # intervals from the network prior, not seen by the runs (UNSEEN)
+        provenance["prior_intervals"] = unseen
     extra = {}
     if "alternatives" in problem._fields and len(alternatives) > 1:
         extra["alternatives"] = alternatives

@@ -21,7 +21,10 @@ reaches the target at the pessimistic end) is ``None``: unbounded, printed as su
 :func:`answer_interval` computes it for any answer; the solvers and
 :func:`~scalemodel.iteration_time` report it (``.interval``, ``.scaling_factor_interval``),
 and say when the width comes from explanations the runs cannot tell apart, and which run
-would.
+would. A third doubt: an achieved bandwidth the runs did not see at all takes its
+network prior's range as its interval (status ``"prior"``,
+:data:`~scalemodel.fitting.UNSEEN`, listed in ``cluster.provenance["prior_intervals"]``);
+the corners span it and :meth:`AnswerInterval.describe` says so.
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ class AnswerInterval:
     discriminating_run : str
         A run that would tell the widest-apart explanations apart; empty when the
         alternatives do not widen the interval.
+    unseen : tuple of str
+        Parameters whose interval on the cluster is its network prior's range, not seen
+        by the calibration runs (``cluster.provenance["prior_intervals"]``,
+        :data:`~scalemodel.fitting.UNSEEN`); the interval spans them [-].
     """
 
     value: float
@@ -71,6 +78,7 @@ class AnswerInterval:
     from_alternatives: bool = False
     per_alternative: tuple = ()
     discriminating_run: str = ""
+    unseen: tuple = ()
 
     @property
     def pair(self):
@@ -111,6 +119,10 @@ class AnswerInterval:
                      + "; ".join(parts[:-1]) + " and " + parts[-1])
             if self.discriminating_run:
                 text += f"; to tell them apart, measure {self.discriminating_run}"
+        if self.unseen and self.low != self.high:
+            text += (f"; it spans the network prior's range of {', '.join(self.unseen)}, "
+                     "which the calibration runs did not see (a run where the network "
+                     "decides the time, at a lower line rate, would narrow it)")
         return text
 
 
@@ -182,7 +194,10 @@ def answer_interval(fn, cluster, value=None) -> AnswerInterval:
         run = discriminating_run(rows[0][0], far[0], cluster)
     per = tuple((alt, None if p is None else _end(p), _end(a), _end(b))
                 for alt, p, a, b in rows) if alts else ()
-    return AnswerInterval(value, _end(low), _end(high), wide, per, run)
+    prov = cluster.provenance if isinstance(cluster.provenance, dict) else {}
+    unseen = tuple(str(k) for k in prov.get("prior_intervals") or ()
+                   if k in cluster.intervals)
+    return AnswerInterval(value, _end(low), _end(high), wide, per, run, unseen)
 
 
 def _gap(a, b):

@@ -75,6 +75,18 @@ def test_prior_status_in_json(tmp_path):
     fit.save(path)
     back = sm.load_cluster(path)
     assert back.intervals["utilization"] == pytest.approx(fit.cluster.intervals["utilization"])
+    assert back.provenance["prior_intervals"] == ["utilization"]
+
+
+def test_answer_says_what_the_runs_did_not_see():
+    from scalemodel.intervals import scaling_factor_interval
+    fit = _fit(_runs(100e9), "nccl-socket")
+    iv = scaling_factor_interval("resnet50", 16, 1e9, cluster=fit.cluster, **KW)
+    assert iv.unseen == ("utilization",)
+    assert "network prior's range of utilization" in iv.describe(lambda v: f"{v:.3f}")
+    plain = _fit(_runs(100e9), None)
+    iv = scaling_factor_interval("resnet50", 16, 1e9, cluster=plain.cluster, **KW)
+    assert iv.unseen == () and "network prior" not in iv.describe(lambda v: f"{v:.3f}")
 
 
 def test_rule_threshold_is_the_runs_noise():
