@@ -59,6 +59,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attrs
 import numpy as np
 
 import scalemodel as sm
@@ -790,10 +791,19 @@ def predict(row, source, feats, cluster):
 def _interval_clusters(cluster):
     """The fitted cluster, its corners, and every alternative explanation's corners
     (when the library keeps alternatives on the cluster)."""
-    out = [cluster, *cluster.corners()]
+    def corners(c):
+        # the scaling factor's corners put the high efficiency with the slow network;
+        # in time these move against each other: add the two with the efficiency swapped
+        worst, best = c.corners()
+        out = [worst, best]
+        if "efficiency" in worst.extra and "efficiency" in best.extra:
+            out += [attrs.evolve(worst, extra=best.extra), attrs.evolve(best, extra=worst.extra)]
+        return out
+
+    out = [cluster, *corners(cluster)]
     for i in range(len(getattr(cluster, "alternatives", ()) or ())):
         alt = cluster.with_alternative(i)
-        out += [alt, *alt.corners()]
+        out += [alt, *corners(alt)]
     return out
 
 
