@@ -241,25 +241,11 @@ def _raw_cost(sc, n):
 
 
 def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated:
+    """:func:`_evaluate` without its cache: eq. :eq:`compressed-bucket` per bucket (under
+    sharding :func:`_evaluate_sharded`), the codec on the channel or on the compute
+    stream (eq. :eq:`compute-stream`), handed to the scenario's lines."""
     if sc.sharding is not None:
-        _check_composes(sc, comp)
-        if comp.per_tensor:
-            raise InvalidParameterError(
-                "compressor", comp, f"sends per tensor (per_tensor=True), but under "
-                f"sharding={sc.sharding.strategy!r} the gradients travel in the sharding's "
-                "reduce-scatters", "Use per_tensor=False, or sharding='none'")
-        if comp.after_backward:
-            raise InvalidParameterError(
-                "compressor", comp, f"sends one flat buffer after backward "
-                f"(after_backward=True), but under sharding={sc.sharding.strategy!r} the "
-                "gradients travel in the sharding's reduce-scatters",
-                "Use after_backward=False, or sharding='none'")
-        if comp.codec_stream != "channel":
-            raise InvalidParameterError(
-                "compressor", comp, f"runs its codec on the compute stream "
-                f"(codec_stream={comp.codec_stream!r}), which is modelled without sharding "
-                f"only (sharding={sc.sharding.strategy!r})",
-                "Use codec_stream='channel', or sharding='none'")
+        _check_shardable(sc, comp)
         return _evaluate_sharded(sc, comp, n, codec)
     p = sc.profile
     b = sc.buckets
@@ -272,6 +258,54 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
     else:
         tc = comp._costs(numel, p.tensor_shapes, n, codec[comp.family], e)
         starts = _members_starts(b)
+    lat, ovh, bits, intra, intra_bw, ncoll, main = _phase_costs(sc, comp, n, tc, starts)
+    raw = _raw_cost(sc, n)
+    base = CollectiveCost(latency=lat, overhead=ovh.copy(), bits=bits, intra_bits=intra,
+                          intra_bw=raw.intra_bw if intra_bw is None else intra_bw)
+    encode = decode = extra = 0.0
+    delay = None
+    if n > 1:
+        encode, decode, extra, delay, ovh = _codec_terms(comp, codec, tc, starts, ovh)
+    # the core model's lines (cluster terms: slowdown, fixed costs, intra-node floor)
+    lines, env, xmap = sc.make_lines(n, ready, base, overhead=ovh, delay=delay,
+                                     backward_extra=extra)
+    return _Evaluated(lines=lines, env=env,
+                      bits=float(bits.sum()), raw_bits=float(raw.bits.sum()), encode=encode,
+                      decode=decode, n_collectives=ncoll, collective=main,
+                      per_worker_ratio=float(p.total_bytes / tc.wire_bytes.sum()), n=n,
+                      xmap=(float(xmap[0]), float(xmap[1])))
+
+
+def _check_shardable(sc, comp):
+    """Raise :class:`InvalidParameterError` unless ``comp`` can compress the
+    reduce-scatters of the scenario's sharding: it must compose with them, send per
+    bucket, during backward, with its codec on the channel."""
+    _check_composes(sc, comp)
+    if comp.per_tensor:
+        raise InvalidParameterError(
+            "compressor", comp, f"sends per tensor (per_tensor=True), but under "
+            f"sharding={sc.sharding.strategy!r} the gradients travel in the sharding's "
+            "reduce-scatters", "Use per_tensor=False, or sharding='none'")
+    if comp.after_backward:
+        raise InvalidParameterError(
+            "compressor", comp, f"sends one flat buffer after backward "
+            f"(after_backward=True), but under sharding={sc.sharding.strategy!r} the "
+            "gradients travel in the sharding's reduce-scatters",
+            "Use after_backward=False, or sharding='none'")
+    if comp.codec_stream != "channel":
+        raise InvalidParameterError(
+            "compressor", comp, f"runs its codec on the compute stream "
+            f"(codec_stream={comp.codec_stream!r}), which is modelled without sharding "
+            f"only (sharding={sc.sharding.strategy!r})",
+            "Use codec_stream='channel', or sharding='none'")
+
+
+def _phase_costs(sc, comp, n, tc, starts):
+    """The collectives of every phase of ``tc`` (the compressor's costs per tensor),
+    summed per bucket (``starts``: each bucket's first tensor): ``(latency [s],
+    overhead [s], bits [bit], intra-node bits [bit], intra-node rate [bits/s] or None,
+    collectives that send [-], the algorithm carrying most bytes)``."""
+    p = sc.profile
     k = len(starts)
     lat, ovh, bits, intra = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
     intra_bw = None
@@ -301,39 +335,32 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
         ncoll += int(used.sum())
         if nbytes.sum() > biggest:
             biggest, main = float(nbytes.sum()), alg
-    raw = _raw_cost(sc, n)
-    base = CollectiveCost(latency=lat, overhead=ovh.copy(), bits=bits, intra_bits=intra,
-                          intra_bw=raw.intra_bw if intra_bw is None else intra_bw)
-    encode = decode = extra = 0.0
-    delay = None
-    if n > 1:
-        c = codec[comp.family]
-        enc = np.add.reduceat(tc.encode_time, starts)
-        dec = np.add.reduceat(tc.decode_time, starts)
-        calls = np.add.reduceat(tc.calls, starts)
-        compressed = (tc.encode_time + tc.decode_time > 0) | (tc.calls > 0)
-        if per_tensor:  # the per-bucket kernels run for every compressed tensor
-            calls = calls + comp.calls_per_bucket * np.add.reduceat(compressed, starts)
-        else:
-            calls = calls + np.where(np.add.reduceat(compressed, starts) > 0,
-                                     comp.calls_per_bucket, 0)
-        launch = c.launch * calls
-        encode = float(enc.sum() + launch.sum() / 2)
-        decode = float(dec.sum() + launch.sum() / 2)
-        if comp.codec_stream == "compute":  # eq. (compute-stream)
-            delay = np.cumsum(enc + launch / 2)
-            ovh = ovh + dec + launch / 2
-            extra = encode + decode
-        else:
-            ovh = ovh + enc + dec + launch
-    # the core model's lines (cluster terms: slowdown, fixed costs, intra-node floor)
-    lines, env, xmap = sc.make_lines(n, ready, base, overhead=ovh, delay=delay,
-                                     backward_extra=extra)
-    return _Evaluated(lines=lines, env=env,
-                      bits=float(bits.sum()), raw_bits=float(raw.bits.sum()), encode=encode,
-                      decode=decode, n_collectives=ncoll, collective=main,
-                      per_worker_ratio=float(p.total_bytes / tc.wire_bytes.sum()), n=n,
-                      xmap=(float(xmap[0]), float(xmap[1])))
+    return lat, ovh, bits, intra, intra_bw, ncoll, main
+
+
+def _codec_terms(comp, codec, tc, starts, ovh):
+    """The codec's time per bucket with its kernel launches: ``(encode [s], decode [s]
+    per iteration, backward_extra [s], delay [s] per bucket or None, overhead [s] per
+    bucket)``: on the channel it adds to the collectives' overhead ``ovh``; on the
+    compute stream (eq. :eq:`compute-stream`) the encodes delay the buckets and the
+    backward pass, the decodes follow the collectives."""
+    c = codec[comp.family]
+    enc = np.add.reduceat(tc.encode_time, starts)
+    dec = np.add.reduceat(tc.decode_time, starts)
+    calls = np.add.reduceat(tc.calls, starts)
+    compressed = (tc.encode_time + tc.decode_time > 0) | (tc.calls > 0)
+    if comp.per_tensor:  # the per-bucket kernels run for every compressed tensor
+        calls = calls + comp.calls_per_bucket * np.add.reduceat(compressed, starts)
+    else:
+        calls = calls + np.where(np.add.reduceat(compressed, starts) > 0,
+                                 comp.calls_per_bucket, 0)
+    launch = c.launch * calls
+    encode = float(enc.sum() + launch.sum() / 2)
+    decode = float(dec.sum() + launch.sum() / 2)
+    if comp.codec_stream == "compute":  # eq. (compute-stream)
+        delay = np.cumsum(enc + launch / 2)
+        return encode, decode, encode + decode, delay, ovh + dec + launch / 2
+    return encode, decode, 0.0, None, ovh + enc + dec + launch
 
 
 def _x_eff(ev, x):
