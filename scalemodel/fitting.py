@@ -308,7 +308,10 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     fit : sequence of str, optional
         Fit exactly these parameters instead of choosing [-].
     hold : sequence of str, optional
-        Never fit these (they stay at their default or given value) [-].
+        Never fit these (they stay at their default or given value). With ``network=``, a
+        utilization or ceiling held at its default that the runs do not see still takes the
+        network prior's range as its interval (status ``"prior"``); one given by a starting
+        ``cluster=`` or transport data keeps its value as a point [-].
     confidence : float
         Confidence level of the intervals, in (0, 1) [-].
     max_free : int, optional
