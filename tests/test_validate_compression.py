@@ -130,3 +130,25 @@ def test_held_out_source_scores_speedups_read_from_its_file(vc, tmp_path):
             assert r["calibrated"] > 0 and r["uncalibrated"] > 0
     assert rec["summary"]["calibrated"]["rows"] == 8
     assert vc.held_out(tmp_path / "absent.csv") is None
+
+
+def test_held_out_intra_link_matches_the_textbook_ring_all_reduce(vc):
+    """The intra-node rate solved from the stated 4-GPU all-reduce time agrees with the
+    textbook ring, 2 (n - 1) / n * bytes * 8 / t, within 2 % (an independent check of
+    held_out_intra_bw), and only the link with stated transport data gets it."""
+    import attrs
+    import scalemodel as sm
+    base = sm.load_profile("bert-large")
+    prof = attrs.evolve(base, precision="fp16", tensor_bytes=base.tensor_bytes / 2) \
+        .scaled_to(0.18)
+    intra = vc.HELD_OUT_INTRA["40 GbE"]
+    n, t = intra["gpus"], intra["allreduce_s"]
+    bw = vc.held_out_intra_bw(prof, t, n, fusion="bsp", gpus_per_node=4,
+                              implementation="deepspeed")
+    textbook = 2 * (n - 1) / n * float(prof.tensor_bytes.sum()) * 8 / t
+    assert bw == pytest.approx(textbook, rel=0.02)
+    if vc.HELD_OUT.exists():
+        rec = vc.held_out()
+        assert rec["links"]["40 GbE"]["intra_node"]["intra_bw"] == pytest.approx(bw, rel=1e-6)
+        assert rec["links"]["40 Gbit/s IB"]["intra_node"] is None
+        assert [r["n"] for r in rec["links"]["40 GbE"]["rows_default_intra"]] == [2, 4, 8, 16]
