@@ -78,9 +78,10 @@ in :data:`~scalemodel.fit_priors.NETWORKS`): a compute or framework explanation 
 the runs as well ranks first, the slow network stays an alternative. Intervals come from the Jacobian at the optimum
 (Laplace approximation, scaled up by :math:`\chi^2/\text{dof}` when the runs scatter more
 than their uncertainties say), transformed back through :math:`g`; an end the runs do
-not constrain is ``None``. Every subset within :data:`ALTERNATIVE_SCORE` of the best is
-kept as an alternative explanation on the fitted cluster, whose answers then range over
-all of them.
+not constrain is ``None``. Every subset within :data:`ALTERNATIVE_SCORE` of the best, or
+whose misfit is within the runs' noise (:math:`\chi^2` at most the number of runs), is kept
+as an alternative explanation on the fitted cluster (at most :data:`MAX_ALTERNATIVES`,
+best first), whose answers then range over all of them.
 """
 
 from __future__ import annotations
@@ -217,7 +218,9 @@ class ClusterFit:
         Every explanation (choice of free parameters) that fits the runs within their
         noise, best first (the first is the chosen one): ``{"free", "values",
         "intervals", "score", "chi2"}``, ``score`` the Akaike-penalised misfit minus the
-        best one's (within :data:`~scalemodel.fitting.ALTERNATIVE_SCORE`), unbounded
+        best one's (within :data:`~scalemodel.fitting.ALTERNATIVE_SCORE`, or any score when
+        the misfit is within the runs' noise; at most
+        :data:`~scalemodel.fitting.MAX_ALTERNATIVES`), unbounded
         interval ends None. The cluster carries them
         (:attr:`~scalemodel.ClusterProfile.alternatives`) and its predictions range over
         them; the message says which run would tell them apart.
