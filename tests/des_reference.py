@@ -336,6 +336,21 @@ def _fuse_indices(kind, sizes, ready, params):
     return groups
 
 
+def _bucket_phases_seconds(group, phase_bytes, phase_algorithms, algorithm, n, bw_eff,
+                           alpha, red):
+    """Seconds [s] the channel spends on one bucket (the tensors ``group``): its phases
+    one after the other, each a collective over the bucket's bytes of that phase ("allreduce"
+    means ``algorithm``); a phase with no bytes costs nothing."""
+    dur = 0.0
+    for p, alg in enumerate(phase_algorithms):
+        nbytes = sum(phase_bytes[i][p] for i in group)
+        if nbytes > 0:
+            dur += collective_seconds(algorithm if alg == "allreduce" else alg, nbytes, n,
+                                      bw_eff, alpha, lambda b: float(red(b)),
+                                      red_floor=_floor(red), red_per_byte=_per_byte(red))
+    return dur
+
+
 def simulate_compressed_iteration(profile, n, bw, *, phase_bytes, phase_algorithms,
                                   tensor_codec, bucket_codec=0.0, utilization=1.0,
                                   algorithm="ring", fusion="ddp", alpha=0.0,
@@ -368,14 +383,8 @@ def simulate_compressed_iteration(profile, n, bw, *, phase_bytes, phase_algorith
     t_free, last_end = 0.0, -math.inf
     for group in groups:  # FIFO: a bucket starts when ready and the channel is free
         start = max(t_free, max(ready[i] for i in group))
-        dur = 0.0
-        for p, alg in enumerate(phase_algorithms):
-            nbytes = sum(phase_bytes[i][p] for i in group)
-            if nbytes > 0:
-                dur += collective_seconds(algorithm if alg == "allreduce" else alg, nbytes,
-                                          n, bw_eff, alpha, lambda b: float(red(b)),
-                                          red_floor=_floor(red),
-                                          red_per_byte=_per_byte(red))
+        dur = _bucket_phases_seconds(group, phase_bytes, phase_algorithms, algorithm, n,
+                                     bw_eff, alpha, red)
         codec = sum(tensor_codec[i] for i in group)
         if n > 1 and codec > 0:
             dur += codec + bucket_codec
@@ -409,14 +418,8 @@ def _simulate_compute_stream(profile, n, bw, phase_bytes, phase_algorithms, tens
         stream_work += enc + dec
         encoded = max(ready[i] for i in group) + stream_delay
         start = max(t_free, encoded)
-        dur = 0.0
-        for p, alg in enumerate(phase_algorithms):
-            nbytes = sum(phase_bytes[i][p] for i in group)
-            if nbytes > 0:
-                dur += collective_seconds(algorithm if alg == "allreduce" else alg, nbytes,
-                                          n, bw_eff, alpha, lambda b: float(red(b)),
-                                          red_floor=_floor(red),
-                                          red_per_byte=_per_byte(red))
+        dur = _bucket_phases_seconds(group, phase_bytes, phase_algorithms, algorithm, n,
+                                     bw_eff, alpha, red)
         t_free = start + dur + dec
         last_end = t_free
     end = max(profile.backward_time + stream_work, last_end if n > 1 else -math.inf)

@@ -453,6 +453,43 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     return t
 
 
+DTYPE_BYTES = {"fp32": 4, "bf16": 2}  # bytes per element of the dtypes the tests draw
+TOPOLOGY_KEYS = ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha")
+
+
+def config_topology(cfg):
+    """The topology keywords a drawn configuration holds (none of them: a flat cluster)."""
+    return {k: cfg[k] for k in TOPOLOGY_KEYS if k in cfg}
+
+
+def simulate_config(profile, cfg, **extra):
+    """Iteration time [s] of a configuration drawn by the property tests, by
+    :func:`simulate_sharded` (test_shard_group's ``group_configurations`` and those built
+    on it).
+
+    ``cfg`` holds strategy, fusion ("ddp" or "horovod": zero1/2's bucket fusion with no
+    wrap; otherwise the wrap: "none", "block", "module" or an object with ``min_params``),
+    n, bw, param_dtype, reduce_dtype (None or a key of DTYPE_BYTES), utilization,
+    compression, codec_cost, alpha, slowdown, collective_overhead, sync_overhead, and
+    optionally algorithm (default "ring"), shard_group and the TOPOLOGY_KEYS. ``extra``
+    goes to simulate_sharded as it is (``param_return=`` and its settings).
+    """
+    fusion = cfg["fusion"]
+    wrap = getattr(fusion, "min_params", fusion)
+    des_fusion = fusion if fusion in ("ddp", "horovod") else None
+    if des_fusion:
+        wrap = "none"
+    return simulate_sharded(
+        profile, cfg["n"], cfg["bw"], strategy=cfg["strategy"], wrap=wrap, fusion=des_fusion,
+        param_bytes=DTYPE_BYTES.get(cfg["param_dtype"]),
+        reduce_bytes=DTYPE_BYTES.get(cfg["reduce_dtype"]), utilization=cfg["utilization"],
+        compression=cfg["compression"], algorithm=cfg.get("algorithm", "ring"),
+        alpha=cfg["alpha"], codec_cost=cfg["codec_cost"], slowdown=cfg["slowdown"],
+        collective_overhead=cfg["collective_overhead"], sync_overhead=cfg["sync_overhead"],
+        element_bytes=DTYPE_BYTES[profile.precision], grad_accum=profile.grad_accum,
+        shard_group=cfg.get("shard_group"), **config_topology(cfg), **extra)
+
+
 def wire_bytes_per_gpu(strategy, unit_params, n, param_bytes, reduce_bytes):
     """Bytes each GPU sends per iteration over a flat ring (no topology): a reduce-scatter
     or all-gather of S bytes sends (n-1)/n S; zero3 all-gathers every unit twice except
@@ -464,4 +501,5 @@ def wire_bytes_per_gpu(strategy, unit_params, n, param_bytes, reduce_bytes):
     return f * (p * reduce_bytes + p * param_bytes + (p - unit_params[0]) * param_bytes)
 
 
-__all__ = ["simulate_sharded", "group_units", "size_units", "wire_bytes_per_gpu", "math"]
+__all__ = ["simulate_sharded", "simulate_config", "config_topology", "group_units",
+           "size_units", "wire_bytes_per_gpu", "math"]

@@ -8,22 +8,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import scalemodel as sm
-from des_sharding import _chain_broadcast, simulate_sharded
+from des_sharding import _chain_broadcast, config_topology, simulate_config
 from scalemodel.exceptions import (InvalidParameterError, ParameterTypeError,
                                    UnknownNameError)
-from scalemodel.sharding import (NCCL_SIMPLE_STEP_BYTES, Sharding, SizeWrap,
-                                 broadcast_owners, nccl_ring_channels)
-from test_shard_group import _topo, group_configurations
-from test_sharding import ELEM, profiles
-
-
-def _cluster(cfg):
-    if cfg["slowdown"] > 1 or cfg["collective_overhead"] or cfg["sync_overhead"]:
-        return sm.ClusterProfile(compute_slowdown=cfg["slowdown"],
-                                 collective_overhead=cfg["collective_overhead"],
-                                 sync_overhead=cfg["sync_overhead"],
-                                 provenance={"source": "test"})
-    return None
+from scalemodel.sharding import (NCCL_SIMPLE_STEP_BYTES, Sharding, broadcast_owners,
+                                 nccl_ring_channels)
+from test_shard_group import cluster_of, group_configurations
+from test_sharding import profiles
 
 
 @st.composite
@@ -53,8 +44,8 @@ def predict(profile, cfg):
                   reduce_dtype=cfg["reduce_dtype"], param_return="broadcast",
                   broadcasts=cfg["broadcasts"], broadcast_chunk=cfg["broadcast_chunk"])
     kw = dict(utilization=cfg["utilization"], fusion=cfg["fusion"], alpha=cfg["alpha"],
-              cluster=_cluster(cfg), sharding=sh, shard_group=cfg["shard_group"],
-              **_topo(cfg))
+              cluster=cluster_of(cfg), sharding=sh, shard_group=cfg["shard_group"],
+              **config_topology(cfg))
     it = sm.iteration_time(profile, cfg["n"], cfg["bw"], **kw)
     sf = sm.scaling_factor(profile, cfg["n"], cfg["bw"], **kw)
     assert sf == pytest.approx(profile.iteration_time / it.total, rel=1e-12)
@@ -62,20 +53,9 @@ def predict(profile, cfg):
 
 
 def simulate(profile, cfg):
-    fusion = cfg["fusion"]
-    wrap = fusion.min_params if isinstance(fusion, SizeWrap) else fusion
-    des_fusion = fusion if fusion in ("ddp", "horovod") else None
-    if des_fusion:
-        wrap = "none"
-    return simulate_sharded(
-        profile, cfg["n"], cfg["bw"], strategy=cfg["strategy"], wrap=wrap, fusion=des_fusion,
-        param_bytes=ELEM.get(cfg["param_dtype"]), reduce_bytes=ELEM.get(cfg["reduce_dtype"]),
-        utilization=cfg["utilization"], algorithm="ring", alpha=cfg["alpha"],
-        slowdown=cfg["slowdown"], collective_overhead=cfg["collective_overhead"],
-        sync_overhead=cfg["sync_overhead"], element_bytes=ELEM[profile.precision],
-        grad_accum=profile.grad_accum, shard_group=cfg["shard_group"],
-        param_return="broadcast", broadcasts=cfg["broadcasts"],
-        broadcast_chunk=cfg["broadcast_chunk"], **_topo(cfg))
+    # uncompressed: broadcast_configurations sets compression 1 and codec_cost 0
+    return simulate_config(profile, cfg, param_return="broadcast",
+                           broadcasts=cfg["broadcasts"], broadcast_chunk=cfg["broadcast_chunk"])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import scalemodel as sm
-from des_sharding import simulate_sharded
+from des_sharding import config_topology, simulate_config
 from scalemodel.sharding import Sharding, SizeWrap
 from test_sharding import ELEM, profiles
 
@@ -67,23 +67,23 @@ def group_configurations(draw, profile, nic_bound=True):
     return cfg
 
 
-def _topo(cfg):
-    return {k: cfg[k] for k in ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha")
-            if k in cfg}
+def cluster_of(cfg):
+    """The ClusterProfile of a drawn configuration's slowdown and overheads (None: none)."""
+    if cfg["slowdown"] > 1 or cfg["collective_overhead"] or cfg["sync_overhead"]:
+        return sm.ClusterProfile(compute_slowdown=cfg["slowdown"],
+                                 collective_overhead=cfg["collective_overhead"],
+                                 sync_overhead=cfg["sync_overhead"],
+                                 provenance={"source": "test"})
+    return None
 
 
 def predict(profile, cfg, **extra):
-    cluster = None
-    if cfg["slowdown"] > 1 or cfg["collective_overhead"] or cfg["sync_overhead"]:
-        cluster = sm.ClusterProfile(compute_slowdown=cfg["slowdown"],
-                                    collective_overhead=cfg["collective_overhead"],
-                                    sync_overhead=cfg["sync_overhead"],
-                                    provenance={"source": "test"})
     sh = Sharding(cfg["strategy"], param_dtype=cfg["param_dtype"],
                   reduce_dtype=cfg["reduce_dtype"])
     kw = dict(utilization=cfg["utilization"], compression=cfg["compression"],
               fusion=cfg["fusion"], alpha=cfg["alpha"], codec_cost=cfg["codec_cost"],
-              cluster=cluster, sharding=sh, shard_group=cfg["shard_group"], **_topo(cfg))
+              cluster=cluster_of(cfg), sharding=sh, shard_group=cfg["shard_group"],
+              **config_topology(cfg))
     kw.update(extra)
     it = sm.iteration_time(profile, cfg["n"], cfg["bw"], **kw)
     sf = sm.scaling_factor(profile, cfg["n"], cfg["bw"], **kw)
@@ -91,28 +91,12 @@ def predict(profile, cfg, **extra):
     return it.total
 
 
-def simulate(profile, cfg):
-    fusion = cfg["fusion"]
-    wrap = fusion.min_params if isinstance(fusion, SizeWrap) else fusion
-    des_fusion = fusion if fusion in ("ddp", "horovod") else None
-    if des_fusion:
-        wrap = "none"
-    return simulate_sharded(
-        profile, cfg["n"], cfg["bw"], strategy=cfg["strategy"], wrap=wrap, fusion=des_fusion,
-        param_bytes=ELEM.get(cfg["param_dtype"]), reduce_bytes=ELEM.get(cfg["reduce_dtype"]),
-        utilization=cfg["utilization"], compression=cfg["compression"], algorithm="ring",
-        alpha=cfg["alpha"], codec_cost=cfg["codec_cost"], slowdown=cfg["slowdown"],
-        collective_overhead=cfg["collective_overhead"], sync_overhead=cfg["sync_overhead"],
-        element_bytes=ELEM[profile.precision], grad_accum=profile.grad_accum,
-        shard_group=cfg["shard_group"], **_topo(cfg))
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_closed_form_equals_discrete_event_reference(data):
     profile = data.draw(profiles())
     cfg = data.draw(group_configurations(profile))
-    assert predict(profile, cfg) == pytest.approx(simulate(profile, cfg), rel=1e-9)
+    assert predict(profile, cfg) == pytest.approx(simulate_config(profile, cfg), rel=1e-9)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -123,7 +107,7 @@ def test_shard_ring_across_nodes_is_an_upper_bound_when_the_node_link_binds(data
     # reference's
     profile = data.draw(profiles())
     cfg = data.draw(group_configurations(profile, nic_bound=False))
-    t_model, t_des = predict(profile, cfg), simulate(profile, cfg)
+    t_model, t_des = predict(profile, cfg), simulate_config(profile, cfg)
     assert t_model >= t_des * (1 - 1e-9)
 
 
@@ -135,7 +119,7 @@ def test_group_of_all_gpus_is_plain_sharding(data):
     whole = dict(cfg, shard_group=cfg["n"])
     plain = predict(profile, whole, shard_group=None)
     assert predict(profile, whole) == plain
-    assert simulate(profile, whole) == pytest.approx(plain, rel=1e-9)
+    assert simulate_config(profile, whole) == pytest.approx(plain, rel=1e-9)
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "nccl"])
