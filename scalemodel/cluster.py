@@ -562,8 +562,9 @@ class ClusterProfile:
             lo, hi = (list(eff["interval"]) + [None, None])[:2]
             lower, upper = PARAMETER_BOUNDS["efficiency"]
             lo, hi = lower if lo is None else lo, upper if hi is None else hi
-            worst["extra"] = dict(self.extra, efficiency=dict(eff, value=float(hi)))
-            best["extra"] = dict(self.extra, efficiency=dict(eff, value=float(lo)))
+            # "end" lets a workload the runs did not show widen it (efficiency.fitted_efficiency)
+            worst["extra"] = dict(self.extra, efficiency=dict(eff, value=float(hi), end="high"))
+            best["extra"] = dict(self.extra, efficiency=dict(eff, value=float(lo), end="low"))
         codec = self._codec_corners()
         if codec is not None:
             worst["codec_costs"], best["codec_costs"] = codec

@@ -76,7 +76,8 @@ from .hardware import GPUSpec, canonical_dtype, get_gpu, list_gpus
 __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_efficiency",
            "fitted_efficiency", "at_fitted_efficiency", "profile_efficiency", "gpu_name_of",
            "SIXTEEN_BIT", "MEMORY_PRESSURE_SHARE", "STATE_BYTES_PER_PARAMETER",
-           "MemoryPressure", "memory_pressure", "check_calibration_memory"]
+           "MemoryPressure", "memory_pressure", "check_calibration_memory",
+           "EFFICIENCY_TRANSFER", "carried_over", "model_key"]
 
 SIXTEEN_BIT = ("bf16", "fp16")
 """Compute dtypes the published defaults are for (tensor-core 16-bit training)."""
@@ -300,7 +301,10 @@ def fitted_efficiency(cluster, profile):
 
     It applies when the profile is derived from FLOPs (its compute time is FLOPs over
     peak x efficiency) and computes on a GPU the fit's FLOP-derived runs used (the same
-    GPU name, or the device name the fit recorded).
+    GPU name, or the device name the fit recorded). Carried to another model, or from
+    memory-pressured runs (:func:`carried_over`), its interval is widened by
+    :data:`EFFICIENCY_TRANSFER` at both ends, and so is the value at a corner of the
+    cluster (:meth:`~scalemodel.ClusterProfile.corners`).
 
     Parameters
     ----------
@@ -334,8 +338,93 @@ def fitted_efficiency(cluster, profile):
         return None
     iv = eff.get("interval") or (None, None)
     lo, hi = (list(iv) + [None, None])[:2]
-    return float(eff["value"]), (None if lo is None else float(lo),
-                                 None if hi is None else float(hi))
+    lo, hi = (None if lo is None else float(lo)), (None if hi is None else float(hi))
+    value = float(eff["value"])
+    if not carried_over(cluster, profile):
+        return value, (lo, hi)
+    # another workload than the runs showed: the spread of efficiency between models
+    top, bottom = EFFICIENCY_BOUNDS[1], EFFICIENCY_BOUNDS[0]
+    lo = bottom if lo is None else max(bottom, lo / EFFICIENCY_TRANSFER)
+    hi = top if hi is None else min(top, hi * EFFICIENCY_TRANSFER)
+    end = eff.get("end")  # a corner of the cluster (ClusterProfile.corners)
+    if end == "high":
+        value = min(top, value * EFFICIENCY_TRANSFER)
+    elif end == "low":
+        value = max(bottom, value / EFFICIENCY_TRANSFER)
+    return value, (lo, hi)
+
+
+EFFICIENCY_BOUNDS = (0.05, 1.0)
+"""Lowest and highest efficiency an interval end may take (those of
+:data:`~scalemodel.cluster.PARAMETER_BOUNDS`) [-]."""
+
+EFFICIENCY_TRANSFER = 1.21
+r"""How far, as a factor either way, the model FLOPs utilisation of one model may lie from
+another's in the same framework on the same GPUs: the largest ratio of the highest to the
+lowest MFU across the model sizes of a published table of one framework, GPU and cluster
+(``benchmarks/data/published_parallel.csv``):
+
+* Megatron-LM's README, H100 weak scaling (rows 1-9, GPT 1.7B to 462B, NVIDIA/Megatron-LM
+  at f2e5db4): 41 to 49 % MFU, ratio 1.195;
+* Narayanan et al., SC'21, Table 1 (rows 12-21, GPT 1.7B to 1T on A100 80GB): 43 to 52 %,
+  ratio 1.209.
+
+An efficiency fitted on one model's runs is carried to another model (or from runs whose
+model state filled the GPU, :func:`memory_pressure`) with its interval widened by this
+factor at both ends (:func:`fitted_efficiency`); the point value is the fitted one. The
+tables of LLM Foundry (``published_llm_mfu.csv``, the source of :data:`PUBLISHED_MFU`;
+1.17 on H100, 1.27 on A100 40GB, 1.08 on A100 80GB) are the validation set of the
+carried efficiency (``benchmarks/validate_llm.py``) and are not used here [-]."""
+
+
+def carried_over(cluster, profile) -> bool:
+    """Whether ``cluster``'s fitted efficiency is carried to a workload its runs did not
+    show as it is: another model than the fit's FLOP-derived runs (:func:`model_key`), or
+    a model whose every calibration run was memory-pressured (:func:`memory_pressure`,
+    recorded by :func:`~scalemodel.fit_cluster` in ``extra["efficiency"]["pressured"]``).
+
+    Parameters
+    ----------
+    cluster : ClusterProfile
+        A cluster carrying a fitted efficiency [-].
+    profile : WorkloadProfile
+        The workload asked about [-].
+
+    Returns
+    -------
+    bool
+        True when the efficiency's interval is widened by :data:`EFFICIENCY_TRANSFER`.
+    """
+    eff = _fitted_entry(cluster) or {}
+    seen = set(eff.get("models") or eff.get("profiles") or ()) \
+        - set(eff.get("pressured") or ())
+    return model_key(profile) not in seen
+
+
+_NOT_THE_MODEL = ("micro_batch", "name")
+
+
+def model_key(profile) -> str:
+    """What makes a FLOP-derived profile the same model for :func:`carried_over`: its
+    transformer configuration without the micro-batch and the name (layers, widths,
+    heads, vocabulary, sequence length, dtype, ...), as text; the profile's name when it
+    records no configuration.
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        A profile [-].
+
+    Returns
+    -------
+    str
+        The key [-].
+    """
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    config = prov.get("config")
+    if not isinstance(config, dict):
+        return str(profile.name)
+    return ", ".join(f"{k}={config[k]}" for k in sorted(config) if k not in _NOT_THE_MODEL)
 
 
 def at_fitted_efficiency(profile, cluster):

@@ -923,15 +923,48 @@ def _fitted_cluster(problem, best, params, alternatives, fit_settings):
     if "fit_settings" in problem._fields:
         extra["fit_settings"] = fit_settings
     if "efficiency" in params and params["efficiency"].status == "fitted":
+        from .efficiency import model_key
         p = params["efficiency"]
         gpus = sorted({str(r.profile.device) for r in runs
                        if not getattr(r, "compute_known", True)} - {""})
+        flop_runs = [r for r in runs if not getattr(r, "compute_known", True)]
         extra["extra"] = dict(base.extra, efficiency={
             "value": p.value, "interval": list(p.interval), "gpu": gpus,
-            "profiles": sorted({r.profile.name for r in runs
-                                if not getattr(r, "compute_known", True)})})
+            "profiles": sorted({r.profile.name for r in flop_runs}),
+            "models": sorted({model_key(r.profile) for r in flop_runs}),
+            "pressured": _pressured_profiles(flop_runs, base)})
     return attrs.evolve(problem.cluster(best.values), intervals=intervals,
                         provenance=provenance, **extra)
+
+
+def _pressured_profiles(runs, base):
+    """Models (:func:`scalemodel.efficiency.model_key`) whose every run was memory-pressured
+    (:func:`scalemodel.efficiency.check_calibration_memory` warns for each such run);
+    their fitted efficiency is carried to other runs of them with a wider interval
+    (:func:`scalemodel.efficiency.carried_over`)."""
+    from .efficiency import check_calibration_memory, gpu_name_of, model_key
+    from .workloads import TransformerConfig
+
+    pressured, relieved = set(), set()
+    for r in runs:
+        prov = r.profile.provenance if isinstance(r.profile.provenance, dict) else {}
+        gpu, config = gpu_name_of(r.profile), prov.get("config")
+        sharding = getattr(r.sharding, "strategy", r.sharding) or "none"
+        group = (getattr(r, "shard_group", None) or getattr(r.sharding, "shard_group", None)
+                 or r.n)
+        if sharding == "hybrid_shard":  # sharded inside a node (module sharding)
+            g = base.topology.gpus_per_node if base.topology is not None else None
+            sharding, group = "zero3", min(r.n, g or r.n)
+        if gpu is None or not isinstance(config, dict) or sharding not in (
+                "none", "zero1", "zero2", "zero3"):
+            continue
+        try:
+            params = TransformerConfig(**config).parameter_count
+        except (TypeError, ValueError, ScalemodelError):
+            continue
+        p = check_calibration_memory(params, int(group), gpu, sharding, label=r.label)
+        (pressured if p.pressured else relieved).add(model_key(r.profile))
+    return sorted(pressured - relieved)
 
 
 def _probe_profiles(runs, settings):

@@ -36,6 +36,7 @@ import attrs
 from .units import format_bandwidth
 
 __all__ = ["AnswerInterval", "answer_interval", "scaling_factor_interval",
+           "iteration_time_interval",
            "ALTERNATIVE_WIDENING"]
 
 ALTERNATIVE_WIDENING = 0.01
@@ -130,7 +131,7 @@ def _end(v):
     return None if v is None or math.isinf(v) else float(v)
 
 
-def answer_interval(fn, cluster, value=None) -> AnswerInterval:
+def answer_interval(fn, cluster, value=None, *, swap_efficiency=False) -> AnswerInterval:
     """The interval of an answer over every alternative's corners, eq.
     :eq:`answer-interval`.
 
@@ -144,6 +145,11 @@ def answer_interval(fn, cluster, value=None) -> AnswerInterval:
     value : float, optional
         The answer on ``cluster`` when already known (saves one evaluation) [unit of the
         answer].
+    swap_efficiency : bool
+        Also evaluate each pair of corners with their fitted efficiencies swapped: for an
+        answer that the efficiency moves against the network terms (a time: slow network
+        and slow compute are the longest step, where the scaling factor's pessimistic
+        corner pairs a slow network with fast compute) [-].
 
     Returns
     -------
@@ -175,6 +181,9 @@ def answer_interval(fn, cluster, value=None) -> AnswerInterval:
         # the answer is monotone in every parameter: its extremes are at the corners
         ends = ([value] if i == 0 else []) + ([] if worst is c and best is c else
                                               [float(fn(worst)), float(fn(best))])
+        if swap_efficiency and "efficiency" in worst.extra and "efficiency" in best.extra:
+            ends += [float(fn(attrs.evolve(worst, extra=best.extra))),
+                     float(fn(attrs.evolve(best, extra=worst.extra)))]
         if not ends:  # an alternative without intervals: its point is its range
             ends = [float(fn(c))]
         rows.append([alts[i] if alts else None, value if i == 0 else None, min(ends),
@@ -245,6 +254,49 @@ def scaling_factor_interval(model, n, bw, *, cluster, utilization=1.0, compressi
                               compression=compression, cluster=c, **kwargs)
 
     return answer_interval(fn, cl, value)
+
+
+def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
+                            value=None, **kwargs) -> AnswerInterval:
+    """The iteration time of one configuration and its interval over the cluster's
+    intervals, its alternatives and its fitted efficiency (eq. :eq:`answer-interval`,
+    the corners also taken with their efficiencies swapped: a slow network with slow
+    compute is the longest step).
+
+    Parameters
+    ----------
+    model : str, os.PathLike or WorkloadProfile
+        The workload [-].
+    n : int
+        Workers [workers].
+    bw : float or str
+        Line rate [bits/s].
+    cluster : ClusterProfile, str or os.PathLike
+        The fitted cluster [-].
+    utilization : float
+        Fraction of the line rate achieved [-].
+    compression : float
+        Compression ratio [-].
+    value : float, optional
+        The iteration time on ``cluster`` when already known [s].
+    **kwargs
+        The other arguments of :func:`~scalemodel.iteration_time` [-].
+
+    Returns
+    -------
+    AnswerInterval
+        Iteration times [s].
+    """
+    from .cluster import load_cluster
+    from .model import _iteration_total
+
+    cl = load_cluster(cluster)
+
+    def fn(c):
+        return _iteration_total(model, n, bw, utilization=utilization,
+                                compression=compression, cluster=c, **kwargs)
+
+    return answer_interval(fn, cl, value, swap_efficiency=True)
 
 
 # ------------------------------------------------------------------ which run tells them apart

@@ -1241,6 +1241,11 @@ class IterationTime:
         ``(low, high)`` of the scaling factor over the cluster's fitted intervals and its
         alternative explanations (:func:`~scalemodel.intervals.answer_interval`);
         ``(scaling_factor, scaling_factor)`` without a fitted cluster [-].
+    total_interval : tuple
+        ``(low, high)`` of the iteration time over the same intervals and alternatives
+        and the cluster's fitted efficiency, the corners also taken with their
+        efficiencies swapped (:func:`~scalemodel.intervals.iteration_time_interval`); an
+        unbounded end is None; ``(total, total)`` without a fitted cluster [s].
     settings : dict
         What the answer assumed (:meth:`Scenario.settings`): collective, fusion or
         wrapping, sharding, activation checkpointing, offload, topology, cluster.
@@ -1261,6 +1266,8 @@ class IterationTime:
         default=attrs.Factory(lambda self: (self.scaling_factor, self.scaling_factor),
                               takes_self=True))
     settings: dict = attrs.field(factory=dict)
+    total_interval: tuple = attrs.field(
+        default=attrs.Factory(lambda self: (self.total, self.total), takes_self=True))
 
 
 def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
@@ -1287,7 +1294,9 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     Returns
     -------
     IterationTime
-        Forward, backward, exposed communication and update [s], and what binds.
+        Forward, backward, exposed communication and update [s], and what binds; on a
+        fitted cluster the intervals of the scaling factor and of the iteration time
+        (``scaling_factor_interval``, ``total_interval``).
     """
     n, bw, u, r = _prepare(n, bw, utilization, compression)
     for name, v in (("n", n), ("bw", bw), ("utilization", u), ("compression", r)):
@@ -1302,13 +1311,34 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                  activation_checkpointing=activation_checkpointing, offload=offload,
                  shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
                  virtual_stages=virtual_stages)
-    sc = Scenario.build(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
-                        codec_cost=codec_cost, gpus_per_node=gpus_per_node,
-                        nics_per_node=nics_per_node, intra_bw=intra_bw,
-                        intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
-                        sharding=sharding, activation_checkpointing=activation_checkpointing,
-                        offload=offload, shard_group=shard_group, tp=tp, pp=pp,
-                        microbatches=microbatches, virtual_stages=virtual_stages)
+    res, sc = _breakdown(model, n, bw, cluster=cluster, **asked)
+    cl = sc.cluster
+    if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):
+        # eq. (answer-interval); the data-parallel view is the scenario's, n and bw as asked
+        from .intervals import iteration_time_interval, scaling_factor_interval
+        iv = scaling_factor_interval(model, n, bw, cluster=cl, value=res.scaling_factor,
+                                     **asked)
+        tv = iteration_time_interval(model, n, bw, cluster=cl, value=res.total, **asked)
+        res = attrs.evolve(res, scaling_factor_interval=(float(iv.low), float(iv.high)),
+                           total_interval=tv.pair)
+    return res
+
+
+def _iteration_total(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
+                     **asked) -> float:
+    """The iteration time of one configuration on ``cluster``, without intervals [s]
+    (:func:`~scalemodel.intervals.iteration_time_interval` evaluates it at each corner)."""
+    n, bw, u, r = _prepare(n, bw, utilization, compression)
+    return _breakdown(model, n, bw, cluster=cluster, utilization=u, compression=r,
+                      **asked)[0].total
+
+
+def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
+    """``(IterationTime without intervals, Scenario)`` of one configuration: the steps
+    of :func:`iteration_time`; ``n``, ``bw``, ``utilization`` and ``compression`` as
+    :func:`_prepare` returns them."""
+    u, r = utilization, compression
+    sc = Scenario.build(model, cluster=cluster, **kw)
     n, bw = sc.data_parallel(n, bw)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
@@ -1336,15 +1366,8 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
         fwd, bwd = fwd + stages * p.forward_time, bwd + stages * p.backward_time
         update -= stages * (p.forward_time + p.backward_time)
     sf = p.iteration_time / total
-    interval = (sf, sf)
-    cl = sc.cluster
-    if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):
-        from .intervals import scaling_factor_interval  # eq. (answer-interval)
-        iv = scaling_factor_interval(model, n, bw, cluster=cl, value=sf, **asked)
-        interval = (float(iv.low), float(iv.high))
     return IterationTime(
         forward=fwd, backward=bwd, exposed_communication=max(0.0, total - fwd - bwd - update),
         update=update, total=total, communication=busy,
         scaling_factor=sf, n_buckets=messages, binding=binding,
-        critical_parts=parts, compute_slowdown=sigma, scaling_factor_interval=interval,
-        settings=sc.settings())
+        critical_parts=parts, compute_slowdown=sigma, settings=sc.settings()), sc

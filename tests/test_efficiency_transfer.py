@@ -1,0 +1,148 @@
+"""A fitted efficiency carried to another model, or from memory-pressured runs: its
+interval widened by the published spread between models (EFFICIENCY_TRANSFER); and the
+iteration time's interval over the fit (IterationTime.total_interval)."""
+
+import csv
+import math
+import warnings
+from pathlib import Path
+
+import attrs
+import pytest
+
+import scalemodel as sm
+from scalemodel.efficiency import (EFFICIENCY_TRANSFER, carried_over, fitted_efficiency,
+                                   model_key)
+from scalemodel.exceptions import CalibrationWarning
+from scalemodel.intervals import iteration_time_interval
+
+PARALLEL = Path(__file__).parents[1] / "benchmarks" / "data" / "published_parallel.csv"
+
+MPT13 = dict(layers=40, hidden=5120, heads=40, ffn=20480, vocab=50368, seq=2048,
+             micro_batch=2, gated_ffn=False, norm="layernorm", bias=True,
+             tied_embeddings=True, learned_positions=2048, name="mpt-13b")
+MPT7 = dict(MPT13, layers=32, hidden=4096, heads=32, ffn=16384, name="mpt-7b")
+NODE = dict(gpus_per_node=8, nics_per_node=8)
+
+
+def _profile(cfg, gpu="h100-sxm", **kw):
+    return sm.transformer_profile(sm.TransformerConfig(**cfg), gpu, **kw)
+
+
+@pytest.fixture(scope="module")
+def fit13():
+    """ONE run: MPT-13B on 8 H100 at LLM Foundry's 4,792 tokens/s/GPU (model state 32 %
+    of the GPU: not pressured)."""
+    prof = _profile(MPT13)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster([dict(model=prof, n=8, bw="400Gbps", sharding="zero3",
+                                   tokens_per_second_per_gpu=4792)],
+                             fusion=None, intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    return prof, fit
+
+
+def test_the_factor_is_the_largest_spread_of_the_published_tables():
+    """EFFICIENCY_TRANSFER: highest over lowest MFU across the model sizes of Megatron-LM's
+    H100 weak-scaling table and Narayanan et al.'s Table 1, rounded up to 0.01."""
+    rows = list(csv.DictReader(PARALLEL.read_text().splitlines()))
+    ratios = {}
+    for series, first, last in (("megatron-h100-weak", 1, 9), ("narayanan-a100", 12, 21)):
+        mfu = [float(r["mfu_percent"]) for r in rows
+               if r["series"] == series and first <= int(r["row"]) <= last]
+        assert len(mfu) == last - first + 1
+        ratios[series] = max(mfu) / min(mfu)
+    assert ratios["megatron-h100-weak"] == pytest.approx(49 / 41)
+    assert ratios["narayanan-a100"] == pytest.approx(52 / 43)
+    assert EFFICIENCY_TRANSFER == math.ceil(100 * max(ratios.values())) / 100
+
+
+def test_the_same_model_keeps_the_fitted_interval(fit13):
+    prof, fit = fit13
+    eff = fit.cluster.extra["efficiency"]
+    assert eff["models"] == [model_key(prof)] and eff["pressured"] == []
+    # another micro-batch and name: still the same model
+    other_batch = _profile(dict(MPT13, micro_batch=4, name="mpt-13b-row18"))
+    assert model_key(other_batch) == model_key(prof)
+    assert not carried_over(fit.cluster, other_batch)
+    value, (lo, hi) = fitted_efficiency(fit.cluster, other_batch)
+    assert (value, [lo, hi]) == (eff["value"], eff["interval"])
+
+
+def test_another_model_gets_the_interval_widened_by_the_factor(fit13):
+    _, fit = fit13
+    eff = fit.cluster.extra["efficiency"]
+    other = _profile(MPT7)
+    assert carried_over(fit.cluster, other)
+    value, (lo, hi) = fitted_efficiency(fit.cluster, other)
+    assert value == eff["value"]  # the point answer is the fitted one
+    assert lo == pytest.approx(eff["interval"][0] / EFFICIENCY_TRANSFER, rel=1e-12)
+    assert hi == pytest.approx(eff["interval"][1] * EFFICIENCY_TRANSFER, rel=1e-12)
+    worst, best = fit.cluster.corners()
+    assert fitted_efficiency(worst, other)[0] == pytest.approx(hi, rel=1e-12)
+    assert fitted_efficiency(best, other)[0] == pytest.approx(lo, rel=1e-12)
+    # never past the bounds of an efficiency
+    wide = attrs.evolve(fit.cluster, extra={"efficiency": dict(eff, interval=[0.06, 0.9])})
+    assert fitted_efficiency(wide, other)[1] == (0.05, 1.0)
+
+
+def _bare_time(cfg, e, network, n, bw, kw, update_time):
+    """The iteration time of ``cfg`` computing at efficiency ``e`` on a cluster without a
+    fitted efficiency (the rescaling path not used)."""
+    prof = _profile(cfg, efficiency=e, update_time=update_time)
+    bare = attrs.evolve(network, extra={}, alternatives=())
+    return float(sm.iteration_time(prof, n, bw, cluster=bare, **kw).total)
+
+
+@pytest.mark.parametrize("cfg", [MPT13, MPT7], ids=["same model", "another model"])
+def test_total_interval_is_the_extremes_over_network_and_efficiency(fit13, cfg):
+    """Without alternatives, the iteration time's interval is the min and max over the two
+    network corners times the two efficiency ends (widened for another model), each
+    evaluated on a profile built at that efficiency."""
+    prof0, fit = fit13
+    cl = attrs.evolve(fit.cluster, alternatives=())
+    prof = _profile(cfg)
+    kw = dict(sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    n, bw = 64, "25Gbps"  # communication shows: the network corners matter
+    it = sm.iteration_time(prof, n, bw, cluster=cl, **kw)
+    _, (e_lo, e_hi) = fitted_efficiency(cl, prof)
+    e_own = prof.provenance["efficiency"]
+    own = float(e_own.split(":")[1].split(",")[0])
+    worst, best = cl.corners()
+    times = [_bare_time(cfg, e, net, n, bw, kw, prof.update_time * own / e)
+             for e in (e_lo, e_hi) for net in (worst, best)]
+    lo, hi = it.total_interval
+    assert lo == pytest.approx(min(times), rel=1e-9)
+    assert hi == pytest.approx(max(times), rel=1e-9)
+    assert lo <= float(it.total) <= hi
+    assert iteration_time_interval(prof, n, bw, cluster=cl, **kw).pair == it.total_interval
+
+
+def test_without_a_fitted_cluster_the_time_interval_is_the_point():
+    it = sm.iteration_time("resnet50", 16, "10Gbps", gpus_per_node=8)
+    assert it.total_interval == (it.total, it.total)
+
+
+def test_a_pressured_calibration_run_warns_and_widens_its_own_model():
+    """MPT-13B on 8 A100 40GB (LLM Foundry row 6: state 60 % of the GPU)."""
+    prof = _profile(dict(MPT13, micro_batch=4), "a100-40gb", grad_accum=16)
+    with pytest.warns(CalibrationWarning, match=r"memory.*60\.0%|60\.0%.*memory|59\.9%"):
+        fit = _fit_quietly_but_pressure(prof)
+    eff = fit.cluster.extra["efficiency"]
+    assert eff["pressured"] == [model_key(prof)]
+    later = _profile(dict(MPT13, micro_batch=10), "a100-40gb")  # row 7, 16 GPUs
+    assert carried_over(fit.cluster, later)
+    assert fitted_efficiency(fit.cluster, later)[1][1] == pytest.approx(
+        min(1.0, eff["interval"][1] * EFFICIENCY_TRANSFER), rel=1e-12)
+
+
+def _fit_quietly_but_pressure(prof):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.simplefilter("always", CalibrationWarning)
+        warnings.filterwarnings("ignore", category=CalibrationWarning,
+                                message="(?!.*memory)")
+        return sm.fit_cluster([dict(model=prof, n=8, bw="1600Gbps", sharding="zero3",
+                                    tokens_per_second_per_gpu=1668, label="row 6")],
+                              fusion=None, intra_bw=sm.get_gpu("a100-40gb").intra_node_bw,
+                              **NODE)
