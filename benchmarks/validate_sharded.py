@@ -191,8 +191,11 @@ def evaluate():
         eff = fit_efficiency(cal)
         for r in members:
             pred, exposed = predicted_step(r, eff)
+            # LLM Foundry's MPT computes its loss with flash-attention's fused
+            # CrossEntropyLoss by default (modeling_mpt.py at 061f2c7: loss_fn
+            # 'fused_crossentropy'), whose backward peak is 4sbV + 16sb, not 12sbV
             mem = sm.memory(r["config"], r["n"], sharding="zero3", gpu=gpu,
-                            activation_checkpointing=r["checkpointing"])
+                            activation_checkpointing=r["checkpointing"], loss="fused")
             out.append(dict(r, efficiency=eff, predicted=pred,
                             error=pred / r["tokens_per_gpu"] - 1,
                             flat_error=cal["tokens_per_gpu"] / r["tokens_per_gpu"] - 1,

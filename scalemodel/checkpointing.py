@@ -45,13 +45,36 @@ The matrix multiplies of a layer, in execution order, are q, k, v, o, then gate
 (``w1``), up (``w3``), down (``w2``) for a gated feed-forward or up, down for a plain
 one (separate q, k and v projections, as in torchtitan's models). While one layer is
 recomputed its full (``none``) activations exist for that layer: a ``full`` or
-``selective`` step adds that one layer's difference once. The loss adds :math:`12\,sbV` bytes in every case
-(:data:`LOSS_BYTES_PER_LOGIT`): Korthikanti et al. count the stored fp32 logits,
-:math:`4sbV`; at the start of backward PyTorch's ``cross_entropy`` (``log_softmax`` then
-``nll_loss``) holds three fp32 tensors of :math:`sbV` elements at once -- the
-log-softmax output it saved, the gradient ``nll_loss`` returns, and the gradient
-``log_softmax`` returns -- while every layer's activations are still stored, which is
-when the memory peaks.
+``selective`` step adds that one layer's difference once. The loss adds its backward peak in every
+case, by how it is computed (``loss=``, :data:`LOSS_KERNELS`; :func:`loss_bytes`):
+
+``"unfused"`` (the default): :math:`12\,sbV` bytes (:data:`LOSS_BYTES_PER_LOGIT`).
+    Korthikanti et al. count the stored fp32 logits, :math:`4sbV`; at the start of
+    backward PyTorch's ``cross_entropy`` (``log_softmax`` then ``nll_loss``) holds three
+    fp32 tensors of :math:`sbV` elements at once -- the log-softmax output it saved, the
+    gradient ``nll_loss`` returns, and the gradient ``log_softmax`` returns -- while every
+    layer's activations are still stored, which is when the memory peaks.
+``"fused"``: :math:`4\,sbV + 16\,sb` bytes (:data:`FUSED_LOSS_BYTES_PER_LOGIT`,
+    :data:`FUSED_LOSS_BYTES_PER_TOKEN`). A fused softmax-cross-entropy kernel that reads
+    the 16-bit logits as they are, as flash-attention's ``CrossEntropyLoss`` does
+    (``Dao-AILab/flash-attention``, tag v1.0.9, ``flash_attn/losses/cross_entropy.py``
+    and ``csrc/xentropy/xentropy_kernel.cu``): its forward allocates only two fp32
+    values per row (``losses`` and ``max_log_sum_exp``, ``at::empty_like(labels_,
+    ...dtype(ScalarType::Float))``) and saves the logits, the log-sum-exp and the
+    labels (``ctx.save_for_backward(logits, lse, labels_local)``); its backward
+    allocates the gradient in the logits' own dtype (``Tensor gI = inplace ? logits_ :
+    at::empty_like(logits_)``; ``inplace_backward=False`` by default) after making the
+    fp32 incoming gradient contiguous (``grad_loss.contiguous()``, one value per row).
+    At the peak: the 16-bit logits and their 16-bit gradient, :math:`2 \cdot 2\,sbV`,
+    and per token the fp32 log-sum-exp (4), the int64 label (8) and the fp32 incoming
+    gradient (4). LLM Foundry's MPT uses it by default (``mosaicml/llm-foundry`` at
+    061f2c7, ``llmfoundry/models/mpt/modeling_mpt.py``: ``loss_fn_config =
+    om_model_config.get('loss_fn', 'fused_crossentropy')`` ->
+    ``FusedCrossEntropyLoss(ignore_index=-100)``, imported from
+    ``flash_attn.losses.cross_entropy``; ``setup.py``'s ``gpu`` extra pins
+    ``flash-attn==1.0.9`` and its ``xentropy-cuda-lib``), with bf16 logits (the
+    unembedding is ``F.linear`` under ``amp_bf16`` autocast). An in-place backward
+    (``inplace_backward=True``) would save the gradient's :math:`2sbV`: not modelled.
 
 Recompute time per checkpointed layer, as a fraction of the layer's forward time (the
 profile's FLOP-proportional split): 1 for ``full``; for ``selective`` without flash
@@ -74,8 +97,9 @@ import numpy as np
 from .exceptions import InvalidParameterError, ParameterTypeError
 
 __all__ = ["Checkpointing", "CHECKPOINTING_MODES", "resolve_checkpointing",
-           "layer_activation_bytes", "activation_bytes", "LOSS_BYTES_PER_LOGIT", "recompute_fraction",
-           "with_recompute"]
+           "layer_activation_bytes", "activation_bytes", "LOSS_BYTES_PER_LOGIT",
+           "LOSS_KERNELS", "FUSED_LOSS_BYTES_PER_LOGIT", "FUSED_LOSS_BYTES_PER_TOKEN",
+           "canonical_loss", "loss_tensor_bytes", "loss_bytes", "recompute_fraction", "with_recompute"]
 
 CHECKPOINTING_MODES = ("none", "selective", "full")
 """The activation checkpointing policies by name (``True`` / ``False`` are aliases of
@@ -87,6 +111,21 @@ ACTIVATION_BYTES = 2
 LOSS_BYTES_PER_LOGIT = 12
 """Bytes per logit (``s b V`` of them) at the loss's backward peak: three fp32 tensors
 (the saved log-softmax, its incoming gradient and the gradient it returns)."""
+
+LOSS_KERNELS = ("unfused", "fused")
+"""How the cross-entropy loss is computed (``loss=``): PyTorch's ``cross_entropy``
+(:data:`LOSS_BYTES_PER_LOGIT`) or a fused kernel that keeps the 16-bit logits
+(flash-attention's ``CrossEntropyLoss``; :data:`FUSED_LOSS_BYTES_PER_LOGIT`)."""
+
+FUSED_LOSS_BYTES_PER_LOGIT = 2 * ACTIVATION_BYTES
+"""Bytes per logit at a fused cross-entropy's backward peak: the 16-bit logits it saved
+and the 16-bit gradient it returns (flash-attention v1.0.9, ``xentropy_kernel.cu``:
+``at::empty_like(logits_)``)."""
+
+FUSED_LOSS_BYTES_PER_TOKEN = 4 + 8 + 4
+"""Bytes per token (``s b`` of them) a fused cross-entropy adds at its backward peak: the
+fp32 log-sum-exp and the int64 label it saved, and the fp32 incoming gradient made
+contiguous (flash-attention v1.0.9, ``cross_entropy.py``)."""
 
 _VALID = ("one of 'none', 'selective', 'full', True (= 'full'), False (= 'none'), a "
           "fraction of layers in [0, 1] to checkpoint fully, or a Checkpointing")
@@ -252,9 +291,103 @@ def layer_activation_bytes(cfg, mode, flash_attention=True) -> float:
     return min(none, ACTIVATION_BYTES * float(s) * b * saved)
 
 
-def activation_bytes(cfg, checkpointing, flash_attention=True) -> float:
+def canonical_loss(loss) -> str:
+    """The loss kernel's name, checked: ``"unfused"`` or ``"fused"`` (:data:`LOSS_KERNELS`).
+
+    Parameters
+    ----------
+    loss : str
+        ``"unfused"`` (PyTorch's ``cross_entropy``) or ``"fused"`` (a fused kernel such as
+        flash-attention's ``CrossEntropyLoss``), case-insensitive [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        Anything else; names the value and the valid ones.
+    """
+    if isinstance(loss, str) and loss.strip().lower() in LOSS_KERNELS:
+        return loss.strip().lower()
+    raise InvalidParameterError("loss", loss, "must be one of " + ", ".join(
+        repr(k) for k in LOSS_KERNELS) + " (PyTorch's cross_entropy, or a fused kernel "
+        "such as flash-attention's CrossEntropyLoss)")
+
+
+def loss_tensor_bytes(seq, micro_batch, vocab, loss="unfused", tp=1) -> tuple:
+    """Sizes of the tensors the loss holds at its backward peak, one micro-batch.
+
+    ``"unfused"``: three fp32 tensors of the logits' size; ``"fused"``: the 16-bit logits
+    and their 16-bit gradient, then the per-token fp32 log-sum-exp, int64 labels and fp32
+    incoming gradient (module docstring). With tensor parallelism the logits are split
+    over the vocabulary (``vocab / tp`` per GPU); the per-token tensors are not.
+
+    Parameters
+    ----------
+    seq : int
+        Sequence length [tokens].
+    micro_batch : int
+        Sequences per micro-batch [samples].
+    vocab : int
+        Vocabulary size [tokens].
+    loss : str
+        ``"unfused"`` or ``"fused"`` (:func:`canonical_loss`) [-].
+    tp : int
+        Tensor-parallel GPUs over which the logits are split [GPUs].
+
+    Returns
+    -------
+    tuple of float
+        One size per tensor [bytes].
+    """
+    kind = canonical_loss(loss)
+    tokens = float(seq) * float(micro_batch)
+    logits = tokens * float(vocab) / tp
+    if kind == "unfused":
+        per = LOSS_BYTES_PER_LOGIT // 3
+        return (per * logits,) * 3
+    per = FUSED_LOSS_BYTES_PER_LOGIT // 2
+    return (per * logits, per * logits, 4.0 * tokens, 8.0 * tokens, 4.0 * tokens)
+
+
+def loss_bytes(cfg, loss="unfused", tp=1) -> float:
+    """Bytes of the loss at its backward peak for one micro-batch of ``cfg``.
+
+    ``"unfused"``: :math:`12 sbV/t` (:data:`LOSS_BYTES_PER_LOGIT`); ``"fused"``:
+    :math:`4 sbV/t + 16 sb` (:data:`FUSED_LOSS_BYTES_PER_LOGIT`,
+    :data:`FUSED_LOSS_BYTES_PER_TOKEN`); the sum of :func:`loss_tensor_bytes`.
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+        The model and its batch (``seq``, ``micro_batch``, ``vocab``) [-].
+    loss : str
+        ``"unfused"`` or ``"fused"`` [-].
+    tp : int
+        Tensor-parallel GPUs over which the logits are split [GPUs].
+
+    Returns
+    -------
+    float
+        [bytes]
+
+    Raises
+    ------
+    InvalidParameterError
+        ``loss`` outside :data:`LOSS_KERNELS`.
+
+    Examples
+    --------
+    >>> import scalemodel
+    >>> from scalemodel.checkpointing import loss_bytes
+    >>> cfg = scalemodel.llm_config("llama-3-8b")
+    >>> round(loss_bytes(cfg) / 2**30, 2), round(loss_bytes(cfg, "fused") / 2**30, 2)
+    (5.87, 1.96)
+    """
+    return float(sum(loss_tensor_bytes(cfg.seq, cfg.micro_batch, cfg.vocab, loss, tp)))
+
+
+def activation_bytes(cfg, checkpointing, flash_attention=True, loss="unfused") -> float:
     """Activation bytes of one micro-batch's step at its peak (the start of backward, or
-    the recompute of one layer), with the loss's :data:`LOSS_BYTES_PER_LOGIT`.
+    the recompute of one layer), with the loss's backward peak (:func:`loss_bytes`).
 
     Parameters
     ----------
@@ -264,6 +397,9 @@ def activation_bytes(cfg, checkpointing, flash_attention=True) -> float:
         See :func:`resolve_checkpointing` [-].
     flash_attention : bool
         Used unless ``checkpointing`` is a :class:`Checkpointing` [-].
+    loss : str
+        ``"unfused"`` (PyTorch's ``cross_entropy``, the default) or ``"fused"``
+        (flash-attention's ``CrossEntropyLoss``); see :data:`LOSS_KERNELS` [-].
 
     Returns
     -------
@@ -274,7 +410,7 @@ def activation_bytes(cfg, checkpointing, flash_attention=True) -> float:
     fa = ck.flash_attention
     L = cfg.layers
     none = layer_activation_bytes(cfg, "none", fa)
-    logits = float(LOSS_BYTES_PER_LOGIT) * cfg.seq * cfg.micro_batch * cfg.vocab
+    logits = loss_bytes(cfg, loss)
     k = ck.layers(L)
     if k == 0:
         return none * L + logits

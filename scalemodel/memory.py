@@ -33,9 +33,13 @@
   ``b`` the micro-batch, ``h`` the width and ``a`` the heads. With full activation
   checkpointing only each layer's input, :math:`2sbh` bytes, is kept, plus one layer's
   full activations while it is recomputed (Sec. 4.2); ``"selective"`` and fractions of
-  layers as in :mod:`scalemodel.checkpointing`. The loss's peak, :math:`12sbV` (three
-  fp32 tensors of the logits' size; Korthikanti et al. count the stored fp32 logits,
-  :math:`4sbV`), is added (vocabulary ``V``).
+  layers as in :mod:`scalemodel.checkpointing`. The loss's backward peak is added
+  (vocabulary ``V``; ``loss=``, :func:`scalemodel.checkpointing.loss_bytes`):
+  :math:`12sbV` with PyTorch's unfused ``cross_entropy`` (``"unfused"``, the default:
+  three fp32 tensors of the logits' size; Korthikanti et al. count the stored fp32
+  logits, :math:`4sbV`), :math:`4sbV + 16sb` with a fused kernel that keeps the 16-bit
+  logits and returns a 16-bit gradient (``"fused"``: flash-attention's
+  ``CrossEntropyLoss``, which LLM Foundry's MPT uses by default).
 * **offload** (:mod:`scalemodel.offload`): the optimizer state (and the parameter and
   gradient shards) move to host memory, reported as ``host_per_gpu``.
 * **buffers**, transient: under ``zero3`` / ``hybrid_shard`` the all-gathered parameters
@@ -55,8 +59,9 @@ each term listed in ``MemoryEstimate.overheads``:
   2 MiB multiple (``c10/cuda/CUDACachingAllocator.cpp``: ``kMinBlockSize = 512``,
   ``kMinLargeAlloc = 10485760``, ``kRoundLarge = 2097152``; smaller requests share 2 MiB
   and 20 MiB segments, so only their 512-byte rounding is counted), over the tensors
-  the estimate knows: the activations as ``2sbh``-byte tensors, the three ``4sbV`` loss
-  tensors (:func:`allocator_block_bytes`; the all-gather outputs' rounding is in
+  the estimate knows: the activations as ``2sbh``-byte tensors, the loss's tensors
+  (three of ``4sbV`` unfused; two of ``2sbV`` and three per-token ones fused;
+  :func:`scalemodel.checkpointing.loss_tensor_bytes`; :func:`allocator_block_bytes`; the all-gather outputs' rounding is in
   ``side_stream_pool``; model state and the other buffers are not rounded).
 * ``side_stream_pool``: the caching allocator keeps one pool per CUDA stream and a
   block freed on one stream is reused only by that stream. FSDP2 allocates each unit's
@@ -93,7 +98,7 @@ import warnings
 import attrs
 import numpy as np
 
-from .checkpointing import activation_bytes, resolve_checkpointing
+from .checkpointing import activation_bytes, canonical_loss, resolve_checkpointing
 from .exceptions import (InvalidParameterError, ModelWarning, ParameterTypeError,
                          ScalemodelError, UnknownNameError)
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
@@ -296,7 +301,7 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label):
     return mp
 
 
-def model_parallel_activations(cfg, ck, mp) -> float:
+def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
     r"""Activation bytes per GPU at the peak of a TP x PP (1F1B) job [bytes].
 
     Korthikanti et al. (arXiv:2205.05198, Sec. 4.2.2, tensor parallelism without sequence
@@ -305,7 +310,8 @@ def model_parallel_activations(cfg, ck, mp) -> float:
     (:math:`2sbh`, replicated over the tensor-parallel ranks) and one layer's activations
     while it is recomputed. The first stage keeps :math:`\min(p, m)` micro-batches of
     its :math:`L/p` layers in flight (1F1B); the last stage one micro-batch and the loss
-    over the vocabulary-parallel logits (:math:`12sbV/t`); the larger of the two.
+    over the vocabulary-parallel logits (:math:`12sbV/t` unfused, :math:`4sbV/t + 16sb`
+    fused: :func:`scalemodel.checkpointing.loss_bytes`); the larger of the two.
 
     Parameters
     ----------
@@ -315,8 +321,11 @@ def model_parallel_activations(cfg, ck, mp) -> float:
         ``"none"`` or ``"full"`` of every layer [-].
     mp : ModelParallel
         The parallelism [-].
+    loss : str
+        ``"unfused"`` or ``"fused"`` cross-entropy
+        (:data:`scalemodel.checkpointing.LOSS_KERNELS`) [-].
     """
-    from .checkpointing import ACTIVATION_BYTES, LOSS_BYTES_PER_LOGIT
+    from .checkpointing import ACTIVATION_BYTES, loss_bytes
 
     t = mp.tp
     s, b, h, a = float(cfg.seq), float(cfg.micro_batch), float(cfg.hidden), float(cfg.heads)
@@ -327,7 +336,7 @@ def model_parallel_activations(cfg, ck, mp) -> float:
         stage, recompute = none * layers, 0.0
     else:  # full: the inputs kept, one layer recomputed at a time
         stage, recompute = ACTIVATION_BYTES * sbh * layers, none
-    logits = float(LOSS_BYTES_PER_LOGIT) * s * b * cfg.vocab / t
+    logits = loss_bytes(cfg, loss, t)
     if mp.pp == 1:
         return stage + recompute + logits
     first = min(mp.pp, mp.microbatches) * stage + recompute
@@ -421,7 +430,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
            gpus_per_node=None, bucket_bytes=DEFAULT_BUCKET_BYTES,
            flash_attention=True, offload="none", host_memory=None,
            suggest=True, shard_group=None, tp=1, pp=1, microbatches=None,
-           measure="reserved", fragmentation=0.0) -> MemoryEstimate:
+           measure="reserved", fragmentation=0.0,
+           loss="unfused") -> MemoryEstimate:
     """Memory per GPU to train ``model`` data-parallel on ``n`` GPUs.
 
     Parameters
@@ -496,6 +506,12 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         Fraction of the reserved memory that is free space inside segments, for
         ``measure="reserved"``: 0 (``expandable_segments:True``) to about 0.33 (GMLake's
         largest with default segments; 0.15 its mean) [-].
+    loss : str
+        How the cross-entropy loss is computed, which sets its backward peak
+        (:func:`scalemodel.checkpointing.loss_bytes`): ``"unfused"`` (the default,
+        PyTorch's ``cross_entropy``: :math:`12sbV` bytes) or ``"fused"`` (a fused kernel
+        on the 16-bit logits, flash-attention's ``CrossEntropyLoss`` as LLM Foundry's
+        MPT uses it: :math:`4sbV + 16sb`) [-].
 
     Returns
     -------
@@ -506,8 +522,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     Warns
     -----
     ModelWarning
-        ``activation_checkpointing`` on a profile without a transformer config (its
-        activations are unknown, so the checkpointing is left out).
+        ``activation_checkpointing`` or ``loss="fused"`` on a profile without a
+        transformer config (its activations are unknown, so they are left out).
 
     Raises
     ------
@@ -524,7 +540,9 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``zero1`` / ``zero2`` / ``zero3``; ``tp`` / ``pp`` not dividing the heads / layers
         (the message lists the valid values), ``n`` not a multiple of ``tp * pp``, ``pp > 1``
         without ``microbatches``, or with sharding, selective or partial checkpointing, or
-        a profile without a transformer config; ``fragmentation`` outside [0, 1).
+        a profile without a transformer config; ``fragmentation`` outside [0, 1);
+        ``loss`` outside ``"unfused"``, ``"fused"`` (the message names the value and the
+        valid ones).
     """
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
@@ -538,6 +556,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     check_offload_sharding(mode, strategy)
     bucket = _nonneg_bytes(bucket_bytes, "bucket_bytes")
     view = _check_measure(measure, fragmentation)
+    kind = canonical_loss(loss)
     cfg, psi, prof_elem, label = _resolve_model(model, micro_batch, seq)
     if cfg is None and ck.mode != "none":  # said, not silently dropped
         warnings.warn(ModelWarning(
@@ -545,11 +564,16 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
             f"memory of {label}: it has no transformer config, so its activations are "
             "unknown and not counted (pass a TransformerConfig or a built-in LLM)"),
             stacklevel=2)
+    if cfg is None and kind != "unfused":
+        warnings.warn(ModelWarning(
+            f"loss={loss!r} is left out of the memory of {label}: it has no transformer "
+            "config, so its activations (the loss among them) are unknown and not counted"),
+            stacklevel=2)
     group = _check_shard_group(shard_group, strategy, ns)
     mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label)
     est = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns, strategy,
                     spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node, bucket, mode,
-                    host_memory, group, mp, view)
+                    host_memory, group, mp, view, kind)
     if suggest and not np.all(est.fits):
         def estimate(strat, checkpointing, off, t=tp):
             m = _check_model_parallel(t, pp, microbatches, cfg, ns, strat, checkpointing,
@@ -558,7 +582,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
                              _check_n(n, strat), strat, spec, optimizer, param_dtype,
                              grad_dtype, checkpointing, gpus_per_node, bucket, off,
                              host_memory, _check_shard_group(shard_group, strat, ns), m,
-                             view)
+                             view, kind)
 
         est = attrs.evolve(est, suggestions=_suggestions(
             est, ck, estimate, 1 if mp is None else mp.tp, gpus_per_node or 8))
@@ -581,7 +605,7 @@ def _dtypes(cfg, prof_elem, param_dtype, grad_dtype):
 
 def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
               grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, shard_group=None,
-              mp=None, view=("allocated", 0.0)):
+              mp=None, view=("allocated", 0.0), loss="unfused"):
     """The estimate, once every argument is checked."""
     states = OPTIMIZER_STATES[optimizer.strip().lower()]
     pd, gd = _dtypes(cfg, prof_elem, param_dtype, grad_dtype)
@@ -605,13 +629,13 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
     buffers = bucket * one
     if cfg is not None:
         activations, buffers = _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one,
-                                                        buffers, notes)
+                                                        buffers, notes, loss)
     else:
         activations = None
         notes.append(f"{label}: no transformer config, so activations are unknown and not "
                      "counted; parameters from the gradient bytes")
     total = params + grads + optim + buffers + (activations if activations is not None else 0)
-    overheads = _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, view[1])
+    overheads = _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, view[1], loss)
     reserved = total + sum(overheads.values())
     if view[0] == "reserved":
         notes.append("reserved = allocated + allocator rounding + FSDP copy-in stream "
@@ -629,7 +653,8 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
         **({} if mp is None else {"tp": mp.tp, "pp": mp.pp,
                                   "microbatches": mp.microbatches}),
         "activation_checkpointing": ck.describe(),
-        "flash_attention": bool(ck.flash_attention), "offload": mode, "optimizer": optimizer,
+        "flash_attention": bool(ck.flash_attention), "loss": loss, "offload": mode,
+        "optimizer": optimizer,
         "param_dtype": pd, "grad_dtype": gd,
         "micro_batch": None if cfg is None else cfg.micro_batch,
         "seq": None if cfg is None else cfg.seq, "gpu": spec.name,
@@ -681,11 +706,12 @@ def _offloaded(params, grads, optim, psi, div_o, one, mode, notes):
     return params, grads, optim, host
 
 
-def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes):
+def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
+                             loss="unfused"):
     """Activations of a transformer config, and the buffers with the all-gathered blocks
     under zero3 / hybrid_shard [bytes]; notes the formulas."""
-    act = (activation_bytes(cfg, ck) if mp is None
-           else model_parallel_activations(cfg, ck, mp))
+    act = (activation_bytes(cfg, ck, loss=loss) if mp is None
+           else model_parallel_activations(cfg, ck, mp, loss))
     if mp is not None:
         notes.append(f"tp={mp.tp} x pp={mp.pp}: 1/{mp.size} of the model state per GPU;"
                      " activations sbh(10 + 24/t + 5as/(ht)) per layer (Korthikanti et "
@@ -695,7 +721,9 @@ def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes)
                  "layer" + (" without the 5as/h score term (flash attention)"
                             if ck.flash_attention else "")
                  + f"; checkpointing {ck.describe()} (scalemodel.checkpointing)"
-                 + "; loss peak 12sbV (three fp32 sbV tensors)")
+                 + ("; loss peak 12sbV (unfused cross_entropy: three fp32 sbV tensors)"
+                    if loss == "unfused" else "; loss peak 4sbV + 16sb (fused cross-entropy:"
+                    " 16-bit logits and their gradient)"))
     if strategy in ("zero3", "hybrid_shard"):
         biggest, root = _block_and_root(cfg)
         gathered = pb * (2 * biggest + root) + gb * biggest * one
@@ -879,23 +907,23 @@ def side_stream_pool_bytes(cfg, param_bytes=2) -> float:
                  + allocator_block_bytes(param_bytes * units[1]))
 
 
-def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation):
+def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation,
+                        loss="unfused"):
     """The caching allocator's reserve besides the live tensors: rounding, the FSDP
     copy-in stream's pool, fragmentation [bytes] (module docstring)."""
     rounding, side = 0.0 * one, 0.0 * one
     if cfg is not None:
-        from .checkpointing import ACTIVATION_BYTES, LOSS_BYTES_PER_LOGIT
+        from .checkpointing import ACTIVATION_BYTES, loss_tensor_bytes
 
         s, b = float(cfg.seq), float(cfg.micro_batch)
         t = 1 if mp is None else mp.tp
         layer_tensor = ACTIVATION_BYTES * s * b * cfg.hidden
-        logit_tensor = 4.0 * s * b * cfg.vocab / t
-        act = activation_bytes(cfg, ck) if mp is None else model_parallel_activations(
-            cfg, ck, mp)
-        loss = float(LOSS_BYTES_PER_LOGIT) * s * b * cfg.vocab / t
-        count = max(act - loss, 0.0) / layer_tensor
+        tensors = np.array(loss_tensor_bytes(s, b, cfg.vocab, loss, t))
+        act = activation_bytes(cfg, ck, loss=loss) if mp is None else \
+            model_parallel_activations(cfg, ck, mp, loss)
+        count = max(act - float(tensors.sum()), 0.0) / layer_tensor
         rounding = rounding + (count * (allocator_block_bytes(layer_tensor) - layer_tensor)
-                               + 3 * (allocator_block_bytes(logit_tensor) - logit_tensor))
+                               + float(np.sum(allocator_block_bytes(tensors) - tensors)))
         if strategy in ("zero3", "hybrid_shard"):
             side = side + side_stream_pool_bytes(cfg, pb)
     live = total + rounding + side
