@@ -135,16 +135,17 @@ def calibrate(row):
 
 def predict(row, cluster):
     """Predicted tokens per second per GPU of a row on a fitted cluster [tokens/s], and
-    the (low, high) ends implied by the scaling-factor interval [tokens/s]."""
+    the (low, high) ends of the iteration-time interval (``total_interval``: the fit's
+    intervals and alternatives and its efficiency, widened where it is carried to
+    another model, :data:`scalemodel.efficiency.EFFICIENCY_TRANSFER`) [tokens/s]."""
     bw, _ = _topology(row["gpu"])
     it = sm.iteration_time(profile_for(row), row["n"], bw, sharding="zero3",
                            fusion=None, algorithm="ring", cluster=cluster)
     tokens = row["grad_accum"] * row["micro_batch"] * row["seq"]
-    sf = float(it.scaling_factor)
-    lo, hi = it.scaling_factor_interval
     total = float(it.total)
+    t_lo, t_hi = it.total_interval
     _EXPOSED[(row["row"], id(cluster))] = float(it.exposed_communication) / total
-    return tokens / total, (tokens / (total * sf / lo), tokens / (total * sf / hi))
+    return tokens / total, (0.0 if t_hi is None else tokens / t_hi, tokens / t_lo)
 
 
 _EXPOSED: dict = {}
@@ -205,14 +206,13 @@ def evaluate_torchtitan():
             it = sm.iteration_time(r["profile"], r["n"], _TT_BW, sharding="zero3",
                                    fusion=None, algorithm="ring", cluster=fit.cluster,
                                    intra_bw=intra, **_TT_NODE)
-            sf, (lo, hi), total = float(it.scaling_factor), it.scaling_factor_interval, \
-                float(it.total)
+            total, (t_lo, t_hi) = float(it.total), it.total_interval
             pred = r["tokens"] / total
             out.append(dict(source="torchtitan", row=r["row"], model=r["model"],
                             gpu=r["gpu"], n=r["n"], calibration_row=cal["row"],
                             calibration=f"{tech} @ {cal['n']}", published=r["tokens_per_gpu"],
-                            predicted=pred, low=r["tokens"] / (total * sf / lo),
-                            high=r["tokens"] / (total * sf / hi),
+                            predicted=pred, low=0.0 if t_hi is None else r["tokens"] / t_hi,
+                            high=r["tokens"] / t_lo,
                             error=pred / r["tokens_per_gpu"] - 1,
                             rule=cal["tokens_per_gpu"] / r["tokens_per_gpu"] - 1,
                             efficiency=float(fit.cluster.extra["efficiency"]["value"])))
@@ -353,9 +353,10 @@ def _summary(entries):
     r = [abs(x["rule"]) for x in entries]
     inside = sum(x["low"] * (1 - 1e-9) <= x["published"] <= x["high"] * (1 + 1e-9)
                  for x in entries)
+    width = [(x["high"] - x["low"]) / x["published"] for x in entries]
     return dict(rows=len(entries), median=statistics.median(e), largest=max(e),
                 rule_median=statistics.median(r), rule_largest=max(r),
-                inside=inside)
+                inside=inside, width=statistics.median(width))
 
 
 def table(entries):
@@ -388,7 +389,8 @@ def _say_summary(say, what, s, target=None):
     say(f"{what}: {s['rows']} predictions; median |error| {100 * s['median']:.1f} %, "
         f"largest {100 * s['largest']:.1f} %; constant-MFU rule median "
         f"{100 * s['rule_median']:.1f} %, largest {100 * s['rule_largest']:.1f} %; "
-        f"{s['inside']} inside the interval")
+        f"{s['inside']} inside the interval (median width (high - low) / published "
+        f"{100 * s['width']:.1f} %)")
     if target:
         ok = s["median"] <= target[0] and s["largest"] <= target[1]
         say(f"  target median <= {100 * target[0]:.0f} %, largest <= "
