@@ -118,7 +118,8 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
                      compression=1.0, algorithm=None, alpha=None, codec_cost=0.0,
                      gpus_per_node=None, nics_per_node=None, intra_bw=None,
                      intra_alpha=None, ps_servers=None, activation_checkpointing=None,
-                     offload=None, tp=1, pp=1, microbatches=None) -> BucketSizeResult:
+                     offload=None, tp=1, pp=1, microbatches=None,
+                     virtual_stages=1) -> BucketSizeResult:
     """The DDP ``bucket_cap_mb`` that minimizes the iteration time (see the module).
 
     Parameters
@@ -140,9 +141,9 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
         ``compression`` [-], ``algorithm`` [-], ``alpha`` [s], ``codec_cost`` [s/byte],
         ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw`` [bits/s],
         ``intra_alpha`` [s], ``ps_servers`` [servers].
-    activation_checkpointing, offload, tp, pp, microbatches
+    activation_checkpointing, offload, tp, pp, microbatches, virtual_stages
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [GPUs], [stages],
-        [micro-batches]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the buckets are
+        [micro-batches], [chunks]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the buckets are
         those of the data-parallel all-reduce of one GPU's gradients over ``n / (tp pp)``
         replicas (Megatron's DDP buckets its stage's share; :mod:`scalemodel.parallel`).
 
@@ -172,7 +173,8 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
                                  nics_per_node=nics_per_node, intra_bw=intra_bw,
                                  intra_alpha=intra_alpha, ps_servers=ps_servers,
                                  activation_checkpointing=activation_checkpointing,
-                                 offload=offload, tp=tp, pp=pp, microbatches=microbatches))
+                                 offload=offload, tp=tp, pp=pp, microbatches=microbatches,
+                                 virtual_stages=virtual_stages))
     n_job, bw_job = n, bw
     n, bw = base.data_parallel(n, bw)  # scalemodel.parallel: replicas, one ring's rate
     x = 1.0 / (effective_utilization(base, bw, u) * bw * r)
@@ -208,8 +210,10 @@ def _result(base, n, bw, cand, t, default):
              f"{format_bandwidth(bw)}")
     mp = base.model_parallel
     if mp is not None:
-        where += (f" (the data-parallel dimension of tp={mp.tp} x pp={mp.pp}: {mp.dp(n)} "
-                  f"replicas)")
+        sched = ("" if mp.virtual_stages == 1
+                 else f", interleaved 1F1B with {mp.virtual_stages} chunks per stage")
+        where += (f" (the data-parallel dimension of tp={mp.tp} x pp={mp.pp}{sched}: "
+                  f"{mp.dp(n)} replicas)")
         n = mp.dp(n)
     if best == DEFAULT_BUCKET_MB:
         msg = (f"{where}: DDP's default bucket_cap_mb=25 is already among the fastest "

@@ -481,6 +481,9 @@ def _build_best_bucket(sub):
     p.add_argument("--microbatches", default=None, type=int,
                    help="micro-batches per step and replica [micro-batches] (default: the "
                         "profile's)")
+    p.add_argument("--virtual-stages", default=None, type=int,
+                   help="model chunks per pipeline stage: > 1 is Megatron's interleaved "
+                        "1F1B [chunks] (default 1)")
     _json_option(p)
     p.set_defaults(func=cmd_best_bucket)
 
@@ -687,6 +690,9 @@ def cmd_iteration(args):
         print(f"{'memory':<24}{_memory_text(per, fits, gpu)}")
 
 
+_MODEL_PARALLEL = ("tp", "pp", "microbatches", "virtual_stages")  # plan, breakeven
+
+
 def _plan_kwargs(args, allowed=()):
     """The network options of plan and breakeven, and those of ``allowed`` given."""
     if args.codec_cost:
@@ -700,7 +706,7 @@ def _plan_kwargs(args, allowed=()):
             raise InvalidParameterError(
                 "--" + name.replace("_", "-"), getattr(args, name), f"{args.command} does "
                 "not model it yet", "Use min-compression, required-bandwidth, scaling or "
-                "iteration" + (", or plan" if name in ("tp", "pp", "microbatches") else ""))
+                "iteration")
     return dict(_network(args), **{name: getattr(args, name) for name in allowed
                                    if getattr(args, name, None) is not None})
 
@@ -711,7 +717,7 @@ def cmd_plan(args):
     plan = plan_compression(args.model, args.bw, n=args.n, target=args.target,
                             compressors=args.compressors, gpu=args.gpu,
                             implementation=args.implementation,
-                            **_plan_kwargs(args, ("tp", "pp", "microbatches")))
+                            **_plan_kwargs(args, _MODEL_PARALLEL))
     if args.json:
         rows = []
         for r in plan.rows:
@@ -744,7 +750,7 @@ def cmd_breakeven(args):
     comps = [get_compressor(c, "--compressors") for c in names]
     if args.implementation is not None:  # as the implementation sends them
         comps = [for_implementation(c, args.implementation, "--compressors") for c in comps]
-    kw = dict(_plan_kwargs(args, ("tp", "pp", "microbatches")),
+    kw = dict(_plan_kwargs(args, _MODEL_PARALLEL),
               implementation=args.implementation)
     sharded = resolve_sharding(_sharding(args)).sharded
     rows = []
@@ -918,7 +924,8 @@ def cmd_best_bucket(args):
 
     kw = {k: getattr(args, k) for k in ("algorithm", "alpha", "gpus_per_node",
                                          "nics_per_node", "intra_bw", "intra_alpha",
-                                         "cluster", "tp", "pp", "microbatches")
+                                         "cluster", "tp", "pp", "microbatches",
+                                         "virtual_stages")
           if getattr(args, k) is not None}
     res = best_bucket_size(args.model, args.n, args.bw, utilization=args.utilization,
                            compression=args.compression, candidates=args.candidates, **kw)

@@ -277,11 +277,12 @@ def _check_n(n, sharding):
     return arr
 
 
-def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label):
+def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
+                          virtual_stages=1):
     """The checked :class:`~scalemodel.parallel.ModelParallel`, or None without it."""
     from .parallel import check_config, resolve_model_parallel
 
-    mp = resolve_model_parallel(tp, pp, microbatches)
+    mp = resolve_model_parallel(tp, pp, microbatches, virtual_stages=virtual_stages)
     if not mp.active:
         return None
     name, value = ("tp", mp.tp) if mp.tp > 1 else ("pp", mp.pp)
@@ -311,7 +312,14 @@ def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
     while it is recomputed. The first stage keeps :math:`\min(p, m)` micro-batches of
     its :math:`L/p` layers in flight (1F1B); the last stage one micro-batch and the loss
     over the vocabulary-parallel logits (:math:`12sbV/t` unfused, :math:`4sbV/t + 16sb`
-    fused: :func:`scalemodel.checkpointing.loss_bytes`); the larger of the two.
+    fused: :func:`scalemodel.checkpointing.loss_bytes`); the larger of the two. Under
+    interleaved 1F1B (``virtual_stages`` :math:`v > 1`) each stage keeps the chunks of
+    :math:`L/(p v)` layers its schedule holds
+    (:func:`~scalemodel.parallel.in_flight_chunks`): the first stage
+    :math:`p v + p - 1` for :math:`m > p`, i.e. :math:`L(1 + \frac{p-1}{p v})` layers,
+    Korthikanti et al.'s factor (Sec. 4.2.3; Megatron-LM's
+    ``interleaved_schedule_memory_penalty``), and :math:`p v` (:math:`L` layers) for
+    :math:`m = p`; the last stage :math:`(v - 1) p + 1` (:math:`m > p`).
 
     Parameters
     ----------
@@ -326,6 +334,7 @@ def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
         (:data:`scalemodel.checkpointing.LOSS_KERNELS`) [-].
     """
     from .checkpointing import ACTIVATION_BYTES, loss_bytes
+    from .parallel import in_flight_chunks
 
     t = mp.tp
     s, b, h, a = float(cfg.seq), float(cfg.micro_batch), float(cfg.hidden), float(cfg.heads)
@@ -339,8 +348,9 @@ def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
     logits = loss_bytes(cfg, loss, t)
     if mp.pp == 1:
         return stage + recompute + logits
-    first = min(mp.pp, mp.microbatches) * stage + recompute
-    last = stage + recompute + logits
+    chunk = stage / mp.virtual_stages  # L / (p v) layers; scalemodel.parallel
+    first = in_flight_chunks(mp, 0) * chunk + recompute
+    last = in_flight_chunks(mp, mp.pp - 1) * chunk + recompute + logits
     return max(first, last)
 
 
@@ -430,7 +440,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
            gpus_per_node=None, bucket_bytes=DEFAULT_BUCKET_BYTES,
            flash_attention=True, offload="none", host_memory=None,
            suggest=True, shard_group=None, tp=1, pp=1, microbatches=None,
-           measure="reserved", fragmentation=0.0,
+           measure="reserved", fragmentation=0.0, virtual_stages=1,
            loss="unfused") -> MemoryEstimate:
     """Memory per GPU to train ``model`` data-parallel on ``n`` GPUs.
 
@@ -496,6 +506,13 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     microbatches : int or None
         Micro-batches per step (the first stage keeps ``min(pp, microbatches)`` in
         flight); required with ``pp > 1`` [micro-batches].
+    virtual_stages : int
+        Model chunks per pipeline stage, > 1 for Megatron's interleaved 1F1B, as in
+        :func:`~scalemodel.scaling_factor`: the stages keep the chunks their schedule
+        holds in flight, the first ``pp * virtual_stages + pp - 1`` chunks of
+        ``layers / (pp * virtual_stages)`` layers when ``microbatches > pp``
+        (Korthikanti et al.'s factor ``1 + (pp - 1) / (pp * virtual_stages)`` on 1F1B's
+        activations; ``scalemodel.parallel.in_flight_chunks``) [chunks].
     measure : str
         ``"reserved"`` (the default): what the caching allocator holds
         (``max_memory_reserved``, what torchtitan logs as "memory", and what runs out
@@ -540,9 +557,11 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``zero1`` / ``zero2`` / ``zero3``; ``tp`` / ``pp`` not dividing the heads / layers
         (the message lists the valid values), ``n`` not a multiple of ``tp * pp``, ``pp > 1``
         without ``microbatches``, or with sharding, selective or partial checkpointing, or
-        a profile without a transformer config; ``fragmentation`` outside [0, 1);
-        ``loss`` outside ``"unfused"``, ``"fused"`` (the message names the value and the
-        valid ones).
+        a profile without a transformer config; ``virtual_stages`` below 1, not dividing
+        a stage's layers, above 1 without ``pp > 1`` or with ``microbatches`` not a
+        multiple of ``pp`` (as :func:`~scalemodel.iteration_time`); ``fragmentation``
+        outside [0, 1); ``loss`` outside ``"unfused"``, ``"fused"`` (the message names the
+        value and the valid ones).
     """
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
@@ -570,14 +589,15 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
             "config, so its activations (the loss among them) are unknown and not counted"),
             stacklevel=2)
     group = _check_shard_group(shard_group, strategy, ns)
-    mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label)
+    mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
+                               virtual_stages)
     est = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns, strategy,
                     spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node, bucket, mode,
                     host_memory, group, mp, view, kind)
     if suggest and not np.all(est.fits):
         def estimate(strat, checkpointing, off, t=tp):
             m = _check_model_parallel(t, pp, microbatches, cfg, ns, strat, checkpointing,
-                                      label)
+                                      label, virtual_stages)
             return _estimate(cfg, psi if m is None else psi / m.size, prof_elem, label,
                              _check_n(n, strat), strat, spec, optimizer, param_dtype,
                              grad_dtype, checkpointing, gpus_per_node, bucket, off,
@@ -651,7 +671,8 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
     settings = types.MappingProxyType({
         "sharding": strategy, "shard_group": shard_group,
         **({} if mp is None else {"tp": mp.tp, "pp": mp.pp,
-                                  "microbatches": mp.microbatches}),
+                                  "microbatches": mp.microbatches,
+                                  "virtual_stages": mp.virtual_stages}),
         "activation_checkpointing": ck.describe(),
         "flash_attention": bool(ck.flash_attention), "loss": loss, "offload": mode,
         "optimizer": optimizer,
@@ -713,10 +734,16 @@ def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
     act = (activation_bytes(cfg, ck, loss=loss) if mp is None
            else model_parallel_activations(cfg, ck, mp, loss))
     if mp is not None:
+        from .parallel import in_flight_chunks
+
         notes.append(f"tp={mp.tp} x pp={mp.pp}: 1/{mp.size} of the model state per GPU;"
                      " activations sbh(10 + 24/t + 5as/(ht)) per layer (Korthikanti et "
                      "al., no sequence parallelism), the first stage keeping "
-                     f"{min(mp.pp, mp.microbatches)} micro-batch(es) of its layers")
+                     + (f"{min(mp.pp, mp.microbatches)} micro-batch(es) of its layers"
+                        if mp.virtual_stages == 1 else
+                        f"{in_flight_chunks(mp)} chunks of "
+                        f"{cfg.layers // (mp.pp * mp.virtual_stages)} layers in flight "
+                        f"(interleaved 1F1B, {mp.virtual_stages} chunks per stage)"))
     notes.append("activations: Korthikanti et al. arXiv:2205.05198, sbh(34 + 5as/h) per "
                  "layer" + (" without the 5as/h score term (flash attention)"
                             if ck.flash_attention else "")

@@ -78,10 +78,10 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   backward (the first chunk's gradients complete with the step's last backward).
   Megatron's conditions are checked: :math:`p \ge 2`, :math:`m` a multiple of :math:`p`
   (``forward_backward_pipelining_with_interleaving``) and :math:`L` a multiple of
-  :math:`p v`. The activation memory of the extra in-flight chunks is not modelled
-  (:func:`~scalemodel.memory` takes no ``virtual_stages``). The closed form is
-  checked against a discrete-event simulation of Megatron's per-stage order of
-  micro-batches and chunks (``tests/des_interleaved.py``);
+  :math:`p v`. The closed form is checked against a discrete-event simulation of
+  Megatron's per-stage order of micro-batches and chunks (``tests/des_interleaved.py``).
+  Its memory price, the chunks a stage keeps in flight, is in :func:`~scalemodel.memory`
+  (:func:`in_flight_chunks`);
 * **gradients**: each GPU holds :math:`1/(t p)` of the parameters and gradients; its
   buckets are the profile's tensors at :math:`1/(t p)` of their bytes, ready at the
   profile's times scaled to :math:`b` (the stage's gradients come as the model's do);
@@ -107,7 +107,7 @@ import numpy as np
 from .exceptions import InvalidParameterError, ParameterTypeError
 
 __all__ = ["ModelParallel", "resolve_model_parallel", "model_parallel_profile",
-           "tp_allreduce_time"]
+           "tp_allreduce_time", "in_flight_chunks"]
 
 
 def _divisors(k):
@@ -241,6 +241,42 @@ def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1,
             f"micro-batches a multiple of pp={pp}, as Megatron-LM asserts: valid are "
             f"{[pp * k for k in range(1, 4)]}, ...")
     return ModelParallel(tp, pp, m, v)
+
+
+def in_flight_chunks(mp, stage=0) -> int:
+    r"""Model chunks whose forward activations stage ``stage`` holds at its peak under
+    the job's schedule (Megatron-LM's ``schedules.py``), in chunks of
+    :math:`L/(p v)` layers [chunks].
+
+    A stage runs its warm-up forwards, then one forward and one backward alternately,
+    so it holds at most its warm-up forwards plus one. Plain 1F1B (:math:`v = 1`): the
+    warm-up is :math:`p - s - 1` forwards, at most :math:`m`, so stage :math:`s` holds
+    :math:`\min(p - s, m)` micro-batches (the first stage :math:`\min(p, m)`).
+    Interleaved (:math:`v > 1`, :math:`m` a multiple of :math:`p`): with :math:`m = p`
+    every stage runs all :math:`m v` forwards first and holds them all; otherwise the
+    warm-up is :math:`2(p - s - 1) + (v - 1) p` chunk forwards, and the first stage holds
+    :math:`p v + p - 1` chunks, i.e. :math:`L (1 + \frac{p - 1}{p v})` layers:
+    Korthikanti et al.'s factor on the :math:`L` layers of 1F1B, :math:`1 + \frac{p-1}{p v}`
+    (their :math:`m`, "the number of interleaving stages", is :math:`v` here; "Reducing
+    Activation Recomputation in Large Transformer Models", MLSys 2023, arXiv:2205.05198,
+    Sec. 4.2.3), which Megatron-LM applies as ``interleaved_schedule_memory_penalty``
+    (``megatron/training/theoretical_memory_usage.py``). With :math:`m = p` the factor
+    overstates the schedule: :math:`p v` chunks, :math:`L` layers, as 1F1B; the count
+    here is the schedule's.
+
+    Parameters
+    ----------
+    mp : ModelParallel
+        The parallelism [-].
+    stage : int
+        Pipeline stage, 0 (the first) to ``pp - 1`` [stages].
+    """
+    p, v, m = mp.pp, mp.virtual_stages, mp.microbatches
+    if v == 1:
+        return min(p - stage, m)
+    if m == p:
+        return m * v
+    return min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
 
 
 def tp_allreduce_time(nbytes, tp, intra_bw, intra_alpha=0.0) -> float:

@@ -1029,7 +1029,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                      alpha=None, gpus_per_node=None, intra_bw=None, intra_alpha=None,
                      ps_servers=None, nics_per_node=None, sharding=None,
                      gpu=None, implementation=None, tp=1, pp=1,
-                     microbatches=None) -> CompressionPlan:
+                     microbatches=None, virtual_stages=1) -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
 
@@ -1085,13 +1085,14 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         implementations that do. None (the default): ``"pytorch"``, except that the
         families PyTorch's hooks lack (``signsgd``, ``topk``, ``randomk``) are still
         evaluated, in their textbook formats (the class defaults) [-].
-    tp, pp, microbatches
+    tp, pp, microbatches, virtual_stages
         As in :func:`~scalemodel.scaling_factor`: ``n`` counts all GPUs and the plan is
         for the data-parallel dimension of ``n / (tp pp)`` replicas, each compressor
         applied to the data-parallel all-reduce of one GPU's gradients
         (:mod:`scalemodel.parallel`; the plan's ``n`` and ``bw`` stay the job's, its
-        message says the replicas and the ring's rate): [GPUs], [stages],
-        [micro-batches].
+        message says the replicas and the ring's rate); ``virtual_stages`` > 1 is
+        Megatron's interleaved 1F1B (a smaller bubble, eq. :eq:`pp-interleaved`; more
+        activations in the memory check): [GPUs], [stages], [micro-batches], [chunks].
 
     Returns
     -------
@@ -1116,7 +1117,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                    ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding)
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
-                microbatches=microbatches)
+                microbatches=microbatches, virtual_stages=virtual_stages)
     n_job, bw_job = n, bw
     n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     bw = float(bw)
@@ -1131,7 +1132,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                             gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                             intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
                             cluster=cluster, sharding=sc.sharding or "none", tp=tp, pp=pp,
-                            microbatches=microbatches)
+                            microbatches=microbatches, virtual_stages=virtual_stages)
     views = _views(sc, model, bw, u, n, gpu, impl, options)
     rows = [attrs.evolve(_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw,
                               views=views), implementation=impl.name)
@@ -1264,7 +1265,7 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
                               algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                               intra_bw=None, intra_alpha=None, ps_servers=None,
                               nics_per_node=None, sharding=None, implementation=None,
-                              gpu=None, tp=1, pp=1, microbatches=None):
+                              gpu=None, tp=1, pp=1, microbatches=None, virtual_stages=1):
     """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
 
     ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
@@ -1295,10 +1296,10 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     gpu : str, GPUSpec or None
         GPU whose codec costs are used (:mod:`scalemodel.codec_costs`: the measured H100
         table scaled by HBM bandwidth); None: the profile's GPU [-].
-    tp, pp, microbatches
+    tp, pp, microbatches, virtual_stages
         As in :func:`plan_compression`: ``n`` counts all GPUs, the compressor applies to
         the data-parallel all-reduce of ``n / (tp pp)`` replicas [GPUs], [stages],
-        [micro-batches].
+        [micro-batches], [chunks].
 
     Returns
     -------
@@ -1312,7 +1313,7 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     u = check_fraction(utilization, "utilization")
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
-                microbatches=microbatches)
+                microbatches=microbatches, virtual_stages=virtual_stages)
     n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
@@ -1365,7 +1366,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                         algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                         intra_bw=None, intra_alpha=None, ps_servers=None,
                         nics_per_node=None, sharding=None, implementation=None, gpu=None,
-                        detail=False, tp=1, pp=1, microbatches=None):
+                        detail=False, tp=1, pp=1, microbatches=None, virtual_stages=1):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in
@@ -1411,11 +1412,11 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
         Return :class:`~scalemodel.planner.Breakeven` objects (a list for an array ``n``)
         saying how the answer was reached and whether it lies within the calibrated line
         rates [-].
-    tp, pp, microbatches
+    tp, pp, microbatches, virtual_stages
         As in :func:`plan_compression`: ``n`` counts all GPUs, the compressor applies to
         the data-parallel all-reduce of ``n / (tp pp)`` replicas, and the answer is a
         NIC's line rate (one data-parallel ring gets ``bw * bw_scale`` of it,
-        :mod:`scalemodel.parallel`) [GPUs], [stages], [micro-batches].
+        :mod:`scalemodel.parallel`) [GPUs], [stages], [micro-batches], [chunks].
 
     Returns
     -------
@@ -1436,7 +1437,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
-                microbatches=microbatches)
+                microbatches=microbatches, virtual_stages=virtual_stages)
     replicas, scale = sc.data_parallel(n, 1.0)  # scalemodel.parallel (1, 1: plain DDP)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
@@ -1470,7 +1471,8 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                     intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
                     nics_per_node=nics_per_node, sharding=sharding, gpu=gpu,
                     implementation=implementation, tp=tp, pp=pp,
-                    microbatches=microbatches), sc.cluster, bw)
+                    microbatches=microbatches, virtual_stages=virtual_stages),
+                    sc.cluster, bw)
                 res = attrs.evolve(res, interval=(iv.low, iv.high))
             bw = res
         out.append(bw)

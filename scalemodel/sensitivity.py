@@ -87,7 +87,8 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
                   algorithm=None, fusion=None, codec_cost=0.0, gpus_per_node=None,
                   nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                   cluster=None, sharding=None, activation_checkpointing=None, offload=None,
-                  shard_group=None, tp=1, pp=1, microbatches=None) -> Sensitivities:
+                  shard_group=None, tp=1, pp=1, microbatches=None,
+                  virtual_stages=1) -> Sensitivities:
     """Derivatives and elasticities of the scaling factor, eqs. :eq:`sensitivities` and
     :eq:`elasticities`; vectorized like :func:`~scalemodel.scaling_factor`.
 
@@ -108,9 +109,9 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
     algorithm, fusion, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [s/byte], [workers], [NICs],
         [bits/s], [s], [servers], a cluster profile or file, [-].
-    activation_checkpointing, offload, shard_group, tp, pp, microbatches
+    activation_checkpointing, offload, shard_group, tp, pp, microbatches, virtual_stages
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [GPUs], [GPUs], [stages],
-        [micro-batches]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the answer is
+        [micro-batches], [chunks]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the answer is
         for the data-parallel dimension of ``n / (tp pp)`` replicas, as the scaling
         factor's; ``d_bw`` is per bit/s of the NIC line rate ``bw`` asked
         (:mod:`scalemodel.parallel`).
@@ -134,7 +135,8 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
               gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, intra_bw=intra_bw,
               ps_servers=ps_servers, cluster=cluster, sharding=sharding,
               activation_checkpointing=activation_checkpointing, offload=offload,
-              shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches)
+              shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
+              virtual_stages=virtual_stages)
     sc = Scenario.build(model, alpha=alpha, intra_alpha=intra_alpha, **kw)
     counts = Scenario.build(model, alpha=1.0, intra_alpha=0.0, warn=False,  # latency counts
                             **kw)

@@ -217,7 +217,8 @@ def _memory_check(sc, n, gpu):
     kw["offload"] = p.provenance.get("offload_mode", "none")  # scalemodel.offload
     mp = sc.model_parallel
     if mp is not None and mp.active:  # n counts replicas; memory() the job's GPUs
-        kw.update(tp=mp.tp, pp=mp.pp, microbatches=mp.microbatches)
+        kw.update(tp=mp.tp, pp=mp.pp, microbatches=mp.microbatches,
+                  virtual_stages=mp.virtual_stages)
         n, strategy = int(n) * mp.size, "none"
     try:
         m = memory(p, int(n), sharding=strategy, gpu=gpu, **kw)
@@ -431,9 +432,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     tp, pp, microbatches, virtual_stages
         As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
-        is :func:`~scalemodel.memory` with them (without ``virtual_stages``, whose
-        extra in-flight activations it does not model) [GPUs], [stages],
-        [micro-batches], [chunks].
+        is :func:`~scalemodel.memory` with them (the interleaved schedule's in-flight
+        chunks included) [GPUs], [stages], [micro-batches], [chunks].
 
     Returns
     -------
@@ -582,9 +582,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     tp, pp, microbatches, virtual_stages
         As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
-        is :func:`~scalemodel.memory` with them (without ``virtual_stages``, whose
-        extra in-flight activations it does not model) [GPUs], [stages],
-        [micro-batches], [chunks].
+        is :func:`~scalemodel.memory` with them (the interleaved schedule's in-flight
+        chunks included) [GPUs], [stages], [micro-batches], [chunks].
 
     Returns
     -------

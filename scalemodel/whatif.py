@@ -71,7 +71,8 @@ def paper_profile(model, reduction_launch="per-step"):
 
 
 def whatif_table(models=PAPER_MODELS, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RATIOS, *,
-                 reduction_launch="per-step", tp=1, pp=1, microbatches=None):
+                 reduction_launch="per-step", tp=1, pp=1, microbatches=None,
+                 virtual_stages=1):
     """Scaling factors of the paper's what-if grid.
 
     Parameters
@@ -87,11 +88,11 @@ def whatif_table(models=PAPER_MODELS, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RAT
     reduction_launch : str
         ``"per-step"`` (the default: the authors' simulator, a vector-add launch at each
         of the ring's N - 1 steps) or ``"once"`` (NCCL: one launch per collective) [-].
-    tp, pp, microbatches
+    tp, pp, microbatches, virtual_stages
         As in :func:`~scalemodel.scaling_factor`, for models with a transformer config
         (the built-in LLMs; the paper's CNNs have none and are refused): ``ns`` count all
         GPUs, each entry is for the data-parallel dimension of ``n / (tp pp)`` replicas
-        [GPUs], [stages], [micro-batches].
+        [GPUs], [stages], [micro-batches], [chunks].
 
     Returns
     -------
@@ -114,7 +115,7 @@ def whatif_table(models=PAPER_MODELS, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RAT
     b = np.asarray(bws, dtype=float)[None, None, :]
     return {m: scaling_factor(paper_profile(m, reduction_launch), n=n, bw=b, compression=r,
                               algorithm="ring", fusion="horovod", tp=tp, pp=pp,
-                              microbatches=microbatches)
+                              microbatches=microbatches, virtual_stages=virtual_stages)
             for m in models}
 
 
