@@ -87,9 +87,34 @@ HOST_MEMORY = {
 without a usual server need ``host_memory=``."""
 
 CPU_ADAM_PARAMS_PER_S = 1e9 / 0.22
-"""Parameters updated per second by DeepSpeed's CPU-Adam for one GPU's process: about
-0.22 s per billion parameters (ZeRO-Offload, arXiv:2101.06840, Table 3, CPU-Adam on the
-DGX-2 host; a figure recalled from the paper, not re-measured here) [1/s]."""
+"""Parameters updated per second by DeepSpeed's CPU-Adam, applied to each GPU's shard:
+0.22 s for one Adam step over 1 billion parameters (Ren et al., ZeRO-Offload,
+arXiv:2101.06840, Sec. 6.2.4 "CPU-Adam efficiency", Table 4; measured on the DGX-2 of
+its Table 2) [1/s].
+
+What is verified and what is not (looked up 2026-11-26; the paper's PDF was not
+reachable):
+
+* The table is the paper's **Table 4**, not Table 3 (Table 3 lists the GPT-2
+  configurations): a full translation of the paper (``Elvin-Ma/ai_papers``,
+  ``zero/zero-offload.md`` at 024b9bb, Sec. 6.2.4) says Table 4 gives the optimizer
+  time of CPU-Adam and of PyTorch's Adam for 1 to 10 billion parameters, CPU-Adam more
+  than 5x faster than PyTorch on the CPU and 6.4x at 1 billion. Its tables are images
+  there, so the values were not read in the paper itself.
+* The value 0.22 s at 1 billion (PyTorch: 1.39 s on the CPU, 0.10 s on the GPU; CPU-Adam
+  1.03 s at 4 billion and 2.57 s at 10 billion, i.e. 3.9e9 parameters/s for large
+  models) is from a third-party summary of the paper, consistent with the stated 6.4x
+  (1.39 / 0.22 = 6.3). Not from the paper directly.
+* DeepSpeed's own documentation gives only ratios: "5.1x to 6.5x speedups considering the
+  model-size between 1 to 10 billion parameters with respect to torch-adam"
+  (``deepspeedai/DeepSpeed`` ``docs/_pages/training.md``), "5X--7X faster than the
+  standard PyTorch implementation" (``docs/_tutorials/zero-offload.md``).
+* Not known: whether "1 billion" is :math:`10^9` or :math:`2^{30}` (DeepSpeed's
+  ``tests/perf/adam_test.py`` times ``1 * 1024**3`` elements), and how many of the
+  host's cores the measured step had. This model gives every GPU's process the whole
+  rate; when the GPUs of a node run their CPU steps at once they share the host's cores
+  and memory bandwidth, so the rate per GPU can be several times lower (not modelled;
+  pass ``cpu_rate=`` to :func:`offload_step_time` for a measured one)."""
 
 
 def canonical_offload(offload) -> str:
