@@ -680,6 +680,10 @@ def cmd_iteration(args):
     for field in ("forward", "backward", "exposed_communication", "update", "total",
                   "communication"):
         print(f"{field:<24}{getattr(res, field) * 1e3:10.3f} ms")
+        if field == "total" and res.total_interval != (res.total, res.total):
+            t_lo, t_hi = res.total_interval
+            high = "unbounded" if t_hi is None else f"{t_hi * 1e3:.3f} ms"
+            print(f"{'  over the fit':<24}{t_lo * 1e3:10.3f} ms to {high}")
     print(f"{'scaling factor':<24}{res.scaling_factor:10.4f}")
     lo, hi = res.scaling_factor_interval
     if (lo, hi) != (res.scaling_factor, res.scaling_factor):

@@ -36,7 +36,7 @@ import attrs
 from .units import format_bandwidth
 
 __all__ = ["AnswerInterval", "answer_interval", "scaling_factor_interval",
-           "iteration_time_interval",
+           "iteration_time_interval", "corner_clusters",
            "ALTERNATIVE_WIDENING"]
 
 ALTERNATIVE_WIDENING = 0.01
@@ -175,17 +175,10 @@ def answer_interval(fn, cluster, value=None, *, swap_efficiency=False) -> Answer
         return AnswerInterval(value, _end(value), _end(value))
     alts = cluster.alternatives
     rows, clusters = [], []
-    for i in range(max(1, len(alts))):
-        c = cluster if i == 0 else cluster.with_alternative(i)
-        worst, best = c.corners()
+    for i, c, ends_at in corner_clusters(cluster, swap_efficiency=swap_efficiency):
         # the answer is monotone in every parameter: its extremes are at the corners
-        ends = ([value] if i == 0 else []) + ([] if worst is c and best is c else
-                                              [float(fn(worst)), float(fn(best))])
-        if swap_efficiency and "efficiency" in worst.extra and "efficiency" in best.extra:
-            ends += [float(fn(attrs.evolve(worst, extra=best.extra))),
-                     float(fn(attrs.evolve(best, extra=worst.extra)))]
-        if not ends:  # an alternative without intervals: its point is its range
-            ends = [float(fn(c))]
+        ends = ([value] if i == 0 else []) + [float(fn(e)) for e in ends_at
+                                              if not (i == 0 and e is c)]
         rows.append([alts[i] if alts else None, value if i == 0 else None, min(ends),
                      max(ends)])
         clusters.append(c)
@@ -207,6 +200,37 @@ def answer_interval(fn, cluster, value=None, *, swap_efficiency=False) -> Answer
     unseen = tuple(str(k) for k in prov.get("prior_intervals") or ()
                    if k in cluster.intervals)
     return AnswerInterval(value, _end(low), _end(high), wide, per, run, unseen)
+
+
+def corner_clusters(cluster, *, swap_efficiency=False):
+    """Where an answer's interval over ``cluster`` is evaluated, eq.
+    :eq:`answer-interval`: for each alternative ``i`` (0 the cluster itself), that
+    explanation's cluster and the clusters at which its answers are extreme.
+
+    Parameters
+    ----------
+    cluster : ClusterProfile
+        A fitted cluster [-].
+    swap_efficiency : bool
+        Add the two corners with their fitted efficiencies swapped (as
+        :func:`answer_interval`) [-].
+
+    Returns
+    -------
+    list of tuple
+        ``(i, explanation, clusters)``: the explanation's two corners (and the swapped
+        pair), or the explanation itself when it has no intervals [-].
+    """
+    out = []
+    for i in range(max(1, len(cluster.alternatives))):
+        c = cluster if i == 0 else cluster.with_alternative(i)
+        worst, best = c.corners()
+        ends = [c] if worst is c and best is c else [worst, best]
+        if swap_efficiency and "efficiency" in worst.extra and "efficiency" in best.extra:
+            ends += [attrs.evolve(worst, extra=best.extra),
+                     attrs.evolve(best, extra=worst.extra)]
+        out.append((i, c, ends))
+    return out
 
 
 def _gap(a, b):

@@ -53,6 +53,7 @@ the intra-node bits as slopes when the run fits in one node.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import warnings
@@ -1314,14 +1315,30 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     res, sc = _breakdown(model, n, bw, cluster=cluster, **asked)
     cl = sc.cluster
     if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):
-        # eq. (answer-interval); the data-parallel view is the scenario's, n and bw as asked
-        from .intervals import iteration_time_interval, scaling_factor_interval
-        iv = scaling_factor_interval(model, n, bw, cluster=cl, value=res.scaling_factor,
-                                     **asked)
-        tv = iteration_time_interval(model, n, bw, cluster=cl, value=res.total, **asked)
-        res = attrs.evolve(res, scaling_factor_interval=(float(iv.low), float(iv.high)),
-                           total_interval=tv.pair)
+        res = _with_intervals(res, model, n, bw, cl, asked)
     return res
+
+
+def _with_intervals(res, model, n, bw, cl, asked):
+    """``res`` with the intervals of its scaling factor and iteration time over the
+    cluster's corners and alternatives, eq. (answer-interval), both from one evaluation
+    per corner (the time also at the corners with their efficiencies swapped:
+    :func:`~scalemodel.intervals.corner_clusters`)."""
+    from .intervals import corner_clusters
+
+    sfs, totals = [res.scaling_factor], [res.total]
+    for i, c, ends in corner_clusters(cl, swap_efficiency=True):
+        for k, e in enumerate(ends):
+            if i == 0 and e is c:
+                continue
+            b = _breakdown(model, n, bw, cluster=e, **asked)[0]
+            totals.append(b.total)
+            if k < 2:  # the swapped pair is for the time only
+                sfs.append(b.scaling_factor)
+    hi = max(totals)
+    return attrs.evolve(res, scaling_factor_interval=(float(min(sfs)), float(max(sfs))),
+                        total_interval=(float(min(totals)),
+                                        None if math.isinf(hi) else float(hi)))
 
 
 def _iteration_total(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
