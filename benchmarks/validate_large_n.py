@@ -63,11 +63,9 @@ machine); writes ``benchmarks/results/validate_large_n.txt`` unless ``--no-write
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -82,6 +80,9 @@ from scalemodel.workloads import TransformerConfig
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "published_large_n.csv"
 RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+
+from _report import Report, parser  # noqa: E402  (main()'s parser and output)
 
 CALIBRATION_N = (8, 64)
 """The two worker counts that calibrate each series [GPUs]."""
@@ -446,18 +447,10 @@ def channel_sensitivity(rows, say):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--no-write", action="store_true",
-                    help="print only; do not write benchmarks/results/validate_large_n.txt")
-    args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    lines = []
-
-    def say(*text):
-        for t in text:
-            print(t, flush=True)
-            lines.append(t)
-
+    args = parser(__doc__, "print only; do not write "
+                  "benchmarks/results/validate_large_n.txt").parse_args(argv)
+    printed = Report()
+    say = printed.say
     say("InternLM-7B hybrid ZeRO-1 on 8-1024 A100 (InternLM's training-performance "
         "tables), calibrated on the rows at 8 and 64 GPUs (issue 17, item 4)", "")
     entries, fits = evaluate()
@@ -468,11 +461,9 @@ def main(argv=None):
     say("zero1=-1, sensitivity to NCCL's channel count (auto; not a prediction):")
     channel_sensitivity(load_rows(), say)
     say("", "not evaluated: the tp=2 series (a fitted cluster with tp= is refused)",
-        f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
+        printed.elapsed_line())
     if not args.no_write:
-        from scalemodel.profiles import atomic_write_files
-        RESULTS.mkdir(exist_ok=True)
-        atomic_write_files({RESULTS / "validate_large_n.txt": "\n".join(lines) + "\n"})
+        printed.write(RESULTS / "validate_large_n.txt")
     return 0
 
 

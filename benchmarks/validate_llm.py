@@ -67,12 +67,10 @@ Run: ``python benchmarks/validate_llm.py`` (about 15 s); writes
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -80,6 +78,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import validate_sharded as vs  # noqa: E402  (the rows, configurations and networks)
+from _report import Report, parser  # noqa: E402  (main()'s parser and output)
 
 import scalemodel as sm  # noqa: E402
 from scalemodel.checkpointing import with_recompute  # noqa: E402
@@ -402,18 +401,10 @@ def _say_summary(say, what, s, target=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--no-write", action="store_true",
-                    help="print only; do not write benchmarks/results/validate_llm.*")
-    args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    lines = []
-
-    def say(*text):
-        for t in text:
-            print(t, flush=True)
-            lines.append(t)
-
+    args = parser(__doc__, "print only; do not write "
+                  "benchmarks/results/validate_llm.*").parse_args(argv)
+    printed = Report()
+    say = printed.say
     res = evaluate()
     say("LLM Foundry FSDP runs calibrated from one run each (fit_cluster on the series' "
         "fewest-GPU row; issue 20, item 9)", "",
@@ -450,12 +441,9 @@ def main(argv=None):
                 "that two rows of a series imply, if their time per token differed by that "
                 "alone", *pairs_table(res["pairs"]))
     say("", "networks: " + "; ".join(f"{g}: {t}" for g, (_, _, t) in vs.NETWORK.items()),
-        f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
+        printed.elapsed_line())
     if not args.no_write:
-        from scalemodel.profiles import atomic_write_files
-        RESULTS.mkdir(exist_ok=True)
-        atomic_write_files({
-            RESULTS / "validate_llm.txt": "\n".join(lines) + "\n",
+        printed.write(RESULTS / "validate_llm.txt", {
             RESULTS / "validate_llm.json": json.dumps(res, indent=1, allow_nan=False)})
     return 0
 

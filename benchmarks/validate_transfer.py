@@ -48,7 +48,6 @@ Run: ``python benchmarks/validate_transfer.py [--no-write] [--sources a,b]``; wr
 
 from __future__ import annotations
 
-import argparse
 import csv
 import inspect
 import json
@@ -68,6 +67,10 @@ from scalemodel.fusion import DDPBuckets
 HERE = Path(__file__).resolve().parent
 PUBLISHED = HERE / "data" / "pytorch_ddp"  # copies of ../shared/data/published files
 RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+
+from _report import Report, parser  # noqa: E402  (main()'s parser and output)
+
 MiB = 2**20
 TARGET = {"median": 0.05, "largest": 0.15, "coverage": 0.80}
 DEFAULT_UNC = 0.02  # the library's DEFAULT_UNCERTAINTY (2 %), when a source gives none
@@ -955,8 +958,7 @@ def run(keys=None, say=print):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--no-write", action="store_true", help="print only")
+    ap = parser(__doc__, "print only")
     ap.add_argument("--sources", default=None,
                     help=f"comma-separated subset of {', '.join(SOURCES)}")
     args = ap.parse_args(argv)
@@ -964,14 +966,8 @@ def main(argv=None):
     if keys and set(keys) - set(SOURCES):
         ap.error(f"--sources: unknown {', '.join(sorted(set(keys) - set(SOURCES)))}; "
                  f"known: {', '.join(SOURCES)}")
-    t0 = time.perf_counter()
-    lines = []
-
-    def say(*text):
-        for t in text:
-            print(t, flush=True)
-            lines.append(t)
-
+    printed = Report()
+    say = printed.say
     feats = features()
     say("Calibrations that transfer: fit on one model, predict the others (issue 17)",
         "library features used: " + ", ".join(
@@ -984,14 +980,11 @@ def main(argv=None):
             "measured)", *table(summ))
     if skipped:
         say(f"not calibrated (the library refuses their runs): {', '.join(skipped)}")
-    say("", f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
+    say("", printed.elapsed_line())
     if not args.no_write:
-        from scalemodel.profiles import atomic_write_text
-        RESULTS.mkdir(exist_ok=True)
-        atomic_write_text(RESULTS / "validate_transfer.txt", "\n".join(lines) + "\n")
-        atomic_write_text(RESULTS / "validate_transfer.json",
-                          json.dumps(_finite(record), indent=1, default=_json_default,
-                                     allow_nan=False))
+        printed.write(RESULTS / "validate_transfer.txt", {
+            RESULTS / "validate_transfer.json": json.dumps(
+                _finite(record), indent=1, default=_json_default, allow_nan=False)})
     return 0
 
 

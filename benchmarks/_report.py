@@ -1,0 +1,50 @@
+"""What the validation scripts' ``main()`` share: the parser with ``--no-write``, lines
+printed as they come and kept for the results file, the closing line with the run time,
+and the results written as one set.
+
+Imported by validate_large_n.py, validate_llm.py and validate_transfer.py (each puts this
+folder first on ``sys.path``, as it does for validate_sharded.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import scalemodel as sm
+
+
+def parser(doc, no_write_help):
+    """The script's argument parser: described by the first line of its docstring
+    ``doc``, with the flag ``--no-write`` (help text ``no_write_help``)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--no-write", action="store_true", help=no_write_help)
+    return ap
+
+
+class Report:
+    """Printed lines, kept in order; the clock starts when the report is made."""
+
+    def __init__(self):
+        self.lines = []
+        self._t0 = time.perf_counter()
+
+    def say(self, *text):
+        """Print each line at once (flushed) and keep it."""
+        for t in text:
+            print(t, flush=True)
+            self.lines.append(t)
+
+    def elapsed_line(self):
+        """The closing line: seconds since the report was made and scalemodel's version."""
+        return f"({time.perf_counter() - self._t0:.0f} s; scalemodel {sm.__version__})"
+
+    def write(self, path, others=None):
+        """Write the kept lines to ``path`` (one a line, newline-ended) and ``others``
+        (``{path: text}``) as one set (:func:`scalemodel.profiles.atomic_write_files`),
+        making the folder of ``path`` first."""
+        from scalemodel.profiles import atomic_write_files
+
+        Path(path).parent.mkdir(exist_ok=True)
+        atomic_write_files({path: "\n".join(self.lines) + "\n", **(others or {})})
