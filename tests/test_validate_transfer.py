@@ -1,29 +1,17 @@
 """benchmarks/validate_transfer.py (issue 17, item 9): the protocol's structure on a small
 subset, and that its errors are computed from the data, not written in."""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers_benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def vt():
-    spec = importlib.util.spec_from_file_location(
-        "validate_transfer", ROOT / "benchmarks" / "validate_transfer.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["validate_transfer"] = mod  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules["validate_transfer"]
-        raise
-    return mod
+    return load_benchmark("validate_transfer")
 
 
 @pytest.fixture(scope="module")

@@ -1,30 +1,17 @@
 """benchmarks/validate_transfer.py, Li et al. (VLDB 2020): Fig. 6 as transport data and
 the BERT variant it implies, checked against direct computations from the figure."""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
 import scalemodel as sm
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers_benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def vt():
-    spec = importlib.util.spec_from_file_location(
-        "validate_transfer_vldb", ROOT / "benchmarks" / "validate_transfer.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["validate_transfer_vldb"] = mod  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules["validate_transfer_vldb"]
-        raise
-    return mod
+    return load_benchmark("validate_transfer", "validate_transfer_vldb")
 
 
 @pytest.fixture(scope="module")
