@@ -176,6 +176,29 @@ def _compressors(text, option):
     return items
 
 
+def _loss(text, option):
+    """``--loss``: a loss kernel's name, checked now
+    (:func:`scalemodel.checkpointing.canonical_loss`)."""
+    from .checkpointing import canonical_loss
+
+    try:
+        return canonical_loss(text)
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(option, text, exc.requirement) from None
+
+
+def _loss_option(p):
+    """``--loss`` of the commands that print memory (the time model does not use it)."""
+    from .checkpointing import LOSS_KERNELS
+
+    _add(p, "--loss", _loss, default=None,
+         help="how the cross-entropy loss is computed, for the memory check only: "
+              + " or ".join(LOSS_KERNELS) + " (unfused: PyTorch's cross_entropy, 12sbV "
+              "bytes at its backward peak; fused: flash-attention's CrossEntropyLoss as "
+              "LLM Foundry's MPT uses it, 4sbV + 16sb; scalemodel.checkpointing.loss_bytes) "
+              "[-] (default unfused)")
+
+
 def _implementation_name(text, option):
     """An implementation preset name, checked now (nearest names on a typo)."""
     from .compressors import resolve_implementation
@@ -375,6 +398,7 @@ def _build_scaling(sub):
     _n_option(p, many=True, required=True)
     _bw_option(p, many=True)
     _compression_option(p, many=True)
+    _loss_option(p)
     p.set_defaults(func=cmd_scaling)
 
 
@@ -383,6 +407,7 @@ def _build_min_compression(sub):
     _model_options(p)
     _bw_option(p)
     _target_options(p)
+    _loss_option(p)
     p.set_defaults(func=cmd_min_compression)
 
 
@@ -391,6 +416,7 @@ def _build_required_bandwidth(sub):
     _model_options(p)
     _target_options(p)
     _compression_option(p)
+    _loss_option(p)
     p.set_defaults(func=cmd_required_bandwidth)
 
 
@@ -400,6 +426,7 @@ def _build_iteration(sub):
     _n_option(p, required=True)
     _bw_option(p)
     _compression_option(p)
+    _loss_option(p)
     p.set_defaults(func=cmd_iteration)
 
 
@@ -417,6 +444,7 @@ def _build_plan(sub):
                    help="framework of the settings snippet: pytorch, horovod, grace-tf, "
                         "grace-torch or deepspeed [-] (default: the plan's --implementation)")
     _implementation_option(p)
+    _loss_option(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -570,7 +598,13 @@ def _memory(args, n):
 
     kw = {k: v for k, v in _common(args).items() if k != "utilization"}
     sc = Scenario.build(args.model, **kw)
-    return memory_check(sc, sc.data_parallel(n, 1.0)[0], args.gpu)[:3]
+    return memory_check(sc, sc.data_parallel(n, 1.0)[0], args.gpu, **_loss_kw(args))[:3]
+
+
+def _loss_kw(args):
+    """``loss=`` when ``--loss`` was given (the API's default otherwise)."""
+    loss = getattr(args, "loss", None)
+    return {} if loss is None else {"loss": loss}
 
 
 def _memory_text(per, fits, gpu):
@@ -637,7 +671,7 @@ def _parts(parts):
 
 def cmd_min_compression(args):
     res = min_compression(args.model, args.bw, n=args.n, target=args.target, gpu=args.gpu,
-                          **_common(args))
+                          **_common(args), **_loss_kw(args))
     if args.json:
         return _print_json(res)
     ratio = "none possible" if not res.feasible else f"{res.ratio:.3g}x"
@@ -655,7 +689,8 @@ def cmd_min_compression(args):
 
 def cmd_required_bandwidth(args):
     res = required_bandwidth(args.model, n=args.n, target=args.target, gpu=args.gpu,
-                             compression=args.compression, **_common(args))
+                             compression=args.compression, **_common(args),
+                             **_loss_kw(args))
     if args.json:
         return _print_json(res)
     bw = "none is enough" if not res.feasible else format_bandwidth(res.bw)
@@ -720,7 +755,7 @@ def cmd_plan(args):
 
     plan = plan_compression(args.model, args.bw, n=args.n, target=args.target,
                             compressors=args.compressors, gpu=args.gpu,
-                            implementation=args.implementation,
+                            implementation=args.implementation, **_loss_kw(args),
                             **_plan_kwargs(args, _MODEL_PARALLEL))
     if args.json:
         rows = []

@@ -95,8 +95,8 @@ from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import Scenario, effective_utilization
 from .overlap import UpperEnvelope
 from .sharding import SHARDING_COMPRESSORS
-from .solvers import (DEFAULT_N, DEFAULT_TARGET, _for_the_job, _line_rate_for, _scalar, below,
-                      memory_check, min_compression)
+from .solvers import (DEFAULT_N, DEFAULT_TARGET, _for_the_job, _line_rate_for, _loss, _scalar,
+                      below, memory_check, min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
 __all__ = ["plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth", "Breakeven",
@@ -1029,7 +1029,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                      alpha=None, gpus_per_node=None, intra_bw=None, intra_alpha=None,
                      ps_servers=None, nics_per_node=None, sharding=None,
                      gpu=None, implementation=None, tp=1, pp=1,
-                     microbatches=None, virtual_stages=1) -> CompressionPlan:
+                     microbatches=None, virtual_stages=1, loss="unfused") -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
 
@@ -1093,6 +1093,12 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         message says the replicas and the ring's rate); ``virtual_stages`` > 1 is
         Megatron's interleaved 1F1B (a smaller bubble, eq. :eq:`pp-interleaved`; more
         activations in the memory check): [GPUs], [stages], [micro-batches], [chunks].
+    loss : str
+        How the cross-entropy loss is computed, for the memory check only (the time
+        model does not use it): ``"unfused"`` (the default) or ``"fused"``, as in
+        :func:`~scalemodel.memory`; the plan's ``settings`` record it. Anything else
+        raises :class:`~scalemodel.InvalidParameterError` naming the value and the valid
+        ones, as :func:`~scalemodel.memory` does [-].
 
     Returns
     -------
@@ -1110,6 +1116,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     bw = _scalar("bw", parse_bandwidth(bw, "bw"))
     target = _scalar("target", check_fraction(target, "target"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
+    loss = _loss(loss)
     impl, explicit = _implementation(implementation)
     comps = _compressor_list(compressors, impl, explicit)
     options = dict(algorithm=algorithm, fusion=fusion, alpha=alpha,
@@ -1148,7 +1155,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                         sc.sharding is not None)
     outside = _outside_calibration(sc.cluster, bw)
     msg = _message_caveats(msg, rows, needed, _strategy(sc), views, outside)
-    per, fits, gpu_name, note = memory_check(sc, n, gpu)
+    per, fits, gpu_name, note = memory_check(sc, n, gpu, loss)
     best_interval, said = _best_interval(model, best, sc, n, bw, dict(
         utilization=u, **options, implementation=implementation, gpu=gpu))
     plan = CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
@@ -1161,7 +1168,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                            sharding=_strategy(sc), memory_per_gpu=per, fits=fits,
                            gpu=gpu_name, implementation=impl.name,
                            outside_calibration=bool(outside),
-                           settings=sc.settings())
+                           settings=dict(sc.settings(), loss=loss))
     return _for_the_job(plan, sc, n_job, bw_job)  # said in the job's GPUs and line rate
 
 

@@ -169,10 +169,11 @@ class BandwidthResult:
     settings: dict = attrs.field(factory=dict)
 
 
-def memory_check(sc, n, gpu=None):
+def memory_check(sc, n, gpu=None, loss="unfused"):
     """Memory per GPU of a scenario on ``n`` workers: ``(per_gpu [bytes], fits, gpu name,
     note)``, where the note is empty when it fits; all None when unknown (a profile without
-    a transformer configuration and no ``gpu``).
+    a transformer configuration and no ``gpu``; a ``loss`` other than ``"unfused"`` is then
+    ignored, with a :class:`~scalemodel.exceptions.ModelWarning`).
 
     Parameters
     ----------
@@ -183,22 +184,42 @@ def memory_check(sc, n, gpu=None):
     gpu : str, GPUSpec or None
         The GPU; None: the one the profile was derived for, when it has a transformer
         configuration [-].
+    loss : str
+        How the cross-entropy loss is computed, ``"unfused"`` or ``"fused"``, as in
+        :func:`~scalemodel.memory` (its backward peak, the only term it changes) [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        ``loss`` outside ``"unfused"``, ``"fused"`` (the message names the value and the
+        valid ones), as :func:`~scalemodel.memory` raises it.
     """
+    from .checkpointing import canonical_loss
+
+    loss = canonical_loss(loss)
     if gpu is not None and not isinstance(gpu, str):  # a GPUSpec object: not cached
-        return _memory_check(sc, n, gpu)
-    key = ("memory", int(n), gpu)
+        return _memory_check(sc, n, gpu, loss)
+    key = ("memory", int(n), gpu, loss)
     if key not in sc._cache:  # a scenario's memory does not change: ask once
-        sc._cache[key] = _memory_check(sc, n, gpu)
+        sc._cache[key] = _memory_check(sc, n, gpu, loss)
     return sc._cache[key]
 
 
-def _memory_check(sc, n, gpu):
+def _memory_check(sc, n, gpu, loss="unfused"):
     from .checkpointing import Checkpointing
     from .memory import memory
 
     p = sc.profile
     derived = isinstance(p.provenance.get("config"), dict)
     if gpu is None and not derived:
+        if loss != "unfused":  # said, not silently dropped (as memory() says it)
+            import warnings
+
+            from .exceptions import ModelWarning
+            warnings.warn(ModelWarning(
+                f"loss={loss!r} is ignored for {p.name}: it has no transformer config and "
+                "no gpu= was given, so no memory is checked (the time model does not use "
+                "the loss)"), stacklevel=4)
         return None, None, None, ""
     if gpu is None:
         gpu = p.provenance.get("gpu") or "h100-sxm"
@@ -221,7 +242,7 @@ def _memory_check(sc, n, gpu):
                   virtual_stages=mp.virtual_stages)
         n, strategy = int(n) * mp.size, "none"
     try:
-        m = memory(p, int(n), sharding=strategy, gpu=gpu, **kw)
+        m = memory(p, int(n), sharding=strategy, gpu=gpu, loss=loss, **kw)
     except InvalidParameterError as exc:  # the host cannot hold what is offloaded
         if exc.parameter != "host_memory":
             raise
@@ -236,9 +257,17 @@ def _memory_check(sc, n, gpu):
     return float(m.per_gpu), bool(m.fits), m.gpu.name, note
 
 
-def _with_memory(result, sc, n, gpu):
-    result = attrs.evolve(result, settings=sc.settings())
-    per, fits, name, note = memory_check(sc, n, gpu)
+def _loss(loss):
+    """``loss``, checked before any work (:func:`scalemodel.checkpointing.canonical_loss`):
+    a bad value is refused even where no memory is checked."""
+    from .checkpointing import canonical_loss
+
+    return canonical_loss(loss)
+
+
+def _with_memory(result, sc, n, gpu, loss="unfused"):
+    result = attrs.evolve(result, settings=dict(sc.settings(), loss=loss))
+    per, fits, name, note = memory_check(sc, n, gpu, loss)
     if per is None and fits is None:
         return result
     return attrs.evolve(result, memory_per_gpu=per, fits=fits, gpu=name,
@@ -401,7 +430,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                     ps_servers=None, cluster=None, sharding=None,
                     gpu=None, activation_checkpointing=None,
                     offload=None, shard_group=None, tp=1, pp=1,
-                    microbatches=None, virtual_stages=1) -> CompressionResult:
+                    microbatches=None, virtual_stages=1, loss="unfused") -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -434,6 +463,13 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
         is :func:`~scalemodel.memory` with them (the interleaved schedule's in-flight
         chunks included) [GPUs], [stages], [micro-batches], [chunks].
+    loss : str
+        How the cross-entropy loss is computed, for the memory check only (the time
+        model does not use it): ``"unfused"`` (the default, PyTorch's ``cross_entropy``)
+        or ``"fused"`` (flash-attention's ``CrossEntropyLoss``), as in
+        :func:`~scalemodel.memory`; the result's ``settings`` record it. Anything else
+        raises :class:`~scalemodel.InvalidParameterError` naming the value and the valid
+        ones, as :func:`~scalemodel.memory` does [-].
 
     Returns
     -------
@@ -457,6 +493,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     bw = _scalar("bw", parse_bandwidth(bw, "bw"))
     target = _scalar("target", check_fraction(target, "target"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
+    loss = _loss(loss)
     build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
@@ -470,7 +507,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                          lambda cl: _min_compression(build(cl), bw_dp, n_dp, target, u,
                                                      explain=False),
                          "ratio", "ratio")
-    return _for_the_job(_with_memory(res, sc, n_dp, gpu), sc, n, bw)
+    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss), sc, n, bw)
 
 
 def _reach_exactly(sf_of, lo, hi, target):
@@ -554,7 +591,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                        intra_alpha=None, ps_servers=None, cluster=None, sharding=None,
                        gpu=None, activation_checkpointing=None,
                        offload=None, shard_group=None, tp=1, pp=1,
-                       microbatches=None, virtual_stages=1) -> BandwidthResult:
+                       microbatches=None, virtual_stages=1, loss="unfused") -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -584,6 +621,13 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
         is :func:`~scalemodel.memory` with them (the interleaved schedule's in-flight
         chunks included) [GPUs], [stages], [micro-batches], [chunks].
+    loss : str
+        How the cross-entropy loss is computed, for the memory check only (the time
+        model does not use it): ``"unfused"`` (the default, PyTorch's ``cross_entropy``)
+        or ``"fused"`` (flash-attention's ``CrossEntropyLoss``), as in
+        :func:`~scalemodel.memory`; the result's ``settings`` record it. Anything else
+        raises :class:`~scalemodel.InvalidParameterError` naming the value and the valid
+        ones, as :func:`~scalemodel.memory` does [-].
 
     Returns
     -------
@@ -605,6 +649,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     target = _scalar("target", check_fraction(target, "target"))
     r = _scalar("compression", check_ratio(compression, "compression"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
+    loss = _loss(loss)
     warn_unused_codec_cost(codec_cost, r)
     build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
@@ -619,7 +664,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                          lambda cl: _solve_bandwidth(build(cl), n_dp, target, r, u,
                                                      explain=False),
                          "bw", "bw")
-    return _for_the_job(_with_memory(res, sc, n_dp, gpu), sc, n)
+    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss), sc, n)
 
 
 def _solve_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
