@@ -43,7 +43,8 @@ Protocol (fixed before the predictions were compared with the table):
    n workers, Blom's order statistic).
 3. **Held out**: the rows at 128 to 1024 GPUs (and the ``-batch`` rows). Error =
    predicted / published TGS - 1; "inside" = the published TGS within the interval
-   that ``iteration_time(...).scaling_factor_interval`` implies.
+   that ``iteration_time(...).total_interval`` implies (the step time over the fit's
+   intervals, alternatives and efficiency).
 4. **Baselines**: "all-gather", the same protocol with the parameters returned by
    bucketed all-gathers (DeepSpeed's ZeRO-1, scalemodel's only ZeRO-1 before
    ``param_return``: the previous version of this table); "flat", per-GPU throughput
@@ -182,9 +183,8 @@ def predict(row, cluster, param_return="broadcast", channels=None):
                            sharding=sharding_for(row, param_return, channels),
                            fusion=FUSION, algorithm="ring", cluster=cluster, **TOPO)
     tokens = row["micro_batch"] * row["seq"] * row["grad_accum"]
-    total, sf = float(it.total), float(it.scaling_factor)
-    lo, hi = it.scaling_factor_interval
-    return tokens / total, (tokens * lo / (total * sf), tokens * hi / (total * sf))
+    t_lo, t_hi = it.total_interval
+    return tokens / float(it.total), (0.0 if t_hi is None else tokens / t_hi, tokens / t_lo)
 
 
 def evaluate():
