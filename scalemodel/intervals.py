@@ -289,18 +289,9 @@ def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compressi
 
     Parameters
     ----------
-    model : str, os.PathLike or WorkloadProfile
-        The workload [-].
-    n : int
-        Workers [workers].
-    bw : float or str
-        Line rate [bits/s].
-    cluster : ClusterProfile, str or os.PathLike
-        The fitted cluster [-].
-    utilization : float
-        Fraction of the line rate achieved [-].
-    compression : float
-        Compression ratio [-].
+    model, n, bw, cluster, utilization, compression
+        As in :func:`scaling_factor_interval`: ``n`` [workers], ``bw`` [bits/s], the
+        others [-].
     value : float, optional
         The iteration time on ``cluster`` when already known [s].
     **kwargs

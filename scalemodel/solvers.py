@@ -622,12 +622,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         is :func:`~scalemodel.memory` with them (the interleaved schedule's in-flight
         chunks included) [GPUs], [stages], [micro-batches], [chunks].
     loss : str
-        How the cross-entropy loss is computed, for the memory check only (the time
-        model does not use it): ``"unfused"`` (the default, PyTorch's ``cross_entropy``)
-        or ``"fused"`` (flash-attention's ``CrossEntropyLoss``), as in
-        :func:`~scalemodel.memory`; the result's ``settings`` record it. Anything else
-        raises :class:`~scalemodel.InvalidParameterError` naming the value and the valid
-        ones, as :func:`~scalemodel.memory` does [-].
+        As in :func:`min_compression`: the cross-entropy's kernel, for the memory check
+        only [-].
 
     Returns
     -------

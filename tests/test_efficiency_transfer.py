@@ -18,28 +18,13 @@ from scalemodel.intervals import iteration_time_interval
 
 PARALLEL = Path(__file__).parents[1] / "benchmarks" / "data" / "published_parallel.csv"
 
-MPT13 = dict(layers=40, hidden=5120, heads=40, ffn=20480, vocab=50368, seq=2048,
-             micro_batch=2, gated_ffn=False, norm="layernorm", bias=True,
-             tied_embeddings=True, learned_positions=2048, name="mpt-13b")
+from test_efficiency import MPT13, NODE, fit8  # noqa: F401  (fit8: the shared one-run fit)
+
 MPT7 = dict(MPT13, layers=32, hidden=4096, heads=32, ffn=16384, name="mpt-7b")
-NODE = dict(gpus_per_node=8, nics_per_node=8)
 
 
 def _profile(cfg, gpu="h100-sxm", **kw):
     return sm.transformer_profile(sm.TransformerConfig(**cfg), gpu, **kw)
-
-
-@pytest.fixture(scope="module")
-def fit13():
-    """ONE run: MPT-13B on 8 H100 at LLM Foundry's 4,792 tokens/s/GPU (model state 32 %
-    of the GPU: not pressured)."""
-    prof = _profile(MPT13)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit = sm.fit_cluster([dict(model=prof, n=8, bw="400Gbps", sharding="zero3",
-                                   tokens_per_second_per_gpu=4792)],
-                             fusion=None, intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
-    return prof, fit
 
 
 def test_the_factor_is_the_largest_spread_of_the_published_tables():
@@ -57,8 +42,8 @@ def test_the_factor_is_the_largest_spread_of_the_published_tables():
     assert EFFICIENCY_TRANSFER == math.ceil(100 * max(ratios.values())) / 100
 
 
-def test_the_same_model_keeps_the_fitted_interval(fit13):
-    prof, fit = fit13
+def test_the_same_model_keeps_the_fitted_interval(fit8):
+    prof, fit = fit8
     eff = fit.cluster.extra["efficiency"]
     assert eff["models"] == [model_key(prof)] and eff["pressured"] == []
     # another micro-batch and name: still the same model
@@ -69,8 +54,8 @@ def test_the_same_model_keeps_the_fitted_interval(fit13):
     assert (value, [lo, hi]) == (eff["value"], eff["interval"])
 
 
-def test_another_model_gets_the_interval_widened_by_the_factor(fit13):
-    _, fit = fit13
+def test_another_model_gets_the_interval_widened_by_the_factor(fit8):
+    _, fit = fit8
     eff = fit.cluster.extra["efficiency"]
     other = _profile(MPT7)
     assert carried_over(fit.cluster, other)
@@ -95,11 +80,11 @@ def _bare_time(cfg, e, network, n, bw, kw, update_time):
 
 
 @pytest.mark.parametrize("cfg", [MPT13, MPT7], ids=["same model", "another model"])
-def test_total_interval_is_the_extremes_over_network_and_efficiency(fit13, cfg):
+def test_total_interval_is_the_extremes_over_network_and_efficiency(fit8, cfg):
     """Without alternatives, the iteration time's interval is the min and max over the two
     network corners times the two efficiency ends (widened for another model), each
     evaluated on a profile built at that efficiency."""
-    prof0, fit = fit13
+    prof0, fit = fit8
     cl = attrs.evolve(fit.cluster, alternatives=())
     prof = _profile(cfg)
     kw = dict(sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
