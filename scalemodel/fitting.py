@@ -380,6 +380,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     fit_settings = _fit_settings(runs, algorithm, fusion, source)
     fitted = _fitted_cluster(problem, best, params, alternatives, fit_settings)
     notes = _what_tells_them_apart(problem, fitted, runs, settings)
+    notes = list(notes) + _efficiency_notes(fitted)
     result = ClusterFit(cluster=fitted, parameters=params, residuals=residuals,
                         free=tuple(best.free), chi2=best.chi2,
                         message=_message(best, params, residuals, alternatives, notes),
@@ -935,6 +936,25 @@ def _fitted_cluster(problem, best, params, alternatives, fit_settings):
             "pressured": _pressured_profiles(flop_runs, base)})
     return attrs.evolve(problem.cluster(best.values), intervals=intervals,
                         provenance=provenance, **extra)
+
+
+def _efficiency_notes(cluster):
+    """Lines for the fit's message on a fitted efficiency: how it is carried to other
+    models, and which models' runs were memory-pressured."""
+    eff = cluster.extra.get("efficiency") if isinstance(cluster.extra, dict) else None
+    if not isinstance(eff, dict):
+        return []
+    from .efficiency import EFFICIENCY_TRANSFER
+    out = [f"  the fitted efficiency applies to FLOP-derived profiles on "
+           f"{', '.join(eff.get('gpu') or ()) or 'the same GPU'}; for another model its "
+           f"interval widens by a factor {EFFICIENCY_TRANSFER:g} either way (the spread of "
+           "MFU between models in published tables, efficiency.EFFICIENCY_TRANSFER)"]
+    if eff.get("pressured"):
+        out.append("  memory-pressured calibration runs (model state >= "
+                   "efficiency.MEMORY_PRESSURE_SHARE of the GPU): their model's "
+                   "predictions get the same wider interval; a run with more room "
+                   "(more GPUs, or a smaller model state) would calibrate it better")
+    return out
 
 
 def _pressured_profiles(runs, base):
