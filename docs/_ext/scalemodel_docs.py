@@ -996,6 +996,53 @@ def inc_sharded_validation(out: Path):
     _save(fig, out / "sharded_validation_network.png")
 
 
+def fig_transfer(out: Path):
+    """Held-out iteration-time errors of ``benchmarks/validate_transfer.py``'s committed
+    run (``benchmarks/results/validate_transfer.json``), each with its interval, per
+    source: the figure shows that run's numbers, it recomputes nothing."""
+    import json
+
+    import matplotlib.pyplot as plt
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / \
+        "validate_transfer.json"
+    sources = json.loads(path.read_text())["sources"]
+    names = [k for k, v in sources.items() if v.get("rows")]
+    cols = 3
+    fig, axes = plt.subplots((len(names) + cols - 1) // cols, cols,
+                             figsize=(11.5, 3.1 * ((len(names) + cols - 1) // cols)),
+                             squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        rows = sorted(sources[name]["rows"], key=lambda r: r["measured"])
+        x = np.arange(len(rows))
+        err = np.array([100 * r["error"] for r in rows])
+        lo = np.array([100 * (r["low"] / r["measured"] - 1) for r in rows])
+        hi = np.array([100 * (r["high"] / r["measured"] - 1) if r["high"] is not None
+                       and math.isfinite(r["high"]) else 400.0 for r in rows])
+        inside = np.array([bool(r["inside"]) for r in rows])
+        ax.vlines(x, lo, np.minimum(hi, 400), color="0.6", lw=1.2)
+        ax.axhspan(-5, 5, color="tab:green", alpha=0.12, lw=0)
+        ax.axhline(0, color="k", lw=0.6)
+        for band in (-15, 15):
+            ax.axhline(band, color="tab:green", lw=0.6, ls="--")
+        ax.plot(x[inside], err[inside], "o", ms=3.5, color="tab:blue", label="inside")
+        ax.plot(x[~inside], err[~inside], "x", ms=5, color="tab:red", label="outside")
+        s = sources[name]["summary"]
+        ax.set_title(f"{name}: median {100 * s['median']:.1f} %, largest "
+                     f"{100 * s['largest']:.1f} %, {100 * s['inside']:.0f} % inside",
+                     fontsize=8)
+        ax.set_ylim(-60, 60)
+        ax.set_xlabel("held-out runs, by measured iteration time", fontsize=7)
+        ax.set_ylabel("predicted / measured - 1 [%]", fontsize=7)
+        ax.set_xticks([])
+        ax.grid(True, axis="y", alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    _save(fig, out / "transfer.png")
+
+
 def inc_sharding_cli(out: Path):
     argv = ["scaling", "--model", "llama-2-7b", "--n", "8,64,512", "--bw", "100Gbps",
             "--sharding", "fsdp", "--gpus-per-node", "8", "--intra-bw", "450GB/s"]
@@ -1020,7 +1067,7 @@ def generate(srcdir: Path, log=print):
              fig_emulated, inc_emulated, inc_p3dn, fig_p3dn,
              inc_whatif,
              inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent),
-             fig_sharding, inc_sharded_validation, inc_sharding_cli]
+             fig_sharding, inc_sharded_validation, inc_sharding_cli, fig_transfer]
     t0 = time.perf_counter()
     for step in steps:
         step(out)
