@@ -729,23 +729,18 @@ def cmd_iteration(args):
         print(f"{'memory':<24}{_memory_text(per, fits, gpu)}")
 
 
-_MODEL_PARALLEL = ("tp", "pp", "microbatches", "virtual_stages")  # plan, breakeven
+# the job's settings plan and breakeven pass on when given (every model command takes them)
+_JOB_SETTINGS = ("activation_checkpointing", "offload", "shard_group", "tp", "pp",
+                 "microbatches", "virtual_stages")
 
 
-def _plan_kwargs(args, allowed=()):
+def _plan_kwargs(args, allowed=_JOB_SETTINGS):
     """The network options of plan and breakeven, and those of ``allowed`` given."""
     if args.codec_cost:
         raise InvalidParameterError(
             "--codec-cost", args.codec_cost, "plan and breakeven use each compressor's own "
             "encode/decode costs", "Measure them with python -m "
             "scalemodel.calibrate.codec_bench and pass --cluster")
-    for name in ("activation_checkpointing", "offload", "shard_group", "tp", "pp",
-                 "microbatches", "virtual_stages"):
-        if name not in allowed and getattr(args, name, None) is not None:
-            raise InvalidParameterError(
-                "--" + name.replace("_", "-"), getattr(args, name), f"{args.command} does "
-                "not model it yet", "Use min-compression, required-bandwidth, scaling or "
-                "iteration")
     return dict(_network(args), **{name: getattr(args, name) for name in allowed
                                    if getattr(args, name, None) is not None})
 
@@ -756,7 +751,7 @@ def cmd_plan(args):
     plan = plan_compression(args.model, args.bw, n=args.n, target=args.target,
                             compressors=args.compressors, gpu=args.gpu,
                             implementation=args.implementation, **_loss_kw(args),
-                            **_plan_kwargs(args, _MODEL_PARALLEL))
+                            **_plan_kwargs(args))
     if args.json:
         rows = []
         for r in plan.rows:
@@ -789,8 +784,7 @@ def cmd_breakeven(args):
     comps = [get_compressor(c, "--compressors") for c in names]
     if args.implementation is not None:  # as the implementation sends them
         comps = [for_implementation(c, args.implementation, "--compressors") for c in comps]
-    kw = dict(_plan_kwargs(args, _MODEL_PARALLEL),
-              implementation=args.implementation)
+    kw = dict(_plan_kwargs(args), implementation=args.implementation)
     sharded = resolve_sharding(_sharding(args)).sharded
     rows = []
     for comp in comps:

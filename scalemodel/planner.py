@@ -945,7 +945,9 @@ def _views(sc, model, bw, u, n, gpu, impl, kw):
     for c in _interval_clusters(sc.cluster):
         vsc = _build(model, kw["algorithm"], kw["fusion"], kw["alpha"], kw["gpus_per_node"],
                      kw["intra_bw"], kw["intra_alpha"], kw["ps_servers"], c,
-                     kw["nics_per_node"], kw["sharding"])
+                     kw["nics_per_node"], kw["sharding"],
+                     activation_checkpointing=kw["activation_checkpointing"],
+                     offload=kw["offload"], shard_group=kw["shard_group"])
         vx = 1.0 / (effective_utilization(vsc, bw, u) * bw)
         vsc = vsc.planned(n, vx)
         vcodec = _codec(vsc, gpu, impl)
@@ -1028,7 +1030,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                      cluster=None, algorithm=None, fusion=None, compressors=None,
                      alpha=None, gpus_per_node=None, intra_bw=None, intra_alpha=None,
                      ps_servers=None, nics_per_node=None, sharding=None,
-                     gpu=None, implementation=None, tp=1, pp=1,
+                     gpu=None, implementation=None, activation_checkpointing=None,
+                     offload=None, shard_group=None, tp=1, pp=1,
                      microbatches=None, virtual_stages=1, loss="unfused") -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
@@ -1085,6 +1088,17 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         implementations that do. None (the default): ``"pytorch"``, except that the
         families PyTorch's hooks lack (``signsgd``, ``topk``, ``randomk``) are still
         evaluated, in their textbook formats (the class defaults) [-].
+    activation_checkpointing, offload
+        As in :func:`~scalemodel.scaling_factor`: the recompute in each checkpointed
+        block's backward and the offloaded optimizer step (host transfers and the CPU
+        step) are in every row's time, compressed or not, and the memory check is
+        :func:`~scalemodel.memory` with them; a bad value raises
+        :class:`~scalemodel.InvalidParameterError` naming it, as there [-].
+    shard_group : int or None
+        As in :func:`~scalemodel.scaling_factor`: ``zero1`` / ``zero2`` / ``zero3``
+        sharded over groups of this many GPUs, replicated across groups (the
+        cross-group all-reduce in every row's collectives, the compressor's bytes on the
+        gradient ones); the memory check shards over the group too [GPUs].
     tp, pp, microbatches, virtual_stages
         As in :func:`~scalemodel.scaling_factor`: ``n`` counts all GPUs and the plan is
         for the data-parallel dimension of ``n / (tp pp)`` replicas, each compressor
@@ -1119,12 +1133,15 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     loss = _loss(loss)
     impl, explicit = _implementation(implementation)
     comps = _compressor_list(compressors, impl, explicit)
+    job = dict(activation_checkpointing=activation_checkpointing, offload=offload,
+               shard_group=shard_group)  # scalemodel.checkpointing, .offload, .sharding
     options = dict(algorithm=algorithm, fusion=fusion, alpha=alpha,
                    gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
-                   ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding)
+                   ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
+                   **job)
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
-                microbatches=microbatches, virtual_stages=virtual_stages)
+                microbatches=microbatches, virtual_stages=virtual_stages, **job)
     n_job, bw_job = n, bw
     n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     bw = float(bw)
@@ -1139,7 +1156,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                             gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                             intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
                             cluster=cluster, sharding=sc.sharding or "none", tp=tp, pp=pp,
-                            microbatches=microbatches, virtual_stages=virtual_stages)
+                            microbatches=microbatches, virtual_stages=virtual_stages,
+                            activation_checkpointing=activation_checkpointing,
+                            offload=offload)  # the group: in sc.sharding
     views = _views(sc, model, bw, u, n, gpu, impl, options)
     rows = [attrs.evolve(_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw,
                               views=views), implementation=impl.name)
@@ -1272,7 +1291,9 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
                               algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                               intra_bw=None, intra_alpha=None, ps_servers=None,
                               nics_per_node=None, sharding=None, implementation=None,
-                              gpu=None, tp=1, pp=1, microbatches=None, virtual_stages=1):
+                              gpu=None, activation_checkpointing=None, offload=None,
+                              shard_group=None, tp=1, pp=1, microbatches=None,
+                              virtual_stages=1):
     """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
 
     ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
@@ -1303,6 +1324,11 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     gpu : str, GPUSpec or None
         GPU whose codec costs are used (:mod:`scalemodel.codec_costs`: the measured H100
         table scaled by HBM bandwidth); None: the profile's GPU [-].
+    activation_checkpointing, offload
+        As in :func:`plan_compression` (the recompute and the offloaded optimizer step in
+        the time, with and without the compressor) [-].
+    shard_group : int or None
+        As in :func:`plan_compression` [GPUs].
     tp, pp, microbatches, virtual_stages
         As in :func:`plan_compression`: ``n`` counts all GPUs, the compressor applies to
         the data-parallel all-reduce of ``n / (tp pp)`` replicas [GPUs], [stages],
@@ -1320,7 +1346,9 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     u = check_fraction(utilization, "utilization")
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
-                microbatches=microbatches, virtual_stages=virtual_stages)
+                microbatches=microbatches, virtual_stages=virtual_stages,
+                activation_checkpointing=activation_checkpointing, offload=offload,
+                shard_group=shard_group)
     n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
@@ -1373,7 +1401,8 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                         algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                         intra_bw=None, intra_alpha=None, ps_servers=None,
                         nics_per_node=None, sharding=None, implementation=None, gpu=None,
-                        detail=False, tp=1, pp=1, microbatches=None, virtual_stages=1):
+                        detail=False, activation_checkpointing=None, offload=None,
+                        shard_group=None, tp=1, pp=1, microbatches=None, virtual_stages=1):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in
@@ -1419,6 +1448,12 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
         Return :class:`~scalemodel.planner.Breakeven` objects (a list for an array ``n``)
         saying how the answer was reached and whether it lies within the calibrated line
         rates [-].
+    activation_checkpointing, offload
+        As in :func:`plan_compression`: the break-even rate of the job with the
+        recompute and the offloaded optimizer step in its time [-].
+    shard_group : int or None
+        As in :func:`plan_compression`; with an array ``n`` it must divide every entry
+        [GPUs].
     tp, pp, microbatches, virtual_stages
         As in :func:`plan_compression`: ``n`` counts all GPUs, the compressor applies to
         the data-parallel all-reduce of ``n / (tp pp)`` replicas, and the answer is a
@@ -1442,9 +1477,11 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     comp = _as_implemented(get_compressor(compressor), impl, explicit)
     n = check_count(n, "n")
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
+    job = dict(activation_checkpointing=activation_checkpointing, offload=offload,
+               shard_group=shard_group)  # scalemodel.checkpointing, .offload, .sharding
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
-                microbatches=microbatches, virtual_stages=virtual_stages)
+                microbatches=microbatches, virtual_stages=virtual_stages, **job)
     replicas, scale = sc.data_parallel(n, 1.0)  # scalemodel.parallel (1, 1: plain DDP)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
@@ -1478,7 +1515,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                     intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
                     nics_per_node=nics_per_node, sharding=sharding, gpu=gpu,
                     implementation=implementation, tp=tp, pp=pp,
-                    microbatches=microbatches, virtual_stages=virtual_stages),
+                    microbatches=microbatches, virtual_stages=virtual_stages, **job),
                     sc.cluster, bw)
                 res = attrs.evolve(res, interval=(iv.low, iv.high))
             bw = res

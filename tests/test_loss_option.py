@@ -47,15 +47,12 @@ ASKS = {
     "required_bandwidth": lambda loss, kw: sm.required_bandwidth(PROFILE, n=N, loss=loss,
                                                                  **kw),
     "plan_compression": lambda loss, kw: sm.plan_compression(
-        PROFILE, BW, n=N, compressors=["fp16"], loss=loss,
-        **{k: v for k, v in kw.items() if k not in ("activation_checkpointing", "offload")}),
+        PROFILE, BW, n=N, compressors=["fp16"], loss=loss, **kw),
 }
 
 
-# plan_compression takes neither activation_checkpointing nor offload
 CASES = [pytest.param(name, kw, mem_kw, id=f"{name}-{i}") for name in sorted(ASKS)
-         for (kw, mem_kw), i in zip(SETTINGS, IDS)
-         if not (name == "plan_compression" and {"activation_checkpointing", "offload"} & set(kw))]
+         for (kw, mem_kw), i in zip(SETTINGS, IDS)]
 
 
 @pytest.mark.parametrize("name, kw, mem_kw", CASES)
@@ -172,8 +169,7 @@ CLI = {  # command: (argv, the memory figure in its --json output)
 
 CLI_CASES = [pytest.param(command, extra, mem_kw, id=f"{command}-{i}")
              for command in sorted(CLI) for (extra, mem_kw), i in zip(CLI_SETTINGS,
-                                                                      ["ddp", "zero3-full"])
-             if not (command == "plan" and mem_kw)]  # plan refuses --activation-checkpointing
+                                                                      ["ddp", "zero3-full"])]
 
 
 @pytest.mark.parametrize("command, extra, mem_kw", CLI_CASES)
