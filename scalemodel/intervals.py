@@ -392,7 +392,14 @@ def discriminating_run(best, other, cluster) -> str:
     if "bytes" in differ and differ & {"bucket", "iteration", "n", "compute"}:
         ideas.append(f"a run of a model with several times more gradient bytes{of}")
     if "bucket" in differ:
-        ideas.append("a run with 1 MB buckets (bucket_cap_mb=1)")
+        settings = cluster.fit_settings if isinstance(cluster.fit_settings, dict) else {}
+        if str(settings.get("sharding") or "none") in ("zero3", "hybrid_shard"):
+            # under ZeRO-3 / FSDP the per-bucket cost is per unit and micro-batch: a
+            # micro-batch of another size moves the compute, not that cost
+            ideas.append("a run with another micro-batch size (more or fewer sequences "
+                         "per micro-batch)")
+        else:
+            ideas.append("a run with 1 MB buckets (bucket_cap_mb=1)")
     if "iteration" in differ and "bucket" not in differ and "bytes" not in differ:
         ideas.append(f"a run of a model with several times more gradient bytes{of}")
     if "n" in differ:

@@ -305,12 +305,14 @@ def _builder(model, **kw):
     return lambda cl: Scenario.build(model, cluster=cl, **kw)
 
 
-def _with_interval(result, sc, solve, field, what):
+def _with_interval(result, sc, solve, field, what, model=None):
     """``result`` with the interval of ``field`` over the cluster's intervals and
     alternatives (:func:`~scalemodel.intervals.answer_interval`; ``solve`` answers the
-    same question on another cluster); an unbounded end is None and printed as such."""
+    same question on another cluster); an unbounded end is None and printed as such.
+    The message says when a fitted efficiency is carried to ``model`` from another
+    model's runs (:func:`~scalemodel.efficiency.carried_over`)."""
     cl = sc.cluster
-    if cl is None or not (cl.intervals or cl.alternatives):
+    if cl is None or not (cl.intervals or cl.alternatives or "efficiency" in cl.extra):
         return result
     if not cl.alternatives and all(c is cl for c in cl.corners()):
         return result
@@ -322,7 +324,25 @@ def _with_interval(result, sc, solve, field, what):
     else:
         fmt, why = format_bandwidth, "no line rate reaches the target"
     return attrs.evolve(result, interval=iv.pair,
-                        message=f"{result.message}; {iv.describe(fmt, why)}")
+                        message=f"{result.message}; {iv.describe(fmt, why)}"
+                        + _carried_note(cl, model))
+
+
+def _carried_note(cluster, model) -> str:
+    """``"; the efficiency fitted on ... is carried to ..."`` when ``cluster``'s fitted
+    efficiency applies to ``model`` but its runs did not show that model, else ``""``."""
+    if model is None:
+        return ""
+    from .efficiency import EFFICIENCY_TRANSFER, carried_over, fitted_efficiency
+    from .profiles import load_profile
+
+    profile = load_profile(model)
+    if fitted_efficiency(cluster, profile) is None or not carried_over(cluster, profile):
+        return ""
+    eff = cluster.extra["efficiency"]
+    return (f"; the efficiency fitted on {', '.join(eff.get('profiles') or ()) or 'other runs'}"
+            f" is carried to {profile.name}, its interval widened by a factor "
+            f"{EFFICIENCY_TRANSFER:g} either way (efficiency.EFFICIENCY_TRANSFER)")
 
 
 def _scalar(name, value):
@@ -506,7 +526,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     res = _with_interval(_min_compression(sc, bw_dp, n_dp, target, u), sc,
                          lambda cl: _min_compression(build(cl), bw_dp, n_dp, target, u,
                                                      explain=False),
-                         "ratio", "ratio")
+                         "ratio", "ratio", model)
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss), sc, n, bw)
 
 
@@ -659,7 +679,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
                          lambda cl: _solve_bandwidth(build(cl), n_dp, target, r, u,
                                                      explain=False),
-                         "bw", "bw")
+                         "bw", "bw", model)
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss), sc, n)
 
 

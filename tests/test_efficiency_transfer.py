@@ -131,3 +131,38 @@ def _fit_quietly_but_pressure(prof):
                                     tokens_per_second_per_gpu=1668, label="row 6")],
                               fusion=None, intra_bw=sm.get_gpu("a100-40gb").intra_node_bw,
                               **NODE)
+
+
+def test_answers_say_when_the_efficiency_is_carried_to_another_model(fit8):
+    _, fit = fit8
+    kw = dict(n=64, sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    other = sm.min_compression(_profile(MPT7), "25Gbps", cluster=fit.cluster, **kw)
+    same = sm.min_compression(_profile(dict(MPT13, micro_batch=4)), "25Gbps",
+                              cluster=fit.cluster, **kw)
+    assert "is carried to mpt-7b" in other.message and "1.21" in other.message
+    assert "is carried to" not in same.message
+    bw = sm.required_bandwidth(_profile(MPT7), cluster=fit.cluster, **kw)
+    assert "is carried to mpt-7b" in bw.message
+
+
+def test_an_efficiency_alone_gives_the_solvers_an_interval(fit8):
+    """A cluster whose only doubt is its fitted efficiency (no other intervals, no
+    alternatives) still gives min_compression an interval, and it spans the answers at
+    the two efficiency ends."""
+    _, fit = fit8
+    eff = fit.cluster.extra["efficiency"]
+    cl = attrs.evolve(fit.cluster, intervals={}, alternatives=())
+    kw = dict(n=64, sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    r = sm.min_compression(_profile(MPT7), "10Gbps", cluster=cl, **kw)
+    assert r.interval is not None
+    bare = attrs.evolve(cl, extra={})
+    prof = _profile(MPT7)
+    own = float(prof.provenance["efficiency"].split(":")[1].split(",")[0])
+    # a profile built at each end, its update scaled as the fit scales it
+    ends = [sm.min_compression(_profile(MPT7, efficiency=e,
+                                        update_time=prof.update_time * own / e),
+                               "10Gbps", cluster=bare, **kw).ratio
+            for e in (eff["interval"][0] / EFFICIENCY_TRANSFER,
+                      eff["interval"][1] * EFFICIENCY_TRANSFER)]
+    assert r.interval[0] == pytest.approx(min(ends), rel=1e-6)
+    assert r.interval[1] == pytest.approx(max(ends), rel=1e-6)
