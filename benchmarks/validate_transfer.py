@@ -753,6 +753,10 @@ def calibrate(source, feats):
 
 
 def _topology(setup):
+    """The setup's nodes for the ideal model (NICs only where GPUs share a node's:
+    without ``gpus_per_node`` every worker has its own link)."""
+    if setup.get("gpus_per_node") is None:
+        return {}
     return {k: setup[k] for k in ("gpus_per_node", "nics_per_node") if k in setup}
 
 
