@@ -75,6 +75,25 @@ case, by how it is computed (``loss=``, :data:`LOSS_KERNELS`; :func:`loss_bytes`
     ``flash-attn==1.0.9`` and its ``xentropy-cuda-lib``), with bf16 logits (the
     unembedding is ``F.linear`` under ``amp_bf16`` autocast). An in-place backward
     (``inplace_backward=True``) would save the gradient's :math:`2sbV`: not modelled.
+``"unfused+logits"``: :math:`16\,sbV` bytes at the loss's backward peak, and the fp32
+    logits, :math:`4sbV`, through the rest of backward (:data:`HELD_LOGIT_BYTES`).
+    PyTorch's ``cross_entropy`` on fp32 logits that the training loop keeps referenced
+    while it runs ``loss.backward()``: the three tensors of ``"unfused"`` plus the logits
+    themselves. torchtitan at ``83c879f18`` (2024-03) and ``40f8fd007`` (2024-06): the
+    model returns ``self.output(h).float()`` (``torchtrain/models/llama/model.py``,
+    ``torchtitan/models/llama/model.py``) and ``train.py`` runs ``pred = model(input_ids)``,
+    ``loss = loss_fn(pred, labels)``, ``loss.backward()`` with ``pred`` still bound.
+    From ``9dec370`` (2024-12) on, the model returns 16-bit logits, the loss upcasts them
+    inside ``cross_entropy`` (a temporary the log-softmax does not save) and ``train.py``
+    runs ``del pred`` before ``loss.backward()`` ("need to free to before bwd to avoid
+    peaking memory"): ``"unfused"``.
+
+The loss's backward runs before any block's backward, so the loss's peak and the
+recompute of the first checkpointed block in backward are not alive at the same time:
+``activation_bytes(..., phases=True)`` takes the larger of the two moments (the stored
+activations with the loss's peak; the stored activations with one recomputed layer and
+the logits the loop still holds), ``phases=False`` (the default, kept for the figures the
+guide and the solvers' checks print) adds them, an upper bound.
 
 Recompute time per checkpointed layer, as a fraction of the layer's forward time (the
 profile's FLOP-proportional split): 1 for ``full``; for ``selective`` without flash
@@ -99,7 +118,8 @@ from .exceptions import InvalidParameterError, ParameterTypeError
 __all__ = ["Checkpointing", "CHECKPOINTING_MODES", "resolve_checkpointing",
            "layer_activation_bytes", "activation_bytes", "LOSS_BYTES_PER_LOGIT",
            "LOSS_KERNELS", "FUSED_LOSS_BYTES_PER_LOGIT", "FUSED_LOSS_BYTES_PER_TOKEN",
-           "canonical_loss", "loss_tensor_bytes", "loss_bytes", "recompute_fraction", "with_recompute"]
+           "canonical_loss", "loss_tensor_bytes", "loss_bytes", "HELD_LOGIT_BYTES",
+           "recompute_fraction", "with_recompute"]
 
 CHECKPOINTING_MODES = ("none", "selective", "full")
 """The activation checkpointing policies by name (``True`` / ``False`` are aliases of
@@ -112,10 +132,16 @@ LOSS_BYTES_PER_LOGIT = 12
 """Bytes per logit (``s b V`` of them) at the loss's backward peak: three fp32 tensors
 (the saved log-softmax, its incoming gradient and the gradient it returns)."""
 
-LOSS_KERNELS = ("unfused", "fused")
+LOSS_KERNELS = ("unfused", "fused", "unfused+logits")
 """How the cross-entropy loss is computed (``loss=``): PyTorch's ``cross_entropy``
-(:data:`LOSS_BYTES_PER_LOGIT`) or a fused kernel that keeps the 16-bit logits
-(flash-attention's ``CrossEntropyLoss``; :data:`FUSED_LOSS_BYTES_PER_LOGIT`)."""
+(:data:`LOSS_BYTES_PER_LOGIT`), a fused kernel that keeps the 16-bit logits
+(flash-attention's ``CrossEntropyLoss``; :data:`FUSED_LOSS_BYTES_PER_LOGIT`), or PyTorch's
+``cross_entropy`` on fp32 logits the training loop keeps referenced through backward
+(torchtitan before 2024-12; :data:`HELD_LOGIT_BYTES`)."""
+
+HELD_LOGIT_BYTES = {"unfused": 0, "fused": 0, "unfused+logits": 4}
+"""Bytes per logit the training loop still holds after the loss's backward, through the
+blocks' backward (``"unfused+logits"``: the fp32 logits bound to ``pred``)."""
 
 FUSED_LOSS_BYTES_PER_LOGIT = 2 * ACTIVATION_BYTES
 """Bytes per logit at a fused cross-entropy's backward peak: the 16-bit logits it saved
@@ -292,13 +318,15 @@ def layer_activation_bytes(cfg, mode, flash_attention=True) -> float:
 
 
 def canonical_loss(loss) -> str:
-    """The loss kernel's name, checked: ``"unfused"`` or ``"fused"`` (:data:`LOSS_KERNELS`).
+    """The loss kernel's name, checked: ``"unfused"``, ``"fused"`` or ``"unfused+logits"``
+    (:data:`LOSS_KERNELS`).
 
     Parameters
     ----------
     loss : str
-        ``"unfused"`` (PyTorch's ``cross_entropy``) or ``"fused"`` (a fused kernel such as
-        flash-attention's ``CrossEntropyLoss``), case-insensitive [-].
+        ``"unfused"`` (PyTorch's ``cross_entropy``), ``"fused"`` (a fused kernel such as
+        flash-attention's ``CrossEntropyLoss``) or ``"unfused+logits"`` (``cross_entropy``
+        on fp32 logits kept referenced through backward), case-insensitive [-].
 
     Raises
     ------
@@ -308,16 +336,17 @@ def canonical_loss(loss) -> str:
     if isinstance(loss, str) and loss.strip().lower() in LOSS_KERNELS:
         return loss.strip().lower()
     raise InvalidParameterError("loss", loss, "must be one of " + ", ".join(
-        repr(k) for k in LOSS_KERNELS) + " (PyTorch's cross_entropy, or a fused kernel "
-        "such as flash-attention's CrossEntropyLoss)")
+        repr(k) for k in LOSS_KERNELS) + " (PyTorch's cross_entropy, a fused kernel "
+        "such as flash-attention's CrossEntropyLoss, or cross_entropy with the fp32 logits "
+        "kept through backward)")
 
 
 def loss_tensor_bytes(seq, micro_batch, vocab, loss="unfused", tp=1) -> tuple:
     """Sizes of the tensors the loss holds at its backward peak, one micro-batch.
 
-    ``"unfused"``: three fp32 tensors of the logits' size; ``"fused"``: the 16-bit logits
-    and their 16-bit gradient, then the per-token fp32 log-sum-exp, int64 labels and fp32
-    incoming gradient (module docstring). With tensor parallelism the logits are split
+    ``"unfused"``: three fp32 tensors of the logits' size; ``"unfused+logits"``: four (the
+    fp32 logits besides); ``"fused"``: the 16-bit logits and their 16-bit gradient, then the
+    per-token fp32 log-sum-exp, int64 labels and fp32 incoming gradient (module docstring). With tensor parallelism the logits are split
     over the vocabulary (``vocab / tp`` per GPU); the per-token tensors are not.
 
     Parameters
@@ -329,7 +358,7 @@ def loss_tensor_bytes(seq, micro_batch, vocab, loss="unfused", tp=1) -> tuple:
     vocab : int
         Vocabulary size [tokens].
     loss : str
-        ``"unfused"`` or ``"fused"`` (:func:`canonical_loss`) [-].
+        ``"unfused"``, ``"fused"`` or ``"unfused+logits"`` (:func:`canonical_loss`) [-].
     tp : int
         Tensor-parallel GPUs over which the logits are split [GPUs].
 
@@ -341,9 +370,9 @@ def loss_tensor_bytes(seq, micro_batch, vocab, loss="unfused", tp=1) -> tuple:
     kind = canonical_loss(loss)
     tokens = float(seq) * float(micro_batch)
     logits = tokens * float(vocab) / tp
-    if kind == "unfused":
+    if kind in ("unfused", "unfused+logits"):
         per = LOSS_BYTES_PER_LOGIT // 3
-        return (per * logits,) * 3
+        return (per * logits,) * (3 if kind == "unfused" else 4)
     per = FUSED_LOSS_BYTES_PER_LOGIT // 2
     return (per * logits, per * logits, 4.0 * tokens, 8.0 * tokens, 4.0 * tokens)
 
@@ -351,7 +380,8 @@ def loss_tensor_bytes(seq, micro_batch, vocab, loss="unfused", tp=1) -> tuple:
 def loss_bytes(cfg, loss="unfused", tp=1) -> float:
     """Bytes of the loss at its backward peak for one micro-batch of ``cfg``.
 
-    ``"unfused"``: :math:`12 sbV/t` (:data:`LOSS_BYTES_PER_LOGIT`); ``"fused"``:
+    ``"unfused"``: :math:`12 sbV/t` (:data:`LOSS_BYTES_PER_LOGIT`); ``"unfused+logits"``:
+    :math:`16 sbV/t`; ``"fused"``:
     :math:`4 sbV/t + 16 sb` (:data:`FUSED_LOSS_BYTES_PER_LOGIT`,
     :data:`FUSED_LOSS_BYTES_PER_TOKEN`); the sum of :func:`loss_tensor_bytes`.
 
@@ -360,7 +390,7 @@ def loss_bytes(cfg, loss="unfused", tp=1) -> float:
     cfg : TransformerConfig
         The model and its batch (``seq``, ``micro_batch``, ``vocab``) [-].
     loss : str
-        ``"unfused"`` or ``"fused"`` [-].
+        ``"unfused"``, ``"fused"`` or ``"unfused+logits"`` [-].
     tp : int
         Tensor-parallel GPUs over which the logits are split [GPUs].
 
@@ -385,9 +415,17 @@ def loss_bytes(cfg, loss="unfused", tp=1) -> float:
     return float(sum(loss_tensor_bytes(cfg.seq, cfg.micro_batch, cfg.vocab, loss, tp)))
 
 
-def activation_bytes(cfg, checkpointing, flash_attention=True, loss="unfused") -> float:
+def activation_bytes(cfg, checkpointing, flash_attention=True, loss="unfused",
+                     phases=False) -> float:
     """Activation bytes of one micro-batch's step at its peak (the start of backward, or
     the recompute of one layer), with the loss's backward peak (:func:`loss_bytes`).
+
+    ``phases=False`` adds the loss's peak and the recomputed layer (an upper bound);
+    ``phases=True`` takes the larger of the two moments of backward: the loss's backward
+    (the stored activations and :func:`loss_bytes`), then the first checkpointed block's
+    recompute (the stored activations of the checkpointed layers, the recomputed layer's
+    and the logits the loop still holds, :data:`HELD_LOGIT_BYTES`; the layers kept whole
+    are backward-processed, and freed, before it).
 
     Parameters
     ----------
@@ -398,8 +436,11 @@ def activation_bytes(cfg, checkpointing, flash_attention=True, loss="unfused") -
     flash_attention : bool
         Used unless ``checkpointing`` is a :class:`Checkpointing` [-].
     loss : str
-        ``"unfused"`` (PyTorch's ``cross_entropy``, the default) or ``"fused"``
-        (flash-attention's ``CrossEntropyLoss``); see :data:`LOSS_KERNELS` [-].
+        ``"unfused"`` (PyTorch's ``cross_entropy``, the default), ``"fused"``
+        (flash-attention's ``CrossEntropyLoss``) or ``"unfused+logits"``; see
+        :data:`LOSS_KERNELS` [-].
+    phases : bool
+        The larger of the loss's and the recompute's moment instead of their sum [-].
 
     Returns
     -------
@@ -415,6 +456,12 @@ def activation_bytes(cfg, checkpointing, flash_attention=True, loss="unfused") -
     if k == 0:
         return none * L + logits
     kept = layer_activation_bytes(cfg, ck.mode, fa)
+    if phases:
+        held = HELD_LOGIT_BYTES[canonical_loss(loss)] * float(cfg.tokens) * cfg.vocab
+        whole = none * (L - k) if ck.mode == "full" else 0.0
+        at_loss = kept * k + whole + logits
+        extra = none - kept if ck.mode == "selective" else none
+        return max(at_loss, kept * k + extra + held)
     if ck.mode == "selective":  # the recomputed part of the one layer in backward
         return kept * L + (none - kept) + logits
     # full: the inputs kept, plus one layer's activations while it is recomputed

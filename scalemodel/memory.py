@@ -42,6 +42,33 @@
   ``CrossEntropyLoss``, which LLM Foundry's MPT uses by default).
 * **offload** (:mod:`scalemodel.offload`): the optimizer state (and the parameter and
   gradient shards) move to host memory, reported as ``host_per_gpu``.
+* **accounting** (``accounting=``): ``"zero"`` (the default) is the table above with every
+  part at its largest at once: the persistent state of ZeRO's accounting, the activations
+  with the loss's backward peak *and* the recomputed layer (an upper bound).
+  ``"fsdp"`` is what a PyTorch FSDP training step holds at its largest moment, read from
+  torchtitan's ``train.py`` and FSDP2 (``fully_shard`` with
+  ``MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)``;
+  ``zero2`` is ``reshard_after_forward=False``, ``zero3`` / ``hybrid_shard``
+  resharding after forward):
+
+  - the sharded parameters are fp32 and are the optimizer's master weights
+    (:math:`4\\Psi/n`; the 16-bit copies exist only once all-gathered, in the buffers;
+    torchtitan logs "CUDA memory usage for model: 3.77GiB" after sharding Llama 3 8B over
+    8 GPUs, PR #822 at ``5940ddeb5``: :math:`4 \\cdot 8.03\\cdot 10^9/8` bytes is 3.74 GiB);
+    under ``zero2`` the 16-bit unsharded parameters, :math:`2\\Psi`, are held from the
+    forward to the backward besides;
+  - the optimizer state is :math:`4K\\Psi/n` (no separate master copy);
+  - the sharded gradients (fp32, :math:`4\\Psi/n`) are created by each unit's
+    reduce-scatter in backward and freed by ``optimizer.zero_grad()`` (``set_to_none``,
+    PyTorch's default) before the next forward (``train.py``), so none is alive at the
+    forward/backward peak;
+  - the activations take the larger of the loss's backward and the first recompute
+    (:func:`scalemodel.checkpointing.activation_bytes` with ``phases=True``);
+  - ``per_gpu`` is the larger of that forward/backward peak and the optimizer step's
+    (the sharded parameters, gradients and optimizer state and one bucket); ``parts``
+    are the larger moment's.
+
+  ``"fsdp"`` applies to ``zero2``, ``zero3`` and ``hybrid_shard`` without offload.
 * **buffers**, transient: under ``zero3`` / ``hybrid_shard`` the all-gathered parameters
   of the unit being computed and of the one prefetched, the unsharded gradients of one
   unit before its reduce-scatter, and the root unit (embeddings and head) that FSDP keeps
@@ -71,7 +98,18 @@ each term listed in ``MemoryEstimate.overheads``:
   previous output until the next all-gather; so under ``zero3`` / ``hybrid_shard``
   that stream's pool holds the two largest units' all-gather outputs (the root unit and
   the largest block), reserved at the default stream's peak though no tensor lives
-  there (:func:`side_stream_pool_bytes`).
+  there (:func:`side_stream_pool_bytes`). With ``accounting="fsdp"`` also under
+  ``zero2`` (``reshard_after_forward=False`` all-gathers in forward on the same stream).
+* ``reduce_scatter_pool`` (``accounting="fsdp"`` only): FSDP2 allocates each unit's
+  reduce-scatter output on its reduce-scatter stream and the sharded gradients are views
+  of it (``foreach_reduce``: ``with torch.cuda.stream(reduce_scatter_stream): ...
+  reduce_output = reduce_scatter_input.new_empty(...)``, then ``torch.as_strided
+  (reduce_output, ...)``; "Since the GPU sharded gradient is allocated in the RS
+  stream"), so once ``zero_grad`` frees them their blocks stay cached in that stream's
+  pool, which the default stream does not reuse: through the next forward and backward
+  the pool holds every unit's output, :math:`4\\Psi/n` rounded per unit
+  (:func:`reduce_scatter_pool_bytes`). Versions that also allocate the reduce-scatter
+  *input* on that stream add the largest unit's unsharded fp32 gradients: not counted.
 * ``fragmentation``: free space inside reserved segments. It depends on the allocation
   order and the allocator settings, so it is a fraction of reserved memory given by the
   user (``fragmentation=``, 0 by default, as with ``expandable_segments:True``, which
@@ -105,13 +143,22 @@ from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
 from .offload import canonical_offload, check_offload_sharding, default_host_memory
 
 __all__ = ["memory", "MemoryEstimate", "canonical_sharding", "SHARDING_STRATEGIES",
-           "SHARDING_ALIASES", "OPTIMIZER_STATES", "MEASURES", "allocator_block_bytes",
-           "side_stream_pool_bytes"]
+           "SHARDING_ALIASES", "OPTIMIZER_STATES", "MEASURES", "ACCOUNTINGS",
+           "allocator_block_bytes", "side_stream_pool_bytes", "reduce_scatter_pool_bytes"]
 
 MEASURES = ("allocated", "reserved")
 """What ``memory(measure=...)`` reports: the live tensors' peak
 (``torch.cuda.max_memory_allocated``) or the caching allocator's reserved peak
 (``torch.cuda.max_memory_reserved``, what torchtitan logs)."""
+
+ACCOUNTINGS = ("zero", "fsdp")
+"""How ``memory(accounting=...)`` counts the model state and the peak: ZeRO's persistent
+state with every activation term at once, or what a PyTorch FSDP step holds at its
+largest moment (the module docstring)."""
+
+FSDP_SHARDINGS = ("zero2", "zero3", "hybrid_shard")
+"""The strategies ``accounting="fsdp"`` applies to (FSDP's ``reshard_after_forward=False``
+and ``True``; hybrid sharding)."""
 
 ALLOCATOR_MIN_BLOCK = 512
 """Every caching-allocator request is rounded up to a multiple of this
@@ -207,9 +254,11 @@ class MemoryEstimate:
         ``overheads`` [bytes].
     overheads : mapping of str to float or numpy.ndarray
         What the allocator reserves besides the live tensors: ``rounding``,
-        ``side_stream_pool``, ``fragmentation`` (the docstring of ``scalemodel.memory``;
+        ``side_stream_pool``, ``reduce_scatter_pool``, ``fragmentation`` (the docstring
+        of ``scalemodel.memory``;
         :func:`scalemodel.memory.allocator_block_bytes`,
-        :func:`scalemodel.memory.side_stream_pool_bytes`) [bytes].
+        :func:`scalemodel.memory.side_stream_pool_bytes`,
+        :func:`scalemodel.memory.reduce_scatter_pool_bytes`) [bytes].
     """
 
     per_gpu: object
@@ -441,7 +490,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
            flash_attention=True, offload="none", host_memory=None,
            suggest=True, shard_group=None, tp=1, pp=1, microbatches=None,
            measure="reserved", fragmentation=0.0, virtual_stages=1,
-           loss="unfused") -> MemoryEstimate:
+           loss="unfused", accounting="zero") -> MemoryEstimate:
     """Memory per GPU to train ``model`` data-parallel on ``n`` GPUs.
 
     Parameters
@@ -528,7 +577,15 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         (:func:`scalemodel.checkpointing.loss_bytes`): ``"unfused"`` (the default,
         PyTorch's ``cross_entropy``: :math:`12sbV` bytes) or ``"fused"`` (a fused kernel
         on the 16-bit logits, flash-attention's ``CrossEntropyLoss`` as LLM Foundry's
-        MPT uses it: :math:`4sbV + 16sb`) [-].
+        MPT uses it: :math:`4sbV + 16sb`) or ``"unfused+logits"`` (``cross_entropy`` on
+        fp32 logits the loop keeps through backward, torchtitan before 2024-12:
+        :math:`16sbV`) [-].
+    accounting : str
+        ``"zero"`` (the default: ZeRO's persistent model state, every activation term at
+        once) or ``"fsdp"`` (what a PyTorch FSDP step holds at its largest moment: fp32
+        sharded parameters as the master, no gradients before backward, the loss's peak
+        and the recompute apart, FSDP2's reduce-scatter stream pool in the reserved view;
+        ``zero2`` / ``zero3`` / ``hybrid_shard`` without offload; module docstring) [-].
 
     Returns
     -------
@@ -560,8 +617,10 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         a profile without a transformer config; ``virtual_stages`` below 1, not dividing
         a stage's layers, above 1 without ``pp > 1`` or with ``microbatches`` not a
         multiple of ``pp`` (as :func:`~scalemodel.iteration_time`); ``fragmentation``
-        outside [0, 1); ``loss`` outside ``"unfused"``, ``"fused"`` (the message names the
-        value and the valid ones).
+        outside [0, 1); ``loss`` outside ``"unfused"``, ``"fused"``, ``"unfused+logits"``
+        (the message names the value and the valid ones); ``accounting`` outside
+        ``"zero"``, ``"fsdp"``, or ``"fsdp"`` with a strategy other than ``zero2`` /
+        ``zero3`` / ``hybrid_shard`` or with offload.
     """
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
@@ -576,6 +635,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     bucket = _nonneg_bytes(bucket_bytes, "bucket_bytes")
     view = _check_measure(measure, fragmentation)
     kind = canonical_loss(loss)
+    acc = _check_accounting(accounting, strategy, mode)
     cfg, psi, prof_elem, label = _resolve_model(model, micro_batch, seq)
     if cfg is None and ck.mode != "none":  # said, not silently dropped
         warnings.warn(ModelWarning(
@@ -593,7 +653,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
                                virtual_stages)
     est = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns, strategy,
                     spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node, bucket, mode,
-                    host_memory, group, mp, view, kind)
+                    host_memory, group, mp, view, kind, acc)
     if suggest and not np.all(est.fits):
         def estimate(strat, checkpointing, off, t=tp):
             m = _check_model_parallel(t, pp, microbatches, cfg, ns, strat, checkpointing,
@@ -602,7 +662,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
                              _check_n(n, strat), strat, spec, optimizer, param_dtype,
                              grad_dtype, checkpointing, gpus_per_node, bucket, off,
                              host_memory, _check_shard_group(shard_group, strat, ns), m,
-                             view, kind)
+                             view, kind, _check_accounting(acc, strat, off))
 
         est = attrs.evolve(est, suggestions=_suggestions(
             est, ck, estimate, 1 if mp is None else mp.tp, gpus_per_node or 8))
@@ -625,7 +685,7 @@ def _dtypes(cfg, prof_elem, param_dtype, grad_dtype):
 
 def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
               grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, shard_group=None,
-              mp=None, view=("allocated", 0.0), loss="unfused"):
+              mp=None, view=("allocated", 0.0), loss="unfused", accounting="zero"):
     """The estimate, once every argument is checked."""
     states = OPTIMIZER_STATES[optimizer.strip().lower()]
     pd, gd = _dtypes(cfg, prof_elem, param_dtype, grad_dtype)
@@ -638,9 +698,15 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
                                                shard_group)
     params, grads, optim = pb * psi / div_p, gb * psi / div_g, ob * psi / div_o
 
-    notes = [f"{pd} parameters, {gd} gradients, {optimizer} with "
-             f"{'an fp32 master copy and ' if master else ''}{states} fp32 state(s) "
-             f"({pb + gb + ob} bytes per parameter unsharded; ZeRO, arXiv:1910.02054)"]
+    fsdp = accounting == "fsdp"
+    if fsdp:
+        notes = []
+        params, grads, optim, shard = _fsdp_state(psi, pb, states, strategy, div_o, one,
+                                                  notes)
+    else:
+        notes = [f"{pd} parameters, {gd} gradients, {optimizer} with "
+                 f"{'an fp32 master copy and ' if master else ''}{states} fp32 state(s) "
+                 f"({pb + gb + ob} bytes per parameter unsharded; ZeRO, arXiv:1910.02054)"]
     host = 0.0 * one
     if mode != "none":  # scalemodel.offload: the host holds these instead
         params, grads, optim, host = _offloaded(params, grads, optim, psi, div_o, one, mode,
@@ -649,17 +715,24 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
     buffers = bucket * one
     if cfg is not None:
         activations, buffers = _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one,
-                                                        buffers, notes, loss)
+                                                        buffers, notes, loss, fsdp)
     else:
         activations = None
         notes.append(f"{label}: no transformer config, so activations are unknown and not "
                      "counted; parameters from the gradient bytes")
+    pool = 0.0 * one
+    if fsdp:  # the larger of the forward/backward peak and the optimizer step
+        params, grads, optim, buffers, activations, pool = _fsdp_peak(
+            params, grads, optim, buffers, activations, shard, bucket * one, scalar,
+            reduce_scatter_pool_bytes(cfg if cfg is not None else psi, div_o))
     total = params + grads + optim + buffers + (activations if activations is not None else 0)
-    overheads = _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, view[1], loss)
+    overheads = _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, view[1], loss,
+                                    accounting, pool)
     reserved = total + sum(overheads.values())
     if view[0] == "reserved":
         notes.append("reserved = allocated + allocator rounding + FSDP copy-in stream "
-                     f"pool + fragmentation ({view[1]:g} of reserved)")
+                     + ("pool + reduce-scatter stream pool " if fsdp else "pool ")
+                     + f"+ fragmentation ({view[1]:g} of reserved)")
 
     def out(x):
         return None if x is None else (float(x) if scalar else x)
@@ -675,7 +748,7 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
                                   "virtual_stages": mp.virtual_stages}),
         "activation_checkpointing": ck.describe(),
         "flash_attention": bool(ck.flash_attention), "loss": loss, "offload": mode,
-        "optimizer": optimizer,
+        "optimizer": optimizer, "accounting": accounting,
         "param_dtype": pd, "grad_dtype": gd,
         "micro_batch": None if cfg is None else cfg.micro_batch,
         "seq": None if cfg is None else cfg.seq, "gpu": spec.name,
@@ -713,6 +786,54 @@ def _divisors(ns, scalar, strategy, spec, gpus_per_node, shard_group):
     return node, one, div_p, div_g, div_o
 
 
+def _check_accounting(accounting, strategy, mode) -> str:
+    """``accounting`` checked against the strategy and the offload mode [-]."""
+    if not isinstance(accounting, str) or accounting.strip().lower() not in ACCOUNTINGS:
+        raise InvalidParameterError("accounting", accounting, "must be one of "
+                                    + ", ".join(repr(a) for a in ACCOUNTINGS))
+    acc = accounting.strip().lower()
+    if acc == "fsdp" and strategy not in FSDP_SHARDINGS:
+        raise InvalidParameterError("accounting", accounting, f"'fsdp' applies to sharding "
+                                    f"{', '.join(FSDP_SHARDINGS)}, not {strategy!r}")
+    if acc == "fsdp" and mode != "none":
+        raise InvalidParameterError("accounting", accounting, f"'fsdp' with offload={mode!r} "
+                                    "is not modelled", "Use accounting='zero'")
+    return acc
+
+
+def _fsdp_state(psi, pb, states, strategy, group, one, notes):
+    """PyTorch FSDP's model state at the forward/backward peak: (parameters, gradients,
+    optimizer, the fp32 shard) [bytes] (module docstring, ``accounting="fsdp"``)."""
+    shard = 4.0 * psi / group  # fp32 sharded parameters: the master weights
+    params = shard + (pb * psi * one if strategy == "zero2" else 0.0 * one)
+    notes.append("accounting='fsdp': fp32 sharded parameters as the master (4 bytes), "
+                 f"{states} fp32 optimizer state(s), no gradient before backward "
+                 "(zero_grad(set_to_none) before the forward; 4 bytes at the optimizer step)"
+                 + ("; the 16-bit unsharded parameters held from forward to backward "
+                    "(reshard_after_forward=False)" if strategy == "zero2" else ""))
+    return params, 0.0 * one, 4.0 * states * psi / group, shard
+
+
+def _fsdp_peak(params, grads, optim, buffers, activations, shard, bucket, scalar, pool):
+    """The parts at the larger of FSDP's forward/backward peak and its optimizer step
+    (the sharded parameters, gradients and state and one bucket), and the part of the
+    reduce-scatter stream's pool ``pool`` that is not among them (the gradients, live at
+    the step) [bytes]."""
+    fwd = params + grads + optim + buffers + (activations if activations is not None else 0)
+    step = shard + shard + optim + bucket
+    at_step = np.asarray(step > fwd)
+    if not at_step.any():
+        return params, grads, optim, buffers, activations, pool
+
+    def pick(a, b):
+        res = np.where(at_step, a, b)
+        return float(res) if scalar else res
+
+    act = None if activations is None else pick(0.0, activations)
+    grads = pick(shard, grads)
+    return (pick(shard, params), grads, optim, pick(bucket, buffers), act, pool - grads)
+
+
 def _offloaded(params, grads, optim, psi, div_o, one, mode, notes):
     """Move the offloaded state to the host: (parameters, gradients, optimizer, host)
     per GPU [bytes]; notes what moved."""
@@ -728,10 +849,10 @@ def _offloaded(params, grads, optim, psi, div_o, one, mode, notes):
 
 
 def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
-                             loss="unfused"):
+                             loss="unfused", phases=False):
     """Activations of a transformer config, and the buffers with the all-gathered blocks
     under zero3 / hybrid_shard [bytes]; notes the formulas."""
-    act = (activation_bytes(cfg, ck, loss=loss) if mp is None
+    act = (activation_bytes(cfg, ck, loss=loss, phases=phases) if mp is None
            else model_parallel_activations(cfg, ck, mp, loss))
     if mp is not None:
         from .parallel import in_flight_chunks
@@ -748,9 +869,14 @@ def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
                  "layer" + (" without the 5as/h score term (flash attention)"
                             if ck.flash_attention else "")
                  + f"; checkpointing {ck.describe()} (scalemodel.checkpointing)"
-                 + ("; loss peak 12sbV (unfused cross_entropy: three fp32 sbV tensors)"
-                    if loss == "unfused" else "; loss peak 4sbV + 16sb (fused cross-entropy:"
-                    " 16-bit logits and their gradient)"))
+                 + {"unfused": "; loss peak 12sbV (unfused cross_entropy: three fp32 sbV "
+                               "tensors)",
+                    "fused": "; loss peak 4sbV + 16sb (fused cross-entropy: 16-bit logits "
+                             "and their gradient)",
+                    "unfused+logits": "; loss peak 16sbV (unfused cross_entropy and the "
+                                      "fp32 logits kept through backward)"}[loss]
+                 + ("; the loss's peak and the recompute apart (the larger)" if phases
+                    else ""))
     if strategy in ("zero3", "hybrid_shard"):
         biggest, root = _block_and_root(cfg)
         gathered = pb * (2 * biggest + root) + gb * biggest * one
@@ -935,10 +1061,12 @@ def side_stream_pool_bytes(cfg, param_bytes=2) -> float:
 
 
 def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation,
-                        loss="unfused"):
+                        loss="unfused", accounting="zero", pool=0.0):
     """The caching allocator's reserve besides the live tensors: rounding, the FSDP
-    copy-in stream's pool, fragmentation [bytes] (module docstring)."""
+    copy-in stream's pool, the reduce-scatter stream's pool (``pool``, FSDP accounting),
+    fragmentation [bytes] (module docstring)."""
     rounding, side = 0.0 * one, 0.0 * one
+    fsdp = accounting == "fsdp"
     if cfg is not None:
         from .checkpointing import ACTIVATION_BYTES, loss_tensor_bytes
 
@@ -946,13 +1074,67 @@ def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation,
         t = 1 if mp is None else mp.tp
         layer_tensor = ACTIVATION_BYTES * s * b * cfg.hidden
         tensors = np.array(loss_tensor_bytes(s, b, cfg.vocab, loss, t))
-        act = activation_bytes(cfg, ck, loss=loss) if mp is None else \
+        act = activation_bytes(cfg, ck, loss=loss, phases=fsdp) if mp is None else \
             model_parallel_activations(cfg, ck, mp, loss)
         count = max(act - float(tensors.sum()), 0.0) / layer_tensor
         rounding = rounding + (count * (allocator_block_bytes(layer_tensor) - layer_tensor)
                                + float(np.sum(allocator_block_bytes(tensors) - tensors)))
-        if strategy in ("zero3", "hybrid_shard"):
+        if strategy in ("zero3", "hybrid_shard") or (fsdp and strategy == "zero2"):
             side = side + side_stream_pool_bytes(cfg, pb)
-    live = total + rounding + side
+    pool = pool * one
+    live = total + rounding + side + pool
     frag = live * (fragmentation / (1.0 - fragmentation))
-    return {"rounding": rounding, "side_stream_pool": side, "fragmentation": frag}
+    return {"rounding": rounding, "side_stream_pool": side, "reduce_scatter_pool": pool,
+            "fragmentation": frag}
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_params(cfg):
+    """Parameters of each FSDP unit: every block, and the root (all else) [-]."""
+    from .workloads import transformer_units
+
+    u = transformer_units(cfg, "h100-sxm", efficiency=1.0)
+    blocks = np.array(u.kind) == "block"
+    counts = np.asarray(u.param_count, float)
+    return np.append(counts[blocks], counts[~blocks].sum())
+
+
+def reduce_scatter_pool_bytes(model, group):
+    """FSDP2's reduce-scatter stream pool: every unit's fp32 sharded gradients [bytes].
+
+    Each unit's reduce-scatter output is allocated on the reduce-scatter stream and the
+    sharded gradients are views of it, so after ``zero_grad`` frees them the blocks stay
+    in that stream's pool (module docstring): one fp32 output of
+    :math:`4 P_u / g` bytes per unit (every block, and the root with the embeddings and
+    head), each rounded as the allocator does (:func:`allocator_block_bytes`).
+
+    Parameters
+    ----------
+    model : TransformerConfig or float
+        The model, or its parameter count (then :math:`4\\Psi/g`, unrounded) [-].
+    group : float or array_like
+        GPUs the state is sharded over [GPUs].
+
+    Returns
+    -------
+    float or numpy.ndarray
+        [bytes]
+
+    Examples
+    --------
+    >>> import scalemodel
+    >>> from scalemodel.memory import reduce_scatter_pool_bytes
+    >>> cfg = scalemodel.llm_config("llama-3-8b")
+    >>> round(reduce_scatter_pool_bytes(cfg, 8) / 2**30, 2)  # 33 units, each to 2 MiB
+    3.8
+    >>> round(reduce_scatter_pool_bytes(cfg.parameter_count, 8) / 2**30, 2)
+    3.74
+    """
+    g = np.asarray(group, dtype=float)
+    if isinstance(model, (int, float, np.floating)):
+        res = 4.0 * float(model) / g
+    else:
+        units = _unit_params(model)
+        res = allocator_block_bytes(4.0 * units[None, :] / g.reshape(-1, 1)).sum(axis=1)
+        res = res.reshape(g.shape)
+    return float(res) if np.ndim(res) == 0 else res
