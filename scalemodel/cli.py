@@ -191,12 +191,40 @@ def _loss_option(p):
     """``--loss`` of the commands that print memory (the time model does not use it)."""
     from .checkpointing import LOSS_KERNELS
 
-    _add(p, "--loss", _loss, default=None,
+    _add(p, "--loss", _loss, default=None, metavar="{" + ",".join(LOSS_KERNELS) + "}",
          help="how the cross-entropy loss is computed, for the memory check only: "
-              + " or ".join(LOSS_KERNELS) + " (unfused: PyTorch's cross_entropy, 12sbV "
+              + ", ".join(LOSS_KERNELS) + " (unfused: PyTorch's cross_entropy, 12sbV "
               "bytes at its backward peak; fused: flash-attention's CrossEntropyLoss as "
-              "LLM Foundry's MPT uses it, 4sbV + 16sb; scalemodel.checkpointing.loss_bytes) "
-              "[-] (default unfused)")
+              "LLM Foundry's MPT uses it, 4sbV + 16sb; unfused+logits: cross_entropy on "
+              "fp32 logits the training loop keeps through backward, as torchtitan did "
+              "before 2024-12, 16sbV; scalemodel.checkpointing.loss_bytes) [-] "
+              "(default unfused)")
+
+
+def _accounting(text, option):
+    """``--accounting``: how memory() counts the model state and the peak, checked now
+    as :func:`scalemodel.memory` checks the value (``memory._check_accounting``)."""
+    from .memory import _check_accounting
+
+    try:
+        return _check_accounting(text, "zero3", "none")  # the value alone
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(option, text, exc.requirement) from None
+
+
+def _accounting_option(p):
+    """``--accounting`` of the commands that print memory (the time model does not use
+    it)."""
+    from .memory import ACCOUNTINGS
+
+    _add(p, "--accounting", _accounting, default=None,
+         metavar="{" + ",".join(ACCOUNTINGS) + "}",
+         help="how the memory check counts the model state and the peak: zero (ZeRO's "
+              "persistent state with every activation term at once) or fsdp (what PyTorch "
+              "FSDP2 holds at its peak: fp32 parameter shards as the master, no gradients "
+              "before backward, the loss and the recompute apart, the reduce-scatter "
+              "stream's pool; --sharding zero2, zero3 or hybrid_shard without --offload; "
+              "scalemodel.memory) [-] (default zero)")
 
 
 def _implementation_name(text, option):
@@ -399,6 +427,7 @@ def _build_scaling(sub):
     _bw_option(p, many=True)
     _compression_option(p, many=True)
     _loss_option(p)
+    _accounting_option(p)
     p.set_defaults(func=cmd_scaling)
 
 
@@ -408,6 +437,7 @@ def _build_min_compression(sub):
     _bw_option(p)
     _target_options(p)
     _loss_option(p)
+    _accounting_option(p)
     p.set_defaults(func=cmd_min_compression)
 
 
@@ -417,6 +447,7 @@ def _build_required_bandwidth(sub):
     _target_options(p)
     _compression_option(p)
     _loss_option(p)
+    _accounting_option(p)
     p.set_defaults(func=cmd_required_bandwidth)
 
 
@@ -427,6 +458,7 @@ def _build_iteration(sub):
     _bw_option(p)
     _compression_option(p)
     _loss_option(p)
+    _accounting_option(p)
     p.set_defaults(func=cmd_iteration)
 
 
@@ -445,6 +477,7 @@ def _build_plan(sub):
                         "grace-torch or deepspeed [-] (default: the plan's --implementation)")
     _implementation_option(p)
     _loss_option(p)
+    _accounting_option(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -598,13 +631,14 @@ def _memory(args, n):
 
     kw = {k: v for k, v in _common(args).items() if k != "utilization"}
     sc = Scenario.build(args.model, **kw)
-    return memory_check(sc, sc.data_parallel(n, 1.0)[0], args.gpu, **_loss_kw(args))[:3]
+    return memory_check(sc, sc.data_parallel(n, 1.0)[0], args.gpu, **_memory_kw(args))[:3]
 
 
-def _loss_kw(args):
-    """``loss=`` when ``--loss`` was given (the API's default otherwise)."""
-    loss = getattr(args, "loss", None)
-    return {} if loss is None else {"loss": loss}
+def _memory_kw(args):
+    """``loss=`` and ``accounting=`` where ``--loss`` and ``--accounting`` were given (the
+    API's defaults otherwise)."""
+    kw = {k: getattr(args, k, None) for k in ("loss", "accounting")}
+    return {k: v for k, v in kw.items() if v is not None}
 
 
 def _memory_text(per, fits, gpu):
@@ -671,7 +705,7 @@ def _parts(parts):
 
 def cmd_min_compression(args):
     res = min_compression(args.model, args.bw, n=args.n, target=args.target, gpu=args.gpu,
-                          **_common(args), **_loss_kw(args))
+                          **_common(args), **_memory_kw(args))
     if args.json:
         return _print_json(res)
     ratio = "none possible" if not res.feasible else f"{res.ratio:.3g}x"
@@ -690,7 +724,7 @@ def cmd_min_compression(args):
 def cmd_required_bandwidth(args):
     res = required_bandwidth(args.model, n=args.n, target=args.target, gpu=args.gpu,
                              compression=args.compression, **_common(args),
-                             **_loss_kw(args))
+                             **_memory_kw(args))
     if args.json:
         return _print_json(res)
     bw = "none is enough" if not res.feasible else format_bandwidth(res.bw)
@@ -750,7 +784,7 @@ def cmd_plan(args):
 
     plan = plan_compression(args.model, args.bw, n=args.n, target=args.target,
                             compressors=args.compressors, gpu=args.gpu,
-                            implementation=args.implementation, **_loss_kw(args),
+                            implementation=args.implementation, **_memory_kw(args),
                             **_plan_kwargs(args))
     if args.json:
         rows = []

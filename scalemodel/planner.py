@@ -95,8 +95,8 @@ from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import Scenario, effective_utilization
 from .overlap import UpperEnvelope
 from .sharding import SHARDING_COMPRESSORS
-from .solvers import (DEFAULT_N, DEFAULT_TARGET, _for_the_job, _line_rate_for, _loss, _scalar,
-                      below, memory_check, min_compression)
+from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
+                      _loss, _scalar, below, memory_check, min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
 __all__ = ["plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth", "Breakeven",
@@ -1032,7 +1032,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                      ps_servers=None, nics_per_node=None, sharding=None,
                      gpu=None, implementation=None, activation_checkpointing=None,
                      offload=None, shard_group=None, tp=1, pp=1,
-                     microbatches=None, virtual_stages=1, loss="unfused") -> CompressionPlan:
+                     microbatches=None, virtual_stages=1, loss="unfused",
+                     accounting="zero") -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
 
@@ -1109,10 +1110,17 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         activations in the memory check): [GPUs], [stages], [micro-batches], [chunks].
     loss : str
         How the cross-entropy loss is computed, for the memory check only (the time
-        model does not use it): ``"unfused"`` (the default) or ``"fused"``, as in
-        :func:`~scalemodel.memory`; the plan's ``settings`` record it. Anything else
-        raises :class:`~scalemodel.InvalidParameterError` naming the value and the valid
-        ones, as :func:`~scalemodel.memory` does [-].
+        model does not use it): ``"unfused"`` (the default), ``"fused"`` or
+        ``"unfused+logits"``, as in :func:`~scalemodel.memory`; the plan's ``settings``
+        record it. Anything else raises :class:`~scalemodel.InvalidParameterError` naming
+        the value and the valid ones, as :func:`~scalemodel.memory` does [-].
+    accounting : str
+        How :func:`~scalemodel.memory` counts the model state and the peak, for the memory
+        check only: ``"zero"`` (the default) or ``"fsdp"`` (with sharding zero2, zero3 or
+        hybrid_shard and no offload), as in :func:`~scalemodel.memory`; the plan's
+        ``settings`` record it. Anything else, or ``"fsdp"`` with another strategy or
+        with offload, raises :class:`~scalemodel.InvalidParameterError` naming the value
+        and the valid ones, as :func:`~scalemodel.memory` does [-].
 
     Returns
     -------
@@ -1131,6 +1139,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     target = _scalar("target", check_fraction(target, "target"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     loss = _loss(loss)
+    accounting = _accounting(accounting)
     impl, explicit = _implementation(implementation)
     comps = _compressor_list(compressors, impl, explicit)
     job = dict(activation_checkpointing=activation_checkpointing, offload=offload,
@@ -1142,6 +1151,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
                 microbatches=microbatches, virtual_stages=virtual_stages, **job)
+    _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before planning
     n_job, bw_job = n, bw
     n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     bw = float(bw)
@@ -1174,7 +1184,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                         sc.sharding is not None)
     outside = _outside_calibration(sc.cluster, bw)
     msg = _message_caveats(msg, rows, needed, _strategy(sc), views, outside)
-    per, fits, gpu_name, note = memory_check(sc, n, gpu, loss)
+    per, fits, gpu_name, note = memory_check(sc, n, gpu, loss, accounting)
     best_interval, said = _best_interval(model, best, sc, n, bw, dict(
         utilization=u, **options, implementation=implementation, gpu=gpu))
     plan = CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
@@ -1187,7 +1197,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                            sharding=_strategy(sc), memory_per_gpu=per, fits=fits,
                            gpu=gpu_name, implementation=impl.name,
                            outside_calibration=bool(outside),
-                           settings=dict(sc.settings(), loss=loss))
+                           settings=dict(sc.settings(), loss=loss, accounting=accounting))
     return _for_the_job(plan, sc, n_job, bw_job)  # said in the job's GPUs and line rate
 
 

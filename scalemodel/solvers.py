@@ -169,11 +169,12 @@ class BandwidthResult:
     settings: dict = attrs.field(factory=dict)
 
 
-def memory_check(sc, n, gpu=None, loss="unfused"):
+def memory_check(sc, n, gpu=None, loss="unfused", accounting="zero"):
     """Memory per GPU of a scenario on ``n`` workers: ``(per_gpu [bytes], fits, gpu name,
     note)``, where the note is empty when it fits; all None when unknown (a profile without
-    a transformer configuration and no ``gpu``; a ``loss`` other than ``"unfused"`` is then
-    ignored, with a :class:`~scalemodel.exceptions.ModelWarning`).
+    a transformer configuration and no ``gpu``; a ``loss`` other than ``"unfused"`` or an
+    ``accounting`` other than ``"zero"`` is then ignored, with a
+    :class:`~scalemodel.exceptions.ModelWarning`).
 
     Parameters
     ----------
@@ -185,27 +186,34 @@ def memory_check(sc, n, gpu=None, loss="unfused"):
         The GPU; None: the one the profile was derived for, when it has a transformer
         configuration [-].
     loss : str
-        How the cross-entropy loss is computed, ``"unfused"`` or ``"fused"``, as in
-        :func:`~scalemodel.memory` (its backward peak, the only term it changes) [-].
+        How the cross-entropy loss is computed, ``"unfused"``, ``"fused"`` or
+        ``"unfused+logits"``, as in :func:`~scalemodel.memory` (its backward peak, the only
+        term it changes) [-].
+    accounting : str
+        How the model state and the peak are counted, ``"zero"`` or ``"fsdp"``, as in
+        :func:`~scalemodel.memory` [-].
 
     Raises
     ------
     InvalidParameterError
-        ``loss`` outside ``"unfused"``, ``"fused"`` (the message names the value and the
+        ``loss`` outside ``"unfused"``, ``"fused"``, ``"unfused+logits"``; ``accounting``
+        outside ``"zero"``, ``"fsdp"``, or ``"fsdp"`` with a sharding strategy other than
+        zero2, zero3, hybrid_shard or with offload (the message names the value and the
         valid ones), as :func:`~scalemodel.memory` raises it.
     """
     from .checkpointing import canonical_loss
 
     loss = canonical_loss(loss)
+    accounting = _accounting(accounting, sc)
     if gpu is not None and not isinstance(gpu, str):  # a GPUSpec object: not cached
-        return _memory_check(sc, n, gpu, loss)
-    key = ("memory", int(n), gpu, loss)
+        return _memory_check(sc, n, gpu, loss, accounting)
+    key = ("memory", int(n), gpu, loss, accounting)
     if key not in sc._cache:  # a scenario's memory does not change: ask once
-        sc._cache[key] = _memory_check(sc, n, gpu, loss)
+        sc._cache[key] = _memory_check(sc, n, gpu, loss, accounting)
     return sc._cache[key]
 
 
-def _memory_check(sc, n, gpu, loss="unfused"):
+def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
     from .checkpointing import Checkpointing
     from .memory import memory
 
@@ -220,6 +228,14 @@ def _memory_check(sc, n, gpu, loss="unfused"):
                 f"loss={loss!r} is ignored for {p.name}: it has no transformer config and "
                 "no gpu= was given, so no memory is checked (the time model does not use "
                 "the loss)"), stacklevel=4)
+        if accounting != "zero":  # said too (with gpu= a config-less profile is counted)
+            import warnings
+
+            from .exceptions import ModelWarning
+            warnings.warn(ModelWarning(
+                f"accounting={accounting!r} is ignored for {p.name}: it has no transformer "
+                "config and no gpu= was given, so no memory is checked (the time model does "
+                "not use the accounting)"), stacklevel=4)
         return None, None, None, ""
     if gpu is None:
         gpu = p.provenance.get("gpu") or "h100-sxm"
@@ -242,7 +258,8 @@ def _memory_check(sc, n, gpu, loss="unfused"):
                   virtual_stages=mp.virtual_stages)
         n, strategy = int(n) * mp.size, "none"
     try:
-        m = memory(p, int(n), sharding=strategy, gpu=gpu, loss=loss, **kw)
+        m = memory(p, int(n), sharding=strategy, gpu=gpu, loss=loss, accounting=accounting,
+                   **kw)
     except InvalidParameterError as exc:  # the host cannot hold what is offloaded
         if exc.parameter != "host_memory":
             raise
@@ -265,9 +282,24 @@ def _loss(loss):
     return canonical_loss(loss)
 
 
-def _with_memory(result, sc, n, gpu, loss="unfused"):
-    result = attrs.evolve(result, settings=dict(sc.settings(), loss=loss))
-    per, fits, name, note = memory_check(sc, n, gpu, loss)
+def _accounting(accounting, sc=None):
+    """``accounting``, checked before any work as :func:`~scalemodel.memory` checks it,
+    with its own error (``memory._check_accounting``): the value alone without a scenario;
+    with one, also ``"fsdp"`` against the scenario's sharding strategy and offload, so a
+    combination memory() refuses is refused even where no memory is checked [-]."""
+    from .memory import _check_accounting
+
+    if sc is None:
+        return _check_accounting(accounting, "zero3", "none")  # zero3 takes every value
+    strategy = "none" if sc.sharding is None else sc.sharding.strategy
+    return _check_accounting(accounting, strategy,
+                             sc.profile.provenance.get("offload_mode", "none"))
+
+
+def _with_memory(result, sc, n, gpu, loss="unfused", accounting="zero"):
+    result = attrs.evolve(result, settings=dict(sc.settings(), loss=loss,
+                                                accounting=accounting))
+    per, fits, name, note = memory_check(sc, n, gpu, loss, accounting)
     if per is None and fits is None:
         return result
     return attrs.evolve(result, memory_per_gpu=per, fits=fits, gpu=name,
@@ -450,7 +482,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                     ps_servers=None, cluster=None, sharding=None,
                     gpu=None, activation_checkpointing=None,
                     offload=None, shard_group=None, tp=1, pp=1,
-                    microbatches=None, virtual_stages=1, loss="unfused") -> CompressionResult:
+                    microbatches=None, virtual_stages=1, loss="unfused",
+                    accounting="zero") -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -485,11 +518,21 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         chunks included) [GPUs], [stages], [micro-batches], [chunks].
     loss : str
         How the cross-entropy loss is computed, for the memory check only (the time
-        model does not use it): ``"unfused"`` (the default, PyTorch's ``cross_entropy``)
-        or ``"fused"`` (flash-attention's ``CrossEntropyLoss``), as in
+        model does not use it): ``"unfused"`` (the default, PyTorch's ``cross_entropy``),
+        ``"fused"`` (flash-attention's ``CrossEntropyLoss``) or ``"unfused+logits"``
+        (``cross_entropy`` on fp32 logits kept through backward), as in
         :func:`~scalemodel.memory`; the result's ``settings`` record it. Anything else
         raises :class:`~scalemodel.InvalidParameterError` naming the value and the valid
         ones, as :func:`~scalemodel.memory` does [-].
+    accounting : str
+        How :func:`~scalemodel.memory` counts the model state and the peak, for the memory
+        check only: ``"zero"`` (the default, ZeRO's persistent state with every
+        activation term at once) or ``"fsdp"`` (what PyTorch FSDP2 holds at its peak; with
+        sharding zero2, zero3 or hybrid_shard and no offload), as in
+        :func:`~scalemodel.memory`; the result's ``settings`` record it. Anything else, or
+        ``"fsdp"`` with another strategy or with offload, raises
+        :class:`~scalemodel.InvalidParameterError` naming the value and the valid ones, as
+        :func:`~scalemodel.memory` does [-].
 
     Returns
     -------
@@ -514,6 +557,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     target = _scalar("target", check_fraction(target, "target"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     loss = _loss(loss)
+    accounting = _accounting(accounting)
     build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
@@ -522,12 +566,13 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                      shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
                      virtual_stages=virtual_stages)
     sc = build(cluster)
+    _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp, bw_dp = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_min_compression(sc, bw_dp, n_dp, target, u), sc,
                          lambda cl: _min_compression(build(cl), bw_dp, n_dp, target, u,
                                                      explain=False),
                          "ratio", "ratio", model)
-    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss), sc, n, bw)
+    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting), sc, n, bw)
 
 
 def _reach_exactly(sf_of, lo, hi, target):
@@ -611,7 +656,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                        intra_alpha=None, ps_servers=None, cluster=None, sharding=None,
                        gpu=None, activation_checkpointing=None,
                        offload=None, shard_group=None, tp=1, pp=1,
-                       microbatches=None, virtual_stages=1, loss="unfused") -> BandwidthResult:
+                       microbatches=None, virtual_stages=1, loss="unfused",
+                       accounting="zero") -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -644,6 +690,9 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     loss : str
         As in :func:`min_compression`: the cross-entropy's kernel, for the memory check
         only [-].
+    accounting : str
+        As in :func:`min_compression`: how the model state and the peak are counted,
+        for the memory check only [-].
 
     Returns
     -------
@@ -666,6 +715,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     r = _scalar("compression", check_ratio(compression, "compression"))
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     loss = _loss(loss)
+    accounting = _accounting(accounting)
     warn_unused_codec_cost(codec_cost, r)
     build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
@@ -675,12 +725,13 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                      shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
                      virtual_stages=virtual_stages)
     sc = build(cluster)
+    _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp = sc.data_parallel(n, 1.0)[0]  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
                          lambda cl: _solve_bandwidth(build(cl), n_dp, target, r, u,
                                                      explain=False),
                          "bw", "bw", model)
-    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss), sc, n)
+    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting), sc, n)
 
 
 def _solve_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
