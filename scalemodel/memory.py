@@ -338,16 +338,22 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
     if cfg is None:
         raise InvalidParameterError(name, value, f"{label} has no transformer config: its "
                                     "layers and activations are unknown")
-    if strategy != "none":
-        raise InvalidParameterError(name, value, f"sharding={strategy!r} with tensor or "
-                                    "pipeline parallelism is not modelled",
-                                    "Use sharding='none'")
+    if strategy != "none" and mp.pp > 1:
+        raise InvalidParameterError("pp", mp.pp, f"sharding={strategy!r} with pipeline "
+                                    "parallelism is not modelled (with tensor parallelism "
+                                    "alone, pp=1, it is)", "Use sharding='none' or pp=1")
     if ck.mode == "selective" or (ck.mode == "full" and ck.fraction < 1.0):
         raise InvalidParameterError(
             "activation_checkpointing", ck.describe(), "with tensor or pipeline parallelism "
             "only 'none' and 'full' are modelled")
     check_config(mp, cfg.layers, cfg.heads, label)
-    mp.dp(ns)  # n a multiple of tp * pp
+    dp = np.asarray(mp.dp(ns))  # n a multiple of tp * pp
+    if strategy != "none" and np.any(dp < 2):
+        raise InvalidParameterError(
+            "n", int(np.asarray(ns)[dp < 2].flat[0]), f"sharding={strategy!r} with "
+            f"tp={mp.tp} shards over the data-parallel group of n / tp GPUs, which needs "
+            f"at least 2: n a multiple of {mp.tp} from {2 * mp.tp}",
+            "Use sharding='none' for one replica")
     return mp
 
 
@@ -549,7 +555,11 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         GPU holds ``1/(tp pp)`` of the model state, and its activations follow
         Korthikanti et al. with tensor parallelism
         (``scalemodel.memory.model_parallel_activations``);
-        ``n`` counts all GPUs; ``sharding="none"`` only [GPUs].
+        ``n`` counts all GPUs. With ``sharding`` (``pp=1``) the ``1/tp`` slice is sharded
+        over the data-parallel group of ``n / tp`` GPUs (``shard_group`` counts
+        data-parallel GPUs; ``hybrid_shard``: the ``gpus_per_node / tp`` of a node), as
+        FSDP x TP and Megatron-LM's distributed optimizer do (:mod:`scalemodel.parallel`)
+        [GPUs].
     pp : int
         Pipeline stages per replica, 1F1B [stages].
     microbatches : int or None
@@ -614,7 +624,9 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``zero1`` / ``zero2`` / ``zero3``; ``tp`` / ``pp`` not dividing the heads / layers
         (the message lists the valid values), ``n`` not a multiple of ``tp * pp``, ``pp > 1``
         without ``microbatches``, or with sharding, selective or partial checkpointing, or
-        a profile without a transformer config; ``virtual_stages`` below 1, not dividing
+        a profile without a transformer config; ``tp > 1`` with sharding and ``n / tp``
+        below 2, a ``shard_group`` not dividing ``n / tp``, ``hybrid_shard`` with
+        ``gpus_per_node / tp`` below 2, or ``accounting="fsdp"``; ``virtual_stages`` below 1, not dividing
         a stage's layers, above 1 without ``pp > 1`` or with ``microbatches`` not a
         multiple of ``pp`` (as :func:`~scalemodel.iteration_time`); ``fragmentation``
         outside [0, 1); ``loss`` outside ``"unfused"``, ``"fused"``, ``"unfused+logits"``
@@ -651,6 +663,18 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     group = _check_shard_group(shard_group, strategy, ns)
     mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
                                virtual_stages)
+    if mp is not None and strategy != "none":  # the data-parallel group of n / tp GPUs
+        dp = np.asarray(mp.dp(ns))
+        if group is not None and np.any(dp % group):
+            from .sharding import _divisors as divisors
+
+            first = int(dp[dp % group != 0].flat[0])
+            raise InvalidParameterError(
+                "shard_group", group, f"with tp={mp.tp} a shard group counts data-parallel "
+                f"GPUs and must divide n / tp = {first}: valid are {divisors(first)}")
+        if acc == "fsdp":
+            raise InvalidParameterError("accounting", accounting, f"'fsdp' with tp={mp.tp} "
+                                        "is not modelled", "Use accounting='zero'")
     est = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns, strategy,
                     spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node, bucket, mode,
                     host_memory, group, mp, view, kind, acc)
@@ -696,6 +720,9 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
     scalar = ns.ndim == 0  # one answer: Python floats (the array path gives the same)
     node, one, div_p, div_g, div_o = _divisors(ns, scalar, strategy, spec, gpus_per_node,
                                                shard_group)
+    if mp is not None and strategy != "none":  # 1/tp of the state, over n / tp ranks
+        _, _, div_p, div_g, div_o = _divisors(ns // mp.tp, scalar, strategy, spec,
+                                              _dp_node(node, mp, strategy), shard_group)
     params, grads, optim = pb * psi / div_p, gb * psi / div_g, ob * psi / div_o
 
     fsdp = accounting == "fsdp"
@@ -762,6 +789,20 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
                           reserved_per_gpu=out(reserved),
                           overheads=types.MappingProxyType(
                               {k: out(v) for k, v in overheads.items()}))
+
+
+def _dp_node(node, mp, strategy):
+    """GPUs of one data-parallel group in a node of ``node`` GPUs, ``node / tp``: the
+    shard group of ``hybrid_shard`` with tensor parallelism [GPUs]."""
+    if strategy != "hybrid_shard":
+        return None
+    if node is None or node % mp.tp or node // mp.tp < 2:
+        raise InvalidParameterError(
+            "sharding", strategy, f"with tp={mp.tp} hybrid_shard shards over the "
+            f"gpus_per_node / tp data-parallel GPUs of a node, which needs gpus_per_node a "
+            f"multiple of {2 * mp.tp} (got {node})",
+            "Use shard_group= (counted in data-parallel GPUs), or another sharding")
+    return node // mp.tp
 
 
 def _divisors(ns, scalar, strategy, spec, gpus_per_node, shard_group):
@@ -880,6 +921,8 @@ def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
     if strategy in ("zero3", "hybrid_shard"):
         biggest, root = _block_and_root(cfg)
         gathered = pb * (2 * biggest + root) + gb * biggest * one
+        if mp is not None:  # each GPU gathers its tensor-parallel slice
+            gathered = gathered / mp.tp
         buffers = buffers + gathered
         notes.append("buffers: two all-gathered blocks (current + prefetched), one "
                      "block's unsharded gradients, the gathered root unit (embeddings, "
@@ -1080,7 +1123,7 @@ def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation,
         rounding = rounding + (count * (allocator_block_bytes(layer_tensor) - layer_tensor)
                                + float(np.sum(allocator_block_bytes(tensors) - tensors)))
         if strategy in ("zero3", "hybrid_shard") or (fsdp and strategy == "zero2"):
-            side = side + side_stream_pool_bytes(cfg, pb)
+            side = side + side_stream_pool_bytes(cfg, pb / t)
     pool = pool * one
     live = total + rounding + side + pool
     frag = live * (fragmentation / (1.0 - fragmentation))

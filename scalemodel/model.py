@@ -490,7 +490,7 @@ class Scenario:
                                                   ps_servers=ps_servers)
         bw_scale, mp_used = 1.0, None
         if mp.active or mp.microbatches != profile.grad_accum:
-            _check_model_parallel_scope(mp, cluster, shard)
+            _check_model_parallel_scope(mp, cluster, shard, options)
             profile = model_parallel_profile(profile, mp, options)
             options, bw_scale = dp_options(options, mp)
             mp_used = mp
@@ -523,7 +523,15 @@ class Scenario:
         pipeline parallelism [workers], [bits/s]."""
         if self.model_parallel is None:
             return n, bw
-        return self.model_parallel.dp(n), np.multiply(bw, self.bw_scale)
+        dp = self.model_parallel.dp(n)
+        if self.sharding is not None and np.any(np.asarray(dp) < 2):
+            mp = self.model_parallel
+            raise InvalidParameterError(
+                "n", int(np.asarray(n)[np.asarray(dp) < 2].flat[0]),
+                f"sharding={self.sharding.strategy!r} with tp={mp.tp} shards over the "
+                f"data-parallel group of n / tp GPUs, which needs at least 2: n a multiple "
+                f"of {mp.tp} from {2 * mp.tp}", "Use sharding='none' for one replica")
+        return dp, np.multiply(bw, self.bw_scale)
 
     def settings(self) -> dict:
         """What this scenario assumes: collective, fusion or wrapping, sharding,
@@ -1101,8 +1109,10 @@ TOPOLOGY_DOC = """alpha : float or None
         [chunks]."""
 
 
-def _check_model_parallel_scope(mp, cluster, shard):
-    """Refuse, by name, what tensor and pipeline parallelism are not modelled with."""
+def _check_model_parallel_scope(mp, cluster, shard, options=None):
+    """Refuse, by name, what tensor and pipeline parallelism are not modelled with:
+    a fitted cluster, sharding with a pipeline, ``hybrid_shard`` with fewer than two
+    data-parallel GPUs per node (:mod:`scalemodel.parallel`)."""
     if not mp.active:
         return
     name, value = ("tp", mp.tp) if mp.tp > 1 else ("pp", mp.pp)
@@ -1111,11 +1121,19 @@ def _check_model_parallel_scope(mp, cluster, shard):
             name, value, "a fitted cluster with tensor or pipeline parallelism is not "
             "modelled (its fitted terms are those of a plain data-parallel job)",
             "Ask without cluster=, with the topology and alpha")
-    if shard.sharded:
+    if shard.sharded and mp.pp > 1:
         raise InvalidParameterError(
-            name, value, f"sharding={shard.strategy!r} with tensor or pipeline parallelism "
-            "is not modelled (Megatron's distributed optimizer included)",
-            "Use sharding='none' (DDP across the replicas)")
+            "pp", mp.pp, f"sharding={shard.strategy!r} with pipeline parallelism "
+            "is not modelled (tensor parallelism with sharding is: tp=, pp=1)",
+            "Use sharding='none' (DDP across the replicas), or pp=1")
+    gpn = None if options is None else options.gpus_per_node
+    if shard.strategy == "hybrid_shard" and (gpn is None or gpn % mp.tp
+                                             or gpn // mp.tp < 2):
+        raise InvalidParameterError(
+            "sharding", shard.strategy, f"with tp={mp.tp} hybrid_shard shards over the "
+            f"gpus_per_node / tp data-parallel GPUs of a node, which needs gpus_per_node a "
+            f"multiple of {2 * mp.tp} (got {gpn})",
+            "Use shard_group= (counted in data-parallel GPUs), or another sharding")
 
 
 def _with_shard_group(shard, shard_group):

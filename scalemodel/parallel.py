@@ -90,13 +90,29 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   (:math:`t \mid q`) a node holds :math:`q/t` ranks of each ring and the :math:`t` rings
   of its TP ranks at once, which share its :math:`\nu` NICs: each ring is a ring over
   :math:`d` GPUs with :math:`q/t` per node and :math:`\nu/t` of a NIC (the line rate of a
-  ring is :math:`\nu B / t`).
+  ring is :math:`\nu B / t`);
+* **sharded data parallelism with tensor parallelism** (``sharding=`` with :math:`t > 1`
+  and :math:`p = 1`: FSDP x TP, torchtitan's "2-D"; ZeRO-1 x TP, Megatron-LM's
+  distributed optimizer over the data-parallel ranks): each GPU shards its :math:`1/t`
+  slice of the model over its data-parallel group, the :math:`d` GPUs of its ring. The
+  per-GPU profile above (TP all-reduces in the compute) is wrapped into units as a
+  plain profile is (:func:`~scalemodel.sharding.resolve_wrap`), and the sharded schedule
+  of :mod:`scalemodel.sharding` (eqs. :eq:`zero3`, :eq:`zero12`) runs on :math:`d`
+  GPUs with the ring's view of the node above (:func:`dp_options`): its all-gathers and
+  reduce-scatters, like the all-reduce, see :math:`q/t` GPUs per node and
+  :math:`\nu/t` of the NICs, and the optimizer step runs on :math:`1/(t s)` of the
+  state (:math:`s` the shard group). ``shard_group`` counts data-parallel GPUs (it
+  divides :math:`d`) and ``hybrid_shard`` shards over the :math:`q/t` data-parallel GPUs
+  of a node (refused below 2). Checked against the discrete-event reference
+  (``tests/test_sharding_tp.py``).
 
 Not modelled, and not expressible through these parameters: sequence parallelism, context parallelism, expert parallelism,
 uneven stages (the embedding and the head on the first and last stage), tensor
-parallelism across nodes (refused), sharded data parallelism with ``tp``/``pp``
-(refused), and a fitted cluster with them (refused: its fitted terms are per GPU of a
-plain data-parallel job).
+parallelism across nodes (refused), sharded data parallelism with a pipeline
+(``pp > 1``; refused by name), asynchronous tensor parallelism (TP communication
+overlapped with the GEMMs, torchtitan's AsyncTP: the TP all-reduces here are on the
+compute path), and a fitted cluster with tensor or pipeline parallelism (refused: its
+fitted terms are per GPU of a plain data-parallel job).
 """
 
 from __future__ import annotations

@@ -243,8 +243,9 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
     kw = {}
     if shard is not None:
         kw = dict(param_dtype=shard.param_dtype, grad_dtype=shard.reduce_dtype)
-    if shard is not None and shard.strategy == "hybrid_shard":
-        kw["gpus_per_node"] = sc.options.gpus_per_node or 8
+    mp = sc.model_parallel
+    if shard is not None and shard.strategy == "hybrid_shard":  # the job's nodes
+        kw["gpus_per_node"] = (sc.options.gpus_per_node or 8) * (1 if mp is None else mp.tp)
     if shard is not None and shard.shard_group is not None and int(n) >= 2:
         kw["shard_group"] = shard.shard_group
     strategy = "none" if shard is None or int(n) < 2 else shard.strategy
@@ -252,11 +253,10 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
     if isinstance(ck, dict):
         kw["activation_checkpointing"] = Checkpointing(**ck)
     kw["offload"] = p.provenance.get("offload_mode", "none")  # scalemodel.offload
-    mp = sc.model_parallel
     if mp is not None and mp.active:  # n counts replicas; memory() the job's GPUs
         kw.update(tp=mp.tp, pp=mp.pp, microbatches=mp.microbatches,
                   virtual_stages=mp.virtual_stages)
-        n, strategy = int(n) * mp.size, "none"
+        n = int(n) * mp.size  # sharded over the replicas (tp with pp=1)
     try:
         m = memory(p, int(n), sharding=strategy, gpu=gpu, loss=loss, accounting=accounting,
                    **kw)

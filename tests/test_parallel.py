@@ -142,8 +142,8 @@ def test_bad_model_parallel_input():
     assert e.parameter == "n" and "32" in str(e)
     e = err(pp=2)
     assert e.parameter == "microbatches"
-    e = err(tp=2, sharding="zero3")
-    assert e.parameter == "tp" and "zero3" in str(e)
+    e = err(tp=2, pp=2, microbatches=4, sharding="zero3")  # tp alone: test_sharding_tp
+    assert e.parameter == "pp" and "zero3" in str(e)
     e = err(model="resnet50", tp=2)
     assert e.parameter == "tp" and "no transformer config" in str(e)
     e = err(tp=0)
@@ -182,7 +182,7 @@ def test_memory_of_one_gpu_of_the_job():
     assert res.memory_per_gpu == sm.memory("llama-2-13b", 256, tp=2, pp=4,
                                            microbatches=8).per_gpu
     for kw, name in ((dict(tp=3), "tp"), (dict(pp=3, microbatches=4), "pp"),
-                     (dict(tp=2, sharding="zero1"), "tp"),
+                     (dict(tp=2, pp=2, microbatches=4, sharding="zero1"), "pp"),
                      (dict(tp=2, activation_checkpointing="selective"),
                       "activation_checkpointing"),
                      (dict(pp=2), "microbatches")):
