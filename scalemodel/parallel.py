@@ -106,9 +106,10 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   of a node (refused below 2). Checked against the discrete-event reference
   (``tests/test_sharding_tp.py``).
 
-Not modelled, and not expressible through these parameters: sequence parallelism, context parallelism, expert parallelism,
-uneven stages (the embedding and the head on the first and last stage), tensor
-parallelism across nodes (refused), sharded data parallelism with a pipeline
+Not modelled, and not expressible through these parameters: sequence parallelism,
+context parallelism, expert parallelism, uneven stages (the embedding and the head on the
+first and last stage), tensor parallelism across nodes (refused), sharded data
+parallelism with a pipeline
 (``pp > 1``; refused by name), asynchronous tensor parallelism (TP communication
 overlapped with the GEMMs, torchtitan's AsyncTP: the TP all-reduces here are on the
 compute path), and a fitted cluster with tensor or pipeline parallelism (refused: its

@@ -89,11 +89,38 @@ def test_flags_name_what_the_model_does_not_have(vp, rows):
 
 
 def test_rows_it_cannot_represent_are_refused_not_predicted(vp, rows):
-    refused = [vp.refusal(r) for r in rows.values() if r["series"] not in vp.ASSUMED]
-    assert [x["row"] for x in refused] == [22, 23, 24, 25]
+    refused = [vp.refusal(r) for r in rows.values()
+               if r["series"] not in vp.ASSUMED and r["pp"] > 1]
+    assert [x["row"] for x in refused] == [24, 25]  # FSDP with a pipeline
     for x in refused:
-        assert x["answer"].startswith("refused: InvalidParameterError"), x["answer"]
+        assert x["answer"].startswith("refused: InvalidParameterError: pp=8"), x["answer"]
     assert "torchtitan-2d3d" not in vp.ASSUMED
+
+
+def test_two_d_rows_calibrate_and_predict_as_fsdp_x_tp(vp, rows):
+    # torchtitan Table 4: row 22 (2-D) calibrates, row 23 (2-D + AsyncTP) is predicted
+    s = vp.evaluate_2d([rows[22], rows[23]])
+    assert s["calibration"] == 22
+    cal, held = s["rows"]
+    assert cal["error"] == pytest.approx(0.0, abs=1e-9)
+    # 829 tokens/s/GPU: 512 sequences of 8192 tokens on 256 GPUs
+    assert vp.two_d_time(rows[22]) == pytest.approx(512 * 8192 / (829 * 256), rel=1e-12)
+    # the prediction, asked of the library directly: row 23 is row 22's job
+    cfg = sm.TransformerConfig(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672,
+                               vocab=128256, seq=8192, micro_batch=16)
+    it = sm.iteration_time(
+        sm.transformer_profile(cfg, "h100-sxm", efficiency=s["eta"]), 256, 400e9, tp=8,
+        sharding=sm.Sharding("zero3", param_dtype="bf16", reduce_dtype="fp32"),
+        gpus_per_node=8, nics_per_node=8, intra_bw=sm.get_gpu("h100-sxm").intra_node_bw,
+        activation_checkpointing="full")
+    assert held["error"] == pytest.approx(512 * 8192 / (876 * 256) / it.total - 1,
+                                          rel=1e-9)
+    assert held["error"] == pytest.approx(829 / 876 - 1, rel=1e-6)  # no TP overlap
+    assert held["error"] < 0 < held["hidden_error"] and "ATP" in held["flags"]
+    text = (ROOT / "benchmarks" / "results" / "validate_parallel.txt").read_text()
+    line = next(ln for ln in text.splitlines() if re.match(r"\s*23\s+llama-3\.1-70b", ln))
+    assert f"{100 * held['error']:+.1f} %" in line
+    assert f"{100 * held['hidden_error']:+.1f} %" in line
 
 
 def test_committed_results_are_those_of_the_current_code(vp, rows):
