@@ -435,6 +435,11 @@ def model_parallel_profile(profile, mp, options):
         ready = ready + (redo_tp * redo / redo[-1] if redo[-1] > 0 else redo_tp)
         b += redo_tp
     prov = dict(profile.provenance)
+    if prov.get("recompute"):  # per GPU, as the ready times move: the sharded model's
+        per = np.asarray(prov["recompute"], float)  # units split the forward without it
+        total = float(per.sum())
+        prov["recompute"] = (per * stretch + (redo_tp * per / total if redo_tp > 0
+                                              and total > 0 else 0.0)).tolist()
     prov["model_parallel"] = dict(mp.settings(),
                                   tp_collectives_per_microbatch=2 * act_tp + redo_tp,
                                   tp_recompute_collectives_per_microbatch=redo_tp,

@@ -113,6 +113,70 @@ def test_grid_equals_discrete_event_reference(strategy, tp, n_dp, group):
     assert it.settings["dp_ring_gpus_per_node"] == 8 // tp
 
 
+def _reference_input(one_gpu, checkpointing, tp, intra_bw, intra_alpha):
+    """One GPU's checkpointed profile as the reference takes it, derived by hand (not
+    from the library's recompute bookkeeping): the single-GPU recompute of each tensor
+    (the checkpointed profile's ready times less the plain profile's), stretched onto one
+    GPU's backward as its ready times are, plus under "full" the recomputed layers' TP
+    all-reduces (2 per layer, eq. tp-compute) spread as the recompute; returns the
+    profile without it and, per block, the recompute as a fraction of the block's
+    forward (the forward split by the backward spans without recompute)."""
+    import attrs
+    from des_sharding import _BLOCK, group_units
+    from scalemodel.checkpointing import with_recompute
+
+    cfg = SMALL.provenance["config"]
+    base = with_recompute(SMALL, checkpointing)
+    cum = np.asarray(base.tensor_ready) - np.asarray(SMALL.tensor_ready)  # cumulative
+    s_bytes = cfg["micro_batch"] * cfg["seq"] * cfg["hidden"] * 2.0  # bf16 activations
+    a_t = 2 * (tp - 1) * intra_alpha + 2 * (tp - 1) / tp * 8 * s_bytes / intra_bw
+    act_tp = cfg["layers"] * 2 * a_t
+    stretch = (base.backward_time / tp + act_tp) / base.backward_time
+    layers_redone = {"full": 4, 0.5: 2, "selective": 0}[checkpointing]
+    shift = cum * stretch + layers_redone * 2 * a_t * cum / cum[-1]
+    plain = attrs.evolve(one_gpu, tensor_ready=np.asarray(one_gpu.tensor_ready) - shift,
+                         backward_time=one_gpu.backward_time - shift[-1])
+    names, ready = one_gpu.tensor_names, list(plain.tensor_ready)
+    blocks = group_units(names, len(names), "block")
+    spans, prev = [], 0.0
+    for grp in blocks:
+        spans.append(max(ready[i] for i in grp) - prev)
+        prev = max(ready[i] for i in grp)
+    spans[-1] += max(0.0, plain.backward_time - prev)
+    total, before, fractions = sum(spans), 0.0, {}
+    for grp, span in zip(blocks, spans):
+        amount = float(shift[grp[-1]]) - before
+        before = float(shift[grp[-1]])
+        if amount > 1e-15:
+            fractions[_BLOCK.match(names[grp[0]]).group(1)] = amount / (
+                one_gpu.forward_time * span / total)
+    return plain, fractions
+
+
+@pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
+@pytest.mark.parametrize("checkpointing", ["full", 0.5, "selective"])
+@pytest.mark.parametrize("tp", [2, 4, 8])
+@pytest.mark.parametrize("bw", [25e9, 400e9])
+def test_checkpointing_equals_discrete_event_reference(strategy, checkpointing, tp, bw):
+    # the recompute (and, under "full", its TP all-reduces) at the start of each
+    # checkpointed block's backward; zero3's units split the forward without it
+    kw = dict(gpus_per_node=8, nics_per_node=8, intra_bw=H100_NVLINK, intra_alpha=1e-6,
+              alpha=5e-6)
+    it = sm.iteration_time(SMALL, 16 * tp, bw, sharding=strategy, tp=tp,
+                           activation_checkpointing=checkpointing, **kw)
+    one_gpu = sm.Scenario.build(SMALL, sharding=strategy, tp=tp,
+                                activation_checkpointing=checkpointing, **kw).profile
+    plain, fractions = _reference_input(one_gpu, checkpointing, tp, H100_NVLINK, 1e-6)
+    assert len(fractions) == (2 if checkpointing == 0.5 else 4)
+    des = simulate_sharded(plain, 16, bw * 8 / tp, strategy=strategy, wrap="block",
+                           fusion=None, alpha=5e-6, gpus_per_node=8 // tp, nics_per_node=1,
+                           intra_bw=H100_NVLINK, intra_alpha=1e-6, element_bytes=2,
+                           grad_accum=one_gpu.grad_accum, recompute=fractions)
+    assert it.total == pytest.approx(des, rel=1e-9)
+    plain_tp = sm.iteration_time(SMALL, 16 * tp, bw, sharding=strategy, tp=tp, **kw)
+    assert it.backward > plain_tp.backward  # the recompute is in the backward
+
+
 @pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3", "hybrid_shard"])
 def test_tp_1_is_plain_sharding(strategy):
     kw = dict(sharding=strategy, gpus_per_node=8, nics_per_node=4,
