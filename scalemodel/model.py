@@ -1092,12 +1092,15 @@ TOPOLOGY_DOC = """alpha : float or None
     shard_group : int or None
         ``zero1`` / ``zero2`` / ``zero3``: shard over groups of this many GPUs, replicated
         across the ``n / shard_group`` groups (InternLM's ``zero1=8``, MiCS, HSDP with any
-        group; :mod:`scalemodel.sharding`, eq. :eq:`shard-group`); must divide ``n``.
+        group; :mod:`scalemodel.sharding`, eq. :eq:`shard-group`); must divide ``n``
+        (with ``tp``: ``n / tp``, it counts data-parallel GPUs).
         None: one group of all ``n`` GPUs [GPUs].
     tp : int
         Tensor-parallel GPUs per replica (Megatron-style, inside a node): ``n`` counts all
         GPUs, the answers are for the data-parallel dimension of ``n / (tp pp)`` replicas
-        (:mod:`scalemodel.parallel`); needs a profile with a transformer config [GPUs].
+        (:mod:`scalemodel.parallel`); needs a profile with a transformer config. With
+        ``sharding`` (``pp = 1``) each GPU's ``1/tp`` slice is sharded over its
+        ``n / tp`` data-parallel GPUs (FSDP x TP) [GPUs].
     pp : int
         Pipeline stages per replica, 1F1B [stages].
     microbatches : int or None
