@@ -1065,6 +1065,11 @@ def allocator_block_bytes(nbytes):
     >>> allocator_block_bytes(1), allocator_block_bytes(10 * 2**20 + 1) / 2**20
     (512.0, 12.0)
     """
+    if type(nbytes) is float and math.isfinite(nbytes) and nbytes >= 0:  # the common case
+        block = max(math.ceil(nbytes / ALLOCATOR_MIN_BLOCK), 1) * float(ALLOCATOR_MIN_BLOCK)
+        if nbytes >= ALLOCATOR_MIN_LARGE_ALLOC:
+            return math.ceil(block / ALLOCATOR_ROUND_LARGE) * float(ALLOCATOR_ROUND_LARGE)
+        return block
     arr = np.asarray(nbytes, dtype=float)
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
         raise InvalidParameterError("nbytes", nbytes, "must be finite sizes >= 0 [bytes]")
@@ -1116,12 +1121,12 @@ def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation,
         s, b = float(cfg.seq), float(cfg.micro_batch)
         t = 1 if mp is None else mp.tp
         layer_tensor = ACTIVATION_BYTES * s * b * cfg.hidden
-        tensors = np.array(loss_tensor_bytes(s, b, cfg.vocab, loss, t))
+        tensors = [float(x) for x in loss_tensor_bytes(s, b, cfg.vocab, loss, t)]
         act = activation_bytes(cfg, ck, loss=loss, phases=fsdp) if mp is None else \
             model_parallel_activations(cfg, ck, mp, loss)
-        count = max(act - float(tensors.sum()), 0.0) / layer_tensor
+        count = max(act - sum(tensors), 0.0) / layer_tensor
         rounding = rounding + (count * (allocator_block_bytes(layer_tensor) - layer_tensor)
-                               + float(np.sum(allocator_block_bytes(tensors) - tensors)))
+                               + sum(allocator_block_bytes(x) - x for x in tensors))
         if strategy in ("zero3", "hybrid_shard") or (fsdp and strategy == "zero2"):
             side = side + side_stream_pool_bytes(cfg, pb / t)
     pool = pool * one
