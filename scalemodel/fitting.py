@@ -963,6 +963,7 @@ def _pressured_profiles(runs, base):
     their fitted efficiency is carried to other runs of them with a wider interval
     (:func:`scalemodel.efficiency.carried_over`)."""
     from .efficiency import check_calibration_memory, gpu_name_of, model_key
+    from .hardware import get_gpu
     from .workloads import TransformerConfig
 
     pressured, relieved = set(), set()
@@ -980,8 +981,9 @@ def _pressured_profiles(runs, base):
             continue
         try:
             params = TransformerConfig(**config).parameter_count
+            get_gpu(gpu)
         except (TypeError, ValueError, ScalemodelError):
-            continue
+            continue  # a GPU of the user's own (GPUSpec): its memory is not known here
         p = check_calibration_memory(params, int(group), gpu, sharding, label=r.label)
         (pressured if p.pressured else relieved).add(model_key(r.profile))
     return sorted(pressured - relieved)

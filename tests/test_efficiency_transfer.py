@@ -166,3 +166,17 @@ def test_an_efficiency_alone_gives_the_solvers_an_interval(fit8):
                       eff["interval"][1] * EFFICIENCY_TRANSFER)]
     assert r.interval[0] == pytest.approx(min(ends), rel=1e-6)
     assert r.interval[1] == pytest.approx(max(ends), rel=1e-6)
+
+
+def test_a_gpu_of_the_users_own_fits_without_a_pressure_check():
+    """A FLOP-derived profile on a GPUSpec scalemodel does not list: fit_cluster fits its
+    efficiency (no memory-pressure check: its memory is not looked up by name)."""
+    spec = attrs.evolve(sm.get_gpu("h100-sxm"), name="my-gpu", full_name="My GPU 80GB")
+    prof = _profile(MPT13, spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster([dict(model=prof, n=8, bw="400Gbps", sharding="zero3",
+                                   tokens_per_second_per_gpu=4792)],
+                             fusion=None, intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    eff = fit.cluster.extra["efficiency"]
+    assert eff["pressured"] == [] and eff["gpu"] == ["My GPU 80GB"]
