@@ -119,7 +119,7 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
                      gpus_per_node=None, nics_per_node=None, intra_bw=None,
                      intra_alpha=None, ps_servers=None, activation_checkpointing=None,
                      offload=None, tp=1, pp=1, microbatches=None,
-                     virtual_stages=1) -> BucketSizeResult:
+                     virtual_stages=1, sequence_parallel=False) -> BucketSizeResult:
     """The DDP ``bucket_cap_mb`` that minimizes the iteration time (see the module).
 
     Parameters
@@ -141,9 +141,9 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
         ``compression`` [-], ``algorithm`` [-], ``alpha`` [s], ``codec_cost`` [s/byte],
         ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw`` [bits/s],
         ``intra_alpha`` [s], ``ps_servers`` [servers].
-    activation_checkpointing, offload, tp, pp, microbatches, virtual_stages
+    activation_checkpointing, offload, tp, pp, microbatches, virtual_stages, sequence_parallel
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [GPUs], [stages],
-        [micro-batches], [chunks]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the buckets are
+        [micro-batches], [chunks], [-]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the buckets are
         those of the data-parallel all-reduce of one GPU's gradients over ``n / (tp pp)``
         replicas (Megatron's DDP buckets its stage's share; :mod:`scalemodel.parallel`).
 
@@ -160,6 +160,7 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
     (True, True)
     """
     from .model import _prepare, effective_utilization, warn_unused_codec_cost
+    from .parallel import check_sequence_parallel
 
     n, bw, u, r = _prepare(n, bw, utilization, compression)
     warn_unused_codec_cost(codec_cost, r)
@@ -168,13 +169,15 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
             raise ParameterTypeError(name, v, "a scalar (best_bucket_size answers one "
                                      "configuration)")
     cand, refine = _check_candidates(candidates)
+    check_sequence_parallel(sequence_parallel)  # before _scenario drops a None
     base = _scenario(model, dict(cluster=cluster, algorithm=algorithm, alpha=alpha,
                                  codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                                  nics_per_node=nics_per_node, intra_bw=intra_bw,
                                  intra_alpha=intra_alpha, ps_servers=ps_servers,
                                  activation_checkpointing=activation_checkpointing,
                                  offload=offload, tp=tp, pp=pp, microbatches=microbatches,
-                                 virtual_stages=virtual_stages))
+                                 virtual_stages=virtual_stages,
+                                 sequence_parallel=sequence_parallel))
     n_job, bw_job = n, bw
     n, bw = base.data_parallel(n, bw)  # scalemodel.parallel: replicas, one ring's rate
     x = 1.0 / (effective_utilization(base, bw, u) * bw * r)
@@ -212,6 +215,7 @@ def _result(base, n, bw, cand, t, default):
     if mp is not None:
         sched = ("" if mp.virtual_stages == 1
                  else f", interleaved 1F1B with {mp.virtual_stages} chunks per stage")
+        sched += ", sequence parallel" if mp.sequence_parallel else ""
         where += (f" (the data-parallel dimension of tp={mp.tp} x pp={mp.pp}{sched}: "
                   f"{mp.dp(n)} replicas)")
         n = mp.dp(n)

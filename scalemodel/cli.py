@@ -330,6 +330,11 @@ def _model_options(p):
                    help="model chunks per pipeline stage: > 1 is Megatron's interleaved "
                         "1F1B (layers / (pp x --num-layers-per-virtual-pipeline-stage)), "
                         "bubble (pp-1)/(virtual_stages x microbatches) [chunks] (default 1)")
+    p.add_argument("--sequence-parallel", action="store_true", default=None,
+                   help="Megatron-style sequence parallelism over the --tp ranks: the same "
+                        "tensor-parallel time, the layer-norm/dropout activations split "
+                        "along the sequence in the memory check (Korthikanti et al. "
+                        "Table 2); ignored, with a warning, at tp 1 [-] (default off)")
     p.add_argument("--gpu", default=None,
                    help="GPU whose memory is checked and, in plan and breakeven, whose "
                         "codec costs are used (the H100 table scaled by HBM bandwidth), e.g. "
@@ -545,6 +550,9 @@ def _build_best_bucket(sub):
     p.add_argument("--virtual-stages", default=None, type=int,
                    help="model chunks per pipeline stage: > 1 is Megatron's interleaved "
                         "1F1B [chunks] (default 1)")
+    p.add_argument("--sequence-parallel", action="store_true", default=None,
+                   help="Megatron-style sequence parallelism over the --tp ranks (the "
+                        "tensor-parallel time is the same) [-] (default off)")
     _json_option(p)
     p.set_defaults(func=cmd_best_bucket)
 
@@ -588,7 +596,7 @@ def _sharding(args):
 def _common(args):
     out = dict(_network(args), codec_cost=args.codec_cost)
     for name in ("activation_checkpointing", "offload", "shard_group", "tp", "pp",
-                 "microbatches", "virtual_stages"):  # when given
+                 "microbatches", "virtual_stages", "sequence_parallel"):  # when given
         if getattr(args, name, None) is not None:
             out[name] = getattr(args, name)
     return out
@@ -765,7 +773,7 @@ def cmd_iteration(args):
 
 # the job's settings plan and breakeven pass on when given (every model command takes them)
 _JOB_SETTINGS = ("activation_checkpointing", "offload", "shard_group", "tp", "pp",
-                 "microbatches", "virtual_stages")
+                 "microbatches", "virtual_stages", "sequence_parallel")
 
 
 def _plan_kwargs(args, allowed=_JOB_SETTINGS):
@@ -992,7 +1000,7 @@ def cmd_best_bucket(args):
     kw = {k: getattr(args, k) for k in ("algorithm", "alpha", "gpus_per_node",
                                          "nics_per_node", "intra_bw", "intra_alpha",
                                          "cluster", "tp", "pp", "microbatches",
-                                         "virtual_stages")
+                                         "virtual_stages", "sequence_parallel")
           if getattr(args, k) is not None}
     res = best_bucket_size(args.model, args.n, args.bw, utilization=args.utilization,
                            compression=args.compression, candidates=args.candidates, **kw)

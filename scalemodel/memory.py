@@ -327,11 +327,12 @@ def _check_n(n, sharding):
 
 
 def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
-                          virtual_stages=1):
+                          virtual_stages=1, sequence_parallel=False):
     """The checked :class:`~scalemodel.parallel.ModelParallel`, or None without it."""
     from .parallel import check_config, resolve_model_parallel
 
-    mp = resolve_model_parallel(tp, pp, microbatches, virtual_stages=virtual_stages)
+    mp = resolve_model_parallel(tp, pp, microbatches, virtual_stages=virtual_stages,
+                                sequence_parallel=sequence_parallel)
     if not mp.active:
         return None
     name, value = ("tp", mp.tp) if mp.tp > 1 else ("pp", mp.pp)
@@ -342,10 +343,13 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
         raise InvalidParameterError("pp", mp.pp, f"sharding={strategy!r} with pipeline "
                                     "parallelism is not modelled (with tensor parallelism "
                                     "alone, pp=1, it is)", "Use sharding='none' or pp=1")
-    if ck.mode == "selective" or (ck.mode == "full" and ck.fraction < 1.0):
+    if ((ck.mode == "selective" and ck.flash_attention)
+            or (ck.mode == "full" and ck.fraction < 1.0)):
         raise InvalidParameterError(
             "activation_checkpointing", ck.describe(), "with tensor or pipeline parallelism "
-            "only 'none' and 'full' are modelled")
+            "only 'none', 'full' and, without flash attention, 'selective' (Korthikanti et "
+            "al.'s, the attention core) are modelled; the op-level policy with flash "
+            "attention is not")
     check_config(mp, cfg.layers, cfg.heads, label)
     dp = np.asarray(mp.dp(ns))  # n a multiple of tp * pp
     if strategy != "none" and np.any(dp < 2):
@@ -360,11 +364,33 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
 def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
     r"""Activation bytes per GPU at the peak of a TP x PP (1F1B) job [bytes].
 
-    Korthikanti et al. (arXiv:2205.05198, Sec. 4.2.2, tensor parallelism without sequence
-    parallelism): per layer :math:`sbh(10 + 24/t + 5as/(ht))` (without the score term
-    under flash attention), with full checkpointing the layer inputs
-    (:math:`2sbh`, replicated over the tensor-parallel ranks) and one layer's activations
-    while it is recomputed. The first stage keeps :math:`\min(p, m)` micro-batches of
+    Per layer, 16-bit activations (Korthikanti et al., "Reducing Activation Recomputation
+    in Large Transformer Models", MLSys 2023, arXiv:2205.05198, Sec. 4.2.1-4.2.2 and
+    Table 2; the score term :math:`5as/(ht)` is dropped under flash attention, which
+    stores no score matrix, as without tensor parallelism):
+
+    ========================== ================================= ===========================
+    checkpointing              tensor parallelism :math:`t`      with sequence parallelism
+    ========================== ================================= ===========================
+    ``"none"``                 :math:`sbh(10 + 24/t + 5as/(ht))` :math:`sbh(34/t + 5as/(ht))`
+    ``"selective"`` (no flash) :math:`sbh(10 + 24/t)`            :math:`34\,sbh/t`
+    ``"full"`` (stored input)  :math:`2sbh`                      :math:`2sbh/t`
+    ========================== ================================= ===========================
+
+    The :math:`10\,sbh` of tensor parallelism alone are the layer-norm inputs
+    (:math:`4sbh`), the dropout masks (:math:`2sbh`) and the dropout outputs
+    (:math:`4sbh`) that each tensor-parallel rank keeps whole; sequence parallelism splits
+    them along the sequence over the :math:`t` ranks (Sec. 4.2.2). Megatron-LM's
+    ``theoretical_memory_usage.py`` (``compute_activation_memory``, "formula in Table 2")
+    implements the sequence-parallel selective row, :math:`sbh(18 + 4F/h)/t`, i.e.
+    :math:`34\,sbh/t` for :math:`F = 4h`. The full checkpoint keeps each layer's input,
+    which with sequence parallelism is the sequence shard (Megatron checkpoints the
+    sequence-parallel hidden state): :math:`2sbh/t`; Table 2's :math:`2sbh` is without
+    it. ``"selective"`` with flash attention (the op-level policy,
+    :mod:`scalemodel.checkpointing`) is not modelled with tensor parallelism (refused by
+    :func:`~scalemodel.memory`). With checkpointing one layer's activations exist while
+    it is recomputed: a ``"none"`` layer under ``"full"``, the difference (the score term)
+    under ``"selective"``. The first stage keeps :math:`\min(p, m)` micro-batches of
     its :math:`L/p` layers in flight (1F1B); the last stage one micro-batch and the loss
     over the vocabulary-parallel logits (:math:`12sbV/t` unfused, :math:`4sbV/t + 16sb`
     fused: :func:`scalemodel.checkpointing.loss_bytes`); the larger of the two. Under
@@ -381,7 +407,8 @@ def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
     cfg : TransformerConfig
         The model and its batch [-].
     ck : Checkpointing
-        ``"none"`` or ``"full"`` of every layer [-].
+        ``"none"``, ``"full"`` of every layer, or ``"selective"`` without flash
+        attention [-].
     mp : ModelParallel
         The parallelism [-].
     loss : str
@@ -394,12 +421,17 @@ def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
     t = mp.tp
     s, b, h, a = float(cfg.seq), float(cfg.micro_batch), float(cfg.hidden), float(cfg.heads)
     sbh = s * b * h
-    none = sbh * (10.0 + 24.0 / t + (0.0 if ck.flash_attention else 5.0 * a * s / (h * t)))
+    score = 0.0 if ck.flash_attention else 5.0 * a * s / (h * t)
+    kept = 34.0 / t if mp.sequence_parallel else 10.0 + 24.0 / t  # Table 2
+    none = sbh * (kept + score)
     layers = cfg.layers // mp.pp
     if ck.mode == "none":
         stage, recompute = none * layers, 0.0
-    else:  # full: the inputs kept, one layer recomputed at a time
-        stage, recompute = ACTIVATION_BYTES * sbh * layers, none
+    elif ck.mode == "selective":  # Korthikanti's: the score term recomputed (no flash)
+        stage, recompute = sbh * kept * layers, none - sbh * kept
+    else:  # full: the inputs kept (sequence shards with SP), one layer recomputed
+        split = t if mp.sequence_parallel else 1
+        stage, recompute = ACTIVATION_BYTES * sbh / split * layers, none
     logits = loss_bytes(cfg, loss, t)
     if mp.pp == 1:
         return stage + recompute + logits
@@ -496,7 +528,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
            flash_attention=True, offload="none", host_memory=None,
            suggest=True, shard_group=None, tp=1, pp=1, microbatches=None,
            measure="reserved", fragmentation=0.0, virtual_stages=1,
-           loss="unfused", accounting="zero") -> MemoryEstimate:
+           loss="unfused", accounting="zero", sequence_parallel=False) -> MemoryEstimate:
     """Memory per GPU to train ``model`` data-parallel on ``n`` GPUs.
 
     Parameters
@@ -572,6 +604,13 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``layers / (pp * virtual_stages)`` layers when ``microbatches > pp``
         (Korthikanti et al.'s factor ``1 + (pp - 1) / (pp * virtual_stages)`` on 1F1B's
         activations; ``scalemodel.parallel.in_flight_chunks``) [chunks].
+    sequence_parallel : bool
+        Megatron-style sequence parallelism over the ``tp`` ranks (as in
+        :func:`~scalemodel.scaling_factor`): each layer's layer-norm, dropout and
+        residual activations, and the full checkpoint's stored input, split along the
+        sequence over the ``tp`` ranks (Korthikanti et al., Sec. 4.2.2, Table 2;
+        ``scalemodel.memory.model_parallel_activations``). Ignored, with a
+        :class:`~scalemodel.exceptions.ModelWarning`, at ``tp == 1`` [-].
     measure : str
         ``"reserved"`` (the default): what the caching allocator holds
         (``max_memory_reserved``, what torchtitan logs as "memory", and what runs out
@@ -624,7 +663,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``zero1`` / ``zero2`` / ``zero3``; ``tp`` / ``pp`` not dividing the heads / layers
         (the message lists the valid values), ``n`` not a multiple of ``tp * pp``, ``pp > 1``
         without ``microbatches``, or with sharding, selective or partial checkpointing, or
-        a profile without a transformer config; ``tp > 1`` with sharding and ``n / tp``
+        a profile without a transformer config, or with ``"selective"`` under flash
+        attention; ``tp > 1`` with sharding and ``n / tp``
         below 2, a ``shard_group`` not dividing ``n / tp``, ``hybrid_shard`` with
         ``gpus_per_node / tp`` below 2, or ``accounting="fsdp"``; ``virtual_stages`` below 1, not dividing
         a stage's layers, above 1 without ``pp > 1`` or with ``microbatches`` not a
@@ -662,7 +702,12 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
             stacklevel=2)
     group = _check_shard_group(shard_group, strategy, ns)
     mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
-                               virtual_stages)
+                               virtual_stages, sequence_parallel)
+    if sequence_parallel and (mp is None or mp.tp == 1):  # said, not silently dropped
+        from .parallel import SEQUENCE_PARALLEL_IGNORED
+
+        warnings.warn(ModelWarning(f"sequence_parallel=True has no effect: "
+                                   f"{SEQUENCE_PARALLEL_IGNORED}"), stacklevel=2)
     if mp is not None and strategy != "none":  # the data-parallel group of n / tp GPUs
         dp = np.asarray(mp.dp(ns))
         if group is not None and np.any(dp % group):
@@ -681,7 +726,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     if suggest and not np.all(est.fits):
         def estimate(strat, checkpointing, off, t=tp):
             m = _check_model_parallel(t, pp, microbatches, cfg, ns, strat, checkpointing,
-                                      label, virtual_stages)
+                                      label, virtual_stages, sequence_parallel)
             return _estimate(cfg, psi if m is None else psi / m.size, prof_elem, label,
                              _check_n(n, strat), strat, spec, optimizer, param_dtype,
                              grad_dtype, checkpointing, gpus_per_node, bucket, off,
@@ -772,7 +817,8 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
         "sharding": strategy, "shard_group": shard_group,
         **({} if mp is None else {"tp": mp.tp, "pp": mp.pp,
                                   "microbatches": mp.microbatches,
-                                  "virtual_stages": mp.virtual_stages}),
+                                  "virtual_stages": mp.virtual_stages,
+                                  "sequence_parallel": mp.sequence_parallel}),
         "activation_checkpointing": ck.describe(),
         "flash_attention": bool(ck.flash_attention), "loss": loss, "offload": mode,
         "optimizer": optimizer, "accounting": accounting,
@@ -899,8 +945,11 @@ def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
         from .parallel import in_flight_chunks
 
         notes.append(f"tp={mp.tp} x pp={mp.pp}: 1/{mp.size} of the model state per GPU;"
-                     " activations sbh(10 + 24/t + 5as/(ht)) per layer (Korthikanti et "
-                     "al., no sequence parallelism), the first stage keeping "
+                     + (" activations sbh(34/t + 5as/(ht)) per layer (Korthikanti et al., "
+                        "Table 2, with sequence parallelism)" if mp.sequence_parallel else
+                        " activations sbh(10 + 24/t + 5as/(ht)) per layer (Korthikanti et "
+                        "al., Table 2, no sequence parallelism)")
+                     + ", the first stage keeping "
                      + (f"{min(mp.pp, mp.microbatches)} micro-batch(es) of its layers"
                         if mp.virtual_stages == 1 else
                         f"{in_flight_chunks(mp)} chunks of "

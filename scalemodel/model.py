@@ -71,7 +71,8 @@ from .overlap import UpperEnvelope, _tail_sum, overlap_lines
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
 from .checkpointing import with_recompute
 from .offload import with_offload
-from .parallel import dp_options, model_parallel_profile, resolve_model_parallel
+from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_sequence_parallel, dp_options,
+                       model_parallel_profile, resolve_model_parallel)
 from .profiles import WorkloadProfile, load_profile
 from .efficiency import at_fitted_efficiency
 from .topology import resolve_topology
@@ -407,7 +408,7 @@ class Scenario:
               gpus_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
               cluster=None, nics_per_node=None, sharding=None, activation_checkpointing=None,
               offload=None, shard_group=None, tp=1, pp=1, microbatches=None, warn=True,
-              virtual_stages=1):
+              virtual_stages=1, sequence_parallel=False):
         """Validate the arguments and make a scenario; see :func:`scaling_factor`.
 
         Scenarios (and the lines they cache) are kept for the last
@@ -418,12 +419,14 @@ class Scenario:
         call, cached or not, unless ``warn`` is False (for internal questions whose
         arguments the user did not write)."""
         profile = load_profile(model)
+        # checked before the cache: True and 1 hash alike (scalemodel.parallel)
+        sequence_parallel = check_sequence_parallel(sequence_parallel)
         kw = dict(algorithm=algorithm, fusion=fusion, alpha=alpha, codec_cost=codec_cost,
                   gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                   ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
                   activation_checkpointing=activation_checkpointing, offload=offload,
                   shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
-                  virtual_stages=virtual_stages)
+                  virtual_stages=virtual_stages, sequence_parallel=sequence_parallel)
         key = _cache_key(profile, cluster, kw)
         if key is not None:
             hit = _SCENARIOS.get(key)
@@ -451,10 +454,10 @@ class Scenario:
     def _build(cls, profile, *, algorithm, fusion, alpha, codec_cost, gpus_per_node,
                intra_bw, intra_alpha, ps_servers, cluster, nics_per_node, sharding,
                activation_checkpointing=None, offload=None, shard_group=None, tp=1, pp=1,
-               microbatches=None, virtual_stages=1):
+               microbatches=None, virtual_stages=1, sequence_parallel=False):
         alpha = _scalar_float(alpha, "alpha")
         mp = resolve_model_parallel(tp, pp, microbatches, profile.grad_accum,
-                                    virtual_stages)
+                                    virtual_stages, sequence_parallel)
         if cluster is not None:  # what the cluster was fitted under, unless given
             cluster = load_cluster(cluster)
             algorithm, fusion, sharding = cluster.settings_defaults(algorithm, fusion,
@@ -504,6 +507,8 @@ class Scenario:
                  nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha),
             algorithm=algorithm, flat=topology.gpus_per_node is None,
             sharded=shard is not None, tp=mp.tp)
+        if sequence_parallel and mp.tp == 1:  # scalemodel.parallel
+            ignored += (("sequence_parallel", True, SEQUENCE_PARALLEL_IGNORED),)
         return cls(
             cluster=cluster,
             profile=profile,
@@ -1109,7 +1114,14 @@ TOPOLOGY_DOC = """alpha : float or None
     virtual_stages : int
         Model chunks per pipeline stage: > 1 is Megatron's interleaved 1F1B, whose bubble
         is ``(pp - 1) / (virtual_stages * microbatches)`` (eq. :eq:`pp-interleaved`)
-        [chunks]."""
+        [chunks].
+    sequence_parallel : bool
+        Megatron-style sequence parallelism over the ``tp`` ranks (``--sequence-parallel``;
+        torchtitan's 2-D plan): the tensor-parallel all-reduces become reduce-scatter +
+        all-gather pairs of the same time (eq. :eq:`tp-compute` unchanged), and memory
+        (the memory checks) counts the activations split along the sequence (Korthikanti
+        et al., Sec. 4.2.2). With ``tp == 1`` it is ignored, with a
+        :class:`~scalemodel.exceptions.ModelWarning`; not a bool: ParameterTypeError [-]."""
 
 
 def _check_model_parallel_scope(mp, cluster, shard, options=None):
@@ -1156,7 +1168,8 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                    fusion=None, alpha=None, codec_cost=0.0, gpus_per_node=None,
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                    cluster=None, sharding=None, activation_checkpointing=None, offload=None,
-                   shard_group=None, tp=1, pp=1, microbatches=None, virtual_stages=1):
+                   shard_group=None, tp=1, pp=1, microbatches=None, virtual_stages=1,
+                   sequence_parallel=False):
     r"""Scaling factor of data-parallel training, equation :eq:`scaling-factor`.
 
     Any of ``n``, ``bw``, ``utilization`` and ``compression`` may be an array; they
@@ -1210,7 +1223,8 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                         intra_alpha=intra_alpha, ps_servers=ps_servers, cluster=cluster,
                         sharding=sharding, activation_checkpointing=activation_checkpointing,
                         offload=offload, shard_group=shard_group, tp=tp, pp=pp,
-                        microbatches=microbatches, virtual_stages=virtual_stages)
+                        microbatches=microbatches, virtual_stages=virtual_stages,
+                        sequence_parallel=sequence_parallel)
     n, bw = sc.data_parallel(n, bw)
     u = effective_utilization(sc, bw, u)
     x = 1.0 / (np.multiply(np.multiply(u, bw), r))
@@ -1297,19 +1311,20 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                    nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                    cluster=None, sharding=None, activation_checkpointing=None,
                    offload=None, shard_group=None, tp=1, pp=1,
-                   microbatches=None, virtual_stages=1) -> IterationTime:
+                   microbatches=None, virtual_stages=1,
+                   sequence_parallel=False) -> IterationTime:
     """Breakdown of one iteration for one configuration (scalars only).
 
     Parameters
     ----------
-    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding, activation_checkpointing, offload, shard_group, tp, pp, microbatches, virtual_stages
+    model, n, bw, utilization, compression, algorithm, fusion, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding, activation_checkpointing, offload, shard_group, tp, pp, microbatches, virtual_stages, sequence_parallel
         As in :func:`scaling_factor`, scalars only: ``n`` [workers], ``bw`` [bits/s],
         ``utilization`` [-], ``compression`` [-], ``alpha`` [s], ``codec_cost``
         [s/byte], ``gpus_per_node`` [workers], ``nics_per_node`` [NICs], ``intra_bw``
         [bits/s], ``intra_alpha`` [s], ``ps_servers`` [servers], ``sharding`` [-],
         ``activation_checkpointing`` [-], ``offload`` [-], ``shard_group`` [GPUs],
         ``tp`` [GPUs], ``pp`` [stages], ``microbatches`` [micro-batches],
-        ``virtual_stages`` [chunks]. With ``tp`` or
+        ``virtual_stages`` [chunks], ``sequence_parallel`` [-]. With ``tp`` or
         ``pp`` the forward and backward include the pipeline bubble, and ``update`` is
         the step on the GPU's share of the state.
 
@@ -1332,7 +1347,7 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                  ps_servers=ps_servers, sharding=sharding,
                  activation_checkpointing=activation_checkpointing, offload=offload,
                  shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
-                 virtual_stages=virtual_stages)
+                 virtual_stages=virtual_stages, sequence_parallel=sequence_parallel)
     res, sc = _breakdown(model, n, bw, cluster=cluster, **asked)
     cl = sc.cluster
     if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):

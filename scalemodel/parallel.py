@@ -38,7 +38,7 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   Megatron's selective recompute is the attention core, between the column-parallel QKV
   and the row-parallel output projection, where no collective sits (Korthikanti et al.,
   MLSys 2023, Sec. 5); for the op-level policy with flash attention (torchtitan, which
-  runs tensor parallelism with sequence parallelism, not modelled here) none is counted
+  runs tensor parallelism with sequence parallelism) none is counted
   either, an assumption. Each recomputed layer's all-reduces delay its gradients as its
   recompute does (at the start of the layer's backward);
 
@@ -82,6 +82,28 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   Megatron's per-stage order of micro-batches and chunks (``tests/des_interleaved.py``).
   Its memory price, the chunks a stage keeps in flight, is in :func:`~scalemodel.memory`
   (:func:`in_flight_chunks`);
+* **sequence parallelism** (``sequence_parallel=True``, Megatron-LM's
+  ``--sequence-parallel``, torchtitan's ``SequenceParallel`` plan; only with :math:`t > 1`):
+  the layer-norm, dropout and residual regions of each layer are split along the
+  sequence over the :math:`t` ranks (Korthikanti et al., "Reducing Activation
+  Recomputation in Large Transformer Models", MLSys 2023, arXiv:2205.05198, Sec. 4.2.2).
+  Each of the layer's tensor-parallel all-reduces becomes a reduce-scatter (:math:`\bar g`)
+  and an all-gather (:math:`g`) of the same :math:`S` bytes; in the ring
+  :math:`\alpha`-:math:`\beta` model a reduce-scatter is :math:`(t-1)\alpha_\text{intra}
+  + \frac{t-1}{t} \cdot 8S / B_\text{intra}` and so is an all-gather, so the pair costs
+  :math:`2(t-1)\alpha_\text{intra} + 2\frac{t-1}{t} \cdot 8S / B_\text{intra}`: both
+  collectives' steps in the latency term and the same bytes on the link, which is
+  :math:`A_t` itself (a ring all-reduce *is* a reduce-scatter followed by an all-gather).
+  Eq. :eq:`tp-compute` is therefore unchanged with sequence parallelism; the paper
+  makes the same point for the communication volume (Sec. 4.2.2: a ring all-reduce is a
+  reduce-scatter and an all-gather, so the bandwidth is the same). Not counted: the layer-norm, dropout and residual work, now
+  split over the :math:`t` ranks, is element-wise work the FLOP model of the profile does
+  not count (it holds the matrix multiplies' FLOPs only), so no time is saved either;
+  and Megatron's second all-gather of a column-parallel layer's input in backward (it
+  keeps the input sharded and gathers it again for the weight gradient, overlapped with
+  the input-gradient GEMM). What sequence parallelism changes here is memory
+  (:func:`~scalemodel.memory`: the activations of
+  ``scalemodel.memory.model_parallel_activations``);
 * **gradients**: each GPU holds :math:`1/(t p)` of the parameters and gradients; its
   buckets are the profile's tensors at :math:`1/(t p)` of their bytes, ready at the
   profile's times scaled to :math:`b` (the stage's gradients come as the model's do);
@@ -106,7 +128,7 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   of a node (refused below 2). Checked against the discrete-event reference
   (``tests/test_sharding_tp.py``).
 
-Not modelled, and not expressible through these parameters: sequence parallelism,
+Not modelled, and not expressible through these parameters:
 context parallelism, expert parallelism, uneven stages (the embedding and the head on the
 first and last stage), tensor parallelism across nodes (refused), sharded data
 parallelism with a pipeline
@@ -155,12 +177,16 @@ class ModelParallel:
         Model chunks per pipeline stage, :math:`v` of eq. :eq:`pp-interleaved` (1: plain
         1F1B; Megatron: layers / (pp x ``--num-layers-per-virtual-pipeline-stage``))
         [chunks].
+    sequence_parallel : bool
+        Megatron-style sequence parallelism over the ``tp`` ranks (only with ``tp > 1``;
+        :func:`resolve_model_parallel` turns it off at ``tp == 1``) [-].
     """
 
     tp: int = 1
     pp: int = 1
     microbatches: int = 1
     virtual_stages: int = 1
+    sequence_parallel: bool = False
 
     @property
     def bubble_fraction(self) -> float:
@@ -205,12 +231,12 @@ class ModelParallel:
         return {"tp": self.tp, "pp": self.pp, "microbatches": self.microbatches,
                 "virtual_stages": self.virtual_stages,
                 "pipeline_schedule": "interleaved 1f1b" if self.virtual_stages > 1
-                else "1f1b", "sequence_parallel": False,
+                else "1f1b", "sequence_parallel": self.sequence_parallel,
                 "context_parallel": 1}
 
 
 def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1,
-                           virtual_stages=1) -> ModelParallel:
+                           virtual_stages=1, sequence_parallel=False) -> ModelParallel:
     """Checked tensor and pipeline parallelism [-].
 
     Parameters
@@ -226,11 +252,14 @@ def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1,
         The profile's micro-batches per step [micro-batches].
     virtual_stages : int
         Model chunks per stage (interleaved 1F1B), 1 for plain 1F1B [chunks].
+    sequence_parallel : bool
+        Megatron-style sequence parallelism; True with ``tp == 1`` resolves to False (the
+        callers warn that it is ignored) [-].
 
     Raises
     ------
     ParameterTypeError
-        A value that is not an integer.
+        A value that is not an integer; ``sequence_parallel`` not a bool.
     InvalidParameterError
         A value below 1; ``pp > 1`` without ``microbatches``; ``virtual_stages > 1``
         with ``pp < 2`` or ``microbatches`` not a multiple of ``pp`` (Megatron's
@@ -257,7 +286,31 @@ def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1,
             "microbatches", m, f"the interleaved schedule (virtual_stages={v}) needs the "
             f"micro-batches a multiple of pp={pp}, as Megatron-LM asserts: valid are "
             f"{[pp * k for k in range(1, 4)]}, ...")
-    return ModelParallel(tp, pp, m, v)
+    sp = check_sequence_parallel(sequence_parallel)
+    return ModelParallel(tp, pp, m, v, sp and tp > 1)
+
+
+def check_sequence_parallel(value) -> bool:
+    """``sequence_parallel`` checked: True or False (numpy booleans too) [-].
+
+    Parameters
+    ----------
+    value : bool
+        The setting [-].
+
+    Raises
+    ------
+    ParameterTypeError
+        Anything but a bool (``1``, ``"yes"``, None), naming ``sequence_parallel``.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ParameterTypeError("sequence_parallel", value, "True or False")
+    return bool(value)
+
+
+SEQUENCE_PARALLEL_IGNORED = ("with tp=1 there is no tensor-parallel group to split the "
+                             "sequence over: sequence parallelism needs tp > 1")
+"""Why ``sequence_parallel=True`` is ignored at ``tp == 1`` (the ModelWarning's text)."""
 
 
 def in_flight_chunks(mp, stage=0) -> int:
@@ -297,8 +350,12 @@ def in_flight_chunks(mp, stage=0) -> int:
 
 
 def tp_allreduce_time(nbytes, tp, intra_bw, intra_alpha=0.0) -> float:
-    """One ring all-reduce of ``nbytes`` over ``tp`` GPUs on the intra-node link
+    r"""One ring all-reduce of ``nbytes`` over ``tp`` GPUs on the intra-node link
     (:math:`A_t` of eq. :eq:`tp-compute`) [s].
+
+    With sequence parallelism the all-reduce is a reduce-scatter and an all-gather of the
+    same ``nbytes``, :math:`(t-1)` ring steps of :math:`S/t` each: together
+    :math:`2(t-1)\alpha + 2\frac{t-1}{t} 8S/B`, this same time (module docstring).
 
     Parameters
     ----------

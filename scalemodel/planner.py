@@ -1033,7 +1033,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                      gpu=None, implementation=None, activation_checkpointing=None,
                      offload=None, shard_group=None, tp=1, pp=1,
                      microbatches=None, virtual_stages=1, loss="unfused",
-                     accounting="zero") -> CompressionPlan:
+                     accounting="zero", sequence_parallel=False) -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
 
@@ -1108,6 +1108,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         message says the replicas and the ring's rate); ``virtual_stages`` > 1 is
         Megatron's interleaved 1F1B (a smaller bubble, eq. :eq:`pp-interleaved`; more
         activations in the memory check): [GPUs], [stages], [micro-batches], [chunks].
+    sequence_parallel : bool
+        As in :func:`~scalemodel.scaling_factor`: the same tensor-parallel time, the
+        activations split along the sequence in the memory check [-].
     loss : str
         How the cross-entropy loss is computed, for the memory check only (the time
         model does not use it): ``"unfused"`` (the default), ``"fused"`` or
@@ -1143,7 +1146,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     impl, explicit = _implementation(implementation)
     comps = _compressor_list(compressors, impl, explicit)
     job = dict(activation_checkpointing=activation_checkpointing, offload=offload,
-               shard_group=shard_group)  # scalemodel.checkpointing, .offload, .sharding
+               shard_group=shard_group,  # scalemodel.checkpointing, .offload, .sharding
+               sequence_parallel=sequence_parallel)  # scalemodel.parallel
     options = dict(algorithm=algorithm, fusion=fusion, alpha=alpha,
                    gpus_per_node=gpus_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
                    ps_servers=ps_servers, nics_per_node=nics_per_node, sharding=sharding,
@@ -1168,7 +1172,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                             cluster=cluster, sharding=sc.sharding or "none", tp=tp, pp=pp,
                             microbatches=microbatches, virtual_stages=virtual_stages,
                             activation_checkpointing=activation_checkpointing,
-                            offload=offload)  # the group: in sc.sharding
+                            offload=offload,  # the group: in sc.sharding
+                            sequence_parallel=sequence_parallel)
     views = _views(sc, model, bw, u, n, gpu, impl, options)
     rows = [attrs.evolve(_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw,
                               views=views), implementation=impl.name)
@@ -1303,7 +1308,7 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
                               nics_per_node=None, sharding=None, implementation=None,
                               gpu=None, activation_checkpointing=None, offload=None,
                               shard_group=None, tp=1, pp=1, microbatches=None,
-                              virtual_stages=1):
+                              virtual_stages=1, sequence_parallel=False):
     """Scaling factor with a real compressor at its setting, eq. :eq:`compressed-bucket`.
 
     ``n`` and ``bw`` (and ``utilization``) may be arrays; they broadcast, with one
@@ -1339,10 +1344,10 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
         the time, with and without the compressor) [-].
     shard_group : int or None
         As in :func:`plan_compression` [GPUs].
-    tp, pp, microbatches, virtual_stages
+    tp, pp, microbatches, virtual_stages, sequence_parallel
         As in :func:`plan_compression`: ``n`` counts all GPUs, the compressor applies to
         the data-parallel all-reduce of ``n / (tp pp)`` replicas [GPUs], [stages],
-        [micro-batches], [chunks].
+        [micro-batches], [chunks], [-].
 
     Returns
     -------
@@ -1358,7 +1363,7 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
                 microbatches=microbatches, virtual_stages=virtual_stages,
                 activation_checkpointing=activation_checkpointing, offload=offload,
-                shard_group=shard_group)
+                shard_group=shard_group, sequence_parallel=sequence_parallel)
     n, bw = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     _fixed_buckets(sc)
     _check_composes(sc, comp)
@@ -1412,7 +1417,8 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                         intra_bw=None, intra_alpha=None, ps_servers=None,
                         nics_per_node=None, sharding=None, implementation=None, gpu=None,
                         detail=False, activation_checkpointing=None, offload=None,
-                        shard_group=None, tp=1, pp=1, microbatches=None, virtual_stages=1):
+                        shard_group=None, tp=1, pp=1, microbatches=None, virtual_stages=1,
+                        sequence_parallel=False):
     """Line rate below which ``compressor`` (at its setting) beats no compression.
 
     Exact: the iteration times with and without the compressor are piecewise linear in
@@ -1464,11 +1470,11 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     shard_group : int or None
         As in :func:`plan_compression`; with an array ``n`` it must divide every entry
         [GPUs].
-    tp, pp, microbatches, virtual_stages
+    tp, pp, microbatches, virtual_stages, sequence_parallel
         As in :func:`plan_compression`: ``n`` counts all GPUs, the compressor applies to
         the data-parallel all-reduce of ``n / (tp pp)`` replicas, and the answer is a
         NIC's line rate (one data-parallel ring gets ``bw * bw_scale`` of it,
-        :mod:`scalemodel.parallel`) [GPUs], [stages], [micro-batches], [chunks].
+        :mod:`scalemodel.parallel`) [GPUs], [stages], [micro-batches], [chunks], [-].
 
     Returns
     -------
@@ -1488,7 +1494,8 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     n = check_count(n, "n")
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     job = dict(activation_checkpointing=activation_checkpointing, offload=offload,
-               shard_group=shard_group)  # scalemodel.checkpointing, .offload, .sharding
+               shard_group=shard_group,  # scalemodel.checkpointing, .offload, .sharding
+               sequence_parallel=sequence_parallel)  # scalemodel.parallel
     sc = _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha,
                 ps_servers, cluster, nics_per_node, sharding, tp=tp, pp=pp,
                 microbatches=microbatches, virtual_stages=virtual_stages, **job)

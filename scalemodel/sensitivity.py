@@ -88,7 +88,7 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
                   nics_per_node=None, intra_bw=None, intra_alpha=None, ps_servers=None,
                   cluster=None, sharding=None, activation_checkpointing=None, offload=None,
                   shard_group=None, tp=1, pp=1, microbatches=None,
-                  virtual_stages=1) -> Sensitivities:
+                  virtual_stages=1, sequence_parallel=False) -> Sensitivities:
     """Derivatives and elasticities of the scaling factor, eqs. :eq:`sensitivities` and
     :eq:`elasticities`; vectorized like :func:`~scalemodel.scaling_factor`.
 
@@ -109,9 +109,9 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
     algorithm, fusion, codec_cost, gpus_per_node, nics_per_node, intra_bw, intra_alpha, ps_servers, cluster, sharding
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [s/byte], [workers], [NICs],
         [bits/s], [s], [servers], a cluster profile or file, [-].
-    activation_checkpointing, offload, shard_group, tp, pp, microbatches, virtual_stages
+    activation_checkpointing, offload, shard_group, tp, pp, microbatches, virtual_stages, sequence_parallel
         As in :func:`~scalemodel.scaling_factor`: [-], [-], [GPUs], [GPUs], [stages],
-        [micro-batches], [chunks]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the answer is
+        [micro-batches], [chunks], [-]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the answer is
         for the data-parallel dimension of ``n / (tp pp)`` replicas, as the scaling
         factor's; ``d_bw`` is per bit/s of the NIC line rate ``bw`` asked
         (:mod:`scalemodel.parallel`).
@@ -136,7 +136,7 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
               ps_servers=ps_servers, cluster=cluster, sharding=sharding,
               activation_checkpointing=activation_checkpointing, offload=offload,
               shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
-              virtual_stages=virtual_stages)
+              virtual_stages=virtual_stages, sequence_parallel=sequence_parallel)
     sc = Scenario.build(model, alpha=alpha, intra_alpha=intra_alpha, **kw)
     counts = Scenario.build(model, alpha=1.0, intra_alpha=0.0, warn=False,  # latency counts
                             **kw)

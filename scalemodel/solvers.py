@@ -255,7 +255,8 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
     kw["offload"] = p.provenance.get("offload_mode", "none")  # scalemodel.offload
     if mp is not None and mp.active:  # n counts replicas; memory() the job's GPUs
         kw.update(tp=mp.tp, pp=mp.pp, microbatches=mp.microbatches,
-                  virtual_stages=mp.virtual_stages)
+                  virtual_stages=mp.virtual_stages,
+                  sequence_parallel=mp.sequence_parallel)
         n = int(n) * mp.size  # sharded over the replicas (tp with pp=1)
     try:
         m = memory(p, int(n), sharding=strategy, gpu=gpu, loss=loss, accounting=accounting,
@@ -315,6 +316,8 @@ def _for_the_job(result, sc, n, bw=None):
     d = mp.dp(n)
     sched = ("1F1B" if mp.virtual_stages == 1
              else f"interleaved 1F1B, {mp.virtual_stages} chunks per stage")
+    if mp.sequence_parallel:
+        sched += ", sequence parallel"
     note = (f" [the data-parallel dimension of tp={mp.tp} x pp={mp.pp} ({sched}, "
             f"{mp.microbatches} micro-batches) on {n} GPUs: {d} replicas")
     changes = dict(n=n)
@@ -483,7 +486,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                     gpu=None, activation_checkpointing=None,
                     offload=None, shard_group=None, tp=1, pp=1,
                     microbatches=None, virtual_stages=1, loss="unfused",
-                    accounting="zero") -> CompressionResult:
+                    accounting="zero", sequence_parallel=False) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -511,11 +514,12 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
     shard_group : int or None
         As in :func:`~scalemodel.scaling_factor` (time and memory) [GPUs].
-    tp, pp, microbatches, virtual_stages
+    tp, pp, microbatches, virtual_stages, sequence_parallel
         As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
         is :func:`~scalemodel.memory` with them (the interleaved schedule's in-flight
-        chunks included) [GPUs], [stages], [micro-batches], [chunks].
+        chunks and sequence parallelism's split activations included) [GPUs], [stages],
+        [micro-batches], [chunks], [-].
     loss : str
         How the cross-entropy loss is computed, for the memory check only (the time
         model does not use it): ``"unfused"`` (the default, PyTorch's ``cross_entropy``),
@@ -564,7 +568,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                      ps_servers=ps_servers, sharding=sharding,
                      activation_checkpointing=activation_checkpointing, offload=offload,
                      shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
-                     virtual_stages=virtual_stages)
+                     virtual_stages=virtual_stages, sequence_parallel=sequence_parallel)
     sc = build(cluster)
     _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp, bw_dp = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
@@ -657,7 +661,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                        gpu=None, activation_checkpointing=None,
                        offload=None, shard_group=None, tp=1, pp=1,
                        microbatches=None, virtual_stages=1, loss="unfused",
-                       accounting="zero") -> BandwidthResult:
+                       accounting="zero", sequence_parallel=False) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -682,11 +686,12 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
         As in :func:`~scalemodel.scaling_factor` (time and memory) [-].
     shard_group : int or None
         As in :func:`~scalemodel.scaling_factor` (time and memory) [GPUs].
-    tp, pp, microbatches, virtual_stages
+    tp, pp, microbatches, virtual_stages, sequence_parallel
         As in :func:`~scalemodel.scaling_factor`: the answer is for the data-parallel
         dimension of the job, ``n`` its GPUs, the line rate a NIC's; the memory check
         is :func:`~scalemodel.memory` with them (the interleaved schedule's in-flight
-        chunks included) [GPUs], [stages], [micro-batches], [chunks].
+        chunks and sequence parallelism's split activations included) [GPUs], [stages],
+        [micro-batches], [chunks], [-].
     loss : str
         As in :func:`min_compression`: the cross-entropy's kernel, for the memory check
         only [-].
@@ -723,7 +728,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                      ps_servers=ps_servers, sharding=sharding,
                      activation_checkpointing=activation_checkpointing, offload=offload,
                      shard_group=shard_group, tp=tp, pp=pp, microbatches=microbatches,
-                     virtual_stages=virtual_stages)
+                     virtual_stages=virtual_stages, sequence_parallel=sequence_parallel)
     sc = build(cluster)
     _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp = sc.data_parallel(n, 1.0)[0]  # scalemodel.parallel (unchanged without tp/pp)

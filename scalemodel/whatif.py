@@ -72,7 +72,7 @@ def paper_profile(model, reduction_launch="per-step"):
 
 def whatif_table(models=PAPER_MODELS, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RATIOS, *,
                  reduction_launch="per-step", tp=1, pp=1, microbatches=None,
-                 virtual_stages=1):
+                 virtual_stages=1, sequence_parallel=False):
     """Scaling factors of the paper's what-if grid.
 
     Parameters
@@ -88,11 +88,11 @@ def whatif_table(models=PAPER_MODELS, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RAT
     reduction_launch : str
         ``"per-step"`` (the default: the authors' simulator, a vector-add launch at each
         of the ring's N - 1 steps) or ``"once"`` (NCCL: one launch per collective) [-].
-    tp, pp, microbatches, virtual_stages
+    tp, pp, microbatches, virtual_stages, sequence_parallel
         As in :func:`~scalemodel.scaling_factor`, for models with a transformer config
         (the built-in LLMs; the paper's CNNs have none and are refused): ``ns`` count all
         GPUs, each entry is for the data-parallel dimension of ``n / (tp pp)`` replicas
-        [GPUs], [stages], [micro-batches], [chunks].
+        [GPUs], [stages], [micro-batches], [chunks], [-].
 
     Returns
     -------
@@ -115,7 +115,8 @@ def whatif_table(models=PAPER_MODELS, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RAT
     b = np.asarray(bws, dtype=float)[None, None, :]
     return {m: scaling_factor(paper_profile(m, reduction_launch), n=n, bw=b, compression=r,
                               algorithm="ring", fusion="horovod", tp=tp, pp=pp,
-                              microbatches=microbatches, virtual_stages=virtual_stages)
+                              microbatches=microbatches, virtual_stages=virtual_stages,
+                              sequence_parallel=sequence_parallel)
             for m in models}
 
 
