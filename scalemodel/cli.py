@@ -314,7 +314,8 @@ def _model_options(p):
                    help="with --sharding zero1, zero2 or zero3: shard over groups of this "
                         "many GPUs, replicated across the groups, whose gradient shards are "
                         "all-reduced across groups (InternLM zero1=8, MiCS, HSDP with any "
-                        "group); must divide --n [GPUs] (default: one group of all --n)")
+                        "group); must divide --n, or --n / --tp with --tp [GPUs] (default: "
+                        "one group of all the data-parallel GPUs)")
     p.add_argument("--tp", default=None, type=int,
                    help="tensor-parallel GPUs per replica (Megatron-style, inside a node): "
                         "--n counts all GPUs and the answers are for the data-parallel "
