@@ -20,10 +20,7 @@ from scalemodel.exceptions import ModelWarning
 from scalemodel.memory import ACCOUNTINGS
 from scalemodel.whatif import whatif_table
 
-CFG = sm.llm_config("llama-2-7b", seq=4096, micro_batch=4)
-PROFILE = sm.transformer_profile(CFG, "h100-sxm")
-N, BW = 64, 100e9
-NODES = dict(gpus_per_node=8, nics_per_node=8)
+from helpers_memory_options import BW, CFG, N, NODES, PROFILE, asks, cases, reference  # noqa: E402,F401
 
 # (the question's settings, the same settings for memory()); hybrid_shard's memory check
 # shards within a node of gpus_per_node GPUs (solvers.memory_check)
@@ -37,22 +34,14 @@ SETTINGS = [
 IDS = ["zero2", "zero3", "zero3-full", "hybrid_shard"]
 
 
-def _reference(accounting, mem_kw, model=PROFILE, n=N):
-    return sm.memory(model, n, gpu="h100-sxm", accounting=accounting, **mem_kw).per_gpu
+def _reference(value, mem_kw, model=PROFILE, n=N):
+    return reference("accounting", value, mem_kw, model, n)
 
 
-ASKS = {
-    "min_compression": lambda acc, kw: sm.min_compression(PROFILE, BW, n=N, accounting=acc,
-                                                           **kw),
-    "required_bandwidth": lambda acc, kw: sm.required_bandwidth(PROFILE, n=N,
-                                                                accounting=acc, **kw),
-    "plan_compression": lambda acc, kw: sm.plan_compression(
-        PROFILE, BW, n=N, compressors=["fp16"], accounting=acc, **kw),
-}
+ASKS = asks("accounting")
 
 
-CASES = [pytest.param(name, kw, mem_kw, id=f"{name}-{i}") for name in sorted(ASKS)
-         for (kw, mem_kw), i in zip(SETTINGS, IDS)]
+CASES = cases(ASKS, SETTINGS, IDS)
 
 
 @pytest.mark.parametrize("name, kw, mem_kw", CASES)

@@ -16,11 +16,7 @@ from scalemodel.cli import main
 from scalemodel.exceptions import ModelWarning
 from scalemodel.whatif import whatif_table
 
-# micro-batch 4 at 4096 tokens: the loss's peak (12sbV vs 4sbV + 16sb) is about 5 GiB apart
-CFG = sm.llm_config("llama-2-7b", seq=4096, micro_batch=4)
-PROFILE = sm.transformer_profile(CFG, "h100-sxm")
-N, BW = 64, 100e9
-NODES = dict(gpus_per_node=8, nics_per_node=8)
+from helpers_memory_options import BW, CFG, N, NODES, PROFILE, asks, cases, reference  # noqa: E402,F401
 
 # (the question's settings, the same settings for memory()); the memory check of a
 # TP x PP job is memory() of the job's GPUs (solvers.memory_check)
@@ -37,22 +33,14 @@ SETTINGS = [
 IDS = ["ddp", "zero3", "zero3-full", "zero2-offload", "tp2", "tp2-pp2"]
 
 
-def _reference(loss, mem_kw, model=PROFILE, n=N):
-    return sm.memory(model, n, gpu="h100-sxm", loss=loss, **mem_kw).per_gpu
+def _reference(value, mem_kw, model=PROFILE, n=N):
+    return reference("loss", value, mem_kw, model, n)
 
 
-ASKS = {
-    "min_compression": lambda loss, kw: sm.min_compression(PROFILE, BW, n=N, loss=loss,
-                                                           **kw),
-    "required_bandwidth": lambda loss, kw: sm.required_bandwidth(PROFILE, n=N, loss=loss,
-                                                                 **kw),
-    "plan_compression": lambda loss, kw: sm.plan_compression(
-        PROFILE, BW, n=N, compressors=["fp16"], loss=loss, **kw),
-}
+ASKS = asks("loss")
 
 
-CASES = [pytest.param(name, kw, mem_kw, id=f"{name}-{i}") for name in sorted(ASKS)
-         for (kw, mem_kw), i in zip(SETTINGS, IDS)]
+CASES = cases(ASKS, SETTINGS, IDS)
 
 
 @pytest.mark.parametrize("name, kw, mem_kw", CASES)
