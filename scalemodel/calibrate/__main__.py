@@ -902,5 +902,25 @@ def main(argv=None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _leave(code: int) -> None:
+    """End the process with ``code`` without the interpreter's teardown.
+
+    Every file is written (atomically) and the process group destroyed before ``main``
+    returns; what is left is the interpreter's finalization, during which torch's C++
+    threads (autograd, gloo) can still be joinable when their destructors run, and the
+    process then aborts after its work is done ("terminate called without an active
+    exception", SIGABRT). Seen twice: once in the emulated cluster's calibration (November
+    2026, not reproduced then), and once in a fresh-clone CI run of
+    ``calibration/record_gpu.sh`` on 2026-11-26, in a single-process compute step that
+    had written its profile (not reproduced in 18 repeats of that command); the pattern
+    of pytorch/pytorch#179291 and #190489. Standard output and error are flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said there
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _leave(main())
