@@ -151,6 +151,19 @@ _COSTS: "OrderedDict" = OrderedDict()  # collective costs shared by scenarios (c
 
 _LINES: "OrderedDict" = OrderedDict()  # lines without fixed costs, shared likewise
 
+_SIBLINGS: "OrderedDict" = OrderedDict()  # scenarios whose clusters differ in numbers only
+
+
+def _build_key(cluster):
+    """What :meth:`Scenario._build` reads from a cluster: clusters that agree on it (the
+    corners of a fitted cluster's intervals: the same object but for its numeric terms)
+    build the same scenario but for the cluster it keeps, whose terms the scenario reads
+    when it answers. ``extra`` (the fitted efficiency) and ``provenance`` by identity,
+    which the corners share; ``fit_settings`` (texts) by value [-]."""
+    return (id(cluster.extra), id(cluster.provenance),
+            tuple(sorted(cluster.fit_settings.items())),
+            cluster.alpha, cluster.topology, id(cluster.reduction), cluster.overlap)
+
 
 def _cost_key(algorithm, nbytes, n, reduction, options):
     """The key of :data:`_COSTS` for these buckets, or None when it cannot be hashed."""
@@ -201,6 +214,7 @@ def clear_caches(*, profiles=False):
     from .memory import _CONFIGS, _config_cached  # (the package's "memory" is a function)
 
     _SCENARIOS.clear()
+    _SIBLINGS.clear()
     _COSTS.clear()
     _LINES.clear()
     for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
@@ -435,7 +449,18 @@ class Scenario:
                 if warn and hit[2].ignored:
                     hit[2].warn_ignored()
                 return hit[2]
-        sc = cls._build(profile, cluster=cluster, **kw)
+        sc = None
+        if key is not None and cluster is not None:  # a corner of a cluster already built
+            sk = (id(profile), key[2], _build_key(cluster))
+            sib = _SIBLINGS.get(sk)
+            if sib is not None and sib[0] is profile and _build_key(sib[1]) == sk[2]:
+                sc = attrs.evolve(sib[2], cluster=cluster)
+        if sc is None:
+            sc = cls._build(profile, cluster=cluster, **kw)
+            if key is not None and cluster is not None:
+                _SIBLINGS[sk] = (profile, cluster, sc)
+                while len(_SIBLINGS) > SCENARIO_CACHE_SIZE:
+                    _SIBLINGS.popitem(last=False)
         if key is not None:
             _SCENARIOS[key] = (profile, cluster, sc)
             while len(_SCENARIOS) > SCENARIO_CACHE_SIZE:

@@ -110,3 +110,52 @@ def test_corners_of_terms_outside_the_lines_share_lines_and_envelope():
         alone.append(sm.min_compression("resnet50", 10e9, target=0.7, cluster=_bare(c),
                                         fusion="ddp").ratio)
     assert got.interval == (min(alone), max(alone))
+
+
+def _built_alone(model, cluster, **kw):
+    clear_caches()
+    return Scenario.build(model, cluster=cluster, **kw)
+
+
+@pytest.mark.parametrize("kw", [dict(fusion="horovod", algorithm="nccl-2.4"),
+                                dict(fusion="ddp", activation_checkpointing="full")])
+def test_corner_scenarios_reuse_the_build_and_equal_one_built_alone(kw):
+    """A corner's scenario is the best cluster's build with the corner's cluster (the
+    build reads nothing the corners change); every field equals a build from nothing."""
+    model = "resnet50" if "activation_checkpointing" not in kw else "llama-2-7b"
+    cl = _fitted()
+    clear_caches()
+    own = Scenario.build(model, cluster=cl, **kw)
+    for f in (cl, cl.with_alternative(1)):
+        for c in f.corners():
+            sc = Scenario.build(model, cluster=c, **kw)
+            assert sc.profile is own.profile and sc.cluster is c  # shared, not rebuilt
+            ref = _built_alone(model, c, **kw)
+            for a in attrs.fields(Scenario):
+                if a.init and a.name not in ("profile", "cluster"):
+                    assert getattr(sc, a.name) == getattr(ref, a.name), a.name
+            for a in ("iteration_time", "forward_time", "backward_time", "update_time"):
+                assert getattr(sc.profile, a) == getattr(ref.profile, a), a
+            assert np.array_equal(sc.profile.tensor_ready, ref.profile.tensor_ready)
+            assert np.array_equal(sc.lines(64)[0].intercept, ref.lines(64)[0].intercept)
+            own = Scenario.build(model, cluster=cl, **kw)  # (the loop emptied the caches)
+
+
+def test_clusters_that_change_the_build_do_not_share_it():
+    """Another topology, latency, overlap or fit settings, or another fitted efficiency
+    (its own ``extra``), builds its own scenario."""
+    cl = _fitted()
+    clear_caches()
+    own = Scenario.build("resnet50", cluster=cl, fusion="ddp")
+    for other in (attrs.evolve(cl, topology=sm.Topology(gpus_per_node=4)),
+                  attrs.evolve(cl, alpha=5e-6), attrs.evolve(cl, overlap=0.8),
+                  attrs.evolve(cl, fit_settings={"algorithm": "tree"}),
+                  attrs.evolve(cl, extra={"note": "another fit"})):
+        sc = Scenario.build("resnet50", cluster=other, fusion="ddp")
+        assert sc.profile is not own.profile or sc.options != own.options \
+            or sc.algorithm != own.algorithm or other.extra is not cl.extra
+        ref = _built_alone("resnet50", other, fusion="ddp")
+        assert sc.options == ref.options and sc.algorithm == ref.algorithm
+        assert sc.profile.iteration_time == ref.profile.iteration_time
+        assert np.array_equal(sc.profile.tensor_ready, ref.profile.tensor_ready)
+        own = Scenario.build("resnet50", cluster=cl, fusion="ddp")
