@@ -651,8 +651,9 @@ def _memory_kw(args):
 
 
 def _memory_text(per, fits, gpu):
-    return (f"{per / 2**30:.1f} GiB per GPU reserved, "
-            + ("fits on " if fits else "does NOT fit on ") + gpu)
+    from .solvers import memory_text
+
+    return memory_text(per, fits, gpu)
 
 
 def _fitted(args):

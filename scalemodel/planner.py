@@ -96,7 +96,8 @@ from .model import Scenario, effective_utilization
 from .overlap import UpperEnvelope
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
-                      _loss, _scalar, below, memory_check, min_compression)
+                      _loss, _scalar, below, memory_check, memory_text,
+                      min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
 __all__ = ["plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth", "Breakeven",
@@ -671,6 +672,8 @@ class CompressionPlan:
                 line += f"{'':{max(1, 12 - len(r.collective))}}{lo:.3f} to {hi:.3f}"
             out.append(line)
         out.append(self.message)
+        if self.memory_per_gpu is not None:
+            out.append("memory: " + memory_text(self.memory_per_gpu, self.fits, self.gpu))
         if self.codec_note:
             out.append(self.codec_note)
         return "\n".join(out)

@@ -169,6 +169,23 @@ class BandwidthResult:
     settings: dict = attrs.field(factory=dict)
 
 
+def memory_text(per, fits, gpu) -> str:
+    """``"22.5 GiB per GPU reserved, fits on a100-40gb"``: a memory check as the printed
+    answers show it (``"does NOT fit on"`` when it does not).
+
+    Parameters
+    ----------
+    per : float
+        Memory per GPU [bytes].
+    fits : bool
+        Whether it fits on ``gpu`` [-].
+    gpu : str
+        The GPU's name [-].
+    """
+    return (f"{per / 2**30:.1f} GiB per GPU reserved, "
+            + ("fits on " if fits else "does NOT fit on ") + str(gpu))
+
+
 def memory_check(sc, n, gpu=None, loss="unfused", accounting="zero"):
     """Memory per GPU of a scenario on ``n`` workers: ``(per_gpu [bytes], fits, gpu name,
     note)``, where the note is empty when it fits; all None when unknown (a profile without

@@ -304,3 +304,22 @@ def test_cli_refuses_bad_values_by_name(capsys, command, bad, named):
     code, out, err = _run(capsys, argv)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and named in err, err
+
+
+@pytest.mark.parametrize("name", ["ckpt-half", "zero3-group8-full-offload"])
+def test_cli_plan_text_prints_the_memory_check(capsys, name):
+    """The printed plan shows the memory check the API made (as min-compression does)."""
+    kw = SETTINGS[name]
+    code, out, err = _run(capsys, ["plan", "--model", MODEL, "--n", str(N), "--bw",
+                                   "100Gbps", "--gpu", GPU] + _cli_args(kw))
+    assert code in (0, None), err
+    plan = _plan(kw)
+    line = f"memory: {plan.memory_per_gpu / 2**30:.1f} GiB per GPU reserved, "
+    line += ("fits on " if plan.fits else "does NOT fit on ") + GPU
+    assert line in out.splitlines()
+
+
+def test_plan_without_a_memory_check_prints_no_memory_line():
+    plan = sm.plan_compression("resnet50", 10e9, n=16)
+    assert plan.memory_per_gpu is None
+    assert not any(s.startswith("memory:") for s in str(plan).splitlines())
