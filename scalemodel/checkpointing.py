@@ -561,7 +561,7 @@ def with_recompute(profile, checkpointing, flash_attention=True):
     hit = _RECOMPUTED.get(key)
     if hit is not None and hit[0] is profile:
         return hit[1]
-    out = _with_recompute(profile, ck)
+    out = _with_recompute(profile, ck, checkpointing)
     _RECOMPUTED[key] = (profile, out)
     while len(_RECOMPUTED) > 64:
         _RECOMPUTED.pop(next(iter(_RECOMPUTED)))
@@ -585,14 +585,14 @@ def _block_starts(names):
     return starts, block
 
 
-def _with_recompute(profile, ck):
+def _with_recompute(profile, ck, given):
     from .sharding import _block_keys
 
     names = profile.tensor_names
     keys = _block_keys(tuple(names)) if names is not None else None
     if keys is None or not any(k is not None for k in keys):
         raise InvalidParameterError(
-            "activation_checkpointing", ck.mode, f"the profile {profile.name!r} has no "
+            "activation_checkpointing", given, f"the profile {profile.name!r} has no "
             "numbered blocks in its tensor names (layers.<i>., h.<i>., ...) to checkpoint",
             "Use activation_checkpointing='none'")
     frac = recompute_fraction(_profile_config(profile), ck)

@@ -234,8 +234,8 @@ def _cache_key(profile, cluster, kw):
     cluster given as a file, an unhashable value)."""
     if cluster is not None and not isinstance(cluster, ClusterProfile):
         return None
-    try:
-        key = (id(profile), id(cluster), tuple(sorted(kw.items())))
+    try:  # with each value's type: True == 1 == 1.0 hash alike, but only 1 is a valid tp
+        key = (id(profile), id(cluster), tuple(sorted((k, type(v), v) for k, v in kw.items())))
         hash(key)
     except TypeError:
         return None
@@ -561,6 +561,15 @@ class Scenario:
                 f"sharding={self.sharding.strategy!r} with tp={mp.tp} shards over the "
                 f"data-parallel group of n / tp GPUs, which needs at least 2: n a multiple "
                 f"of {mp.tp} from {2 * mp.tp}", "Use sharding='none' for one replica")
+        sg = None if self.sharding is None else self.sharding.shard_group
+        if sg is not None and np.any(np.asarray(dp) % sg):  # named as memory() names it
+            from .sharding import _divisors
+
+            first = int(np.asarray(dp)[np.asarray(dp) % sg != 0].flat[0])
+            raise InvalidParameterError(
+                "shard_group", sg, f"with tp={self.model_parallel.tp} a shard group counts "
+                f"data-parallel GPUs and must divide n / tp = {first}: valid are "
+                f"{_divisors(first)}")
         return dp, np.multiply(bw, self.bw_scale)
 
     def settings(self) -> dict:
@@ -945,7 +954,9 @@ class Scenario:
         rr = np.broadcast_to(r, shape)
         out = np.empty(shape)
         nb = n.reshape((1,) * (len(shape) - n.ndim) + n.shape)
-        if nb.size <= 4096:
+        if out.size == 0:  # an empty grid (n=[]): nothing to fill
+            pass
+        elif nb.size <= 4096:
             # n varies along its own axes: each value's block is a view (no masks over
             # the whole grid, which would cost one pass per worker count)
             axes = [d for d, k in enumerate(nb.shape) if k > 1]

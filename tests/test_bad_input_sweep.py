@@ -1,0 +1,54 @@
+"""Bad input found by a hostile-user sweep of the public API and the CLI (issues 17 and
+20): each test is a reproducer of a defect that was fixed, and checks the documented
+exception class and that the message names the parameter and the offending value."""
+
+import numpy as np
+import pytest
+
+import scalemodel as sm
+from scalemodel.exceptions import InvalidParameterError, ParameterTypeError
+
+LLM = "llama-2-7b"
+
+
+@pytest.mark.parametrize("kw, name, shown", [
+    (dict(tp=True), "tp", "tp=True"),
+    (dict(pp=True), "pp", "pp=True"),
+    (dict(virtual_stages=True), "virtual_stages", "virtual_stages=True"),
+    (dict(tp=1.0), "tp", "tp=1.0"),
+])
+def test_cached_scenario_does_not_skip_type_checks(kw, name, shown):
+    """A first question with tp=1 cached its scenario under a key that True and 1.0 hit
+    (they hash alike), so tp=True was accepted on a second call but refused on a first."""
+    sm.iteration_time(LLM, n=64, bw=100e9)  # caches tp=1, pp=1, virtual_stages=1
+    with pytest.raises(ParameterTypeError) as err:
+        sm.iteration_time(LLM, n=64, bw=100e9, **kw)
+    assert err.value.parameter == name
+    assert shown in str(err.value)
+
+
+@pytest.mark.parametrize("n", [np.array([], dtype=int), [], np.zeros((2, 0), int) + 2])
+def test_empty_worker_grid_gives_empty_answer(n):
+    """n=[] raised IndexError from inside the model; an empty bw already answered []."""
+    out = sm.scaling_factor("resnet50", n=n, bw=10e9)
+    assert out.size == 0 and out.shape == np.shape(n)
+
+
+def test_shard_group_with_tp_names_data_parallel_count():
+    """With tp=2 and n=64 the message said 'must divide n=32', a value the user never
+    wrote; memory() already said 'n / tp = 32'."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.iteration_time(LLM, n=64, bw=100e9, tp=2, sharding="zero3", shard_group=64)
+    msg = str(err.value)
+    assert err.value.parameter == "shard_group" and "shard_group=64" in msg
+    assert "n / tp = 32" in msg and "tp=2" in msg
+
+
+@pytest.mark.parametrize("value", [0.5, True, 1])
+def test_checkpointing_without_blocks_names_the_value_given(value):
+    """activation_checkpointing=0.5 on a profile without blocks was reported as
+    activation_checkpointing='full'."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.scaling_factor("resnet50", 64, 10e9, activation_checkpointing=value)
+    assert err.value.parameter == "activation_checkpointing"
+    assert f"activation_checkpointing={value!r} is invalid" in str(err.value)
