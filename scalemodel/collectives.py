@@ -576,7 +576,7 @@ def _nccl(version):
         the size, the node count and the GPUs but not on ``bw``. Without a topology every
         worker is a node of one GPU.
         """
-        from .nccl import PROTOCOL_EFFICIENCY, nccl_choice
+        from .nccl import nccl_choice
 
         g = opt.gpus_per_node or 1
         m = -(-n // g)
@@ -589,7 +589,7 @@ def _nccl(version):
                              intra=opt.intra_link, version=version,
                              nics_per_node=opt.nics_per_node)
         tree = np.asarray(choice.algorithm) == "tree"
-        eff = np.vectorize(PROTOCOL_EFFICIENCY.get, otypes=[float])(np.asarray(choice.protocol))
+        eff = choice.payload_fraction  # PROTOCOL_EFFICIENCY of each size's protocol
         topo = opt if opt.gpus_per_node else opt.evolve(gpus_per_node=1)
         ring, tr = _ring_cost(sizes, n, red, topo), _tree_cost(sizes, n, red, topo)
 

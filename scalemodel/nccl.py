@@ -893,18 +893,55 @@ def _tree_threshold_24(n_nodes, n_ranks, n_channels, nvlink):
 def _ll_24(nbytes, n_channels, nchunks, thread_threshold):
     """Whether getKernelInfo (src/enqueue.cc:267-300 at v2.4.8-1) picks LL, per size."""
     nt = np.full(nbytes.shape, 64.0)  # NCCL_LL_MIN_NTHREADS
-    for _ in range(2):  # up to NCCL_LL_MAX_NTHREADS = 256 (comm->nThreads 256)
-        grow = (np.ceil(nbytes / (nt * nchunks)) > 8) & (nt * 2 <= 256)
-        nt = np.where(grow, nt * 2, nt)
-    nc = np.clip(np.ceil(nbytes / (nt * nchunks * 8)), 1, n_channels)
+    for _ in range(2):  # up to NCCL_LL_MAX_NTHREADS = 256 (comm->nThreads 256): from 64,
+        grow = nbytes / (nt * nchunks) > 8  # two doublings stay within it; ceil(y) > 8
+        nt = np.where(grow, nt * 2, nt)     # exactly when y > 8
+    nc = np.minimum(np.maximum(np.ceil(nbytes / (nt * nchunks * 8)), 1), n_channels)
     return nbytes <= nc * nt * nchunks * thread_threshold
 
 
 # --------------------------------------------------------------------------- public model
 
 
+_SETUPS: dict = {}  # _setup's answers by its arguments' types and values (at most 256)
+
+
+def _setup_key(args):
+    """A key of _setup's arguments when each is a str, an int, a float or None (its type
+    in the key, and a float by its bits: ``64`` and ``64.0``, ``0.0`` and ``-0.0`` are
+    told apart, so a key never stands for an argument that would be checked otherwise);
+    None for anything else (not kept)."""
+    key = []
+    for a in args:
+        t = type(a)
+        if t is float:
+            key.append((t, a.hex()))
+        elif t is str or t is int or a is None:
+            key.append((t, a))
+        else:
+            return None
+    return tuple(key)
+
+
 def _setup(collective, n_ranks, n_nodes, arch, intra, n_channels, inter_bw, version,
            nics_per_node, nic_path, cpu):
+    """The checked arguments, NCCL's topology and its tables; kept by argument (they are
+    read only), as a first question on a fitted cluster asks the same choice again."""
+    args = (collective, n_ranks, n_nodes, arch, intra, n_channels, inter_bw, version,
+            nics_per_node, nic_path, cpu)
+    key = _setup_key(args)
+    hit = None if key is None else _SETUPS.get(key)
+    if hit is None:
+        hit = _setup_checked(*args)
+        if key is not None:
+            if len(_SETUPS) >= 256:
+                _SETUPS.clear()
+            _SETUPS[key] = hit
+    return hit
+
+
+def _setup_checked(collective, n_ranks, n_nodes, arch, intra, n_channels, inter_bw, version,
+                   nics_per_node, nic_path, cpu):
     version = _version(version)
     coll = _collective(collective)
     n_ranks, n_nodes = _ranks(n_ranks, n_nodes)
@@ -1196,8 +1233,9 @@ def nccl_choice(collective, nbytes, n_ranks, n_nodes, *, arch="volta", intra="nv
             tree = (whole <= thr) & (thr > 0)
         else:
             tree = np.zeros(s.shape, bool)
-        ll_ring = _ll_24(whole, topo.n_channels, n_ranks, theta)
-        ll_tree = _ll_24(whole, topo.n_channels, 1, 4 * theta)
+        # the ring's and the tree's at once (each element as alone: the same operations)
+        ll_ring, ll_tree = _ll_24(whole, topo.n_channels, np.array([[n_ranks], [1.0]]),
+                                  np.array([[theta], [4.0 * theta]]))
         algo_idx = np.where(tree, 0, 1)
         proto_idx = np.where(np.where(tree, ll_tree, ll_ring), 0, 2)
         lat = np.where(tree, table[("tree", "Simple")][0], table[("ring", "Simple")][0])

@@ -42,6 +42,9 @@ Descent in Distributed Deep Learning", ICPADS 2018, arXiv:1805.03812.
 
 from __future__ import annotations
 
+import bisect
+import math
+
 import attrs
 import numpy as np
 
@@ -133,6 +136,25 @@ def _walk(c, m):
     return hull if pos == last else None
 
 
+def _drop_under_chords(c, m, order):
+    """``order`` (slopes rising, intercepts falling) without the lines on or below the
+    chord of their two neighbours (nowhere the highest), all such at once, a few times,
+    while more than 16 are left."""
+    for _ in range(6):
+        if len(order) <= 16:
+            break
+        co, mo = c[order], m[order]
+        useless = ((co[:-2] - co[2:]) * (mo[1:-1] - mo[:-2])
+                   <= (co[:-2] - co[1:-1]) * (mo[2:] - mo[:-2]))
+        if not useless.any():
+            break
+        order = order[np.concatenate(([True], ~useless, [True]))]
+    return order
+
+
+_SMALL = 64  # at most this many lines: built in Python floats (UpperEnvelope._small)
+
+
 class UpperEnvelope:
     r"""Upper envelope :math:`E(x) = \max_j (c_j + m_j x)` of lines with :math:`m_j \ge 0`,
     on :math:`x \ge 0`.
@@ -151,6 +173,11 @@ class UpperEnvelope:
     def __init__(self, intercept, slope):
         c = np.asarray(intercept, dtype=float)
         m = np.asarray(slope, dtype=float)
+        if c.ndim == 1 and m.shape == c.shape and 0 < len(c) <= _SMALL:
+            cl, ml = c.tolist(), m.tolist()
+            if math.isfinite(sum(cl) + sum(ml)):  # every value finite
+                self._small(c, m, cl, ml)
+                return
         # slope ascending; for equal slopes the highest intercept last, so it wins
         order = np.lexsort((c, m))
         # on x >= 0 a line is never above one whose slope and intercept are both at least
@@ -165,17 +192,7 @@ class UpperEnvelope:
         if wrapped is not None:
             self._finish(c, m, order[wrapped])
             return
-        # a line on or below the chord of its two neighbours is nowhere the highest: drop
-        # all such lines at once, a few times
-        for _ in range(6):
-            if len(order) <= 16:
-                break
-            co, mo = c[order], m[order]
-            useless = ((co[:-2] - co[2:]) * (mo[1:-1] - mo[:-2])
-                       <= (co[:-2] - co[1:-1]) * (mo[2:] - mo[:-2]))
-            if not useless.any():
-                break
-            order = order[np.concatenate(([True], ~useless, [True]))]
+        order = _drop_under_chords(c, m, order)
         cl, ml = c[order].tolist(), m[order].tolist()  # Python floats: a fast exact scan
         hull: list[int] = []
         for j in range(len(order)):
@@ -191,6 +208,52 @@ class UpperEnvelope:
                     break
             hull.append(j)
         self._finish(c, m, order[np.asarray(hull, dtype=np.int64)])
+
+    def _small(self, c, m, cl, ml):
+        """The construction above for a few finite lines, in Python floats (the same
+        order, the same lines kept, the same hull and breaks: numpy's per-call cost
+        dominates there)."""
+        order = np.lexsort((c, m)).tolist()
+        kept, top = [], -math.inf  # intercepts beating every later one
+        for i in reversed(order):
+            if cl[i] > top:
+                kept.append(i)
+                top = cl[i]
+        kept.reverse()
+        if len(kept) > 16:  # the walk and the chord filter of the general case
+            wrapped = _walk(c[kept], m[kept])
+            if wrapped is not None:
+                self._finish(c, m, np.asarray(kept, dtype=np.int64)[wrapped])
+                return
+            kept = _drop_under_chords(c, m, np.asarray(kept, dtype=np.int64)).tolist()
+        hull: list[int] = []
+        for j in kept:
+            cj, mj = cl[j], ml[j]
+            if hull and ml[hull[-1]] == mj:
+                hull.pop()
+            while len(hull) >= 2:
+                i1, i2 = hull[-2], hull[-1]
+                if (cl[i1] - cj) * (ml[i2] - ml[i1]) <= (cl[i1] - cl[i2]) * (mj - ml[i1]):
+                    hull.pop()
+                else:
+                    break
+            hull.append(j)
+        breaks = []
+        for i1, i2 in zip(hull, hull[1:]):
+            dc, dm = cl[i1] - cl[i2], ml[i2] - ml[i1]
+            if not (math.isfinite(dc) and 0.0 < dm < math.inf):  # as numpy would have it
+                self._finish(c, m, np.asarray(hull, dtype=np.int64))
+                return
+            breaks.append(dc / dm)
+        if all(a <= b for a, b in zip(breaks, breaks[1:])):
+            first = bisect.bisect_right(breaks, 0.0)
+        else:  # rounding: numpy's search, as _finish
+            first = int(np.searchsorted(np.array(breaks), 0.0, side="right"))
+        hull = hull[first:]
+        self.index = np.array(hull, dtype=np.int64)
+        self.intercept = np.array([cl[j] for j in hull])
+        self.slope = np.array([ml[j] for j in hull])
+        self.breaks = np.array(breaks[first:], dtype=float)
 
     def _finish(self, c, m, hull_arr):
         """Keep the hull lines ``hull_arr`` (slopes rising) that matter on x >= 0."""

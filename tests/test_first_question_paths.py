@@ -1,0 +1,96 @@
+"""The shortcuts that make a first question on a fitted cluster fast give exactly what the
+general code gives (bit for bit): the envelope of a few lines built in Python floats, the
+NCCL 2.4 protocol choice of rings and trees in one pass, and the checked NCCL setup kept by
+argument (an argument of another type is still checked)."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scalemodel import overlap
+from scalemodel.exceptions import ParameterTypeError
+from scalemodel.nccl import _SETUPS, _ll_24, nccl_choice
+from scalemodel.overlap import UpperEnvelope
+
+FIELDS = ("index", "intercept", "slope", "breaks")
+
+
+def _general(c, m):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(overlap, "_SMALL", 0)  # every size through the numpy construction
+        return UpperEnvelope(c, m)
+
+
+def _same(a, b):
+    for f in FIELDS:
+        x, y = getattr(a, f), getattr(b, f)
+        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f
+
+
+values = st.one_of(st.floats(-1e6, 1e6), st.sampled_from([0.0, -0.0, 1.0, 2.0, 1e-310]),
+                   st.floats(-1e300, 1e300))
+slopes = st.one_of(st.floats(0, 1e10), st.sampled_from([0.0, 1.0, 3.0, 5e-324]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(values, slopes), min_size=1, max_size=64))
+def test_small_envelope_is_the_general_one(lines):
+    c = np.array([a for a, _ in lines])
+    m = np.array([b for _, b in lines])
+    _same(UpperEnvelope(c, m), _general(c, m))
+
+
+def test_small_envelope_walks_and_scans_as_the_general_one():
+    rng = np.random.default_rng(5)
+    for k in (17, 30, 64):  # more than 16 lines left: the walk, or the chords and the scan
+        mt = np.linspace(0, 10, k)
+        for c in (-mt**2 / 4, np.sort(rng.uniform(0, 1, k))[::-1]):
+            m = mt if c[0] == 0 else np.sort(rng.uniform(0, 1, k))
+            _same(UpperEnvelope(c, m), _general(c, m))
+    # lines crossing exactly at x = 0, equal slopes, huge and tiny values
+    for c, m in (([1.0, 1.0], [0.0, 1.0]), ([2.0, 1.0, 1.0, 0.5], [0.0, 0.0, 2.0, 2.0]),
+                 ([1.7e308, -1.7e308], [0.0, 1e308]), ([0.0, -1e-300], [0.0, 5e-324]),
+                 ([5e-324, 0.0], [0.0, 1e300])):  # the last: a break at 0.0 (underflow)
+        _same(UpperEnvelope(c, m), _general(np.array(c), np.array(m)))
+    assert UpperEnvelope([5e-324, 0.0], [0.0, 1e300]).index.tolist() == [1]
+
+
+def _ll_24_as_nccl(nbytes, n_channels, nchunks, threshold):
+    """getKernelInfo's LL choice written as NCCL 2.4.8 has it (src/enqueue.cc:267-300),
+    one size at a time."""
+    out = []
+    for b in nbytes:
+        nt = 64.0
+        while math.ceil(b / (nt * nchunks)) > 8 and nt * 2 <= 256:
+            nt *= 2
+        nc = min(max(math.ceil(b / (nt * nchunks * 8)), 1), n_channels)
+        out.append(b <= nc * nt * nchunks * threshold)
+    return np.array(out)
+
+
+def test_ring_and_tree_protocols_in_one_pass_are_each_as_nccl():
+    s = np.floor(np.geomspace(1.0, 1e10, 300))
+    k = 256 * np.arange(1, 4097.0)  # every boundary of the thread and channel counts
+    s = np.concatenate((s, k - 1, k, k + 1))
+    for ch in (1, 2, 12):
+        both = _ll_24(s, ch, np.array([[64.0], [1.0]]), np.array([[128.0], [512.0]]))
+        assert np.array_equal(both[0], _ll_24_as_nccl(s, ch, 64, 128))
+        assert np.array_equal(both[1], _ll_24_as_nccl(s, ch, 1, 512))
+
+
+def test_kept_nccl_setup_answers_as_a_fresh_one_and_checks_other_types():
+    s = np.geomspace(1e3, 1e9, 40)
+    kept = nccl_choice("all_reduce", s, 16, 2, version="2.4")
+    kept = nccl_choice("all_reduce", s, 16, 2, version="2.4")
+    _SETUPS.clear()
+    fresh = nccl_choice("all_reduce", s, 16, 2, version="2.4")
+    for f in ("algorithm", "protocol", "time", "latency", "algbw", "payload_fraction"):
+        assert np.array_equal(getattr(kept, f), getattr(fresh, f)), f
+    assert kept.topology == fresh.topology
+    with pytest.raises(ParameterTypeError, match="n_ranks"):
+        nccl_choice("all_reduce", s, 16.0, 2, version="2.4")  # 16 == 16.0, still checked
+    with pytest.raises(ParameterTypeError, match="n_nodes"):
+        nccl_choice("all_reduce", s, 16, np.True_, version="2.4")
