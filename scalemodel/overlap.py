@@ -103,6 +103,10 @@ def overlap_lines(ready, latency, overhead, bits, backward_time, fixed=0.0) -> O
         overheads of :mod:`scalemodel.cluster`) [s].
     """
     ready = np.asarray(ready, dtype=float)
+    if ready.ndim == 1 and all(type(v) is np.ndarray and v.shape == ready.shape
+                               for v in (latency, overhead, bits)) and \
+            (np.ndim(fixed) == 0 or (type(fixed) is np.ndarray and fixed.shape == ready.shape)):
+        return _lines_at_once(ready, latency, overhead, bits, float(backward_time), fixed)
     lat, ovh, bits = _tail_sum(latency), _tail_sum(overhead), _tail_sum(bits)
     fix = _tail_sum(np.broadcast_to(np.asarray(fixed, dtype=float), ready.shape))
     zero = np.zeros(1)
@@ -115,6 +119,32 @@ def overlap_lines(ready, latency, overhead, bits, backward_time, fixed=0.0) -> O
         ready=np.concatenate((zero, ready)),
         fixed=np.concatenate((zero, fix)),
     )
+
+
+def _lines_at_once(ready, latency, overhead, bits, backward_time, fixed):
+    """:func:`overlap_lines` for one-dimensional parts of the ready times' shape: the four
+    tail sums in one cumulative sum (each row summed in the same order as alone), the
+    seven fields rows of one array (numpy's per-call cost dominates for tens of buckets)."""
+    k = len(ready)
+    tails = np.empty((4, k))
+    tails[0] = latency[::-1]
+    tails[1] = overhead[::-1]
+    tails[2] = bits[::-1]
+    tails[3] = fixed[::-1] if np.ndim(fixed) else fixed
+    # rows: latency, overhead, bits, fixed, intercept, slope, ready; column 0 the end of
+    # backward (zeros but its intercept)
+    out = np.zeros((7, k + 1))
+    out[:4, 1:] = np.cumsum(tails, axis=1)[:, ::-1]
+    lat, ovh, wire, fix = out[0], out[1], out[2], out[3]
+    icpt = out[4]
+    np.add(ready, lat[1:], out=icpt[1:])
+    icpt[1:] += ovh[1:]
+    icpt[1:] += fix[1:]
+    icpt[0] = backward_time
+    out[5] = wire
+    out[6, 1:] = ready
+    return OverlapLines(intercept=icpt, slope=out[5], latency=lat, overhead=ovh, bits=wire,
+                        ready=out[6], fixed=fix)
 
 
 _WALK_STEPS = 12
@@ -250,10 +280,13 @@ class UpperEnvelope:
         else:  # rounding: numpy's search, as _finish
             first = int(np.searchsorted(np.array(breaks), 0.0, side="right"))
         hull = hull[first:]
+        hc, hm = [cl[j] for j in hull], [ml[j] for j in hull]
         self.index = np.array(hull, dtype=np.int64)
-        self.intercept = np.array([cl[j] for j in hull])
-        self.slope = np.array([ml[j] for j in hull])
+        self.intercept = np.array(hc)
+        self.slope = np.array(hm)
         self.breaks = np.array(breaks[first:], dtype=float)
+        if len(breaks) == first or all(a <= b for a, b in zip(breaks, breaks[1:])):
+            self._py = (hc, hm, breaks[first:], hull)  # the same, as Python floats
 
     def _finish(self, c, m, hull_arr):
         """Keep the hull lines ``hull_arr`` (slopes rising) that matter on x >= 0."""
@@ -315,6 +348,12 @@ class UpperEnvelope:
         env.breaks = br[first - 1:] if head is None else np.concatenate(([head], br[first - 1:]))
         return env
 
+    _py = None
+    """``(intercept, slope, breaks, index)`` as Python lists when built from a few lines
+    with breaks in order (:meth:`_small`): evaluated without numpy's per-call cost, each
+    answer computed with the same operations; any answer that is not finite is computed
+    again with numpy (its warnings and all)."""
+
     def __len__(self):
         return len(self.index)
 
@@ -325,6 +364,12 @@ class UpperEnvelope:
     def __call__(self, x):
         """:math:`E(x)` (vectorized)."""
         if type(x) is float and -1e200 < x < 1e200 and len(self.breaks):  # no overflow
+            if self._py is not None:
+                cl, ml, br, _ = self._py
+                k = bisect.bisect_right(br, x)  # as searchsorted: the breaks are in order
+                v = cl[k] + ml[k] * x
+                if v - v == 0.0:  # finite
+                    return np.float64(v)
             k = self.piece(x)
             return self.intercept[k] + self.slope[k] * x
         with np.errstate(over="ignore"):  # x near 1e300: the time is +inf, exactly so
@@ -346,12 +391,32 @@ class UpperEnvelope:
         c, m = self.intercept, self.slope
         if c[0] > level:  # the highest line at x = 0 is the first hull piece
             return -1.0, int(self.index[0])
+        if self._py is not None and type(level) in (float, np.float64):
+            found = self._max_x_below_py(float(level))
+            if found is not None:
+                return found
         grows = m > 0
         if not grows.any():
             return float("inf"), -1
         xs = (level - c[grows]) / m[grows]
         k = int(np.argmin(xs))
         return float(xs[k]), int(self.index[np.flatnonzero(grows)[k]])
+
+    def _max_x_below_py(self, level):
+        """:meth:`max_x_below` past its first test, in Python floats (the first smallest
+        crossing, as argmin); None when a crossing is not finite (numpy answers then)."""
+        cl, ml, _, index = self._py
+        best, at = None, -1
+        for i, (ci, mi) in enumerate(zip(cl, ml)):
+            if mi > 0:
+                v = (level - ci) / mi
+                if not v - v == 0.0:
+                    return None
+                if best is None or v < best:
+                    best, at = v, i
+        if best is None:
+            return float("inf"), -1
+        return best, index[at]
 
 
 def comm_finish_time(ready, comm_time):

@@ -4,6 +4,7 @@ NCCL 2.4 protocol choice of rings and trees in one pass, and the checked NCCL se
 argument (an argument of another type is still checked)."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from scalemodel import overlap
 from scalemodel.exceptions import ParameterTypeError
 from scalemodel.nccl import _SETUPS, _ll_24, nccl_choice
-from scalemodel.overlap import UpperEnvelope
+from scalemodel.overlap import UpperEnvelope, overlap_lines
 
 FIELDS = ("index", "intercept", "slope", "breaks")
 
@@ -94,3 +95,50 @@ def test_kept_nccl_setup_answers_as_a_fresh_one_and_checks_other_types():
         nccl_choice("all_reduce", s, 16.0, 2, version="2.4")  # 16 == 16.0, still checked
     with pytest.raises(ParameterTypeError, match="n_nodes"):
         nccl_choice("all_reduce", s, 16, np.True_, version="2.4")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(values, slopes), min_size=1, max_size=20),
+       st.lists(st.one_of(st.floats(0, 1e3), st.sampled_from([0.0, 1e-12, 1e199])),
+                min_size=1, max_size=8),
+       st.lists(st.floats(-1e300, 1e300), min_size=1, max_size=8))
+def test_envelope_answers_in_python_floats_as_numpy(lines, xs, levels):
+    c = np.array([a for a, _ in lines])
+    m = np.array([b for _, b in lines])
+    env = UpperEnvelope(c, m)
+    bare = UpperEnvelope(c, m)
+    bare._py = None  # numpy's evaluation
+    for x in xs + env.breaks.tolist():
+        (a, wa), (b, wb) = _outcome(env, x), _outcome(bare, x)
+        assert wa == wb and type(a) is type(b)
+        assert np.float64(a).tobytes() == np.float64(b).tobytes()
+    for level in levels + c.tolist():
+        (a, wa), (b, wb) = _outcome(env.max_x_below, level), _outcome(bare.max_x_below, level)
+        assert wa == wb and [type(v) for v in a] == [type(v) for v in b]
+        assert a == b or (a[0] != a[0] and b[0] != b[0] and a[1] == b[1])
+
+    tie = UpperEnvelope([1.0, 0.0], [1.0, 2.0])  # both cross 2.0 at x = 1: the first binds
+    assert tie._py is not None and tie.max_x_below(2.0) == (1.0, 0)
+
+
+def _outcome(f, arg):
+    """``f(arg)`` and the warnings it gave (numpy's overflow among them)."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        got = f(arg)
+    return got, [str(w.message) for w in said]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 60), st.integers(0, 2**32 - 1), st.sampled_from([0.0, 1e-4, "array"]))
+def test_lines_in_one_array_are_the_lines_field_by_field(k, seed, fixed):
+    rng = np.random.default_rng(seed)
+    ready, lat, ovh = rng.random(k), rng.random(k) * 1e-4, rng.random(k) * 1e-5
+    bits = np.floor(rng.random(k) * 1e9)
+    fix = rng.random(k) * 1e-4 if fixed == "array" else fixed
+    fast = overlap_lines(ready, lat, ovh, bits, 0.3, fixed=fix)
+    each = overlap_lines(ready.tolist(), lat.tolist(), ovh.tolist(), bits.tolist(), 0.3,
+                         fixed=fix.tolist() if fixed == "array" else fix)  # field by field
+    for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
+        x, y = getattr(fast, f), getattr(each, f)
+        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f
