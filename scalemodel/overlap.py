@@ -402,6 +402,23 @@ class UpperEnvelope:
         k = int(np.argmin(xs))
         return float(xs[k]), int(self.index[np.flatnonzero(grows)[k]])
 
+    def _lowest_gap(self, level):
+        """:math:`\\min_j (L - c_j)` over the growing pieces (:math:`m_j > 0`) for
+        ``level`` :math:`L` [s]: how far below the level the closest growing line starts
+        (numpy's minimum, or the same in Python floats when every gap is finite).
+
+        Parameters
+        ----------
+        level : float
+            :math:`L` [s].
+        """
+        if self._py is not None and type(level) in (float, np.float64):
+            lv = float(level)
+            gaps = [lv - ci for ci, mi in zip(self._py[0], self._py[1]) if mi > 0]
+            if gaps and math.isfinite(sum(gaps)):
+                return min(gaps)
+        return float(np.min(level - self.intercept[self.slope > 0]))
+
     def _max_x_below_py(self, level):
         """:meth:`max_x_below` past its first test, in Python floats (the first smallest
         crossing, as argmin); None when a crossing is not finite (numpy answers then)."""

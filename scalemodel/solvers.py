@@ -446,9 +446,7 @@ def _x_star(env, level):
     x, _ = env.max_x_below(level)
     if math.isinf(x) or x <= 0:
         return x
-    c, m = env.intercept, env.slope
-    grows = m > 0
-    slack = float(np.min(level - c[grows]))
+    slack = env._lowest_gap(level)  # min(level - c) over the growing hull lines
     if slack <= _SLACK * abs(level):
         return 0.0
     return x

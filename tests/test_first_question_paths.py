@@ -142,3 +142,18 @@ def test_lines_in_one_array_are_the_lines_field_by_field(k, seed, fixed):
     for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
         x, y = getattr(fast, f), getattr(each, f)
         assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(values, slopes), min_size=1, max_size=20),
+       st.lists(st.floats(-1e300, 1e300), min_size=1, max_size=8))
+def test_lowest_gap_in_python_floats_is_numpys(lines, levels):
+    c = np.array([a for a, _ in lines])
+    m = np.array([b for _, b in lines])
+    env = UpperEnvelope(c, m)
+    if not (env.slope > 0).any():
+        return
+    for level in levels + env.intercept.tolist():
+        want = float(np.min(level - env.intercept[env.slope > 0]))
+        got = env._lowest_gap(level)
+        assert type(got) is float and np.float64(got).tobytes() == np.float64(want).tobytes()
