@@ -593,13 +593,14 @@ def _nccl(version):
         topo = opt if opt.gpus_per_node else opt.evolve(gpus_per_node=1)
         ring, tr = _ring_cost(sizes, n, red, topo), _tree_cost(sizes, n, red, topo)
 
-        def pick(a, b):
-            return np.where(tree, b, a).reshape(np.shape(s))
+        def pick(a, b, per=None):  # the chosen algorithm's, then per payload (per element)
+            chosen = np.where(tree, b, a)
+            return (chosen if per is None else chosen / per).reshape(np.shape(s))
 
         return CollectiveCost(
             latency=pick(ring.latency, tr.latency), overhead=pick(ring.overhead, tr.overhead),
-            bits=pick(ring.bits / eff, tr.bits / eff),
-            intra_bits=pick(ring.intra_bits / eff, tr.intra_bits / eff), intra_bw=opt.intra_bw)
+            bits=pick(ring.bits, tr.bits, eff),
+            intra_bits=pick(ring.intra_bits, tr.intra_bits, eff), intra_bw=opt.intra_bw)
 
     cost.__name__ = f"_nccl_{version.replace('.', '_')}_cost"
     return cost

@@ -60,6 +60,7 @@ modelled for 2.30.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -118,6 +119,13 @@ _COMPCAP = {"volta": 70, "ampere": 80, "hopper": 90, "blackwell": 100}
 #: (``NCCL_LL128_DATAELEMS = NCCL_LL128_LINEELEMS - 1``, src/include/device.h:110-112 at
 #: v2.30.7-1; LL128 exists since 2.5). Simple: data only.
 PROTOCOL_EFFICIENCY = {"LL": 8 / 16, "LL128": 120 / 128, "Simple": 1.0}
+
+_TREE_RING = np.array(["tree", "ring"])  # nccl_choice's names by index (read only)
+_PROTOCOL_NAMES = np.array(NCCL_PROTOCOLS)
+_PROTOCOL_FRACTIONS = np.array([PROTOCOL_EFFICIENCY[p] for p in NCCL_PROTOCOLS])
+for _a in (_TREE_RING, _PROTOCOL_NAMES, _PROTOCOL_FRACTIONS):
+    _a.flags.writeable = False
+del _a
 
 _GB = 1e9   # NCCL's bandwidth unit: GB/s = 1e9 bytes/s ("Bandwidths in GB/s", tuning.cc)
 _US = 1e-6  # NCCL's latency unit: us
@@ -870,6 +878,7 @@ def _lat_230(coll, algo, p, proto, intra_key, cpu, ppn, n_nodes, n_ranks, nsteps
     return lat
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of four counts: asked again and again
 def _tree_threshold_24(n_nodes, n_ranks, n_channels, nvlink):
     """ncclTreeThreshold, src/init.cc:354-378 at v2.4.8-1, in C float arithmetic [bytes]."""
     f = np.float32
@@ -1241,7 +1250,7 @@ def nccl_choice(collective, nbytes, n_ranks, n_nodes, *, arch="volta", intra="nv
         lat = np.where(tree, table[("tree", "Simple")][0], table[("ring", "Simple")][0])
         tbw = table[("tree", "LL")][1] if coll == "all_reduce" and n_nodes > 1 else 0.0
         bw = np.where(tree, tbw, table[("ring", "Simple")][1])
-        names_a = np.array(["tree", "ring"])[algo_idx]
+        names_a = _TREE_RING[algo_idx]
     else:
         lats = np.empty((len(pairs), s.size))
         bws = np.empty((len(pairs), s.size))
@@ -1277,9 +1286,9 @@ def nccl_choice(collective, nbytes, n_ranks, n_nodes, *, arch="volta", intra="nv
         bw = bws[best, cols]
         names_a = np.array([a for a, _ in pairs])[best]
         proto_idx = np.array([NCCL_PROTOCOLS.index(p) for _, p in pairs])[best]
-    names_p = np.array(NCCL_PROTOCOLS)[proto_idx]
+    names_p = _PROTOCOL_NAMES[proto_idx]
     time = lat * _US + s / (bw * _GB)
-    eff = np.array([PROTOCOL_EFFICIENCY[p] for p in NCCL_PROTOCOLS])[proto_idx]
+    eff = _PROTOCOL_FRACTIONS[proto_idx]
 
     if np.ndim(sizes) == 0:
         return NcclChoice(coll, version, float(sizes), str(names_a[0]), str(names_p[0]),
