@@ -67,7 +67,7 @@ from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
-from .overlap import UpperEnvelope, _tail_sum, overlap_lines
+from .overlap import UpperEnvelope, _tail_sum, _with_fixed, overlap_lines
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
 from .checkpointing import with_recompute
 from .offload import with_offload
@@ -154,6 +154,9 @@ _LINES: "OrderedDict" = OrderedDict()  # lines without fixed costs, shared likew
 _SIBLINGS: "OrderedDict" = OrderedDict()  # scenarios whose clusters differ in numbers only
 
 
+_FLOATS = (float, np.float64)
+
+
 def _build_key(cluster):
     """What :meth:`Scenario._build` reads from a cluster: clusters that agree on it (the
     corners of a fitted cluster's intervals: the same object but for its numeric terms)
@@ -199,27 +202,29 @@ _BUCKETS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def clear_caches(*, profiles=False):
     """Forget every question asked so far: the cached scenarios (with their lines and
     schedules) and the validated arguments (topologies, collective options, line rates
-    written as text, per-byte ring costs). With ``profiles=True`` also what was derived
-    from loaded profiles (buckets, shard units, configs) and the loaded built-in profiles
-    themselves. Answers do not change; the next question pays for everything again (the
-    benchmarks use this to time a first question).
+    written as text, per-byte ring costs, NCCL's checked setups). With
+    ``profiles=True`` also what was derived from loaded profiles (buckets, shard units,
+    configs) and the loaded built-in profiles themselves. Answers do not change; the next
+    question pays for everything again (the benchmarks use this to time a first
+    question).
 
     Parameters
     ----------
     profiles : bool
         Also forget the loaded profiles and what was derived from them [-].
     """
-    from . import (checkpointing, collectives, profiles as profiles_mod, sharding, topology,
-                   units)
+    from . import (checkpointing, collectives, nccl, profiles as profiles_mod, sharding,
+                   topology, units)
     from .memory import _CONFIGS, _config_cached  # (the package's "memory" is a function)
 
     _SCENARIOS.clear()
     _SIBLINGS.clear()
     _COSTS.clear()
     _LINES.clear()
+    nccl._SETUPS.clear()
     for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
                sharding._ring_half_per_byte, sharding._ring_per_byte,
-               units._parse_bandwidth_string, _config_cached):
+               units._parse_bandwidth_string, _config_cached, nccl._tree_threshold_24):
         fn.cache_clear()
     if profiles:
         _BUCKETS.clear()
@@ -870,7 +875,7 @@ class Scenario:
             lines = base
         else:
             fix = np.concatenate((np.zeros(1), _tail_sum(fixed)))
-            lines = attrs.evolve(base, intercept=base.intercept + fix, fixed=fix)
+            lines = _with_fixed(base, fix)  # attrs.evolve(base, intercept=.. + fix, fixed=fix)
         if len(made) >= 8:
             made.clear()
         made[fk] = (lines, UpperEnvelope(lines.intercept, lines.slope))
@@ -932,6 +937,10 @@ class Scenario:
         k1, k2 = self.wire_map(n)
         if k2 == 0.0:
             return x
+        if type(x) in _FLOATS and type(r) in _FLOATS and r > 0:  # one question: in floats
+            a, b = k1 * float(x), k2 / float(r)
+            if a != b and a - a == 0.0 and b - b == 0.0:  # finite, and no tie (signed zeros)
+                return np.float64(a if a > b else b)  # as np.maximum gives it
         return np.maximum(k1 * np.asarray(x, float), k2 / np.asarray(r, float))
 
     def iteration_times(self, n, x, r):

@@ -43,6 +43,7 @@ Descent in Distributed Deep Learning", ICPADS 2018, arXiv:1805.03812.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 
 import attrs
@@ -145,6 +146,14 @@ def _lines_at_once(ready, latency, overhead, bits, backward_time, fixed):
     out[6, 1:] = ready
     return OverlapLines(intercept=icpt, slope=out[5], latency=lat, overhead=ovh, bits=wire,
                         ready=out[6], fixed=fix)
+
+
+def _with_fixed(lines, fix):
+    """``lines`` with the tail sums ``fix`` of fixed costs [s] added to their intercepts and
+    kept as their ``fixed`` (``attrs.evolve`` without its per-call introspection)."""
+    return OverlapLines(intercept=lines.intercept + fix, slope=lines.slope,
+                        latency=lines.latency, overhead=lines.overhead, bits=lines.bits,
+                        ready=lines.ready, fixed=fix)
 
 
 _WALK_STEPS = 12
@@ -281,12 +290,13 @@ class UpperEnvelope:
             first = int(np.searchsorted(np.array(breaks), 0.0, side="right"))
         hull = hull[first:]
         hc, hm = [cl[j] for j in hull], [ml[j] for j in hull]
+        if len(breaks) == first or all(a <= b for a, b in zip(breaks, breaks[1:])):
+            self._py = (hc, hm, breaks[first:], hull)  # the arrays made when first read
+            return
         self.index = np.array(hull, dtype=np.int64)
         self.intercept = np.array(hc)
         self.slope = np.array(hm)
         self.breaks = np.array(breaks[first:], dtype=float)
-        if len(breaks) == first or all(a <= b for a, b in zip(breaks, breaks[1:])):
-            self._py = (hc, hm, breaks[first:], hull)  # the same, as Python floats
 
     def _finish(self, c, m, hull_arr):
         """Keep the hull lines ``hull_arr`` (slopes rising) that matter on x >= 0."""
@@ -352,10 +362,26 @@ class UpperEnvelope:
     """``(intercept, slope, breaks, index)`` as Python lists when built from a few lines
     with breaks in order (:meth:`_small`): evaluated without numpy's per-call cost, each
     answer computed with the same operations; any answer that is not finite is computed
-    again with numpy (its warnings and all)."""
+    again with numpy (its warnings and all). The arrays are then made when first read."""
+
+    @functools.cached_property
+    def index(self):  # set as attributes by the numpy construction, made from _py here
+        return np.array(self._py[3], dtype=np.int64)
+
+    @functools.cached_property
+    def intercept(self):
+        return np.array(self._py[0])
+
+    @functools.cached_property
+    def slope(self):
+        return np.array(self._py[1])
+
+    @functools.cached_property
+    def breaks(self):
+        return np.array(self._py[2], dtype=float)
 
     def __len__(self):
-        return len(self.index)
+        return len(self.index) if self._py is None else len(self._py[3])
 
     def piece(self, x):
         """Index (into the hull) of the line that is highest at ``x``."""
@@ -363,15 +389,16 @@ class UpperEnvelope:
 
     def __call__(self, x):
         """:math:`E(x)` (vectorized)."""
-        if type(x) is float and -1e200 < x < 1e200 and len(self.breaks):  # no overflow
-            if self._py is not None:
+        if type(x) is float and -1e200 < x < 1e200:  # no overflow
+            if self._py is not None and self._py[2]:
                 cl, ml, br, _ = self._py
                 k = bisect.bisect_right(br, x)  # as searchsorted: the breaks are in order
                 v = cl[k] + ml[k] * x
                 if v - v == 0.0:  # finite
                     return np.float64(v)
-            k = self.piece(x)
-            return self.intercept[k] + self.slope[k] * x
+            if len(self.breaks):
+                k = self.piece(x)
+                return self.intercept[k] + self.slope[k] * x
         with np.errstate(over="ignore"):  # x near 1e300: the time is +inf, exactly so
             if len(self.breaks) == 0:
                 return self.intercept[0] + self.slope[0] * np.asarray(x, dtype=float)
@@ -388,13 +415,15 @@ class UpperEnvelope:
         Returns ``(x, j)``: ``x = inf`` when no line grows (``j = -1``); ``x < 0`` when even
         :math:`E(0)` exceeds the level (``j`` is then the highest line at 0).
         """
-        c, m = self.intercept, self.slope
-        if c[0] > level:  # the highest line at x = 0 is the first hull piece
-            return -1.0, int(self.index[0])
         if self._py is not None and type(level) in (float, np.float64):
+            if self._py[0][0] > level:  # as below
+                return -1.0, self._py[3][0]
             found = self._max_x_below_py(float(level))
             if found is not None:
                 return found
+        c, m = self.intercept, self.slope
+        if c[0] > level:  # the highest line at x = 0 is the first hull piece
+            return -1.0, int(self.index[0])
         grows = m > 0
         if not grows.any():
             return float("inf"), -1

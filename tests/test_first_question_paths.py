@@ -107,6 +107,8 @@ def test_envelope_answers_in_python_floats_as_numpy(lines, xs, levels):
     m = np.array([b for _, b in lines])
     env = UpperEnvelope(c, m)
     bare = UpperEnvelope(c, m)
+    for f in FIELDS:  # made from the Python floats when first read
+        getattr(bare, f)
     bare._py = None  # numpy's evaluation
     for x in xs + env.breaks.tolist():
         (a, wa), (b, wb) = _outcome(env, x), _outcome(bare, x)
@@ -157,3 +159,16 @@ def test_lowest_gap_in_python_floats_is_numpys(lines, levels):
         want = float(np.min(level - env.intercept[env.slope > 0]))
         got = env._lowest_gap(level)
         assert type(got) is float and np.float64(got).tobytes() == np.float64(want).tobytes()
+
+
+def test_lines_with_fixed_costs_are_attrs_evolve_field_by_field():
+    import attrs
+
+    from scalemodel.overlap import OverlapLines, _with_fixed
+    base = overlap_lines(np.arange(5.0), np.full(5, 1e-5), np.zeros(5), np.arange(5.0) * 1e8,
+                         4.5)
+    fix = np.concatenate(([0.0], np.arange(5.0)[::-1] * 1e-4))
+    got, want = _with_fixed(base, fix), attrs.evolve(base, intercept=base.intercept + fix,
+                                                     fixed=fix)
+    for f in attrs.fields(OverlapLines):  # every field, those added later too
+        assert np.array_equal(getattr(got, f.name), getattr(want, f.name)), f.name
