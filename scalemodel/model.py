@@ -67,7 +67,7 @@ from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
-from .overlap import UpperEnvelope, _tail_sum, _with_fixed, overlap_lines
+from .overlap import UpperEnvelope, _with_fixed, overlap_lines
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
 from .checkpointing import with_recompute
 from .offload import with_offload
@@ -236,11 +236,12 @@ def clear_caches(*, profiles=False):
 
 def _cache_key(profile, cluster, kw):
     """A hashable key of a build's arguments, or None when they cannot be cached (a
-    cluster given as a file, an unhashable value)."""
+    cluster given as a file, an unhashable value). ``kw`` comes in :meth:`Scenario.build`'s
+    one order of names, so its items need no sorting."""
     if cluster is not None and not isinstance(cluster, ClusterProfile):
         return None
     try:  # with each value's type: True == 1 == 1.0 hash alike, but only 1 is a valid tp
-        key = (id(profile), id(cluster), tuple(sorted((k, type(v), v) for k, v in kw.items())))
+        key = (id(profile), id(cluster), (tuple(kw.items()), tuple(map(type, kw.values()))))
         hash(key)
     except TypeError:
         return None
@@ -874,7 +875,8 @@ class Scenario:
         if not fixed.any():
             lines = base
         else:
-            fix = np.concatenate((np.zeros(1), _tail_sum(fixed)))
+            fix = np.zeros(len(fixed) + 1)  # 0, then _tail_sum(fixed)
+            np.cumsum(fixed[::-1], out=fix[:0:-1])
             lines = _with_fixed(base, fix)  # attrs.evolve(base, intercept=.. + fix, fixed=fix)
         if len(made) >= 8:
             made.clear()
