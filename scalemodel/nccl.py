@@ -271,13 +271,30 @@ class NcclChoice:
 # --------------------------------------------------------------------------- checking
 
 
+_LOOKUPS: dict = {}  # _name's tables by (known names, aliases): static, as the constants
+
+
+def _lookup(known, aliases):
+    """Lower-case name or alias -> canonical name, made once per (known, aliases)."""
+    try:
+        key = (known, tuple(aliases.items()) if aliases else ())
+        table = _LOOKUPS.get(key)
+    except (TypeError, AttributeError):  # a list of names, say: made each time
+        key = table = None
+    if table is None:
+        table = {k.lower(): k for k in known}
+        for alias, target in (aliases or {}).items():
+            table[alias.lower()] = target
+        if key is not None:
+            _LOOKUPS[key] = table
+    return table
+
+
 def _name(value, parameter, known, aliases=None):
     if not isinstance(value, str):
         raise ParameterTypeError(parameter, value, "a string")
     key = value.strip()
-    lookup = {k.lower(): k for k in known}
-    for alias, target in (aliases or {}).items():
-        lookup[alias.lower()] = target
+    lookup = _lookup(known, aliases)  # read only
     norm = key.lower().replace("-", "_").replace(" ", "_")
     if norm in lookup:
         return lookup[norm]
