@@ -751,18 +751,20 @@ class Scenario:
         n = int(n)
         sigma = self.slowdown(n)
         ready = np.asarray(ready, float) * (sigma / self.compute_slowdown)
-        k = len(np.atleast_1d(ready))
+        k = ready.shape[0] if ready.ndim else 1  # len(np.atleast_1d(ready))
         cb = self.bucket_overhead(n)
         if cb > 0:  # the framework's work per bucket delays backward and later buckets
             ready = ready + cb * np.arange(1, k + 1)
         if delay is not None:
             ready = ready + np.asarray(delay, float)
         bits, intra = np.asarray(cost.bits, float), np.asarray(cost.intra_bits, float)
-        if n > 1 and not bits.any() and intra.any():  # one node: the intra link is the wire
+        has_intra = np.count_nonzero(intra) > 0  # .any(), without its Python wrapper
+        if n > 1 and has_intra and not np.count_nonzero(bits):  # one node: intra is the wire
             wire, xmap = intra, (0.0, 1.0 / cost.intra_bw)
-        elif intra.any():
+        elif has_intra:
+            pos = bits > 0
             with np.errstate(divide="ignore", invalid="ignore"):
-                rho = np.where(bits > 0, intra / np.where(bits > 0, bits, 1.0), 0.0)
+                rho = np.where(pos, intra / np.where(pos, bits, 1.0), 0.0)
             wire, xmap = bits, (1.0, float(rho.max()) / cost.intra_bw)
         else:
             wire, xmap = bits, (1.0, 0.0)
