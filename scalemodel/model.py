@@ -874,7 +874,7 @@ class Scenario:
         fk = fixed.tobytes()  # the same fixed costs (corners of a ceiling, a utilization,
         if fk in made:        # the wrapper's per-iteration work): the same lines, envelope
             return (*made[fk], xmap)
-        if not fixed.any():
+        if not np.count_nonzero(fixed):  # not fixed.any()
             lines = base
         else:
             fix = np.zeros(len(fixed) + 1)  # 0, then _tail_sum(fixed)

@@ -1248,7 +1248,6 @@ def nccl_choice(collective, nbytes, n_ranks, n_nodes, *, arch="volta", intra="nv
     sizes = _sizes(nbytes)
     s = np.atleast_1d(sizes).astype(float).ravel()
     whole = np.floor(s)
-    pairs = [(a, p) for a in NCCL_ALGORITHMS for p in NCCL_PROTOCOLS if (a, p) in table]
 
     if version == "2.4":
         nvlink = intra == "nvlink"
@@ -1269,6 +1268,7 @@ def nccl_choice(collective, nbytes, n_ranks, n_nodes, *, arch="volta", intra="nv
         bw = np.where(tree, tbw, table[("ring", "Simple")][1])
         names_a = _TREE_RING[algo_idx]
     else:
+        pairs = [(a, p) for a in NCCL_ALGORITHMS for p in NCCL_PROTOCOLS if (a, p) in table]
         lats = np.empty((len(pairs), s.size))
         bws = np.empty((len(pairs), s.size))
         log_size = _log2i(np.floor(whole / 64))
