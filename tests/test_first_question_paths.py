@@ -172,3 +172,13 @@ def test_lines_with_fixed_costs_are_attrs_evolve_field_by_field():
                                                      fixed=fix)
     for f in attrs.fields(OverlapLines):  # every field, those added later too
         assert np.array_equal(getattr(got, f.name), getattr(want, f.name)), f.name
+
+
+def test_clear_caches_forgets_nccl_setups_so_a_first_question_pays_for_them():
+    from scalemodel import nccl
+    from scalemodel.model import clear_caches
+
+    nccl_choice("all_reduce", np.geomspace(1e3, 1e9, 8), 16, 2, version="2.4")
+    assert _SETUPS and nccl._tree_threshold_24.cache_info().currsize
+    clear_caches()
+    assert not _SETUPS and nccl._tree_threshold_24.cache_info().currsize == 0
