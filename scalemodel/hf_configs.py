@@ -86,6 +86,17 @@ def _get(config, *keys, default=KeyError):
     return default
 
 
+def _flag(config, key, default):
+    """A true/false key of the config; anything else (the text "false", 0, 1) refused by
+    name rather than read by its truth value; absent or null: ``default`` [-]."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ParameterTypeError(f"config.{key}", value, "true or false (a JSON boolean)")
+    return value
+
+
 def _check_head_dim(config, hidden, heads):
     hd = config.get("head_dim")
     if hd is not None and heads and hd * heads != hidden:
@@ -119,7 +130,7 @@ def config_kwargs(config: dict) -> dict:
                   vocab=_get(config, "vocab_size"), gated_ffn=False, norm="layernorm",
                   bias=True, learned_positions=_get(config, "n_positions",
                                                     "max_position_embeddings"),
-                  tied_embeddings=bool(config.get("tie_word_embeddings", True)))
+                  tied_embeddings=_flag(config, "tie_word_embeddings", True))
     elif family == "bert":
         kw = dict(layers=_get(config, "num_hidden_layers"), hidden=_get(config, "hidden_size"),
                   heads=_get(config, "num_attention_heads"),
@@ -134,22 +145,22 @@ def config_kwargs(config: dict) -> dict:
                   heads=_get(config, "num_attention_heads"),
                   ffn=_get(config, "intermediate_size"), vocab=_get(config, "vocab_size"),
                   gated_ffn=False, norm="layernorm", bias=True,
-                  tied_embeddings=bool(config.get("tie_word_embeddings", False)))
+                  tied_embeddings=_flag(config, "tie_word_embeddings", False))
     elif family == "falcon":
         hidden = _get(config, "hidden_size", "n_embed")
         heads = _get(config, "num_attention_heads", "n_head")
-        new_arch = bool(config.get("new_decoder_architecture", False))
+        new_arch = _flag(config, "new_decoder_architecture", False)
         if new_arch:
             kv = _get(config, "num_kv_heads", "n_head_kv", default=heads)
         else:
-            kv = 1 if config.get("multi_query", True) else heads
+            kv = 1 if _flag(config, "multi_query", True) else heads
         kw = dict(layers=_get(config, "num_hidden_layers", "n_layer"), hidden=hidden,
                   heads=heads, kv_heads=kv,
                   ffn=_get(config, "ffn_hidden_size", default=None) or 4 * hidden,
                   vocab=_get(config, "vocab_size"), gated_ffn=False, norm="layernorm",
-                  bias=bool(config.get("bias", False)),
-                  tied_embeddings=bool(config.get("tie_word_embeddings", True)))
-        if config.get("parallel_attn", True) and not new_arch:
+                  bias=_flag(config, "bias", False),
+                  tied_embeddings=_flag(config, "tie_word_embeddings", True))
+        if _flag(config, "parallel_attn", True) and not new_arch:
             unmapped.append(f"parallel_attn: one norm per block, counted as two "
                             f"(+{2 * hidden} parameters per block)")
     else:  # llama, mistral, qwen2, gemma
@@ -159,10 +170,9 @@ def config_kwargs(config: dict) -> dict:
         kw = dict(layers=_get(config, "num_hidden_layers"), hidden=hidden, heads=heads,
                   ffn=_get(config, "intermediate_size"), vocab=_get(config, "vocab_size"),
                   kv_heads=config.get("num_key_value_heads"),
-                  tied_embeddings=bool(config.get("tie_word_embeddings",
-                                                  family == "gemma")),
-                  bias=bool(config.get("attention_bias", False)))
-        if family == "qwen2" and not config.get("attention_bias", False):
+                  tied_embeddings=_flag(config, "tie_word_embeddings", family == "gemma"),
+                  bias=_flag(config, "attention_bias", False))
+        if family == "qwen2" and not kw["bias"]:
             kv = kw["kv_heads"] or heads
             unmapped.append(f"biases of the query, key and value projections "
                             f"(+{hidden + 2 * kv * (hidden // heads)} parameters per block)")

@@ -69,6 +69,13 @@ estimate: read fp32 master weight, m, v (12) and the gradient (2-4), write maste
 the GPU's datasheet HBM bandwidth (an estimate, not a measurement)."""
 
 
+MAX_LAYERS = 100_000
+"""Most transformer blocks a :class:`TransformerConfig` may have [-]: every block is
+listed tensor by tensor (about 4.5 s at this bound), so a config with 10^9 layers would
+run for hours instead of being refused; the deepest published transformers have about
+1,000 (DeepNet, Wang et al. 2022)."""
+
+
 def _int_ge(minimum):
     def check(instance, attribute, value):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -141,8 +148,8 @@ class TransformerConfig:
     Raises
     ------
     InvalidParameterError
-        A size < 1, heads not dividing hidden, kv_heads not dividing heads, an unknown norm;
-        the message names the parameter and the value.
+        A size < 1, more than 100,000 layers, heads not dividing hidden, kv_heads not
+        dividing heads, an unknown norm; the message names the parameter and the value.
     ParameterTypeError
         A size that is not an integer, a flag that is not a bool.
     """
@@ -170,6 +177,9 @@ class TransformerConfig:
     name: str = ""
 
     def __attrs_post_init__(self):
+        if self.layers > MAX_LAYERS:
+            raise InvalidParameterError("layers", self.layers, f"must be at most {MAX_LAYERS:,}",
+                                        "Each block is listed tensor by tensor")
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         _int_ge(1)(self, attrs.fields(TransformerConfig).kv_heads, self.kv_heads)

@@ -52,3 +52,38 @@ def test_checkpointing_without_blocks_names_the_value_given(value):
         sm.scaling_factor("resnet50", 64, 10e9, activation_checkpointing=value)
     assert err.value.parameter == "activation_checkpointing"
     assert f"activation_checkpointing={value!r} is invalid" in str(err.value)
+
+
+_LLAMA = dict(model_type="llama", hidden_size=256, num_hidden_layers=4,
+              num_attention_heads=4, intermediate_size=1024, vocab_size=1000)
+_FALCON = dict(model_type="falcon", hidden_size=256, num_hidden_layers=4,
+               num_attention_heads=4, vocab_size=1000)
+
+
+@pytest.mark.parametrize("config, key, value", [
+    (_LLAMA, "tie_word_embeddings", "false"),
+    (_LLAMA, "tie_word_embeddings", 1),
+    (_LLAMA, "attention_bias", "true"),
+    (_FALCON, "multi_query", "no"),
+    (_FALCON, "new_decoder_architecture", 0),
+    (_FALCON, "bias", "false"),
+])
+def test_hf_config_flags_must_be_booleans(config, key, value):
+    """tie_word_embeddings="false" was read by its truth value (True: a tied head)."""
+    with pytest.raises(ParameterTypeError) as err:
+        sm.TransformerConfig.from_hf_config({**config, key: value})
+    assert err.value.parameter == f"config.{key}"
+    assert f"config.{key}={value!r}" in str(err.value) and "true or false" in str(err.value)
+
+
+def test_hf_config_null_flag_is_the_default():
+    cfg = sm.TransformerConfig.from_hf_config({**_LLAMA, "tie_word_embeddings": None})
+    assert cfg.tied_embeddings is False
+
+
+def test_absurd_layer_count_is_refused_not_run():
+    """layers=10**9 was accepted and parameter_count then listed 10^9 blocks (hours)."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.TransformerConfig(layers=10**9, hidden=256, heads=4, ffn=1024, vocab=1000)
+    assert err.value.parameter == "layers" and "layers=1000000000" in str(err.value)
+    assert "at most 100,000" in str(err.value)
