@@ -201,6 +201,22 @@ def is_hf_config(data) -> bool:
             and any(k in data for k in ("model_type", "hidden_size", "n_embd")))
 
 
+def _context_length(data):
+    """The config's context length, the default ``seq``: ``max_position_embeddings`` or
+    ``n_positions`` (an integer >= 1, refused by name otherwise: NaN, text, 2048.5), else
+    4096 [tokens]."""
+    for key in ("max_position_embeddings", "n_positions"):
+        value = data.get(key)
+        if value is None or value == 0:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidParameterError(f"config.{key}", value, "must be an integer >= 1 "
+                                        "(the default sequence length)",
+                                        "Or give the sequence length: seq= (CLI --seq)")
+        return value
+    return 4096
+
+
 def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None):
     """A workload profile, derived from FLOPs, for a Hugging Face ``config.json`` file.
 
@@ -233,8 +249,8 @@ def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None):
         raise InvalidParameterError("model", str(path), "is neither a scalemodel workload "
                                     "profile nor a Hugging Face config.json")
     if seq is None:
-        seq = data.get("max_position_embeddings") or data.get("n_positions") or 4096
-    cfg = TransformerConfig.from_hf_config(data, seq=int(seq), micro_batch=micro_batch or 1,
+        seq = _context_length(data)
+    cfg = TransformerConfig.from_hf_config(data, seq=seq, micro_batch=micro_batch or 1,
                                            dtype=dtype or "bf16",
                                            name=data.get("_name_or_path") or Path(path).stem)
     return transformer_profile(cfg, gpu or "h100-sxm")

@@ -87,3 +87,27 @@ def test_absurd_layer_count_is_refused_not_run():
         sm.TransformerConfig(layers=10**9, hidden=256, heads=4, ffn=1024, vocab=1000)
     assert err.value.parameter == "layers" and "layers=1000000000" in str(err.value)
     assert "at most 100,000" in str(err.value)
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("NaN", "nan"), ('"2048"', "'2048'"), ("2048.5", "2048.5"), ("-5", "-5"), ("true", "True"),
+])
+def test_hf_config_file_context_length_is_checked(tmp_path, capsys, text, shown):
+    """A config.json with "max_position_embeddings": NaN ended the CLI with a traceback
+    (ValueError from int(nan)); 2048.5 was cut to 2048 silently."""
+    from scalemodel.cli import main
+    from scalemodel.hf_configs import load_hf_profile
+
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, '
+                    '"num_attention_heads": 4, "intermediate_size": 1024, '
+                    f'"vocab_size": 1000, "max_position_embeddings": {text}}}')
+    with pytest.raises(InvalidParameterError) as err:
+        load_hf_profile(path)
+    assert err.value.parameter == "config.max_position_embeddings"
+    assert f"config.max_position_embeddings={shown} is invalid" in str(err.value)
+    assert main(["scaling", "--model", str(path), "--n", "64", "--bw", "10Gbps"]) == 2
+    err_text = capsys.readouterr().err
+    assert "Traceback" not in err_text and len(err_text.strip().splitlines()) == 1
+    assert "config.max_position_embeddings" in err_text
+    assert load_hf_profile(path, seq=1024).name  # an explicit seq needs no context length
