@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import sys
 
 import attrs
@@ -943,6 +944,19 @@ def _build_fit(sub):
     p.set_defaults(func=cmd_fit)
 
 
+def _refuse_overwriting_an_input(out, inputs):
+    """``--out`` naming one of the command's own measurements (the runs CSV, a
+    --transport file) would replace it with the result: refused by name. (The --cluster
+    to start from may be updated in place.)"""
+    if not os.path.isfile(out):
+        return
+    for given in inputs:
+        if given is not None and os.path.isfile(given) and os.path.samefile(out, given):
+            raise InvalidParameterError("--out", out, f"is an input of this command "
+                                        f"({given}): writing there would destroy it",
+                                        "Name another file")
+
+
 def cmd_fit(args):
     import warnings
 
@@ -967,6 +981,7 @@ def cmd_fit(args):
         why = output_problem(args.out)
         if why:
             raise InvalidParameterError("--out", args.out, why)
+        _refuse_overwriting_an_input(args.out, [args.runs, *(args.transport or ())])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
         fit = fit_cluster(args.runs, algorithm=args.algorithm, fusion=args.fusion,

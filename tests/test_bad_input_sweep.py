@@ -2,6 +2,8 @@
 20): each test is a reproducer of a defect that was fixed, and checks the documented
 exception class and that the message names the parameter and the offending value."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ import scalemodel as sm
 from scalemodel.exceptions import InvalidParameterError, ParameterTypeError
 
 LLM = "llama-2-7b"
+H100_LOG = str(Path(__file__).parent / "data" / "nccl_tests_all_reduce_2x8_h100.txt")
 
 
 @pytest.mark.parametrize("kw, name, shown", [
@@ -111,3 +114,27 @@ def test_hf_config_file_context_length_is_checked(tmp_path, capsys, text, shown)
     assert "Traceback" not in err_text and len(err_text.strip().splitlines()) == 1
     assert "config.max_position_embeddings" in err_text
     assert load_hf_profile(path, seq=1024).name  # an explicit seq needs no context length
+
+
+def test_fit_out_refuses_to_overwrite_the_runs_or_transport(tmp_path, capsys):
+    """`scalemodel fit runs.csv --out runs.csv` replaced the measured runs with the
+    cluster JSON (exit 0, 'wrote runs.csv')."""
+    from scalemodel.cli import main
+
+    runs = tmp_path / "runs.csv"
+    text = "model,n,bw,scaling_factor\nresnet50,16,10Gbps,0.6\nresnet50,32,10Gbps,0.55\n"
+    runs.write_text(text)
+    log = tmp_path / "log.txt"
+    log.write_text(Path(H100_LOG).read_text())
+    for argv, target in ((["fit", str(runs), "--out", str(runs)], runs),
+                         (["fit", str(runs), "--out", str(tmp_path / "." / "runs.csv")], runs),
+                         (["fit", str(runs), "--transport", str(log), "--out", str(log)], log)):
+        before = target.read_bytes()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert "--out=" in err and "is an input of this command" in err
+        assert target.read_bytes() == before
+    out = tmp_path / "cluster.json"
+    assert main(["fit", str(runs), "--out", str(out)]) == 0 and out.is_file()
+    capsys.readouterr()
