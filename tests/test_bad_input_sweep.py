@@ -138,3 +138,18 @@ def test_fit_out_refuses_to_overwrite_the_runs_or_transport(tmp_path, capsys):
     out = tmp_path / "cluster.json"
     assert main(["fit", str(runs), "--out", str(out)]) == 0 and out.is_file()
     capsys.readouterr()
+
+
+def test_from_nccl_tests_out_refuses_to_overwrite_the_log(tmp_path, capsys):
+    """`python -m scalemodel.calibrate from-nccl-tests log.txt --out log.txt` replaced the
+    log with the cluster JSON ('wrote log.txt')."""
+    from scalemodel.calibrate.__main__ import main
+
+    log = tmp_path / "log.txt"
+    log.write_text(Path(H100_LOG).read_text())
+    before = log.read_bytes()
+    assert main(["from-nccl-tests", str(log), "--line-rate", "400Gbps", "--out",
+                 str(log)]) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"--out {log} is the input log" in err
+    assert log.read_bytes() == before

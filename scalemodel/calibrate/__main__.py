@@ -763,6 +763,10 @@ def from_nccl_tests(argv) -> int:
         raise InvalidParameterError("--nodes", args.nodes, "either --nodes or "
                                     "--gpus-per-node, not both")
     why = _check_outputs([(args.out, "--out")])
+    for f in args.files:  # the log itself would be replaced by the cluster
+        if not why and os.path.isfile(args.out) and os.path.isfile(f) and \
+                os.path.samefile(args.out, f):
+            why = f"--out {args.out} is the input log {f}: writing there would destroy it"
     if why:
         raise CalibrationError(f"{why}; nothing was read")
     results = [read_nccl_tests(Path(f), collective=args.collective) for f in args.files]
