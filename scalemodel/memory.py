@@ -679,8 +679,9 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     spec = get_gpu(gpu)
     if not isinstance(optimizer, str) or optimizer.strip().lower() not in OPTIMIZER_STATES:
         raise UnknownNameError("optimizer", optimizer, OPTIMIZER_STATES)
-    if not isinstance(flash_attention, (bool, np.bool_)):
-        raise ParameterTypeError("flash_attention", flash_attention, "True or False")
+    for name, flag in (("flash_attention", flash_attention), ("suggest", suggest)):
+        if not isinstance(flag, (bool, np.bool_)):  # "no" would be read as True
+            raise ParameterTypeError(name, flag, "True or False")
     ck = resolve_checkpointing(activation_checkpointing, bool(flash_attention))
     mode = canonical_offload(offload)
     check_offload_sharding(mode, strategy)

@@ -153,3 +153,11 @@ def test_from_nccl_tests_out_refuses_to_overwrite_the_log(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"--out {log} is the input log" in err
     assert log.read_bytes() == before
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_memory_suggest_must_be_a_bool(value):
+    """memory(suggest="no") was read by its truth value (suggestions on)."""
+    with pytest.raises(ParameterTypeError) as err:
+        sm.memory(LLM, 64, suggest=value)
+    assert err.value.parameter == "suggest" and f"suggest={value!r}" in str(err.value)
