@@ -1089,17 +1089,33 @@ class PowerSGD(Compressor):
                                                         * (rows + cols))))
         return (1, max(1, int(hi.max())))
 
-    def _costs(self, numel, shapes, n, c, e):
+    def _matrix_parts(self, numel, shapes):
+        """What of the matrices does not depend on the rank, per profile (cached as
+        :meth:`_matrices` is): ``(rows, cols, matrix, min(rows, cols), rows cols,
+        rows + cols)``, ``matrix`` whether the tensor is a matrix at all."""
         rows, cols = self._matrices(numel, shapes)
-        # PyTorch's hook: tensors of one dimension go uncompressed; a matrix's rank is
-        # clamped to min(rows, cols), and it is compressed when rows cols >= (rows + cols)
-        # rank min_compression_rate (for rate >= 1: never when min(rows, cols) < rank)
+        key = ("parts", id(rows), id(cols), shapes is None)
+        hit = _MATRIX_CACHE.get(key)
+        if hit is not None and hit[0] is rows and hit[1] is cols:
+            return hit
+        # PyTorch's hook: tensors of one dimension go uncompressed
         if shapes is not None:
             matrix = np.array([len(sh) >= 2 for sh in shapes])
         else:  # no shapes: a prime element count is a vector (matrix_shape)
             matrix = np.minimum(rows, cols) > 1
-        k = np.minimum(float(self.rank), np.minimum(rows, cols))
-        comp = matrix & (rows * cols >= (rows + cols) * k * self.min_compression_rate)
+        parts = (rows, cols, matrix, np.minimum(rows, cols), rows * cols, rows + cols)
+        for a in parts[2:]:
+            a.setflags(write=False)
+        _MATRIX_CACHE[key] = parts
+        return parts
+
+    def _costs(self, numel, shapes, n, c, e):
+        rows, cols, matrix, smaller, area, perimeter = self._matrix_parts(numel, shapes)
+        # a matrix's rank is clamped to min(rows, cols), and it is compressed when
+        # rows cols >= (rows + cols) rank min_compression_rate (for rate >= 1: never when
+        # min(rows, cols) < rank)
+        k = np.minimum(float(self.rank), smaller)
+        comp = matrix & (area >= perimeter * k * self.min_compression_rate)
         raw = np.where(comp, 0.0, numel * e)
         p = np.where(comp, rows * k * e, 0.0)
         q = np.where(comp, cols * k * e, 0.0)

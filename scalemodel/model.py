@@ -737,7 +737,7 @@ class Scenario:
         return self._buckets
 
     def make_lines(self, n, ready, cost, overhead=None, *, with_fixed=True, delay=None,
-                   backward_extra=0.0):
+                   backward_extra=0.0, envelope=True):
         """Lines of eq. :eq:`iteration-cluster` for buckets ready at ``ready`` [s] (on the
         distributed timeline, as :attr:`buckets`) with collective costs ``cost`` (a
         :class:`~scalemodel.collectives.CollectiveCost`); ``overhead`` [s] replaces the
@@ -746,7 +746,8 @@ class Scenario:
         compute-stream work before it (added to its ready time, after the slowdown) and
         ``backward_extra`` [s] compute-stream work added to the end of the backward pass
         (a compressor's codec on the compute stream, :mod:`scalemodel.planner`). Returns
-        the lines, their envelope (None without the fixed costs) and the wire map
+        the lines, their envelope (None without the fixed costs, or with
+        ``envelope=False``: the caller builds it when it needs it) and the wire map
         ``(k1, k2)`` of :meth:`Scenario.x_effective`."""
         n = int(n)
         sigma = self.slowdown(n)
@@ -776,7 +777,7 @@ class Scenario:
         lines = overlap_lines(ready + shift, cost.latency, ovh, wire,
                               sigma * p.backward_time + k * cb + shift + backward_extra,
                               fixed=self._fixed(n, k) if with_fixed else 0.0)
-        if not with_fixed:
+        if not (with_fixed and envelope):
             return lines, None, xmap
         return lines, UpperEnvelope(lines.intercept, lines.slope), xmap
 

@@ -87,7 +87,8 @@ import math
 import attrs
 import numpy as np
 
-from .collectives import CollectiveCost, collective_cost
+from .collectives import (ALGORITHMS, NO_REDUCTION_COST, CollectiveCost, CollectiveOptions,
+                          collective_cost, resolve_algorithm)
 from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS, Compressor,
                           alltoall_cost, codec_costs_for, for_implementation, get_compressor,
                           resolve_implementation)
@@ -116,7 +117,6 @@ class _Evaluated:
     """One compressor at one setting on one scenario and worker count."""
 
     lines: object
-    env: UpperEnvelope
     bits: float  # wire bits per iteration, compressed [bit]
     raw_bits: float  # wire bits per iteration of the uncompressed all-reduce [bit]
     encode: float  # [s] per iteration
@@ -126,6 +126,53 @@ class _Evaluated:
     per_worker_ratio: float  # gradient bytes over bytes each worker sends [-]
     n: int = 1
     xmap: tuple = (1.0, 0.0)  # (k1, k2): x_eff = max(k1 x, k2), see Scenario.x_effective
+    _env: UpperEnvelope | None = None  # built when first read (see _top_line)
+
+    @property
+    def env(self) -> UpperEnvelope:
+        """The lines' upper envelope, built when first read (a search needs only the
+        highest line at one point, :func:`_top_line`)."""
+        if self._env is None:
+            object.__setattr__(self, "_env", UpperEnvelope(self.lines.intercept,
+                                                           self.lines.slope))
+        return self._env
+
+
+# relative gap by which the highest line at a point must beat every lower one for
+# _top_line to answer without the envelope (the envelope's rounding is ~1e-16 of the
+# lines' values)
+_TOP_GAP = 1e-9
+
+
+def _top_line(ev, x):
+    """``(E(x), j)``: the envelope's value at ``x`` [s/bit] (a Python float ``>= 0``) and the
+    line attaining it, from the lines' values there when the highest is unique and beats
+    every lower line by :data:`_TOP_GAP` of the values' scale: the envelope then takes that
+    line, and its value is computed with the same operations; else from the envelope."""
+    env = ev._env
+    if env is None and type(x) is float and 0.0 <= x < 1e200:
+        c, m = ev.lines.intercept, ev.lines.slope
+        if len(c) <= 32:  # a few lines: Python floats
+            c, m = c.tolist(), m.tolist()
+            vals = [ci + mi * x for ci, mi in zip(c, m)]
+            top = max(vals)
+            j = vals.index(top)
+            scale = max(map(abs, vals)) + max(map(abs, c))
+            if math.isfinite(scale + top) and \
+                    all(v < top - _TOP_GAP * scale for v in vals[:j]) \
+                    and all(v < top - _TOP_GAP * scale for v in vals[j + 1:]):
+                return np.float64(top), j
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):
+                vals = c + m * x
+                j = int(np.argmax(vals))
+                top = float(vals[j])
+                scale = float(np.max(np.abs(vals))) + float(np.max(np.abs(c)))
+                if math.isfinite(scale + top) and np.count_nonzero(
+                        vals < top - _TOP_GAP * scale) == len(vals) - 1:
+                    return np.float64(top), j
+    env = ev.env
+    return env(x), int(env.argmax(x))
 
 
 def _members_starts(buckets):
@@ -214,7 +261,7 @@ def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated
         return hit[1]
     ev = _evaluate_uncached(sc, comp, n, codec)
     if len(cache) > _EVAL_CACHE_SIZE:
-        for k in [k for k in cache if k[0] == "evaluate"]:
+        for k in [k for k in cache if k[0] in ("evaluate", "evaluate-costs")]:
             del cache[k]
     cache[key] = (codec, ev)
     return ev
@@ -259,6 +306,40 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
     else:
         tc = comp._costs(numel, p.tensor_shapes, n, codec[comp.family], e)
         starts = _members_starts(b)
+    # two settings whose tensor costs are equal give the same evaluation: the knob enters
+    # only through them (topk's k = ceil(d N) at two densities, unpacked bits, ...)
+    same = _same_costs_key(comp, tc, n, codec)
+    hit = None if same is None else sc._cache.get(same)
+    if hit is not None and hit[0] is codec:
+        return hit[1]
+    ev = _evaluate_costs(sc, comp, n, codec, tc, starts, ready)
+    if same is not None:
+        sc._cache[same] = (codec, ev)
+    return ev
+
+
+def _same_costs_key(comp, tc, n, codec):
+    """The cache key of an evaluation by all it depends on: the tensor costs ``tc`` (the
+    bytes of every array), the compressor's attributes that :func:`_evaluate_uncached`
+    reads (``per_tensor``, ``after_backward``, ``codec_stream``, ``calls_per_bucket``, its
+    codec's ``launch``), ``n``
+    and the codec table; None when they cannot be hashed."""
+    try:
+        arrays = (tc.phase_bytes, tc.encode_time, tc.decode_time, tc.calls)
+        key = ("evaluate-costs", bool(comp.per_tensor), bool(comp.after_backward),
+               comp.codec_stream, comp.calls_per_bucket, codec[comp.family].launch,
+               tc.phase_collectives, int(n), id(codec),
+               *((a.dtype.str, a.shape, a.tobytes()) for a in arrays))
+        hash(key)
+    except (TypeError, AttributeError):
+        return None
+    return key
+
+
+def _evaluate_costs(sc, comp, n, codec, tc, starts, ready):
+    """:func:`_evaluate_uncached` from the compressor's tensor costs ``tc`` (summed per
+    bucket at ``starts``; ``ready``: the buckets' ready times [s])."""
+    p = sc.profile
     lat, ovh, bits, intra, intra_bw, ncoll, main = _phase_costs(sc, comp, n, tc, starts)
     raw = _raw_cost(sc, n)
     base = CollectiveCost(latency=lat, overhead=ovh.copy(), bits=bits, intra_bits=intra,
@@ -269,7 +350,7 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
         encode, decode, extra, delay, ovh = _codec_terms(comp, codec, tc, starts, ovh)
     # the core model's lines (cluster terms: slowdown, fixed costs, intra-node floor)
     lines, env, xmap = sc.make_lines(n, ready, base, overhead=ovh, delay=delay,
-                                     backward_extra=extra)
+                                     backward_extra=extra, envelope=False)
     return _Evaluated(lines=lines, env=env,
                       bits=float(bits.sum()), raw_bits=float(raw.bits.sum()), encode=encode,
                       decode=decode, n_collectives=ncoll, collective=main,
@@ -314,29 +395,80 @@ def _phase_costs(sc, comp, n, tc, starts):
     main = ""
     biggest = -1.0
     per_tensor = comp.per_tensor  # every compressed tensor its own collective
+    phases = []  # (algorithm, bytes per bucket, bytes per collective)
     for j, coll in enumerate(tc.phase_collectives):
-        nbytes = np.add.reduceat(tc.phase_bytes[:, j], starts)
-        alg = sc.algorithm if coll == ALLREDUCE else coll
-        each = tc.phase_bytes[:, j] if per_tensor else nbytes
-        if alg == "alltoall":  # DeepSpeed's compressed all-reduce, phase 1
-            cost = alltoall_cost(each, n, sc.options)
-        else:
-            cost = collective_cost(alg, each, n, reduction=p.reduction, options=sc.options)
+        column = tc.phase_bytes[:, j]
+        nbytes = np.add.reduceat(column, starts)
+        phases.append((sc.algorithm if coll == ALLREDUCE else coll, nbytes,
+                       column if per_tensor else nbytes))
+    costs = _phase_collectives(sc, n, phases)
+    for (alg, nbytes, each), cost in zip(phases, costs):
         used = each > 0
-
-        def add(part):  # per bucket, over the collectives that send
-            part = np.where(used, part, 0.0)
-            return np.add.reduceat(part, starts) if per_tensor else part
+        sending = int(np.count_nonzero(used))
+        if per_tensor or sending < used.size:  # per bucket, over the collectives that send
+            def add(part):
+                part = np.where(used, part, 0.0)
+                return np.add.reduceat(part, starts) if per_tensor else part
+        else:  # every bucket sends: np.where would copy each part unchanged
+            def add(part):
+                return part
 
         lat += add(cost.latency)
         ovh += add(cost.overhead)
         bits += add(cost.bits)
         intra += add(cost.intra_bits)
         intra_bw = cost.intra_bw
-        ncoll += int(used.sum())
-        if nbytes.sum() > biggest:
-            biggest, main = float(nbytes.sum()), alg
+        ncoll += sending
+        total = nbytes.sum()
+        if total > biggest:
+            biggest, main = float(total), alg
     return lat, ovh, bits, intra, intra_bw, ncoll, main
+
+
+def _phase_collectives(sc, n, phases):
+    """The :class:`~scalemodel.collectives.CollectiveCost` of every phase of
+    :func:`_phase_costs` (``phases``: ``(algorithm, bytes per bucket, bytes per
+    collective)`` each); the phases of one algorithm in one vectorized call (each size
+    costs the same alone or among others), DeepSpeed's all-to-all by
+    :func:`~scalemodel.compressors.alltoall_cost`."""
+    out = [None] * len(phases)
+    groups = {}
+    for j, (alg, _, each) in enumerate(phases):
+        if alg == "alltoall":  # DeepSpeed's compressed all-reduce, phase 1
+            out[j] = alltoall_cost(each, n, sc.options)
+        else:
+            groups.setdefault(alg, []).append(j)
+    for alg, js in groups.items():
+        if len(js) == 1:
+            out[js[0]] = _collective(alg, phases[js[0]][2], n, sc.profile.reduction,
+                                     sc.options)
+            continue
+        sizes = [phases[j][2] for j in js]
+        cost = _collective(alg, np.concatenate(sizes), n, sc.profile.reduction, sc.options)
+        total = sum(len(e) for e in sizes)
+        fields = [cost.latency, cost.overhead, cost.bits, cost.intra_bits]
+        if any(type(f) is not np.ndarray or f.shape != (total,) for f in fields):
+            fields = [np.broadcast_to(np.asarray(f, float), (total,)) for f in fields]
+        at = 0
+        for j, e in zip(js, sizes):
+            part = slice(at, at + len(e))
+            at += len(e)
+            out[j] = CollectiveCost(latency=fields[0][part], overhead=fields[1][part],
+                                    bits=fields[2][part], intra_bits=fields[3][part],
+                                    intra_bw=cost.intra_bw)
+    return out
+
+
+def _collective(alg, nbytes, n, reduction, options):
+    """``collective_cost(alg, nbytes, n, reduction=..., options=...)`` of the all-reduce
+    kind; for a float array of finite, non-negative bytes and ``n > 1`` the algorithm's
+    cost function is called directly, as ``collective_cost`` does after its checks."""
+    if (type(n) is int and n > 1 and type(nbytes) is np.ndarray and nbytes.dtype == np.float64
+            and nbytes.ndim == 1 and nbytes.size and nbytes.min() >= 0
+            and nbytes.max() < math.inf):
+        return ALGORITHMS[resolve_algorithm(alg)](nbytes, n, reduction or NO_REDUCTION_COST,
+                                                  options or CollectiveOptions())
+    return collective_cost(alg, nbytes, n, reduction=reduction, options=options)
 
 
 def _codec_terms(comp, codec, tc, starts, ovh):
@@ -375,7 +507,9 @@ def _x_eff(ev, x):
 
 def _sf(sc, ev, x):
     p = sc.profile
-    return p.iteration_time / (sc.forward(ev.n) + ev.env(_x_eff(ev, x)) + p.update_time)
+    xe = _x_eff(ev, x)
+    top = _top_line(ev, float(xe))[0] if np.ndim(xe) == 0 else ev.env(xe)
+    return p.iteration_time / (sc.forward(ev.n) + top + p.update_time)
 
 
 def _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers,
@@ -785,7 +919,7 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, v
                                      or spd_lo > 1.0 + _BEAT_MARGIN)
     recommended = feasible and (beats or comp.name == "none")
     x_eff = float(_x_eff(ev, x))
-    j = int(ev.env.argmax(x_eff))
+    j = _top_line(ev, x_eff)[1]
     binding, _ = sc.critical(n, ev.lines, j, x_eff, bw=bw)
     eff = ev.raw_bits / ev.bits if ev.bits > 0 else math.inf
     note = _row_note(ev, n, target, (sf_lo, sf, sf_hi), sf_none, (spd_lo, spd_hi), feasible,
@@ -812,7 +946,7 @@ def _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw):
         setting=None if comp.knob is None else comp.setting, feasible=False,
         beats_uncompressed=False, recommended=False, ratio=1.0, effective_ratio=1.0,
         scaling_factor=sf_none, binding=sc.critical(
-            n, none.lines, int(none.env.argmax(x_eff)), x_eff, bw=bw)[0],
+            n, none.lines, _top_line(none, x_eff)[1], x_eff, bw=bw)[0],
         encode_time=0.0, decode_time=0.0, collective="reduce_scatter",
         n_collectives=none.n_collectives,
         note=(f"does not compose with sharding={strategy!r}: "

@@ -1,0 +1,281 @@
+"""What makes a first plan_compression question fast changes no answer (issue 20 item 10):
+evaluations keyed by what they depend on (two knob values with the same tensor costs share
+one), the collective cost called past its checks, the phases of one algorithm costed in one
+call, PowerSGD's rank-free matrix parts kept per profile, and the envelope built only when
+needed (a search reads the highest line at one point). Each shortcut is checked against the
+general code, bit for bit."""
+
+import math
+
+import numpy as np
+import pytest
+
+import scalemodel as sm
+import scalemodel.planner as pl
+from scalemodel.collectives import ALGORITHMS, CollectiveOptions, collective_cost
+from scalemodel.compressors import (ALLREDUCE, DEFAULT_CODEC_COSTS, IMPLEMENTATIONS, PowerSGD,
+                                    get_compressor)
+from scalemodel.model import Scenario, clear_caches
+from scalemodel.overlap import UpperEnvelope
+
+
+def _general(monkeypatch):
+    """Every shortcut of this file off: the code as it was before them."""
+    monkeypatch.setattr(pl, "_same_costs_key", lambda *a: None)
+    monkeypatch.setattr(pl, "_TOP_GAP", math.inf)
+    monkeypatch.setattr(pl, "_collective", lambda alg, nb, n, red, opt: collective_cost(
+        alg, nb, n, reduction=red, options=opt))
+
+    def one_by_one(sc, n, phases):
+        return [pl.alltoall_cost(e, n, sc.options) if alg == "alltoall" else
+                collective_cost(alg, e, n, reduction=sc.profile.reduction, options=sc.options)
+                for alg, _, e in phases]
+
+    monkeypatch.setattr(pl, "_phase_collectives", one_by_one)
+    built = Scenario.make_lines  # the envelope built with the lines, as before
+
+    def make_lines(self, *args, envelope=True, **kw):
+        return built(self, *args, **kw)
+
+    monkeypatch.setattr(Scenario, "make_lines", make_lines)
+
+NODE = dict(gpus_per_node=8, nics_per_node=8)
+QUESTIONS = [
+    ("bert", 10e9, dict(n=64)),
+    ("resnet50", 10e9, dict(n=8)),
+    ("vgg16", 25e9, dict(n=32, target=0.8, algorithm="tree")),
+    ("resnet50", 3e9, dict(n=128, implementation="grace-tf")),
+    ("bert", 40e9, dict(n=16, implementation="deepspeed", fusion="horovod")),
+    ("gpt2", 10e9, dict(n=256, compressors=["powersgd", "topk:0.01"], algorithm="nccl",
+                        gpus_per_node=8)),
+    ("llama-2-7b", 100e9, dict(n=64, tp=2, **NODE)),
+    ("llama-2-7b", 50e9, dict(n=128, tp=2, pp=4, microbatches=8,
+                              activation_checkpointing="full", **NODE)),
+    ("llama-3-8b", 200e9, dict(n=64, sharding="zero1", **NODE)),
+]
+
+
+def _answers():
+    out = []
+    for model, bw, kw in QUESTIONS:
+        clear_caches()
+        plan = sm.plan_compression(model, bw, **kw)
+        out.append((repr(plan), str(plan), plan.snippet()))
+        comp = "fp16" if kw.get("sharding") or kw.get("implementation") == "deepspeed" \
+            else "topk:0.01"
+        job = {k: v for k, v in kw.items() if k not in ("target", "compressors")}
+        clear_caches()
+        out.append(repr(sm.breakeven_bandwidth(model, comp, **job)))
+        clear_caches()
+        out.append(repr(sm.compressed_scaling_factor(model, comp, bw=[bw / 4, bw, 4 * bw],
+                                                     **job)))
+    return out
+
+
+def test_plans_are_those_of_the_general_code(monkeypatch):
+    fast = _answers()
+    with monkeypatch.context() as m:
+        _general(m)
+        general = _answers()
+    assert len(fast) == len(general)
+    for a, b in zip(fast, general):
+        assert a == b
+
+
+def test_the_general_code_is_what_the_check_compares_with(monkeypatch):
+    """The switch above reaches the shortcuts: with them off, an evaluation is computed
+    again for a density whose tensor costs equal another's."""
+    sc = Scenario.build("bert")
+    codec = pl._codec(sc, None, IMPLEMENTATIONS["pytorch"])
+    a = pl._evaluate(sc, get_compressor("topk").with_setting(1e-6), 64, codec)
+    b = pl._evaluate(sc, get_compressor("topk").with_setting(math.exp(math.log(1e-6))), 64,
+                     codec)
+    assert a is b  # the same tensor costs: one evaluation
+    with monkeypatch.context() as m:
+        _general(m)
+        clear_caches()
+        sc = Scenario.build("bert")
+        a = pl._evaluate(sc, get_compressor("topk").with_setting(1e-6), 64, codec)
+        b = pl._evaluate(sc, get_compressor("topk").with_setting(1.0000000000000004e-06),
+                         64, codec)
+        assert a is not b
+        assert np.array_equal(a.lines.intercept, b.lines.intercept)
+
+
+@pytest.mark.parametrize("attr, value", [("per_tensor", True), ("codec_stream", "compute")])
+def test_the_key_tells_apart_what_the_evaluation_reads(attr, value):
+    sc = Scenario.build("resnet50")
+    codec = pl._codec(sc, None, IMPLEMENTATIONS["pytorch"])
+    base = get_compressor("fp16")
+    other = base.__class__(dtype="fp16", **{attr: value})
+    e, numel = pl._elements(sc)
+    keys = [pl._same_costs_key(c, c._costs(numel, sc.profile.tensor_shapes, 8,
+                                           codec[c.family], e), 8, codec)
+            for c in (base, other)]
+    assert None not in keys and keys[0] != keys[1]
+    evs = [pl._evaluate(sc, c, 8, codec) for c in (base, other)]
+    assert evs[0] is not evs[1]
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("n", [1, 2, 16, 96])
+def test_the_collective_past_its_checks_is_collective_cost(algorithm, n):
+    rng = np.random.default_rng(n)
+    sizes = np.concatenate(([0.0, 1.0, 4096.0], rng.uniform(0, 3e8, 20)))
+    for opts in (CollectiveOptions(), Scenario.build("resnet50", gpus_per_node=8).options):
+        red = Scenario.build("resnet50").profile.reduction
+        want = collective_cost(algorithm, sizes, n, reduction=red, options=opts)
+        got = pl._collective(algorithm, sizes, n, red, opts)
+        for f in ("latency", "overhead", "bits", "intra_bits"):
+            assert np.array_equal(np.broadcast_to(getattr(got, f), sizes.shape),
+                                  np.broadcast_to(getattr(want, f), sizes.shape)), f
+        assert got.intra_bw == want.intra_bw
+    with pytest.raises(sm.InvalidParameterError):  # bad bytes still go to the checks
+        pl._collective(algorithm, np.array([1.0, -1.0]), n, None, None)
+
+
+def _phase_costs_reference(sc, comp, n, tc, starts):
+    """_phase_costs as it was: one collective per phase, np.where on every part."""
+    p = sc.profile
+    k = len(starts)
+    lat, ovh, bits, intra = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
+    intra_bw, ncoll, main, biggest = None, 0, "", -1.0
+    for j, coll in enumerate(tc.phase_collectives):
+        nbytes = np.add.reduceat(tc.phase_bytes[:, j], starts)
+        alg = sc.algorithm if coll == ALLREDUCE else coll
+        each = tc.phase_bytes[:, j] if comp.per_tensor else nbytes
+        if alg == "alltoall":
+            cost = pl.alltoall_cost(each, n, sc.options)
+        else:
+            cost = collective_cost(alg, each, n, reduction=p.reduction, options=sc.options)
+        used = each > 0
+
+        def add(part):
+            part = np.where(used, part, 0.0)
+            return np.add.reduceat(part, starts) if comp.per_tensor else part
+
+        lat += add(cost.latency)
+        ovh += add(cost.overhead)
+        bits += add(cost.bits)
+        intra += add(cost.intra_bits)
+        intra_bw = cost.intra_bw
+        ncoll += int(used.sum())
+        if nbytes.sum() > biggest:
+            biggest, main = float(nbytes.sum()), alg
+    return lat, ovh, bits, intra, intra_bw, ncoll, main
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "nccl", "nccl-2.4"])
+@pytest.mark.parametrize("impl", ["pytorch", "grace-tf", "deepspeed"])
+def test_phase_costs_are_those_of_one_collective_per_phase(algorithm, impl):
+    sc = Scenario.build("resnet50", algorithm=algorithm, gpus_per_node=8)
+    codec = pl._codec(sc, None, IMPLEMENTATIONS[impl])
+    e, numel = pl._elements(sc)
+    names = [c for c in ("powersgd:1", "powersgd:8", "powersgd:300", "int8", "signsgd",
+                         "topk:0.01", "randomk:0.1", "fp16", "none")
+             if c.split(":")[0] in IMPLEMENTATIONS[impl].families or impl == "pytorch"]
+    for name in names:
+        comp = pl._as_implemented(get_compressor(name), IMPLEMENTATIONS[impl], True) \
+            if name.split(":")[0] in IMPLEMENTATIONS[impl].families else get_compressor(name)
+        for n in (2, 64):
+            tc = comp._costs(numel, sc.profile.tensor_shapes, n, codec[comp.family], e)
+            got = pl._phase_costs(sc, comp, n, tc, sc.buckets.starts)
+            want = _phase_costs_reference(sc, comp, n, tc, sc.buckets.starts)
+            for g, w in zip(got, want):
+                if isinstance(w, np.ndarray):
+                    assert np.array_equal(g, w), (name, n)
+                else:
+                    assert g == w, (name, n)
+
+
+@pytest.mark.parametrize("model", ["resnet50", "bert", "vgg16"])
+@pytest.mark.parametrize("view", ["pytorch", "tensorflow"])
+def test_powersgd_costs_with_kept_matrix_parts_are_the_formula(model, view):
+    p = sm.load_profile(model)
+    e = 4
+    numel = np.round(p.tensor_bytes / e)
+    c = DEFAULT_CODEC_COSTS["powersgd"]
+    for shapes in (p.tensor_shapes, None):
+        for rank, rate in ((1, 2.0), (4, 2.0), (37, 2.0), (500, 2.0), (8, 0.0)):
+            comp = PowerSGD(rank=rank, min_compression_rate=rate, matrix_view=view)
+            got = comp._costs(numel, shapes, 16, c, e)
+            rows, cols = comp._matrices(numel, shapes)
+            matrix = (np.array([len(sh) >= 2 for sh in shapes]) if shapes is not None
+                      else np.minimum(rows, cols) > 1)
+            k = np.minimum(float(rank), np.minimum(rows, cols))
+            cmp = matrix & (rows * cols >= (rows + cols) * k * rate)
+            assert np.array_equal(got.phase_bytes, np.stack(
+                [np.where(cmp, 0.0, numel * e), np.where(cmp, rows * k * e, 0.0),
+                 np.where(cmp, cols * k * e, 0.0)], axis=1))
+            assert np.array_equal(got.encode_time, np.where(
+                cmp, numel * (c.encode + c.encode_per_rank * k), 0.0))
+            assert np.array_equal(got.decode_time, np.where(
+                cmp, numel * (c.decode + c.decode_per_rank * k), 0.0))
+            assert np.array_equal(got.calls, np.where(cmp, 6.0, 0.0))
+
+
+class _Lines:
+    def __init__(self, c, m):
+        self.intercept, self.slope = np.asarray(c, float), np.asarray(m, float)
+
+
+def _random_lines(rng, k):
+    c = np.sort(rng.uniform(0.01, 1.0, k))[::-1]
+    m = np.sort(rng.uniform(0.0, 3e8, k))
+    m[0] = 0.0
+    return c, m
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 15, 33, 64, 163, 400])
+def test_the_highest_line_at_a_point_is_the_envelope_there(k):
+    rng = np.random.default_rng(k)
+    fast = 0
+    for trial in range(60):
+        c, m = _random_lines(rng, k)
+        if trial % 5 == 0 and k > 2:  # duplicated lines and exact ties
+            c[1], m[1] = c[2], m[2]
+        ev = pl._Evaluated(lines=_Lines(c, m), bits=0.0, raw_bits=0.0, encode=0.0,
+                           decode=0.0, n_collectives=0, collective="ring",
+                           per_worker_ratio=1.0)
+        env = UpperEnvelope(c, m)
+        xs = list(rng.uniform(0, 3e-9, 20)) + [0.0, float(env.breaks[0])
+                                               if len(env.breaks) else 1e-9]
+        for x in xs:
+            x = float(x)
+            value, j = pl._top_line(ev, x)
+            assert value == env(x) and type(value) is np.float64
+            assert j == int(env.argmax(x))
+            fast += ev._env is None
+    assert fast > 0  # the shortcut answered some of them
+
+
+def test_a_near_tie_is_left_to_the_envelope():
+    c = np.array([1.0, 1.0 - 1e-13, 0.5])
+    m = np.array([0.0, 1e-3, 2e8])
+    ev = pl._Evaluated(lines=_Lines(c, m), bits=0.0, raw_bits=0.0, encode=0.0, decode=0.0,
+                       n_collectives=0, collective="ring", per_worker_ratio=1.0)
+    x = 1e-10 * 0.999
+    value, j = pl._top_line(ev, x)
+    assert ev._env is not None  # built: the two top lines are too close
+    env = UpperEnvelope(c, m)
+    assert value == env(x) and j == int(env.argmax(x))
+
+
+@pytest.mark.parametrize("name", ["none", "topk:0.01", "powersgd:4", "signsgd"])
+def test_the_envelope_built_when_read_is_the_one_made_with_the_lines(name, monkeypatch):
+    sc = Scenario.build("resnet50", gpus_per_node=8)
+    codec = pl._codec(sc, None, IMPLEMENTATIONS["pytorch"])
+    made = []
+    built = Scenario.make_lines
+
+    def make_lines(self, *args, envelope=True, **kw):
+        made.append(built(self, *args, **kw)[1])  # the envelope it made before
+        return built(self, *args, envelope=envelope, **kw)
+
+    monkeypatch.setattr(Scenario, "make_lines", make_lines)
+    ev = pl._evaluate_uncached(sc, get_compressor(name), 32, codec)
+    assert ev._env is None and len(made) == 1 and made[0] is not None
+    for f in ("intercept", "slope", "breaks", "index"):
+        assert np.array_equal(getattr(ev.env, f), getattr(made[0], f))
+    for x in (0.0, 1e-11, 1e-10, 1e-9, 1e-8):
+        assert ev.env(x) == made[0](x)
