@@ -127,6 +127,7 @@ class _Evaluated:
     n: int = 1
     xmap: tuple = (1.0, 0.0)  # (k1, k2): x_eff = max(k1 x, k2), see Scenario.x_effective
     _env: UpperEnvelope | None = None  # built when first read (see _top_line)
+    _top: tuple | None = None  # (x, E(x), line) of the last _top_line without the envelope
 
     @property
     def env(self) -> UpperEnvelope:
@@ -151,6 +152,9 @@ def _top_line(ev, x):
     line, and its value is computed with the same operations; else from the envelope."""
     env = ev._env
     if env is None and type(x) is float and 0.0 <= x < 1e200:
+        top = ev._top
+        if top is not None and top[0] == x:  # the same question again
+            return top[1], top[2]
         c, m = ev.lines.intercept, ev.lines.slope
         if len(c) <= 32:  # a few lines: Python floats
             c, m = c.tolist(), m.tolist()
@@ -161,7 +165,8 @@ def _top_line(ev, x):
             if math.isfinite(scale + top) and \
                     all(v < top - _TOP_GAP * scale for v in vals[:j]) \
                     and all(v < top - _TOP_GAP * scale for v in vals[j + 1:]):
-                return np.float64(top), j
+                object.__setattr__(ev, "_top", (x, np.float64(top), j))
+                return ev._top[1], j
         else:
             with np.errstate(over="ignore", invalid="ignore"):
                 vals = c + m * x
@@ -170,7 +175,8 @@ def _top_line(ev, x):
                 scale = float(np.max(np.abs(vals))) + float(np.max(np.abs(c)))
                 if math.isfinite(scale + top) and np.count_nonzero(
                         vals < top - _TOP_GAP * scale) == len(vals) - 1:
-                    return np.float64(top), j
+                    object.__setattr__(ev, "_top", (x, np.float64(top), j))
+                    return ev._top[1], j
     env = ev.env
     return env(x), int(env.argmax(x))
 

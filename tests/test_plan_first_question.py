@@ -249,6 +249,16 @@ def test_the_highest_line_at_a_point_is_the_envelope_there(k):
     assert fast > 0  # the shortcut answered some of them
 
 
+def test_the_highest_line_is_kept_for_the_same_point_only():
+    c, m = np.array([1.0, 0.5, 0.1]), np.array([0.0, 1e9, 5e9])
+    ev = pl._Evaluated(lines=_Lines(c, m), bits=0.0, raw_bits=0.0, encode=0.0, decode=0.0,
+                       n_collectives=0, collective="ring", per_worker_ratio=1.0)
+    env = UpperEnvelope(c, m)
+    for x in (1e-10, 1e-10, 6e-10, 1e-10, 3e-9, 3e-9):
+        value, j = pl._top_line(ev, x)
+        assert value == env(x) and j == int(env.argmax(x)) and ev._top[0] == x
+
+
 def test_a_near_tie_is_left_to_the_envelope():
     c = np.array([1.0, 1.0 - 1e-13, 0.5])
     m = np.array([0.0, 1e-3, 2e8])
