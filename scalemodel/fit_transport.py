@@ -226,12 +226,13 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
                      gpus_per_node=logged, line_rate=line_rate)
 
 
-def check_against_runs(transport, runs, *, gpus_per_node):
+def check_against_runs(transport, runs, *, gpus_per_node, nics_per_node=None):
     """Refuse a transport that contradicts the runs or the caller's topology.
 
-    ``gpus_per_node`` is the caller's explicit value (None when not given). A transport
-    measured with other GPUs per node, or only at a line rate below the runs' highest, or
-    achieving more than the runs' line rate, is an error naming both."""
+    ``gpus_per_node`` and ``nics_per_node`` are the caller's explicit values (None when
+    not given). A transport measured with other GPUs or NICs per node, or only at a line
+    rate below the runs' highest, or achieving more than the runs' line rate, is an error
+    naming both."""
     t = transport
     if gpus_per_node is not None and t.gpus_per_node is not None and \
             int(gpus_per_node) != int(t.gpus_per_node):
@@ -239,6 +240,13 @@ def check_against_runs(transport, runs, *, gpus_per_node):
             "transport", t.text, f"was measured with {t.gpus_per_node} GPUs per node, "
             f"but gpus_per_node={gpus_per_node} was given; pass the nodes' real GPU count "
             "(or leave gpus_per_node out to take the transport's)")
+    topo = t.cluster.topology  # its bandwidth is per NIC of this many per node
+    if nics_per_node is not None and topo is not None and \
+            int(nics_per_node) != int(topo.nics_per_node):
+        raise InvalidParameterError(
+            "transport", t.text, f"was fitted with {topo.nics_per_node} NIC(s) per node, "
+            f"but nics_per_node={nics_per_node} was given; pass the nodes' real NIC count "
+            "(or refit the transport with it: from-nccl-tests --nics-per-node)")
     bw_max = max(r.bw for r in runs)
     if t.line_rate is not None and bw_max > t.line_rate * (1 + _RATE_SLACK):
         raise InvalidParameterError(

@@ -488,7 +488,7 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
         bw_max = max(r.bw for r in runs)
         t = load_transport(transport, line_rate=bw_max, gpus_per_node=given_g,
                            nics_per_node=nics_per_node)
-        check_against_runs(t, runs, gpus_per_node=given_g)
+        check_against_runs(t, runs, gpus_per_node=given_g, nics_per_node=nics_per_node)
         base = without_line_rate(t.cluster, bw_max)
         source = _Source("transport", t.text)
     elif cluster is not None:

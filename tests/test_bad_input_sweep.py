@@ -161,3 +161,19 @@ def test_memory_suggest_must_be_a_bool(value):
     with pytest.raises(ParameterTypeError) as err:
         sm.memory(LLM, 64, suggest=value)
     assert err.value.parameter == "suggest" and f"suggest={value!r}" in str(err.value)
+
+
+def test_transport_fitted_with_other_nics_per_node_is_an_error_naming_both():
+    """A transport cluster fitted with 1 NIC per node was taken with nics_per_node=2
+    (its per-NIC bandwidth then counted twice per node) without a word; other GPUs per
+    node were already refused."""
+    transport = sm.ClusterProfile(name="t", alpha=2e-5, utilization=0.8,
+                                  topology=sm.Topology(gpus_per_node=8, nics_per_node=1),
+                                  provenance={"source": "test transport"})
+    runs = [dict(model="resnet50", n=n, bw=100e9, scaling_factor=sf)
+            for n, sf in ((16, 0.9), (64, 0.85))]
+    with pytest.raises(InvalidParameterError) as err:
+        sm.fit_cluster(runs, transport=transport, nics_per_node=2)
+    msg = str(err.value)
+    assert err.value.parameter == "transport"
+    assert "1 NIC(s) per node" in msg and "nics_per_node=2" in msg
