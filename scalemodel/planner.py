@@ -97,7 +97,7 @@ from .model import Scenario, effective_utilization
 from .overlap import UpperEnvelope
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
-                      _loss, _scalar, below, memory_check, memory_text,
+                      _loss, _min_compression, _scalar, below, memory_check, memory_text,
                       min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
@@ -1308,15 +1308,16 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
     p = sc.profile
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
-    ideal = min_compression(model, bw_job, n=n_job, target=target, utilization=u,
-                            algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
-                            gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                            intra_bw=intra_bw, intra_alpha=intra_alpha, ps_servers=ps_servers,
-                            cluster=cluster, sharding=sc.sharding or "none", tp=tp, pp=pp,
-                            microbatches=microbatches, virtual_stages=virtual_stages,
-                            activation_checkpointing=activation_checkpointing,
-                            offload=offload,  # the group: in sc.sharding
-                            sequence_parallel=sequence_parallel)
+    ideal = _ideal_compression(model, sc, n_job, bw_job, target, u, (gpu, loss, accounting),
+                               algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
+                               gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
+                               intra_bw=intra_bw, intra_alpha=intra_alpha,
+                               ps_servers=ps_servers, cluster=cluster,
+                               sharding=sc.sharding or "none", tp=tp, pp=pp,
+                               microbatches=microbatches, virtual_stages=virtual_stages,
+                               activation_checkpointing=activation_checkpointing,
+                               offload=offload,  # the group: in sc.sharding
+                               sequence_parallel=sequence_parallel)
     views = _views(sc, model, bw, u, n, gpu, impl, options)
     rows = [attrs.evolve(_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw,
                               views=views), implementation=impl.name)
@@ -1347,6 +1348,25 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                            outside_calibration=bool(outside),
                            settings=dict(sc.settings(), loss=loss, accounting=accounting))
     return _for_the_job(plan, sc, n_job, bw_job)  # said in the job's GPUs and line rate
+
+
+def _ideal_compression(model, sc, n, bw, target, u, memory_args, **kw):
+    """:func:`~scalemodel.min_compression`'s answer that the plan reads (its ratio,
+    feasibility, binding when infeasible, and limit) for the job's ``n`` [GPUs] and ``bw``
+    [bits/s] at ``target`` and utilization ``u`` [-]: the same scenario (``kw``) and
+    solver, without what the plan does not read (its memory check, which the plan makes
+    itself with ``memory_args`` = ``(gpu, loss, accounting)``, the binding of a feasible
+    ratio and the job's terms). On a cluster with intervals, alternatives or a fitted
+    efficiency, min_compression itself (its interval over the corners)."""
+    cl = sc.cluster
+    if cl is not None and (cl.intervals or cl.alternatives or "efficiency" in cl.extra):
+        return min_compression(model, bw, n=n, target=target, utilization=u, **kw)
+    isc = Scenario.build(model, codec_cost=0.0, **kw)  # as min_compression builds it
+    n_dp, bw_dp = isc.data_parallel(n, bw)
+    ideal = _min_compression(isc, bw_dp, n_dp, target, u, explain=False)
+    if tuple(memory_args) != (None, "unfused", "zero"):  # min_compression's own check
+        memory_check(isc, n_dp, None, "unfused", "zero")  # (its errors; else the plan's)
+    return ideal
 
 
 def _strategy(sc):

@@ -39,6 +39,12 @@ def _general(monkeypatch):
 
     monkeypatch.setattr(Scenario, "make_lines", make_lines)
 
+    def ideal(model, sc, n, bw, target, u, memory_args, **kw):  # min_compression, whole
+        return sm.min_compression(model, bw, n=n, target=target, utilization=u, **kw)
+
+    monkeypatch.setattr(pl, "_ideal_compression", ideal)
+
+
 NODE = dict(gpus_per_node=8, nics_per_node=8)
 QUESTIONS = [
     ("bert", 10e9, dict(n=64)),
@@ -52,6 +58,11 @@ QUESTIONS = [
     ("llama-2-7b", 50e9, dict(n=128, tp=2, pp=4, microbatches=8,
                               activation_checkpointing="full", **NODE)),
     ("llama-3-8b", 200e9, dict(n=64, sharding="zero1", **NODE)),
+    ("llama-2-13b", 100e9, dict(n=256, tp=2, gpu="a100-80gb", **NODE)),
+    ("llama-2-7b", 100e9, dict(n=64, tp=2, loss="fused", target=0.99, **NODE)),
+    ("vgg16", 1e9, dict(n=1024, target=0.99, compressors=["fp16", "int8"])),  # none reaches
+    ("bert", 1e9, dict(n=1024, target=0.999, gpus_per_node=8)),  # nor ideal compression
+    ("resnet50", 400e9, dict(n=4)),  # no compression needed
 ]
 
 
@@ -63,7 +74,8 @@ def _answers():
         out.append((repr(plan), str(plan), plan.snippet()))
         comp = "fp16" if kw.get("sharding") or kw.get("implementation") == "deepspeed" \
             else "topk:0.01"
-        job = {k: v for k, v in kw.items() if k not in ("target", "compressors")}
+        job = {k: v for k, v in kw.items()
+               if k not in ("target", "compressors", "gpu", "loss")}
         clear_caches()
         out.append(repr(sm.breakeven_bandwidth(model, comp, **job)))
         clear_caches()
