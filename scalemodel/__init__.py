@@ -15,9 +15,9 @@ from .collectives import (ALGORITHMS, CollectiveOptions, ReductionCost, allgathe
                           collective_time, halving_doubling_allreduce_time,
                           hierarchical_allreduce_time, parameter_server_time,
                           ring_allreduce_time, tree_allreduce_time)
-from .exceptions import (CalibrationError, CalibrationWarning, InvalidParameterError,
-                         ModelWarning, ParameterTypeError, ProfileFormatError,
-                         ScalemodelError, UnknownNameError)
+from .exceptions import (CalibrationError, CalibrationWarning, HostMemoryError,
+                         InvalidParameterError, ModelWarning, ParameterTypeError,
+                         ProfileFormatError, ScalemodelError, UnknownNameError)
 from .fusion import DDPBuckets, HorovodFusion, PerTensor, bucket_ready_times
 from .model import BINDINGS, IterationTime, Scenario, iteration_time, scaling_factor
 from .topology import Topology
@@ -47,7 +47,8 @@ __all__ = [
     "halving_doubling_allreduce_time", "hierarchical_allreduce_time", "allgather_time",
     "parameter_server_time", "DDPBuckets", "HorovodFusion", "PerTensor",
     "bucket_ready_times", "parse_bandwidth", "format_bandwidth", "ScalemodelError",
-    "InvalidParameterError", "ParameterTypeError", "UnknownNameError", "ProfileFormatError",
+    "InvalidParameterError", "ParameterTypeError", "UnknownNameError", "HostMemoryError",
+    "ProfileFormatError",
     "CalibrationError", "CalibrationWarning", "ModelWarning",
     "plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth",
     "compressed_scaling_factor", "sensitivities", "Sensitivities", "COMPRESSORS",

@@ -14,6 +14,7 @@ __all__ = [
     "InvalidParameterError",
     "ParameterTypeError",
     "UnknownNameError",
+    "HostMemoryError",
     "ProfileFormatError",
     "CalibrationError",
     "CalibrationWarning",
@@ -77,6 +78,16 @@ class UnknownNameError(InvalidParameterError):
         self.known = known
         self.suggestion = suggestion
         super().__init__(parameter, value, "unknown name", hint)
+
+
+class HostMemoryError(InvalidParameterError):
+    """What an offload puts on the host does not fit in a node's host memory.
+
+    ``parameter`` is ``host_memory`` when one was given, else ``offload`` (held against
+    the default host memory of the GPU's usual server). The time questions
+    (:func:`~scalemodel.min_compression` and the others, with ``gpu=``) answer with
+    ``fits=False`` and this message instead of raising it.
+    """
 
 
 class ProfileFormatError(ScalemodelError, ValueError):

@@ -137,8 +137,8 @@ import attrs
 import numpy as np
 
 from .checkpointing import activation_bytes, canonical_loss, resolve_checkpointing
-from .exceptions import (InvalidParameterError, ModelWarning, ParameterTypeError,
-                         ScalemodelError, UnknownNameError)
+from .exceptions import (HostMemoryError, InvalidParameterError, ModelWarning,
+                         ParameterTypeError, ScalemodelError, UnknownNameError)
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
 from .offload import canonical_offload, check_offload_sharding, default_host_memory
 
@@ -653,12 +653,15 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     UnknownNameError
         Unknown strategy, optimizer, GPU, model or ``measure`` (``"allocated"``,
         ``"reserved"``); suggests the closest.
+    HostMemoryError
+        Offload whose host part does not fit in ``host_memory`` (given: the parameter
+        named), or in the GPU's usual server's (``offload`` named).
     InvalidParameterError
         Sharding with ``n=1``; ``"hybrid_shard"`` without ``gpus_per_node`` on a GPU with
         no usual server; a negative bucket; ``activation_checkpointing`` or ``offload``
         outside the documented values; parameter offload without ``zero3`` /
-        ``hybrid_shard``; offload whose host part does not fit in ``host_memory`` (or no
-        ``host_memory`` known for the GPU); ``shard_group`` below 2, not dividing
+        ``hybrid_shard``; no ``host_memory`` known for the GPU with offload;
+        ``shard_group`` below 2, not dividing
         ``n`` (the message lists the valid groups) or with a strategy other than
         ``zero1`` / ``zero2`` / ``zero3``; ``tp`` / ``pp`` not dividing the heads / layers
         (the message lists the valid values), ``n`` not a multiple of ``tp * pp``, ``pp > 1``
@@ -993,12 +996,15 @@ def _check_host(host, mode, spec, node, ns, host_memory):
         cap = _nonneg_bytes(host_memory, "host_memory")
     per_node = np.asarray(host) * np.minimum(np.asarray(ns, float), float(node or 1))
     need = float(np.max(per_node))
-    if need > cap:
-        raise InvalidParameterError(
-            "host_memory", host_memory if host_memory is not None else cap,
+    if need > cap:  # named as given: host_memory, or offload against the default node
+        given = host_memory is not None
+        raise HostMemoryError(
+            "host_memory" if given else "offload", host_memory if given else mode,
             f"offload={mode!r} needs {need / 2**30:.1f} GiB of host memory per node "
             f"({node or 1} GPU(s) x {float(np.max(host)) / 2**30:.1f} GiB), more than the "
-            f"node's {cap / 2**30:.1f} GiB",
+            + (f"node's {cap / 2**30:.1f} GiB" if given else
+               f"{cap / 2**30:.1f} GiB of a usual {spec.name} server (the default "
+               "host_memory)"),
             "Shard over more GPUs, offload less, or pass a larger host_memory=")
 
 

@@ -31,7 +31,7 @@ import math
 import attrs
 import numpy as np
 
-from .exceptions import InvalidParameterError, ParameterTypeError
+from .exceptions import HostMemoryError, InvalidParameterError, ParameterTypeError
 from .model import Scenario, effective_utilization, warn_unused_codec_cost
 from .units import (check_count, check_fraction, check_ratio, format_bandwidth,
                     parse_bandwidth)
@@ -279,7 +279,7 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
         m = memory(p, int(n), sharding=strategy, gpu=gpu, loss=loss, accounting=accounting,
                    **kw)
     except InvalidParameterError as exc:  # the host cannot hold what is offloaded
-        if exc.parameter != "host_memory":
+        if not (isinstance(exc, HostMemoryError) or exc.parameter == "host_memory"):
             raise
         return None, False, None, f"; does not fit: {exc}"
     note = "" if m.fits else (f"; does not fit on {m.gpu.name}: {m.per_gpu / 2**30:.1f} GiB "

@@ -55,6 +55,19 @@ def test_host_memory_must_hold_it():
         sm.memory("llama-2-7b", 8, offload="optimizer", host_memory=-1)
 
 
+def test_default_host_memory_too_small_names_the_offload_given():
+    """Without host_memory= the message names what the user wrote (offload) and the
+    default it was held against, not a host_memory value never passed."""
+    with pytest.raises(sm.InvalidParameterError) as err:
+        sm.memory("llama-2-70b", 8, offload="optimizer+parameters", gpu="a100-40gb",
+                  sharding="zero3")
+    msg = str(err.value)
+    assert isinstance(err.value, sm.HostMemoryError) and err.value.parameter == "offload"
+    assert msg.startswith("offload='optimizer+parameters' is invalid")
+    assert "a usual a100-40gb server (the default host_memory)" in msg
+    assert "host_memory=1" not in msg
+
+
 def test_parameter_offload_needs_full_sharding():
     with pytest.raises(sm.InvalidParameterError, match="offload='optimizer\\+parameters'.*"
                        "zero2"):
