@@ -318,7 +318,7 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
     hit = None if same is None else sc._cache.get(same)
     if hit is not None and hit[0] is codec:
         return hit[1]
-    ev = _evaluate_costs(sc, comp, n, codec, tc, starts, ready)
+    ev = _evaluate_costs(sc, comp, n, codec, tc, starts, ready, same)
     if same is not None:
         sc._cache[same] = (codec, ev)
     return ev
@@ -342,18 +342,62 @@ def _same_costs_key(comp, tc, n, codec):
     return key
 
 
-def _evaluate_costs(sc, comp, n, codec, tc, starts, ready):
-    """:func:`_evaluate_uncached` from the compressor's tensor costs ``tc`` (summed per
-    bucket at ``starts``; ``ready``: the buckets' ready times [s])."""
-    p = sc.profile
-    lat, ovh, bits, intra, intra_bw, ncoll, main = _phase_costs(sc, comp, n, tc, starts)
-    raw = _raw_cost(sc, n)
-    base = CollectiveCost(latency=lat, overhead=ovh.copy(), bits=bits, intra_bits=intra,
-                          intra_bw=raw.intra_bw if intra_bw is None else intra_bw)
-    encode = decode = extra = 0.0
-    delay = None
+def _channel_terms(sc, comp, n, codec, tc, starts):
+    """What the channel carries per bucket: :func:`_phase_costs` and, with more than one
+    worker, :func:`_codec_terms` (``(encode, decode, backward_extra, delay, overhead)``,
+    the overhead with the codec's time; zeros and the phases' overhead for one)."""
+    phases = _phase_costs(sc, comp, n, tc, starts)
     if n > 1:
-        encode, decode, extra, delay, ovh = _codec_terms(comp, codec, tc, starts, ovh)
+        return phases, _codec_terms(comp, codec, tc, starts, phases[1])
+    return phases, (0.0, 0.0, 0.0, None, phases[1])
+
+
+def _shared_channel(sc, n, starts, same):
+    """``(key, terms)``: where :func:`_channel_terms` of an evaluation is kept for every
+    scenario with the same collectives (algorithm, options, reduction, buckets), such as
+    the corners of a fitted cluster, which differ only in what the lines add (slowdown,
+    fixed costs, ceiling); kept with the shared collective costs of
+    :mod:`scalemodel.model` (forgotten by ``clear_caches``). None when ``same`` (the
+    evaluation's key, :func:`_same_costs_key`) or the options cannot be hashed."""
+    from . import model
+
+    if same is None:
+        return None
+    red = sc.profile.reduction
+    try:
+        key = ("planner-channel", sc.algorithm, int(n), id(red), sc.options,
+               starts.tobytes())
+        hash(key)
+    except TypeError:
+        return None
+    hit = model._COSTS.get(key)
+    if hit is None or hit[0] is not red:
+        hit = model._COSTS[key] = (red, {})
+        while len(model._COSTS) > model.SCENARIO_CACHE_SIZE:
+            model._COSTS.popitem(last=False)
+    else:
+        model._COSTS.move_to_end(key)
+    return same[:8] + same[9:], hit[1]  # the evaluation's key without its codec table
+
+
+def _evaluate_costs(sc, comp, n, codec, tc, starts, ready, same=None):
+    """:func:`_evaluate_uncached` from the compressor's tensor costs ``tc`` (summed per
+    bucket at ``starts``; ``ready``: the buckets' ready times [s]; ``same``: its key,
+    :func:`_same_costs_key`, to share the channel's terms with other scenarios)."""
+    p = sc.profile
+    shared = _shared_channel(sc, n, starts, same)
+    hit = None if shared is None else shared[1].get(shared[0])
+    if hit is None:
+        hit = _channel_terms(sc, comp, n, codec, tc, starts)
+        if shared is not None:
+            if len(shared[1]) >= 256:
+                shared[1].clear()
+            shared[1][shared[0]] = hit
+    (lat, ovh, bits, intra, intra_bw, ncoll, main), (encode, decode, extra, delay,
+                                                    ovh) = hit
+    raw = _raw_cost(sc, n)
+    base = CollectiveCost(latency=lat, overhead=ovh, bits=bits, intra_bits=intra,
+                          intra_bw=raw.intra_bw if intra_bw is None else intra_bw)
     # the core model's lines (cluster terms: slowdown, fixed costs, intra-node floor)
     lines, env, xmap = sc.make_lines(n, ready, base, overhead=ovh, delay=delay,
                                      backward_extra=extra, envelope=False)

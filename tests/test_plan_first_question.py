@@ -12,6 +12,7 @@ import pytest
 
 import scalemodel as sm
 import scalemodel.planner as pl
+from test_interval_speedups import _bare, _fitted
 from scalemodel.collectives import ALGORITHMS, CollectiveOptions, collective_cost
 from scalemodel.compressors import (ALLREDUCE, DEFAULT_CODEC_COSTS, IMPLEMENTATIONS, PowerSGD,
                                     get_compressor)
@@ -22,6 +23,7 @@ from scalemodel.overlap import UpperEnvelope
 def _general(monkeypatch):
     """Every shortcut of this file off: the code as it was before them."""
     monkeypatch.setattr(pl, "_same_costs_key", lambda *a: None)
+    monkeypatch.setattr(pl, "_shared_channel", lambda *a: None)
     monkeypatch.setattr(pl, "_TOP_GAP", math.inf)
     monkeypatch.setattr(pl, "_collective", lambda alg, nb, n, red, opt: collective_cost(
         alg, nb, n, reduction=red, options=opt))
@@ -63,12 +65,16 @@ QUESTIONS = [
     ("vgg16", 1e9, dict(n=1024, target=0.99, compressors=["fp16", "int8"])),  # none reaches
     ("bert", 1e9, dict(n=1024, target=0.999, gpus_per_node=8)),  # nor ideal compression
     ("resnet50", 400e9, dict(n=4)),  # no compression needed
+    ("resnet50", 10e9, dict(n=8, cluster="FITTED")),  # corners and alternatives
+    ("bert", 10e9, dict(n=64, cluster="FITTED", fusion="horovod", target=0.8)),
 ]
 
 
 def _answers():
     out = []
     for model, bw, kw in QUESTIONS:
+        if kw.get("cluster") == "FITTED":
+            kw = dict(kw, cluster=_fitted())
         clear_caches()
         plan = sm.plan_compression(model, bw, **kw)
         out.append((repr(plan), str(plan), plan.snippet()))
@@ -301,3 +307,33 @@ def test_the_envelope_built_when_read_is_the_one_made_with_the_lines(name, monke
         assert np.array_equal(getattr(ev.env, f), getattr(made[0], f))
     for x in (0.0, 1e-11, 1e-10, 1e-9, 1e-8):
         assert ev.env(x) == made[0](x)
+
+
+def test_corners_share_the_channel_terms_and_answer_as_alone(monkeypatch):
+    """A fitted cluster's corners (the same collectives, other slowdown and fixed costs)
+    share each evaluation's channel terms; each evaluation equals the corner's own,
+    computed from nothing."""
+    cl = _fitted()
+    comp = get_compressor("topk:0.01")
+    clear_caches()
+    scs = [Scenario.build("resnet50", cluster=c) for c in (cl, *cl.corners())]
+    codecs = [pl._codec(s, None, IMPLEMENTATIONS["pytorch"]) for s in scs]
+    made = []
+    terms_of = pl._channel_terms
+    monkeypatch.setattr(pl, "_channel_terms", lambda *a: made.append(1) or terms_of(*a))
+    evs = [pl._evaluate(s, comp, 8, c) for s, c in zip(scs, codecs)]
+    assert len(scs) > 2 and len(made) == 1
+    monkeypatch.undo()
+    e, numel = pl._elements(scs[0])
+    tc = comp._costs(numel, scs[0].profile.tensor_shapes, 8, codecs[0]["topk"], e)
+    same = pl._same_costs_key(comp, tc, 8, codecs[0])
+    key, terms = pl._shared_channel(scs[0], 8, scs[0].buckets.starts, same)
+    assert key in terms  # kept once for all of them
+    for c, ev in zip((cl, *cl.corners()), evs):
+        clear_caches()
+        alone = Scenario.build("resnet50", cluster=_bare(c))
+        own = pl._evaluate(alone, comp, 8, pl._codec(alone, None, IMPLEMENTATIONS["pytorch"]))
+        for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
+            assert np.array_equal(getattr(ev.lines, f), getattr(own.lines, f)), f
+        assert (ev.bits, ev.encode, ev.decode, ev.xmap) == (own.bits, own.encode,
+                                                            own.decode, own.xmap)
