@@ -950,14 +950,17 @@ def _first_crossing(lines, a, b, lin, level):
     return math.log(u)
 
 
-def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, views=()):
+def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, views=(),
+         implementation="pytorch"):
     """Search the knob (unless ``fixed``) and make the row; ``sf_none`` is the
     uncompressed scaling factor; ``bw`` [bits/s] lets the binding name the ceiling;
     ``views`` the other clusters of a fitted cluster's interval, ``(scenario, x, codec,
-    uncompressed scaling factor)`` each: the target must be reached on all of them."""
+    uncompressed scaling factor)`` each: the target must be reached on all of them;
+    ``implementation`` the preset's name, for the row."""
     strategy = "none" if sc.sharding is None else sc.sharding.strategy
     if not composes(sc, comp):
-        return _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw)
+        return _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw,
+                                  implementation)
     at = _setting_evaluator(sc, comp, n, x, codec, sf_none, views)
     config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = _chosen_setting(sc, comp, n, x, target,
                                                                    fixed, views, at)
@@ -982,10 +985,12 @@ def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, v
         decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
         note=note, config=config, fusion=fusion, sharding=strategy, speedup=sf / sf_none,
         interval=(sf_lo, sf_hi) if views else None,
-        speedup_interval=(spd_lo, spd_hi) if views else None, **_mp_sizes(sc))
+        speedup_interval=(spd_lo, spd_hi) if views else None,
+        implementation=implementation, **_mp_sizes(sc))
 
 
-def _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw):
+def _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw,
+                       implementation="pytorch"):
     """The row of a compressor that does not compose with the scenario's sharding
     (``strategy``): the uncompressed reduce-scatters' scaling factor ``sf_none`` [-] and
     binding (at ``x`` [s/bit], line rate ``bw`` [bits/s]), not feasible."""
@@ -1001,7 +1006,8 @@ def _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw):
         n_collectives=none.n_collectives,
         note=(f"does not compose with sharding={strategy!r}: "
               f"{_why_not_composes(comp.name)}"),
-        config=comp, fusion=fusion, sharding=strategy, **_mp_sizes(sc))
+        config=comp, fusion=fusion, sharding=strategy, implementation=implementation,
+        **_mp_sizes(sc))
 
 
 def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
@@ -1363,9 +1369,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                                offload=offload,  # the group: in sc.sharding
                                sequence_parallel=sequence_parallel)
     views = _views(sc, model, bw, u, n, gpu, impl, options)
-    rows = [attrs.evolve(_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw,
-                              views=views), implementation=impl.name)
-            for c, fixed in comps]
+    rows = [_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw, views=views,
+                 implementation=impl.name) for c, fixed in comps]
     needed = min([sf_none] + [v[3] for v in views]) >= target
     _rank_rows(rows, needed)
     best = None if needed else next(
