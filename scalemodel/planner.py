@@ -117,17 +117,30 @@ class _Evaluated:
     """One compressor at one setting on one scenario and worker count."""
 
     lines: object
-    bits: float  # wire bits per iteration, compressed [bit]
-    raw_bits: float  # wire bits per iteration of the uncompressed all-reduce [bit]
-    encode: float  # [s] per iteration
-    decode: float
     n_collectives: int  # per iteration
     collective: str
-    per_worker_ratio: float  # gradient bytes over bytes each worker sends [-]
     n: int = 1
     xmap: tuple = (1.0, 0.0)  # (k1, k2): x_eff = max(k1 x, k2), see Scenario.x_effective
     _env: UpperEnvelope | None = None  # built when first read (see _top_line)
     _top: tuple | None = None  # (x, E(x), line) of the last _top_line without the envelope
+    # (bits, raw_bits, encode, decode, per_worker_ratio), or None until ``_sums()`` gives
+    # them when first read: a search reads only the lines
+    _totals: tuple | None = None
+    _sums: object = None
+
+    def _total(self, i):
+        if self._totals is None:
+            object.__setattr__(self, "_totals", tuple(self._sums()))
+        return self._totals[i]
+
+    bits = property(lambda self: self._total(0),
+                    doc="Wire bits per iteration, compressed [bit].")
+    raw_bits = property(lambda self: self._total(1), doc="Wire bits per iteration of the "
+                        "uncompressed all-reduce [bit].")
+    encode = property(lambda self: self._total(2), doc="Encode time per iteration [s].")
+    decode = property(lambda self: self._total(3), doc="Decode time per iteration [s].")
+    per_worker_ratio = property(lambda self: self._total(4), doc="Gradient bytes over the "
+                                "bytes each worker sends [-].")
 
     @property
     def env(self) -> UpperEnvelope:
@@ -241,13 +254,11 @@ def _evaluate_sharded(sc, comp, n, codec) -> _Evaluated:
     sched = sc.schedule(n, False, gradient_scale=scale, gradient_overhead=enc + dec + launch)
     base = sc.schedule(n, False)
     rounds = sched.gradient_rounds  # micro-batches whose gradients are reduce-scattered
-    return _Evaluated(lines=sched.lines, env=sched.envelope, bits=sched.wire_bits,
-                      raw_bits=base.wire_bits,
-                      encode=rounds * float(enc.sum() + launch.sum() / 2),
-                      decode=rounds * float(dec.sum() + launch.sum() / 2),
-                      n_collectives=sched.n_collectives, collective="reduce_scatter",
-                      per_worker_ratio=float(raw.sum() / wire.sum()), n=n,
-                      xmap=(float(sched.xmap[0]), float(sched.xmap[1])))
+    return _Evaluated(lines=sched.lines, env=sched.envelope, totals=(
+        sched.wire_bits, base.wire_bits, rounds * float(enc.sum() + launch.sum() / 2),
+        rounds * float(dec.sum() + launch.sum() / 2), float(raw.sum() / wire.sum())),
+        n_collectives=sched.n_collectives, collective="reduce_scatter", n=n,
+        xmap=(float(sched.xmap[0]), float(sched.xmap[1])))
 
 
 _EVAL_CACHE_SIZE = 4096  # evaluations kept per scenario
@@ -349,7 +360,7 @@ def _channel_terms(sc, comp, n, codec, tc, starts):
     phases = _phase_costs(sc, comp, n, tc, starts)
     if n > 1:
         return phases, _codec_terms(comp, codec, tc, starts, phases[1])
-    return phases, (0.0, 0.0, 0.0, None, phases[1])
+    return phases, (lambda: (0.0, 0.0), 0.0, None, phases[1])
 
 
 def _shared_channel(sc, n, starts, same):
@@ -393,19 +404,20 @@ def _evaluate_costs(sc, comp, n, codec, tc, starts, ready, same=None):
             if len(shared[1]) >= 256:
                 shared[1].clear()
             shared[1][shared[0]] = hit
-    (lat, ovh, bits, intra, intra_bw, ncoll, main), (encode, decode, extra, delay,
-                                                    ovh) = hit
+    (lat, ovh, bits, intra, intra_bw, ncoll, main), (codec_sums, extra, delay, ovh) = hit
     raw = _raw_cost(sc, n)
     base = CollectiveCost(latency=lat, overhead=ovh, bits=bits, intra_bits=intra,
                           intra_bw=raw.intra_bw if intra_bw is None else intra_bw)
     # the core model's lines (cluster terms: slowdown, fixed costs, intra-node floor)
     lines, env, xmap = sc.make_lines(n, ready, base, overhead=ovh, delay=delay,
                                      backward_extra=extra, envelope=False)
-    return _Evaluated(lines=lines, env=env,
-                      bits=float(bits.sum()), raw_bits=float(raw.bits.sum()), encode=encode,
-                      decode=decode, n_collectives=ncoll, collective=main,
-                      per_worker_ratio=float(p.total_bytes / tc.wire_bytes.sum()), n=n,
-                      xmap=(float(xmap[0]), float(xmap[1])))
+    def sums():  # what the row reports, summed when it is read
+        encode, decode = codec_sums()
+        return (float(bits.sum()), float(raw.bits.sum()), encode, decode,
+                float(p.total_bytes / tc.wire_bytes.sum()))
+
+    return _Evaluated(lines=lines, env=env, sums=sums, n_collectives=ncoll, collective=main,
+                      n=n, xmap=(float(xmap[0]), float(xmap[1])))
 
 
 def _check_shardable(sc, comp):
@@ -469,6 +481,9 @@ def _phase_costs(sc, comp, n, tc, starts):
         intra += add(cost.intra_bits)
         intra_bw = cost.intra_bw
         ncoll += sending
+        if len(phases) == 1 and alg != "alltoall":  # checked bytes: a sum >= 0 > biggest
+            main = alg
+            continue
         total = nbytes.sum()
         if total > biggest:
             biggest, main = float(total), alg
@@ -522,11 +537,11 @@ def _collective(alg, nbytes, n, reduction, options):
 
 
 def _codec_terms(comp, codec, tc, starts, ovh):
-    """The codec's time per bucket with its kernel launches: ``(encode [s], decode [s]
-    per iteration, backward_extra [s], delay [s] per bucket or None, overhead [s] per
-    bucket)``: on the channel it adds to the collectives' overhead ``ovh``; on the
-    compute stream (eq. :eq:`compute-stream`) the encodes delay the buckets and the
-    backward pass, the decodes follow the collectives."""
+    """The codec's time per bucket with its kernel launches: ``(sums, backward_extra [s],
+    delay [s] per bucket or None, overhead [s] per bucket)``, ``sums()`` the encode and
+    decode time per iteration [s]: on the channel it adds to the collectives' overhead
+    ``ovh``; on the compute stream (eq. :eq:`compute-stream`) the encodes delay the
+    buckets and the backward pass, the decodes follow the collectives."""
     c = codec[comp.family]
     enc = np.add.reduceat(tc.encode_time, starts)
     dec = np.add.reduceat(tc.decode_time, starts)
@@ -538,12 +553,16 @@ def _codec_terms(comp, codec, tc, starts, ovh):
         calls = calls + np.where(np.add.reduceat(compressed, starts) > 0,
                                  comp.calls_per_bucket, 0)
     launch = c.launch * calls
-    encode = float(enc.sum() + launch.sum() / 2)
-    decode = float(dec.sum() + launch.sum() / 2)
+
+    def sums():  # encode and decode per iteration, each with half the launches
+        half = launch.sum() / 2
+        return float(enc.sum() + half), float(dec.sum() + half)
+
     if comp.codec_stream == "compute":  # eq. (compute-stream)
+        encode, decode = sums()
         delay = np.cumsum(enc + launch / 2)
-        return encode, decode, encode + decode, delay, ovh + dec + launch / 2
-    return encode, decode, 0.0, None, ovh + enc + dec + launch
+        return (lambda: (encode, decode)), encode + decode, delay, ovh + dec + launch / 2
+    return sums, 0.0, None, ovh + enc + dec + launch
 
 
 def _x_eff(ev, x):

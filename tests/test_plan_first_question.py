@@ -252,9 +252,7 @@ def test_the_highest_line_at_a_point_is_the_envelope_there(k):
         c, m = _random_lines(rng, k)
         if trial % 5 == 0 and k > 2:  # duplicated lines and exact ties
             c[1], m[1] = c[2], m[2]
-        ev = pl._Evaluated(lines=_Lines(c, m), bits=0.0, raw_bits=0.0, encode=0.0,
-                           decode=0.0, n_collectives=0, collective="ring",
-                           per_worker_ratio=1.0)
+        ev = pl._Evaluated(lines=_Lines(c, m), n_collectives=0, collective="ring")
         env = UpperEnvelope(c, m)
         xs = list(rng.uniform(0, 3e-9, 20)) + [0.0, float(env.breaks[0])
                                                if len(env.breaks) else 1e-9]
@@ -269,8 +267,7 @@ def test_the_highest_line_at_a_point_is_the_envelope_there(k):
 
 def test_the_highest_line_is_kept_for_the_same_point_only():
     c, m = np.array([1.0, 0.5, 0.1]), np.array([0.0, 1e9, 5e9])
-    ev = pl._Evaluated(lines=_Lines(c, m), bits=0.0, raw_bits=0.0, encode=0.0, decode=0.0,
-                       n_collectives=0, collective="ring", per_worker_ratio=1.0)
+    ev = pl._Evaluated(lines=_Lines(c, m), n_collectives=0, collective="ring")
     env = UpperEnvelope(c, m)
     for x in (1e-10, 1e-10, 6e-10, 1e-10, 3e-9, 3e-9):
         value, j = pl._top_line(ev, x)
@@ -280,8 +277,7 @@ def test_the_highest_line_is_kept_for_the_same_point_only():
 def test_a_near_tie_is_left_to_the_envelope():
     c = np.array([1.0, 1.0 - 1e-13, 0.5])
     m = np.array([0.0, 1e-3, 2e8])
-    ev = pl._Evaluated(lines=_Lines(c, m), bits=0.0, raw_bits=0.0, encode=0.0, decode=0.0,
-                       n_collectives=0, collective="ring", per_worker_ratio=1.0)
+    ev = pl._Evaluated(lines=_Lines(c, m), n_collectives=0, collective="ring")
     x = 1e-10 * 0.999
     value, j = pl._top_line(ev, x)
     assert ev._env is not None  # built: the two top lines are too close
