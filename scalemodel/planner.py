@@ -325,7 +325,10 @@ def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _
         starts = _members_starts(b)
     # two settings whose tensor costs are equal give the same evaluation: the knob enters
     # only through them (topk's k = ceil(d N) at two densities, unpacked bits, ...)
-    same = _same_costs_key(comp, tc, n, codec)
+    # (a compressor without a knob is evaluated once per n; on a cluster the key also
+    # shares the channel's terms between the corners, _shared_channel)
+    same = _same_costs_key(comp, tc, n, codec) if comp.knob is not None or \
+        sc.cluster is not None else None
     hit = None if same is None else sc._cache.get(same)
     if hit is not None and hit[0] is codec:
         return hit[1]
@@ -355,8 +358,9 @@ def _same_costs_key(comp, tc, n, codec):
 
 def _channel_terms(sc, comp, n, codec, tc, starts):
     """What the channel carries per bucket: :func:`_phase_costs` and, with more than one
-    worker, :func:`_codec_terms` (``(encode, decode, backward_extra, delay, overhead)``,
-    the overhead with the codec's time; zeros and the phases' overhead for one)."""
+    worker, :func:`_codec_terms` (``(sums, backward_extra, delay, overhead)``, the
+    overhead with the codec's time; for one worker no codec time and the phases'
+    overhead)."""
     phases = _phase_costs(sc, comp, n, tc, starts)
     if n > 1:
         return phases, _codec_terms(comp, codec, tc, starts, phases[1])
@@ -368,26 +372,31 @@ def _shared_channel(sc, n, starts, same):
     scenario with the same collectives (algorithm, options, reduction, buckets), such as
     the corners of a fitted cluster, which differ only in what the lines add (slowdown,
     fixed costs, ceiling); kept with the shared collective costs of
-    :mod:`scalemodel.model` (forgotten by ``clear_caches``). None when ``same`` (the
-    evaluation's key, :func:`_same_costs_key`) or the options cannot be hashed."""
+    :mod:`scalemodel.model` (forgotten by ``clear_caches``). None without a cluster, or
+    when ``same`` (the evaluation's key, :func:`_same_costs_key`) or the options cannot
+    be hashed."""
     from . import model
 
-    if same is None:
+    if same is None or sc.cluster is None:  # no cluster: no corners to share with
         return None
-    red = sc.profile.reduction
-    try:
-        key = ("planner-channel", sc.algorithm, int(n), id(red), sc.options,
-               starts.tobytes())
-        hash(key)
-    except TypeError:
-        return None
-    hit = model._COSTS.get(key)
-    if hit is None or hit[0] is not red:
-        hit = model._COSTS[key] = (red, {})
-        while len(model._COSTS) > model.SCENARIO_CACHE_SIZE:
-            model._COSTS.popitem(last=False)
-    else:
-        model._COSTS.move_to_end(key)
+    own = ("planner-channel", int(n), id(starts))  # the scenario's, found quickly
+    hit = sc._cache.get(own)
+    if hit is None or hit[0] is not starts:
+        red = sc.profile.reduction
+        try:
+            key = ("planner-channel", sc.algorithm, int(n), id(red), sc.options,
+                   starts.tobytes())
+            hash(key)
+        except TypeError:
+            return None
+        shared = model._COSTS.get(key)
+        if shared is None or shared[0] is not red:
+            shared = model._COSTS[key] = (red, {})
+            while len(model._COSTS) > model.SCENARIO_CACHE_SIZE:
+                model._COSTS.popitem(last=False)
+        else:
+            model._COSTS.move_to_end(key)
+        hit = sc._cache[own] = (starts, shared[1])
     return same[:8] + same[9:], hit[1]  # the evaluation's key without its codec table
 
 
@@ -451,7 +460,7 @@ def _phase_costs(sc, comp, n, tc, starts):
     collectives that send [-], the algorithm carrying most bytes)``."""
     p = sc.profile
     k = len(starts)
-    lat, ovh, bits, intra = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
+    lat = ovh = bits = intra = None  # 0.0 + the first phase's, as np.zeros(k) += would
     intra_bw = None
     ncoll = 0
     main = ""
@@ -475,10 +484,16 @@ def _phase_costs(sc, comp, n, tc, starts):
             def add(part):
                 return part
 
-        lat += add(cost.latency)
-        ovh += add(cost.overhead)
-        bits += add(cost.bits)
-        intra += add(cost.intra_bits)
+        if lat is None:
+            lat, ovh, bits, intra = (np.add(0.0, add(part)) for part in (
+                cost.latency, cost.overhead, cost.bits, cost.intra_bits))
+            if not lat.shape == ovh.shape == bits.shape == intra.shape == (k,):
+                lat, ovh, bits, intra = (np.zeros(k) + v for v in (lat, ovh, bits, intra))
+        else:
+            lat += add(cost.latency)
+            ovh += add(cost.overhead)
+            bits += add(cost.bits)
+            intra += add(cost.intra_bits)
         intra_bw = cost.intra_bw
         ncoll += sending
         if len(phases) == 1 and alg != "alltoall":  # checked bytes: a sum >= 0 > biggest
@@ -487,6 +502,8 @@ def _phase_costs(sc, comp, n, tc, starts):
         total = nbytes.sum()
         if total > biggest:
             biggest, main = float(total), alg
+    if lat is None:  # no phase
+        lat, ovh, bits, intra = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
     return lat, ovh, bits, intra, intra_bw, ncoll, main
 
 
@@ -524,6 +541,9 @@ def _phase_collectives(sc, n, phases):
     return out
 
 
+_ALGORITHM_FN: dict = {}  # algorithm name as given -> its cost function (resolved once)
+
+
 def _collective(alg, nbytes, n, reduction, options):
     """``collective_cost(alg, nbytes, n, reduction=..., options=...)`` of the all-reduce
     kind; for a float array of finite, non-negative bytes and ``n > 1`` the algorithm's
@@ -531,8 +551,10 @@ def _collective(alg, nbytes, n, reduction, options):
     if (type(n) is int and n > 1 and type(nbytes) is np.ndarray and nbytes.dtype == np.float64
             and nbytes.ndim == 1 and nbytes.size and nbytes.min() >= 0
             and nbytes.max() < math.inf):
-        return ALGORITHMS[resolve_algorithm(alg)](nbytes, n, reduction or NO_REDUCTION_COST,
-                                                  options or CollectiveOptions())
+        fn = _ALGORITHM_FN.get(alg)
+        if fn is None:
+            fn = _ALGORITHM_FN[alg] = ALGORITHMS[resolve_algorithm(alg)]
+        return fn(nbytes, n, reduction or NO_REDUCTION_COST, options or CollectiveOptions())
     return collective_cost(alg, nbytes, n, reduction=reduction, options=options)
 
 
