@@ -152,21 +152,26 @@ class _Evaluated:
         return self._env
 
 
+_FLOATS = (float, np.float64)
+
 # relative gap by which the highest line at a point must beat every lower one for
 # _top_line to answer without the envelope (the envelope's rounding is ~1e-16 of the
 # lines' values)
 _TOP_GAP = 1e-9
 
 
-def _top_line(ev, x):
+def _top_line(ev, x, line=True):
     """``(E(x), j)``: the envelope's value at ``x`` [s/bit] (a Python float ``>= 0``) and the
     line attaining it, from the lines' values there when the highest is unique and beats
     every lower line by :data:`_TOP_GAP` of the values' scale: the envelope then takes that
-    line, and its value is computed with the same operations; else from the envelope."""
+    line, and its value is computed with the same operations; else, and at a second
+    point (a new line rate: more will follow), from the envelope (``line=False``: the
+    value only, the line's index may be None)."""
     env = ev._env
-    if env is None and type(x) is float and 0.0 <= x < 1e200:
-        top = ev._top
-        if top is not None and top[0] == x:  # the same question again
+    top = ev._top
+    if env is None and type(x) is float and 0.0 <= x < 1e200 and (top is None
+                                                                  or top[0] == x):
+        if top is not None:  # the same question again (at a second point: the envelope)
             return top[1], top[2]
         c, m = ev.lines.intercept, ev.lines.slope
         if len(c) <= 32:  # a few lines: Python floats
@@ -191,7 +196,7 @@ def _top_line(ev, x):
                     object.__setattr__(ev, "_top", (x, np.float64(top), j))
                     return ev._top[1], j
     env = ev.env
-    return env(x), int(env.argmax(x))
+    return env(x), (int(env.argmax(x)) if line else None)
 
 
 def _members_starts(buckets):
@@ -599,7 +604,10 @@ def _x_eff(ev, x):
 def _sf(sc, ev, x):
     p = sc.profile
     xe = _x_eff(ev, x)
-    top = _top_line(ev, float(xe))[0] if np.ndim(xe) == 0 else ev.env(xe)
+    if type(xe) in _FLOATS or np.ndim(xe) == 0:
+        top = _top_line(ev, float(xe), False)[0]
+    else:
+        top = ev.env(xe)
     return p.iteration_time / (sc.forward(ev.n) + top + p.update_time)
 
 

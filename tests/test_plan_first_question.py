@@ -269,9 +269,13 @@ def test_the_highest_line_is_kept_for_the_same_point_only():
     c, m = np.array([1.0, 0.5, 0.1]), np.array([0.0, 1e9, 5e9])
     ev = pl._Evaluated(lines=_Lines(c, m), n_collectives=0, collective="ring")
     env = UpperEnvelope(c, m)
-    for x in (1e-10, 1e-10, 6e-10, 1e-10, 3e-9, 3e-9):
+    for x in (1e-10, 1e-10):  # the same point: the line kept
         value, j = pl._top_line(ev, x)
         assert value == env(x) and j == int(env.argmax(x)) and ev._top[0] == x
+        assert ev._env is None
+    for x in (6e-10, 1e-10, 3e-9, 3e-9):  # another point: the envelope from then on
+        value, j = pl._top_line(ev, x)
+        assert value == env(x) and j == int(env.argmax(x)) and ev._env is not None
 
 
 def test_a_near_tie_is_left_to_the_envelope():
