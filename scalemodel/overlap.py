@@ -191,6 +191,25 @@ def _drop_under_chords(c, m, order):
     return order
 
 
+def _scan_hull(lines, cl, ml):
+    """The upper hull of ``lines`` (indices into the intercepts ``cl`` and slopes ``ml``,
+    Python floats; slopes rising, intercepts falling), by one monotone scan [-]."""
+    hull: list[int] = []
+    for j in lines:
+        cj, mj = cl[j], ml[j]
+        if hull and ml[hull[-1]] == mj:
+            hull.pop()  # same slope, lower (or equal) intercept: never above j
+        while len(hull) >= 2:
+            i1, i2 = hull[-2], hull[-1]
+            # i2 is useless if j overtakes i1 no later than i2 does
+            if (cl[i1] - cj) * (ml[i2] - ml[i1]) <= (cl[i1] - cl[i2]) * (mj - ml[i1]):
+                hull.pop()
+            else:
+                break
+        hull.append(j)
+    return hull
+
+
 _SMALL = 64  # at most this many lines: built in Python floats (UpperEnvelope._small)
 
 
@@ -233,19 +252,7 @@ class UpperEnvelope:
             return
         order = _drop_under_chords(c, m, order)
         cl, ml = c[order].tolist(), m[order].tolist()  # Python floats: a fast exact scan
-        hull: list[int] = []
-        for j in range(len(order)):
-            cj, mj = cl[j], ml[j]
-            if hull and ml[hull[-1]] == mj:
-                hull.pop()  # same slope, lower (or equal) intercept: never above j
-            while len(hull) >= 2:
-                i1, i2 = hull[-2], hull[-1]
-                # i2 is useless if j overtakes i1 no later than i2 does
-                if (cl[i1] - cj) * (ml[i2] - ml[i1]) <= (cl[i1] - cl[i2]) * (mj - ml[i1]):
-                    hull.pop()
-                else:
-                    break
-            hull.append(j)
+        hull = _scan_hull(range(len(order)), cl, ml)
         self._finish(c, m, order[np.asarray(hull, dtype=np.int64)])
 
     def _small(self, c, m, cl, ml):
@@ -265,18 +272,7 @@ class UpperEnvelope:
                 self._finish(c, m, np.asarray(kept, dtype=np.int64)[wrapped])
                 return
             kept = _drop_under_chords(c, m, np.asarray(kept, dtype=np.int64)).tolist()
-        hull: list[int] = []
-        for j in kept:
-            cj, mj = cl[j], ml[j]
-            if hull and ml[hull[-1]] == mj:
-                hull.pop()
-            while len(hull) >= 2:
-                i1, i2 = hull[-2], hull[-1]
-                if (cl[i1] - cj) * (ml[i2] - ml[i1]) <= (cl[i1] - cl[i2]) * (mj - ml[i1]):
-                    hull.pop()
-                else:
-                    break
-            hull.append(j)
+        hull = _scan_hull(kept, cl, ml)
         breaks = []
         for i1, i2 in zip(hull, hull[1:]):
             dc, dm = cl[i1] - cl[i2], ml[i2] - ml[i1]
