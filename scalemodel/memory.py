@@ -817,7 +817,23 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
              "activations": out(activations), "buffers": out(buffers)}
     counted = reserved if view[0] == "reserved" else total
     fits = counted <= spec.hbm_bytes
-    settings = types.MappingProxyType({
+    settings = _settings(strategy, shard_group, mp, ck, loss, mode, optimizer, accounting,
+                         pd, gd, cfg, spec, view)
+    return MemoryEstimate(per_gpu=out(counted), parts=types.MappingProxyType(parts),
+                          fits=bool(fits) if scalar else fits, gpu=spec,
+                          sharding=strategy, n=int(ns) if scalar else ns,
+                          parameter_count=psi, complete=activations is not None,
+                          notes="; ".join(notes), host_per_gpu=out(host),
+                          settings=settings, measure=view[0], allocated_per_gpu=out(total),
+                          reserved_per_gpu=out(reserved),
+                          overheads=types.MappingProxyType(
+                              {k: out(v) for k, v in overheads.items()}))
+
+
+def _settings(strategy, shard_group, mp, ck, loss, mode, optimizer, accounting, pd, gd,
+              cfg, spec, view):
+    """What an estimate assumed, as :attr:`MemoryEstimate.settings` shows it [-]."""
+    return types.MappingProxyType({
         "sharding": strategy, "shard_group": shard_group,
         **({} if mp is None else {"tp": mp.tp, "pp": mp.pp,
                                   "microbatches": mp.microbatches,
@@ -830,15 +846,6 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
         "micro_batch": None if cfg is None else cfg.micro_batch,
         "seq": None if cfg is None else cfg.seq, "gpu": spec.name,
         "measure": view[0], "fragmentation": view[1]})
-    return MemoryEstimate(per_gpu=out(counted), parts=types.MappingProxyType(parts),
-                          fits=bool(fits) if scalar else fits, gpu=spec,
-                          sharding=strategy, n=int(ns) if scalar else ns,
-                          parameter_count=psi, complete=activations is not None,
-                          notes="; ".join(notes), host_per_gpu=out(host),
-                          settings=settings, measure=view[0], allocated_per_gpu=out(total),
-                          reserved_per_gpu=out(reserved),
-                          overheads=types.MappingProxyType(
-                              {k: out(v) for k, v in overheads.items()}))
 
 
 def _dp_node(node, mp, strategy):
