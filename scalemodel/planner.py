@@ -93,7 +93,7 @@ from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS
                           alltoall_cost, codec_costs_for, for_implementation, get_compressor,
                           resolve_implementation)
 from .exceptions import InvalidParameterError, ParameterTypeError
-from .model import Scenario, effective_utilization
+from .model import _FLOATS, Scenario, effective_utilization
 from .overlap import UpperEnvelope
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
@@ -152,7 +152,6 @@ class _Evaluated:
         return self._env
 
 
-_FLOATS = (float, np.float64)
 
 # relative gap by which the highest line at a point must beat every lower one for
 # _top_line to answer without the envelope (the envelope's rounding is ~1e-16 of the
