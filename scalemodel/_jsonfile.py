@@ -12,17 +12,19 @@ limit on converting long digit strings would raise a bare ``ValueError``). Every
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import stat
 import sys
+import warnings
 
 import numpy as np
 
-from .exceptions import ProfileFormatError
+from .exceptions import ModelWarning, ProfileFormatError
 
-__all__ = ["read_json_file", "MAX_BYTES", "MAX_DEPTH"]
+__all__ = ["read_json_file", "check_keys", "MAX_BYTES", "MAX_DEPTH"]
 
 MAX_BYTES = 64 * 1024 * 1024
 """Largest file read by default [bytes] (the largest shipped profile has 49 kB)."""
@@ -165,3 +167,63 @@ def nesting_depth(text: str) -> int:
     step = (np.isin(codes, (ord("["), ord("{"))).astype(np.int64)
             - np.isin(codes, (ord("]"), ord("}"))).astype(np.int64))
     return int(np.cumsum(step).max(initial=0))
+
+
+def check_keys(source, data, known, *, kind, field="", kept=()):
+    """Check an object's keys against those its format defines.
+
+    A key that misspells one of ``known`` (``"ceilng"`` for ``"ceiling"``) is refused: its
+    value would otherwise be dropped without a word and the default used instead. Any
+    other unknown key is refused too, unless ``kept`` is given (a format that keeps foreign
+    keys, as a cluster file keeps them in ``extra``): then the keys in ``kept`` (those the
+    library itself writes) pass and the rest pass with a
+    :class:`~scalemodel.exceptions.ModelWarning` saying that nothing uses them.
+
+    Parameters
+    ----------
+    source : str
+        The file (or ``"<object>"``), for the message [-].
+    data : dict
+        The object read [-].
+    known : collection of str
+        The keys the format defines [-].
+    kind : str
+        What the object is, for the message (``"workload profile"``) [-].
+    field : str
+        Where the object sits in the file (``"tensors"``), empty at the top [-].
+    kept : collection of str or None
+        Foreign keys the library writes itself; ``()`` refuses every unknown key, None
+        keeps every one (with the warning) [-].
+
+    Raises
+    ------
+    ProfileFormatError
+        An unknown key that misspells a known one (the message suggests it), or any
+        unknown key when ``kept`` is empty.
+
+    Examples
+    --------
+    >>> check_keys("c.json", {"ceilng": 1e9}, {"ceiling", "alpha"}, kind="cluster profile",
+    ...            kept=None)
+    Traceback (most recent call last):
+    ...
+    scalemodel.exceptions.ProfileFormatError: profile c.json: field 'ceilng': cluster profile: unknown key; did you mean 'ceiling'? (its value would be ignored)
+    """
+    prefix = f"{field}." if field else ""
+    unknown = sorted(str(k) for k in data if k not in known)
+    foreign = []
+    for key in unknown:
+        if kept is not None and key in kept:
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+        if close:
+            raise ProfileFormatError(source, prefix + key, f"{kind}: unknown key; did you "
+                                     f"mean {close[0]!r}? (its value would be ignored)")
+        foreign.append(key)
+    if foreign and kept == ():
+        raise ProfileFormatError(source, prefix + foreign[0], f"{kind}: unknown key; the "
+                                 f"known ones: {', '.join(sorted(known))}")
+    if foreign:
+        warnings.warn(f"{kind} {source}: {', '.join(prefix + k for k in foreign)} "
+                      f"{'is not a key' if len(foreign) == 1 else 'are not keys'} of the "
+                      f"format: kept in extra, used by nothing", ModelWarning, stacklevel=4)

@@ -74,7 +74,8 @@ intervals of the fitted values), optional ``topology`` (``{"gpus_per_node", "nic
 and ``sync_overhead`` [s], optional ``bucket_overhead`` [s], ``iteration_overhead`` [s]
 and ``straggler_spread`` [-], optional ``codec_costs`` (``{family: {"encode": s/element,
 "decode": s/element}}``, measured compression costs, see :mod:`scalemodel.compressors`),
-and any extra keys (kept in ``extra``).
+and any extra keys (kept in ``extra``; a key that misspells one of the format's is
+refused, one that nothing reads is kept with a warning: :data:`WRITTEN_EXTRA_KEYS`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ import attrs
 import numpy as np
 
 from .collectives import ReductionCost
+from ._jsonfile import check_keys
 from .exceptions import InvalidParameterError, ParameterTypeError, ProfileFormatError
 from .topology import Topology
 from .units import (check_fraction, check_nonnegative, check_positive, format_bandwidth,
@@ -97,6 +99,17 @@ __all__ = ["ClusterProfile", "load_cluster", "save_cluster"]
 
 FORMAT = "scalemodel-cluster"
 FORMAT_VERSION = 1
+
+WRITTEN_EXTRA_KEYS = frozenset({
+    "description", "notes", "comment", "efficiency", "fits", "confidence", "collective",
+    "fitted_bandwidth", "achieved_bandwidth", "intra_node_fit", "compute_slowdown_fit",
+    "overlap_fit", "host_overhead", "host_overhead_note", "transport_fit_note",
+    "collective_fits", "sweep", "intra_node_sweep", "codec_sweep", "codec_fit"})
+"""Keys outside the format that a cluster file keeps in ``extra`` without a word: those
+the library's fits and calibration write (and ``description``, ``notes``, ``comment``).
+Another unknown key is kept with a :class:`~scalemodel.exceptions.ModelWarning` (nothing
+reads it), and one that misspells a key of the format is refused
+(``scalemodel._jsonfile.check_keys``)."""
 
 
 def _opt_positive(value, name):
@@ -770,6 +783,7 @@ class ClusterProfile:
                  "overlap", "topology", "compute_slowdown", "collective_overhead",
                  "sync_overhead", "bucket_overhead", "iteration_overhead",
                  "straggler_spread", "alternatives", "fit_settings"}
+        check_keys(source, data, known, kind="cluster profile", kept=WRITTEN_EXTRA_KEYS)
         topo = data.get("topology")
         if topo is not None:
             keys = {"gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha", "arch",

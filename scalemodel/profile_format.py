@@ -24,7 +24,7 @@ import attrs
 import numpy as np
 
 from .collectives import ReductionCost
-from ._jsonfile import read_json_file
+from ._jsonfile import check_keys, read_json_file
 from .exceptions import (InvalidParameterError, ParameterTypeError, ProfileFormatError,
                          UnknownNameError, _short_repr)
 
@@ -33,6 +33,12 @@ __all__ = ["WorkloadProfile", "load_builtin", "MAX_TIME", "MAX_GRADIENT_BYTES",
 
 FORMAT = "scalemodel-workload"
 FORMAT_VERSION = 1
+
+_PROFILE_KEYS = ("format", "format_version", "name", "description", "provenance", "device",
+                 "framework", "precision", "batch_size", "grad_accum", "forward_time",
+                 "backward_time", "update_time", "tensors", "reduction")
+"""The keys of a workload profile file; any other is refused (a misspelt
+``"forwrd_time"`` would otherwise leave the field at its default without a word)."""
 
 MAX_TIME = 86400.0
 """Longest single-worker iteration a profile may describe: one day [s]. Longer times are
@@ -359,12 +365,15 @@ class WorkloadProfile:
             raise ProfileFormatError(source, "format_version",
                                      f"this scalemodel reads version {FORMAT_VERSION}, got "
                                      f"{data.get('format_version')!r}")
+        check_keys(source, data, _PROFILE_KEYS, kind="workload profile")
         for field in ("name", "forward_time", "backward_time", "tensors", "provenance"):
             if field not in data:
                 raise ProfileFormatError(source, field, "missing")
         tensors = data["tensors"]
         if not isinstance(tensors, dict):
             raise ProfileFormatError(source, "tensors", "must be an object with bytes and ready")
+        check_keys(source, tensors, ("names", "bytes", "ready", "shapes"),
+                   kind="workload profile", field="tensors")
         for field in ("bytes", "ready"):
             if not isinstance(tensors.get(field), list):
                 raise ProfileFormatError(source, f"tensors.{field}", "missing or not a list")
