@@ -180,10 +180,34 @@ def _pair_of_ends(pair, where):
     return lo, hi
 
 
+_PARAMETER_NAMES = tuple(sorted(set(_IDEAL) | {"table_utilization", "intra_bw",
+                                                "intra_alpha", "host_overhead",
+                                                "efficiency"}))
+"""Names an interval or an alternative explanation may give a value: the fitted
+parameters [-]."""
+
+
+def _check_name(name, where):
+    """Refuse a parameter name that misspells one of :data:`_PARAMETER_NAMES` (its
+    interval or value would be ignored without a word); other names pass."""
+    import difflib
+
+    name = str(name)
+    if name in _PARAMETER_NAMES or name.startswith("codec."):
+        return name
+    close = difflib.get_close_matches(name, _PARAMETER_NAMES, n=1, cutoff=0.8)
+    if close:
+        raise InvalidParameterError(where, name, f"is not a parameter; did you mean "
+                                    f"{close[0]!r}? (known: {', '.join(_PARAMETER_NAMES)})")
+    return name
+
+
 def _check_intervals(intervals, where="intervals") -> dict:
     """``{name: (lo, hi)}`` with float or None ends (the table's pair of lists as is)."""
     if not isinstance(intervals, dict):
         raise InvalidParameterError(where, intervals, "must be a dict {name: [lo, hi]}")
+    for k in intervals:
+        _check_name(k, f"{where} key")
     return {str(k): (tuple(v) if k == "table_utilization" else
                      _pair_of_ends(v, f"{where}[{k!r}]")) for k, v in intervals.items()}
 
@@ -217,11 +241,14 @@ def _validate_alternatives(alternatives) -> tuple:
         free = alt["free"]
         if isinstance(free, str) or not all(isinstance(f, str) for f in free):
             raise InvalidParameterError(f"{where}.free", free, "must be a list of names")
+        for f in free:
+            _check_name(f, f"{where}.free")
         values = alt["values"]
         if not isinstance(values, dict):
             raise InvalidParameterError(f"{where}.values", values, "must be a dict")
         vals = {}
         for k, v in values.items():
+            _check_name(k, f"{where}.values key")
             v = _end(v, f"{where}.values[{k!r}]")
             if v is None and k != "ceiling":
                 raise InvalidParameterError(f"{where}.values[{k!r}]", values[k],

@@ -126,3 +126,33 @@ def test_every_committed_profile_and_cluster_file_loads_without_a_warning():
             warnings.simplefilter("error")
             (sm.load_cluster if kind == "scalemodel-cluster" else sm.load_profile)(path)
     assert seen["scalemodel-cluster"] >= 3 and seen["scalemodel-workload"] >= 20
+
+
+def test_interval_or_alternative_naming_a_misspelt_parameter_is_refused(tmp_path, cluster_dict):
+    with pytest.raises(sm.InvalidParameterError, match="did you mean 'ceiling'"):
+        sm.ClusterProfile(ceiling=21e9, intervals={"ceilng": (1e9, 2e9)},
+                          provenance={"source": "t"})
+    alt = {"free": ["sync_overhed"], "values": {"sync_overhed": 0.01}, "intervals": {},
+           "score": 0.0}
+    with pytest.raises(sm.InvalidParameterError, match="did you mean 'sync_overhead'"):
+        sm.ClusterProfile(alternatives=[alt], provenance={"source": "t"})
+    cluster_dict["intervals"] = {"straggler_sprad": [0.0, 0.1]}
+    with pytest.raises(sm.ProfileFormatError, match="did you mean 'straggler_spread'") as info:
+        sm.load_cluster(_write(tmp_path / "c.json", cluster_dict))
+    assert "c.json" in str(info.value)
+
+
+def test_fitted_clusters_intervals_and_alternatives_pass(tmp_path):
+    # a real fit (its intervals, alternatives and codec keys) survives the name check
+    runs = [{"model": "resnet50", "n": 1, "bw": 100e9, "scaling_factor": 1.0},
+            {"model": "resnet50", "n": 16, "bw": 100e9, "scaling_factor": 0.75},
+            {"model": "resnet50", "n": 64, "bw": 100e9, "scaling_factor": 0.70}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster(runs, gpus_per_node=8, fusion="horovod", algorithm="nccl-2.4")
+    sm.save_cluster(fit.cluster, tmp_path / "f.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = sm.load_cluster(tmp_path / "f.json")
+    assert back.intervals.keys() == fit.cluster.intervals.keys()
+    assert len(back.alternatives) == len(fit.cluster.alternatives)
