@@ -431,6 +431,11 @@ def _one_run(i, raw, where) -> Run:
         raise InvalidParameterError(f"runs[{i}]", sorted(map(str, unknown)),
                                     "has unknown keys",
                                     f"Known keys: {', '.join(sorted(_RUN_KEYS))}")
+    for key in ("model", "n", "bw"):
+        if _blank(raw.get(key)):
+            raise InvalidParameterError(f"runs[{i}].{key}", raw.get(key), "is missing: every "
+                                        "run needs model, n and bw (in a CSV, a short row "
+                                        "or an empty cell)")
     label = str(raw.get("label") or f"run {i}")
     base = _base_profile(i, raw.get("model"), where)
     n = _int(i, "n", raw.get("n"), what="a worker count")

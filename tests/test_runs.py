@@ -403,3 +403,18 @@ def test_no_stray_warning_from_good_runs():
         warnings.simplefilter("error")
         load_runs([dict(BASE, iteration_time=0.2, single_worker_time=0.1, sharding="zero1",
                         grad_accum=2, wrapped=False, bucket_cap_mb=25)])
+
+
+@pytest.mark.parametrize("key", ["model", "n", "bw"])
+def test_run_missing_a_required_field_says_so(key):
+    run = {"model": "resnet50", "n": 16, "bw": 100e9, "iteration_time": 0.14}
+    run[key] = None
+    with pytest.raises(sm.InvalidParameterError, match=rf"runs\[0\]\.{key}=None .*is missing"):
+        sm.fit_cluster([run], gpus_per_node=8)
+
+
+def test_csv_short_row_is_named_as_missing(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("model,n,bw,iteration_time\nresnet50,1,100e9,0.13\nresnet50,16\n")
+    with pytest.raises(sm.InvalidParameterError, match=r"runs\[1\]\.bw=None .*short row"):
+        sm.fit_cluster(path, gpus_per_node=8)
