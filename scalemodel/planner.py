@@ -94,7 +94,7 @@ from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS
                           resolve_implementation)
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import _FLOATS, Scenario, effective_utilization
-from .overlap import UpperEnvelope
+from .overlap import UpperEnvelope, overlap_lines
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
                       _loss, _min_compression, _scalar, below, memory_check, memory_text,
@@ -179,9 +179,9 @@ def _top_line(ev, x, line=True):
             top = max(vals)
             j = vals.index(top)
             scale = max(map(abs, vals)) + max(map(abs, c))
+            # every other line below by the gap (the values are finite when scale is)
             if math.isfinite(scale + top) and \
-                    all(v < top - _TOP_GAP * scale for v in vals[:j]) \
-                    and all(v < top - _TOP_GAP * scale for v in vals[j + 1:]):
+                    max(vals[:j] + vals[j + 1:], default=-math.inf) < top - _TOP_GAP * scale:
                 object.__setattr__(ev, "_top", (x, np.float64(top), j))
                 return ev._top[1], j
         else:
@@ -379,10 +379,10 @@ def _shared_channel(sc, n, starts, same):
     :mod:`scalemodel.model` (forgotten by ``clear_caches``). None without a cluster, or
     when ``same`` (the evaluation's key, :func:`_same_costs_key`) or the options cannot
     be hashed."""
-    from . import model
-
     if same is None or sc.cluster is None:  # no cluster: no corners to share with
         return None
+    from . import model
+
     own = ("planner-channel", int(n), id(starts))  # the scenario's, found quickly
     hit = sc._cache.get(own)
     if hit is None or hit[0] is not starts:
@@ -419,18 +419,61 @@ def _evaluate_costs(sc, comp, n, codec, tc, starts, ready, same=None):
             shared[1][shared[0]] = hit
     (lat, ovh, bits, intra, intra_bw, ncoll, main), (codec_sums, extra, delay, ovh) = hit
     raw = _raw_cost(sc, n)
-    base = CollectiveCost(latency=lat, overhead=ovh, bits=bits, intra_bits=intra,
-                          intra_bw=raw.intra_bw if intra_bw is None else intra_bw)
     # the core model's lines (cluster terms: slowdown, fixed costs, intra-node floor)
-    lines, env, xmap = sc.make_lines(n, ready, base, overhead=ovh, delay=delay,
-                                     backward_extra=extra, envelope=False)
+    lines, xmap = _make_lines(sc, n, ready, lat, ovh, bits, intra,
+                              raw.intra_bw if intra_bw is None else intra_bw, delay, extra)
+
     def sums():  # what the row reports, summed when it is read
         encode, decode = codec_sums()
         return (float(bits.sum()), float(raw.bits.sum()), encode, decode,
                 float(p.total_bytes / tc.wire_bytes.sum()))
 
-    return _Evaluated(lines=lines, env=env, sums=sums, n_collectives=ncoll, collective=main,
-                      n=n, xmap=(float(xmap[0]), float(xmap[1])))
+    return _Evaluated(lines=lines, sums=sums, n_collectives=ncoll, collective=main, n=n,
+                      xmap=xmap)
+
+
+def _line_terms(sc, n, ready):
+    """What ``Scenario.make_lines`` computes from the scenario, ``n`` and the buckets'
+    ready times alone, kept per scenario and ``n`` for the ready times last asked:
+    ``(ready, ready times stretched [s], accumulation shift [s], both added [s], end of
+    backward without compute-stream work [s], fixed costs per bucket [s])``."""
+    key = ("line-terms", n)
+    hit = sc._cache.get(key)
+    if hit is not None and hit[0] is ready:
+        return hit
+    sigma = sc.slowdown(n)
+    r = np.asarray(ready, float) * (sigma / sc.compute_slowdown)
+    k = r.shape[0] if r.ndim else 1
+    cb = sc.bucket_overhead(n)
+    if cb > 0:  # the framework's work per bucket delays backward and later buckets
+        r = r + cb * np.arange(1, k + 1)
+    p = sc.profile
+    shift = (p.grad_accum - 1) * sigma * (p.forward_time + p.backward_time)
+    hit = sc._cache[key] = (ready, r, shift, r + shift,
+                            sigma * p.backward_time + k * cb + shift, sc._fixed(n, k))
+    return hit
+
+
+def _make_lines(sc, n, ready, lat, ovh, bits, intra, intra_bw, delay, extra):
+    """``sc.make_lines(n, ready, CollectiveCost(lat, ovh, bits, intra, intra_bw),
+    overhead=ovh, delay=delay, backward_extra=extra)``: its lines and wire map as Python
+    floats, the same operations with what depends on the scenario alone from
+    :func:`_line_terms` (``tests/test_plan_first_question.py`` checks them equal)."""
+    n = int(n)
+    _, r, shift, shifted, backward, fixed = _line_terms(sc, n, ready)
+    has_intra = np.count_nonzero(intra) > 0
+    if n > 1 and has_intra and not np.count_nonzero(bits):  # one node: intra is the wire
+        wire, xmap = intra, (0.0, float(1.0 / intra_bw))
+    elif has_intra:
+        pos = bits > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = np.where(pos, intra / np.where(pos, bits, 1.0), 0.0)
+        wire, xmap = bits, (1.0, float(float(rho.max()) / intra_bw))
+    else:
+        wire, xmap = bits, (1.0, 0.0)
+    if delay is not None:
+        shifted = (r + np.asarray(delay, float)) + shift
+    return overlap_lines(shifted, lat, ovh, wire, backward + extra, fixed=fixed), xmap
 
 
 def _check_shardable(sc, comp):
@@ -462,7 +505,9 @@ def _phase_costs(sc, comp, n, tc, starts):
     summed per bucket (``starts``: each bucket's first tensor): ``(latency [s],
     overhead [s], bits [bit], intra-node bits [bit], intra-node rate [bits/s] or None,
     collectives that send [-], the algorithm carrying most bytes)``."""
-    p = sc.profile
+    if not comp.per_tensor and (len(tc.phase_collectives) == 1
+                                or set(tc.phase_collectives) == {ALLREDUCE}):
+        return _one_algorithm_costs(sc, n, tc, starts)
     k = len(starts)
     lat = ovh = bits = intra = None  # 0.0 + the first phase's, as np.zeros(k) += would
     intra_bw = None
@@ -509,6 +554,37 @@ def _phase_costs(sc, comp, n, tc, starts):
     if lat is None:  # no phase
         lat, ovh, bits, intra = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
     return lat, ovh, bits, intra, intra_bw, ncoll, main
+
+
+def _one_algorithm_costs(sc, n, tc, starts):
+    """:func:`_phase_costs` of phases sent per bucket by one algorithm, the same
+    operations without the loop over phases: their bytes as the rows of one array, their
+    collectives in one call, the four parts summed over the phases as rows of one array
+    (``0.0 +`` the first phase's, then the others added in order)."""
+    colls = tc.phase_collectives
+    alg = sc.algorithm if colls[0] == ALLREDUCE else colls[0]
+    k, m = len(starts), len(colls)
+    nbytes = np.empty((m, k))
+    for j in range(m):
+        nbytes[j] = np.add.reduceat(tc.phase_bytes[:, j], starts)
+    flat = nbytes.reshape(m * k)
+    if alg == "alltoall":
+        cost = alltoall_cost(flat, n, sc.options)
+    else:
+        cost = _collective(alg, flat, n, sc.profile.reduction, sc.options)
+    parts = [cost.latency, cost.overhead, cost.bits, cost.intra_bits]
+    if any(type(f) is not np.ndarray or f.shape != (m * k,) for f in parts):
+        parts = [np.broadcast_to(np.asarray(f, float), (m * k,)) for f in parts]
+    parts = np.stack(parts).reshape(4, m, k)
+    used = nbytes > 0
+    sending = int(np.count_nonzero(used))
+    if sending < m * k:  # only the collectives that send
+        parts = np.where(used, parts, 0.0)
+    total = np.add(0.0, parts[:, 0])
+    for j in range(1, m):
+        total += parts[:, j]
+    lat, ovh, bits, intra = total
+    return lat, ovh, bits, intra, cost.intra_bw, sending, alg
 
 
 def _phase_collectives(sc, n, phases):
@@ -572,12 +648,13 @@ def _codec_terms(comp, codec, tc, starts, ovh):
     enc = np.add.reduceat(tc.encode_time, starts)
     dec = np.add.reduceat(tc.decode_time, starts)
     calls = np.add.reduceat(tc.calls, starts)
-    compressed = (tc.encode_time + tc.decode_time > 0) | (tc.calls > 0)
-    if comp.per_tensor:  # the per-bucket kernels run for every compressed tensor
-        calls = calls + comp.calls_per_bucket * np.add.reduceat(compressed, starts)
-    else:
-        calls = calls + np.where(np.add.reduceat(compressed, starts) > 0,
-                                 comp.calls_per_bucket, 0)
+    if comp.calls_per_bucket:  # (else calls + 0, the counts unchanged)
+        compressed = (tc.encode_time + tc.decode_time > 0) | (tc.calls > 0)
+        if comp.per_tensor:  # the per-bucket kernels run for every compressed tensor
+            calls = calls + comp.calls_per_bucket * np.add.reduceat(compressed, starts)
+        else:
+            calls = calls + np.where(np.add.reduceat(compressed, starts) > 0,
+                                     comp.calls_per_bucket, 0)
     launch = c.launch * calls
 
     def sums():  # encode and decode per iteration, each with half the launches

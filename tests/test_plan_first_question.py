@@ -13,7 +13,8 @@ import pytest
 import scalemodel as sm
 import scalemodel.planner as pl
 from test_interval_speedups import _bare, _fitted
-from scalemodel.collectives import ALGORITHMS, CollectiveOptions, collective_cost
+from scalemodel.collectives import (ALGORITHMS, CollectiveCost, CollectiveOptions,
+                                    collective_cost)
 from scalemodel.compressors import (ALLREDUCE, DEFAULT_CODEC_COSTS, IMPLEMENTATIONS, PowerSGD,
                                     get_compressor)
 from scalemodel.model import Scenario, clear_caches
@@ -34,12 +35,25 @@ def _general(monkeypatch):
                 for alg, _, e in phases]
 
     monkeypatch.setattr(pl, "_phase_collectives", one_by_one)
+    monkeypatch.setattr(pl, "_one_algorithm_costs", lambda sc, n, tc, starts: (
+        _phase_costs_reference(sc, PowerSGD(), n, tc, starts)))  # (not per tensor)
+    monkeypatch.setattr(pl, "_make_lines", _make_lines_reference)
     built = Scenario.make_lines  # the envelope built with the lines, as before
 
     def make_lines(self, *args, envelope=True, **kw):
         return built(self, *args, **kw)
 
     monkeypatch.setattr(Scenario, "make_lines", make_lines)
+
+
+def _make_lines_reference(sc, n, ready, lat, ovh, bits, intra, intra_bw, delay, extra):
+    """The planner's lines as it made them before :func:`pl._make_lines`: by
+    ``Scenario.make_lines``, the wire map as Python floats."""
+    cost = CollectiveCost(latency=lat, overhead=ovh, bits=bits, intra_bits=intra,
+                          intra_bw=intra_bw)
+    lines, _, xmap = sc.make_lines(n, ready, cost, overhead=ovh, delay=delay,
+                                   backward_extra=extra)
+    return lines, (float(xmap[0]), float(xmap[1]))
 
     def ideal(model, sc, n, bw, target, u, memory_args, **kw):  # min_compression, whole
         return sm.min_compression(model, bw, n=n, target=target, utilization=u, **kw)
@@ -293,20 +307,86 @@ def test_a_near_tie_is_left_to_the_envelope():
 def test_the_envelope_built_when_read_is_the_one_made_with_the_lines(name, monkeypatch):
     sc = Scenario.build("resnet50", gpus_per_node=8)
     codec = pl._codec(sc, None, IMPLEMENTATIONS["pytorch"])
-    made = []
-    built = Scenario.make_lines
-
-    def make_lines(self, *args, envelope=True, **kw):
-        made.append(built(self, *args, **kw)[1])  # the envelope it made before
-        return built(self, *args, envelope=envelope, **kw)
-
-    monkeypatch.setattr(Scenario, "make_lines", make_lines)
     ev = pl._evaluate_uncached(sc, get_compressor(name), 32, codec)
-    assert ev._env is None and len(made) == 1 and made[0] is not None
+    assert ev._env is None
+    with monkeypatch.context() as m:
+        _general(m)
+        made = []
+        built = Scenario.make_lines
+        m.setattr(Scenario, "make_lines", lambda self, *a, **kw: made.append(
+            built(self, *a, **kw)) or made[-1])
+        clear_caches()
+        old = pl._evaluate_uncached(Scenario.build("resnet50", gpus_per_node=8),
+                                    get_compressor(name), 32, codec)
+    assert len(made) == 1 and made[0][1] is not None  # the envelope made with the lines
     for f in ("intercept", "slope", "breaks", "index"):
-        assert np.array_equal(getattr(ev.env, f), getattr(made[0], f))
+        assert np.array_equal(getattr(ev.env, f), getattr(made[0][1], f))
     for x in (0.0, 1e-11, 1e-10, 1e-9, 1e-8):
-        assert ev.env(x) == made[0](x)
+        assert ev.env(x) == made[0][1](x) == old.env(x)
+
+
+_CLUSTERS = {
+    "none": None,
+    "slow": sm.ClusterProfile(ceiling=21e9, compute_slowdown=1.1, sync_overhead=0.02,
+                              collective_overhead=1e-4, topology=sm.Topology(gpus_per_node=8),
+                              provenance={"source": "test"}),
+    "buckets": sm.ClusterProfile(compute_slowdown=1.3, bucket_overhead=3e-5,
+                                 iteration_overhead=1e-3, straggler_spread=0.05,
+                                 provenance={"source": "test"}),
+}
+
+
+@pytest.mark.parametrize("cluster", sorted(_CLUSTERS))
+@pytest.mark.parametrize("model, kw", [("resnet50", {}), ("bert", dict(gpus_per_node=8)),
+                                       ("vgg16", dict(fusion="horovod", gpus_per_node=4)),
+                                       ("gpt2", dict(fusion="none"))])
+def test_the_planner_lines_are_those_of_make_lines(cluster, model, kw):
+    """:func:`pl._make_lines` (the scenario's part kept per ``n``) against
+    ``Scenario.make_lines``, field by field: compressors on the channel and on the compute
+    stream, one flat buffer after backward, one worker, one node, many nodes."""
+    clear_caches()
+    sc = Scenario.build(model, cluster=_CLUSTERS[cluster], **kw)
+    e, numel = pl._elements(sc)
+    for impl, names in (("pytorch", ["none", "fp16", "powersgd:4", "topk:0.01"]),
+                        ("grace-tf", ["signsgd", "topk:0.01", "int8"]),
+                        ("deepspeed", ["signsgd"])):
+        codec = pl._codec(sc, None, IMPLEMENTATIONS[impl])
+        for name in names:
+            comp = pl._as_implemented(get_compressor(name), IMPLEMENTATIONS[impl], False)
+            for n in (1, 2, 8, 64):
+                ready = sc.buckets.ready
+                if comp.after_backward:
+                    ready = np.array([float(np.max(ready))])
+                    starts = np.array([0])
+                    flat = np.array([numel.sum()])
+                    tc = comp._costs(flat, [(int(flat[0]),)], n, codec[comp.family], e)
+                else:
+                    starts = sc.buckets.starts
+                    tc = comp._costs(numel, sc.profile.tensor_shapes, n, codec[comp.family], e)
+                phases, (_, extra, delay, ovh) = pl._channel_terms(sc, comp, n, codec, tc,
+                                                                   starts)
+                lat, _, bits, intra, intra_bw, _, _ = phases
+                intra_bw = pl._raw_cost(sc, n).intra_bw if intra_bw is None else intra_bw
+                args = (sc, n, ready, lat, ovh, bits, intra, intra_bw, delay, extra)
+                for _ in range(2):  # the scenario's part computed, then kept
+                    got, want = pl._make_lines(*args), _make_lines_reference(*args)
+                    assert got[1] == want[1], (name, n)
+                    for f in ("intercept", "slope", "latency", "overhead", "bits", "ready",
+                              "fixed"):
+                        assert np.array_equal(getattr(got[0], f), getattr(want[0], f)), f
+                        assert getattr(got[0], f).dtype == getattr(want[0], f).dtype
+
+
+def test_the_general_code_reaches_the_lines_and_phases(monkeypatch):
+    """The switch of the plan check replaces the planner's own lines and one-algorithm
+    phases (so that the plans compared differ in them)."""
+    with monkeypatch.context() as m:
+        _general(m)
+        assert pl._make_lines is _make_lines_reference
+        assert pl._one_algorithm_costs is not _ONE_ALGORITHM
+
+
+_ONE_ALGORITHM = pl._one_algorithm_costs
 
 
 def test_corners_share_the_channel_terms_and_answer_as_alone(monkeypatch):
