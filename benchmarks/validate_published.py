@@ -101,6 +101,101 @@ def table(rows):
     return out
 
 
+PROTOCOLS = [
+    ("primary: 2 and 8 servers at 100 Gbit/s", ["2 servers @ 100G", "8 servers @ 100G"]),
+    ("one run: 8 servers at 100 Gbit/s", ["8 servers @ 100G"]),
+    ("2 servers at 10 and 8 servers at 100 Gbit/s", ["2 servers @ 10G", "8 servers @ 100G"]),
+    ("8 servers at 10 and at 100 Gbit/s", ["8 servers @ 10G", "8 servers @ 100G"]),
+]
+"""The calibrations compared: (name, the runs fitted); the first is the primary one."""
+
+
+def protocols(say, runs, single, record):
+    """Step: fit each of :data:`PROTOCOLS` and print its held-out table; returns the
+    primary fit."""
+    primary = None
+    for name, cal in PROTOCOLS:
+        fit, rows, med, mx = evaluate(runs, single, cal)
+        ok = med <= TARGET[0] and mx <= TARGET[1]
+        say("", f"== {name}", f"calibrated on: {', '.join(cal)} (+ the compute times)",
+            *["  " + t for t in fit.message.splitlines()], *table(rows),
+            f"  held-out runs: {len(rows)}; median |error| {100 * med:.1f} %, largest "
+            f"{100 * mx:.1f} %  ({'meets' if ok else 'misses'} the target "
+            f"{100 * TARGET[0]:g} % / {100 * TARGET[1]:g} %)")
+        record["protocols"][name] = {
+            "calibrate": cal, "free": list(fit.free), "median": med, "largest": mx,
+            "parameters": {k: {"value": p.value, "interval": list(p.interval),
+                               "status": p.status}
+                           for k, p in fit.parameters.items() if p.status != "default"},
+            "rows": [{"run": r["label"], "measured": r["scaling_factor"], "predicted": sf,
+                      "error": e} for r, sf, e in rows]}
+        if name.startswith("primary"):
+            primary = fit
+    return primary
+
+
+def answers(say, primary, record):
+    """Step: what the primary fit answers for 64 GPUs at 10 and 100 Gbit/s."""
+    say("", "== what the primary fit answers: 64 GPUs, ResNet-50, target 0.9")
+    out = {}
+    for bw in (10e9, 100e9):
+        ideal_res = sm.min_compression("resnet50", bw, n=64, **{
+            k: v for k, v in SETUP.items()})
+        res = sm.min_compression("resnet50", bw, n=64, fusion=SETUP["fusion"],
+                                 algorithm=SETUP["algorithm"], cluster=primary.cluster)
+        need = f"needs {res.ratio:.3g}x" if res.feasible else "cannot reach 0.9 at any ratio"
+        say(f"  {sm.format_bandwidth(bw):>13s}: fitted cluster {need} "
+            f"({res.binding} binds; uncompressed {res.uncompressed_scaling_factor:.3f}, "
+            f"limit {res.max_scaling_factor:.3f}); ideal model needs {ideal_res.ratio:.3g}x")
+        low = sm.min_compression("resnet50", bw, n=64, target=0.7, fusion=SETUP["fusion"],
+                                 algorithm=SETUP["algorithm"], cluster=primary.cluster)
+        say(f"  {'':13s}  to reach 0.7: {low.message}")
+        out[f"{bw:g}"] = {"ratio": res.ratio, "feasible": res.feasible,
+                          "binding": res.binding, "ideal_ratio": ideal_res.ratio,
+                          "message": res.message}
+    record["answers"] = out
+    record["cluster"] = primary.cluster.to_dict()
+
+
+def all_pairs(say, runs, single, record):
+    """Step (``--all-pairs``): every pair of runs as the calibration, grouped by what the
+    pair covers."""
+    say("", "== every pair of runs as the calibration (105 fits)")
+    meds, maxs, meets = [], [], 0
+    by_run = {r["label"]: r for r in runs}
+    worst, groups = None, {}
+    for pair in itertools.combinations(list(by_run), 2):
+        _, _, med, mx = evaluate(runs, single, list(pair))
+        meds.append(med)
+        maxs.append(mx)
+        ok = med <= TARGET[0] and mx <= TARGET[1]
+        meets += ok
+        if worst is None or mx > worst[1]:
+            worst = (pair, mx)
+        fast = sum(by_run[p]["bw"] >= 25e9 for p in pair)
+        scales = len({by_run[p]["n"] for p in pair})
+        key = (f"{fast} of 2 at >= 25 Gbit/s, "
+               f"{'two scales' if scales == 2 else 'one scale'}")
+        g = groups.setdefault(key, [0, 0, []])
+        g[0] += ok
+        g[1] += 1
+        g[2].append(mx)
+    say(f"  median of the medians {100 * np.median(meds):.1f} %, median of the largest "
+        f"{100 * np.median(maxs):.1f} %; {meets} of {len(meds)} pairs meet the target; "
+        f"worst pair {worst[0]} (largest {100 * worst[1]:.1f} %)")
+    for key in sorted(groups):
+        ok, total, mxs = groups[key]
+        say(f"  {key:38s}: {ok:3d} of {total:3d} meet it (median largest error "
+            f"{100 * np.median(mxs):.1f} %)")
+    record["all_pairs"] = {"median_of_medians": float(np.median(meds)),
+                           "median_of_largest": float(np.median(maxs)),
+                           "meeting": int(meets), "pairs": len(meds),
+                           "worst": [list(worst[0]), worst[1]],
+                           "groups": {k: {"meeting": v[0], "pairs": v[1],
+                                          "median_largest": float(np.median(v[2]))}
+                                      for k, v in groups.items()}}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--all-pairs", action="store_true",
@@ -123,86 +218,10 @@ def main(argv=None):
     rows, med, mx = ideal(runs)
     say(f"ideal model, no fit: median |error| {100 * med:.1f} %, largest {100 * mx:.1f} %")
     record["ideal"] = {"median": med, "largest": mx}
-    protocols = [
-        ("primary: 2 and 8 servers at 100 Gbit/s", ["2 servers @ 100G", "8 servers @ 100G"]),
-        ("one run: 8 servers at 100 Gbit/s", ["8 servers @ 100G"]),
-        ("2 servers at 10 and 8 servers at 100 Gbit/s", ["2 servers @ 10G",
-                                                          "8 servers @ 100G"]),
-        ("8 servers at 10 and at 100 Gbit/s", ["8 servers @ 10G", "8 servers @ 100G"]),
-    ]
-    for name, cal in protocols:
-        fit, rows, med, mx = evaluate(runs, single, cal)
-        ok = med <= TARGET[0] and mx <= TARGET[1]
-        say("", f"== {name}", f"calibrated on: {', '.join(cal)} (+ the compute times)",
-            *["  " + t for t in fit.message.splitlines()], *table(rows),
-            f"  held-out runs: {len(rows)}; median |error| {100 * med:.1f} %, largest "
-            f"{100 * mx:.1f} %  ({'meets' if ok else 'misses'} the target "
-            f"{100 * TARGET[0]:g} % / {100 * TARGET[1]:g} %)")
-        record["protocols"][name] = {
-            "calibrate": cal, "free": list(fit.free), "median": med, "largest": mx,
-            "parameters": {k: {"value": p.value, "interval": list(p.interval),
-                               "status": p.status}
-                           for k, p in fit.parameters.items() if p.status != "default"},
-            "rows": [{"run": r["label"], "measured": r["scaling_factor"], "predicted": sf,
-                      "error": e} for r, sf, e in rows]}
-        if name.startswith("primary"):
-            primary = fit
-    say("", "== what the primary fit answers: 64 GPUs, ResNet-50, target 0.9")
-    answers = {}
-    for bw in (10e9, 100e9):
-        ideal_res = sm.min_compression("resnet50", bw, n=64, **{
-            k: v for k, v in SETUP.items()})
-        res = sm.min_compression("resnet50", bw, n=64, fusion=SETUP["fusion"],
-                                 algorithm=SETUP["algorithm"], cluster=primary.cluster)
-        need = f"needs {res.ratio:.3g}x" if res.feasible else "cannot reach 0.9 at any ratio"
-        say(f"  {sm.format_bandwidth(bw):>13s}: fitted cluster {need} "
-            f"({res.binding} binds; uncompressed {res.uncompressed_scaling_factor:.3f}, "
-            f"limit {res.max_scaling_factor:.3f}); ideal model needs {ideal_res.ratio:.3g}x")
-        low = sm.min_compression("resnet50", bw, n=64, target=0.7, fusion=SETUP["fusion"],
-                                 algorithm=SETUP["algorithm"], cluster=primary.cluster)
-        say(f"  {'':13s}  to reach 0.7: {low.message}")
-        answers[f"{bw:g}"] = {"ratio": res.ratio, "feasible": res.feasible,
-                              "binding": res.binding, "ideal_ratio": ideal_res.ratio,
-                              "message": res.message}
-    record["answers"] = answers
-    record["cluster"] = primary.cluster.to_dict()
+    primary = protocols(say, runs, single, record)
+    answers(say, primary, record)
     if args.all_pairs:
-        say("", "== every pair of runs as the calibration (105 fits)")
-        meds, maxs, meets = [], [], 0
-        by_run = {r["label"]: r for r in runs}
-        labels = list(by_run)
-        worst = None
-        groups = {}
-        for pair in itertools.combinations(labels, 2):
-            _, _, med, mx = evaluate(runs, single, list(pair))
-            meds.append(med)
-            maxs.append(mx)
-            ok = med <= TARGET[0] and mx <= TARGET[1]
-            meets += ok
-            if worst is None or mx > worst[1]:
-                worst = (pair, mx)
-            fast = sum(by_run[p]["bw"] >= 25e9 for p in pair)
-            scales = len({by_run[p]["n"] for p in pair})
-            key = (f"{fast} of 2 at >= 25 Gbit/s, "
-                   f"{'two scales' if scales == 2 else 'one scale'}")
-            g = groups.setdefault(key, [0, 0, []])
-            g[0] += ok
-            g[1] += 1
-            g[2].append(mx)
-        say(f"  median of the medians {100 * np.median(meds):.1f} %, median of the largest "
-            f"{100 * np.median(maxs):.1f} %; {meets} of {len(meds)} pairs meet the target; "
-            f"worst pair {worst[0]} (largest {100 * worst[1]:.1f} %)")
-        for key in sorted(groups):
-            ok, total, mxs = groups[key]
-            say(f"  {key:38s}: {ok:3d} of {total:3d} meet it (median largest error "
-                f"{100 * np.median(mxs):.1f} %)")
-        record["all_pairs"] = {"median_of_medians": float(np.median(meds)),
-                               "median_of_largest": float(np.median(maxs)),
-                               "meeting": int(meets), "pairs": len(meds),
-                               "worst": [list(worst[0]), worst[1]],
-                               "groups": {k: {"meeting": v[0], "pairs": v[1],
-                                              "median_largest": float(np.median(v[2]))}
-                                          for k, v in groups.items()}}
+        all_pairs(say, runs, single, record)
     say("", f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
