@@ -67,7 +67,7 @@ from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
-from .overlap import UpperEnvelope, _with_fixed, overlap_lines
+from .overlap import UpperEnvelope, _lines_stacked, _with_fixed, overlap_lines
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
 from .checkpointing import with_recompute
 from .offload import with_offload
@@ -758,17 +758,7 @@ class Scenario:
             ready = ready + cb * np.arange(1, k + 1)
         if delay is not None:
             ready = ready + np.asarray(delay, float)
-        bits, intra = np.asarray(cost.bits, float), np.asarray(cost.intra_bits, float)
-        has_intra = np.count_nonzero(intra) > 0  # .any(), without its Python wrapper
-        if n > 1 and has_intra and not np.count_nonzero(bits):  # one node: intra is the wire
-            wire, xmap = intra, (0.0, 1.0 / cost.intra_bw)
-        elif has_intra:
-            pos = bits > 0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rho = np.where(pos, intra / np.where(pos, bits, 1.0), 0.0)
-            wire, xmap = bits, (1.0, float(rho.max()) / cost.intra_bw)
-        else:
-            wire, xmap = bits, (1.0, 0.0)
+        wire, xmap = _wire(n, cost)
         ovh = cost.overhead if overhead is None else overhead
         p = self.profile
         # gradient accumulation: the micro-batches before the last one run without
@@ -796,6 +786,7 @@ class Scenario:
             self._prime_corner_costs(key[0], b)
             cost = _shared_cost(self.algorithm, b.nbytes, key[0], self.profile.reduction,
                                 self.options)
+            self._prime_corner_lines(key, b, cost)
             lines, env, xmap = self._lines_sharing_fixed(key, b, cost)
             self._cache[key] = (lines, env)
             self._wire[key[0]] = xmap
@@ -849,6 +840,55 @@ class Scenario:
         while len(_COSTS) > SCENARIO_CACHE_SIZE:
             _COSTS.popitem(last=False)
 
+    def _lines_key(self, key, b, cost):
+        """The key of :data:`_LINES` for the lines of ``key = (n, compressed)`` of buckets
+        ``b`` with costs ``cost``: what :meth:`make_lines` reads without the fixed costs
+        [-]."""
+        n = key[0]
+        return (id(self.profile), id(b), id(cost), key, self.codec_cost, self.slowdown(n),
+                self.compute_slowdown, self.bucket_overhead(n))
+
+    def _prime_corner_lines(self, key, b, cost):
+        """On a fitted cluster, :meth:`_lines_sharing_fixed`'s lines without fixed costs
+        of ``key = (n, compressed)`` for this scenario (buckets ``b``, costs ``cost``)
+        and every corner of the cluster's intervals and alternatives whose scenario is
+        this one but for the cluster's numbers (:func:`_build_key`), in one vectorized
+        pass per bucket count (:func:`~scalemodel.overlap._lines_stacked`: each row the
+        same operations as :meth:`make_lines`), kept in :data:`_LINES`. Only plain lines
+        are primed (one value per bucket, no intra-node wire, no delay); the others are
+        made when asked."""
+        cl, n = self.cluster, key[0]
+        if (n <= 1 or cl is None or not (cl.intervals or cl.alternatives)
+                or isinstance(self.fusion, MGWFBP) or self.sharding is not None
+                or self._lines_key(key, b, cost) in _LINES):
+            return
+        todo = {}
+        for s in _corner_siblings(self):
+            sb = s.buckets
+            sc = _shared_cost(s.algorithm, sb.nbytes, n, s.profile.reduction, s.options)
+            sk = s._lines_key(key, sb, sc)
+            if sk not in _LINES and sk not in todo and s._plain_lines(key, sb, sc):
+                todo[sk] = (s, sb, sc)
+        groups = {}
+        for sk, item in todo.items():
+            groups.setdefault(len(item[1].nbytes), []).append(sk)
+        for keys in groups.values():
+            items = [todo[sk] for sk in keys]
+            made = _stacked_base_lines(key, items)
+            for sk, (s, sb, sc), (lines, xmap) in zip(keys, items, made):
+                _LINES[sk] = (s.profile, sb, sc, lines, xmap, {})
+        while len(_LINES) > SCENARIO_CACHE_SIZE:
+            _LINES.popitem(last=False)
+
+    def _plain_lines(self, key, b, cost):
+        """Whether :meth:`make_lines` of these buckets takes its plain path: one
+        float value per bucket in every cost [-]."""
+        k = len(b.nbytes)
+        ready = b.ready
+        return (type(ready) is np.ndarray and ready.shape == (k,) and k > 0
+                and all(type(v) is np.ndarray and v.shape == (k,) and v.dtype == np.float64
+                        for v in (cost.latency, cost.overhead, cost.bits, cost.intra_bits)))
+
     def _lines_sharing_fixed(self, key, b, cost):
         """:meth:`make_lines` of ``key = (n, compressed)``, sharing the lines of scenarios
         that differ only in the fixed costs on the channel (per-collective, per-iteration
@@ -860,8 +900,7 @@ class Scenario:
         overhead = cost.overhead
         if key[1] and n > 1:
             overhead = overhead + self.codec_cost * b.nbytes
-        sk = (id(self.profile), id(b), id(cost), key, self.codec_cost, self.slowdown(n),
-              self.compute_slowdown, self.bucket_overhead(n))
+        sk = self._lines_key(key, b, cost)
         hit = _LINES.get(sk)
         if hit is None or hit[0] is not self.profile or hit[1] is not b or hit[2] is not cost:
             base, _, xmap = self.make_lines(n, b.ready, cost, overhead, with_fixed=False)
@@ -1072,6 +1111,71 @@ class Scenario:
         if tw > 0:
             out["iteration_overhead"] = float(tw)
         return out
+
+
+def _wire(n, cost):
+    """The bits on the slowest link of each bucket of ``cost`` (a
+    :class:`~scalemodel.collectives.CollectiveCost`) and the wire map ``(k1, k2)`` of
+    :meth:`Scenario.x_effective`, for ``n`` workers: the network's bits, or inside one
+    node the intra-node link's [bit], [-], [s/bit]."""
+    bits, intra = np.asarray(cost.bits, float), np.asarray(cost.intra_bits, float)
+    has_intra = np.count_nonzero(intra) > 0  # .any(), without its Python wrapper
+    if n > 1 and has_intra and not np.count_nonzero(bits):  # one node: intra is the wire
+        return intra, (0.0, 1.0 / cost.intra_bw)
+    if has_intra:
+        pos = bits > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = np.where(pos, intra / np.where(pos, bits, 1.0), 0.0)
+        return bits, (1.0, float(rho.max()) / cost.intra_bw)
+    return bits, (1.0, 0.0)
+
+
+def _corner_siblings(sc):
+    """``sc`` and the scenarios of the other corners of its fitted cluster's intervals
+    and alternatives that :meth:`Scenario.build` makes from it (the same build but for
+    the cluster's numbers, :func:`_build_key`), each cluster once [-]."""
+    cl = sc.cluster
+    own = _build_key(cl)
+    family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
+    out, seen = [sc], {id(cl)}
+    for c in (corner for f in family for corner in (f, *f.corners())):
+        if id(c) not in seen and _build_key(c) == own:
+            seen.add(id(c))
+            out.append(attrs.evolve(sc, cluster=c))
+    return out
+
+
+def _stacked_base_lines(key, items):
+    """:meth:`Scenario.make_lines` without fixed costs for each ``(scenario, buckets,
+    cost)`` of ``items`` (plain ones of one bucket count, :meth:`Scenario._plain_lines`),
+    each value computed with the same operations, the tail sums and sums of all in one
+    pass (:func:`~scalemodel.overlap._lines_stacked`); with each its wire map [-]."""
+    n = key[0]
+    ready, lat, ovh, bits, bwd, xmaps, wires = [], [], [], [], [], [], {}
+    ratio, cbs, shift = [], [], []
+    for s, b, cost in items:
+        p, sigma, cb = s.profile, s.slowdown(n), s.bucket_overhead(n)
+        k = len(b.nbytes)
+        ovh.append(cost.overhead + s.codec_cost * b.nbytes if key[1] and n > 1
+                   else cost.overhead)
+        ready.append(b.ready)
+        lat.append(cost.latency)
+        if id(cost) not in wires:
+            wires[id(cost)] = _wire(n, cost)
+        bits.append(wires[id(cost)][0])
+        xmaps.append(wires[id(cost)][1])
+        ratio.append(sigma / s.compute_slowdown)
+        cbs.append(cb)
+        sh = (p.grad_accum - 1) * sigma * (p.forward_time + p.backward_time)
+        shift.append(sh)
+        bwd.append(float(sigma * p.backward_time + k * cb + sh + 0.0))
+    r = np.array(ready) * np.array(ratio)[:, None]
+    cb = np.array(cbs)
+    if (cb > 0).any():  # the framework's work per bucket, where there is some
+        r = np.where((cb > 0)[:, None], r + cb[:, None] * np.arange(1, r.shape[1] + 1), r)
+    lines = _lines_stacked(r + np.array(shift)[:, None], np.array(lat), np.array(ovh),
+                           np.array(bits), np.array(bwd))
+    return list(zip(lines, xmaps))
 
 
 def _binding(lines, j, x):
@@ -1417,10 +1521,10 @@ def _with_intervals(res, model, n, bw, cl, asked):
         for k, e in enumerate(ends):
             if i == 0 and e is c:
                 continue
-            b = _breakdown(model, n, bw, cluster=e, **asked)[0]
-            totals.append(b.total)
+            total, sf = _total(model, n, bw, cluster=e, **asked)[:2]
+            totals.append(total)
             if k < 2:  # the swapped pair is for the time only
-                sfs.append(b.scaling_factor)
+                sfs.append(sf)
     hi = max(totals)
     return attrs.evolve(res, scaling_factor_interval=(float(min(sfs)), float(max(sfs))),
                         total_interval=(float(min(totals)),
@@ -1432,14 +1536,16 @@ def _iteration_total(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
     """The iteration time of one configuration on ``cluster``, without intervals [s]
     (:func:`~scalemodel.intervals.iteration_time_interval` evaluates it at each corner)."""
     n, bw, u, r = _prepare(n, bw, utilization, compression)
-    return _breakdown(model, n, bw, cluster=cluster, utilization=u, compression=r,
-                      **asked)[0].total
+    return _total(model, n, bw, cluster=cluster, utilization=u, compression=r,
+                  **asked)[0]
 
 
-def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
-    """``(IterationTime without intervals, Scenario)`` of one configuration: the steps
-    of :func:`iteration_time`; ``n``, ``bw``, ``utilization`` and ``compression`` as
-    :func:`_prepare` returns them."""
+def _total(model, n, bw, *, cluster, utilization, compression, **kw):
+    """``(total, scaling factor, scenario, n, bw, x, lines, envelope)`` of one
+    configuration: the iteration time [s] and the scaling factor [-] of
+    :func:`iteration_time` without the breakdown (what an interval's corner needs), and
+    what :func:`_breakdown` goes on from; ``n``, ``bw``, ``utilization`` and
+    ``compression`` as :func:`_prepare` returns them."""
     u, r = utilization, compression
     sc = Scenario.build(model, cluster=cluster, **kw)
     n, bw = sc.data_parallel(n, bw)
@@ -1448,13 +1554,23 @@ def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
     sc = sc.planned(n, 1.0 / (u * bw * r), r)
     x = float(sc.x_effective(n, 1.0 / (u * bw * r), r))
     lines, env = sc.lines(n, r > 1)
-    end = float(env(x))
+    total = sc.forward(n) + float(env(x)) + p.update_time
+    return total, p.iteration_time / total, sc, n, bw, x, lines, env
+
+
+def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
+    """``(IterationTime without intervals, Scenario)`` of one configuration: the steps
+    of :func:`iteration_time`; ``n``, ``bw``, ``utilization`` and ``compression`` as
+    :func:`_prepare` returns them."""
+    r = compression
+    total, sf, sc, n, bw, x, lines, env = _total(
+        model, n, bw, cluster=cluster, utilization=utilization, compression=r, **kw)
+    p = sc.profile
     j = int(env.argmax(x))
     binding, parts = sc.critical(n, lines, j, x, r=r, bw=bw)
     busy = (float(lines.latency[1] + lines.overhead[1] + lines.fixed[1] + lines.bits[1] * x)
             if n > 1 else 0.0)
     sigma = sc.slowdown(n)
-    total = sc.forward(n) + end + p.update_time
     fwd, bwd = (p.grad_accum * sigma * t for t in (p.forward_time, p.backward_time))
     fwd += sc.iteration_overhead(n)  # the wrapper's work, before forward (DDP)
     update, messages = p.update_time, len(sc.buckets)
@@ -1468,7 +1584,6 @@ def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
         stages = (mp.pp - 1) / mp.virtual_stages  # the bubble: compute, not the step
         fwd, bwd = fwd + stages * p.forward_time, bwd + stages * p.backward_time
         update -= stages * (p.forward_time + p.backward_time)
-    sf = p.iteration_time / total
     return IterationTime(
         forward=fwd, backward=bwd, exposed_communication=max(0.0, total - fwd - bwd - update),
         update=update, total=total, communication=busy,

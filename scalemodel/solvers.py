@@ -359,8 +359,8 @@ def _builder(model, **kw):
 
 def _with_interval(result, sc, solve, field, what, model=None):
     """``result`` with the interval of ``field`` over the cluster's intervals and
-    alternatives (:func:`~scalemodel.intervals.answer_interval`; ``solve`` answers the
-    same question on another cluster); an unbounded end is None and printed as such.
+    alternatives (:func:`~scalemodel.intervals.answer_interval`; ``solve`` gives the
+    answer's ``field`` on another cluster); an unbounded end is None and printed as such.
     The message says when a fitted efficiency is carried to ``model`` from another
     model's runs (:func:`~scalemodel.efficiency.carried_over`)."""
     cl = sc.cluster
@@ -370,7 +370,7 @@ def _with_interval(result, sc, solve, field, what, model=None):
         return result
     from .intervals import answer_interval
 
-    iv = answer_interval(lambda c: getattr(solve(c), field), cl, getattr(result, field))
+    iv = answer_interval(solve, cl, getattr(result, field))
     if what == "ratio":
         fmt, why = (lambda v: f"{v:.3g}x"), "no ratio reaches the target"
     else:
@@ -588,8 +588,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp, bw_dp = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_min_compression(sc, bw_dp, n_dp, target, u), sc,
-                         lambda cl: _min_compression(build(cl), bw_dp, n_dp, target, u,
-                                                     explain=False),
+                         lambda cl: _corner_ratio(build(cl), bw_dp, n_dp, target, u),
                          "ratio", "ratio", model)
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting), sc, n, bw)
 
@@ -667,6 +666,30 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
         message=(f"{p.name} on {n} workers at {format_bandwidth(bw)} needs {ratio:.3g}x "
                  f"compression to scale {target:g} (uncompressed: {sf1:.3f})"),
         critical_parts=parts, **common)
+
+
+def _corner_ratio(sc, bw, n, target, u) -> float:
+    """The ratio of :func:`_min_compression` alone, as an interval's corner needs it [-]:
+    the same operations on the common path (no compression needed, or a finite ratio),
+    the whole solve otherwise (no ratio, the limit, a line rate too small)."""
+    sc0, u0 = sc, u
+    u = effective_utilization(sc, bw, u)
+    with np.errstate(over="ignore", divide="ignore"):
+        x_net = 1.0 / (u * bw)
+    if math.isfinite(x_net):
+        sc = sc.planned(n, x_net)
+        p = sc.profile
+        base = float(sc.x_effective(n, x_net, 1.0))
+        end = float(sc.lines(n, False)[1](base))
+        if p.iteration_time / (sc.forward(n) + end + p.update_time) >= target:
+            return 1.0
+        level = p.iteration_time / target - sc.forward(n) - p.update_time
+        x_star = _x_star(sc.lines(n, True)[1], level)
+        if x_star > 0:
+            ratio = max(1.0, _NUDGE * base / x_star)
+            if math.isfinite(ratio):
+                return ratio
+    return _min_compression(sc0, bw, n, target, u0, explain=False).ratio
 
 
 def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression=1.0,
@@ -749,7 +772,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     n_dp = sc.data_parallel(n, 1.0)[0]  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
                          lambda cl: _solve_bandwidth(build(cl), n_dp, target, r, u,
-                                                     explain=False),
+                                                     explain=False).bw,
                          "bw", "bw", model)
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting), sc, n)
 

@@ -159,3 +159,76 @@ def test_clusters_that_change_the_build_do_not_share_it():
         assert sc.profile.iteration_time == ref.profile.iteration_time
         assert np.array_equal(sc.profile.tensor_ready, ref.profile.tensor_ready)
         own = Scenario.build("resnet50", cluster=cl, fusion="ddp")
+
+
+def _family(cl):
+    return [c for f in (cl, cl.with_alternative(1)) for c in (f, *f.corners())]
+
+
+@pytest.mark.parametrize("kw, n, compressed", [
+    (dict(fusion="horovod", algorithm="nccl-2.4"), 64, False),
+    (dict(fusion="ddp", algorithm="ring"), 64, False),
+    (dict(fusion="ddp", algorithm="ring", codec_cost=1e-10), 64, True),
+    (dict(fusion="none", algorithm="nccl"), 256, False),
+    (dict(fusion="ddp", algorithm="ring"), 8, False)])  # one node: the intra link's bits
+def test_primed_corner_lines_are_each_corners_own(kw, n, compressed, monkeypatch):
+    """The lines of every corner, made for all corners in one vectorized pass when the
+    best cluster's are first asked for, equal :meth:`Scenario.make_lines` of that corner
+    (field by field, bit for bit), and no corner makes its own."""
+    cl = _fitted()
+    clear_caches()
+    Scenario.build("resnet50", cluster=cl, **kw).lines(n, compressed)
+    made = []
+    orig = Scenario.make_lines
+    monkeypatch.setattr(Scenario, "make_lines", lambda self, *a, **k: made.append(1)
+                        or orig(self, *a, **k))
+    got = {id(c): Scenario.build("resnet50", cluster=c, **kw) for c in _family(cl)}
+    got = {i: (sc, sc.lines(n, compressed), sc.wire_map(n)) for i, sc in got.items()}
+    assert not made  # every corner's lines were primed
+    monkeypatch.undo()
+    for sc, (lines, env), xmap in got.values():
+        b = sc.buckets
+        cost = collective_cost(sc.algorithm, b.nbytes, n, reduction=sc.profile.reduction,
+                               options=sc.options)
+        ovh = cost.overhead + sc.codec_cost * b.nbytes if compressed else cost.overhead
+        ref, ref_env, ref_xmap = sc.make_lines(n, b.ready, cost, ovh)
+        for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
+            assert np.array_equal(getattr(lines, f), getattr(ref, f)), f
+        assert np.array_equal(env.intercept, ref_env.intercept)
+        assert np.array_equal(env.breaks, ref_env.breaks)
+        assert xmap == ref_xmap
+
+
+@pytest.mark.parametrize("bw", [1e6, 1e9, 10e9, 100e9])
+@pytest.mark.parametrize("target", [0.5, 0.7, 0.9, 1.0])
+def test_a_corners_ratio_is_the_whole_solves(bw, target):
+    """The ratio alone (what a corner of an interval needs) equals the whole solve's, in
+    every branch: none needed, a finite ratio, none reaches the target, the limit."""
+    from scalemodel.solvers import _builder, _corner_ratio, _min_compression
+
+    cl = _fitted()
+    build = _builder("resnet50", fusion="horovod", algorithm="nccl-2.4")
+    for c in _family(cl):
+        for n in (8, 64):
+            clear_caches()
+            assert _corner_ratio(build(c), bw, n, target, 1.0) == _min_compression(
+                build(c), bw, n, target, 1.0).ratio
+
+
+@pytest.mark.parametrize("kw", [dict(fusion="horovod", algorithm="nccl-2.4"),
+                                dict(fusion="ddp", algorithm="ring", compression=4.0,
+                                     codec_cost=1e-10)])
+def test_iteration_time_interval_is_each_corner_answered_alone(kw):
+    """The iteration time's and the scaling factor's intervals (each corner's time and
+    scaling factor alone, without its breakdown) equal the ends of each corner's whole
+    answer, computed from nothing."""
+    cl = _fitted()
+    clear_caches()
+    got = sm.iteration_time("resnet50", 64, 10e9, cluster=cl, **kw)
+    alone = []
+    for c in _family(cl):
+        clear_caches()
+        alone.append(sm.iteration_time("resnet50", 64, 10e9, cluster=_bare(c), **kw))
+    assert got.total_interval == (min(a.total for a in alone), max(a.total for a in alone))
+    assert got.scaling_factor_interval == (min(a.scaling_factor for a in alone),
+                                           max(a.scaling_factor for a in alone))
