@@ -102,7 +102,8 @@ def crash_line(rank, code, err, workdir, cmd=()):
             "the same step, run that step alone with the command in the log")
 
 
-def main(argv=None):
+def arguments(argv):
+    """The command line's flags (unchanged: the tests and the docs use them)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--models", default="mlp:128,convnet:64",
                     help="comma-separated MODEL:BATCH, MODEL a built-in name (mlp, convnet) "
@@ -126,7 +127,96 @@ def main(argv=None):
     ap.add_argument("--out", default="emulated", help="output folder (JSON and a table)")
     ap.add_argument("--quick", action="store_true", help="two rates, few iterations")
     ap.add_argument("--timeout", type=float, default=120.0, help="per collective [s]")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def take_turns():
+    """Two emulations at once would measure each other: hold the machine's lock (waiting
+    for another run to finish); closing the returned file releases it."""
+    lock = open(os.path.join(tempfile.gettempdir(), "scalemodel-emulated.lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log("another emulated cluster runs on this machine; waiting for it to finish")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+class _Ports:
+    """A fresh rendezvous port for each torchrun (after a per-process base)."""
+
+    def __init__(self):
+        self.port = 29600 + (os.getpid() % 50) * 40
+
+    def next(self):
+        self.port += 1
+        return self.port
+
+
+def calibrate(cl, args, models, cal_model, r0, iters, work, ports):
+    """Step 1: the transport sweep and each model's compute profile and DDP run at the
+    one calibration rate ``r0``; returns (the calibrated cluster, the profiles)."""
+    log(f"calibrating: transport sweep at {r0 / 1e6:g} Mbit/s")
+    run_ranks(cl, ["--steps", "transport", "--line-rate", str(r0),
+                   "--out", str(work / "transport.json"), "--max-size", args.max_size,
+                   "--min-size", args.min_size, "--collectives", "all_reduce,send_recv",
+                   "--repeats", "5", "--warmup", "2"], ports.next(), work, args.timeout)
+    profiles = {}
+    for spec, model, batch in models:
+        log(f"calibrating: {model} compute profile and DDP at {r0 / 1e6:g} Mbit/s")
+        fit = ["--fit-host-overhead"] if model == cal_model else ["--no-fit-host-overhead"]
+        files = calibration_files(work, model)
+        text = run_ranks(cl, ["--steps", "compute,scaling", "--model", spec,
+                              "--batch-size", str(batch), "--line-rate", str(r0),
+                              "--cluster", str(work / "transport.json"),
+                              "--out", str(files["cluster"]),
+                              "--profile-out", str(files["profile"]),
+                              "--iterations", str(iters), *fit], ports.next(), work,
+                         args.timeout)
+        profiles[model] = sm.load_profile(files["profile"])
+        log(text.strip())
+    return sm.load_cluster(calibration_files(work, cal_model)["cluster"]), profiles
+
+
+def measure(cl, args, models, rates, r0, cal_model, iters, work, ports, calibrated,
+            profiles, started):
+    """Steps 2 and 3: measure every model at every rate and predict each from the
+    calibration alone (and from the transport alone); returns the records."""
+    records = []
+    transport = sm.load_cluster(work / "transport.json")
+    for rate in rates:
+        cl.set_rate(rate)
+        for spec, model, batch in models:
+            log(f"measuring {model} at {rate / 1e6:g} Mbit/s "
+                f"({time.time() - started:.0f} s so far)")
+            name = f"run-{model}-{rate / 1e6:g}"
+            run_ranks(cl, ["--steps", "compute,scaling", "--model", spec,
+                           "--batch-size", str(batch), "--line-rate", str(rate),
+                           "--cluster", str(work / "transport.json"),
+                           "--out", str(work / f"{name}.json"), "--iterations", str(iters),
+                           "--no-fit-host-overhead"], ports.next(), work, args.timeout)
+            rep = json.loads((work / f"{name}.report.json").read_text())
+            prof = profiles[model]
+            pred = sm.scaling_factor(prof, args.hosts, rate, cluster=calibrated, fusion="ddp")
+            pred_net = sm.scaling_factor(prof, args.hosts, rate, cluster=transport,
+                                         fusion="ddp")
+            records.append({
+                "model": model, "model_spec": spec, "batch_size": batch, "line_rate": rate,
+                "calibration_point": bool(rate == r0 and model == cal_model),
+                "measured": rep["measured_scaling_factor"], "predicted": pred,
+                "predicted_transport_only": pred_net,
+                "predicted_full_overlap": sm.scaling_factor(
+                    prof, args.hosts, rate, fusion="ddp",
+                    cluster=attrs.evolve(calibrated, overlap=1.0)),
+                "t1": rep["t1_median"], "tn": rep["tn_median"],
+                "tn_p10_p90": rep["tn_p10_p90"]})
+            log(f"  measured {records[-1]['measured']:.3f} predicted {pred:.3f} "
+                f"(transport only {pred_net:.3f})")
+    return records
+
+
+def main(argv=None):
+    args = arguments(argv)
     try:
         models = parse_models(args.models)
         cal_model = calibration_model(models, args.calibrate_model)
@@ -137,13 +227,15 @@ def main(argv=None):
     if not ok:
         print(f"emulated cluster not available here: {why}", file=sys.stderr)
         return 2
-    # two emulations at once would measure each other: take turns
-    lock = open(os.path.join(tempfile.gettempdir(), "scalemodel-emulated.lock"), "w")
+    lock = take_turns()
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        log("another emulated cluster runs on this machine; waiting for it to finish")
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _run(args, models, cal_model)
+    finally:
+        lock.close()
+
+
+def _run(args, models, cal_model):
+    """The calibration, measurements and predictions, and the files they write."""
     rates = [float(r) * 1e6 for r in args.rates.split(",")]
     iters = args.iterations
     if args.quick:
@@ -154,68 +246,14 @@ def main(argv=None):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="scalemodel-emulated-"))
-    port = 29600 + (os.getpid() % 50) * 40
-    started = time.time()
-    records = []
+    ports, started = _Ports(), time.time()
     with EmulatedCluster(args.hosts, r0, prefix=args.prefix, subnet=args.subnet) as cl:
-        # 1. calibrate at one setting
-        log(f"calibrating: transport sweep at {r0 / 1e6:g} Mbit/s")
-        port += 1
-        run_ranks(cl, ["--steps", "transport", "--line-rate", str(r0),
-                       "--out", str(work / "transport.json"), "--max-size", args.max_size,
-                       "--min-size", args.min_size, "--collectives", "all_reduce,send_recv",
-                       "--repeats", "5", "--warmup", "2"], port, work, args.timeout)
-        profiles = {}
-        for spec, model, batch in models:
-            log(f"calibrating: {model} compute profile and DDP at {r0 / 1e6:g} Mbit/s")
-            port += 1
-            fit = ["--fit-host-overhead"] if model == cal_model else ["--no-fit-host-overhead"]
-            files = calibration_files(work, model)
-            text = run_ranks(cl, ["--steps", "compute,scaling", "--model", spec,
-                                  "--batch-size", str(batch), "--line-rate", str(r0),
-                                  "--cluster", str(work / "transport.json"),
-                                  "--out", str(files["cluster"]),
-                                  "--profile-out", str(files["profile"]),
-                                  "--iterations", str(iters), *fit], port, work, args.timeout)
-            profiles[model] = sm.load_profile(files["profile"])
-            log(text.strip())
-        calibrated = sm.load_cluster(calibration_files(work, cal_model)["cluster"])
+        calibrated, profiles = calibrate(cl, args, models, cal_model, r0, iters, work, ports)
         sm.save_cluster(calibrated, out / "cluster.json")
         for _, model, _ in models:
             sm.save_profile(profiles[model], out / f"{model}.json")
-        # 2. measure every setting
-        for rate in rates:
-            cl.set_rate(rate)
-            for spec, model, batch in models:
-                log(f"measuring {model} at {rate / 1e6:g} Mbit/s "
-                    f"({time.time() - started:.0f} s so far)")
-                port += 1
-                name = f"run-{model}-{rate / 1e6:g}"
-                run_ranks(cl, ["--steps", "compute,scaling", "--model", spec,
-                               "--batch-size", str(batch), "--line-rate", str(rate),
-                               "--cluster", str(work / "transport.json"),
-                               "--out", str(work / f"{name}.json"), "--iterations", str(iters),
-                               "--no-fit-host-overhead"], port, work, args.timeout)
-                rep = json.loads((work / f"{name}.report.json").read_text())
-                # 3. predict from the calibration alone
-                prof = profiles[model]
-                pred = sm.scaling_factor(prof, args.hosts, rate, cluster=calibrated,
-                                         fusion="ddp")
-                pred_net = sm.scaling_factor(prof, args.hosts, rate,
-                                             cluster=sm.load_cluster(work / "transport.json"),
-                                             fusion="ddp")
-                records.append({
-                    "model": model, "model_spec": spec, "batch_size": batch, "line_rate": rate,
-                    "calibration_point": bool(rate == r0 and model == cal_model),
-                    "measured": rep["measured_scaling_factor"], "predicted": pred,
-                    "predicted_transport_only": pred_net,
-                    "predicted_full_overlap": sm.scaling_factor(
-                        prof, args.hosts, rate, fusion="ddp",
-                        cluster=attrs.evolve(calibrated, overlap=1.0)),
-                    "t1": rep["t1_median"], "tn": rep["tn_median"],
-                    "tn_p10_p90": rep["tn_p10_p90"]})
-                log(f"  measured {records[-1]['measured']:.3f} predicted {pred:.3f} "
-                    f"(transport only {pred_net:.3f})")
+        records = measure(cl, args, models, rates, r0, cal_model, iters, work, ports,
+                          calibrated, profiles, started)
     table = summarize(records, calibrated, r0, cal_model)
     print(table)
     result = {"records": records, "calibration": {"rate": r0, "model": cal_model,
