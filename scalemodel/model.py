@@ -1193,9 +1193,15 @@ def _binding(lines, j, x):
 
 def effective_utilization(scenario, bw, utilization):
     """Utilization [-] times the cluster's achieved fraction of line rate ``bw`` [bits/s]."""
-    if scenario.cluster is None:
+    cl = scenario.cluster
+    if cl is None:
         return utilization
-    u = utilization * scenario.cluster.utilization_at(bw)
+    if type(bw) in _FLOATS and type(utilization) in _FLOATS and cl.table_line_rate is None:
+        # one question, in floats: the same operations as utilization_at's arrays
+        a, cap = float(cl.utilization), None if cl.ceiling is None else cl.ceiling / bw
+        if 0.0 < a < math.inf and (cap is None or 0.0 < cap < math.inf):
+            return float(utilization * (a if cap is None or a <= cap else cap))
+    u = utilization * cl.utilization_at(bw)
     return float(u) if np.ndim(u) == 0 else u
 
 

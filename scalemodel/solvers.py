@@ -670,8 +670,9 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
 
 def _corner_ratio(sc, bw, n, target, u) -> float:
     """The ratio of :func:`_min_compression` alone, as an interval's corner needs it [-]:
-    the same operations on the common path (no compression needed, or a finite ratio),
-    the whole solve otherwise (no ratio, the limit, a line rate too small)."""
+    the same operations on the common path (no compression needed, a finite ratio, or
+    none below the limit), the whole solve otherwise (the limit, a line rate too
+    small)."""
     sc0, u0 = sc, u
     u = effective_utilization(sc, bw, u)
     with np.errstate(over="ignore", divide="ignore"):
@@ -684,11 +685,15 @@ def _corner_ratio(sc, bw, n, target, u) -> float:
         if p.iteration_time / (sc.forward(n) + end + p.update_time) >= target:
             return 1.0
         level = p.iteration_time / target - sc.forward(n) - p.update_time
-        x_star = _x_star(sc.lines(n, True)[1], level)
+        env = sc.lines(n, True)[1]
+        x_star = _x_star(env, level)
         if x_star > 0:
             ratio = max(1.0, _NUDGE * base / x_star)
             if math.isfinite(ratio):
                 return ratio
+        elif p.iteration_time / (sc.forward(n) + float(env(0.0)) + p.update_time) < \
+                target * (1 - 1e-12):  # below the limit: no ratio reaches the target
+            return math.inf
     return _min_compression(sc0, bw, n, target, u0, explain=False).ratio
 
 

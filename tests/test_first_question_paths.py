@@ -182,3 +182,22 @@ def test_clear_caches_forgets_nccl_setups_so_a_first_question_pays_for_them():
     assert _SETUPS and nccl._tree_threshold_24.cache_info().currsize
     clear_caches()
     assert not _SETUPS and nccl._tree_threshold_24.cache_info().currsize == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1e-3, 1.0), st.one_of(st.none(), st.floats(1e6, 1e12),
+                                       st.integers(10**6, 10**12)),
+       st.floats(1e-3, 1.0), st.floats(1e3, 1e13))
+def test_one_questions_utilization_in_floats_is_the_arrays(util, ceiling, asked, bw):
+    """The achieved fraction of one line rate on a cluster, computed in Python floats,
+    equals :meth:`~scalemodel.ClusterProfile.utilization_at`'s array answer times the
+    asked utilization (bit for bit), a ceiling that binds or not, given as an int or not."""
+    import scalemodel as sm
+    from scalemodel.model import Scenario, effective_utilization
+
+    cl = sm.ClusterProfile(utilization=util, ceiling=ceiling, provenance={"source": "test"})
+    sc = Scenario.build("resnet50", cluster=cl)
+    got = effective_utilization(sc, bw, asked)
+    assert type(got) is float
+    assert got == float(asked * cl.utilization_at(np.asarray(bw)))
+    assert got == float(effective_utilization(sc, np.asarray([bw]), asked)[0])
