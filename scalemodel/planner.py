@@ -94,7 +94,7 @@ from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS
                           resolve_implementation)
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import _FLOATS, Scenario, effective_utilization
-from .overlap import UpperEnvelope, overlap_lines
+from .overlap import UpperEnvelope, _lines_stacked, overlap_lines
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
                       _loss, _min_compression, _scalar, below, memory_check, memory_text,
@@ -281,11 +281,17 @@ def _evaluate(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated
     if hit is not None and hit[0] is codec:
         return hit[1]
     ev = _evaluate_uncached(sc, comp, n, codec)
+    _remember(cache, key, codec, ev)
+    return ev
+
+
+def _remember(cache, key, codec, ev):
+    """Keep the evaluation ``ev`` under ``key`` in the scenario's ``cache`` (at most
+    :data:`_EVAL_CACHE_SIZE`: past it the evaluations are forgotten)."""
     if len(cache) > _EVAL_CACHE_SIZE:
         for k in [k for k in cache if k[0] in ("evaluate", "evaluate-costs")]:
             del cache[k]
     cache[key] = (codec, ev)
-    return ev
 
 
 def _elements(sc):
@@ -432,6 +438,21 @@ def _evaluate_costs(sc, comp, n, codec, tc, starts, ready, same=None):
                       xmap=xmap)
 
 
+def _wire(n, bits, intra, intra_bw):
+    """The bits on the slowest link and the wire map ``(k1, k2)`` as Python floats, as
+    ``Scenario.make_lines`` makes them: on one node the intra-node bits [bit] at
+    ``intra_bw`` [bits/s], else the network's with the intra-node floor."""
+    has_intra = np.count_nonzero(intra) > 0
+    if n > 1 and has_intra and not np.count_nonzero(bits):  # one node: intra is the wire
+        return intra, (0.0, float(1.0 / intra_bw))
+    if has_intra:
+        pos = bits > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = np.where(pos, intra / np.where(pos, bits, 1.0), 0.0)
+        return bits, (1.0, float(float(rho.max()) / intra_bw))
+    return bits, (1.0, 0.0)
+
+
 def _line_terms(sc, n, ready):
     """What ``Scenario.make_lines`` computes from the scenario, ``n`` and the buckets'
     ready times alone, kept per scenario and ``n`` for the ready times last asked:
@@ -461,19 +482,185 @@ def _make_lines(sc, n, ready, lat, ovh, bits, intra, intra_bw, delay, extra):
     :func:`_line_terms` (``tests/test_plan_first_question.py`` checks them equal)."""
     n = int(n)
     _, r, shift, shifted, backward, fixed = _line_terms(sc, n, ready)
-    has_intra = np.count_nonzero(intra) > 0
-    if n > 1 and has_intra and not np.count_nonzero(bits):  # one node: intra is the wire
-        wire, xmap = intra, (0.0, float(1.0 / intra_bw))
-    elif has_intra:
-        pos = bits > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rho = np.where(pos, intra / np.where(pos, bits, 1.0), 0.0)
-        wire, xmap = bits, (1.0, float(float(rho.max()) / intra_bw))
-    else:
-        wire, xmap = bits, (1.0, 0.0)
+    wire, xmap = _wire(n, bits, intra, intra_bw)
     if delay is not None:
         shifted = (r + np.asarray(delay, float)) + shift
     return overlap_lines(shifted, lat, ovh, wire, backward + extra, fixed=fixed), xmap
+
+
+def _evaluate_many(sc, comps, n, codec):
+    """:func:`_evaluate` of every compressor of ``comps`` (at its setting) at once, into
+    the caches that :func:`_evaluate` reads: the tensor costs of each, then their
+    collectives, codec terms and sums as the rows of arrays (:func:`_batch_channel`, the
+    operations of :func:`_phase_costs` and :func:`_codec_terms` row by row), then the
+    lines of each. Only what that path covers: no sharding, no cluster (whose corners
+    share the channel terms instead, :func:`_shared_channel`), ``n > 1``, per bucket
+    during backward, the codec on the channel, the phases of one algorithm other than
+    DeepSpeed's all-to-all; the others are left to :func:`_evaluate`."""
+    if sc.sharding is not None or sc.cluster is not None or n <= 1:
+        return
+    cache = sc._cache
+    e, numel = _elements(sc)
+    shapes = sc.profile.tensor_shapes
+    todo, pending = [], {}
+    for comp in comps:
+        key = ("evaluate", comp, n, id(codec))
+        try:
+            hit = cache.get(key)
+        except TypeError:  # a compressor that cannot be hashed: _evaluate alone
+            continue
+        if (hit is not None and hit[0] is codec) or comp.after_backward or \
+                comp.per_tensor or comp.codec_stream != "channel":
+            continue
+        tc = comp._costs(numel, shapes, n, codec[comp.family], e)
+        colls = set(tc.phase_collectives)
+        if len(colls) != 1 or "alltoall" in colls:
+            continue
+        same = _same_costs_key(comp, tc, n, codec) if comp.knob is not None else None
+        hit = None if same is None else cache.get(same)
+        if hit is not None and hit[0] is codec:  # (as _evaluate_uncached finds it)
+            _remember(cache, key, codec, hit[1])
+        elif same is not None and same in pending:  # the same costs in this batch
+            pending[same].append(key)
+        else:
+            todo.append((comp, tc, same, [key]))
+            if same is not None:
+                pending[same] = todo[-1][3]
+    if todo:
+        evs = _batch_evaluations(sc, n, codec, [t[0] for t in todo], [t[1] for t in todo])
+        for (_, _, same, keys), ev in zip(todo, evs):
+            if same is not None:
+                cache[same] = (codec, ev)
+            for key in keys:
+                _remember(cache, key, codec, ev)
+
+
+def _batch_evaluations(sc, n, codec, comps, tcs):
+    """The :class:`_Evaluated` of :func:`_evaluate_costs` for each compressor of
+    ``comps`` with tensor costs ``tcs`` (see :func:`_evaluate_many`)."""
+    b = sc.buckets
+    (lat, ovh, bits, intra), sending, algs, intra_bws = _batch_phases(sc, n, tcs, b.starts)
+    lat, bits, intra = np.array(lat), np.array(bits), np.array(intra)
+    sums, ovh = _batch_codec(comps, codec, tcs, b.starts, np.array(ovh))
+    raw = _raw_cost(sc, n)
+    total_bytes = sc.profile.total_bytes
+    rates = [raw.intra_bw if r is None else r for r in intra_bws]
+    made = _batch_lines(sc, n, b.ready, lat, ovh, bits, intra, rates)
+    out = []
+    for i, tc in enumerate(tcs):
+        lines, xmap = made[i] if made is not None else _make_lines(
+            sc, n, b.ready, lat[i], ovh[i], bits[i], intra[i], rates[i], None, 0.0)
+
+        def row_sums(i=i, tc=tc):  # what the row reports, summed when it is read
+            encode, decode = sums(i)
+            return (float(bits[i].sum()), float(raw.bits.sum()), encode, decode,
+                    float(total_bytes / tc.wire_bytes.sum()))
+
+        out.append(_Evaluated(lines=lines, sums=row_sums, n_collectives=sending[i],
+                              collective=algs[i], n=n, xmap=xmap))
+    return out
+
+
+def _batch_lines(sc, n, ready, lat, ovh, bits, intra, rates):
+    """:func:`_make_lines` of several evaluations without compute-stream work (rows of
+    ``lat``, ``ovh`` [s], ``bits``, ``intra`` [bit], intra-node ``rates`` [bits/s]) and
+    without fixed costs (no cluster), in one pass (``overlap._lines_stacked``); None where
+    that does not apply (then each alone)."""
+    _, _, _, shifted, backward, fixed = _line_terms(sc, n, ready)
+    m, k = len(lat), len(shifted)
+    if shifted.ndim != 1 or fixed.shape != (k,) or np.count_nonzero(fixed) or \
+            lat.shape != (m, k):
+        return None
+    wires, xmaps = np.empty((m, k)), []
+    for i in range(m):  # the wire and its map, as _make_lines
+        wires[i], xmap = _wire(n, bits[i], intra[i], rates[i])
+        xmaps.append(xmap)
+    lines = _lines_stacked(np.broadcast_to(shifted, (m, k)), lat, ovh, wires,
+                           float(backward + 0.0))
+    return list(zip(lines, xmaps))
+
+
+def _batch_phases(sc, n, tcs, starts):
+    """:func:`_one_algorithm_costs` of each of ``tcs`` (phases of one algorithm, sent per
+    bucket): ``(latency, overhead, bits, intra-node bits)`` (each a list, one array per
+    ``tcs``), the collectives that send, the algorithm and the intra-node rate of each;
+    each algorithm's collectives in one call (:func:`_group_phases`)."""
+    m = len(tcs)
+    algs = []
+    for tc in tcs:
+        coll = tc.phase_collectives[0]
+        algs.append(sc.algorithm if coll == ALLREDUCE else coll)
+    parts = [[None] * m for _ in range(4)]
+    sending, intra_bw = [0] * m, [None] * m
+    for alg in dict.fromkeys(algs):
+        mine = [i for i in range(m) if algs[i] == alg]
+        for i, four, count, rate in _group_phases(sc, n, alg, mine, tcs, starts):
+            for f in range(4):
+                parts[f][i] = four[f]
+            sending[i], intra_bw[i] = count, rate
+    return parts, sending, algs, intra_bw
+
+
+def _group_phases(sc, n, alg, mine, tcs, starts):
+    """The phases of ``tcs[i]`` for ``i`` in ``mine``, all sent by ``alg``: their bytes
+    per bucket rows of one array, their collectives in one call, ``np.where`` on the
+    collectives that do not send, the phases of each summed (``0.0 +`` the first, then
+    the others in order); yields ``(i, four parts, collectives that send, intra-node
+    rate)``."""
+    k = len(starts)
+    first, rows = [], 0
+    for i in mine:
+        first.append(rows)
+        rows += len(tcs[i].phase_collectives)
+    nbytes = np.empty((rows, k))
+    for i, r in zip(mine, first):
+        for j in range(len(tcs[i].phase_collectives)):
+            nbytes[r + j] = np.add.reduceat(tcs[i].phase_bytes[:, j], starts)
+    cost = _collective(alg, nbytes.reshape(-1), n, sc.profile.reduction, sc.options)
+    fields = [cost.latency, cost.overhead, cost.bits, cost.intra_bits]
+    if any(type(f) is not np.ndarray or f.shape != (rows * k,) for f in fields):
+        fields = [np.broadcast_to(np.asarray(f, float), (rows * k,)) for f in fields]
+    parts = np.stack(fields).reshape(4, rows, k)
+    used = nbytes > 0
+    per_row = used.sum(axis=1).tolist()
+    if sum(per_row) < rows * k:  # only the collectives that send
+        parts = np.where(used, parts, 0.0)
+    if rows == len(mine):  # one phase each
+        total = np.add(0.0, parts)
+        for i, r in zip(mine, first):
+            yield i, total[:, r], per_row[r], cost.intra_bw
+        return
+    for i, r in zip(mine, first):
+        phases = len(tcs[i].phase_collectives)
+        total = np.add(0.0, parts[:, r])
+        for j in range(1, phases):
+            total += parts[:, r + j]
+        yield i, total, sum(per_row[r:r + phases]), cost.intra_bw
+
+
+def _batch_codec(comps, codec, tcs, starts, ovh):
+    """:func:`_codec_terms` on the channel of each of ``comps`` (tensor costs ``tcs``), the
+    parts rows of arrays: ``(sums, overhead [s])``, ``sums(i)`` the encode and decode time
+    per iteration of the ``i``-th [s], the overhead rows ``ovh`` [s] with the codec's."""
+    m, t = len(tcs), len(tcs[0].encode_time)
+    per_tensor = np.empty((3, m, t))
+    for i, tc in enumerate(tcs):
+        per_tensor[0, i], per_tensor[1, i], per_tensor[2, i] = (
+            tc.encode_time, tc.decode_time, tc.calls)
+    enc, dec, calls = np.add.reduceat(per_tensor.reshape(3 * m, t), starts,
+                                      axis=1).reshape(3, m, len(starts))
+    per_bucket = np.array([[c.calls_per_bucket] for c in comps])
+    if per_bucket.any():  # (a row without them: calls + 0, unchanged)
+        compressed = (per_tensor[0] + per_tensor[1] > 0) | (per_tensor[2] > 0)
+        calls = calls + np.where(np.add.reduceat(compressed, starts, axis=1) > 0,
+                                 per_bucket, 0)
+    launch = np.array([[codec[c.family].launch] for c in comps]) * calls
+
+    def sums(i):  # encode and decode per iteration, each with half the launches
+        half = launch[i].sum() / 2
+        return float(enc[i].sum() + half), float(dec[i].sum() + half)
+
+    return sums, ovh + enc + dec + launch
 
 
 def _check_shardable(sc, comp):
@@ -1000,10 +1187,13 @@ _BEAT_MARGIN = 1e-9
 _DENSITY_TOL = 1e-4
 
 
-def _knob_search(f, a, b, fa, fb, target, *, integer, lines=None, level=None):
-    """The knob search: the end ``a`` of a bracket with ``f(a) >= target > f(b)`` once
-    it is one integer apart (``integer``; ``a``, ``b`` the knob) or :data:`_DENSITY_TOL`
-    wide (``a``, ``b`` the log density).
+def _knob_steps(f, a, b, fa, fb, target, *, integer, lines=None, level=None,
+                ask=lambda v: v):
+    """The knob search, a generator: returns the end ``a`` of a bracket with
+    ``f(a) >= target > f(b)`` once it is one integer apart (``integer``; ``a``, ``b`` the
+    knob) or :data:`_DENSITY_TOL` wide (``a``, ``b`` the log density); yields ``ask(c)``
+    before it reads ``f(c)`` at each point ``c`` (so that :func:`_rows` can evaluate the
+    points of several searches at once).
 
     The knob scales the bytes on the wire and the codec's work, so each line of the
     iteration's upper envelope (eq. :eq:`compressed-bucket`) is close to a straight line
@@ -1045,6 +1235,7 @@ def _knob_search(f, a, b, fa, fb, target, *, integer, lines=None, level=None):
             c = min(max(int(round(c)), a + 1), b - 1)
         else:
             c = min(max(c, a + 0.5 * stop), b - 0.5 * stop)
+        yield ask(c)
         gc = 1.0 / target - 1.0 / f(c)
         if gc >= 0:
             a = c
@@ -1058,7 +1249,7 @@ def _knob_search(f, a, b, fa, fb, target, *, integer, lines=None, level=None):
 def _first_crossing(lines, a, b, lin, level):
     """Where the first of the envelope's lines, each straight in the density between its
     values at the log densities ``a`` and ``b``, reaches ``level`` (see
-    :func:`_knob_search`): its log density, or None when none does inside the bracket."""
+    :func:`_knob_steps`): its log density, or None when none does inside the bracket."""
     ua, ub = lin(a), lin(b)
     la, lb = lines(a), lines(b)
     if la.shape != lb.shape or ub <= ua:
@@ -1075,20 +1266,56 @@ def _first_crossing(lines, a, b, lin, level):
     return math.log(u)
 
 
-def _row(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None, views=(),
-         implementation="pytorch"):
-    """Search the knob (unless ``fixed``) and make the row; ``sf_none`` is the
-    uncompressed scaling factor; ``bw`` [bits/s] lets the binding name the ceiling;
-    ``views`` the other clusters of a fitted cluster's interval, ``(scenario, x, codec,
-    uncompressed scaling factor)`` each: the target must be reached on all of them;
-    ``implementation`` the preset's name, for the row."""
+def _rows(sc, n, codec, make, count):
+    """The rows of the generators ``make(0) ... make(count - 1)`` (:func:`_row_steps`),
+    run in lockstep: each round, the compressors they ask for next are evaluated at once
+    (:func:`_evaluate_many`), then each goes on, reading its evaluations from the cache.
+    Should any raise, the rows are made again one after the other, so that the error is
+    the one the first row to fail raises alone."""
+    out = [None] * count
+    active = [(i, make(i)) for i in range(count)]
+    try:
+        while active:
+            wanted, going = [], []
+            for i, step in active:
+                try:
+                    wanted.append(next(step))
+                except StopIteration as done:
+                    out[i] = done.value
+                else:
+                    going.append((i, step))
+            if wanted:
+                _evaluate_many(sc, wanted, n, codec)
+            active = going
+    except Exception:
+        return [_finish(make(i)) for i in range(count)]
+    return out
+
+
+def _finish(steps):
+    """Run the generator ``steps`` to its end; its value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def _row_steps(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=None,
+               views=(), implementation="pytorch"):
+    """Search the knob (unless ``fixed``) and make the row, a generator (see
+    :func:`_rows`: it yields each compressor before evaluating it, and returns the row);
+    ``sf_none`` is the uncompressed scaling factor; ``bw`` [bits/s] lets the binding name
+    the ceiling; ``views`` the other clusters of a fitted cluster's interval,
+    ``(scenario, x, codec, uncompressed scaling factor)`` each: the target must be
+    reached on all of them; ``implementation`` the preset's name, for the row."""
     strategy = "none" if sc.sharding is None else sc.sharding.strategy
     if not composes(sc, comp):
         return _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw,
                                   implementation)
     at = _setting_evaluator(sc, comp, n, x, codec, sf_none, views)
-    config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = _chosen_setting(sc, comp, n, x, target,
-                                                                   fixed, views, at)
+    config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = yield from _chosen_steps(
+        sc, comp, n, x, target, fixed, views, at)
     feasible = sf_lo >= target  # over the whole interval
     none_hi = max([sf_none] + [v[3] for v in views])
     # feasible while uncompressed is not: better by construction; else by a clear margin,
@@ -1139,13 +1366,20 @@ def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
     """``at(value)``: ``comp`` at knob ``value`` (None: its own setting) evaluated at ``x``
     [s/bit] on ``sc`` and on every view, memoized per row, as ``(compressor, evaluation,
     low, best, high scaling factor, low and high speedup over sf_none)`` [-]; index 2,
-    the low end over the interval, is what must reach the target."""
-    cache = {}
+    the low end over the interval, is what must reach the target. ``at.config(value)``:
+    the compressor alone."""
+    cache, configs = {}, {}
+
+    def config(value):  # the compressor at ``value``, made once per row
+        c = configs.get(value)
+        if c is None:
+            c = configs[value] = comp.with_setting(value) if comp.knob else comp
+        return c
 
     def at(value):
         key = value
         if key not in cache:
-            c = comp.with_setting(value) if comp.knob else comp
+            c = config(value)
             ev = _evaluate(sc, c, n, codec)
             sf = float(_sf(sc, ev, x))
             lo = hi = sf
@@ -1158,31 +1392,32 @@ def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
             cache[key] = (c, ev, lo, sf, hi, min(spd), max(spd))
         return cache[key]
 
+    at.config = config
     return at
 
 
-def _chosen_setting(sc, comp, n, x, target, fixed, views, at):
+def _chosen_steps(sc, comp, n, x, target, fixed, views, at):
     """The setting the row reports, as ``at`` gives it (:func:`_setting_evaluator`): the
     compressor's own without a knob or when ``fixed``; else the least aggressive knob
-    within its bounds whose low end reaches ``target`` [-], or the bound nearest it."""
-    p = sc.profile
-    e = ELEMENT_BYTES.get(p.precision.lower(), 4)
-    numel = np.round(p.tensor_bytes / e)
-    if comp.knob is None:
-        return at(None)
-    if fixed:
-        return at(comp.setting)
-    lo, hi = comp.knob_bounds(numel, p.tensor_shapes)
+    within its bounds whose low end reaches ``target`` [-], or the bound nearest it. A
+    generator: it yields each compressor before evaluating it (:func:`_rows`)."""
+    if comp.knob is None or fixed:
+        value = comp.setting if comp.knob else None
+        yield at.config(value)
+        return at(value)
+    lo, hi = comp.knob_bounds(_elements(sc)[1], sc.profile.tensor_shapes)
+    yield at.config(hi)
     if at(hi)[2] >= target:
         return at(hi)
+    yield at.config(lo)
     if at(lo)[2] < target:
         return at(lo)
-    return _searched_setting(sc, comp, n, x, target, views, at, lo, hi)
+    return (yield from _searched_steps(sc, comp, n, x, target, views, at, lo, hi))
 
 
-def _searched_setting(sc, comp, n, x, target, views, at, lo, hi):
-    """:func:`_knob_search` between the knob bounds ``lo`` (reaches ``target`` [-]) and
-    ``hi`` (does not), as ``at`` gives its result."""
+def _searched_steps(sc, comp, n, x, target, views, at, lo, hi):
+    """:func:`_knob_steps` between the knob bounds ``lo`` (reaches ``target`` [-]) and
+    ``hi`` (does not), as ``at`` gives its result; yields what the search does."""
     p = sc.profile
     # the envelope's lines at the plan's line rate (without an interval: with one,
     # the target must hold on every view, and the secant alone is used)
@@ -1194,10 +1429,12 @@ def _searched_setting(sc, comp, n, x, target, views, at, lo, hi):
 
     kw = {} if views else {"lines": lines, "level": level}
     if comp.knob_integer:
-        return at(_knob_search(lambda v: at(v)[2], int(lo), int(hi), at(lo)[2],
-                               at(hi)[2], target, integer=True, **kw))
-    a = _knob_search(lambda v: at(math.exp(v))[2], math.log(lo), math.log(hi),
-                     at(lo)[2], at(hi)[2], target, integer=False, **kw)
+        return at((yield from _knob_steps(lambda v: at(v)[2], int(lo), int(hi), at(lo)[2],
+                                          at(hi)[2], target, integer=True,
+                                          ask=at.config, **kw)))
+    a = yield from _knob_steps(lambda v: at(math.exp(v))[2], math.log(lo), math.log(hi),
+                               at(lo)[2], at(hi)[2], target, integer=False,
+                               ask=lambda v: at.config(math.exp(v)), **kw)
     return at(math.exp(a))
 
 
@@ -1494,8 +1731,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                                offload=offload,  # the group: in sc.sharding
                                sequence_parallel=sequence_parallel)
     views = _views(sc, model, bw, u, n, gpu, impl, options)
-    rows = [_row(sc, c, n, x, codec, target, sc.fusion, sf_none, fixed, bw=bw, views=views,
-                 implementation=impl.name) for c, fixed in comps]
+    rows = _rows(sc, n, codec, lambda i: _row_steps(
+        sc, comps[i][0], n, x, codec, target, sc.fusion, sf_none, comps[i][1], bw=bw,
+        views=views, implementation=impl.name), len(comps))
     needed = min([sf_none] + [v[3] for v in views]) >= target
     _rank_rows(rows, needed)
     best = None if needed else next(

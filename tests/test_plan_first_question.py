@@ -38,6 +38,7 @@ def _general(monkeypatch):
     monkeypatch.setattr(pl, "_one_algorithm_costs", lambda sc, n, tc, starts: (
         _phase_costs_reference(sc, PowerSGD(), n, tc, starts)))  # (not per tensor)
     monkeypatch.setattr(pl, "_make_lines", _make_lines_reference)
+    monkeypatch.setattr(pl, "_evaluate_many", lambda *a: None)  # each row alone
     built = Scenario.make_lines  # the envelope built with the lines, as before
 
     def make_lines(self, *args, envelope=True, **kw):
@@ -417,3 +418,54 @@ def test_corners_share_the_channel_terms_and_answer_as_alone(monkeypatch):
             assert np.array_equal(getattr(ev.lines, f), getattr(own.lines, f)), f
         assert (ev.bits, ev.encode, ev.decode, ev.xmap) == (own.bits, own.encode,
                                                             own.decode, own.xmap)
+
+
+_BATCH = ["none", "fp16", "bf16", "int8", "int8:2", "signsgd", "topk", "topk:1e-6",
+          "topk:0.01", "randomk:0.05", "powersgd:1", "powersgd:4", "powersgd:300"]
+
+
+@pytest.mark.parametrize("model, kw", [("resnet50", {}), ("bert", dict(gpus_per_node=8)),
+                                       ("vgg16", dict(fusion="horovod", algorithm="tree")),
+                                       ("gpt2", dict(algorithm="nccl", gpus_per_node=8,
+                                                     nics_per_node=8)),
+                                       ("resnet50", dict(fusion="none", gpus_per_node=4))])
+@pytest.mark.parametrize("impl", ["pytorch", "grace-tf", "deepspeed"])
+def test_evaluations_in_a_batch_are_those_made_one_by_one(model, kw, impl, monkeypatch):
+    """:func:`pl._evaluate_many` (the rows' compressors at once, as :func:`pl._rows` asks
+    for them) against each evaluation made alone by the general code, field by field."""
+    for n in (2, 8, 64):
+        comps = [pl._as_implemented(get_compressor(c), IMPLEMENTATIONS[impl], False)
+                 for c in _BATCH]
+        comps += comps[:3]  # asked twice in one round
+        clear_caches()
+        sc = Scenario.build(model, **kw)
+        codec = pl._codec(sc, None, IMPLEMENTATIONS[impl])
+        alone = []
+        real = pl._evaluate_uncached
+        with monkeypatch.context() as m:
+            m.setattr(pl, "_evaluate_uncached", lambda *a: alone.append(a[1]) or real(*a))
+            pl._evaluate_many(sc, comps, n, codec)
+            batched = [pl._evaluate(sc, c, n, codec) for c in comps]
+        # what the batch leaves to _evaluate: a flat buffer after backward, per-tensor
+        # collectives, a codec on the compute stream, phases of several algorithms
+        e, numel = pl._elements(sc)
+        for c in alone:
+            colls = set(c._costs(numel, sc.profile.tensor_shapes, n, codec[c.family],
+                                 e).phase_collectives)
+            assert (c.after_backward or c.per_tensor or c.codec_stream != "channel"
+                    or len(colls) > 1 or "alltoall" in colls), c
+        assert len(alone) < len(comps)
+        with monkeypatch.context() as m:
+            _general(m)
+            for c, ev in zip(comps, batched):
+                clear_caches()
+                s = Scenario.build(model, **kw)
+                own = pl._evaluate_uncached(s, c, n, pl._codec(s, None, IMPLEMENTATIONS[impl]))
+                for f in ("intercept", "slope", "latency", "overhead", "bits", "ready",
+                          "fixed"):
+                    assert np.array_equal(getattr(ev.lines, f), getattr(own.lines, f)), (c, f)
+                assert (ev.n_collectives, ev.collective, ev.xmap, ev.n) == (
+                    own.n_collectives, own.collective, own.xmap, own.n), c
+                assert (ev.bits, ev.raw_bits, ev.encode, ev.decode, ev.per_worker_ratio) == (
+                    own.bits, own.raw_bits, own.encode, own.decode, own.per_worker_ratio), c
+
