@@ -469,3 +469,36 @@ def test_evaluations_in_a_batch_are_those_made_one_by_one(model, kw, impl, monke
                 assert (ev.bits, ev.raw_bits, ev.encode, ev.decode, ev.per_worker_ratio) == (
                     own.bits, own.raw_bits, own.encode, own.decode, own.per_worker_ratio), c
 
+
+
+def test_rows_in_lockstep_raise_the_error_of_the_first_row_to_fail(monkeypatch):
+    """A later row that fails in an earlier round does not hide the error the first row
+    raises when the rows are made one by one."""
+    monkeypatch.setattr(pl, "_evaluate_many", lambda *a: None)
+
+    def row(i):
+        for _ in range(3 - 2 * i):  # row 0 fails in round 4, row 1 in round 2
+            yield None
+        raise ValueError(f"row {i}")
+
+    with pytest.raises(ValueError, match="row 0"):
+        pl._rows(None, 8, None, row, 2)
+
+    def fine(i):
+        yield None
+        return i
+
+    assert pl._rows(None, 8, None, fine, 3) == [0, 1, 2]
+
+
+def test_a_plan_that_fails_fails_as_the_general_code_does(monkeypatch):
+    bad = dict(n=64, sharding="zero2",
+               compressors=["powersgd", "fp16", pl.get_compressor("bf16").__class__(
+                   dtype="bf16", per_tensor=True)])
+    with pytest.raises(sm.InvalidParameterError) as fast:
+        sm.plan_compression("bert", 10e9, **bad)
+    with monkeypatch.context() as m:
+        _general(m)
+        with pytest.raises(sm.InvalidParameterError) as general:
+            sm.plan_compression("bert", 10e9, **bad)
+    assert str(fast.value) == str(general.value) and "per_tensor" in str(fast.value)
