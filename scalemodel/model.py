@@ -460,7 +460,7 @@ class Scenario:
             sk = (id(profile), key[2], _build_key(cluster))
             sib = _SIBLINGS.get(sk)
             if sib is not None and sib[0] is profile and _build_key(sib[1]) == sk[2]:
-                sc = attrs.evolve(sib[2], cluster=cluster)
+                sc = _sibling(sib[2], cluster)
         if sc is None:
             sc = cls._build(profile, cluster=cluster, **kw)
             if key is not None and cluster is not None:
@@ -782,11 +782,15 @@ class Scenario:
             sched = self.schedule(key[0], key[1])
             return sched.lines, sched.envelope
         if key not in self._cache:
-            b = self.buckets
-            self._prime_corner_costs(key[0], b)
-            cost = _shared_cost(self.algorithm, b.nbytes, key[0], self.profile.reduction,
-                                self.options)
-            self._prime_corner_lines(key, b, cost)
+            root = self._cache.get(("root",))  # a corner's: primed with all corners'
+            got = None if root is None else root._prime_corner_lines(key).get(id(self))
+            if got is not None and got[0] is self:
+                b, cost = got[1], got[2]
+            else:
+                b = self.buckets
+                self._prime_corner_costs(key[0], b)
+                cost = _shared_cost(self.algorithm, b.nbytes, key[0],
+                                    self.profile.reduction, self.options)
             lines, env, xmap = self._lines_sharing_fixed(key, b, cost)
             self._cache[key] = (lines, env)
             self._wire[key[0]] = xmap
@@ -848,24 +852,29 @@ class Scenario:
         return (id(self.profile), id(b), id(cost), key, self.codec_cost, self.slowdown(n),
                 self.compute_slowdown, self.bucket_overhead(n))
 
-    def _prime_corner_lines(self, key, b, cost):
-        """On a fitted cluster, :meth:`_lines_sharing_fixed`'s lines without fixed costs
-        of ``key = (n, compressed)`` for this scenario (buckets ``b``, costs ``cost``)
-        and every corner of the cluster's intervals and alternatives whose scenario is
-        this one but for the cluster's numbers (:func:`_build_key`), in one vectorized
-        pass per bucket count (:func:`~scalemodel.overlap._lines_stacked`: each row the
-        same operations as :meth:`make_lines`), kept in :data:`_LINES`. Only plain lines
-        are primed (one value per bucket, no intra-node wire, no delay); the others are
-        made when asked."""
-        cl, n = self.cluster, key[0]
-        if (n <= 1 or cl is None or not (cl.intervals or cl.alternatives)
-                or isinstance(self.fusion, MGWFBP) or self.sharding is not None
-                or self._lines_key(key, b, cost) in _LINES):
-            return
+    def _prime_corner_lines(self, key):
+        """For the scenarios of the corners of this scenario's fitted cluster
+        (:func:`_sibling`; this scenario their root), when the first of them asks for its
+        lines of ``key = (n, compressed)``: each one's buckets and collective costs, and
+        :meth:`_lines_sharing_fixed`'s lines without fixed costs of all of them, in one
+        vectorized pass per bucket count (:func:`~scalemodel.overlap._lines_stacked`:
+        each row the same operations as :meth:`make_lines`), kept in :data:`_LINES`. Only
+        plain lines are made so (one value per bucket); the others when asked. Returns
+        ``{id(scenario): (scenario, buckets, cost)}`` (kept; empty where nothing is
+        primed) [-]."""
+        done = self._cache.get(("primed", key))
+        if done is not None:
+            return done
+        done = self._cache[("primed", key)] = {}
+        n, near = key[0], self._cache.get(("siblings",))
+        if (n <= 1 or near is None or isinstance(self.fusion, MGWFBP)
+                or self.sharding is not None):
+            return done
         todo = {}
-        for s in _corner_siblings(self):
+        for s in near.values():
             sb = s.buckets
             sc = _shared_cost(s.algorithm, sb.nbytes, n, s.profile.reduction, s.options)
+            done[id(s)] = (s, sb, sc)
             sk = s._lines_key(key, sb, sc)
             if sk not in _LINES and sk not in todo and s._plain_lines(key, sb, sc):
                 todo[sk] = (s, sb, sc)
@@ -879,6 +888,7 @@ class Scenario:
                 _LINES[sk] = (s.profile, sb, sc, lines, xmap, {})
         while len(_LINES) > SCENARIO_CACHE_SIZE:
             _LINES.popitem(last=False)
+        return done
 
     def _plain_lines(self, key, b, cost):
         """Whether :meth:`make_lines` of these buckets takes its plain path: one
@@ -1130,18 +1140,37 @@ def _wire(n, cost):
     return bits, (1.0, 0.0)
 
 
-def _corner_siblings(sc):
-    """``sc`` and the scenarios of the other corners of its fitted cluster's intervals
-    and alternatives that :meth:`Scenario.build` makes from it (the same build but for
-    the cluster's numbers, :func:`_build_key`), each cluster once [-]."""
-    cl = sc.cluster
+def _sibling(root, cluster):
+    """The scenario that :meth:`Scenario.build` makes of ``cluster`` from ``root``, the
+    scenario of a cluster that differs from it in numbers only (:func:`_build_key`):
+    ``root`` with ``cluster``. The corners of ``root``'s fitted cluster (its intervals'
+    and its alternatives', :func:`_corner_siblings`) are made together on the first
+    such question and keep ``root``, which makes their lines together
+    (:meth:`Scenario._prime_corner_lines`) [-]."""
+    near = root._cache.get(("siblings",))
+    if near is None:
+        near = root._cache[("siblings",)] = _corner_siblings(root)
+    sc = near.get(id(cluster))
+    if sc is not None and sc.cluster is cluster:
+        return sc
+    return attrs.evolve(root, cluster=cluster)
+
+
+def _corner_siblings(root):
+    """``{id(cluster): scenario}``: ``root``, and ``root`` with the cluster of each other
+    corner of its fitted cluster's intervals and alternatives that :meth:`Scenario.build`
+    would make from it (the same build but for the cluster's numbers,
+    :func:`_build_key`), each marked with ``root`` [-]."""
+    cl = root.cluster
+    out = {id(cl): root}
+    if not (cl.intervals or cl.alternatives):
+        return out
     own = _build_key(cl)
     family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
-    out, seen = [sc], {id(cl)}
     for c in (corner for f in family for corner in (f, *f.corners())):
-        if id(c) not in seen and _build_key(c) == own:
-            seen.add(id(c))
-            out.append(attrs.evolve(sc, cluster=c))
+        if id(c) not in out and _build_key(c) == own:
+            sc = out[id(c)] = attrs.evolve(root, cluster=c)
+            sc._cache[("root",)] = root
     return out
 
 

@@ -173,11 +173,14 @@ def _family(cl):
     (dict(fusion="ddp", algorithm="ring"), 8, False)])  # one node: the intra link's bits
 def test_primed_corner_lines_are_each_corners_own(kw, n, compressed, monkeypatch):
     """The lines of every corner, made for all corners in one vectorized pass when the
-    best cluster's are first asked for, equal :meth:`Scenario.make_lines` of that corner
-    (field by field, bit for bit), and no corner makes its own."""
+    first corner's are asked for, equal :meth:`Scenario.make_lines` of that corner (field
+    by field, bit for bit), and no corner makes its own; a question without an interval
+    makes nothing for the corners."""
     cl = _fitted()
     clear_caches()
-    Scenario.build("resnet50", cluster=cl, **kw).lines(n, compressed)
+    own = Scenario.build("resnet50", cluster=cl, **kw)
+    own.lines(n, compressed)
+    assert ("siblings",) not in own._cache
     made = []
     orig = Scenario.make_lines
     monkeypatch.setattr(Scenario, "make_lines", lambda self, *a, **k: made.append(1)
