@@ -583,59 +583,51 @@ def _batch_lines(sc, n, ready, lat, ovh, bits, intra, rates):
 def _batch_phases(sc, n, tcs, starts):
     """:func:`_one_algorithm_costs` of each of ``tcs`` (phases of one algorithm, sent per
     bucket): ``(latency, overhead, bits, intra-node bits)`` (each a list, one array per
-    ``tcs``), the collectives that send, the algorithm and the intra-node rate of each;
-    each algorithm's collectives in one call (:func:`_group_phases`)."""
-    m = len(tcs)
+    ``tcs``), the collectives that send, the algorithm and the intra-node rate of each.
+    The phases' bytes per bucket are the rows of one array, those of one algorithm
+    together and costed in one call, ``np.where`` on the collectives that do not send,
+    the phases of each summed (``0.0 +`` the first, then the others in order)."""
+    m, k = len(tcs), len(starts)
     algs = []
     for tc in tcs:
         coll = tc.phase_collectives[0]
         algs.append(sc.algorithm if coll == ALLREDUCE else coll)
-    parts = [[None] * m for _ in range(4)]
-    sending, intra_bw = [0] * m, [None] * m
-    for alg in dict.fromkeys(algs):
-        mine = [i for i in range(m) if algs[i] == alg]
-        for i, four, count, rate in _group_phases(sc, n, alg, mine, tcs, starts):
-            for f in range(4):
-                parts[f][i] = four[f]
-            sending[i], intra_bw[i] = count, rate
-    return parts, sending, algs, intra_bw
-
-
-def _group_phases(sc, n, alg, mine, tcs, starts):
-    """The phases of ``tcs[i]`` for ``i`` in ``mine``, all sent by ``alg``: their bytes
-    per bucket rows of one array, their collectives in one call, ``np.where`` on the
-    collectives that do not send, the phases of each summed (``0.0 +`` the first, then
-    the others in order); yields ``(i, four parts, collectives that send, intra-node
-    rate)``."""
-    k = len(starts)
-    first, rows = [], 0
-    for i in mine:
-        first.append(rows)
+    groups = list(dict.fromkeys(algs))
+    order = sorted(range(m), key=lambda i: groups.index(algs[i]))  # by algorithm
+    first, rows = [0] * m, 0
+    for i in order:
+        first[i] = rows
         rows += len(tcs[i].phase_collectives)
     nbytes = np.empty((rows, k))
-    for i, r in zip(mine, first):
+    for i in order:
         for j in range(len(tcs[i].phase_collectives)):
-            nbytes[r + j] = np.add.reduceat(tcs[i].phase_bytes[:, j], starts)
-    cost = _collective(alg, nbytes.reshape(-1), n, sc.profile.reduction, sc.options)
-    fields = [cost.latency, cost.overhead, cost.bits, cost.intra_bits]
-    if any(type(f) is not np.ndarray or f.shape != (rows * k,) for f in fields):
-        fields = [np.broadcast_to(np.asarray(f, float), (rows * k,)) for f in fields]
-    parts = np.stack(fields).reshape(4, rows, k)
+            nbytes[first[i] + j] = np.add.reduceat(tcs[i].phase_bytes[:, j], starts)
+    parts, rate = np.empty((4, rows, k)), {}
+    for alg in groups:
+        mine = [i for i in order if algs[i] == alg]
+        lo, hi = first[mine[0]], first[mine[-1]] + len(tcs[mine[-1]].phase_collectives)
+        cost = _collective(alg, nbytes[lo:hi].reshape(-1), n, sc.profile.reduction,
+                           sc.options)
+        for f, field in enumerate((cost.latency, cost.overhead, cost.bits,
+                                   cost.intra_bits)):
+            parts[f, lo:hi].reshape(-1)[:] = field  # (a number: on every bucket)
+        rate[alg] = cost.intra_bw
     used = nbytes > 0
     per_row = used.sum(axis=1).tolist()
     if sum(per_row) < rows * k:  # only the collectives that send
         parts = np.where(used, parts, 0.0)
-    if rows == len(mine):  # one phase each
-        total = np.add(0.0, parts)
-        for i, r in zip(mine, first):
-            yield i, total[:, r], per_row[r], cost.intra_bw
-        return
-    for i, r in zip(mine, first):
-        phases = len(tcs[i].phase_collectives)
-        total = np.add(0.0, parts[:, r])
-        for j in range(1, phases):
-            total += parts[:, r + j]
-        yield i, total, sum(per_row[r:r + phases]), cost.intra_bw
+    total = np.add(0.0, parts)  # each one's first phase: 0.0 + its parts
+    out = [[None] * m for _ in range(4)]
+    sending = [0] * m
+    for i, tc in enumerate(tcs):
+        r, phases = first[i], len(tc.phase_collectives)
+        four = total[:, r]
+        for j in range(1, phases):  # its other phases, added in order
+            four += parts[:, r + j]
+        for f in range(4):
+            out[f][i] = four[f]
+        sending[i] = sum(per_row[r:r + phases])
+    return out, sending, algs, [rate[a] for a in algs]
 
 
 def _batch_codec(comps, codec, tcs, starts, ovh):
@@ -1251,16 +1243,15 @@ def _first_crossing(lines, a, b, lin, level):
     values at the log densities ``a`` and ``b``, reaches ``level`` (see
     :func:`_knob_steps`): its log density, or None when none does inside the bracket."""
     ua, ub = lin(a), lin(b)
-    la, lb = lines(a), lines(b)
-    if la.shape != lb.shape or ub <= ua:
+    la, lb = lines(a), lines(b)  # Python floats: a few lines, numpy's operations
+    if len(la) != len(lb) or ub <= ua:
         return None
-    slope = (lb - la) / (ub - ua)
-    rising = slope > 0
-    if not rising.any():
+    du = ub - ua
+    slopes = [(vb - va) / du for va, vb in zip(la, lb)]
+    cross = [ua + (level - va) / s for va, s in zip(la, slopes) if s > 0]
+    if not cross:
         return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cross = ua + (level - la[rising]) / slope[rising]
-    u = float(np.min(cross))
+    u = min(cross)
     if not ua < u < ub:
         return None
     return math.log(u)
@@ -1423,9 +1414,15 @@ def _searched_steps(sc, comp, n, x, target, views, at, lo, hi):
     # the target must hold on every view, and the secant alone is used)
     level = p.iteration_time / target - sc.forward(n) - p.update_time
 
-    def lines(v):
-        ev = at(math.exp(v) if not comp.knob_integer else v)[1]
-        return ev.lines.intercept + ev.lines.slope * float(_x_eff(ev, x))
+    memo = {}
+
+    def lines(v):  # as Python floats, intercept + slope x_eff line by line
+        if v not in memo:
+            ev = at(math.exp(v) if not comp.knob_integer else v)[1]
+            xe = float(_x_eff(ev, x))
+            memo[v] = [c + m * xe for c, m in zip(ev.lines.intercept.tolist(),
+                                                  ev.lines.slope.tolist())]
+        return memo[v]
 
     kw = {} if views else {"lines": lines, "level": level}
     if comp.knob_integer:

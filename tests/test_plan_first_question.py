@@ -502,3 +502,38 @@ def test_a_plan_that_fails_fails_as_the_general_code_does(monkeypatch):
         with pytest.raises(sm.InvalidParameterError) as general:
             sm.plan_compression("bert", 10e9, **bad)
     assert str(fast.value) == str(general.value) and "per_tensor" in str(fast.value)
+
+
+def _first_crossing_reference(lines, a, b, lin, level):
+    """_first_crossing as it was, on arrays."""
+    ua, ub = lin(a), lin(b)
+    la, lb = np.array(lines(a)), np.array(lines(b))
+    if la.shape != lb.shape or ub <= ua:
+        return None
+    slope = (lb - la) / (ub - ua)
+    rising = slope > 0
+    if not rising.any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = ua + (level - la[rising]) / slope[rising]
+    u = float(np.min(cross))
+    if not ua < u < ub:
+        return None
+    return math.log(u)
+
+
+@pytest.mark.parametrize("k", [1, 3, 15, 40])
+def test_the_first_crossing_in_python_floats_is_that_of_the_arrays(k):
+    rng = np.random.default_rng(k)
+    found = 0
+    for _ in range(300):
+        at = {v: list(rng.uniform(0.0, 1.0, k) * rng.choice([1e-3, 1.0, 1e3])) for v in
+              (math.log(1e-4), math.log(0.3))}
+        if rng.uniform() < 0.2:  # lines that do not rise
+            at[math.log(0.3)] = list(np.array(at[math.log(1e-4)]) - 1e-3)
+        level = float(rng.uniform(0.0, 1.0))
+        args = (at.get, math.log(1e-4), math.log(0.3), math.exp, level)
+        got, want = pl._first_crossing(*args), _first_crossing_reference(*args)
+        assert got == want
+        found += got is not None
+    assert found > 0
