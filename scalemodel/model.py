@@ -1156,6 +1156,35 @@ def _sibling(root, cluster):
     return attrs.evolve(root, cluster=cluster)
 
 
+def _corner_scenario(sc, cluster):
+    """The scenario that :meth:`Scenario.build` makes of ``cluster`` with the other
+    arguments that made ``sc``, when ``cluster`` is a corner of the intervals or
+    alternatives of ``sc``'s fitted cluster (:func:`_corner_siblings`), without the
+    build's argument checks and cache keys; None otherwise (and under MG-WFBP, whose
+    scenarios are planned per question). Warns of the settings ``sc`` ignores, as
+    :meth:`Scenario.build` does [-].
+
+    Parameters
+    ----------
+    sc : Scenario
+        A scenario made by :meth:`Scenario.build` on a fitted cluster [-].
+    cluster : ClusterProfile
+        A corner of its cluster, or its cluster under an alternative [-].
+    """
+    if sc.cluster is None or isinstance(sc.fusion, MGWFBP) or sc.needs_plan:
+        return None
+    root = sc._cache.get(("root",), sc)
+    near = root._cache.get(("siblings",))
+    if near is None:
+        near = root._cache[("siblings",)] = _corner_siblings(root)
+    out = near.get(id(cluster))
+    if out is None or out.cluster is not cluster:
+        return None
+    if out.ignored:
+        out.warn_ignored()
+    return out
+
+
 def _corner_siblings(root):
     """``{id(cluster): scenario}``: ``root``, and ``root`` with the cluster of each other
     corner of its fitted cluster's intervals and alternatives that :meth:`Scenario.build`
@@ -1540,23 +1569,25 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     res, sc = _breakdown(model, n, bw, cluster=cluster, **asked)
     cl = sc.cluster
     if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):
-        res = _with_intervals(res, model, n, bw, cl, asked)
+        res = _with_intervals(res, model, n, bw, sc, asked)
     return res
 
 
-def _with_intervals(res, model, n, bw, cl, asked):
+def _with_intervals(res, model, n, bw, sc, asked):
     """``res`` with the intervals of its scaling factor and iteration time over the
-    cluster's corners and alternatives, eq. (answer-interval), both from one evaluation
-    per corner (the time also at the corners with their efficiencies swapped:
-    :func:`~scalemodel.intervals.corner_clusters`)."""
+    corners and alternatives of the cluster of ``sc`` (its scenario), eq.
+    (answer-interval), both from one evaluation per corner (the time also at the corners
+    with their efficiencies swapped: :func:`~scalemodel.intervals.corner_clusters`)."""
     from .intervals import corner_clusters
 
+    cl = sc.cluster
     sfs, totals = [res.scaling_factor], [res.total]
     for i, c, ends in corner_clusters(cl, swap_efficiency=True):
         for k, e in enumerate(ends):
             if i == 0 and e is c:
                 continue
-            total, sf = _total(model, n, bw, cluster=e, **asked)[:2]
+            total, sf = _total(model, n, bw, cluster=e, scenario=_corner_scenario(sc, e),
+                               **asked)[:2]
             totals.append(total)
             if k < 2:  # the swapped pair is for the time only
                 sfs.append(sf)
@@ -1575,14 +1606,15 @@ def _iteration_total(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
                   **asked)[0]
 
 
-def _total(model, n, bw, *, cluster, utilization, compression, **kw):
+def _total(model, n, bw, *, cluster, utilization, compression, scenario=None, **kw):
     """``(total, scaling factor, scenario, n, bw, x, lines, envelope)`` of one
     configuration: the iteration time [s] and the scaling factor [-] of
     :func:`iteration_time` without the breakdown (what an interval's corner needs), and
     what :func:`_breakdown` goes on from; ``n``, ``bw``, ``utilization`` and
-    ``compression`` as :func:`_prepare` returns them."""
+    ``compression`` as :func:`_prepare` returns them; ``scenario`` the build of these
+    arguments when already made (:func:`_corner_scenario`)."""
     u, r = utilization, compression
-    sc = Scenario.build(model, cluster=cluster, **kw)
+    sc = Scenario.build(model, cluster=cluster, **kw) if scenario is None else scenario
     n, bw = sc.data_parallel(n, bw)
     p = sc.profile
     u = effective_utilization(sc, bw, u)

@@ -32,7 +32,7 @@ import attrs
 import numpy as np
 
 from .exceptions import HostMemoryError, InvalidParameterError, ParameterTypeError
-from .model import Scenario, effective_utilization, warn_unused_codec_cost
+from .model import Scenario, _corner_scenario, effective_utilization, warn_unused_codec_cost
 from .units import (check_count, check_fraction, check_ratio, format_bandwidth,
                     parse_bandwidth)
 
@@ -357,6 +357,14 @@ def _builder(model, **kw):
     return lambda cl: Scenario.build(model, cluster=cl, **kw)
 
 
+def _corner(sc, cluster, build):
+    """``build(cluster)`` for a corner of the fitted cluster of ``sc`` (made by
+    ``build``): the corner's scenario made with the others
+    (:func:`~scalemodel.model._corner_scenario`) [-]."""
+    made = _corner_scenario(sc, cluster)
+    return build(cluster) if made is None else made
+
+
 def _with_interval(result, sc, solve, field, what, model=None):
     """``result`` with the interval of ``field`` over the cluster's intervals and
     alternatives (:func:`~scalemodel.intervals.answer_interval`; ``solve`` gives the
@@ -588,7 +596,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp, bw_dp = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_min_compression(sc, bw_dp, n_dp, target, u), sc,
-                         lambda cl: _corner_ratio(build(cl), bw_dp, n_dp, target, u),
+                         lambda cl: _corner_ratio(_corner(sc, cl, build), bw_dp, n_dp,
+                                                  target, u),
                          "ratio", "ratio", model)
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting), sc, n, bw)
 
@@ -776,8 +785,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp = sc.data_parallel(n, 1.0)[0]  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
-                         lambda cl: _solve_bandwidth(build(cl), n_dp, target, r, u,
-                                                     explain=False).bw,
+                         lambda cl: _solve_bandwidth(_corner(sc, cl, build), n_dp,
+                                                     target, r, u, explain=False).bw,
                          "bw", "bw", model)
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting), sc, n)
 

@@ -1,7 +1,12 @@
 """What makes a first question on a fitted cluster fast changes no answer: corners that
 differ only in fixed costs share the lines (the fixed costs added to the intercepts), the
 corners' collective costs are computed in one vectorized call, and each bucket's cost is
-the same alone or among others. Every check is exact (bit for bit)."""
+the same alone or among others; the corners' scenarios are made together from the best
+cluster's, their lines in one vectorized pass, and each corner is answered without what
+only the point answer prints (the ratio alone, the time and scaling factor without their
+breakdown). Every check is exact (bit for bit)."""
+
+import warnings
 
 import attrs
 import numpy as np
@@ -235,3 +240,38 @@ def test_iteration_time_interval_is_each_corner_answered_alone(kw):
     assert got.total_interval == (min(a.total for a in alone), max(a.total for a in alone))
     assert got.scaling_factor_interval == (min(a.scaling_factor for a in alone),
                                            max(a.scaling_factor for a in alone))
+
+
+@pytest.mark.parametrize("kw", [dict(fusion="horovod", algorithm="nccl-2.4"),
+                                dict(fusion="ddp", ps_servers=2)])  # ps_servers: ignored
+def test_a_corners_scenario_is_the_one_built_alone(kw):
+    """The scenario of a corner taken from those made with the best cluster's
+    (model._corner_scenario) equals the corner's build from nothing in every field, warns
+    of the ignored settings as the build does, and is None for a cluster that is not a
+    corner and under MG-WFBP (planned per question)."""
+    from scalemodel.exceptions import ModelWarning
+    from scalemodel.model import _corner_scenario
+
+    cl = _fitted()
+    clear_caches()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ModelWarning)
+        own = Scenario.build("resnet50", cluster=cl, **kw)
+    for c in _family(cl)[1:]:
+        if "ps_servers" in kw:
+            with pytest.warns(ModelWarning, match="ps_servers"):
+                sc = _corner_scenario(own, c)
+        else:
+            sc = _corner_scenario(own, c)
+        assert sc.cluster is c
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ModelWarning)
+            ref = _built_alone("resnet50", c, **kw)
+            own = Scenario.build("resnet50", cluster=cl, **kw)  # (emptied caches)
+        for a in attrs.fields(Scenario):
+            if a.init and a.name not in ("profile", "cluster"):
+                assert getattr(sc, a.name) == getattr(ref, a.name), a.name
+        assert np.array_equal(sc.lines(64)[0].intercept, ref.lines(64)[0].intercept)
+    assert _corner_scenario(own, _bare(cl)) is None
+    planned = Scenario.build("resnet50", cluster=cl, fusion="mg-wfbp")
+    assert _corner_scenario(planned, cl.corners()[0]) is None
