@@ -1,9 +1,11 @@
 """What makes a first plan_compression question fast changes no answer (issue 20 item 10):
 evaluations keyed by what they depend on (two knob values with the same tensor costs share
 one), the collective cost called past its checks, the phases of one algorithm costed in one
-call, PowerSGD's rank-free matrix parts kept per profile, and the envelope built only when
-needed (a search reads the highest line at one point). Each shortcut is checked against the
-general code, bit for bit."""
+call, PowerSGD's rank-free matrix parts kept per profile, the envelope built only when
+needed (a search reads the highest line at one point), the planner's lines from the
+scenario's part kept per n, the rows run in lockstep with each round's compressors
+evaluated at once, and the knob search's first crossing in Python floats. Each shortcut is
+checked against the general code, bit for bit."""
 
 import math
 
