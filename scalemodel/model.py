@@ -713,28 +713,32 @@ class Scenario:
                 "fusion", "mg-wfbp", "needs a configuration to plan for",
                 "Use Scenario.planned(n, x), or pass MGWFBP(startup, per_byte)")
         if self._buckets is None:
-            p = self.profile
-            # what a policy makes of a profile is kept with the profile (as its shard
-            # units are): a new question on a loaded model does not bucket it again
-            per = _BUCKETS.setdefault(p, {})
-            key = (self.sharding is not None, self.fusion, self.compute_slowdown)
-            try:  # MG-WFBP's are planned per configuration: not kept
-                made = None if isinstance(self.fusion, MGWFBP) else per.get(key)
-            except TypeError:  # an unhashable policy: not kept
-                key, made = None, None
-            if isinstance(self.fusion, MGWFBP):
-                key = None
-            if made is None:
-                if self.sharding is not None and not hasattr(self.fusion, "buckets"):
-                    # a wrapping policy: each unit's gradients are one reduce-scatter
-                    made = unit_buckets(p, self.fusion, self.compute_slowdown)
-                else:
-                    made = self.fusion.buckets(p.tensor_bytes,
-                                               self.compute_slowdown * p.tensor_ready)
-                if key is not None:
-                    per[key] = made
-            object.__setattr__(self, "_buckets", made)
+            object.__setattr__(self, "_buckets", self._buckets_at(self.compute_slowdown))
         return self._buckets
+
+    def _buckets_at(self, sigma):
+        """:attr:`buckets` at compute slowdown ``sigma`` [-] (this scenario's, or a
+        corner's of its cluster)."""
+        p = self.profile
+        # what a policy makes of a profile is kept with the profile (as its shard
+        # units are): a new question on a loaded model does not bucket it again
+        per = _BUCKETS.setdefault(p, {})
+        key = (self.sharding is not None, self.fusion, sigma)
+        try:  # MG-WFBP's are planned per configuration: not kept
+            made = None if isinstance(self.fusion, MGWFBP) else per.get(key)
+        except TypeError:  # an unhashable policy: not kept
+            key, made = None, None
+        if isinstance(self.fusion, MGWFBP):
+            key = None
+        if made is None:
+            if self.sharding is not None and not hasattr(self.fusion, "buckets"):
+                # a wrapping policy: each unit's gradients are one reduce-scatter
+                made = unit_buckets(p, self.fusion, sigma)
+            else:
+                made = self.fusion.buckets(p.tensor_bytes, sigma * p.tensor_ready)
+            if key is not None:
+                per[key] = made
+        return made
 
     def make_lines(self, n, ready, cost, overhead=None, *, with_fixed=True, delay=None,
                    backward_extra=0.0, envelope=True):
@@ -821,7 +825,7 @@ class Scenario:
                     c.compute_slowdown in seen:
                 continue
             seen.add(c.compute_slowdown)
-            nb = attrs.evolve(self, cluster=c).buckets.nbytes
+            nb = self._buckets_at(c.compute_slowdown).nbytes  # the corner's buckets
             k = _cost_key(self.algorithm, nb, n, red, opts)
             if k is not None and k not in keys and k not in _COSTS:
                 keys[k] = nb
@@ -888,6 +892,7 @@ class Scenario:
                 _LINES[sk] = (s.profile, sb, sc, lines, xmap, {})
         while len(_LINES) > SCENARIO_CACHE_SIZE:
             _LINES.popitem(last=False)
+        _fill_corner_lines(key, done)
         return done
 
     def _plain_lines(self, key, b, cost):
@@ -919,21 +924,7 @@ class Scenario:
                 _LINES.popitem(last=False)
         else:
             _LINES.move_to_end(sk)
-        base, xmap, made = hit[3], hit[4], hit[5]
-        fixed = self._fixed(n, len(b.nbytes))
-        fk = fixed.tobytes()  # the same fixed costs (corners of a ceiling, a utilization,
-        if fk in made:        # the wrapper's per-iteration work): the same lines, envelope
-            return (*made[fk], xmap)
-        if not np.count_nonzero(fixed):  # not fixed.any()
-            lines = base
-        else:
-            fix = np.zeros(len(fixed) + 1)  # 0, then _tail_sum(fixed)
-            np.cumsum(fixed[::-1], out=fix[:0:-1])
-            lines = _with_fixed(base, fix)  # attrs.evolve(base, intercept=.. + fix, fixed=fix)
-        if len(made) >= 8:
-            made.clear()
-        made[fk] = (lines, UpperEnvelope(lines.intercept, lines.slope))
-        return (*made[fk], xmap)
+        return (*_with_fixed_costs(hit, self._fixed(n, len(b.nbytes))), hit[4])
 
     def schedule(self, n, compressed=False, *, gradient_scale=None, gradient_overhead=None,
                  alpha_counts=False):
@@ -1121,6 +1112,54 @@ class Scenario:
         if tw > 0:
             out["iteration_overhead"] = float(tw)
         return out
+
+
+def _with_fixed_costs(hit, fixed, fix=None):
+    """``(lines, envelope)``: the lines without fixed costs of ``hit`` (an entry of
+    :data:`_LINES`) with the fixed costs ``fixed`` [s] of each bucket, their tail sums
+    (``fix`` [s], 0 first, when already summed) added to the intercepts, in the order
+    :func:`~scalemodel.overlap.overlap_lines` adds them (bit for bit the same); kept in
+    the entry by ``fixed``, so that corners with the same fixed costs (of a ceiling, a
+    utilization, the wrapper's per-iteration work) share lines and envelope."""
+    base, made = hit[3], hit[5]
+    fk = fixed.tobytes()
+    if fk in made:
+        return made[fk]
+    if not np.count_nonzero(fixed):  # not fixed.any()
+        lines = base
+    else:
+        if fix is None:
+            fix = np.zeros(len(fixed) + 1)  # 0, then _tail_sum(fixed)
+            np.cumsum(fixed[::-1], out=fix[:0:-1])
+        lines = _with_fixed(base, fix)  # attrs.evolve(base, intercept=.. + fix, fixed=fix)
+    if len(made) >= 8:
+        made.clear()
+    made[fk] = (lines, UpperEnvelope(lines.intercept, lines.slope))
+    return made[fk]
+
+
+def _fill_corner_lines(key, done):
+    """Each corner scenario of ``done`` (:meth:`Scenario._prime_corner_lines`) with its
+    lines and envelope of ``key = (n, compressed)`` (as :meth:`Scenario.lines` keeps
+    them), its fixed costs (:meth:`Scenario._fixed`) and their tail sums computed for all
+    corners of one bucket count at once, each value with the same operations."""
+    n, groups = key[0], {}
+    for s, b, cost in done.values():
+        if key in s._cache or s.cluster is None:
+            continue
+        hit = _LINES.get(s._lines_key(key, b, cost))
+        if hit is not None and hit[0] is s.profile and hit[1] is b and hit[2] is cost \
+                and len(b.nbytes):
+            groups.setdefault(len(b.nbytes), []).append((s, hit))
+    for k, rows in groups.items():
+        fixed = np.zeros((len(rows), k))
+        fixed += np.array([s.cluster.collective_overhead for s, _ in rows])[:, None]
+        fixed[:, -1] += np.array([s.cluster.sync_overhead for s, _ in rows])
+        fix = np.zeros((len(rows), k + 1))  # 0, then each row's _tail_sum
+        np.cumsum(fixed[:, ::-1], axis=1, out=fix[:, :0:-1])
+        for (s, hit), f, t in zip(rows, fixed, fix):
+            s._cache[key] = _with_fixed_costs(hit, f, t)
+            s._wire[n] = hit[4]
 
 
 def _wire(n, cost):
