@@ -581,7 +581,7 @@ def _batch_lines(sc, n, ready, lat, ovh, bits, intra, rates):
 
 
 def _batch_phases(sc, n, tcs, starts):
-    """:func:`_one_algorithm_costs` of each of ``tcs`` (phases of one algorithm, sent per
+    """:func:`_phase_costs` of each of ``tcs`` (phases of one algorithm, sent per
     bucket): ``(latency, overhead, bits, intra-node bits)`` (each a list, one array per
     ``tcs``), the collectives that send, the algorithm and the intra-node rate of each.
     The phases' bytes per bucket are the rows of one array, those of one algorithm
@@ -606,8 +606,9 @@ def _batch_phases(sc, n, tcs, starts):
     for alg in groups:
         mine = [i for i in order if algs[i] == alg]
         lo, hi = first[mine[0]], first[mine[-1]] + len(tcs[mine[-1]].phase_collectives)
-        cost = _collective(alg, nbytes[lo:hi].reshape(-1), n, sc.profile.reduction,
-                           sc.options)
+        flat = nbytes[lo:hi].reshape(-1)
+        cost = alltoall_cost(flat, n, sc.options) if alg == "alltoall" else \
+            _collective(alg, flat, n, sc.profile.reduction, sc.options)
         for f, field in enumerate((cost.latency, cost.overhead, cost.bits,
                                    cost.intra_bits)):
             parts[f, lo:hi].reshape(-1)[:] = field  # (a number: on every bucket)
@@ -736,34 +737,11 @@ def _phase_costs(sc, comp, n, tc, starts):
 
 
 def _one_algorithm_costs(sc, n, tc, starts):
-    """:func:`_phase_costs` of phases sent per bucket by one algorithm, the same
-    operations without the loop over phases: their bytes as the rows of one array, their
-    collectives in one call, the four parts summed over the phases as rows of one array
-    (``0.0 +`` the first phase's, then the others added in order)."""
-    colls = tc.phase_collectives
-    alg = sc.algorithm if colls[0] == ALLREDUCE else colls[0]
-    k, m = len(starts), len(colls)
-    nbytes = np.empty((m, k))
-    for j in range(m):
-        nbytes[j] = np.add.reduceat(tc.phase_bytes[:, j], starts)
-    flat = nbytes.reshape(m * k)
-    if alg == "alltoall":
-        cost = alltoall_cost(flat, n, sc.options)
-    else:
-        cost = _collective(alg, flat, n, sc.profile.reduction, sc.options)
-    parts = [cost.latency, cost.overhead, cost.bits, cost.intra_bits]
-    if any(type(f) is not np.ndarray or f.shape != (m * k,) for f in parts):
-        parts = [np.broadcast_to(np.asarray(f, float), (m * k,)) for f in parts]
-    parts = np.stack(parts).reshape(4, m, k)
-    used = nbytes > 0
-    sending = int(np.count_nonzero(used))
-    if sending < m * k:  # only the collectives that send
-        parts = np.where(used, parts, 0.0)
-    total = np.add(0.0, parts[:, 0])
-    for j in range(1, m):
-        total += parts[:, j]
-    lat, ovh, bits, intra = total
-    return lat, ovh, bits, intra, cost.intra_bw, sending, alg
+    """:func:`_phase_costs` of phases sent per bucket by one algorithm:
+    :func:`_batch_phases` of this one (the same operations without the loop over
+    phases)."""
+    (lat, ovh, bits, intra), sending, algs, rates = _batch_phases(sc, n, [tc], starts)
+    return lat[0], ovh[0], bits[0], intra[0], rates[0], sending[0], algs[0]
 
 
 def _phase_collectives(sc, n, phases):
