@@ -54,24 +54,24 @@ def print(*args, **kw):  # noqa: A001 - also keep every line for the results fil
     builtins.print(text, **kw)
 
 
-def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
-    import datetime
-    import platform
-    print(f"measured {datetime.date.today().isoformat()} on {platform.machine()} "
-          f"({os.cpu_count()} cores; one thread), Python {platform.python_version()}, "
-          f"numpy {np.__version__}, scalemodel {sm.__version__}")
+def grid_speed(profile, fusion, repeat):
+    """The 10^6-point grid in one call; returns (seconds per grid, the answers)."""
     bw, n, u, r = grid()
     size = np.broadcast(bw, n, u, r).size
-    profile = sm.load_profile(model)
-    print(f"model {model}, fusion {fusion}, ring all-reduce; grid of {size:,} configurations "
-          f"(100 bandwidths x 10 worker counts x 25 utilizations x 40 ratios)")
+    print(f"model {profile.name}, fusion {fusion}, ring all-reduce; grid of {size:,} "
+          f"configurations (100 bandwidths x 10 worker counts x 25 utilizations x 40 ratios)")
     dt, sf = best_of(lambda: sm.scaling_factor(profile, n, bw, utilization=u, compression=r,
                                                fusion=fusion), repeat)
-    rate = size / dt
-    print(f"closed form: {dt * 1e3:8.1f} ms per grid  -> {rate:12.3e} configurations/s")
+    print(f"closed form: {dt * 1e3:8.1f} ms per grid  -> {size / dt:12.3e} configurations/s")
+    return dt, sf
 
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, size, des_samples)
+
+def reference_check(profile, fusion, sf, grid_dt, des_samples):
+    """The discrete-event reference on a sample of the grid: its speed and the largest
+    difference from the closed form."""
+    bw, n, u, r = grid()
+    size = sf.size
+    idx = np.random.default_rng(0).integers(0, size, des_samples)
     B, N, U, R = (np.broadcast_to(a, sf.shape).reshape(-1)[idx] for a in (bw, n, u, r))
     t0 = time.perf_counter()
     ref = np.array([profile.iteration_time / simulate_iteration(
@@ -80,33 +80,38 @@ def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
     des_dt = (time.perf_counter() - t0) / des_samples
     print(f"discrete-event reference: {des_dt * 1e3:8.3f} ms per configuration "
           f"-> {1 / des_dt:12.3e} configurations/s")
-    print(f"speed-up: {rate * des_dt:,.0f}x")
+    print(f"speed-up: {size / grid_dt * des_dt:,.0f}x")
     diff = np.max(np.abs(sf.reshape(-1)[idx] / ref - 1))
     print(f"largest relative difference closed form vs reference on {des_samples} samples: "
           f"{diff:.2e}")
 
-    # the same grid on a fitted real cluster: topology (8 GPUs per node), NCCL's choice,
-    # compute slowdown, per-iteration fixed cost, a transport ceiling
-    cluster = sm.ClusterProfile(
-        name="p3dn-like", topology=sm.Topology(gpus_per_node=8), ceiling=21e9,
-        compute_slowdown=1.14, sync_overhead=0.022, collective_overhead=1e-4,
-        provenance={"source": "benchmark"})
+
+CLUSTER = sm.ClusterProfile(
+    name="p3dn-like", topology=sm.Topology(gpus_per_node=8), ceiling=21e9,
+    compute_slowdown=1.14, sync_overhead=0.022, collective_overhead=1e-4,
+    provenance={"source": "benchmark"})
+"""A fitted real cluster's settings: topology (8 GPUs per node), NCCL's choice, compute
+slowdown, per-iteration fixed cost, a transport ceiling."""
+
+
+def fitted_grid_speed(profile, fusion, repeat):
+    """The same grid on :data:`CLUSTER`."""
+    bw, _, u, r = grid()
     n8 = np.array([8, 16, 24, 32, 64, 128, 256, 512, 1024, 2048])[None, :, None, None]
     dt, _ = best_of(lambda: sm.scaling_factor(profile, n8, bw, utilization=u, compression=r,
                                               fusion=fusion, algorithm="nccl-2.4",
-                                              cluster=cluster), repeat)
+                                              cluster=CLUSTER), repeat)
     print(f"closed form on a fitted cluster (topology, NCCL 2.4 choice, slowdown, fixed "
-          f"costs, ceiling): {dt * 1e3:8.1f} ms per grid -> {size / dt:12.3e} "
-          f"configurations/s")
+          f"costs, ceiling): {dt * 1e3:8.1f} ms per grid -> "
+          f"{np.broadcast(bw, n8, u, r).size / dt:12.3e} configurations/s")
 
-    # one solve: a single question, everything included (profile cached)
-    from scalemodel.model import clear_caches
 
-    # the same cluster as a fit leaves it: intervals, and two explanations the runs cannot
-    # tell apart (a ceiling, or a per-collective cost); the answer carries the interval
-    # over both explanations' corners (scalemodel.intervals)
+def with_alternatives():
+    """:data:`CLUSTER` as a fit leaves it: intervals, and two explanations the runs cannot
+    tell apart (a ceiling, or a per-collective cost); an answer carries the interval over
+    both explanations' corners (scalemodel.intervals)."""
     import attrs
-    fitted = attrs.evolve(cluster, intervals={
+    return attrs.evolve(CLUSTER, intervals={
         "ceiling": (18e9, 23e9), "sync_overhead": (0.015, 0.028),
         "compute_slowdown": (1.1, 1.18)}, alternatives=[
         {"free": ["ceiling", "sync_overhead"], "values": {"ceiling": 21e9,
@@ -117,14 +122,36 @@ def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
          "values": {"collective_overhead": 8e-4, "sync_overhead": 0.015},
          "intervals": {"collective_overhead": [5e-4, 1e-3], "sync_overhead": [0.01, 0.02]},
          "score": 1.1}])
-    for name, kw in (("resnet50", dict(fusion=fusion)), ("bert", {}),
-                     ("resnet50 on the fitted cluster",
-                      dict(fusion=fusion, algorithm="nccl-2.4", cluster=cluster,
-                           target=0.7)),
-                     ("resnet50 on the fitted cluster, interval over 2 alternatives",
-                      dict(fusion=fusion, algorithm="nccl-2.4", cluster=fitted,
-                           target=0.7)),
-                     ("llama-2-7b", {})):
+
+
+def generated_fit():
+    """A real fit with six explanations: :func:`scalemodel.fit_cluster` on ten runs that
+    ``benchmarks/bench_fit.py`` generates from a known cluster (DDP, ring)."""
+    import warnings
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_fit import generated_runs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sm.fit_cluster(generated_runs(10), gpus_per_node=8, fusion="ddp",
+                              algorithm="ring").cluster
+
+
+def solve_speed(fusion):
+    """One question at a time, warm (the scenario cached by an earlier question) and first
+    (every cache emptied by :func:`scalemodel.model.clear_caches`, the profile loaded)."""
+    from scalemodel.model import clear_caches
+
+    fitted, generated = with_alternatives(), generated_fit()
+    cases = (("resnet50", dict(fusion=fusion)), ("bert", {}),
+             ("resnet50 on the fitted cluster",
+              dict(fusion=fusion, algorithm="nccl-2.4", cluster=CLUSTER, target=0.7)),
+             ("resnet50 on the fitted cluster, interval over 2 alternatives",
+              dict(fusion=fusion, algorithm="nccl-2.4", cluster=fitted, target=0.7)),
+             (f"resnet50 on a fit of 10 generated runs, interval over "
+              f"{len(generated.alternatives)} alternatives",
+              dict(n=64, fusion="ddp", algorithm="ring", cluster=generated, target=0.7)),
+             ("llama-2-7b", {}))
+    for name, kw in cases:
         model_name = name.split()[0]
         sm.min_compression(model_name, 10e9, **kw)  # load and cache the profile
         dt_solve, _ = best_of(lambda: sm.min_compression(model_name, 10e9, **kw), 20)
@@ -138,6 +165,19 @@ def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
         dt_cold, _ = best_of(cold, 20)
         print(f"one solve, {name}: min_compression {dt_solve * 1e3:.3f} ms warm, "
               f"{dt_cold * 1e3:.3f} ms first; required_bandwidth {dt_bw * 1e3:.3f} ms warm")
+
+
+def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
+    import datetime
+    import platform
+    print(f"measured {datetime.date.today().isoformat()} on {platform.machine()} "
+          f"({os.cpu_count()} cores; one thread), Python {platform.python_version()}, "
+          f"numpy {np.__version__}, scalemodel {sm.__version__}")
+    profile = sm.load_profile(model)
+    dt, sf = grid_speed(profile, fusion, repeat)
+    reference_check(profile, fusion, sf, dt, des_samples)
+    fitted_grid_speed(profile, fusion, repeat)
+    solve_speed(fusion)
     out = Path(__file__).resolve().parent / "results" / "bench_scaling.txt"
     out.parent.mkdir(exist_ok=True)
     from scalemodel.profiles import atomic_write_text
