@@ -526,13 +526,18 @@ def _evaluate_many(sc, comps, n, codec):
             todo.append((comp, tc, same, [key]))
             if same is not None:
                 pending[same] = todo[-1][3]
-    if todo:
-        evs = _batch_evaluations(sc, n, codec, [t[0] for t in todo], [t[1] for t in todo])
-        for (_, _, same, keys), ev in zip(todo, evs):
-            if same is not None:
-                cache[same] = (codec, ev)
-            for key in keys:
-                _remember(cache, key, codec, ev)
+    if len(todo) == 1:  # one: as _evaluate_uncached (the batch's arrays cost more)
+        comp, tc, same, _ = todo[0]
+        evs = [_evaluate_costs(sc, comp, n, codec, tc, sc.buckets.starts, sc.buckets.ready,
+                               same)]
+    else:
+        evs = _batch_evaluations(sc, n, codec, [t[0] for t in todo],
+                                 [t[1] for t in todo]) if todo else []
+    for (_, _, same, keys), ev in zip(todo, evs):
+        if same is not None:
+            cache[same] = (codec, ev)
+        for key in keys:
+            _remember(cache, key, codec, ev)
 
 
 def _batch_evaluations(sc, n, codec, comps, tcs):
