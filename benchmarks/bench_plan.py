@@ -109,7 +109,8 @@ def main():
         say(f"load average {os.getloadavg()[0]:.2f} at the end")
     out = Path(__file__).resolve().parent / "results" / "bench_plan.txt"
     out.parent.mkdir(exist_ok=True)
-    out.write_text("\n".join(LINES) + "\n")
+    from scalemodel.profiles import atomic_write_text
+    atomic_write_text(out, "\n".join(LINES) + "\n")  # never half written
 
 
 if __name__ == "__main__":
