@@ -94,7 +94,7 @@ from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS
                           resolve_implementation)
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import _FLOATS, Scenario, effective_utilization
-from .overlap import UpperEnvelope, _lines_stacked, overlap_lines
+from .overlap import UpperEnvelope, _lines_stacked, _with_fixed, overlap_lines
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
                       _loss, _min_compression, _scalar, below, memory_check, memory_text,
@@ -488,17 +488,42 @@ def _make_lines(sc, n, ready, lat, ovh, bits, intra, intra_bw, delay, extra):
     return overlap_lines(shifted, lat, ovh, wire, backward + extra, fixed=fixed), xmap
 
 
-def _evaluate_many(sc, comps, n, codec):
+def _evaluate_many(sc, comps, n, codec, memo=None):
     """:func:`_evaluate` of every compressor of ``comps`` (at its setting) at once, into
     the caches that :func:`_evaluate` reads: the tensor costs of each, then their
-    collectives, codec terms and sums as the rows of arrays (:func:`_batch_channel`, the
-    operations of :func:`_phase_costs` and :func:`_codec_terms` row by row), then the
-    lines of each. Only what that path covers: no sharding, no cluster (whose corners
-    share the channel terms instead, :func:`_shared_channel`), ``n > 1``, per bucket
-    during backward, the codec on the channel, the phases of one algorithm other than
-    DeepSpeed's all-to-all; the others are left to :func:`_evaluate`."""
-    if sc.sharding is not None or sc.cluster is not None or n <= 1:
+    collectives, codec terms and sums as the rows of arrays (:func:`_batch_evaluations`,
+    the operations of :func:`_phase_costs` and :func:`_codec_terms` row by row), then the
+    lines of each. On a cluster, the channel terms another scenario with the same
+    collectives already made are taken from where :func:`_shared_channel` keeps them (a
+    fitted cluster's corners and alternatives: the views of a plan), the others made at
+    once and kept there. ``memo``: a dict shared by the scenarios of one round (the views),
+    which keeps each compressor's tensor costs and key for the next scenario of the same
+    profile and codec table. Only what that path covers: no sharding, ``n > 1``, per
+    bucket during backward, the codec on the channel, the phases of one algorithm other
+    than DeepSpeed's all-to-all; the others are left to :func:`_evaluate`."""
+    if sc.sharding is not None or n <= 1:
         return
+    cache = sc._cache
+    cluster = sc.cluster is not None
+    todo, _ = _batch_todo(sc, comps, n, codec, cluster, {} if memo is None else memo)
+    if len(todo) == 1:  # one: as _evaluate_uncached (the batch's arrays cost more)
+        comp, tc, same, _ = todo[0]
+        evs = [_evaluate_costs(sc, comp, n, codec, tc, sc.buckets.starts, sc.buckets.ready,
+                               same)]
+    else:
+        evs = _batch_evaluations(sc, n, codec, [t[0] for t in todo], [t[1] for t in todo],
+                                 [t[2] for t in todo]) if todo else []
+    for (_, _, same, keys), ev in zip(todo, evs):
+        if same is not None:
+            cache[same] = (codec, ev)
+        for key in keys:
+            _remember(cache, key, codec, ev)
+
+
+def _batch_todo(sc, comps, n, codec, cluster, memo):
+    """What :func:`_evaluate_many` evaluates of ``comps``: ``(compressor, tensor costs,
+    key or None, cache keys)`` each, and the keys shared within the batch; what the caches
+    hold already is put under its key (as :func:`_evaluate_uncached` finds it)."""
     cache = sc._cache
     e, numel = _elements(sc)
     shapes = sc.profile.tensor_shapes
@@ -512,11 +537,19 @@ def _evaluate_many(sc, comps, n, codec):
         if (hit is not None and hit[0] is codec) or comp.after_backward or \
                 comp.per_tensor or comp.codec_stream != "channel":
             continue
-        tc = comp._costs(numel, shapes, n, codec[comp.family], e)
-        colls = set(tc.phase_collectives)
-        if len(colls) != 1 or "alltoall" in colls:
+        mkey = (comp, n, id(codec), id(sc.profile), cluster)
+        made = memo.get(mkey)
+        if made is None or made[0] is not codec or made[1] is not sc.profile:
+            tc = comp._costs(numel, shapes, n, codec[comp.family], e)
+            colls = set(tc.phase_collectives)
+            batched = len(colls) == 1 and "alltoall" not in colls
+            # (keyed as _evaluate_uncached keys it: with a knob, or on a cluster)
+            same = _same_costs_key(comp, tc, n, codec) if batched and (
+                comp.knob is not None or cluster) else None
+            made = memo[mkey] = (codec, sc.profile, tc, batched, same)
+        _, _, tc, batched, same = made
+        if not batched:
             continue
-        same = _same_costs_key(comp, tc, n, codec) if comp.knob is not None else None
         hit = None if same is None else cache.get(same)
         if hit is not None and hit[0] is codec:  # (as _evaluate_uncached finds it)
             _remember(cache, key, codec, hit[1])
@@ -526,30 +559,55 @@ def _evaluate_many(sc, comps, n, codec):
             todo.append((comp, tc, same, [key]))
             if same is not None:
                 pending[same] = todo[-1][3]
-    if len(todo) == 1:  # one: as _evaluate_uncached (the batch's arrays cost more)
-        comp, tc, same, _ = todo[0]
-        evs = [_evaluate_costs(sc, comp, n, codec, tc, sc.buckets.starts, sc.buckets.ready,
-                               same)]
-    else:
-        evs = _batch_evaluations(sc, n, codec, [t[0] for t in todo],
-                                 [t[1] for t in todo]) if todo else []
-    for (_, _, same, keys), ev in zip(todo, evs):
-        if same is not None:
-            cache[same] = (codec, ev)
-        for key in keys:
-            _remember(cache, key, codec, ev)
+    return todo, pending
 
 
-def _batch_evaluations(sc, n, codec, comps, tcs):
+def _batch_channel(sc, n, codec, comps, tcs, sames):
+    """The channel terms of each of ``comps`` (tensor costs ``tcs``) as
+    :func:`_evaluate_costs` reads them: ``(latency, overhead with the codec's, bits,
+    intra-node bits, intra-node rate or None, collectives that send, algorithm, sums)``
+    each, ``sums()`` the encode and decode time per iteration [s]. On a cluster those
+    another scenario made are taken from :func:`_shared_channel` (``sames``: each one's
+    key), the others made at once and kept there."""
+    m = len(comps)
+    out, shared = [None] * m, [None] * m
+    starts = sc.buckets.starts
+    if sc.cluster is not None:
+        for i, same in enumerate(sames):
+            shared[i] = _shared_channel(sc, n, starts, same)
+            hit = None if shared[i] is None else shared[i][1].get(shared[i][0])
+            if hit is not None:
+                (lat, _, bits, intra, rate, ncoll, main), (sums, _, _, ovh) = hit
+                out[i] = (lat, ovh, bits, intra, rate, ncoll, main, sums)
+    new = [i for i in range(m) if out[i] is None]
+    if not new:
+        return out
+    (lat, ovh, bits, intra), sending, algs, rates = _batch_phases(
+        sc, n, [tcs[i] for i in new], starts)
+    pre = np.array(ovh)
+    sums, post = _batch_codec([comps[i] for i in new], codec, [tcs[i] for i in new],
+                              starts, pre)
+    for j, i in enumerate(new):
+        out[i] = (lat[j], post[j], bits[j], intra[j], rates[j], sending[j], algs[j],
+                  lambda j=j: sums(j))
+        if shared[i] is not None:  # as _evaluate_costs keeps it
+            if len(shared[i][1]) >= 256:
+                shared[i][1].clear()
+            shared[i][1][shared[i][0]] = (
+                (lat[j], pre[j], bits[j], intra[j], rates[j], sending[j], algs[j]),
+                (out[i][7], 0.0, None, post[j]))
+    return out
+
+
+def _batch_evaluations(sc, n, codec, comps, tcs, sames=None):
     """The :class:`_Evaluated` of :func:`_evaluate_costs` for each compressor of
-    ``comps`` with tensor costs ``tcs`` (see :func:`_evaluate_many`)."""
+    ``comps`` with tensor costs ``tcs`` and keys ``sames`` (see :func:`_evaluate_many`)."""
     b = sc.buckets
-    (lat, ovh, bits, intra), sending, algs, intra_bws = _batch_phases(sc, n, tcs, b.starts)
-    lat, bits, intra = np.array(lat), np.array(bits), np.array(intra)
-    sums, ovh = _batch_codec(comps, codec, tcs, b.starts, np.array(ovh))
+    terms = _batch_channel(sc, n, codec, comps, tcs, sames or [None] * len(comps))
+    lat, ovh, bits, intra = (np.array([t[f] for t in terms]) for f in range(4))
     raw = _raw_cost(sc, n)
     total_bytes = sc.profile.total_bytes
-    rates = [raw.intra_bw if r is None else r for r in intra_bws]
+    rates = [raw.intra_bw if t[4] is None else t[4] for t in terms]
     made = _batch_lines(sc, n, b.ready, lat, ovh, bits, intra, rates)
     out = []
     for i, tc in enumerate(tcs):
@@ -557,24 +615,24 @@ def _batch_evaluations(sc, n, codec, comps, tcs):
             sc, n, b.ready, lat[i], ovh[i], bits[i], intra[i], rates[i], None, 0.0)
 
         def row_sums(i=i, tc=tc):  # what the row reports, summed when it is read
-            encode, decode = sums(i)
+            encode, decode = terms[i][7]()
             return (float(bits[i].sum()), float(raw.bits.sum()), encode, decode,
                     float(total_bytes / tc.wire_bytes.sum()))
 
-        out.append(_Evaluated(lines=lines, sums=row_sums, n_collectives=sending[i],
-                              collective=algs[i], n=n, xmap=xmap))
+        out.append(_Evaluated(lines=lines, sums=row_sums, n_collectives=terms[i][5],
+                              collective=terms[i][6], n=n, xmap=xmap))
     return out
 
 
 def _batch_lines(sc, n, ready, lat, ovh, bits, intra, rates):
     """:func:`_make_lines` of several evaluations without compute-stream work (rows of
-    ``lat``, ``ovh`` [s], ``bits``, ``intra`` [bit], intra-node ``rates`` [bits/s]) and
-    without fixed costs (no cluster), in one pass (``overlap._lines_stacked``); None where
-    that does not apply (then each alone)."""
+    ``lat``, ``ovh`` [s], ``bits``, ``intra`` [bit], intra-node ``rates`` [bits/s]) in
+    one pass (``overlap._lines_stacked``, a cluster's fixed costs per bucket then added
+    to the intercepts in the order ``overlap_lines`` adds them); None where that does not
+    apply (then each alone)."""
     _, _, _, shifted, backward, fixed = _line_terms(sc, n, ready)
     m, k = len(lat), len(shifted)
-    if shifted.ndim != 1 or fixed.shape != (k,) or np.count_nonzero(fixed) or \
-            lat.shape != (m, k):
+    if shifted.ndim != 1 or fixed.shape != (k,) or lat.shape != (m, k):
         return None
     wires, xmaps = np.empty((m, k)), []
     for i in range(m):  # the wire and its map, as _make_lines
@@ -582,6 +640,10 @@ def _batch_lines(sc, n, ready, lat, ovh, bits, intra, rates):
         xmaps.append(xmap)
     lines = _lines_stacked(np.broadcast_to(shifted, (m, k)), lat, ovh, wires,
                            float(backward + 0.0))
+    if np.count_nonzero(fixed):  # their tail sums, as overlap_lines sums them
+        fix = np.zeros(k + 1)
+        fix[1:] = np.cumsum(fixed[::-1])[::-1]
+        lines = [_with_fixed(one, fix) for one in lines]
     return list(zip(lines, xmaps))
 
 
@@ -1240,10 +1302,11 @@ def _first_crossing(lines, a, b, lin, level):
     return math.log(u)
 
 
-def _rows(sc, n, codec, make, count):
+def _rows(sc, n, codec, make, count, views=()):
     """The rows of the generators ``make(0) ... make(count - 1)`` (:func:`_row_steps`),
     run in lockstep: each round, the compressors they ask for next are evaluated at once
-    (:func:`_evaluate_many`), then each goes on, reading its evaluations from the cache.
+    (:func:`_evaluate_many`) on ``sc`` and on each of ``views`` (those of
+    :func:`_views`), then each goes on, reading its evaluations from the cache.
     Should any raise, the rows are made again one after the other, so that the error is
     the one the first row to fail raises alone."""
     out = [None] * count
@@ -1259,7 +1322,10 @@ def _rows(sc, n, codec, make, count):
                 else:
                     going.append((i, step))
             if wanted:
-                _evaluate_many(sc, wanted, n, codec)
+                memo = {}  # each compressor's tensor costs, for every view
+                _evaluate_many(sc, wanted, n, codec, memo)
+                for vsc, _, vcodec, _ in views:
+                    _evaluate_many(vsc, wanted, n, vcodec, memo)
             active = going
     except Exception:
         return [_finish(make(i)) for i in range(count)]
@@ -1713,7 +1779,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     views = _views(sc, model, bw, u, n, gpu, impl, options)
     rows = _rows(sc, n, codec, lambda i: _row_steps(
         sc, comps[i][0], n, x, codec, target, sc.fusion, sf_none, comps[i][1], bw=bw,
-        views=views, implementation=impl.name), len(comps))
+        views=views, implementation=impl.name), len(comps), views)
     needed = min([sf_none] + [v[3] for v in views]) >= target
     _rank_rows(rows, needed)
     best = None if needed else next(

@@ -84,6 +84,13 @@ QUESTIONS = [
     ("resnet50", 400e9, dict(n=4)),  # no compression needed
     ("resnet50", 10e9, dict(n=8, cluster="FITTED")),  # corners and alternatives
     ("bert", 10e9, dict(n=64, cluster="FITTED", fusion="horovod", target=0.8)),
+    ("vgg16", 25e9, dict(n=16, cluster="FITTED", implementation="grace-torch")),
+    ("gpt2", 10e9, dict(n=64, cluster="PLAIN", algorithm="nccl")),  # no interval
+    ("resnet50", 10e9, dict(n=8, cluster="PLAIN", compressors=["topk", "topk:0.01",
+                                                               "powersgd", "fp16"])),
+    ("llama-2-7b", 100e9, dict(n=64, tp=2, activation_checkpointing="full",
+                               offload="optimizer", **NODE)),
+    ("gpt2", 10e9, dict(n=64, sharding="zero3")),
 ]
 
 
@@ -92,6 +99,8 @@ def _answers():
     for model, bw, kw in QUESTIONS:
         if kw.get("cluster") == "FITTED":
             kw = dict(kw, cluster=_fitted())
+        elif kw.get("cluster") == "PLAIN":
+            kw = dict(kw, cluster=_bare(_fitted()))
         clear_caches()
         plan = sm.plan_compression(model, bw, **kw)
         out.append((repr(plan), str(plan), plan.snippet()))
@@ -471,6 +480,54 @@ def test_evaluations_in_a_batch_are_those_made_one_by_one(model, kw, impl, monke
                 assert (ev.bits, ev.raw_bits, ev.encode, ev.decode, ev.per_worker_ratio) == (
                     own.bits, own.raw_bits, own.encode, own.decode, own.per_worker_ratio), c
 
+
+
+@pytest.mark.parametrize("model, kw", [("resnet50", {}),
+                                       ("bert", dict(fusion="horovod", algorithm="tree")),
+                                       ("gpt2", dict(algorithm="nccl", nics_per_node=8))])
+@pytest.mark.parametrize("impl", ["pytorch", "grace-tf"])
+def test_a_clusters_views_in_a_batch_are_those_made_one_by_one(model, kw, impl, monkeypatch):
+    """:func:`pl._evaluate_many` on a cluster: a fitted cluster's point, corners and
+    alternatives (a plan's views, each round's compressors batched on each, their channel
+    terms shared and their tensor costs made once for all), and a cluster without an
+    interval, against each evaluation made alone by the general code, field by field."""
+    comps = [pl._as_implemented(get_compressor(c), IMPLEMENTATIONS[impl], False)
+             for c in _BATCH]
+    comps += comps[:3]  # asked twice in one round
+    for n in (8, 64):
+        for cluster in (_fitted(), _bare(_fitted())):
+            clear_caches()
+            clusters = [cluster] + pl._interval_clusters(cluster)
+            scs = [Scenario.build(model, cluster=c, **kw) for c in clusters]
+            codecs = [pl._codec(s, None, IMPLEMENTATIONS[impl]) for s in scs]
+            alone, memo = [], {}
+            real = pl._evaluate_uncached
+            with monkeypatch.context() as m:
+                m.setattr(pl, "_evaluate_uncached", lambda *a: alone.append(a[1]) or real(*a))
+                for s, c in zip(scs, codecs):
+                    pl._evaluate_many(s, comps, n, c, memo)
+                batched = [[pl._evaluate(s, comp, n, c) for comp in comps]
+                           for s, c in zip(scs, codecs)]
+            assert len(alone) < len(comps) * len(scs)
+            assert all(c.per_tensor or c.codec_stream != "channel" or c.after_backward
+                       for c in alone)
+            with monkeypatch.context() as m:
+                _general(m)
+                for c, evs in zip(clusters, batched):
+                    for comp, ev in zip(comps, evs):
+                        clear_caches()
+                        s = Scenario.build(model, cluster=_bare(c), **kw)
+                        own = pl._evaluate_uncached(s, comp, n, pl._codec(
+                            s, None, IMPLEMENTATIONS[impl]))
+                        for f in ("intercept", "slope", "latency", "overhead", "bits",
+                                  "ready", "fixed"):
+                            assert np.array_equal(getattr(ev.lines, f),
+                                                  getattr(own.lines, f)), (comp, f)
+                        assert (ev.n_collectives, ev.collective, ev.xmap, ev.n) == (
+                            own.n_collectives, own.collective, own.xmap, own.n), comp
+                        assert (ev.bits, ev.raw_bits, ev.encode, ev.decode,
+                                ev.per_worker_ratio) == (own.bits, own.raw_bits, own.encode,
+                                                         own.decode, own.per_worker_ratio)
 
 
 def test_rows_in_lockstep_raise_the_error_of_the_first_row_to_fail(monkeypatch):
