@@ -785,8 +785,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp = sc.data_parallel(n, 1.0)[0]  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
-                         lambda cl: _solve_bandwidth(_corner(sc, cl, build), n_dp,
-                                                     target, r, u, explain=False).bw,
+                         lambda cl: _corner_bw(_corner(sc, cl, build), n_dp, target, r, u),
                          "bw", "bw", model)
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting), sc, n)
 
@@ -871,6 +870,34 @@ def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
                  f"{'NIC' if sc.options.gpus_per_node else 'worker'} to scale "
                  f"{target:g} (compression {r:g}x, utilization {u:g})"),
         critical_parts=parts, **common)
+
+
+def _corner_bw(sc, n, target, r, u) -> float:
+    """The line rate of :func:`_solve_bandwidth` alone, as an interval's corner needs it
+    [bits/s]: the same operations on the common path (any line rate, a finite one, or
+    none below the limit), without what binds, the message and the result; the whole
+    solve otherwise (MG-WFBP's fixed point, the limit, a rate beyond floating point)."""
+    if sc.needs_plan:
+        return _solve_bandwidth(sc, n, target, r, u, explain=False).bw
+    p = sc.profile
+    compressed = r > 1
+    k1, k2 = sc.wire_map(n)
+    x_floor = k2 / r
+    lines_env = sc.lines(n, compressed)
+    level = p.iteration_time / target - sc.forward(n) - p.update_time
+    x_star = _x_star(lines_env[1], level)
+    if math.isinf(x_star) or (k1 == 0.0 and x_floor <= x_star):
+        return 0.0
+    if not x_star > 0 or x_floor > x_star:
+        end = float(lines_env[1](x_floor))  # the scaling factor of _sf_at at x_floor
+        if p.iteration_time / (sc.forward(n) + end + p.update_time) < target * (1 - 1e-12):
+            return math.inf  # below the limit: no line rate reaches the target
+    else:
+        with np.errstate(over="ignore"):
+            needed = _NUDGE / (u * r * x_star)
+        if math.isfinite(needed):
+            return _line_rate_for(sc, needed)  # inf where the ceiling is below it
+    return _required_bandwidth(sc, n, target, r, u, explain=False).bw
 
 
 def _line_rate_for(sc, needed):

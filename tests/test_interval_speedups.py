@@ -223,6 +223,31 @@ def test_a_corners_ratio_is_the_whole_solves(bw, target):
                 build(c), bw, n, target, 1.0).ratio
 
 
+@pytest.mark.parametrize("target", [0.3, 0.7, 0.9, 0.99, 1.0, "limit"])
+@pytest.mark.parametrize("compression", [1.0, 8.0])
+def test_a_corners_line_rate_is_the_whole_solves(target, compression):
+    """The line rate alone (what a corner of an interval needs) equals the whole solve's,
+    in every branch: any line rate (one node), a finite one, none below the limit, the
+    transport's ceiling too low, the limit, and MG-WFBP's fixed point."""
+    from scalemodel.solvers import _builder, _corner_bw, _solve_bandwidth
+
+    cl = _fitted()
+    low_ceiling = attrs.evolve(_bare(cl), ceiling=2e8)  # no line rate is enough
+    ideal = sm.ClusterProfile(name="ideal", provenance=P)  # target 1: the limit
+    for fusion in ("horovod", "mg-wfbp"):
+        build = _builder("resnet50", fusion=fusion, algorithm="nccl-2.4",
+                         codec_cost=1e-10 if compression > 1 else 0.0)
+        for c in (*_family(cl), low_ceiling, ideal):
+            for n in (8, 64, 512):
+                clear_caches()
+                t = target
+                if t == "limit":  # what unlimited bandwidth reaches
+                    t = _solve_bandwidth(build(c), n, 0.5, compression, 1.0).max_scaling_factor
+                want = _solve_bandwidth(build(c), n, t, compression, 1.0).bw
+                clear_caches()
+                assert _corner_bw(build(c), n, t, compression, 1.0) == want, (c, n)
+
+
 @pytest.mark.parametrize("kw", [dict(fusion="horovod", algorithm="nccl-2.4"),
                                 dict(fusion="ddp", algorithm="ring", compression=4.0,
                                      codec_cost=1e-10)])
