@@ -157,6 +157,8 @@ class _Evaluated:
 # _top_line to answer without the envelope (the envelope's rounding is ~1e-16 of the
 # lines' values)
 _TOP_GAP = 1e-9
+# more lines than this: a search's values at a point made on arrays (fewer: Python floats)
+_MANY_LINES = 32
 
 
 def _top_line(ev, x, line=True):
@@ -173,7 +175,7 @@ def _top_line(ev, x, line=True):
         if top is not None:  # the same question again (at a second point: the envelope)
             return top[1], top[2]
         c, m = ev.lines.intercept, ev.lines.slope
-        if len(c) <= 32:  # a few lines: Python floats
+        if len(c) <= _MANY_LINES:  # a few lines: Python floats
             c, m = c.tolist(), m.tolist()
             vals = [ci + mi * x for ci, mi in zip(c, m)]
             top = max(vals)
@@ -1292,6 +1294,17 @@ def _first_crossing(lines, a, b, lin, level):
     if len(la) != len(lb) or ub <= ua:
         return None
     du = ub - ua
+    if type(la) is np.ndarray:  # many lines: the same operations on arrays
+        if not (np.isfinite(la).all() and np.isfinite(lb).all()):
+            la, lb = la.tolist(), lb.tolist()  # (min of Python floats on a nan)
+        else:
+            with np.errstate(all="ignore"):
+                slopes = (lb - la) / du
+                rising = slopes > 0
+                if not rising.any():
+                    return None
+                u = float(np.min(ua + (level - la[rising]) / slopes[rising]))
+            return math.log(u) if ua < u < ub else None
     slopes = [(vb - va) / du for va, vb in zip(la, lb)]
     cross = [ua + (level - va) / s for va, s in zip(la, slopes) if s > 0]
     if not cross:
@@ -1465,12 +1478,16 @@ def _searched_steps(sc, comp, n, x, target, views, at, lo, hi):
 
     memo = {}
 
-    def lines(v):  # as Python floats, intercept + slope x_eff line by line
+    def lines(v):  # intercept + slope x_eff line by line: Python floats for a few lines
         if v not in memo:
             ev = at(math.exp(v) if not comp.knob_integer else v)[1]
             xe = float(_x_eff(ev, x))
-            memo[v] = [c + m * xe for c, m in zip(ev.lines.intercept.tolist(),
-                                                  ev.lines.slope.tolist())]
+            c, m = ev.lines.intercept, ev.lines.slope
+            if len(c) > _MANY_LINES:  # the same operations on arrays
+                with np.errstate(all="ignore"):
+                    memo[v] = c + m * xe
+            else:
+                memo[v] = [ci + mi * xe for ci, mi in zip(c.tolist(), m.tolist())]
         return memo[v]
 
     kw = {} if views else {"lines": lines, "level": level}

@@ -594,5 +594,11 @@ def test_the_first_crossing_in_python_floats_is_that_of_the_arrays(k):
         args = (at.get, math.log(1e-4), math.log(0.3), math.exp, level)
         got, want = pl._first_crossing(*args), _first_crossing_reference(*args)
         assert got == want
+        if rng.uniform() < 0.1:  # a line at infinity: the Python floats' minimum
+            at[math.log(0.3)][0] = math.inf
+        arrays = {v: np.array(ls) for v, ls in at.items()}  # (many lines: given as arrays)
+        args = (arrays.get, math.log(1e-4), math.log(0.3), math.exp, level)
+        assert pl._first_crossing(*args) == pl._first_crossing(
+            lambda v: arrays[v].tolist(), *args[1:])
         found += got is not None
     assert found > 0
