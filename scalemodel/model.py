@@ -874,14 +874,25 @@ class Scenario:
         if (n <= 1 or near is None or isinstance(self.fusion, MGWFBP)
                 or self.sharding is not None):
             return done
-        todo = {}
+        todo, fill, costs, plain = {}, [], {}, {}
         for s in near.values():
             sb = s.buckets
-            sc = _shared_cost(s.algorithm, sb.nbytes, n, s.profile.reduction, s.options)
+            # the siblings are the root but for the cluster (_corner_siblings): buckets
+            # of the same sizes share one cost, its plainness tested once
+            nk = sb.nbytes.tobytes()
+            sc = costs.get(nk)
+            if sc is None:
+                sc = costs[nk] = _shared_cost(s.algorithm, sb.nbytes, n,
+                                              s.profile.reduction, s.options)
             done[id(s)] = (s, sb, sc)
             sk = s._lines_key(key, sb, sc)
-            if sk not in _LINES and sk not in todo and s._plain_lines(key, sb, sc):
-                todo[sk] = (s, sb, sc)
+            fill.append((s, sb, sc, sk))
+            if sk not in _LINES and sk not in todo:
+                pk = (id(sb), id(sc))
+                if pk not in plain:
+                    plain[pk] = s._plain_lines(key, sb, sc)
+                if plain[pk]:
+                    todo[sk] = (s, sb, sc)
         groups = {}
         for sk, item in todo.items():
             groups.setdefault(len(item[1].nbytes), []).append(sk)
@@ -892,7 +903,7 @@ class Scenario:
                 _LINES[sk] = (s.profile, sb, sc, lines, xmap, {})
         while len(_LINES) > SCENARIO_CACHE_SIZE:
             _LINES.popitem(last=False)
-        _fill_corner_lines(key, done)
+        _fill_corner_lines(key, fill)
         return done
 
     def _plain_lines(self, key, b, cost):
@@ -1139,15 +1150,16 @@ def _with_fixed_costs(hit, fixed, fix=None):
 
 
 def _fill_corner_lines(key, done):
-    """Each corner scenario of ``done`` (:meth:`Scenario._prime_corner_lines`) with its
-    lines and envelope of ``key = (n, compressed)`` (as :meth:`Scenario.lines` keeps
-    them), its fixed costs (:meth:`Scenario._fixed`) and their tail sums computed for all
-    corners of one bucket count at once, each value with the same operations."""
+    """Each corner scenario of ``done`` (``(scenario, buckets, cost, key of
+    _LINES)`` of :meth:`Scenario._prime_corner_lines`) with its lines and envelope of
+    ``key = (n, compressed)`` (as :meth:`Scenario.lines` keeps them), its fixed costs
+    (:meth:`Scenario._fixed`) and their tail sums computed for all corners of one bucket
+    count at once, each value with the same operations."""
     n, groups = key[0], {}
-    for s, b, cost in done.values():
+    for s, b, cost, sk in done:
         if key in s._cache or s.cluster is None:
             continue
-        hit = _LINES.get(s._lines_key(key, b, cost))
+        hit = _LINES.get(sk)
         if hit is not None and hit[0] is s.profile and hit[1] is b and hit[2] is cost \
                 and len(b.nbytes):
             groups.setdefault(len(b.nbytes), []).append((s, hit))
@@ -1235,11 +1247,26 @@ def _corner_siblings(root):
         return out
     own = _build_key(cl)
     family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
+    args = _init_args(root)
+    at = _SCENARIO_INIT.index("cluster")
     for c in (corner for f in family for corner in (f, *f.corners())):
         if id(c) not in out and _build_key(c) == own:
-            sc = out[id(c)] = attrs.evolve(root, cluster=c)
+            args[at] = c  # attrs.evolve(root, cluster=c), without its introspection
+            sc = out[id(c)] = Scenario(*args)
             sc._cache[("root",)] = root
     return out
+
+
+_SCENARIO_INIT = tuple(a.name for a in attrs.fields(Scenario) if a.init)
+"""The fields :class:`Scenario` takes, in its ``__init__``'s order (all positional;
+tests/test_interval_speedups.py compares a corner's scenario with its build field by
+field)."""
+
+
+def _init_args(sc):
+    """The positional arguments that make ``sc`` again (:data:`_SCENARIO_INIT`), as a
+    list [-]."""
+    return [getattr(sc, name) for name in _SCENARIO_INIT]
 
 
 def _stacked_base_lines(key, items):

@@ -304,13 +304,14 @@ class UpperEnvelope:
                 self._finish(c, m, np.asarray(hull, dtype=np.int64))
                 return
             breaks.append(dc / dm)
-        if all(a <= b for a, b in zip(breaks, breaks[1:])):
+        inorder = len(breaks) < 2 or all(a <= b for a, b in zip(breaks, breaks[1:]))
+        if inorder:
             first = bisect.bisect_right(breaks, 0.0)
         else:  # rounding: numpy's search, as _finish
             first = int(np.searchsorted(np.array(breaks), 0.0, side="right"))
         hull = hull[first:]
         hc, hm = [cl[j] for j in hull], [ml[j] for j in hull]
-        if len(breaks) == first or all(a <= b for a, b in zip(breaks, breaks[1:])):
+        if len(breaks) == first or inorder:
             self._py = (hc, hm, breaks[first:], hull)  # the arrays made when first read
             return
         self.index = np.array(hull, dtype=np.int64)
