@@ -67,7 +67,7 @@ from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
-from .overlap import UpperEnvelope, _lines_stacked, _with_fixed, overlap_lines
+from .overlap import UpperEnvelope, _envelopes, _lines_shared, _with_fixed, overlap_lines
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
 from .checkpointing import with_recompute
 from .offload import with_offload
@@ -820,12 +820,16 @@ class Scenario:
         family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
         same = (cl.alpha, cl.topology, cl.reduction, cl.overlap)
         keys, sizes, seen = {own: b.nbytes}, [b.nbytes], {self.compute_slowdown}
+        sized = {b.nbytes.tobytes()}  # the key differs only in the sizes: each once
         for c in (corner for f in family for corner in (f, *f.corners())):
             if (c.alpha, c.topology, c.reduction, c.overlap) != same or \
                     c.compute_slowdown in seen:
                 continue
             seen.add(c.compute_slowdown)
             nb = self._buckets_at(c.compute_slowdown).nbytes  # the corner's buckets
+            if nb.tobytes() in sized:
+                continue
+            sized.add(nb.tobytes())
             k = _cost_key(self.algorithm, nb, n, red, opts)
             if k is not None and k not in keys and k not in _COSTS:
                 keys[k] = nb
@@ -861,7 +865,7 @@ class Scenario:
         (:func:`_sibling`; this scenario their root), when the first of them asks for its
         lines of ``key = (n, compressed)``: each one's buckets and collective costs, and
         :meth:`_lines_sharing_fixed`'s lines without fixed costs of all of them, in one
-        vectorized pass per bucket count (:func:`~scalemodel.overlap._lines_stacked`:
+        vectorized pass per bucket count (:func:`~scalemodel.overlap._lines_shared`:
         each row the same operations as :meth:`make_lines`), kept in :data:`_LINES`. Only
         plain lines are made so (one value per bucket); the others when asked. Returns
         ``{id(scenario): (scenario, buckets, cost)}`` (kept; empty where nothing is
@@ -1169,9 +1173,44 @@ def _fill_corner_lines(key, done):
         fixed[:, -1] += np.array([s.cluster.sync_overhead for s, _ in rows])
         fix = np.zeros((len(rows), k + 1))  # 0, then each row's _tail_sum
         np.cumsum(fixed[:, ::-1], axis=1, out=fix[:, :0:-1])
-        for (s, hit), f, t in zip(rows, fixed, fix):
-            s._cache[key] = _with_fixed_costs(hit, f, t)
+        got = _with_fixed_costs_stacked([hit for _, hit in rows], fixed, fix)
+        for (s, hit), made in zip(rows, got):
+            s._cache[key] = made
             s._wire[n] = hit[4]
+
+
+def _with_fixed_costs_stacked(hits, fixed, fix):
+    """:func:`_with_fixed_costs` of each entry of ``hits`` with its row of ``fixed``
+    and of their tail sums ``fix`` [s] (one bucket count), the intercepts of all the new
+    lines added in one call and their envelopes made together
+    (:func:`~scalemodel.overlap._envelopes`): the same values, kept in each entry as
+    :func:`_with_fixed_costs` keeps them (one pair per entry and fixed costs) [-]."""
+    keys = [f.tobytes() for f in fixed]
+    out, new, where = [], [], {}
+    for j, (hit, fk) in enumerate(zip(hits, keys)):
+        rk = (id(hit), fk)
+        if rk not in where:
+            have = hit[5].get(fk)
+            where[rk] = have if have is not None else len(new)
+            if have is None:
+                new.append(j)
+        out.append(rk)
+    if new:
+        nonzero = np.count_nonzero(fixed[new], axis=1).tolist()
+        icpt = np.array([hits[j][3].intercept for j in new])
+        icpt += fix[new]
+        for i, j in enumerate(new):
+            if not nonzero[i]:  # no fixed costs: the lines without them, as they are
+                icpt[i] = hits[j][3].intercept
+        envs = _envelopes(icpt, np.array([hits[j][3].slope for j in new]))
+        for i, j in enumerate(new):
+            hit, base = hits[j], hits[j][3]
+            lines = _with_fixed(base, fix[j], icpt[i]) if nonzero[i] else base
+            made = hit[5]
+            if len(made) >= 8:
+                made.clear()
+            made[keys[j]] = where[(id(hit), keys[j])] = (lines, envs[i])
+    return [where[rk] for rk in out]
 
 
 def _wire(n, cost):
@@ -1250,10 +1289,18 @@ def _corner_siblings(root):
     args = _init_args(root)
     at = _SCENARIO_INIT.index("cluster")
     for c in (corner for f in family for corner in (f, *f.corners())):
-        if id(c) not in out and _build_key(c) == own:
-            args[at] = c  # attrs.evolve(root, cluster=c), without its introspection
-            sc = out[id(c)] = Scenario(*args)
-            sc._cache[("root",)] = root
+        if id(c) in out:
+            continue
+        if (c.extra is cl.extra and c.provenance is cl.provenance
+                and c.reduction is cl.reduction and c.fit_settings == cl.fit_settings
+                and c.alpha == cl.alpha and c.topology == cl.topology
+                and c.overlap == cl.overlap):
+            pass  # _build_key(c) == own (equal settings: equal sorted items)
+        elif _build_key(c) != own:
+            continue
+        args[at] = c  # attrs.evolve(root, cluster=c), without its introspection
+        sc = out[id(c)] = Scenario(*args)
+        sc._cache[("root",)] = root
     return out
 
 
@@ -1272,21 +1319,24 @@ def _init_args(sc):
 def _stacked_base_lines(key, items):
     """:meth:`Scenario.make_lines` without fixed costs for each ``(scenario, buckets,
     cost)`` of ``items`` (plain ones of one bucket count, :meth:`Scenario._plain_lines`),
-    each value computed with the same operations, the tail sums and sums of all in one
-    pass (:func:`~scalemodel.overlap._lines_stacked`); with each its wire map [-]."""
+    each value computed with the same operations: the ready times of all in one pass,
+    the tail sums of each collective cost once, shared by the lines of the items that
+    have it (:func:`~scalemodel.overlap._lines_shared`); with each its wire map [-]."""
     n = key[0]
-    ready, lat, ovh, bits, bwd, xmaps, wires = [], [], [], [], [], [], {}
+    ready, bwd, xmaps, wires, groups = [], [], [], {}, {}
     ratio, cbs, shift = [], [], []
-    for s, b, cost in items:
+    for i, (s, b, cost) in enumerate(items):
         p, sigma, cb = s.profile, s.slowdown(n), s.bucket_overhead(n)
         k = len(b.nbytes)
-        ovh.append(cost.overhead + s.codec_cost * b.nbytes if key[1] and n > 1
-                   else cost.overhead)
+        codec = key[1] and n > 1  # the encode and decode on the channel
+        gk = (id(cost), b.nbytes.tobytes(), s.codec_cost) if codec else id(cost)
+        if gk not in groups:
+            groups[gk] = (cost.overhead + s.codec_cost * b.nbytes if codec
+                          else cost.overhead, cost, [])
+        groups[gk][2].append(i)
         ready.append(b.ready)
-        lat.append(cost.latency)
         if id(cost) not in wires:
             wires[id(cost)] = _wire(n, cost)
-        bits.append(wires[id(cost)][0])
         xmaps.append(wires[id(cost)][1])
         ratio.append(sigma / s.compute_slowdown)
         cbs.append(cb)
@@ -1297,8 +1347,14 @@ def _stacked_base_lines(key, items):
     cb = np.array(cbs)
     if (cb > 0).any():  # the framework's work per bucket, where there is some
         r = np.where((cb > 0)[:, None], r + cb[:, None] * np.arange(1, r.shape[1] + 1), r)
-    lines = _lines_stacked(r + np.array(shift)[:, None], np.array(lat), np.array(ovh),
-                           np.array(bits), np.array(bwd))
+    r = r + np.array(shift)[:, None]
+    bwd = np.array(bwd)
+    lines = [None] * len(items)
+    for ovh, cost, rows in groups.values():
+        part = rows if len(rows) < len(items) else slice(None)
+        made = _lines_shared(r[part], cost.latency, ovh, wires[id(cost)][0], bwd[part])
+        for i, one in zip(rows, made):
+            lines[i] = one
     return list(zip(lines, xmaps))
 
 

@@ -172,10 +172,38 @@ def _lines_stacked(ready, latency, overhead, bits, backward_time):
                          ready=o[6], fixed=o[3]) for o in out]
 
 
-def _with_fixed(lines, fix):
+def _lines_shared(ready, latency, overhead, bits, backward_time):
+    """:func:`_lines_stacked` of line sets that share their collective costs: the ready
+    times ``(C, k)`` and ``backward_time`` ``(C,)`` one row per set, ``latency``,
+    ``overhead`` and ``bits`` ``(k,)`` for all. The tail sums are made once (summed in
+    the same order as alone) and the ``C`` :class:`OverlapLines` share them; each set's
+    intercepts are added in the same order as alone (bit for bit the same lines)."""
+    c, k = ready.shape
+    tails = np.zeros((4, k))
+    tails[0] = latency[::-1]
+    tails[1] = overhead[::-1]
+    tails[2] = bits[::-1]
+    shared = np.zeros((5, k + 1))  # latency, overhead, bits, fixed (zeros), slope
+    shared[:4, 1:] = np.cumsum(tails, axis=1)[:, ::-1]
+    shared[4] = shared[2]
+    lat, ovh, wire, fix, slope = shared
+    out = np.zeros((2, c, k + 1))  # intercepts, ready times (0 first)
+    icpt = out[0]
+    np.add(ready, lat[1:], out=icpt[:, 1:])
+    icpt[:, 1:] += ovh[1:]
+    icpt[:, 1:] += fix[1:]
+    icpt[:, 0] = backward_time
+    out[1, :, 1:] = ready
+    return [OverlapLines(intercept=i, slope=slope, latency=lat, overhead=ovh, bits=wire,
+                         ready=rd, fixed=fix) for i, rd in zip(out[0], out[1])]
+
+
+def _with_fixed(lines, fix, intercept=None):
     """``lines`` with the tail sums ``fix`` of fixed costs [s] added to their intercepts and
-    kept as their ``fixed`` (``attrs.evolve`` without its per-call introspection)."""
-    return OverlapLines(intercept=lines.intercept + fix, slope=lines.slope,
+    kept as their ``fixed`` (``attrs.evolve`` without its per-call introspection);
+    ``intercept`` [s] is that sum when already made."""
+    return OverlapLines(intercept=lines.intercept + fix if intercept is None else intercept,
+                        slope=lines.slope,
                         latency=lines.latency, overhead=lines.overhead, bits=lines.bits,
                         ready=lines.ready, fixed=fix)
 
@@ -237,6 +265,28 @@ def _scan_hull(lines, cl, ml):
 _SMALL = 64  # at most this many lines: built in Python floats (UpperEnvelope._small)
 
 
+def _envelopes(intercept, slope):
+    """``[UpperEnvelope(intercept[i], slope[i]) for each row i]`` of the ``(R, K)``
+    arrays, the same envelopes; a few lines a row: the rows' sorts in one call (numpy's
+    per-call cost dominates there) and each row's construction in Python floats
+    (:meth:`UpperEnvelope._small`) [-]."""
+    c = np.asarray(intercept, dtype=float)
+    m = np.asarray(slope, dtype=float)
+    if c.ndim != 2 or m.shape != c.shape or not 0 < c.shape[1] <= _SMALL:
+        return [UpperEnvelope(a, b) for a, b in zip(c, m)]
+    cl, ml = c.tolist(), m.tolist()
+    orders = np.lexsort((c, m)).tolist()  # along each row, as each row's own
+    out = []
+    for i, (ci, mi) in enumerate(zip(cl, ml)):
+        env = UpperEnvelope.__new__(UpperEnvelope)
+        if math.isfinite(sum(ci) + sum(mi)):  # as UpperEnvelope.__init__ chooses
+            env._small(c[i], m[i], ci, mi, orders[i])
+        else:
+            env.__init__(c[i], m[i])
+        out.append(env)
+    return out
+
+
 class UpperEnvelope:
     r"""Upper envelope :math:`E(x) = \max_j (c_j + m_j x)` of lines with :math:`m_j \ge 0`,
     on :math:`x \ge 0`.
@@ -279,11 +329,13 @@ class UpperEnvelope:
         hull = _scan_hull(range(len(order)), cl, ml)
         self._finish(c, m, order[np.asarray(hull, dtype=np.int64)])
 
-    def _small(self, c, m, cl, ml):
+    def _small(self, c, m, cl, ml, order=None):
         """The construction above for a few finite lines, in Python floats (the same
         order, the same lines kept, the same hull and breaks: numpy's per-call cost
-        dominates there)."""
-        order = np.lexsort((c, m)).tolist()
+        dominates there); ``order`` is ``np.lexsort((c, m))`` as a list when already
+        made."""
+        if order is None:
+            order = np.lexsort((c, m)).tolist()
         kept, top = [], -math.inf  # intercepts beating every later one
         for i in reversed(order):
             if cl[i] > top:

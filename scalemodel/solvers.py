@@ -684,8 +684,11 @@ def _corner_ratio(sc, bw, n, target, u) -> float:
     small)."""
     sc0, u0 = sc, u
     u = effective_utilization(sc, bw, u)
-    with np.errstate(over="ignore", divide="ignore"):
-        x_net = 1.0 / (u * bw)
+    if type(u) is float and type(bw) is float and u * bw != 0.0:
+        x_net = 1.0 / (u * bw)  # Python floats: what numpy's errstate would not change
+    else:
+        with np.errstate(over="ignore", divide="ignore"):
+            x_net = 1.0 / (u * bw)
     if math.isfinite(x_net):
         sc = sc.planned(n, x_net)
         p = sc.profile
@@ -893,8 +896,11 @@ def _corner_bw(sc, n, target, r, u) -> float:
         if p.iteration_time / (sc.forward(n) + end + p.update_time) < target * (1 - 1e-12):
             return math.inf  # below the limit: no line rate reaches the target
     else:
-        with np.errstate(over="ignore"):
-            needed = _NUDGE / (u * r * x_star)
+        if type(u) is float and type(r) is float and type(x_star) is float:
+            needed = _NUDGE / (u * r * x_star)  # Python floats (x_star > 0, u r > 0)
+        else:
+            with np.errstate(over="ignore"):
+                needed = _NUDGE / (u * r * x_star)
         if math.isfinite(needed):
             return _line_rate_for(sc, needed)  # inf where the ceiling is below it
     return _required_bandwidth(sc, n, target, r, u, explain=False).bw

@@ -174,6 +174,83 @@ def test_lines_with_fixed_costs_are_attrs_evolve_field_by_field():
         assert np.array_equal(getattr(got, f.name), getattr(want, f.name)), f.name
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(values, slopes), min_size=1, max_size=20), min_size=1,
+                max_size=6), st.sampled_from([1, 2, 3, 30, 70]))
+def test_envelopes_of_rows_are_each_rows_own(rows, width):
+    """Envelopes made row by row together (overlap._envelopes: the sorts in one call)
+    equal each row's own, non-finite rows and rows of more than _SMALL lines included."""
+    from scalemodel.overlap import _envelopes
+
+    rows = [(r * width)[:width] for r in rows]  # one width for all rows
+    c = np.array([[a for a, _ in r] for r in rows])
+    m = np.array([[b for _, b in r] for r in rows])
+    if width == 2 and len(rows) > 1:
+        c[1, 0] = math.inf  # a row the Python floats cannot take
+    for got, ci, mi in zip(_envelopes(c, m), c, m):
+        want = UpperEnvelope(ci.copy(), mi.copy())
+        _same(got, want)
+        with np.errstate(all="ignore"):  # overflowing crossings: the same either way
+            for x in (0.0, 1e-9, 1.0, 1e9):
+                a, b = got(x), want(x)
+                assert np.float64(a).tobytes() == np.float64(b).tobytes()
+            for level in (0.0, 1.0, 1e6):
+                (xa, ja), (xb, jb) = got.max_x_below(level), want.max_x_below(level)
+                assert ja == jb and np.float64(xa).tobytes() == np.float64(xb).tobytes()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_lines_sharing_their_costs_are_each_sets_own(k, sets, seed):
+    """Line sets of one collective cost made together (overlap._lines_shared: the tail
+    sums once, shared) equal each set made alone (overlap_lines), field by field."""
+    from scalemodel.overlap import _lines_shared
+
+    rng = np.random.default_rng(seed)
+    lat, ovh = rng.random(k) * 1e-4, rng.random(k) * 1e-5
+    bits = np.floor(rng.random(k) * 1e9)
+    ready = np.sort(rng.random((sets, k)), axis=1)
+    bwd = ready[:, -1] + rng.random(sets) * 1e-3
+    for i, got in enumerate(_lines_shared(ready, lat, ovh, bits, bwd)):
+        want = overlap_lines(ready[i], lat, ovh, bits, bwd[i])
+        for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
+            x, y = getattr(got, f), getattr(want, f)
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f
+
+
+def test_fixed_costs_added_together_are_each_corners_own():
+    """model._with_fixed_costs_stacked (the intercepts of all corners in one call, their
+    envelopes together) gives each entry the lines and envelope of _with_fixed_costs,
+    shares one pair between equal fixed costs, and keeps the lines without fixed costs
+    where there are none."""
+    from scalemodel.model import _with_fixed_costs, _with_fixed_costs_stacked
+
+    rng = np.random.default_rng(3)
+    k = 6
+    bases = [overlap_lines(np.sort(rng.random(k)), rng.random(k) * 1e-4, rng.random(k) * 1e-5,
+                           np.floor(rng.random(k) * 1e9), 1.2) for _ in range(3)]
+    fixed = np.zeros((5, k))
+    fixed[0] += 1e-4
+    fixed[0, -1] += 0.02
+    fixed[1] = fixed[0]  # the same fixed costs on the same lines: one pair
+    fixed[3, -1] = 0.01
+    fix = np.zeros((5, k + 1))
+    np.cumsum(fixed[:, ::-1], axis=1, out=fix[:, :0:-1])
+    which = [0, 0, 1, 2, 2]  # row 2 and 4: no fixed costs
+    hits = [("p", "b", "c", bases[i], (1.0, 0.0), {}) for i in range(3)]
+    got = _with_fixed_costs_stacked([hits[i] for i in which], fixed, fix)
+    assert got[0] is got[1]
+    assert got[2][0] is bases[1] and got[4][0] is bases[2]
+    fresh = [("p", "b", "c", bases[i], (1.0, 0.0), {}) for i in range(3)]
+    for (lines, env), i, f, t in zip(got, which, fixed, fix):
+        want, want_env = _with_fixed_costs(fresh[i], f, t)
+        for name in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
+            x, y = getattr(lines, name), getattr(want, name)
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), name
+        _same(env, want_env)
+    assert all(len(h[5]) == n for h, n in zip(hits, (1, 1, 2)))  # kept as the one by one
+
+
 def test_clear_caches_forgets_nccl_setups_so_a_first_question_pays_for_them():
     from scalemodel import nccl
     from scalemodel.model import clear_caches
