@@ -507,7 +507,7 @@ def _evaluate_many(sc, comps, n, codec, memo=None):
         return
     cache = sc._cache
     cluster = sc.cluster is not None
-    todo, _ = _batch_todo(sc, comps, n, codec, cluster, {} if memo is None else memo)
+    todo, _ = _batch_todo(sc, comps, n, codec, cluster, memo)
     if len(todo) == 1:  # one: as _evaluate_uncached (the batch's arrays cost more)
         comp, tc, same, _ = todo[0]
         evs = [_evaluate_costs(sc, comp, n, codec, tc, sc.buckets.starts, sc.buckets.ready,
@@ -539,8 +539,8 @@ def _batch_todo(sc, comps, n, codec, cluster, memo):
         if (hit is not None and hit[0] is codec) or comp.after_backward or \
                 comp.per_tensor or comp.codec_stream != "channel":
             continue
-        mkey = (comp, n, id(codec), id(sc.profile), cluster)
-        made = memo.get(mkey)
+        mkey = (comp, n, id(codec), id(sc.profile), cluster) if memo is not None else None
+        made = None if mkey is None else memo.get(mkey)
         if made is None or made[0] is not codec or made[1] is not sc.profile:
             tc = comp._costs(numel, shapes, n, codec[comp.family], e)
             colls = set(tc.phase_collectives)
@@ -548,7 +548,9 @@ def _batch_todo(sc, comps, n, codec, cluster, memo):
             # (keyed as _evaluate_uncached keys it: with a knob, or on a cluster)
             same = _same_costs_key(comp, tc, n, codec) if batched and (
                 comp.knob is not None or cluster) else None
-            made = memo[mkey] = (codec, sc.profile, tc, batched, same)
+            made = (codec, sc.profile, tc, batched, same)
+            if mkey is not None:
+                memo[mkey] = made
         _, _, tc, batched, same = made
         if not batched:
             continue
@@ -565,14 +567,15 @@ def _batch_todo(sc, comps, n, codec, cluster, memo):
 
 
 def _batch_channel(sc, n, codec, comps, tcs, sames):
-    """The channel terms of each of ``comps`` (tensor costs ``tcs``) as
-    :func:`_evaluate_costs` reads them: ``(latency, overhead with the codec's, bits,
-    intra-node bits, intra-node rate or None, collectives that send, algorithm, sums)``
-    each, ``sums()`` the encode and decode time per iteration [s]. On a cluster those
-    another scenario made are taken from :func:`_shared_channel` (``sames``: each one's
-    key), the others made at once and kept there."""
+    """The channel terms of ``comps`` (tensor costs ``tcs``) as :func:`_evaluate_costs`
+    reads them: ``(latency, overhead with the codec's, bits, intra-node bits)`` (rows of
+    arrays, one per compressor) and, per compressor, the intra-node rate or None, the
+    collectives that send, the algorithm and ``sums()``, the encode and decode time per
+    iteration [s]. On a cluster those another scenario made are taken from
+    :func:`_shared_channel` (``sames``: each one's key), the others made at once and kept
+    there."""
     m = len(comps)
-    out, shared = [None] * m, [None] * m
+    kept, shared = [None] * m, [None] * m
     starts = sc.buckets.starts
     if sc.cluster is not None:
         for i, same in enumerate(sames):
@@ -580,36 +583,39 @@ def _batch_channel(sc, n, codec, comps, tcs, sames):
             hit = None if shared[i] is None else shared[i][1].get(shared[i][0])
             if hit is not None:
                 (lat, _, bits, intra, rate, ncoll, main), (sums, _, _, ovh) = hit
-                out[i] = (lat, ovh, bits, intra, rate, ncoll, main, sums)
-    new = [i for i in range(m) if out[i] is None]
-    if not new:
-        return out
-    (lat, ovh, bits, intra), sending, algs, rates = _batch_phases(
-        sc, n, [tcs[i] for i in new], starts)
-    pre = np.array(ovh)
-    sums, post = _batch_codec([comps[i] for i in new], codec, [tcs[i] for i in new],
-                              starts, pre)
-    for j, i in enumerate(new):
-        out[i] = (lat[j], post[j], bits[j], intra[j], rates[j], sending[j], algs[j],
-                  lambda j=j: sums(j))
-        if shared[i] is not None:  # as _evaluate_costs keeps it
-            if len(shared[i][1]) >= 256:
-                shared[i][1].clear()
-            shared[i][1][shared[i][0]] = (
-                (lat[j], pre[j], bits[j], intra[j], rates[j], sending[j], algs[j]),
-                (out[i][7], 0.0, None, post[j]))
-    return out
+                kept[i] = ((lat, ovh, bits, intra), rate, ncoll, main, sums)
+    new = [i for i in range(m) if kept[i] is None]
+    if new:
+        (lat, ovh, bits, intra), sending, algs, rates = _batch_phases(
+            sc, n, [tcs[i] for i in new], starts)
+        pre = np.array(ovh)
+        sums, post = _batch_codec([comps[i] for i in new], codec, [tcs[i] for i in new],
+                                  starts, pre)
+        for j, i in enumerate(new):
+            kept[i] = ((lat[j], post[j], bits[j], intra[j]), rates[j], sending[j], algs[j],
+                       lambda j=j: sums(j))
+            if shared[i] is not None:  # as _evaluate_costs keeps it
+                if len(shared[i][1]) >= 256:
+                    shared[i][1].clear()
+                shared[i][1][shared[i][0]] = (
+                    (lat[j], pre[j], bits[j], intra[j], rates[j], sending[j], algs[j]),
+                    (kept[i][4], 0.0, None, post[j]))
+        if len(new) == m:  # (the common case: the rows as made)
+            return ((np.array(lat), post, np.array(bits), np.array(intra)), rates,
+                    sending, algs, [t[4] for t in kept])
+    parts = tuple(np.array([t[0][f] for t in kept]) for f in range(4))
+    return parts, *([t[f] for t in kept] for f in range(1, 5))
 
 
 def _batch_evaluations(sc, n, codec, comps, tcs, sames=None):
     """The :class:`_Evaluated` of :func:`_evaluate_costs` for each compressor of
     ``comps`` with tensor costs ``tcs`` and keys ``sames`` (see :func:`_evaluate_many`)."""
     b = sc.buckets
-    terms = _batch_channel(sc, n, codec, comps, tcs, sames or [None] * len(comps))
-    lat, ovh, bits, intra = (np.array([t[f] for t in terms]) for f in range(4))
+    (lat, ovh, bits, intra), rates, sending, algs, sums = _batch_channel(
+        sc, n, codec, comps, tcs, sames or [None] * len(comps))
     raw = _raw_cost(sc, n)
     total_bytes = sc.profile.total_bytes
-    rates = [raw.intra_bw if t[4] is None else t[4] for t in terms]
+    rates = [raw.intra_bw if r is None else r for r in rates]
     made = _batch_lines(sc, n, b.ready, lat, ovh, bits, intra, rates)
     out = []
     for i, tc in enumerate(tcs):
@@ -617,12 +623,12 @@ def _batch_evaluations(sc, n, codec, comps, tcs, sames=None):
             sc, n, b.ready, lat[i], ovh[i], bits[i], intra[i], rates[i], None, 0.0)
 
         def row_sums(i=i, tc=tc):  # what the row reports, summed when it is read
-            encode, decode = terms[i][7]()
+            encode, decode = sums[i]()
             return (float(bits[i].sum()), float(raw.bits.sum()), encode, decode,
                     float(total_bytes / tc.wire_bytes.sum()))
 
-        out.append(_Evaluated(lines=lines, sums=row_sums, n_collectives=terms[i][5],
-                              collective=terms[i][6], n=n, xmap=xmap))
+        out.append(_Evaluated(lines=lines, sums=row_sums, n_collectives=sending[i],
+                              collective=algs[i], n=n, xmap=xmap))
     return out
 
 
@@ -650,10 +656,10 @@ def _batch_wire(n, bits, intra, rates):
     """:func:`_wire` of each row of ``bits`` and ``intra`` [bit] (intra-node ``rates``
     [bits/s]): the wires as the rows of one array and their maps; the ratios of the rows
     with intra-node bits in one pass (the same operations, element by element)."""
-    has_intra = (np.count_nonzero(intra, axis=1) > 0).tolist()
-    if not any(has_intra):
+    if not intra.any():
         return bits, [(1.0, 0.0)] * len(bits)
-    network = (np.count_nonzero(bits, axis=1) > 0).tolist()
+    has_intra = intra.any(axis=1).tolist()  # (a nonzero element: as count_nonzero > 0)
+    network = bits.any(axis=1).tolist()
     pos = bits > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         rho = np.where(pos, intra / np.where(pos, bits, 1.0), 0.0).max(axis=1).tolist()
@@ -1357,14 +1363,40 @@ def _rows(sc, n, codec, make, count, views=()):
                 else:
                     going.append((i, step))
             if wanted:
-                memo = {}  # each compressor's tensor costs, for every view
-                _evaluate_many(sc, wanted, n, codec, memo)
-                for vsc, _, vcodec, _ in views:
-                    _evaluate_many(vsc, wanted, n, vcodec, memo)
+                _evaluate_round(sc, n, codec, views, wanted)
             active = going
     except Exception:
         return [_finish(make(i)) for i in range(count)]
     return out
+
+
+def _evaluate_round(sc, n, codec, views, comps):
+    """:func:`_evaluate_many` of ``comps`` on ``sc`` and on each of ``views`` (``(scenario,
+    x, codec, ...)`` each), each compressor's tensor costs made once for all of them."""
+    memo = {} if views else None
+    _evaluate_many(sc, comps, n, codec, memo)
+    for view in views:
+        _evaluate_many(view[0], comps, n, view[2], memo)
+
+
+def _first_round(sc, n, codec, views, comps):
+    """The rows' first round (:func:`_rows`) with the uncompressed evaluation, made before
+    the uncompressed answer that the rows read: the compressors of ``comps``
+    (``(compressor, fixed)`` each) at the settings they ask for first
+    (:func:`_first_value`), evaluated at once on ``sc`` and its ``views``. An error is
+    left to the rows, which raise the first row's."""
+    if sc.sharding is not None or n <= 1:  # (not batched)
+        return
+    try:
+        asks = [get_compressor("none")]
+        for comp, fixed in comps:
+            if comp.knob is None:
+                asks.append(comp)
+            else:
+                asks.append(comp.with_setting(_first_value(sc, comp, fixed)[0]))
+        _evaluate_round(sc, n, codec, views, asks)
+    except Exception:  # noqa: BLE001  (made again, and raised, by the rows)
+        pass
 
 
 def _finish(steps):
@@ -1476,18 +1508,27 @@ def _chosen_steps(sc, comp, n, x, target, fixed, views, at):
     compressor's own without a knob or when ``fixed``; else the least aggressive knob
     within its bounds whose low end reaches ``target`` [-], or the bound nearest it. A
     generator: it yields each compressor before evaluating it (:func:`_rows`)."""
-    if comp.knob is None or fixed:
-        value = comp.setting if comp.knob else None
-        yield at.config(value)
+    value, bounds = _first_value(sc, comp, fixed)
+    yield at.config(value)
+    if bounds is None:
         return at(value)
-    lo, hi = comp.knob_bounds(_elements(sc)[1], sc.profile.tensor_shapes)
-    yield at.config(hi)
+    lo, hi = bounds
     if at(hi)[2] >= target:
         return at(hi)
     yield at.config(lo)
     if at(lo)[2] < target:
         return at(lo)
     return (yield from _searched_steps(sc, comp, n, x, target, views, at, lo, hi))
+
+
+def _first_value(sc, comp, fixed):
+    """``(value, bounds)``: the setting a row asks for first (:func:`_chosen_steps`) and
+    the knob bounds it searches: the compressor's own setting (None without a knob) and
+    None without a knob or when ``fixed``, else the upper bound and ``(lo, hi)``."""
+    if comp.knob is None or fixed:
+        return (comp.setting if comp.knob else None), None
+    lo, hi = comp.knob_bounds(_elements(sc)[1], sc.profile.tensor_shapes)
+    return hi, (lo, hi)
 
 
 def _searched_steps(sc, comp, n, x, target, views, at, lo, hi):
@@ -1579,8 +1620,9 @@ def _interval_clusters(cluster):
 
 
 def _views(sc, model, bw, u, n, gpu, impl, kw):
-    """``(scenario, x, codec, uncompressed scaling factor)`` on each cluster of the
-    interval (:func:`_interval_clusters`)."""
+    """``(scenario, x, codec)`` on each cluster of the interval
+    (:func:`_interval_clusters`); :func:`_with_none` adds their uncompressed scaling
+    factor."""
     out = []
     for c in _interval_clusters(sc.cluster):
         vsc = _build(model, kw["algorithm"], kw["fusion"], kw["alpha"], kw["gpus_per_node"],
@@ -1590,10 +1632,16 @@ def _views(sc, model, bw, u, n, gpu, impl, kw):
                      offload=kw["offload"], shard_group=kw["shard_group"])
         vx = 1.0 / (effective_utilization(vsc, bw, u) * bw)
         vsc = vsc.planned(n, vx)
-        vcodec = _codec(vsc, gpu, impl)
-        out.append((vsc, vx, vcodec,
-                    float(_sf(vsc, _evaluate(vsc, get_compressor("none"), n, vcodec), vx))))
+        out.append((vsc, vx, _codec(vsc, gpu, impl)))
     return out
+
+
+def _with_none(views, n):
+    """``(scenario, x, codec, uncompressed scaling factor)`` of each of ``views``
+    (:func:`_views`) with ``n`` workers."""
+    none = get_compressor("none")
+    return [(vsc, vx, vcodec, float(_sf(vsc, _evaluate(vsc, none, n, vcodec), vx)))
+            for vsc, vx, vcodec in views]
 
 
 def _codec(sc, gpu, impl):
@@ -1804,6 +1852,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     x = 1.0 / (u_eff * bw)
     sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
     p = sc.profile
+    views = _views(sc, model, bw, u, n, gpu, impl, options)
+    _first_round(sc, n, codec, views, comps)  # the uncompressed evaluation among them
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
     ideal = _ideal_compression(model, sc, n_job, bw_job, target, u, (gpu, loss, accounting),
                                algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
@@ -1815,7 +1865,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                                activation_checkpointing=activation_checkpointing,
                                offload=offload,  # the group: in sc.sharding
                                sequence_parallel=sequence_parallel)
-    views = _views(sc, model, bw, u, n, gpu, impl, options)
+    views = _with_none(views, n)
     rows = _rows(sc, n, codec, lambda i: _row_steps(
         sc, comps[i][0], n, x, codec, target, sc.fusion, sf_none, comps[i][1], bw=bw,
         views=views, implementation=impl.name), len(comps), views)

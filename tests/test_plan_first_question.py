@@ -500,15 +500,22 @@ def test_a_clusters_views_in_a_batch_are_those_made_one_by_one(model, kw, impl, 
             clusters = [cluster] + pl._interval_clusters(cluster)
             scs = [Scenario.build(model, cluster=c, **kw) for c in clusters]
             codecs = [pl._codec(s, None, IMPLEMENTATIONS[impl]) for s in scs]
-            alone, memo = [], {}
-            real = pl._evaluate_uncached
+            alone, memo, phased = [], {}, []
+            real, phases = pl._evaluate_uncached, pl._batch_phases
             with monkeypatch.context() as m:
                 m.setattr(pl, "_evaluate_uncached", lambda *a: alone.append(a[1]) or real(*a))
+                m.setattr(pl, "_batch_phases", lambda *a: phased.append(a[0]) or phases(*a))
                 for s, c in zip(scs, codecs):
                     pl._evaluate_many(s, comps, n, c, memo)
                 batched = [[pl._evaluate(s, comp, n, c) for comp in comps]
                            for s, c in zip(scs, codecs)]
             assert len(alone) < len(comps) * len(scs)
+            # a view with the point's collectives takes the channel terms the point made
+            same = [s for s in scs[1:] if s.options == scs[0].options and np.array_equal(
+                s.buckets.starts, scs[0].buckets.starts)]
+            assert phased and not set(map(id, same)) & set(map(id, phased))
+            if not kw and len(scs) > 1:  # (DDP's buckets: a view shares them)
+                assert same
             assert all(c.per_tensor or c.codec_stream != "channel" or c.after_backward
                        for c in alone)
             with monkeypatch.context() as m:
