@@ -386,11 +386,13 @@ def discriminating_run(best, other, cluster) -> str:
     models = sorted({str(r["model"]) for r in runs if r.get("model")})
     counts = [r["n"] for r in runs if isinstance(r.get("n"), int)]
     rates = sorted({float(r["bw"]) for r in runs if isinstance(r.get("bw"), (int, float))})
-    of = (f" than {', '.join(_with_bytes(m) for m in models)}" if models
-          else " than the calibration runs'")
+    def of():  # the models' gradient bytes: loaded only when a run names them
+        return (f" than {', '.join(_with_bytes(m) for m in models)}" if models
+                else " than the calibration runs'")
+
     ideas = []
     if "bytes" in differ and differ & {"bucket", "iteration", "n", "compute"}:
-        ideas.append(f"a run of a model with several times more gradient bytes{of}")
+        ideas.append(f"a run of a model with several times more gradient bytes{of()}")
     if "bucket" in differ:
         settings = cluster.fit_settings if isinstance(cluster.fit_settings, dict) else {}
         if str(settings.get("sharding") or "none") in ("zero3", "hybrid_shard"):
@@ -401,7 +403,7 @@ def discriminating_run(best, other, cluster) -> str:
         else:
             ideas.append("a run with 1 MB buckets (bucket_cap_mb=1)")
     if "iteration" in differ and "bucket" not in differ and "bytes" not in differ:
-        ideas.append(f"a run of a model with several times more gradient bytes{of}")
+        ideas.append(f"a run of a model with several times more gradient bytes{of()}")
     if "n" in differ:
         top = max(counts) if counts else None
         ideas.append("a run on several times more workers"

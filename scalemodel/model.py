@@ -1704,12 +1704,17 @@ def _with_intervals(res, model, n, bw, sc, asked):
 
     cl = sc.cluster
     sfs, totals = [res.scaling_factor], [res.total]
+    u, r = asked["utilization"], asked["compression"]
     for i, c, ends in corner_clusters(cl, swap_efficiency=True):
         for k, e in enumerate(ends):
             if i == 0 and e is c:
                 continue
-            total, sf = _total(model, n, bw, cluster=e, scenario=_corner_scenario(sc, e),
-                               **asked)[:2]
+            made = _corner_scenario(sc, e)
+            if made is None:  # built from the arguments
+                total, sf = _total(model, n, bw, cluster=e, **asked)[:2]
+            else:  # (the other arguments only build a scenario)
+                total, sf = _total(model, n, bw, cluster=e, utilization=u, compression=r,
+                                   scenario=made)[:2]
             totals.append(total)
             if k < 2:  # the swapped pair is for the time only
                 sfs.append(sf)

@@ -692,18 +692,20 @@ def _corner_ratio(sc, bw, n, target, u) -> float:
     if math.isfinite(x_net):
         sc = sc.planned(n, x_net)
         p = sc.profile
+        t1, fwd, upd = p.iteration_time, sc.forward(n), p.update_time
         base = float(sc.x_effective(n, x_net, 1.0))
-        end = float(sc.lines(n, False)[1](base))
-        if p.iteration_time / (sc.forward(n) + end + p.update_time) >= target:
+        env = sc.lines(n, False)[1]
+        if t1 / (fwd + float(env(base)) + upd) >= target:
             return 1.0
-        level = p.iteration_time / target - sc.forward(n) - p.update_time
-        env = sc.lines(n, True)[1]
+        level = t1 / target - fwd - upd
+        if sc.codec_cost > 0:  # else the compressed lines are these (Scenario.lines)
+            env = sc.lines(n, True)[1]
         x_star = _x_star(env, level)
         if x_star > 0:
             ratio = max(1.0, _NUDGE * base / x_star)
             if math.isfinite(ratio):
                 return ratio
-        elif p.iteration_time / (sc.forward(n) + float(env(0.0)) + p.update_time) < \
+        elif t1 / (fwd + float(env(0.0)) + upd) < \
                 target * (1 - 1e-12):  # below the limit: no ratio reaches the target
             return math.inf
     return _min_compression(sc0, bw, n, target, u0, explain=False).ratio
@@ -883,17 +885,16 @@ def _corner_bw(sc, n, target, r, u) -> float:
     if sc.needs_plan:
         return _solve_bandwidth(sc, n, target, r, u, explain=False).bw
     p = sc.profile
-    compressed = r > 1
     k1, k2 = sc.wire_map(n)
     x_floor = k2 / r
-    lines_env = sc.lines(n, compressed)
-    level = p.iteration_time / target - sc.forward(n) - p.update_time
-    x_star = _x_star(lines_env[1], level)
+    env = sc.lines(n, r > 1)[1]
+    t1, fwd, upd = p.iteration_time, sc.forward(n), p.update_time
+    x_star = _x_star(env, t1 / target - fwd - upd)
     if math.isinf(x_star) or (k1 == 0.0 and x_floor <= x_star):
         return 0.0
     if not x_star > 0 or x_floor > x_star:
-        end = float(lines_env[1](x_floor))  # the scaling factor of _sf_at at x_floor
-        if p.iteration_time / (sc.forward(n) + end + p.update_time) < target * (1 - 1e-12):
+        end = float(env(x_floor))  # the scaling factor of _sf_at at x_floor
+        if t1 / (fwd + end + upd) < target * (1 - 1e-12):
             return math.inf  # below the limit: no line rate reaches the target
     else:
         if type(u) is float and type(r) is float and type(x_star) is float:
