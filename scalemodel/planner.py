@@ -502,12 +502,13 @@ def _evaluate_many(sc, comps, n, codec, memo=None):
     which keeps each compressor's tensor costs and key for the next scenario of the same
     profile and codec table. Only what that path covers: no sharding, ``n > 1``, per
     bucket during backward, the codec on the channel, the phases of one algorithm other
-    than DeepSpeed's all-to-all; the others are left to :func:`_evaluate`."""
+    than DeepSpeed's all-to-all; the others are left to :func:`_evaluate`. Returns
+    whether any of ``comps`` was not in the cache."""
     if sc.sharding is not None or n <= 1:
-        return
+        return False
     cache = sc._cache
     cluster = sc.cluster is not None
-    todo, _ = _batch_todo(sc, comps, n, codec, cluster, memo)
+    todo, fresh = _batch_todo(sc, comps, n, codec, cluster, memo)
     if len(todo) == 1:  # one: as _evaluate_uncached (the batch's arrays cost more)
         comp, tc, same, _ = todo[0]
         evs = [_evaluate_costs(sc, comp, n, codec, tc, sc.buckets.starts, sc.buckets.ready,
@@ -520,24 +521,29 @@ def _evaluate_many(sc, comps, n, codec, memo=None):
             cache[same] = (codec, ev)
         for key in keys:
             _remember(cache, key, codec, ev)
+    return fresh
 
 
 def _batch_todo(sc, comps, n, codec, cluster, memo):
     """What :func:`_evaluate_many` evaluates of ``comps``: ``(compressor, tensor costs,
-    key or None, cache keys)`` each, and the keys shared within the batch; what the caches
-    hold already is put under its key (as :func:`_evaluate_uncached` finds it)."""
+    key or None, cache keys)`` each, and whether any compressor was not in the cache; what
+    the caches hold already is put under its key (as :func:`_evaluate_uncached` finds
+    it)."""
     cache = sc._cache
     e, numel = _elements(sc)
     shapes = sc.profile.tensor_shapes
-    todo, pending = [], {}
+    todo, pending, fresh = [], {}, False
     for comp in comps:
         key = ("evaluate", comp, n, id(codec))
         try:
             hit = cache.get(key)
         except TypeError:  # a compressor that cannot be hashed: _evaluate alone
+            fresh = True
             continue
-        if (hit is not None and hit[0] is codec) or comp.after_backward or \
-                comp.per_tensor or comp.codec_stream != "channel":
+        if hit is not None and hit[0] is codec:
+            continue
+        fresh = True
+        if comp.after_backward or comp.per_tensor or comp.codec_stream != "channel":
             continue
         mkey = (comp, n, id(codec), id(sc.profile), cluster) if memo is not None else None
         made = None if mkey is None else memo.get(mkey)
@@ -563,7 +569,7 @@ def _batch_todo(sc, comps, n, codec, cluster, memo):
             todo.append((comp, tc, same, [key]))
             if same is not None:
                 pending[same] = todo[-1][3]
-    return todo, pending
+    return todo, fresh
 
 
 def _batch_channel(sc, n, codec, comps, tcs, sames):
@@ -1372,9 +1378,11 @@ def _rows(sc, n, codec, make, count, views=()):
 
 def _evaluate_round(sc, n, codec, views, comps):
     """:func:`_evaluate_many` of ``comps`` on ``sc`` and on each of ``views`` (``(scenario,
-    x, codec, ...)`` each), each compressor's tensor costs made once for all of them."""
+    x, codec, ...)`` each), each compressor's tensor costs made once for all of them; the
+    views are left alone when ``sc`` had all of them already (a plan asked again)."""
     memo = {} if views else None
-    _evaluate_many(sc, comps, n, codec, memo)
+    if not _evaluate_many(sc, comps, n, codec, memo):
+        return  # all in the point's cache: in the views' too (else each alone, as asked)
     for view in views:
         _evaluate_many(view[0], comps, n, view[2], memo)
 
@@ -1385,10 +1393,11 @@ def _first_round(sc, n, codec, views, comps):
     (``(compressor, fixed)`` each) at the settings they ask for first
     (:func:`_first_value`), evaluated at once on ``sc`` and its ``views``. An error is
     left to the rows, which raise the first row's."""
-    if sc.sharding is not None or n <= 1:  # (not batched)
-        return
+    none = get_compressor("none")
+    if sc.sharding is not None or n <= 1 or sc._cache.get(("evaluate", none, n, id(codec))):
+        return  # not batched, or asked before at this n (the rows find what they ask)
     try:
-        asks = [get_compressor("none")]
+        asks = [none]
         for comp, fixed in comps:
             if comp.knob is None:
                 asks.append(comp)
