@@ -4,8 +4,10 @@ one), the collective cost called past its checks, the phases of one algorithm co
 call, PowerSGD's rank-free matrix parts kept per profile, the envelope built only when
 needed (a search reads the highest line at one point), the planner's lines from the
 scenario's part kept per n, the rows run in lockstep with each round's compressors
-evaluated at once, and the knob search's first crossing in Python floats. Each shortcut is
-checked against the general code, bit for bit."""
+evaluated at once (on a cluster too, and on each view of a fitted cluster's interval, the
+uncompressed evaluation in the first round), and the knob search's first crossing in
+Python floats (on arrays for many lines). Each shortcut is checked against the general
+code, bit for bit."""
 
 import math
 
@@ -28,6 +30,7 @@ def _general(monkeypatch):
     monkeypatch.setattr(pl, "_same_costs_key", lambda *a: None)
     monkeypatch.setattr(pl, "_shared_channel", lambda *a: None)
     monkeypatch.setattr(pl, "_TOP_GAP", math.inf)
+    monkeypatch.setattr(pl, "_MANY_LINES", math.inf)  # the first crossing in Python floats
     monkeypatch.setattr(pl, "_collective", lambda alg, nb, n, red, opt: collective_cost(
         alg, nb, n, reduction=red, options=opt))
 
