@@ -67,7 +67,8 @@ from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
-from .overlap import UpperEnvelope, _envelopes, _lines_shared, _with_fixed, overlap_lines
+from .overlap import (UpperEnvelope, _envelopes, _lines_shared, _lines_stacked, _with_fixed,
+                      overlap_lines)
 from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
 from .checkpointing import with_recompute
 from .offload import with_offload
@@ -1173,10 +1174,18 @@ def _fill_corner_lines(key, done):
         fixed[:, -1] += np.array([s.cluster.sync_overhead for s, _ in rows])
         fix = np.zeros((len(rows), k + 1))  # 0, then each row's _tail_sum
         np.cumsum(fixed[:, ::-1], axis=1, out=fix[:, :0:-1])
-        got = _with_fixed_costs_stacked([hit for _, hit in rows], fixed, fix)
+        if len(rows) >= _STACK_FROM:
+            got = _with_fixed_costs_stacked([hit for _, hit in rows], fixed, fix)
+        else:  # a few: one by one (the arrays of a batch cost more)
+            got = [_with_fixed_costs(hit, f, t) for (_, hit), f, t in zip(rows, fixed, fix)]
         for (s, hit), made in zip(rows, got):
             s._cache[key] = made
             s._wire[n] = hit[4]
+
+
+_STACK_FROM = 4
+"""Corners of one bucket count from which their fixed costs and envelopes are made
+together (:func:`_with_fixed_costs_stacked`) [-]."""
 
 
 def _with_fixed_costs_stacked(hits, fixed, fix):
@@ -1319,9 +1328,10 @@ def _init_args(sc):
 def _stacked_base_lines(key, items):
     """:meth:`Scenario.make_lines` without fixed costs for each ``(scenario, buckets,
     cost)`` of ``items`` (plain ones of one bucket count, :meth:`Scenario._plain_lines`),
-    each value computed with the same operations: the ready times of all in one pass,
-    the tail sums of each collective cost once, shared by the lines of the items that
-    have it (:func:`~scalemodel.overlap._lines_shared`); with each its wire map [-]."""
+    each value computed with the same operations: the ready times of all in one pass;
+    items of one collective cost share its tail sums, made once
+    (:func:`~scalemodel.overlap._lines_shared`), items of several costs are summed in one
+    pass (:func:`~scalemodel.overlap._lines_stacked`); with each its wire map [-]."""
     n = key[0]
     ready, bwd, xmaps, wires, groups = [], [], [], {}, {}
     ratio, cbs, shift = [], [], []
@@ -1349,13 +1359,18 @@ def _stacked_base_lines(key, items):
         r = np.where((cb > 0)[:, None], r + cb[:, None] * np.arange(1, r.shape[1] + 1), r)
     r = r + np.array(shift)[:, None]
     bwd = np.array(bwd)
-    lines = [None] * len(items)
-    for ovh, cost, rows in groups.values():
-        part = rows if len(rows) < len(items) else slice(None)
-        made = _lines_shared(r[part], cost.latency, ovh, wires[id(cost)][0], bwd[part])
-        for i, one in zip(rows, made):
+    if len(groups) > 1:  # several costs (buckets of other sizes): all in one pass
+        each = [groups[k] for k in groups for _ in groups[k][2]]
+        order = [i for k in groups for i in groups[k][2]]
+        made = _lines_stacked(r[order], np.array([g[1].latency for g in each]),
+                              np.array([g[0] for g in each]),
+                              np.array([wires[id(g[1])][0] for g in each]), bwd[order])
+        lines = [None] * len(items)
+        for i, one in zip(order, made):
             lines[i] = one
-    return list(zip(lines, xmaps))
+        return list(zip(lines, xmaps))
+    ovh, cost, _ = next(iter(groups.values()))
+    return list(zip(_lines_shared(r, cost.latency, ovh, wires[id(cost)][0], bwd), xmaps))
 
 
 def _binding(lines, j, x):
