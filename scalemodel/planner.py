@@ -189,9 +189,11 @@ def _top_line(ev, x, line=True):
         else:
             with np.errstate(over="ignore", invalid="ignore"):
                 vals = c + m * x
-                j = int(np.argmax(vals))
+                j = int(vals.argmax())
                 top = float(vals[j])
-                scale = float(np.max(np.abs(vals))) + float(np.max(np.abs(c)))
+                # the largest magnitudes, max(|v|), as the largest value or the smallest's
+                # negation (a nan: top is nan, and the envelope answers)
+                scale = max(top, -float(vals.min())) + max(float(c.max()), -float(c.min()))
                 if math.isfinite(scale + top) and np.count_nonzero(
                         vals < top - _TOP_GAP * scale) == len(vals) - 1:
                     object.__setattr__(ev, "_top", (x, np.float64(top), j))
