@@ -227,10 +227,21 @@ def corner_clusters(cluster, *, swap_efficiency=False):
         worst, best = c.corners()
         ends = [c] if worst is c and best is c else [worst, best]
         if swap_efficiency and "efficiency" in worst.extra and "efficiency" in best.extra:
-            ends += [attrs.evolve(worst, extra=best.extra),
-                     attrs.evolve(best, extra=worst.extra)]
+            ends += _swapped(c, worst, best)
         out.append((i, c, ends))
     return out
+
+
+def _swapped(c, worst, best):
+    """The corners ``worst`` and ``best`` of ``c`` with their fitted efficiencies
+    swapped, made once per cluster object (as its corners are,
+    :meth:`~scalemodel.ClusterProfile.corners`) [-]."""
+    made = c._derived.get("swapped corners")
+    if made is None or made[0] is not worst or made[1] is not best:
+        made = c._derived["swapped corners"] = (
+            worst, best, [attrs.evolve(worst, extra=best.extra),
+                          attrs.evolve(best, extra=worst.extra)])
+    return list(made[2])
 
 
 def _gap(a, b):

@@ -300,3 +300,28 @@ def test_a_corners_scenario_is_the_one_built_alone(kw):
     assert _corner_scenario(own, _bare(cl)) is None
     planned = Scenario.build("resnet50", cluster=cl, fusion="mg-wfbp")
     assert _corner_scenario(planned, cl.corners()[0]) is None
+
+
+def test_swapped_efficiency_corners_are_made_once_and_equal_a_fresh_swap():
+    """corner_clusters(swap_efficiency=True) keeps the corners with their efficiencies
+    swapped with the cluster (as its corners): the same objects on each call, equal to
+    the swap made afresh."""
+    from scalemodel.intervals import corner_clusters
+
+    eff = {"value": 0.52, "interval": [0.47, 0.57], "gpu": ["h100-sxm"],
+           "profiles": ["gpt2"]}
+    cl = attrs.evolve(_fitted(), extra={"efficiency": eff})
+    first = corner_clusters(cl, swap_efficiency=True)
+    again = corner_clusters(cl, swap_efficiency=True)
+    assert any(len(ends) == 4 for _, _, ends in first)
+    for (i, c, ends), (_, _, ends2) in zip(first, again):
+        worst, best = c.corners()
+        assert all(a is b for a, b in zip(ends, ends2))
+        if len(ends) == 2:  # an explanation without the efficiency: nothing to swap
+            assert "efficiency" not in worst.extra
+            continue
+        for got, want in zip(ends[2:], (attrs.evolve(worst, extra=best.extra),
+                                        attrs.evolve(best, extra=worst.extra))):
+            for a in attrs.fields(type(cl)):
+                if a.init:
+                    assert getattr(got, a.name) == getattr(want, a.name), a.name
