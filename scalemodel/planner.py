@@ -311,11 +311,20 @@ def _elements(sc):
 
 
 def _raw_cost(sc, n):
-    """The uncompressed all-reduce of every bucket (per scenario and ``n``)."""
+    """The uncompressed all-reduce of every bucket (per scenario and ``n``); on a cluster
+    shared with the scenarios of the same buckets and collectives (its corners and
+    alternatives: ``model._shared_cost``)."""
     key = ("raw-cost", int(n))
     if key not in sc._cache:
-        sc._cache[key] = collective_cost(sc.algorithm, sc.buckets.nbytes, n,
-                                         reduction=sc.profile.reduction, options=sc.options)
+        if sc.cluster is not None:
+            from . import model
+
+            sc._cache[key] = model._shared_cost(sc.algorithm, sc.buckets.nbytes, n,
+                                                sc.profile.reduction, sc.options)
+        else:
+            sc._cache[key] = collective_cost(sc.algorithm, sc.buckets.nbytes, n,
+                                             reduction=sc.profile.reduction,
+                                             options=sc.options)
     return sc._cache[key]
 
 

@@ -29,6 +29,9 @@ def _general(monkeypatch):
     """Every shortcut of this file off: the code as it was before them."""
     monkeypatch.setattr(pl, "_same_costs_key", lambda *a: None)
     monkeypatch.setattr(pl, "_shared_channel", lambda *a: None)
+    monkeypatch.setattr(pl, "_raw_cost", lambda sc, n: collective_cost(  # each its own
+        sc.algorithm, sc.buckets.nbytes, n, reduction=sc.profile.reduction,
+        options=sc.options))
     monkeypatch.setattr(pl, "_TOP_GAP", math.inf)
     monkeypatch.setattr(pl, "_MANY_LINES", math.inf)  # the first crossing in Python floats
     monkeypatch.setattr(pl, "_collective", lambda alg, nb, n, red, opt: collective_cost(
