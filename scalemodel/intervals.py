@@ -33,7 +33,7 @@ import math
 
 import attrs
 
-from .units import format_bandwidth
+from .units import _format_one, format_bandwidth
 
 __all__ = ["AnswerInterval", "answer_interval", "scaling_factor_interval",
            "iteration_time_interval", "corner_clusters",
@@ -343,12 +343,18 @@ def _fmt_value(name, v):
     if v is None:
         return "none" if name == "ceiling" else "unbounded"
     if unit == "bits/s":
-        return format_bandwidth(v)
+        return _bw_text(v)
     if unit == "s":
         return f"{v * 1e3:.3g} ms"
     if unit == "s/byte":
         return f"{v * 1e9:.3g} ns/byte"
     return f"{v:.4g}"
+
+
+def _bw_text(v) -> str:
+    """:func:`~scalemodel.format_bandwidth` of ``v`` [bits/s]; a Python float formatted
+    directly (what format_bandwidth does with it after its checks)."""
+    return _format_one(v) if type(v) is float else format_bandwidth(v)
 
 
 def _explanation(alt) -> str:
@@ -424,7 +430,7 @@ def discriminating_run(best, other, cluster) -> str:
                      "trace)")
     if not ideas and differ == {"bytes"}:
         ideas.append("a run at another line rate"
-                     + (f" than {', '.join(format_bandwidth(r) for r in rates)}"
+                     + (f" than {', '.join(_bw_text(r) for r in rates)}"
                         if rates else ""))
     if not ideas:
         ideas.append("a run that differs from the calibration runs in model, worker count "

@@ -1205,9 +1205,10 @@ def _with_fixed_costs_stacked(hits, fixed, fix):
                 new.append(j)
         out.append(rk)
     if new:
-        nonzero = np.count_nonzero(fixed[new], axis=1).tolist()
+        rows = new if len(new) < len(hits) else slice(None)
+        nonzero = fixed[rows].any(axis=1).tolist()  # as np.count_nonzero of each row
         icpt = np.array([hits[j][3].intercept for j in new])
-        icpt += fix[new]
+        icpt += fix[rows]
         for i, j in enumerate(new):
             if not nonzero[i]:  # no fixed costs: the lines without them, as they are
                 icpt[i] = hits[j][3].intercept

@@ -32,6 +32,7 @@ import attrs
 import numpy as np
 
 from .exceptions import HostMemoryError, InvalidParameterError, ParameterTypeError
+from .intervals import _bw_text
 from .model import Scenario, _corner_scenario, effective_utilization, warn_unused_codec_cost
 from .units import (check_count, check_fraction, check_ratio, format_bandwidth,
                     parse_bandwidth)
@@ -382,7 +383,7 @@ def _with_interval(result, sc, solve, field, what, model=None):
     if what == "ratio":
         fmt, why = (lambda v: f"{v:.3g}x"), "no ratio reaches the target"
     else:
-        fmt, why = format_bandwidth, "no line rate reaches the target"
+        fmt, why = _bw_text, "no line rate reaches the target"
     return attrs.evolve(result, interval=iv.pair,
                         message=f"{result.message}; {iv.describe(fmt, why)}"
                         + _carried_note(cl, model))
@@ -635,7 +636,7 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
         return CompressionResult(
             ratio=1.0, feasible=True, scaling_factor=sf1, binding=bind1,
             message=(f"no compression needed: {p.name} on {n} workers at "
-                     f"{format_bandwidth(bw)} already scales {sf1:.3f} >= {target:g}"),
+                     f"{_bw_text(bw)} already scales {sf1:.3f} >= {target:g}"),
             critical_parts=parts1, **common)
     level = p.iteration_time / target - sc.forward(n) - p.update_time
     x_star = _x_star(sc.lines(n, True)[1], level)
@@ -649,7 +650,7 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
                                         True, r=exact, bw=bw)
                 return CompressionResult(
                     ratio=exact, feasible=True, scaling_factor=sf, binding=bind,
-                    message=(f"{p.name} on {n} workers at {format_bandwidth(bw)} needs "
+                    message=(f"{p.name} on {n} workers at {_bw_text(bw)} needs "
                              f"{exact:.3g}x compression to scale {target:g} (uncompressed: "
                              f"{sf1:.3f}; the target is the limit, reached once the "
                              f"communication left is below rounding)"),
@@ -672,7 +673,7 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
     bind, parts = why() if explain else ("", {})  # a corner needs only the ratio
     return CompressionResult(
         ratio=ratio, feasible=True, scaling_factor=sf, binding=bind,
-        message=(f"{p.name} on {n} workers at {format_bandwidth(bw)} needs {ratio:.3g}x "
+        message=(f"{p.name} on {n} workers at {_bw_text(bw)} needs {ratio:.3g}x "
                  f"compression to scale {target:g} (uncompressed: {sf1:.3f})"),
         critical_parts=parts, **common)
 
@@ -871,7 +872,7 @@ def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
     bind, parts = why() if explain else ("", {})  # a corner needs only the line rate
     return BandwidthResult(
         bw=bw, feasible=True, scaling_factor=sf, binding=bind,
-        message=(f"{p.name} on {n} workers needs {format_bandwidth(bw)} per "
+        message=(f"{p.name} on {n} workers needs {_bw_text(bw)} per "
                  f"{'NIC' if sc.options.gpus_per_node else 'worker'} to scale "
                  f"{target:g} (compression {r:g}x, utilization {u:g})"),
         critical_parts=parts, **common)
