@@ -788,7 +788,7 @@ class Scenario:
             return sched.lines, sched.envelope
         if key not in self._cache:
             root = self._cache.get(("root",))  # a corner's: primed with all corners'
-            got = None if root is None else root._prime_corner_lines(key).get(id(self))
+            got = None if root is None else root._prime_corner_lines(key, self).get(id(self))
             if got is not None and got[0] is self:
                 b, cost = got[1], got[2]
             else:
@@ -861,26 +861,45 @@ class Scenario:
         return (id(self.profile), id(b), id(cost), key, self.codec_cost, self.slowdown(n),
                 self.compute_slowdown, self.bucket_overhead(n))
 
-    def _prime_corner_lines(self, key):
+    def _prime_corner_lines(self, key, asking=None):
         """For the scenarios of the corners of this scenario's fitted cluster
         (:func:`_sibling`; this scenario their root), when the first of them asks for its
         lines of ``key = (n, compressed)``: each one's buckets and collective costs, and
         :meth:`_lines_sharing_fixed`'s lines without fixed costs of all of them, in one
         vectorized pass per bucket count (:func:`~scalemodel.overlap._lines_shared`:
         each row the same operations as :meth:`make_lines`), kept in :data:`_LINES`. Only
-        plain lines are made so (one value per bucket); the others when asked. Returns
+        plain lines are made so (one value per bucket); the others when asked. A root
+        marked by :func:`_corners_only` primes its corners first and the alternatives'
+        own scenarios when the first of them (``asking``) asks. Returns
         ``{id(scenario): (scenario, buckets, cost)}`` (kept; empty where nothing is
         primed) [-]."""
         done = self._cache.get(("primed", key))
         if done is not None:
+            if asking is not None and id(asking) not in done and \
+                    self._cache.pop(("primed rest", key), None):
+                near = self._cache[("siblings",)]
+                self._prime_these(key, done, [s for s in near.values() if id(s) not in done])
             return done
         done = self._cache[("primed", key)] = {}
         n, near = key[0], self._cache.get(("siblings",))
         if (n <= 1 or near is None or isinstance(self.fusion, MGWFBP)
                 or self.sharding is not None):
             return done
+        wanted = list(near.values())
+        first = self._cache.get(("corners only",))
+        if first is not None:  # the corners now, the others when one of them asks
+            wanted = [s for s in wanted if id(s.cluster) in first]
+            if len(wanted) < len(near):
+                self._cache[("primed rest", key)] = True
+        self._prime_these(key, done, wanted)
+        return done
+
+    def _prime_these(self, key, done, scenarios):
+        """:meth:`_prime_corner_lines` of ``scenarios`` (siblings of this root), each
+        entered in ``done`` [-]."""
+        n = key[0]
         todo, fill, costs, plain = {}, [], {}, {}
-        for s in near.values():
+        for s in scenarios:
             sb = s.buckets
             # the siblings are the root but for the cluster (_corner_siblings): buckets
             # of the same sizes share one cost, its plainness tested once
@@ -909,7 +928,6 @@ class Scenario:
         while len(_LINES) > SCENARIO_CACHE_SIZE:
             _LINES.popitem(last=False)
         _fill_corner_lines(key, fill)
-        return done
 
     def _plain_lines(self, key, b, cost):
         """Whether :meth:`make_lines` of these buckets takes its plain path: one
@@ -1312,6 +1330,20 @@ def _corner_siblings(root):
         sc = out[id(c)] = Scenario(*args)
         sc._cache[("root",)] = root
     return out
+
+
+def _corners_only(sc):
+    """Mark the root of ``sc``'s corner scenarios (:func:`_corner_siblings`) for a
+    question answered at the corners only (:func:`iteration_time`, which never asks an
+    alternative's own explanation): its corners' lines are then primed first, the
+    alternatives' own ones when the first of them asks
+    (:meth:`Scenario._prime_corner_lines`) [-]."""
+    root = sc._cache.get(("root",), sc)
+    cl = root.cluster
+    if cl is None or ("corners only",) in root._cache:
+        return
+    family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
+    root._cache[("corners only",)] = {id(cl)} | {id(x) for f in family for x in f.corners()}
 
 
 _SCENARIO_INIT = tuple(a.name for a in attrs.fields(Scenario) if a.init)
@@ -1721,6 +1753,7 @@ def _with_intervals(res, model, n, bw, sc, asked):
     cl = sc.cluster
     sfs, totals = [res.scaling_factor], [res.total]
     u, r = asked["utilization"], asked["compression"]
+    _corners_only(sc)  # the alternatives' own explanations are not asked here
     for i, c, ends in corner_clusters(cl, swap_efficiency=True):
         for k, e in enumerate(ends):
             if i == 0 and e is c:

@@ -325,3 +325,43 @@ def test_swapped_efficiency_corners_are_made_once_and_equal_a_fresh_swap():
             for a in attrs.fields(type(cl)):
                 if a.init:
                     assert getattr(got, a.name) == getattr(want, a.name), a.name
+
+
+@pytest.mark.parametrize("kw", [dict(fusion="ddp", algorithm="ring"),
+                                dict(fusion="horovod", algorithm="nccl-2.4")])
+def test_iteration_time_primes_the_corners_and_the_alternatives_own_lines_when_asked(kw):
+    """iteration_time asks only the corners: their lines are primed first; an
+    alternative's own explanation primes the rest when it asks (a later min_compression),
+    and every answer equals the one asked from nothing."""
+    from scalemodel.model import _LINES
+
+    cl = _fitted()
+    clear_caches()
+    it = sm.iteration_time("resnet50", 64, 10e9, cluster=cl, **kw)
+    sc = Scenario.build("resnet50", cluster=cl, **kw)
+    alt = cl.with_alternative(1)
+    own = sc._cache[("siblings",)][id(alt)]
+    assert own.cluster is alt and (64, False) not in own._cache  # not primed yet
+    assert sc._cache.get(("primed rest", (64, False)))
+    lines, env = own.lines(64)  # primes the rest
+    assert ("primed rest", (64, False)) not in sc._cache
+    assert id(own) in sc._cache[("primed", (64, False))]
+    b = own.buckets
+    cost = collective_cost(own.algorithm, b.nbytes, 64, reduction=own.profile.reduction,
+                           options=own.options)
+    ref, ref_env, _ = own.make_lines(64, b.ready, cost)
+    for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
+        assert np.array_equal(getattr(lines, f), getattr(ref, f)), f
+    assert np.array_equal(env.breaks, ref_env.breaks)
+    assert len(_LINES) > 0
+    for ask in (lambda: sm.min_compression("resnet50", 10e9, n=64, target=0.9, cluster=cl,
+                                           **kw),
+                lambda: sm.required_bandwidth("resnet50", n=64, target=0.9, cluster=cl,
+                                              **kw)):
+        warm = ask()
+        clear_caches()
+        cold = ask()
+        assert repr(warm) == repr(cold) and str(warm) == str(cold)
+    clear_caches()
+    again = sm.iteration_time("resnet50", 64, 10e9, cluster=cl, **kw)
+    assert repr(again) == repr(it)
