@@ -154,6 +154,8 @@ _LINES: "OrderedDict" = OrderedDict()  # lines without fixed costs, shared likew
 
 _SIBLINGS: "OrderedDict" = OrderedDict()  # scenarios whose clusters differ in numbers only
 
+_SCHEDULES: "OrderedDict" = OrderedDict()  # sharded schedules of equal inputs (corners)
+
 
 _FLOATS = (float, np.float64)
 
@@ -222,6 +224,7 @@ def clear_caches(*, profiles=False):
     _SIBLINGS.clear()
     _COSTS.clear()
     _LINES.clear()
+    _SCHEDULES.clear()
     nccl._SETUPS.clear()
     for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
                sharding._ring_half_per_byte, sharding._ring_per_byte,
@@ -977,22 +980,54 @@ class Scenario:
         key = ("schedule", n, compressed)
         if custom or key not in self._cache:
             cl = self.cluster
-            sched = sharded_schedule(
-                self.profile, n, sharding=self.sharding, wrap=self.fusion,
-                algorithm=self.algorithm, options=self.options, slowdown=self.slowdown(n),
-                collective_overhead=0.0 if cl is None else cl.collective_overhead,
-                sync_overhead=0.0 if cl is None else cl.sync_overhead,
-                bucket_overhead=self.bucket_overhead(n),
-                codec_cost=self.codec_cost, compressed=compressed,
-                buckets=self._stretched(self.buckets, n)
-                if hasattr(self.fusion, "buckets") else None,
-                gradient_scale=1.0 if gradient_scale is None else gradient_scale,
-                gradient_overhead=gradient_overhead, alpha_counts=alpha_counts)
+            numbers = (self.slowdown(n), 0.0 if cl is None else cl.collective_overhead,
+                       0.0 if cl is None else cl.sync_overhead, self.bucket_overhead(n))
             if custom:
-                return sched
+                return self._sharded_schedule(n, compressed, numbers, gradient_scale,
+                                              gradient_overhead, alpha_counts)
+            sched = self._shared_schedule(n, compressed, numbers)
             self._cache[key] = sched
             self._wire[n] = sched.xmap
         return self._cache[key]
+
+    def _sharded_schedule(self, n, compressed, numbers, gradient_scale=None,
+                          gradient_overhead=None, alpha_counts=False):
+        """:func:`~scalemodel.sharding.sharded_schedule` of this scenario, with its
+        ``numbers``: slowdown [-], collective, sync and bucket overheads [s]."""
+        sigma, c0, sync, cb = numbers
+        return sharded_schedule(
+            self.profile, n, sharding=self.sharding, wrap=self.fusion,
+            algorithm=self.algorithm, options=self.options, slowdown=sigma,
+            collective_overhead=c0, sync_overhead=sync, bucket_overhead=cb,
+            codec_cost=self.codec_cost, compressed=compressed,
+            buckets=self._stretched(self.buckets, n)
+            if hasattr(self.fusion, "buckets") else None,
+            gradient_scale=1.0 if gradient_scale is None else gradient_scale,
+            gradient_overhead=gradient_overhead, alpha_counts=alpha_counts)
+
+    def _shared_schedule(self, n, compressed, numbers):
+        """The schedule of :meth:`_sharded_schedule`, one for the scenarios whose inputs
+        to it are equal (a fitted cluster's corners and alternatives mostly differ in
+        what never enters it): keyed by those numbers and settings, the profile and the
+        fusion compared by identity, the floats by their bits (a -0.0 is not a 0.0)."""
+        if hasattr(self.fusion, "buckets"):  # stretched buckets made per call: not shared
+            return self._sharded_schedule(n, compressed, numbers)
+        codec = self.codec_cost
+        try:
+            sk = (n, compressed, id(self.profile), id(self.fusion), self.sharding,
+                  self.algorithm, self.options, codec, *numbers,
+                  tuple(math.copysign(1.0, v) for v in (codec, *numbers)))
+            hit = _SCHEDULES.get(sk)
+        except TypeError:  # settings of one's own that cannot be hashed
+            return self._sharded_schedule(n, compressed, numbers)
+        if hit is not None and hit[0] is self.profile and hit[1] is self.fusion:
+            _SCHEDULES.move_to_end(sk)
+            return hit[2]
+        sched = self._sharded_schedule(n, compressed, numbers)
+        _SCHEDULES[sk] = (self.profile, self.fusion, sched)
+        while len(_SCHEDULES) > SCENARIO_CACHE_SIZE:
+            _SCHEDULES.popitem(last=False)
+        return sched
 
     def _stretched(self, buckets, n):
         """``buckets`` with their ready times on the timeline of ``n`` workers

@@ -6,6 +6,7 @@ argument (an argument of another type is still checked)."""
 import math
 import warnings
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -278,3 +279,43 @@ def test_one_questions_utilization_in_floats_is_the_arrays(util, ceiling, asked,
     assert type(got) is float
     assert got == float(asked * cl.utilization_at(np.asarray(bw)))
     assert got == float(effective_utilization(sc, np.asarray([bw]), asked)[0])
+
+
+def _same_schedule(a, b):
+    for f in attrs.fields(type(a)):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "envelope":
+            _same(x, y)
+        elif f.name == "lines":
+            for g in attrs.fields(type(x)):
+                u, v = np.asarray(getattr(x, g.name)), np.asarray(getattr(y, g.name))
+                assert u.dtype == v.dtype and u.tobytes() == v.tobytes(), (f.name, g.name)
+        else:
+            u, v = np.asarray(x), np.asarray(y)
+            assert u.dtype == v.dtype and u.tobytes() == v.tobytes(), f.name
+
+
+def test_sharded_schedules_of_equal_inputs_are_one_and_each_scenarios_own():
+    """Scenarios whose inputs to the sharded schedule are equal (a fitted cluster's corners
+    differ mostly in what never enters it: here the utilization) share one schedule;
+    other numbers (a bucket overhead, a collective overhead of -0.0) make their own; each
+    is bit for bit the schedule made for that scenario alone."""
+    from scalemodel import ClusterProfile, Scenario
+    from scalemodel.model import _SCHEDULES, clear_caches
+
+    clear_caches()
+    kinds = [dict(utilization=0.9), dict(utilization=0.5), dict(bucket_overhead=1e-3),
+             dict(collective_overhead=-0.0), dict(collective_overhead=0.0)]
+    scs = [Scenario.build("bert", sharding="zero3", fusion="module",
+                          cluster=ClusterProfile(alpha=2e-5, **k)) for k in kinds]
+    got = [sc.schedule(64) for sc in scs]
+    assert got[0] is got[1] and got[4] is got[0]
+    assert got[2] is not got[0] and got[3] is not got[0]
+    for sc, sched in zip(scs, got):
+        _SCHEDULES.clear()
+        sc._cache.clear()
+        own = sc.schedule(64)
+        assert own is not sched
+        _same_schedule(own, sched)
+    clear_caches()
+    assert not _SCHEDULES
