@@ -225,6 +225,7 @@ def clear_caches(*, profiles=False):
     _COSTS.clear()
     _LINES.clear()
     _SCHEDULES.clear()
+    sharding._COMM.clear()
     nccl._SETUPS.clear()
     for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
                sharding._ring_half_per_byte, sharding._ring_per_byte,

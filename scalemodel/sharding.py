@@ -173,6 +173,7 @@ import functools
 import math
 import re
 import weakref
+from collections import OrderedDict
 
 import attrs
 import numpy as np
@@ -1313,31 +1314,58 @@ class _Pieces:
     rounds: int
 
 
-def _zero3_chain(gp, ap, rp, fc, bc):
-    """Equation :eq:`zero3` as :func:`sum_of_maxima` of compute against communication,
-    from the forward all-gathers ``gp`` (forward order), the backward ones ``ap`` and the
-    reduce-scatters ``rp`` (backward order) as parts rows, the forward compute ``fc`` and
-    backward compute with its hook ``bc`` [s]: the pieces and their breakpoints
-    [s/bit]."""
+def _zero3_comm(gp, ap, rp):
+    """The communication of equation :eq:`zero3`'s chain: its base line without the
+    compute and the second line of each of its terms (parts rows, from the all-gathers
+    ``gp``, ``ap`` and reduce-scatters ``rp`` as :func:`_zero3_chain` takes them)."""
     K = len(gp)
     base = gp[0] + rp[-1]
-    base[_C] += fc[-1]
-    ta = np.zeros((2 * K - 1, _W))
-    ta[:, _C] = np.concatenate((fc[:-1], bc))
     tb = np.empty((2 * K - 1, _W))
     tb[:K - 1] = gp[1:]
     tb[K - 1:2 * K - 2] = ap[1:]
     tb[K:2 * K - 2] += rp[:K - 2]  # r_{i-1}, with r_{-1} = 0
     tb[2 * K - 2] = rp[K - 2] if K > 1 else 0.0  # r_{K-2} alone on the last term
+    return base, tb
+
+
+def _zero3_chain(gp, ap, rp, fc, bc, comm=None):
+    """Equation :eq:`zero3` as :func:`sum_of_maxima` of compute against communication,
+    from the forward all-gathers ``gp`` (forward order), the backward ones ``ap`` and the
+    reduce-scatters ``rp`` (backward order) as parts rows, the forward compute ``fc`` and
+    backward compute with its hook ``bc`` [s]: the pieces and their breakpoints
+    [s/bit]. ``comm``: :func:`_zero3_comm` of the same rows when made already (left
+    unchanged)."""
+    base, tb = _zero3_comm(gp, ap, rp) if comm is None else (comm[0].copy(), comm[1])
+    base[_C] += fc[-1]
+    ta = np.zeros((len(tb), _W))
+    ta[:, _C] = np.concatenate((fc[:-1], bc))
     return sum_of_maxima(base, ta, tb, breaks=True)
 
 
-def _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead) -> _Pieces:
-    """``zero3`` / ``hybrid_shard``: every unit all-gathered before its forward and its
-    backward, reduce-scattered after its backward, equation :eq:`zero3`, with ``pb`` and
-    ``rb`` [bytes] per parameter and gradient element, the slowdown ``sigma`` [-], the
-    per-unit hook ``cb`` [s] and the ``sync_overhead`` [s] after the last collective."""
-    acc = profile.grad_accum  # micro-batches per optimizer step
+_COMM: "OrderedDict" = OrderedDict()  # zero3 collectives shared by schedules (corners)
+_COMM_SIZE = 64  # schedules' collectives kept [-]
+
+
+@attrs.frozen(eq=False)
+class _FullShardComm:
+    """What a ``zero3`` / ``hybrid_shard`` schedule's collectives are, whatever its
+    compute: the shard ``units`` and their parameter and gradient bytes ``P``, ``G``
+    [bytes]; every collective's parts rows ``every`` (the sync overhead on the last),
+    their NIC and intra-node ``bits``, ``ibits`` [bit] and the wire map ``xmap``; the
+    chain's communication ``comm`` (:func:`_zero3_comm`). Read, never changed."""
+
+    units: object
+    P: np.ndarray
+    G: np.ndarray
+    every: np.ndarray
+    bits: np.ndarray
+    ibits: np.ndarray
+    xmap: tuple
+    comm: tuple
+
+
+def _full_shard_comm(profile, wrap, ch, pb, rb, sync_overhead) -> _FullShardComm:
+    """:class:`_FullShardComm` of a schedule (arguments as :func:`_full_shard_pieces`)."""
     units = shard_units(profile, wrap)
     K = len(units)
     P = units.params * pb
@@ -1347,15 +1375,49 @@ def _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead) -> _
     every, bits, ibits, xmap, _ = _ring_ops(ch, np.concatenate((P, P[::-1])), G[::-1])
     gp, ap, rp = every[:K], every[K:2 * K], every[2 * K:]
     rp[-1, _FIX] += float(sync_overhead)
+    return _FullShardComm(units=units, P=P, G=G, every=every, bits=bits, ibits=ibits,
+                          xmap=xmap, comm=_zero3_comm(gp, ap, rp))
+
+
+def _shared_full_shard_comm(key, profile, wrap, ch, pb, rb, sync_overhead):
+    """:func:`_full_shard_comm`, one for the schedules of the same ``key`` (the numbers
+    and settings that enter it, the profile and wrap compared by identity; None: not
+    shared)."""
+    if key is None:
+        return _full_shard_comm(profile, wrap, ch, pb, rb, sync_overhead)
+    hit = _COMM.get(key)
+    if hit is not None and hit[0] is profile and hit[1] is wrap:
+        _COMM.move_to_end(key)
+        return hit[2]
+    fc = _full_shard_comm(profile, wrap, ch, pb, rb, sync_overhead)
+    _COMM[key] = (profile, wrap, fc)
+    while len(_COMM) > _COMM_SIZE:
+        _COMM.popitem(last=False)
+    return fc
+
+
+def _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead,
+                       key=None) -> _Pieces:
+    """``zero3`` / ``hybrid_shard``: every unit all-gathered before its forward and its
+    backward, reduce-scattered after its backward, equation :eq:`zero3`, with ``pb`` and
+    ``rb`` [bytes] per parameter and gradient element, the slowdown ``sigma`` [-], the
+    per-unit hook ``cb`` [s] and the ``sync_overhead`` [s] after the last collective;
+    the collectives shared by the schedules of the same ``key`` (see
+    :func:`_shared_full_shard_comm`)."""
+    acc = profile.grad_accum  # micro-batches per optimizer step
+    sc = _shared_full_shard_comm(key, profile, wrap, ch, pb, rb, sync_overhead)
+    units, P, G, every, bits, ibits = sc.units, sc.P, sc.G, sc.every, sc.bits, sc.ibits
+    K = len(units)
+    gp, ap, rp = every[:K], every[K:2 * K], every[2 * K:]
     fc = sigma * units.forward  # forward compute, forward order
     bc = sigma * units.backward[::-1] + cb  # backward compute and its hook
-    pieces, chain_breaks = _zero3_chain(gp, ap, rp, fc, bc)
+    pieces, chain_breaks = _zero3_chain(gp, ap, rp, fc, bc, sc.comm)
     if acc > 1:  # every micro-batch gathers and reduce-scatters again
         pieces *= acc
     # backward all-gathers: all but the first, of the unit kept gathered (row K)
     ops_parts = np.concatenate((every[:K], every[K + 1:]))
     return _Pieces(
-        pieces=pieces, breaks=chain_breaks, xmap=xmap, ops_parts=ops_parts,
+        pieces=pieces, breaks=chain_breaks, xmap=sc.xmap, ops_parts=ops_parts,
         op_count=np.full(len(ops_parts), float(acc)),
         param_bytes=acc * float(2.0 * P.sum() - P[-1]), grad_bytes=acc * float(G.sum()),
         nic=acc * float(bits.sum() - bits[K]), intra=acc * float(ibits.sum() - ibits[K]),
@@ -1459,6 +1521,24 @@ def _schedule_lines(profile, pc, s, sigma, cb):
     return every, lines, envelope
 
 
+def _comm_key(profile, n, sharding, wrap, algorithm, options, c0, codec, sync, ch):
+    """The key of a ``zero3`` schedule's collectives in :data:`_COMM`: what enters them
+    (floats with their signs), the profile and wrap by identity; None when a gradient
+    compressor's scale or overhead is given or a setting cannot be hashed."""
+    scale = ch.scale
+    if ch.gradient_overhead is not None or scale.ndim or float(scale) != 1.0:
+        return None
+    sync = float(sync)
+    key = (id(profile), id(wrap), n, sharding, algorithm, options, c0, codec, sync,
+           ch.alpha_counts, math.copysign(1.0, c0), math.copysign(1.0, codec),
+           math.copysign(1.0, sync))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,
                      slowdown=1.0, collective_overhead=0.0, sync_overhead=0.0,
                      codec_cost=0.0, compressed=False, buckets=None, bucket_overhead=0.0,
@@ -1526,7 +1606,9 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
                   profile.reduction, c0, codec, scale, gradient_overhead, alpha_counts)
     # the envelope's pieces, eq. (zero3) or eq. (zero12), then line 0 beneath them
     if sharding.full_shard:
-        pc = _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead)
+        pc = _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead,
+                                _comm_key(profile, n, sharding, wrap, algorithm, options,
+                                          c0, codec, sync_overhead, ch))
     else:
         pc = _zero12_pieces(profile, wrap, buckets, sharding, ch, elem, pb, rb, sigma, cb,
                             sync_overhead)

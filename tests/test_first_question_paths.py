@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scalemodel import overlap
+from scalemodel import load_profile, overlap, sharding
 from scalemodel.exceptions import ParameterTypeError
 from scalemodel.nccl import _SETUPS, _ll_24, nccl_choice
 from scalemodel.overlap import UpperEnvelope, overlap_lines
@@ -311,11 +311,40 @@ def test_sharded_schedules_of_equal_inputs_are_one_and_each_scenarios_own():
     got = [sc.schedule(64) for sc in scs]
     assert got[0] is got[1] and got[4] is got[0]
     assert got[2] is not got[0] and got[3] is not got[0]
+    # the collectives: one for the numbers that enter them (not the bucket overhead)
+    assert len(sharding._COMM) == 2
     for sc, sched in zip(scs, got):
         _SCHEDULES.clear()
+        sharding._COMM.clear()
         sc._cache.clear()
         own = sc.schedule(64)
         assert own is not sched
         _same_schedule(own, sched)
     clear_caches()
-    assert not _SCHEDULES
+    assert not _SCHEDULES and not sharding._COMM
+
+
+def test_zero3_collectives_shared_leave_each_schedule_its_own():
+    """Schedules that share their collectives (:data:`~scalemodel.sharding._COMM`) are
+    bit for bit those made without sharing, with micro-batches, in any order; a
+    gradient compressor's scale makes its own."""
+    from scalemodel.sharding import Sharding, sharded_schedule
+
+    p = load_profile("bert")
+    p4 = attrs.evolve(p, grad_accum=4)
+    z3 = Sharding("zero3")
+    asks = [(p, 1.0, 0.0), (p, 1.3, 0.0), (p, 1.0, 2e-3), (p4, 1.3, 2e-3), (p4, 1.0, 0.0)]
+    for order in (asks, asks[::-1]):
+        sharding._COMM.clear()
+        shared = [sharded_schedule(q, 64, sharding=z3, wrap="module", slowdown=sig,
+                                   bucket_overhead=cb, collective_overhead=1e-5,
+                                   sync_overhead=3e-4) for q, sig, cb in order]
+        assert len(sharding._COMM) == 2
+        for (q, sig, cb), sched in zip(order, shared):
+            sharding._COMM.clear()
+            _same_schedule(sched, sharded_schedule(
+                q, 64, sharding=z3, wrap="module", slowdown=sig, bucket_overhead=cb,
+                collective_overhead=1e-5, sync_overhead=3e-4))
+    sharding._COMM.clear()
+    sharded_schedule(p, 64, sharding=z3, wrap="module", gradient_scale=0.5)
+    assert not sharding._COMM
