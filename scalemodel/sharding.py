@@ -1299,7 +1299,9 @@ class _Pieces:
     None); the wire map ``xmap``; each collective's parts ``ops_parts`` and
     ``op_count`` per iteration [-]; the bytes all-gathered and reduce-scattered [bytes];
     the bits per NIC and per intra-node link [bit]; the ``units`` (or buckets) and the
-    micro-batches whose gradients are reduce-scattered, ``rounds`` [-]."""
+    micro-batches whose gradients are reduce-scattered, ``rounds`` [-]; each
+    collective's constant time and wire bits when made already, ``op_constant`` [s] and
+    ``op_bits`` [bit] (else None: made from ``ops_parts``)."""
 
     pieces: np.ndarray
     breaks: object
@@ -1312,6 +1314,8 @@ class _Pieces:
     intra: float
     units: int
     rounds: int
+    op_constant: object = None
+    op_bits: object = None
 
 
 def _zero3_comm(gp, ap, rp):
@@ -1352,7 +1356,8 @@ class _FullShardComm:
     compute: the shard ``units`` and their parameter and gradient bytes ``P``, ``G``
     [bytes]; every collective's parts rows ``every`` (the sync overhead on the last),
     their NIC and intra-node ``bits``, ``ibits`` [bit] and the wire map ``xmap``; the
-    chain's communication ``comm`` (:func:`_zero3_comm`). Read, never changed."""
+    chain's communication ``comm`` (:func:`_zero3_comm`); ``rest``, the fields of
+    :class:`_Pieces` besides the pieces and breakpoints. Read, never changed."""
 
     units: object
     P: np.ndarray
@@ -1362,6 +1367,7 @@ class _FullShardComm:
     ibits: np.ndarray
     xmap: tuple
     comm: tuple
+    rest: dict
 
 
 def _full_shard_comm(profile, wrap, ch, pb, rb, sync_overhead) -> _FullShardComm:
@@ -1375,8 +1381,18 @@ def _full_shard_comm(profile, wrap, ch, pb, rb, sync_overhead) -> _FullShardComm
     every, bits, ibits, xmap, _ = _ring_ops(ch, np.concatenate((P, P[::-1])), G[::-1])
     gp, ap, rp = every[:K], every[K:2 * K], every[2 * K:]
     rp[-1, _FIX] += float(sync_overhead)
+    comm = _zero3_comm(gp, ap, rp)
+    acc = profile.grad_accum  # micro-batches per optimizer step
+    # backward all-gathers: all but the first, of the unit kept gathered (row K)
+    ops_parts = np.concatenate((every[:K], every[K + 1:]))
+    rest = dict(
+        xmap=xmap, ops_parts=ops_parts, op_count=np.full(len(ops_parts), float(acc)),
+        param_bytes=acc * float(2.0 * P.sum() - P[-1]), grad_bytes=acc * float(G.sum()),
+        nic=acc * float(bits.sum() - bits[K]), intra=acc * float(ibits.sum() - ibits[K]),
+        units=K, rounds=acc, op_constant=ops_parts[:, :4].sum(axis=1),
+        op_bits=ops_parts[:, _BITS].copy())
     return _FullShardComm(units=units, P=P, G=G, every=every, bits=bits, ibits=ibits,
-                          xmap=xmap, comm=_zero3_comm(gp, ap, rp))
+                          xmap=xmap, comm=comm, rest=rest)
 
 
 def _shared_full_shard_comm(key, profile, wrap, ch, pb, rb, sync_overhead):
@@ -1406,7 +1422,7 @@ def _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead,
     :func:`_shared_full_shard_comm`)."""
     acc = profile.grad_accum  # micro-batches per optimizer step
     sc = _shared_full_shard_comm(key, profile, wrap, ch, pb, rb, sync_overhead)
-    units, P, G, every, bits, ibits = sc.units, sc.P, sc.G, sc.every, sc.bits, sc.ibits
+    units, every = sc.units, sc.every
     K = len(units)
     gp, ap, rp = every[:K], every[K:2 * K], every[2 * K:]
     fc = sigma * units.forward  # forward compute, forward order
@@ -1414,14 +1430,7 @@ def _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead,
     pieces, chain_breaks = _zero3_chain(gp, ap, rp, fc, bc, sc.comm)
     if acc > 1:  # every micro-batch gathers and reduce-scatters again
         pieces *= acc
-    # backward all-gathers: all but the first, of the unit kept gathered (row K)
-    ops_parts = np.concatenate((every[:K], every[K + 1:]))
-    return _Pieces(
-        pieces=pieces, breaks=chain_breaks, xmap=sc.xmap, ops_parts=ops_parts,
-        op_count=np.full(len(ops_parts), float(acc)),
-        param_bytes=acc * float(2.0 * P.sum() - P[-1]), grad_bytes=acc * float(G.sum()),
-        nic=acc * float(bits.sum() - bits[K]), intra=acc * float(ibits.sum() - ibits[K]),
-        units=K, rounds=acc)
+    return _Pieces(pieces=pieces, breaks=chain_breaks, **sc.rest)
 
 
 def _bucket_sizes(profile, wrap, buckets, elem, sigma):
@@ -1616,8 +1625,11 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
     return ShardedSchedule(
         strategy=strategy, n=n, group=lay.s, units=pc.units, lines=lines,
         envelope=envelope, xmap=pc.xmap,
-        update=profile.update_time / lay.s, op_constant=pc.ops_parts[:, :4].sum(axis=1),
-        op_bits=pc.ops_parts[:, _BITS].copy(), op_count=pc.op_count,
+        update=profile.update_time / lay.s,
+        op_constant=(pc.ops_parts[:, :4].sum(axis=1) if pc.op_constant is None
+                     else pc.op_constant),
+        op_bits=pc.ops_parts[:, _BITS].copy() if pc.op_bits is None else pc.op_bits,
+        op_count=pc.op_count,
         param_bytes=pc.param_bytes, grad_bytes=pc.grad_bytes, nic_bits=pc.nic,
         intra_bits=pc.intra,
         alpha_count=every[:, _NALPHA].copy() if alpha_counts else None,
