@@ -373,15 +373,29 @@ def _kinds(alt):
                                      ("n", _GROWS_WITH_N)) if names & set(group)}
 
 
+_BYTES_TEXT: dict = {}
+""":func:`_with_bytes`'s text per model name: a name that is no loadable profile (a
+calibration run's own label) is looked up once, not at every question; forgotten by
+``clear_caches(profiles=True)``."""
+
+
 def _with_bytes(model):
     """``"resnet50 (97.5 MB of gradients)"`` when the profile loads, else the name."""
+    text = _BYTES_TEXT.get(model) if isinstance(model, str) else None
+    if text is not None:
+        return text
     from .exceptions import ScalemodelError
     from .profiles import load_profile
 
     try:
-        return f"{model} ({load_profile(model).total_bytes / 1e6:.3g} MB of gradients)"
+        text = f"{model} ({load_profile(model).total_bytes / 1e6:.3g} MB of gradients)"
     except (ScalemodelError, OSError, ValueError, TypeError):
-        return model
+        text = model
+    if isinstance(model, str):
+        if len(_BYTES_TEXT) >= 256:
+            _BYTES_TEXT.clear()
+        _BYTES_TEXT[model] = text
+    return text
 
 
 def discriminating_run(best, other, cluster) -> str:

@@ -232,6 +232,9 @@ def clear_caches(*, profiles=False):
                units._parse_bandwidth_string, _config_cached, nccl._tree_threshold_24):
         fn.cache_clear()
     if profiles:
+        from .intervals import _BYTES_TEXT
+
+        _BYTES_TEXT.clear()
         _BUCKETS.clear()
         sharding._UNITS_CACHE.clear()
         checkpointing._RECOMPUTED.clear()

@@ -365,3 +365,26 @@ def test_iteration_time_primes_the_corners_and_the_alternatives_own_lines_when_a
     clear_caches()
     again = sm.iteration_time("resnet50", 64, 10e9, cluster=cl, **kw)
     assert repr(again) == repr(it)
+
+
+def test_discriminating_run_text_looks_each_model_up_once(monkeypatch):
+    # a calibration run's own label (no loadable profile) is looked up once, not at every
+    # question; the text is the same as looked up afresh; clear_caches(profiles=True)
+    # forgets it
+    from scalemodel import intervals, profiles
+    from scalemodel.model import clear_caches
+
+    clear_caches(profiles=True)
+    assert intervals._with_bytes("no-such-model-xyz") == "no-such-model-xyz"
+    fresh = intervals._with_bytes("resnet50")
+    assert fresh.startswith("resnet50 (") and "MB of gradients" in fresh
+    calls = []
+    real = profiles.load_profile
+    monkeypatch.setattr(profiles, "load_profile", lambda m: calls.append(m) or real(m))
+    assert intervals._with_bytes("no-such-model-xyz") == "no-such-model-xyz"
+    assert intervals._with_bytes("resnet50") == fresh
+    assert calls == []
+    clear_caches(profiles=True)
+    assert intervals._BYTES_TEXT == {}
+    assert intervals._with_bytes("resnet50") == fresh
+    assert calls == ["resnet50"]
