@@ -41,6 +41,19 @@ def _bare(c):
     return attrs.evolve(c, intervals={}, alternatives=[])
 
 
+def _assert_lines_made_afresh(sc, lines):
+    """``lines`` (64 workers, uncompressed) equal, field by field, those
+    :meth:`Scenario.make_lines` makes from the scenario's own buckets and collective cost;
+    returns that envelope."""
+    b = sc.buckets
+    cost = collective_cost(sc.algorithm, b.nbytes, 64, reduction=sc.profile.reduction,
+                           options=sc.options)
+    ref, ref_env, _ = sc.make_lines(64, b.ready, cost)
+    for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
+        assert np.array_equal(getattr(lines, f), getattr(ref, f)), f
+    return ref_env
+
+
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_each_bucket_costs_the_same_alone_or_among_others(algorithm):
     opts = Scenario.build("resnet50", cluster=_fitted(), algorithm="ring").options
@@ -84,12 +97,7 @@ def test_shared_lines_are_the_lines_with_their_fixed_costs():
     other = attrs.evolve(_bare(cl), sync_overhead=0.03, collective_overhead=3e-4)
     sc = Scenario.build("resnet50", cluster=other, fusion="ddp")
     lines, env = sc.lines(64)
-    b = sc.buckets
-    cost = collective_cost(sc.algorithm, b.nbytes, 64, reduction=sc.profile.reduction,
-                           options=sc.options)
-    ref, ref_env, _ = sc.make_lines(64, b.ready, cost)
-    for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
-        assert np.array_equal(getattr(lines, f), getattr(ref, f)), f
+    ref_env = _assert_lines_made_afresh(sc, lines)
     assert np.array_equal(env.intercept, ref_env.intercept)
     assert lines.latency is first.lines(64)[0].latency  # shared, not rebuilt
 
@@ -346,12 +354,7 @@ def test_iteration_time_primes_the_corners_and_the_alternatives_own_lines_when_a
     lines, env = own.lines(64)  # primes the rest
     assert ("primed rest", (64, False)) not in sc._cache
     assert id(own) in sc._cache[("primed", (64, False))]
-    b = own.buckets
-    cost = collective_cost(own.algorithm, b.nbytes, 64, reduction=own.profile.reduction,
-                           options=own.options)
-    ref, ref_env, _ = own.make_lines(64, b.ready, cost)
-    for f in ("intercept", "slope", "latency", "overhead", "bits", "ready", "fixed"):
-        assert np.array_equal(getattr(lines, f), getattr(ref, f)), f
+    ref_env = _assert_lines_made_afresh(own, lines)
     assert np.array_equal(env.breaks, ref_env.breaks)
     assert len(_LINES) > 0
     for ask in (lambda: sm.min_compression("resnet50", 10e9, n=64, target=0.9, cluster=cl,
