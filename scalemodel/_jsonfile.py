@@ -224,6 +224,6 @@ def check_keys(source, data, known, *, kind, field="", kept=()):
         raise ProfileFormatError(source, prefix + foreign[0], f"{kind}: unknown key; the "
                                  f"known ones: {', '.join(sorted(known))}")
     if foreign:
-        warnings.warn(f"{kind} {source}: {', '.join(prefix + k for k in foreign)} "
+        warnings.warn(f"{kind} {source}: {', '.join(repr(prefix + k) for k in foreign)} "
                       f"{'is not a key' if len(foreign) == 1 else 'are not keys'} of the "
                       f"format: kept in extra, used by nothing", ModelWarning, stacklevel=4)

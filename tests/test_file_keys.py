@@ -91,10 +91,14 @@ def test_cluster_misspelt_key_is_refused(tmp_path, cluster_dict, bad, meant):
 
 def test_cluster_foreign_key_is_kept_with_a_warning(tmp_path, cluster_dict):
     cluster_dict["bandwidth"] = 5e9
-    with pytest.warns(sm.ModelWarning, match="bandwidth is not a key of the format"):
+    with pytest.warns(sm.ModelWarning, match="'bandwidth' is not a key of the format"):
         cl = sm.load_cluster(_write(tmp_path / "c.json", cluster_dict))
     assert cl.extra["bandwidth"] == 5e9
     assert cl.ceiling == 21e9
+    del cluster_dict["bandwidth"]
+    cluster_dict[""] = 1  # an empty key is named as one, not as nothing
+    with pytest.warns(sm.ModelWarning, match="'' is not a key of the format"):
+        sm.load_cluster(_write(tmp_path / "c.json", cluster_dict))
 
 
 def test_cluster_keys_the_library_writes_pass_quietly(tmp_path, cluster_dict):
