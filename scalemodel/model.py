@@ -75,7 +75,7 @@ from .offload import with_offload
 from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_sequence_parallel, dp_options,
                        model_parallel_profile, resolve_model_parallel)
 from .profiles import WorkloadProfile, load_profile
-from .efficiency import at_fitted_efficiency
+from .efficiency import at_fitted_efficiency, fitted_efficiency
 from .topology import resolve_topology
 from .units import (broadcast_shape, check_count, check_fraction, check_nonnegative,
                     check_ratio, parse_bandwidth, parse_duration)
@@ -471,6 +471,8 @@ class Scenario:
                 sc = _sibling(sib[2], cluster)
         if sc is None:
             sc = cls._build(profile, cluster=cluster, **kw)
+            if cluster is not None:  # what the build started from (_corner_siblings)
+                sc._cache[("raw profile",)] = profile
             if key is not None and cluster is not None:
                 _SIBLINGS[sk] = (profile, cluster, sc)
                 while len(_SIBLINGS) > SCENARIO_CACHE_SIZE:
@@ -1352,6 +1354,7 @@ def _corner_siblings(root):
     if not (cl.intervals or cl.alternatives):
         return out
     own = _build_key(cl)
+    raw = root._cache.get(("raw profile",))
     family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
     args = _init_args(root)
     at = _SCENARIO_INIT.index("cluster")
@@ -1363,12 +1366,22 @@ def _corner_siblings(root):
                 and c.alpha == cl.alpha and c.topology == cl.topology
                 and c.overlap == cl.overlap):
             pass  # _build_key(c) == own (equal settings: equal sorted items)
-        elif _build_key(c) != own:
+        elif _build_key(c) != own and not _same_but_efficiency(c, cl, own, raw):
             continue
         args[at] = c  # attrs.evolve(root, cluster=c), without its introspection
         sc = out[id(c)] = Scenario(*args)
         sc._cache[("root",)] = root
     return out
+
+
+def _same_but_efficiency(c, cl, own, raw):
+    """Whether corner ``c`` builds what ``cl`` (whose :func:`_build_key` is ``own``)
+    builds from the profile ``raw`` (the one :meth:`Scenario.build` started from; None:
+    unknown): their keys differ in ``extra`` alone, and neither carries an efficiency
+    for ``raw`` (:func:`~scalemodel.efficiency.fitted_efficiency`: a measured profile, or
+    one of another GPU), the only term of ``extra`` a build reads [-]."""
+    return (raw is not None and _build_key(c)[1:] == own[1:]
+            and fitted_efficiency(c, raw) is None and fitted_efficiency(cl, raw) is None)
 
 
 def _corners_only(sc):

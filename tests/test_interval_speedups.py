@@ -174,6 +174,48 @@ def test_clusters_that_change_the_build_do_not_share_it():
         own = Scenario.build("resnet50", cluster=cl, fusion="ddp")
 
 
+def _with_efficiency(cl, gpu):
+    """``cl`` carrying a fitted efficiency for ``gpu``'s FLOP-derived profiles: each
+    corner then has its own ``extra`` (its efficiency's end)."""
+    eff = {"value": 0.5, "interval": [0.45, 0.55], "gpu": [gpu], "profiles": ["x"]}
+    return attrs.evolve(cl, extra={"efficiency": eff})
+
+
+@pytest.mark.parametrize("model", ["resnet50", "llama-2-7b"])
+def test_corners_whose_efficiency_does_not_apply_share_the_build(model):
+    """Corners that differ in a fitted efficiency (their own ``extra``) build what the
+    best cluster builds when that efficiency does not apply to the profile (a measured
+    profile, or a FLOP-derived one of another GPU): the corner's scenario is the best
+    one's with the corner's cluster, equal to its build from nothing in every field;
+    where it applies, each corner is built alone (its own profile)."""
+    from scalemodel.efficiency import fitted_efficiency
+    from scalemodel.model import _corner_scenario
+
+    prof = sm.load_profile(model)
+    for gpu, applies in (("no such GPU", False), (str(prof.device), True)):
+        cl = _with_efficiency(_fitted(), gpu)
+        corners = [c for c in cl.corners() if c.extra is not cl.extra]
+        assert corners  # the efficiency's ends are corners of their own
+        clear_caches()
+        own = Scenario.build(model, cluster=cl, fusion="ddp")
+        for c in corners:
+            applied = fitted_efficiency(c, prof) is not None
+            assert applied == (applies and model != "resnet50")
+            sc = _corner_scenario(own, c)
+            if applied:
+                assert sc is None
+                continue
+            assert sc is not None and sc.cluster is c and sc.profile is own.profile
+            ref = _built_alone(model, c, fusion="ddp")
+            own = Scenario.build(model, cluster=cl, fusion="ddp")  # (emptied caches)
+            for a in attrs.fields(Scenario):
+                if a.init and a.name not in ("profile", "cluster"):
+                    assert getattr(sc, a.name) == getattr(ref, a.name), a.name
+            for a in ("iteration_time", "forward_time", "backward_time", "update_time"):
+                assert getattr(sc.profile, a) == getattr(ref.profile, a), a
+            assert np.array_equal(sc.lines(64)[0].intercept, ref.lines(64)[0].intercept)
+
+
 def _family(cl):
     return [c for f in (cl, cl.with_alternative(1)) for c in (f, *f.corners())]
 
