@@ -1346,8 +1346,8 @@ def _corner_scenario(sc, cluster):
 
 def _corner_siblings(root):
     """``{id(cluster): scenario}``: ``root``, and ``root`` with the cluster of each other
-    corner of its fitted cluster's intervals and alternatives that :meth:`Scenario.build`
-    would make from it (the same build but for the cluster's numbers,
+    corner of its fitted cluster's intervals and alternatives (:func:`_interval_family`)
+    that :meth:`Scenario.build` would make from it (the same build but for the cluster's numbers,
     :func:`_build_key`), each marked with ``root`` [-]."""
     cl = root.cluster
     out = {id(cl): root}
@@ -1355,10 +1355,9 @@ def _corner_siblings(root):
         return out
     own = _build_key(cl)
     raw = root._cache.get(("raw profile",))
-    family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
     args = _init_args(root)
     at = _SCENARIO_INIT.index("cluster")
-    for c in (corner for f in family for corner in (f, *f.corners())):
+    for c in (x for f, ends in _interval_family(cl) for x in (f, *ends)):
         if id(c) in out:
             continue
         if (c.extra is cl.extra and c.provenance is cl.provenance
@@ -1394,8 +1393,18 @@ def _corners_only(sc):
     cl = root.cluster
     if cl is None or ("corners only",) in root._cache:
         return
-    family = [cl] + [cl.with_alternative(i) for i in range(1, len(cl.alternatives))]
-    root._cache[("corners only",)] = {id(cl)} | {id(x) for f in family for x in f.corners()}
+    root._cache[("corners only",)] = {id(cl)} | {id(e) for _, ends in _interval_family(cl)
+                                                 for e in ends}
+
+
+def _interval_family(cl):
+    """``[(explanation, ends)]``: each explanation of the fitted cluster ``cl`` (itself
+    first, then its alternatives) and the clusters an answer's interval evaluates for it,
+    its corners and the pair with their efficiencies swapped
+    (:func:`~scalemodel.intervals.corner_clusters`) [-]."""
+    from .intervals import corner_clusters
+
+    return [(f, ends) for _, f, ends in corner_clusters(cl, swap_efficiency=True)]
 
 
 _SCENARIO_INIT = tuple(a.name for a in attrs.fields(Scenario) if a.init)

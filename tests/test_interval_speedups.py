@@ -187,8 +187,10 @@ def test_corners_whose_efficiency_does_not_apply_share_the_build(model):
     best cluster builds when that efficiency does not apply to the profile (a measured
     profile, or a FLOP-derived one of another GPU): the corner's scenario is the best
     one's with the corner's cluster, equal to its build from nothing in every field;
-    where it applies, each corner is built alone (its own profile)."""
+    where it applies, each corner is built alone (its own profile). So are the corners
+    with their efficiencies swapped that the iteration time's interval evaluates."""
     from scalemodel.efficiency import fitted_efficiency
+    from scalemodel.intervals import _swapped
     from scalemodel.model import _corner_scenario
 
     prof = sm.load_profile(model)
@@ -196,6 +198,7 @@ def test_corners_whose_efficiency_does_not_apply_share_the_build(model):
         cl = _with_efficiency(_fitted(), gpu)
         corners = [c for c in cl.corners() if c.extra is not cl.extra]
         assert corners  # the efficiency's ends are corners of their own
+        corners += _swapped(cl, *cl.corners())  # (the time's interval asks them too)
         clear_caches()
         own = Scenario.build(model, cluster=cl, fusion="ddp")
         for c in corners:
