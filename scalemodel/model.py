@@ -69,7 +69,8 @@ from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
 from .overlap import (UpperEnvelope, _envelopes, _lines_shared, _lines_stacked, _with_fixed,
                       overlap_lines)
-from .sharding import resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets
+from .sharding import (resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets,
+                       zero3_envelope)
 from .checkpointing import with_recompute
 from .offload import with_offload
 from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_sequence_parallel, dp_options,
@@ -156,6 +157,8 @@ _SIBLINGS: "OrderedDict" = OrderedDict()  # scenarios whose clusters differ in n
 
 _SCHEDULES: "OrderedDict" = OrderedDict()  # sharded schedules of equal inputs (corners)
 
+_ENVELOPES: "OrderedDict" = OrderedDict()  # their envelopes alone (Scenario.corner_envelope)
+
 
 _FLOATS = (float, np.float64)
 
@@ -225,6 +228,7 @@ def clear_caches(*, profiles=False):
     _COSTS.clear()
     _LINES.clear()
     _SCHEDULES.clear()
+    _ENVELOPES.clear()
     sharding._COMM.clear()
     nccl._SETUPS.clear()
     for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
@@ -996,6 +1000,45 @@ class Scenario:
             self._wire[n] = sched.xmap
         return self._cache[key]
 
+    def corner_envelope(self, n, compressed=False):
+        """The envelope of :meth:`lines` alone, as an interval's corner evaluates and
+        inverts it: under ``zero3`` / ``hybrid_shard``, when the schedule is not made
+        already, :func:`~scalemodel.sharding.zero3_envelope` (the same function to
+        rounding, without the parts of each line that only a breakdown reads; kept, and
+        the wire map with it); the envelope of :meth:`lines` otherwise [-]."""
+        n = int(n)
+        compressed = bool(compressed) and self.codec_cost > 0
+        if (self.sharding is None or not self.sharding.full_shard
+                or hasattr(self.fusion, "buckets") or ("schedule", n, compressed) in self._cache):
+            return self.lines(n, compressed)[1]
+        cl = self.cluster
+        numbers = (self.slowdown(n), 0.0 if cl is None else cl.collective_overhead,
+                   0.0 if cl is None else cl.sync_overhead, self.bucket_overhead(n))
+        sk = self._schedule_key(n, compressed, numbers)
+        if sk is None:
+            return self.lines(n, compressed)[1]
+        for shared in (_SCHEDULES, _ENVELOPES):  # a sibling's with equal numbers
+            hit = shared.get(sk)
+            if hit is not None and hit[0] is self.profile and hit[1] is self.fusion:
+                shared.move_to_end(sk)
+                got = ((hit[2].envelope, hit[2].xmap) if shared is _SCHEDULES
+                       else hit[2])
+                break
+        else:
+            sigma, c0, sync, cb = numbers
+            got = zero3_envelope(
+                self.profile, n, sharding=self.sharding, wrap=self.fusion,
+                algorithm=self.algorithm, options=self.options, slowdown=sigma,
+                collective_overhead=c0, sync_overhead=sync, codec_cost=self.codec_cost,
+                compressed=compressed, bucket_overhead=cb)
+            if got is None:
+                return self.lines(n, compressed)[1]
+            _ENVELOPES[sk] = (self.profile, self.fusion, got)
+            while len(_ENVELOPES) > SCENARIO_CACHE_SIZE:
+                _ENVELOPES.popitem(last=False)
+        self._wire.setdefault(n, got[1])
+        return got[0]
+
     def _sharded_schedule(self, n, compressed, numbers, gradient_scale=None,
                           gradient_overhead=None, alpha_counts=False):
         """:func:`~scalemodel.sharding.sharded_schedule` of this scenario, with its
@@ -1018,13 +1061,9 @@ class Scenario:
         fusion compared by identity, the floats by their bits (a -0.0 is not a 0.0)."""
         if hasattr(self.fusion, "buckets"):  # stretched buckets made per call: not shared
             return self._sharded_schedule(n, compressed, numbers)
-        codec = self.codec_cost
-        try:
-            sk = (n, compressed, id(self.profile), id(self.fusion), self.sharding,
-                  self.algorithm, self.options, codec, *numbers,
-                  tuple(math.copysign(1.0, v) for v in (codec, *numbers)))
-            hit = _SCHEDULES.get(sk)
-        except TypeError:  # settings of one's own that cannot be hashed
+        sk = self._schedule_key(n, compressed, numbers)
+        hit = None if sk is None else _SCHEDULES.get(sk)
+        if sk is None:  # settings of one's own that cannot be hashed
             return self._sharded_schedule(n, compressed, numbers)
         if hit is not None and hit[0] is self.profile and hit[1] is self.fusion:
             _SCHEDULES.move_to_end(sk)
@@ -1034,6 +1073,21 @@ class Scenario:
         while len(_SCHEDULES) > SCENARIO_CACHE_SIZE:
             _SCHEDULES.popitem(last=False)
         return sched
+
+    def _schedule_key(self, n, compressed, numbers):
+        """The key of :data:`_SCHEDULES` (and :data:`_ENVELOPES`) for this scenario's
+        schedule on ``n`` workers with its ``numbers`` (:meth:`schedule`): the numbers and
+        settings, the profile and the fusion by identity, the floats with their signs (a
+        -0.0 is not a 0.0); None when a setting cannot be hashed [-]."""
+        codec = self.codec_cost
+        sk = (n, compressed, id(self.profile), id(self.fusion), self.sharding,
+              self.algorithm, self.options, codec, *numbers,
+              tuple(math.copysign(1.0, v) for v in (codec, *numbers)))
+        try:
+            hash(sk)
+        except TypeError:
+            return None
+        return sk
 
     def _stretched(self, buckets, n):
         """``buckets`` with their ready times on the timeline of ``n`` workers
@@ -1355,6 +1409,7 @@ def _corner_siblings(root):
         return out
     own = _build_key(cl)
     raw = root._cache.get(("raw profile",))
+    free = raw is not None and fitted_efficiency(cl, raw) is None  # (none for the best)
     args = _init_args(root)
     at = _SCENARIO_INIT.index("cluster")
     for c in (x for f, ends in _interval_family(cl) for x in (f, *ends)):
@@ -1365,7 +1420,7 @@ def _corner_siblings(root):
                 and c.alpha == cl.alpha and c.topology == cl.topology
                 and c.overlap == cl.overlap):
             pass  # _build_key(c) == own (equal settings: equal sorted items)
-        elif _build_key(c) != own and not _same_but_efficiency(c, cl, own, raw):
+        elif _build_key(c) != own and not (free and _same_but_efficiency(c, own, raw)):
             continue
         args[at] = c  # attrs.evolve(root, cluster=c), without its introspection
         sc = out[id(c)] = Scenario(*args)
@@ -1373,14 +1428,14 @@ def _corner_siblings(root):
     return out
 
 
-def _same_but_efficiency(c, cl, own, raw):
-    """Whether corner ``c`` builds what ``cl`` (whose :func:`_build_key` is ``own``)
-    builds from the profile ``raw`` (the one :meth:`Scenario.build` started from; None:
-    unknown): their keys differ in ``extra`` alone, and neither carries an efficiency
-    for ``raw`` (:func:`~scalemodel.efficiency.fitted_efficiency`: a measured profile, or
-    one of another GPU), the only term of ``extra`` a build reads [-]."""
-    return (raw is not None and _build_key(c)[1:] == own[1:]
-            and fitted_efficiency(c, raw) is None and fitted_efficiency(cl, raw) is None)
+def _same_but_efficiency(c, own, raw):
+    """Whether corner ``c`` builds from the profile ``raw`` (the one
+    :meth:`Scenario.build` started from) what the best cluster, whose
+    :func:`_build_key` is ``own`` and which carries no efficiency for ``raw``, builds:
+    their keys differ in ``extra`` alone, and ``c`` carries no efficiency for ``raw``
+    either (:func:`~scalemodel.efficiency.fitted_efficiency`: a measured profile, or one
+    of another GPU), the only term of ``extra`` a build reads [-]."""
+    return _build_key(c)[1:] == own[1:] and fitted_efficiency(c, raw) is None
 
 
 def _corners_only(sc):
@@ -1824,7 +1879,7 @@ def _with_intervals(res, model, n, bw, sc, asked):
                 total, sf = _total(model, n, bw, cluster=e, **asked)[:2]
             else:  # (the other arguments only build a scenario)
                 total, sf = _total(model, n, bw, cluster=e, utilization=u, compression=r,
-                                   scenario=made)[:2]
+                                   scenario=made, corner=True)[:2]
             totals.append(total)
             if k < 2:  # the swapped pair is for the time only
                 sfs.append(sf)
@@ -1843,21 +1898,26 @@ def _iteration_total(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
                   **asked)[0]
 
 
-def _total(model, n, bw, *, cluster, utilization, compression, scenario=None, **kw):
+def _total(model, n, bw, *, cluster, utilization, compression, scenario=None, corner=False,
+           **kw):
     """``(total, scaling factor, scenario, n, bw, x, lines, envelope)`` of one
     configuration: the iteration time [s] and the scaling factor [-] of
     :func:`iteration_time` without the breakdown (what an interval's corner needs), and
     what :func:`_breakdown` goes on from; ``n``, ``bw``, ``utilization`` and
     ``compression`` as :func:`_prepare` returns them; ``scenario`` the build of these
-    arguments when already made (:func:`_corner_scenario`)."""
+    arguments when already made (:func:`_corner_scenario`); ``corner``: an interval's
+    corner, which needs no lines (None in their place, :meth:`Scenario.corner_envelope`)."""
     u, r = utilization, compression
     sc = Scenario.build(model, cluster=cluster, **kw) if scenario is None else scenario
     n, bw = sc.data_parallel(n, bw)
     p = sc.profile
     u = effective_utilization(sc, bw, u)
     sc = sc.planned(n, 1.0 / (u * bw * r), r)
+    if corner:  # the envelope alone (and its wire map before x_effective reads it)
+        lines, env = None, sc.corner_envelope(n, r > 1)
     x = float(sc.x_effective(n, 1.0 / (u * bw * r), r))
-    lines, env = sc.lines(n, r > 1)
+    if not corner:
+        lines, env = sc.lines(n, r > 1)
     total = sc.forward(n) + float(env(x)) + p.update_time
     return total, p.iteration_time / total, sc, n, bw, x, lines, env
 

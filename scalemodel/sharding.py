@@ -188,7 +188,8 @@ from .overlap import OverlapLines, UpperEnvelope
 from .topology import HIERARCHICAL_GPUS_PER_NODE
 
 __all__ = ["Sharding", "SizeWrap", "ShardUnits", "ShardedSchedule", "resolve_sharding",
-           "resolve_wrap", "shard_units", "unit_buckets", "sharded_schedule", "sum_of_maxima", "SHARDING_STRATEGIES",
+           "resolve_wrap", "shard_units", "unit_buckets", "sharded_schedule", "zero3_envelope",
+           "sum_of_maxima", "SHARDING_STRATEGIES",
            "broadcast_owners", "nccl_ring_channels", "PARAM_RETURNS",
            "NCCL_SIMPLE_STEP_BYTES",
            "SHARDING_ALIASES", "WRAP_POLICIES", "SHARDING_COMPRESSORS"]
@@ -1368,6 +1369,7 @@ class _FullShardComm:
     xmap: tuple
     comm: tuple
     rest: dict
+    comm_lines: tuple = None
 
 
 def _full_shard_comm(profile, wrap, ch, pb, rb, sync_overhead) -> _FullShardComm:
@@ -1391,8 +1393,11 @@ def _full_shard_comm(profile, wrap, ch, pb, rb, sync_overhead) -> _FullShardComm
         nic=acc * float(bits.sum() - bits[K]), intra=acc * float(ibits.sum() - ibits[K]),
         units=K, rounds=acc, op_constant=ops_parts[:, :4].sum(axis=1),
         op_bits=ops_parts[:, _BITS].copy())
+    base, tb = comm
+    comm_lines = (float(base[:4].sum()), float(base[_BITS]), tb[:, :4].sum(axis=1),
+                  tb[:, _BITS].copy())
     return _FullShardComm(units=units, P=P, G=G, every=every, bits=bits, ibits=ibits,
-                          xmap=xmap, comm=comm, rest=rest)
+                          xmap=xmap, comm=comm, rest=rest, comm_lines=comm_lines)
 
 
 def _shared_full_shard_comm(key, profile, wrap, ch, pb, rb, sync_overhead):
@@ -1548,6 +1553,88 @@ def _comm_key(profile, n, sharding, wrap, algorithm, options, c0, codec, sync, c
     return key
 
 
+def _channel_of(profile, n, sharding, algorithm, options, collective_overhead, codec_cost,
+                compressed, gradient_scale=1.0, gradient_overhead=None, alpha_counts=False):
+    """What every collective of a sharded schedule shares (arguments as
+    :func:`sharded_schedule`): ``n`` checked, the options, where the collectives run
+    (the shard groups' layout) and the :class:`_Channel` [-]."""
+    n = _check_n(n, sharding.strategy)
+    options = options or CollectiveOptions()
+    codec = float(codec_cost) if compressed else 0.0
+    lay = _group_layout(n, sharding, options)
+    ch = _Channel(lay, _group_algorithm(algorithm, sharding.strategy, lay), algorithm,
+                  profile.reduction, float(collective_overhead), codec,
+                  np.asarray(gradient_scale, float), gradient_overhead, alpha_counts)
+    return n, options, lay, ch
+
+
+def zero3_envelope(profile, n, *, sharding, wrap, algorithm="ring", options=None,
+                   slowdown=1.0, collective_overhead=0.0, sync_overhead=0.0, codec_cost=0.0,
+                   compressed=False, bucket_overhead=0.0):
+    r"""The envelope of :func:`sharded_schedule` alone, and its wire map, for a
+    ``zero3`` / ``hybrid_shard`` schedule (arguments as :func:`sharded_schedule`, no
+    gradient compressor): what an interval's corner evaluates and inverts. Equation
+    :eq:`zero3` on the lines' intercepts and slopes only, the compute lines flat: each
+    term :math:`\max(c^a_t, c^b_t + m^b_t x)` adds :math:`c^a_t` up to its breakpoint
+    :math:`(c^a_t - c^b_t)/m^b_t` and the rest of the communication line after it; the
+    same function as the schedule's envelope (to rounding), without the parts of each
+    line that only a breakdown reads. None when the schedule is not a full shard.
+
+    Parameters
+    ----------
+    profile, n, sharding, wrap, algorithm, options, slowdown, collective_overhead, sync_overhead, codec_cost, compressed, bucket_overhead
+        As in :func:`sharded_schedule`: the workload, ``n`` [GPUs], the strategy, the
+        wrapping policy, the algorithm and the latency constants [-], the compute slowdown
+        [-], the fixed costs of every collective and of the iteration [s], the codec's
+        time per byte [s/byte] when ``compressed`` [-], and the per-unit hook [s].
+
+    Returns
+    -------
+    tuple or None
+        ``(UpperEnvelope, wire map)`` [s], [-].
+    """
+    if not sharding.full_shard:
+        return None
+    n, options, lay, ch = _channel_of(profile, n, sharding, algorithm, options,
+                                      collective_overhead, codec_cost, compressed)
+    elem, pb, rb = sharding.element_bytes(profile)
+    fc = _shared_full_shard_comm(
+        _comm_key(profile, n, sharding, wrap, algorithm, options, ch.c0, ch.codec,
+                  sync_overhead, ch), profile, wrap, ch, pb, rb, sync_overhead)
+    base_c, base_m, tb_c, tb_m = fc.comm_lines
+    if np.any(tb_m < 0):  # (no wire bits are negative; the general form otherwise)
+        return None
+    sigma, cb = float(slowdown), float(bucket_overhead)
+    units = fc.units
+    fwd = sigma * units.forward
+    ca = np.concatenate((fwd[:-1], sigma * units.backward[::-1] + cb))
+    grows = tb_m > 0
+    dc = tb_c - ca  # the communication line's intercept over the compute's
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        cross = -dc / np.where(grows, tb_m, 1.0)
+    live = grows & (cross > 0) & (cross < np.inf)
+    top = (grows & (cross <= 0)) | (~grows & (dc > 0))  # on top from x = 0
+    c0 = base_c + fwd[-1] + ca.sum() + dc[top].sum()
+    m0 = base_m + tb_m[grows & (cross <= 0)].sum()
+    at = np.flatnonzero(live)
+    order = at[np.argsort(cross[at], kind="stable")]
+    intercept, slope = np.empty(len(order) + 2), np.empty(len(order) + 2)
+    intercept[1], slope[1] = c0, m0
+    np.cumsum(dc[order], out=intercept[2:])
+    np.cumsum(tb_m[order], out=slope[2:])
+    intercept[2:] += c0
+    slope[2:] += m0
+    acc = profile.grad_accum  # every micro-batch gathers and reduce-scatters again
+    if acc > 1:
+        intercept[1:] *= acc
+        slope[1:] *= acc
+    f = sigma * profile.forward_time
+    intercept[0] = acc * (f + sigma * profile.backward_time) + acc * len(units) * cb
+    slope[0] = 0.0
+    intercept += profile.update_time / lay.s - profile.update_time - f
+    return UpperEnvelope.of_convex(intercept, slope, cross[order]), fc.xmap
+
+
 def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,
                      slowdown=1.0, collective_overhead=0.0, sync_overhead=0.0,
                      codec_cost=0.0, compressed=False, buckets=None, bucket_overhead=0.0,
@@ -1601,18 +1688,12 @@ def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=No
     ShardedSchedule
     """
     strategy = sharding.strategy
-    n = _check_n(n, strategy)
-    options = options or CollectiveOptions()
+    n, options, lay, ch = _channel_of(profile, n, sharding, algorithm, options,
+                                      collective_overhead, codec_cost, compressed,
+                                      gradient_scale, gradient_overhead, alpha_counts)
     elem, pb, rb = sharding.element_bytes(profile)
-    sigma = float(slowdown)
-    c0 = float(collective_overhead)
-    cb = float(bucket_overhead)
-    codec = float(codec_cost) if compressed else 0.0
-    scale = np.asarray(gradient_scale, float)
-    # where the collectives run (the shard groups) and what every collective shares
-    lay = _group_layout(n, sharding, options)
-    ch = _Channel(lay, _group_algorithm(algorithm, strategy, lay), algorithm,
-                  profile.reduction, c0, codec, scale, gradient_overhead, alpha_counts)
+    sigma, c0, cb = float(slowdown), ch.c0, float(bucket_overhead)
+    codec = ch.codec
     # the envelope's pieces, eq. (zero3) or eq. (zero12), then line 0 beneath them
     if sharding.full_shard:
         pc = _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead,

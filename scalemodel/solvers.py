@@ -694,13 +694,13 @@ def _corner_ratio(sc, bw, n, target, u) -> float:
         sc = sc.planned(n, x_net)
         p = sc.profile
         t1, fwd, upd = p.iteration_time, sc.forward(n), p.update_time
+        env = sc.corner_envelope(n, False)  # (with the wire map x_effective reads)
         base = float(sc.x_effective(n, x_net, 1.0))
-        env = sc.lines(n, False)[1]
         if t1 / (fwd + float(env(base)) + upd) >= target:
             return 1.0
         level = t1 / target - fwd - upd
         if sc.codec_cost > 0:  # else the compressed lines are these (Scenario.lines)
-            env = sc.lines(n, True)[1]
+            env = sc.corner_envelope(n, True)
         x_star = _x_star(env, level)
         if x_star > 0:
             ratio = max(1.0, _NUDGE * base / x_star)
@@ -886,9 +886,9 @@ def _corner_bw(sc, n, target, r, u) -> float:
     if sc.needs_plan:
         return _solve_bandwidth(sc, n, target, r, u, explain=False).bw
     p = sc.profile
+    env = sc.corner_envelope(n, r > 1)  # (with the wire map read next)
     k1, k2 = sc.wire_map(n)
     x_floor = k2 / r
-    env = sc.lines(n, r > 1)[1]
     t1, fwd, upd = p.iteration_time, sc.forward(n), p.update_time
     x_star = _x_star(env, t1 / target - fwd - upd)
     if math.isinf(x_star) or (k1 == 0.0 and x_floor <= x_star):
