@@ -284,16 +284,22 @@ def _fitted_entry(cluster):
 
 
 def _device_names(gpus):
-    """GPU names for the device strings a fit records (full names or short names)."""
-    names = set()
-    for d in gpus or ():
-        d = str(d)
+    """GPU names for the device strings a fit records (full names or short names), kept
+    per tuple of strings (the built-in GPUs never change) [-]."""
+    key = tuple(str(d) for d in gpus or ())
+    names = _DEVICE_NAMES.get(key)
+    if names is None:
+        given, found = set(key), set(key)
         for g in list_gpus():
-            spec = get_gpu(g)
-            if d in (g, spec.full_name):
-                names.add(g)
-        names.add(d)
+            if {g, get_gpu(g).full_name} & given:
+                found.add(g)
+        names = _DEVICE_NAMES[key] = frozenset(found)
+        if len(_DEVICE_NAMES) > 256:
+            _DEVICE_NAMES.pop(next(iter(_DEVICE_NAMES)))
     return names
+
+
+_DEVICE_NAMES: dict = {}  # _device_names' answers
 
 
 def fitted_efficiency(cluster, profile):
