@@ -339,10 +339,7 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
     if cfg is None:
         raise InvalidParameterError(name, value, f"{label} has no transformer config: its "
                                     "layers and activations are unknown")
-    if strategy != "none" and mp.pp > 1:
-        raise InvalidParameterError("pp", mp.pp, f"sharding={strategy!r} with pipeline "
-                                    "parallelism is not modelled (with tensor parallelism "
-                                    "alone, pp=1, it is)", "Use sharding='none' or pp=1")
+    _check_pipeline_sharding(mp, strategy)
     if ((ck.mode == "selective" and ck.flash_attention)
             or (ck.mode == "full" and ck.fraction < 1.0)):
         raise InvalidParameterError(
@@ -352,13 +349,55 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
             "attention is not")
     check_config(mp, cfg.layers, cfg.heads, label)
     dp = np.asarray(mp.dp(ns))  # n a multiple of tp * pp
+    _check_sharded_replicas(mp, strategy, ns, dp)
+    return mp
+
+
+def _check_pipeline_sharding(mp, strategy):
+    """Raise for sharding with pipeline parallelism (not modelled)."""
+    if strategy != "none" and mp.pp > 1:
+        raise InvalidParameterError("pp", mp.pp, f"sharding={strategy!r} with pipeline "
+                                    "parallelism is not modelled (with tensor parallelism "
+                                    "alone, pp=1, it is)", "Use sharding='none' or pp=1")
+
+
+def _check_sharded_replicas(mp, strategy, ns, dp):
+    """Raise for sharding over fewer than 2 data-parallel replicas (``dp`` of ``ns``)."""
     if strategy != "none" and np.any(dp < 2):
         raise InvalidParameterError(
             "n", int(np.asarray(ns)[dp < 2].flat[0]), f"sharding={strategy!r} with "
             f"tp={mp.tp} shards over the data-parallel group of n / tp GPUs, which needs "
             f"at least 2: n a multiple of {mp.tp} from {2 * mp.tp}",
             "Use sharding='none' for one replica")
-    return mp
+
+
+def _model_parallel_checker(tp, pp, microbatches, cfg, ns, label, virtual_stages,
+                            sequence_parallel, seed):
+    """``check(t, strategy, ck)``: :func:`_check_model_parallel` of the other arguments
+    with ``tp=t``, for the alternatives of one :func:`~scalemodel.memory` call: what does
+    not depend on the strategy is checked once per ``(t, ck)`` (and a refusal remembered),
+    the strategy's two conditions each time; it raises exactly when
+    :func:`_check_model_parallel` does (which of the errors may differ: the suggestions
+    only skip an alternative that raises). ``seed``: ``((t, ck), result)`` known already."""
+    base = dict([seed])
+
+    def check(t, strategy, ck):
+        key = (t, ck)
+        if key not in base:
+            try:
+                base[key] = _check_model_parallel(t, pp, microbatches, cfg, ns, "none", ck,
+                                                  label, virtual_stages, sequence_parallel)
+            except ScalemodelError as exc:
+                base[key] = exc
+        mp = base[key]
+        if isinstance(mp, ScalemodelError):
+            raise mp
+        if mp is not None and strategy != "none":
+            _check_pipeline_sharding(mp, strategy)
+            _check_sharded_replicas(mp, strategy, ns, np.asarray(mp.dp(ns)))
+        return mp
+
+    return check
 
 
 def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
@@ -724,18 +763,21 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         if acc == "fsdp":
             raise InvalidParameterError("accounting", accounting, f"'fsdp' with tp={mp.tp} "
                                         "is not modelled", "Use accounting='zero'")
+    acts = {}  # per call: what the suggestions' estimates share with this one
     est = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns, strategy,
                     spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node, bucket, mode,
-                    host_memory, group, mp, view, kind, acc)
+                    host_memory, group, mp, view, kind, acc, acts)
     if suggest and not np.all(est.fits):
+        check = _model_parallel_checker(tp, pp, microbatches, cfg, ns, label, virtual_stages,
+                                        sequence_parallel, ((tp, ck), mp))
+
         def estimate(strat, checkpointing, off, t=tp):
-            m = _check_model_parallel(t, pp, microbatches, cfg, ns, strat, checkpointing,
-                                      label, virtual_stages, sequence_parallel)
+            m = check(t, strat, checkpointing)
             return _estimate(cfg, psi if m is None else psi / m.size, prof_elem, label,
                              _check_n(n, strat), strat, spec, optimizer, param_dtype,
                              grad_dtype, checkpointing, gpus_per_node, bucket, off,
                              host_memory, _check_shard_group(shard_group, strat, ns), m,
-                             view, kind, _check_accounting(acc, strat, off))
+                             view, kind, _check_accounting(acc, strat, off), acts)
 
         est = attrs.evolve(est, suggestions=_suggestions(
             est, ck, estimate, 1 if mp is None else mp.tp, gpus_per_node or 8))
@@ -758,10 +800,18 @@ def _dtypes(cfg, prof_elem, param_dtype, grad_dtype):
 
 def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
               grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, shard_group=None,
-              mp=None, view=("allocated", 0.0), loss="unfused", accounting="zero"):
-    """The estimate, once every argument is checked."""
+              mp=None, view=("allocated", 0.0), loss="unfused", accounting="zero",
+              acts=None):
+    """The estimate, once every argument is checked; ``acts``: a dict of the activation
+    bytes already computed in this call (the suggestions' estimates share them), or None."""
     states = OPTIMIZER_STATES[optimizer.strip().lower()]
-    pd, gd = _dtypes(cfg, prof_elem, param_dtype, grad_dtype)
+    if acts is not None and all(d is None or type(d) is str for d in (param_dtype, grad_dtype)):
+        key = ("dtypes", param_dtype, grad_dtype)  # the same call's: the same config
+        if key not in acts:
+            acts[key] = _dtypes(cfg, prof_elem, param_dtype, grad_dtype)
+        pd, gd = acts[key]
+    else:
+        pd, gd = _dtypes(cfg, prof_elem, param_dtype, grad_dtype)
     pb, gb = DTYPE_BYTES[pd], DTYPE_BYTES[gd]
     master = 4 if pb < 4 else 0
     ob = master + 4 * states
@@ -789,9 +839,11 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
                                                 notes)
         _check_host(host, mode, spec, node, ns, host_memory)
     buffers = bucket * one
+    act = None
     if cfg is not None:
+        act = _activation_total(cfg, ck, mp, loss, fsdp, acts)
         activations, buffers = _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one,
-                                                        buffers, notes, loss, fsdp)
+                                                        buffers, notes, loss, fsdp, act)
     else:
         activations = None
         notes.append(f"{label}: no transformer config, so activations are unknown and not "
@@ -803,7 +855,7 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
             reduce_scatter_pool_bytes(cfg if cfg is not None else psi, div_o))
     total = params + grads + optim + buffers + (activations if activations is not None else 0)
     overheads = _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, view[1], loss,
-                                    accounting, pool)
+                                    accounting, pool, act, acts)
     reserved = total + sum(overheads.values())
     if view[0] == "reserved":
         notes.append("reserved = allocated + allocator rounding + FSDP copy-in stream "
@@ -946,12 +998,27 @@ def _offloaded(params, grads, optim, psi, div_o, one, mode, notes):
     return params, grads, optim, host
 
 
-def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
-                             loss="unfused", phases=False):
-    """Activations of a transformer config, and the buffers with the all-gathered blocks
-    under zero3 / hybrid_shard [bytes]; notes the formulas."""
+def _activation_total(cfg, ck, mp, loss, phases, acts=None):
+    """Activation bytes of one GPU (:func:`~scalemodel.checkpointing.activation_bytes`, or
+    :func:`model_parallel_activations` with ``mp``), looked up in ``acts`` (a dict, or
+    None) when an earlier estimate of the same call computed them [bytes]."""
+    key = (ck, mp, loss, phases)
+    if acts is not None and key in acts:
+        return acts[key]
     act = (activation_bytes(cfg, ck, loss=loss, phases=phases) if mp is None
            else model_parallel_activations(cfg, ck, mp, loss))
+    if acts is not None:
+        acts[key] = act
+    return act
+
+
+def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
+                             loss="unfused", phases=False, act=None):
+    """Activations of a transformer config (``act`` when computed already), and the
+    buffers with the all-gathered blocks under zero3 / hybrid_shard [bytes]; notes the
+    formulas."""
+    if act is None:
+        act = _activation_total(cfg, ck, mp, loss, phases)
     if mp is not None:
         from .parallel import in_flight_chunks
 
@@ -1036,7 +1103,8 @@ def _suggestions(est, ck, estimate, tp=1, node=8):
                 tries.append((f"activation_checkpointing={mode!r}", None,
                               Checkpointing(mode, None, ck.flash_attention), None))
     s = est.sharding
-    while s in _MORE_SHARDING and np.all(np.asarray(est.n) >= 2):
+    shardable = bool(np.all(np.asarray(est.n) >= 2))
+    while s in _MORE_SHARDING and shardable:
         s = _MORE_SHARDING[s]
         tries.append((f"sharding={s!r}", s, None, None))
     if offload == "none":
@@ -1063,8 +1131,9 @@ def _suggestions(est, ck, estimate, tp=1, node=8):
                                mode or offload, *t)
             except ScalemodelError:  # the host memory would not hold it; tp not dividing
                 continue
-            worst = float(np.max(alt.per_gpu))
-            if np.all(alt.fits):
+            per, fits = alt.per_gpu, alt.fits  # (one answer: a float and a bool)
+            worst = per if type(per) is float else float(np.max(per))
+            if fits if type(fits) is bool else np.all(fits):
                 found.append((label, worst))
                 if len(found) == 4 or t:  # (the smallest tensor-parallel size is enough)
                     break
@@ -1172,24 +1241,24 @@ def side_stream_pool_bytes(cfg, param_bytes=2) -> float:
 
 
 def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation,
-                        loss="unfused", accounting="zero", pool=0.0):
+                        loss="unfused", accounting="zero", pool=0.0, act=None, acts=None):
     """The caching allocator's reserve besides the live tensors: rounding, the FSDP
     copy-in stream's pool, the reduce-scatter stream's pool (``pool``, FSDP accounting),
-    fragmentation [bytes] (module docstring)."""
+    fragmentation [bytes] (module docstring); ``act``: the activation bytes, when computed
+    already; ``acts``: the dict of :func:`_estimate`'s, where the rounding is kept too."""
     rounding, side = 0.0 * one, 0.0 * one
     fsdp = accounting == "fsdp"
     if cfg is not None:
-        from .checkpointing import ACTIVATION_BYTES, loss_tensor_bytes
-
-        s, b = float(cfg.seq), float(cfg.micro_batch)
         t = 1 if mp is None else mp.tp
-        layer_tensor = ACTIVATION_BYTES * s * b * cfg.hidden
-        tensors = [float(x) for x in loss_tensor_bytes(s, b, cfg.vocab, loss, t)]
-        act = activation_bytes(cfg, ck, loss=loss, phases=fsdp) if mp is None else \
-            model_parallel_activations(cfg, ck, mp, loss)
-        count = max(act - sum(tensors), 0.0) / layer_tensor
-        rounding = rounding + (count * (allocator_block_bytes(layer_tensor) - layer_tensor)
-                               + sum(allocator_block_bytes(x) - x for x in tensors))
+        key = ("rounding", ck, mp, loss, fsdp)
+        blocks = None if acts is None else acts.get(key)
+        if blocks is None:
+            if act is None:
+                act = _activation_total(cfg, ck, mp, loss, fsdp, acts)
+            blocks = _rounding_bytes(cfg, t, loss, act)
+            if acts is not None:
+                acts[key] = blocks
+        rounding = rounding + blocks
         if strategy in ("zero3", "hybrid_shard") or (fsdp and strategy == "zero2"):
             side = side + side_stream_pool_bytes(cfg, pb / t)
     pool = pool * one
@@ -1197,6 +1266,19 @@ def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation,
     frag = live * (fragmentation / (1.0 - fragmentation))
     return {"rounding": rounding, "side_stream_pool": side, "reduce_scatter_pool": pool,
             "fragmentation": frag}
+
+
+def _rounding_bytes(cfg, t, loss, act):
+    """The allocator's rounding of the activations ``act`` [bytes] of ``cfg`` with tensor
+    parallelism ``t`` [GPUs]: the layer tensors and the loss's [bytes]."""
+    from .checkpointing import ACTIVATION_BYTES, loss_tensor_bytes
+
+    s, b = float(cfg.seq), float(cfg.micro_batch)
+    layer_tensor = ACTIVATION_BYTES * s * b * cfg.hidden
+    tensors = [float(x) for x in loss_tensor_bytes(s, b, cfg.vocab, loss, t)]
+    count = max(act - sum(tensors), 0.0) / layer_tensor
+    return (count * (allocator_block_bytes(layer_tensor) - layer_tensor)
+            + sum(allocator_block_bytes(x) - x for x in tensors))
 
 
 @functools.lru_cache(maxsize=64)

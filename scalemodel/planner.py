@@ -97,7 +97,8 @@ from .model import _FLOATS, Scenario, effective_utilization
 from .overlap import UpperEnvelope, _lines_stacked, _with_fixed, overlap_lines
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
-                      _loss, _min_compression, _scalar, below, memory_check, memory_text,
+                      _corner_ratio, _loss, _min_compression, _scalar, below, memory_check,
+                      memory_text,
                       min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
@@ -1870,13 +1871,14 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     codec = _codec(sc, gpu, impl)
     u_eff = effective_utilization(sc, bw, u)
     x = 1.0 / (u_eff * bw)
+    built = sc  # as built: the ideal solve's scenario when it would build the same
     sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
     p = sc.profile
     views = _views(sc, model, bw, u, n, gpu, impl, options)
     _first_round(sc, n, codec, views, comps)  # the uncompressed evaluation among them
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
     ideal = _ideal_compression(model, sc, n_job, bw_job, target, u, (gpu, loss, accounting),
-                               algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
+                               built, algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
                                gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                                intra_bw=intra_bw, intra_alpha=intra_alpha,
                                ps_servers=ps_servers, cluster=cluster,
@@ -1917,23 +1919,60 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     return _for_the_job(plan, sc, n_job, bw_job)  # said in the job's GPUs and line rate
 
 
-def _ideal_compression(model, sc, n, bw, target, u, memory_args, **kw):
+@attrs.frozen
+class _IdealRatio:
+    """The part of :func:`~scalemodel.min_compression`'s answer that a plan reads when a
+    finite ratio reaches the target: ``ratio`` [-], feasible."""
+
+    ratio: float
+    feasible: bool = True
+
+
+_SHARE_BUILT = True
+"""Whether :func:`_ideal_compression` may solve on the plan's own scenario and take the
+finite ratio alone (:func:`_ideal_scenario`); False: always the general path (the tests
+compare the two)."""
+
+
+def _ideal_compression(model, sc, n, bw, target, u, memory_args, built=None, **kw):
     """:func:`~scalemodel.min_compression`'s answer that the plan reads (its ratio,
     feasibility, binding when infeasible, and limit) for the job's ``n`` [GPUs] and ``bw``
     [bits/s] at ``target`` and utilization ``u`` [-]: the same scenario (``kw``) and
     solver, without what the plan does not read (its memory check, which the plan makes
     itself with ``memory_args`` = ``(gpu, loss, accounting)``, the binding of a feasible
     ratio and the job's terms). On a cluster with intervals, alternatives or a fitted
-    efficiency, min_compression itself (its interval over the corners)."""
+    efficiency, min_compression itself (its interval over the corners). ``built``: the
+    plan's scenario as built (before MG-WFBP's planning), solved on when it is the one
+    ``kw`` would build (:func:`_ideal_scenario`); a finite ratio is then all that is
+    solved for (:func:`~scalemodel.solvers._corner_ratio`, the same operations)."""
     cl = sc.cluster
     if cl is not None and (cl.intervals or cl.alternatives or "efficiency" in cl.extra):
         return min_compression(model, bw, n=n, target=target, utilization=u, **kw)
-    isc = Scenario.build(model, codec_cost=0.0, **kw)  # as min_compression builds it
+    isc = _ideal_scenario(built)
+    if isc is None:
+        isc = Scenario.build(model, codec_cost=0.0, **kw)  # as min_compression builds it
     n_dp, bw_dp = isc.data_parallel(n, bw)
-    ideal = _min_compression(isc, bw_dp, n_dp, target, u, explain=False)
+    ideal = None
+    if isc is built:  # the common answer, a finite ratio, alone
+        ratio = _corner_ratio(isc, bw_dp, n_dp, target, u)
+        if math.isfinite(ratio):
+            ideal = _IdealRatio(ratio)
+    if ideal is None:
+        ideal = _min_compression(isc, bw_dp, n_dp, target, u, explain=False)
     if tuple(memory_args) != (None, "unfused", "zero"):  # min_compression's own check
         memory_check(isc, n_dp, None, "unfused", "zero")  # (its errors; else the plan's)
     return ideal
+
+
+def _ideal_scenario(built):
+    """``built`` (the plan's scenario as :meth:`~scalemodel.model.Scenario.build` made
+    it) when the ideal solve's build would make the same scenario: no codec cost, buckets
+    that MG-WFBP does not plan per network (the solve builds with the planned policy) and
+    no ignored settings (its build would warn of them again); else None."""
+    if (not _SHARE_BUILT or built is None or built.codec_cost != 0.0 or built.needs_plan
+            or built.ignored):
+        return None
+    return built
 
 
 def _strategy(sc):
