@@ -70,7 +70,7 @@ from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
 from .overlap import (UpperEnvelope, _envelopes, _lines_shared, _lines_stacked, _with_fixed,
                       overlap_lines)
 from .sharding import (resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets,
-                       zero3_envelope)
+                       zero3_envelopes)
 from .checkpointing import with_recompute
 from .offload import with_offload
 from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_sequence_parallel, dp_options,
@@ -161,6 +161,14 @@ _ENVELOPES: "OrderedDict" = OrderedDict()  # their envelopes alone (Scenario.cor
 
 
 _FLOATS = (float, np.float64)
+
+
+def _keep_envelope(sk, sc, got):
+    """Keep ``got`` (:func:`~scalemodel.sharding.zero3_envelope`'s answer) for the
+    schedule key ``sk`` of scenario ``sc`` in :data:`_ENVELOPES` [-]."""
+    _ENVELOPES[sk] = (sc.profile, sc.fusion, got)
+    while len(_ENVELOPES) > SCENARIO_CACHE_SIZE:
+        _ENVELOPES.popitem(last=False)
 
 
 def _build_key(cluster):
@@ -989,9 +997,7 @@ class Scenario:
         custom = gradient_scale is not None or gradient_overhead is not None or alpha_counts
         key = ("schedule", n, compressed)
         if custom or key not in self._cache:
-            cl = self.cluster
-            numbers = (self.slowdown(n), 0.0 if cl is None else cl.collective_overhead,
-                       0.0 if cl is None else cl.sync_overhead, self.bucket_overhead(n))
+            numbers = self._schedule_numbers(n)
             if custom:
                 return self._sharded_schedule(n, compressed, numbers, gradient_scale,
                                               gradient_overhead, alpha_counts)
@@ -1005,39 +1011,75 @@ class Scenario:
         inverts it: under ``zero3`` / ``hybrid_shard``, when the schedule is not made
         already, :func:`~scalemodel.sharding.zero3_envelope` (the same function to
         rounding, without the parts of each line that only a breakdown reads; kept, and
-        the wire map with it); the envelope of :meth:`lines` otherwise [-]."""
+        the wire map with it), made for every corner of the fitted cluster at once when
+        the first of them asks (:func:`~scalemodel.sharding.zero3_envelopes`); the
+        envelope of :meth:`lines` otherwise [-]."""
         n = int(n)
         compressed = bool(compressed) and self.codec_cost > 0
         if (self.sharding is None or not self.sharding.full_shard
                 or hasattr(self.fusion, "buckets") or ("schedule", n, compressed) in self._cache):
             return self.lines(n, compressed)[1]
-        cl = self.cluster
-        numbers = (self.slowdown(n), 0.0 if cl is None else cl.collective_overhead,
-                   0.0 if cl is None else cl.sync_overhead, self.bucket_overhead(n))
+        numbers = self._schedule_numbers(n)
         sk = self._schedule_key(n, compressed, numbers)
         if sk is None:
             return self.lines(n, compressed)[1]
-        for shared in (_SCHEDULES, _ENVELOPES):  # a sibling's with equal numbers
+        got = self._shared_envelope(sk)
+        if got is None and self._prime_corner_envelopes(n, compressed):
+            got = self._shared_envelope(sk)
+        if got is None:  # not a corner, or not primed: alone
+            got = zero3_envelopes(self.profile, n, [numbers], sharding=self.sharding,
+                                  wrap=self.fusion, algorithm=self.algorithm,
+                                  options=self.options, codec_cost=self.codec_cost,
+                                  compressed=compressed)[0]
+            if got is None:
+                return self.lines(n, compressed)[1]
+            _keep_envelope(sk, self, got)
+        self._wire.setdefault(n, got[1])
+        return got[0]
+
+    def _schedule_numbers(self, n):
+        """What :meth:`schedule` takes from the cluster for ``n`` workers: the slowdown
+        [-], the collectives' and the iteration's fixed costs [s], the per-unit hook [s]."""
+        cl = self.cluster
+        return (self.slowdown(n), 0.0 if cl is None else cl.collective_overhead,
+                0.0 if cl is None else cl.sync_overhead, self.bucket_overhead(n))
+
+    def _shared_envelope(self, sk):
+        """``(envelope, wire map)`` of the schedule of key ``sk`` (:meth:`_schedule_key`)
+        made already, whole or alone, for this profile and fusion; None otherwise [-]."""
+        for shared in (_SCHEDULES, _ENVELOPES):
             hit = shared.get(sk)
             if hit is not None and hit[0] is self.profile and hit[1] is self.fusion:
                 shared.move_to_end(sk)
-                got = ((hit[2].envelope, hit[2].xmap) if shared is _SCHEDULES
-                       else hit[2])
-                break
-        else:
-            sigma, c0, sync, cb = numbers
-            got = zero3_envelope(
-                self.profile, n, sharding=self.sharding, wrap=self.fusion,
-                algorithm=self.algorithm, options=self.options, slowdown=sigma,
-                collective_overhead=c0, sync_overhead=sync, codec_cost=self.codec_cost,
-                compressed=compressed, bucket_overhead=cb)
-            if got is None:
-                return self.lines(n, compressed)[1]
-            _ENVELOPES[sk] = (self.profile, self.fusion, got)
-            while len(_ENVELOPES) > SCENARIO_CACHE_SIZE:
-                _ENVELOPES.popitem(last=False)
-        self._wire.setdefault(n, got[1])
-        return got[0]
+                return (hit[2].envelope, hit[2].xmap) if shared is _SCHEDULES else hit[2]
+        return None
+
+    def _prime_corner_envelopes(self, n, compressed):
+        """The envelopes alone of every corner scenario of this one's root
+        (:func:`_corner_siblings`) not made already, in one
+        :func:`~scalemodel.sharding.zero3_envelopes` call, kept in :data:`_ENVELOPES`;
+        once per root and ``(n, compressed)``. Whether this scenario is such a corner [-]."""
+        root = self._cache.get(("root",))
+        near = None if root is None else root._cache.get(("siblings",))
+        if near is None or near.get(id(self.cluster)) is not self:
+            return False
+        if root._cache.setdefault(("envelopes primed", n, compressed), False):
+            return True
+        root._cache[("envelopes primed", n, compressed)] = True
+        todo = {}
+        for s in near.values():
+            numbers = s._schedule_numbers(n)
+            sk = s._schedule_key(n, compressed, numbers)
+            if sk is not None and sk not in todo and s._shared_envelope(sk) is None:
+                todo[sk] = numbers
+        made = zero3_envelopes(root.profile, n, list(todo.values()), sharding=root.sharding,
+                               wrap=root.fusion, algorithm=root.algorithm,
+                               options=root.options, codec_cost=root.codec_cost,
+                               compressed=compressed)
+        for sk, got in zip(todo, made):
+            if got is not None:
+                _keep_envelope(sk, root, got)
+        return True
 
     def _sharded_schedule(self, n, compressed, numbers, gradient_scale=None,
                           gradient_overhead=None, alpha_counts=False):

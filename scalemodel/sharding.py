@@ -189,6 +189,7 @@ from .topology import HIERARCHICAL_GPUS_PER_NODE
 
 __all__ = ["Sharding", "SizeWrap", "ShardUnits", "ShardedSchedule", "resolve_sharding",
            "resolve_wrap", "shard_units", "unit_buckets", "sharded_schedule", "zero3_envelope",
+           "zero3_envelopes",
            "sum_of_maxima", "SHARDING_STRATEGIES",
            "broadcast_owners", "nccl_ring_channels", "PARAM_RETURNS",
            "NCCL_SIMPLE_STEP_BYTES",
@@ -1593,46 +1594,99 @@ def zero3_envelope(profile, n, *, sharding, wrap, algorithm="ring", options=None
     tuple or None
         ``(UpperEnvelope, wire map)`` [s], [-].
     """
+    numbers = [(slowdown, collective_overhead, sync_overhead, bucket_overhead)]
+    return zero3_envelopes(profile, n, numbers, sharding=sharding, wrap=wrap,
+                           algorithm=algorithm, options=options, codec_cost=codec_cost,
+                           compressed=compressed)[0]
+
+
+def zero3_envelopes(profile, n, numbers, *, sharding, wrap, algorithm="ring", options=None,
+                    codec_cost=0.0, compressed=False):
+    """:func:`zero3_envelope` for several corners at once, in one vectorized pass per
+    fixed cost of the collectives (which enters every collective's time).
+
+    Parameters
+    ----------
+    profile, n, sharding, wrap, algorithm, options, codec_cost, compressed
+        As in :func:`zero3_envelope` [-].
+    numbers : sequence of tuple
+        ``(slowdown, collective_overhead, sync_overhead, bucket_overhead)`` of each
+        corner [-], [s], [s], [s].
+
+    Returns
+    -------
+    list
+        :func:`zero3_envelope`'s answer for each corner, in order (None for all when the
+        schedule is not a full shard) [-].
+    """
     if not sharding.full_shard:
-        return None
-    n, options, lay, ch = _channel_of(profile, n, sharding, algorithm, options,
-                                      collective_overhead, codec_cost, compressed)
-    elem, pb, rb = sharding.element_bytes(profile)
-    fc = _shared_full_shard_comm(
-        _comm_key(profile, n, sharding, wrap, algorithm, options, ch.c0, ch.codec,
-                  sync_overhead, ch), profile, wrap, ch, pb, rb, sync_overhead)
+        return [None] * len(numbers)
+    out = [None] * len(numbers)
+    groups = {}  # the collectives depend on their fixed cost alone (the sync: one line)
+    for i, (_, c0, _, _) in enumerate(numbers):
+        groups.setdefault((float(c0), math.copysign(1.0, float(c0))), []).append(i)
+    for (c0, _), rows in groups.items():
+        n_, options_, lay, ch = _channel_of(profile, n, sharding, algorithm, options, c0,
+                                            codec_cost, compressed)
+        elem, pb, rb = sharding.element_bytes(profile)
+        fc = _shared_full_shard_comm(
+            _comm_key(profile, n_, sharding, wrap, algorithm, options_, ch.c0, ch.codec,
+                      0.0, ch), profile, wrap, ch, pb, rb, 0.0)
+        if np.any(fc.comm_lines[3] < 0):  # (no wire bits are negative)
+            continue
+        picked = np.asarray([numbers[i] for i in rows], float)
+        for i, env in zip(rows, _zero3_chains(profile, fc, lay.s, picked[:, 0],
+                                              picked[:, 2], picked[:, 3])):
+            out[i] = (env, fc.xmap)
+    return out
+
+
+def _zero3_chains(profile, fc, s, sigma, sync, cb):
+    """The envelopes of :func:`zero3_envelopes` for the corners of one set of collectives
+    ``fc`` (:class:`_FullShardComm` without a sync cost) and group size ``s``, with their
+    slowdowns ``sigma`` [-], sync costs ``sync`` [s] and hooks ``cb`` [s] (arrays of one
+    value per corner): equation :eq:`zero3` in rows, one per corner [-]."""
     base_c, base_m, tb_c, tb_m = fc.comm_lines
-    if np.any(tb_m < 0):  # (no wire bits are negative; the general form otherwise)
-        return None
-    sigma, cb = float(slowdown), float(bucket_overhead)
     units = fc.units
-    fwd = sigma * units.forward
-    ca = np.concatenate((fwd[:-1], sigma * units.backward[::-1] + cb))
+    K = len(units)
+    compute = np.concatenate((units.forward[:-1], units.backward[::-1]))
+    ca = sigma[:, None] * compute
+    ca[:, K - 1:] += cb[:, None]  # the hook ends each unit's backward
     grows = tb_m > 0
-    dc = tb_c - ca  # the communication line's intercept over the compute's
+    dc = tb_c - ca  # each communication line's intercept over the compute's
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         cross = -dc / np.where(grows, tb_m, 1.0)
     live = grows & (cross > 0) & (cross < np.inf)
-    top = (grows & (cross <= 0)) | (~grows & (dc > 0))  # on top from x = 0
-    c0 = base_c + fwd[-1] + ca.sum() + dc[top].sum()
-    m0 = base_m + tb_m[grows & (cross <= 0)].sum()
-    at = np.flatnonzero(live)
-    order = at[np.argsort(cross[at], kind="stable")]
-    intercept, slope = np.empty(len(order) + 2), np.empty(len(order) + 2)
-    intercept[1], slope[1] = c0, m0
-    np.cumsum(dc[order], out=intercept[2:])
-    np.cumsum(tb_m[order], out=slope[2:])
-    intercept[2:] += c0
-    slope[2:] += m0
+    rising = grows & (cross <= 0)  # the communication on top from x = 0
+    top = rising | (~grows & (dc > 0))
+    c0 = (base_c + sync + sigma * units.forward[-1] + ca.sum(axis=1)
+          + np.where(top, dc, 0.0).sum(axis=1))
+    m0 = base_m + np.where(rising, tb_m, 0.0).sum(axis=1)
+    order = np.argsort(np.where(live, cross, np.inf), axis=1, kind="stable")
+    count = live.sum(axis=1)
+    step_c = np.cumsum(np.take_along_axis(dc, order, axis=1), axis=1)
+    step_m = np.cumsum(np.take_along_axis(np.broadcast_to(tb_m, dc.shape), order, axis=1),
+                       axis=1)
+    breaks = np.take_along_axis(cross, order, axis=1)
     acc = profile.grad_accum  # every micro-batch gathers and reduce-scatters again
-    if acc > 1:
-        intercept[1:] *= acc
-        slope[1:] *= acc
     f = sigma * profile.forward_time
-    intercept[0] = acc * (f + sigma * profile.backward_time) + acc * len(units) * cb
-    slope[0] = 0.0
-    intercept += profile.update_time / lay.s - profile.update_time - f
-    return UpperEnvelope.of_convex(intercept, slope, cross[order]), fc.xmap
+    floor = acc * (f + sigma * profile.backward_time) + acc * K * cb
+    offset = profile.update_time / s - profile.update_time - f
+    envs = []
+    for r in range(len(sigma)):
+        L = int(count[r])
+        intercept = np.empty(L + 2)
+        slope = np.empty(L + 2)
+        intercept[1], slope[1] = c0[r], m0[r]
+        intercept[2:] = step_c[r, :L] + c0[r]
+        slope[2:] = step_m[r, :L] + m0[r]
+        if acc > 1:
+            intercept[1:] *= acc
+            slope[1:] *= acc
+        intercept[0], slope[0] = floor[r], 0.0
+        intercept += offset[r]
+        envs.append(UpperEnvelope.of_convex(intercept, slope, breaks[r, :L]))
+    return envs
 
 
 def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,

@@ -11,7 +11,8 @@ import pytest
 
 import scalemodel as sm
 from scalemodel.model import Scenario, clear_caches
-from scalemodel.sharding import zero3_envelope
+from scalemodel import model as model_mod
+from scalemodel.sharding import zero3_envelope, zero3_envelopes
 
 XS = np.concatenate(([0.0], np.logspace(-14, -7, 50)))
 
@@ -65,6 +66,22 @@ def test_with_accumulation_and_a_codec_cost():
         _assert_same_function(env, ref.envelope)
 
 
+def test_several_corners_at_once_are_each_alone():
+    """zero3_envelopes: corners of several fixed costs per collective (one pass each)
+    and of equal numbers, in order, each the envelope made for it alone."""
+    clear_caches()
+    sc = Scenario.build("llama-2-7b", sharding="zero3", gpus_per_node=8)
+    numbers = NUMBERS + [NUMBERS[1], (1.05, 2e-4, 0.0, 1e-3), (1.0, 0.0, 0.005, 0.0)]
+    got = zero3_envelopes(sc.profile, 64, numbers, sharding=sc.sharding, wrap=sc.fusion,
+                          algorithm=sc.algorithm, options=sc.options)
+    assert len(got) == len(numbers)
+    for (env, xmap), nb in zip(got, numbers):
+        alone, xmap_alone = _envelope_of(sc, 64, nb)
+        _assert_same_function(env, alone)
+        _assert_same_function(env, sc._sharded_schedule(64, False, nb).envelope)
+        assert xmap == xmap_alone
+
+
 def test_none_where_the_schedule_is_not_a_full_shard():
     clear_caches()
     for strategy in ("zero1", "zero2"):
@@ -102,15 +119,19 @@ def _alone(cl):
 def test_intervals_are_each_corner_answered_alone(model, bw, monkeypatch):
     """iteration_time's, min_compression's and required_bandwidth's intervals on a
     ZeRO-3 fit equal (to rounding) the ends of each corner's whole answer from nothing;
-    and the corners made no schedule of their own (only the envelope alone)."""
+    and the corners made no schedule of their own (only the envelopes alone, all in one
+    call)."""
     cl = _sharded_fit()
-    made = []
+    made, batches = [], []
     orig = Scenario._sharded_schedule
     monkeypatch.setattr(Scenario, "_sharded_schedule",
                         lambda self, *a, **k: made.append(1) or orig(self, *a, **k))
+    monkeypatch.setattr(model_mod, "zero3_envelopes", lambda *a, **k: batches.append(
+        len(a[2])) or zero3_envelopes(*a, **k))
     clear_caches()
     it = sm.iteration_time(model, 64, bw, cluster=cl)
     assert len(made) == 1  # the best explanation's, for its breakdown
+    assert len(batches) == 1 and batches[0] > 4  # every corner's envelope in one call
     clear_caches()
     mc = sm.min_compression(model, bw, n=64, target=0.9, cluster=cl)
     clear_caches()
