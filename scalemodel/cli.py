@@ -353,13 +353,16 @@ def _algorithm_options(p, *, fit=False):
                         "per message; nccl-2.4 ... nccl-2.7 for older releases) [-] "
                         + ("(default ring)" if fit else "(default: the one the --cluster "
                            "was fitted under, else ring)"))
-    p.add_argument("--fusion", default="ddp" if fit else None,
+    p.add_argument("--fusion", default=None,
                    help="gradient bucketing: ddp (PyTorch DDP buckets), horovod, none (per "
                         "tensor, WFBP), bsp (all after backward) or mg-wfbp"
                         + ("" if fit else "; with --sharding the wrapping: block (one unit "
                            "per transformer block, FSDP), module (per submodule, DeepSpeed "
                            "ZeRO-3) or none (per tensor)")
-                        + " [-] (default " + ("ddp)" if fit else "the one the --cluster was "
+                        + " [-] (default " + ("ddp; for sharded runs the strategy's "
+                                              "wrapping: block where the model has numbered "
+                                              "blocks, else none)" if fit
+                                              else "the one the --cluster was "
                                               "fitted under, else ddp; block with "
                                               "--sharding)"))
 
@@ -990,7 +993,8 @@ def cmd_fit(args):
     notes = [str(w.message) for w in caught if issubclass(w.category, CalibrationWarning)]
     if not fit.cluster.fit_settings:  # the file records what it was fitted under
         fit = attrs.evolve(fit, cluster=attrs.evolve(fit.cluster, fit_settings={
-            "algorithm": str(args.algorithm), "fusion": str(args.fusion)}))
+            "algorithm": str(args.algorithm),
+            **({} if args.fusion is None else {"fusion": str(args.fusion)})}))
     if args.out:
         try:
             fit.save(args.out)

@@ -264,7 +264,7 @@ class _Default(int):
 _GPUS_PER_NODE = _Default(8)
 
 
-def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion="ddp",
+def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=None,
                 gpus_per_node=_GPUS_PER_NODE, nics_per_node=None, intra_bw=None,
                 intra_alpha=None, ps_servers=None, cluster=None, fit=None, hold=None,
                 confidence=0.95, max_free=None, name="fitted", allow_folder=None,
@@ -291,8 +291,11 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         the prior's central ``confidence`` range as its interval (status ``"prior"``) [-].
     algorithm : str
         Collective of the runs that do not name one [-].
-    fusion : str or fusion policy
-        Fusion of the runs that do not name one [-].
+    fusion : str, fusion policy or None
+        Fusion of the runs that do not name one; None (the default): ``"ddp"`` for
+        unsharded runs, and for sharded runs the strategy's default wrapping
+        (:func:`~scalemodel.sharding.resolve_wrap`: ``"block"`` where the profile's
+        tensors have numbered blocks, else ``"none"``), as every question takes it [-].
     gpus_per_node : int or None
         GPUs per node of the cluster (its topology; ``None``: every worker its own link);
         default 8, or the starting ``cluster``'s (the transport's) when it has a topology
@@ -377,7 +380,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     alternatives = _alternatives(problem, solutions, confidence)
     residuals = _residuals(problem, best.values, [
         s.values for s in solutions if s.score <= best.score + ALTERNATIVE_SCORE])
-    fit_settings = _fit_settings(runs, algorithm, fusion, source)
+    fit_settings = _fit_settings(runs, algorithm, _recorded_fusion(runs, fusion), source)
     fitted = _fitted_cluster(problem, best, params, alternatives, fit_settings)
     notes = _what_tells_them_apart(problem, fitted, runs, settings)
     notes = list(notes) + _efficiency_notes(fitted)
@@ -870,6 +873,20 @@ def _sharding_text(sharding):
     if isinstance(sharding, Sharding):
         return sharding.spec()
     return str(sharding or "none")
+
+
+def _recorded_fusion(runs, fusion):
+    """The fusion a fitted cluster records (:func:`_fit_settings`): the one given, or by
+    default ``"ddp"`` when no run is sharded (what the runs were then fitted under);
+    None (nothing recorded) for sharded runs under their default wrapping, which every
+    question makes again for its own profile [-]."""
+    if fusion is not None:
+        return fusion
+    from .sharding import resolve_sharding
+
+    if any(resolve_sharding(getattr(r, "sharding", None) or "none").sharded for r in runs):
+        return None
+    return "ddp"
 
 
 def _fit_settings(runs, algorithm, fusion, source):
