@@ -131,6 +131,7 @@ import functools
 import weakref
 import math
 import types
+import typing
 import warnings
 
 import attrs
@@ -777,7 +778,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
                              _check_n(n, strat), strat, spec, optimizer, param_dtype,
                              grad_dtype, checkpointing, gpus_per_node, bucket, off,
                              host_memory, _check_shard_group(shard_group, strat, ns), m,
-                             view, kind, _check_accounting(acc, strat, off), acts)
+                             view, kind, _check_accounting(acc, strat, off), acts, True)
 
         est = attrs.evolve(est, suggestions=_suggestions(
             est, ck, estimate, 1 if mp is None else mp.tp, gpus_per_node or 8))
@@ -801,9 +802,10 @@ def _dtypes(cfg, prof_elem, param_dtype, grad_dtype):
 def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_dtype,
               grad_dtype, ck, gpus_per_node, bucket, mode, host_memory, shard_group=None,
               mp=None, view=("allocated", 0.0), loss="unfused", accounting="zero",
-              acts=None):
+              acts=None, lean=False):
     """The estimate, once every argument is checked; ``acts``: a dict of the activation
-    bytes already computed in this call (the suggestions' estimates share them), or None."""
+    bytes already computed in this call (the suggestions' estimates share them), or None;
+    ``lean``: only ``(per_gpu, fits)`` (:class:`_Fit`), what a suggestion reads."""
     states = OPTIMIZER_STATES[optimizer.strip().lower()]
     if acts is not None and all(d is None or type(d) is str for d in (param_dtype, grad_dtype)):
         key = ("dtypes", param_dtype, grad_dtype)  # the same call's: the same config
@@ -865,10 +867,12 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
     def out(x):
         return None if x is None else (float(x) if scalar else x)
 
-    parts = {"parameters": out(params), "gradients": out(grads), "optimizer": out(optim),
-             "activations": out(activations), "buffers": out(buffers)}
     counted = reserved if view[0] == "reserved" else total
     fits = counted <= spec.hbm_bytes
+    if lean:
+        return _Fit(out(counted), bool(fits) if scalar else fits)
+    parts = {"parameters": out(params), "gradients": out(grads), "optimizer": out(optim),
+             "activations": out(activations), "buffers": out(buffers)}
     settings = _settings(strategy, shard_group, mp, ck, loss, mode, optimizer, accounting,
                          pd, gd, cfg, spec, view)
     return MemoryEstimate(per_gpu=out(counted), parts=types.MappingProxyType(parts),
@@ -880,6 +884,14 @@ def _estimate(cfg, psi, prof_elem, label, ns, strategy, spec, optimizer, param_d
                           reserved_per_gpu=out(reserved),
                           overheads=types.MappingProxyType(
                               {k: out(v) for k, v in overheads.items()}))
+
+
+class _Fit(typing.NamedTuple):
+    """What a suggestion reads of an estimate (:func:`_suggestions`): ``per_gpu``
+    [bytes] and ``fits``, as :class:`MemoryEstimate` has them."""
+
+    per_gpu: object
+    fits: object
 
 
 def _settings(strategy, shard_group, mp, ck, loss, mode, optimizer, accounting, pd, gd,

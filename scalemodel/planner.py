@@ -312,20 +312,16 @@ def _elements(sc):
 
 
 def _raw_cost(sc, n):
-    """The uncompressed all-reduce of every bucket (per scenario and ``n``); on a cluster
-    shared with the scenarios of the same buckets and collectives (its corners and
-    alternatives: ``model._shared_cost``)."""
+    """The uncompressed all-reduce of every bucket (per scenario and ``n``), shared with
+    the scenarios of the same buckets and collectives (``model._shared_cost``: a fitted
+    cluster's corners and alternatives, and the scenario's own lines, which the plan's
+    ideal compression reads)."""
     key = ("raw-cost", int(n))
     if key not in sc._cache:
-        if sc.cluster is not None:
-            from . import model
+        from . import model
 
-            sc._cache[key] = model._shared_cost(sc.algorithm, sc.buckets.nbytes, n,
-                                                sc.profile.reduction, sc.options)
-        else:
-            sc._cache[key] = collective_cost(sc.algorithm, sc.buckets.nbytes, n,
-                                             reduction=sc.profile.reduction,
-                                             options=sc.options)
+        sc._cache[key] = model._shared_cost(sc.algorithm, sc.buckets.nbytes, n,
+                                            sc.profile.reduction, sc.options)
     return sc._cache[key]
 
 
@@ -946,6 +942,9 @@ def _x_eff(ev, x):
     k1, k2 = ev.xmap
     if k2 == 0.0:
         return x
+    if type(x) is float and 0.0 <= x < 1e200 and 0.0 <= k1 < 1e100:
+        xe = k1 * x  # one point: numpy's maximum in Python floats (no overflow, no 0 inf)
+        return xe if xe >= k2 or xe != xe else k2
     return np.maximum(k1 * np.asarray(x, float), k2)
 
 

@@ -88,7 +88,8 @@ def test_suggestions_equal_those_without_the_shared_work(model, n, gpu, kw, monk
 
     estimate = mem._estimate
     monkeypatch.setattr(mem, "_model_parallel_checker", general)
-    monkeypatch.setattr(mem, "_estimate", lambda *a: estimate(*a[:20]))  # acts=None
+    # acts=None, lean=False: every estimate whole, afresh
+    monkeypatch.setattr(mem, "_estimate", lambda *a: estimate(*a[:20]))
     clear_caches()
     slow = sm.memory(model, n, gpu=gpu, **kw)
     assert repr(slow) == repr(fast)
@@ -226,3 +227,45 @@ def test_a_plan_with_an_ignored_setting_warns_as_the_general_one(kw, monkeypatch
     fast = count()
     monkeypatch.setattr(pl, "_SHARE_BUILT", False)
     assert count() == fast and fast[0] >= 2
+
+
+def test_the_slowest_links_time_per_bit_of_one_point_is_numpys_maximum():
+    """``_x_eff`` of a Python float (without numpy) equals numpy's maximum of the two
+    terms, and is a float; a point it does not cover (a nan, an infinity, a negative) is
+    numpy's, its warnings included."""
+    rng = np.random.default_rng(7)
+    specials = [0.0, 1e-300, np.inf, np.nan, 5e-12]
+    for k1 in [1.0, 0.0, 0.5, *rng.uniform(0, 2, 5)]:
+        for k2 in [1e-12, 3e-11, *rng.uniform(1e-13, 1e-10, 5)]:
+            ev = pl._Evaluated(lines=None, n_collectives=0, collective="ring",
+                               xmap=(float(k1), float(k2)))
+            for x in [*specials, *rng.uniform(0, 1e-10, 10)]:
+                x = float(x)
+                with np.errstate(all="ignore"):
+                    got, want = pl._x_eff(ev, x), np.maximum(k1 * np.asarray(x, float), k2)
+                assert type(got) is (float if 0 <= x < np.inf else np.float64)
+                assert got == want or (np.isnan(got) and np.isnan(want))
+    ev = pl._Evaluated(lines=None, n_collectives=0, collective="ring", xmap=(0.0, 1e-11))
+    with pytest.raises(RuntimeWarning):  # 0 x inf: numpy's warning, as before
+        pl._x_eff(ev, np.inf)
+    arr = np.array([1e-12, 1e-10])  # arrays: numpy's, as before
+    ev = pl._Evaluated(lines=None, n_collectives=0, collective="ring", xmap=(1.0, 5e-11))
+    assert np.array_equal(pl._x_eff(ev, arr), np.maximum(arr, 5e-11))
+
+
+@pytest.mark.parametrize("model, kw", [("llama-2-13b", dict(tp=2, gpus_per_node=8)),
+                                       ("bert", dict()), ("resnet50", dict(alpha=1e-5))])
+def test_the_planners_uncompressed_cost_is_the_collectives(model, kw):
+    """``_raw_cost``, now shared with the scenario's own lines, is
+    :func:`~scalemodel.collectives.collective_cost` of the buckets, field for field."""
+    from scalemodel.collectives import collective_cost
+
+    clear_caches()
+    sc = Scenario.build(model, **kw)
+    for n in (2, 16, 128):
+        got = pl._raw_cost(sc, n)
+        want = collective_cost(sc.algorithm, sc.buckets.nbytes, n,
+                               reduction=sc.profile.reduction, options=sc.options)
+        for field in ("latency", "overhead", "bits", "intra_bits", "intra_bw"):
+            assert np.array_equal(getattr(got, field), getattr(want, field)), field
+        assert sc.lines(n)[0] is not None  # (the scenario's lines find it in the cache)
