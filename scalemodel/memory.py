@@ -1015,8 +1015,9 @@ def _activation_total(cfg, ck, mp, loss, phases, acts=None):
     :func:`model_parallel_activations` with ``mp``), looked up in ``acts`` (a dict, or
     None) when an earlier estimate of the same call computed them [bytes]."""
     key = (ck, mp, loss, phases)
-    if acts is not None and key in acts:
-        return acts[key]
+    hit = None if acts is None else acts.get(key)
+    if hit is not None:
+        return hit
     act = (activation_bytes(cfg, ck, loss=loss, phases=phases) if mp is None
            else model_parallel_activations(cfg, ck, mp, loss))
     if acts is not None:
