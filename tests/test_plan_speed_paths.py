@@ -181,6 +181,24 @@ def _plan_fields(plan):
     return repr(plan), str(plan), plan.ideal_ratio, plan.message
 
 
+def _cluster(intervals):
+    """A calibrated cluster (slowdown, fixed costs, a ceiling), with or without intervals
+    (without: the plan's scenario is shared; with: min_compression over the corners)."""
+    base = sm.ClusterProfile(name="c", topology=sm.Topology(gpus_per_node=8), ceiling=21e9,
+                             compute_slowdown=1.05, sync_overhead=1e-4,
+                             collective_overhead=1e-5, bucket_overhead=2e-6)
+    if not intervals:
+        return base
+    return attrs.evolve(base, intervals={"ceiling": (18e9, 23e9),
+                                         "compute_slowdown": (1.1, 1.18)})
+
+
+_PLAN_CASES += [(("bert", 10e9), dict(n=64, cluster=_cluster(False))),
+                (("llama-2-13b", 25e9), dict(n=64, cluster=_cluster(False))),
+                (("resnet50", 10e9), dict(n=32, target=0.999, cluster=_cluster(False))),
+                (("bert", 10e9), dict(n=64, cluster=_cluster(True)))]
+
+
 @pytest.mark.parametrize("args, kw", _PLAN_CASES)
 def test_plan_with_the_ideal_on_its_own_scenario_equals_the_general_one(args, kw,
                                                                        monkeypatch):
