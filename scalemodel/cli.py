@@ -1126,20 +1126,22 @@ def _model_warnings_to_stderr():
 
     from .exceptions import ModelWarning
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ModelWarning)
-        try:
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ModelWarning)
             yield
-        finally:
-            seen = set()
-            for w in caught:
-                if issubclass(w.category, ModelWarning):
-                    text = str(w.message)
-                    if text not in seen:
-                        seen.add(text)
-                        print(f"scalemodel: warning: {text}", file=sys.stderr)
-                else:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    finally:
+        # after the recording ends: a warning passed on inside it was recorded again,
+        # and passed on again, forever
+        seen = set()
+        for w in caught:
+            if issubclass(w.category, ModelWarning):
+                text = str(w.message)
+                if text not in seen:
+                    seen.add(text)
+                    print(f"scalemodel: warning: {text}", file=sys.stderr)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def main(argv=None):

@@ -177,3 +177,20 @@ def test_transport_fitted_with_other_nics_per_node_is_an_error_naming_both():
     msg = str(err.value)
     assert err.value.parameter == "transport"
     assert "1 NIC(s) per node" in msg and "nics_per_node=2" in msg
+
+
+def test_cli_passes_on_a_foreign_warning_once_and_ends(tmp_path):
+    """The CLI re-emitted each warning that is not a ModelWarning while it was still
+    recording warnings: the warning was recorded again and re-emitted forever (scalemodel
+    scaling --compression 1e308, whose overflow RuntimeWarning it caught, never ended)."""
+    import subprocess
+    import sys
+    code = ("import warnings, scalemodel.cli as c\n"
+            "c._resolve = lambda args: warnings.warn('a foreign warning', UserWarning)\n"
+            "raise SystemExit(c.main(['profiles']))\n")
+    done = subprocess.run([sys.executable, "-W", "always::UserWarning", "-c", code],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={**__import__("os").environ,
+                               "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("UserWarning: a foreign warning") == 1
