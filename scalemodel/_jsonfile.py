@@ -73,6 +73,9 @@ def read_text_file(path, *, what: str, max_bytes: int = MAX_BYTES) -> str:
 
 
 def _read_bytes(source, fail, max_bytes):
+    if "\x00" in os.fsdecode(source):  # os.open would raise a bare ValueError
+        raise fail("<file>", "cannot be opened: the path contains a NUL byte (\\x00), which "
+                   "no file name can hold")
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; checked just below
         fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)

@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 
 from ._jsonfile import read_json_file
-from .exceptions import ParameterTypeError, UnknownNameError
+from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
 from .profile_format import (_CACHE, FORMAT, FORMAT_VERSION, MAX_GRADIENT_BYTES,  # noqa: F401
                              MAX_TIME, MIN_SCALED_TIME, WorkloadProfile, _builtin_names,
                              _data_dir, _parse, _reduction_from, load_builtin)
@@ -227,8 +227,12 @@ def output_problem(path):
 
 
 def _check_destination(path):
-    """Refuse a destination that is a folder or another non-regular file."""
+    """Refuse a destination that is a folder or another non-regular file, or a path no
+    file can have (a NUL byte: os.stat would raise a bare ValueError)."""
     import errno
+    if "\x00" in os.fsdecode(path):
+        raise InvalidParameterError("path", os.fspath(path), "contains a NUL byte (\\x00), "
+                                    "which no file name can hold")
     try:
         st = os.stat(path)
     except OSError:

@@ -389,6 +389,9 @@ def _confined(i, model, where):
     from .profiles import ALIASES, list_profiles
 
     text = os.fspath(model)
+    if "\x00" in text:  # os.path.realpath would raise a bare ValueError
+        raise InvalidParameterError(f"runs[{i}].model", text, "contains a NUL byte (\\x00): "
+                                    "it is neither a built-in name nor a file name")
     rel = Path(text)
     candidate = rel if rel.is_absolute() else where.base / rel
     if not os.path.lexists(candidate) and not isinstance(model, os.PathLike) \

@@ -194,3 +194,23 @@ def test_cli_passes_on_a_foreign_warning_once_and_ends(tmp_path):
                                "PYTHONPATH": str(Path(__file__).parents[1])})
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("UserWarning: a foreign warning") == 1
+
+
+def test_a_nul_byte_in_a_path_is_a_documented_error(tmp_path):
+    """A path with a NUL byte ended in a bare ValueError ('embedded null byte') from
+    os.open / os.stat / os.path.realpath: reading an nccl-tests log or a trace, saving a
+    profile, and a runs CSV whose model cell holds one."""
+    from scalemodel.calibrate import read_trace
+    from scalemodel.calibrate.nccl_tests import read_nccl_tests
+    from scalemodel.exceptions import ProfileFormatError
+    for read in (read_nccl_tests, read_trace):
+        with pytest.raises(ProfileFormatError, match="NUL byte"):
+            read(str(tmp_path / "log\x00.txt"))
+    with pytest.raises(InvalidParameterError, match="NUL byte") as err:
+        sm.save_profile(sm.load_profile("resnet50"), str(tmp_path / "p\x00.json"))
+    assert err.value.parameter == "path"
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,n,bw,scaling_factor\nresnet50\x00,16,10Gbps,0.5\n")
+    with pytest.raises(InvalidParameterError, match="NUL byte") as err:
+        sm.fit_cluster(str(runs))
+    assert err.value.parameter == "runs[0].model"

@@ -70,6 +70,9 @@ _YAJL_KIND = re.compile(r"(lexical|parse) error: ([A-Za-z0-9 ]{1,60})")
 def _open_regular(source):
     """(binary stream, raw file) of a regular file, gunzipped when it starts with the gzip
     magic; refuses a FIFO, a device or a folder without waiting on it."""
+    if "\x00" in os.fsdecode(source):  # os.open would raise a bare ValueError
+        raise ProfileFormatError(source, "<file>", "cannot be opened: the path contains a "
+                                 "NUL byte (\\x00), which no file name can hold")
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; refused just below
         fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
