@@ -214,3 +214,30 @@ def test_a_nul_byte_in_a_path_is_a_documented_error(tmp_path):
     with pytest.raises(InvalidParameterError, match="NUL byte") as err:
         sm.fit_cluster(str(runs))
     assert err.value.parameter == "runs[0].model"
+
+
+@pytest.mark.parametrize("old, new, column, shown", [
+    ("  1428.0 ", "  1e309 ", "time", "'1e309'"),
+    ("  1428.0 ", "  nan ", "time", "'nan'"),
+    ("  1428.0 ", "  -5.0 ", "time", "'-5.0'"),
+    ("\n   268435456 ", "\n  -268435456 ", "size", "'-268435456'"),
+    ("\n   268435456 ", "\n 99999999999999999999999999999999 ", "size",
+     "'99999999999999999999999999999999'"),
+])
+def test_nccl_tests_cells_out_of_range_name_the_line(tmp_path, old, new, column, shown):
+    """An nccl-tests row with an infinite, NaN or negative time was left out of the fit
+    without a word, a row with a negative size was skipped as if it were not a row, and a
+    size of 1e32 bytes was fitted (alpha 1e-69 s, 1e27 Gbit/s per NIC)."""
+    from scalemodel.calibrate.nccl_tests import read_nccl_tests
+    from scalemodel.exceptions import ProfileFormatError
+    text = Path(H100_LOG).read_text()
+    assert text.count(old) == 1
+    log = tmp_path / "all_reduce.txt"
+    log.write_text(text.replace(old, new))
+    with pytest.raises(ProfileFormatError) as err:
+        read_nccl_tests(log)
+    msg = str(err.value)
+    assert err.value.field == "line 50" and f"column {column!r}" in msg and shown in msg
+    with pytest.raises(ProfileFormatError):
+        sm.fit_cluster([dict(model="bert", n=16, bw=400e9, scaling_factor=0.9)],
+                       transport=str(log))

@@ -46,6 +46,7 @@ Format references: NVIDIA/nccl-tests ``README.md``, ``doc/PERFORMANCE.md`` and
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -274,8 +275,9 @@ def _scan(text, name, collective):
             _read_comment(scan, stripped, name, lineno)
             continue
         tok = line.split()
-        if not tok or not tok[0].isdigit():
-            continue  # NCCL INFO lines, the command echo and the like
+        if not tok or not tok[0].removeprefix("-").isdigit():
+            continue  # NCCL INFO lines, the command echo and the like (a negative size
+            # is a data row, refused by _table_columns)
         if scan.header is None:
             raise ProfileFormatError(name, f"line {lineno}",
                                      "a data row before the column header (# size count "
@@ -310,16 +312,32 @@ def _read_comment(scan, stripped, name, lineno):
                 from None
 
 
-def _cell(tok, i, name, lineno, what):
-    """Cell ``i`` of a row as a number (NaN for N/A); raises naming the line and column."""
+MAX_SIZE = 1e15
+"""Largest message size accepted in a table: a petabyte, far beyond any GPU buffer
+(a bigger one is a corrupt or edited log) [bytes]."""
+
+MAX_TIME_US = 86400e6
+"""Longest time accepted in a table: a day, in nccl-tests' microseconds [us]."""
+
+
+def _cell(tok, i, name, lineno, what, hi=None, unit=""):
+    """Cell ``i`` of a row as a number (NaN for N/A), finite, >= 0 and at most ``hi``;
+    raises naming the line and column (a NaN, infinite or negative number is a corrupt
+    or edited log, never silently left out of the fit)."""
     v = tok[i]
     if v.upper() == "N/A":
         return np.nan
     try:
-        return float(v)
+        x = float(v)
     except ValueError:
         raise ProfileFormatError(name, f"line {lineno}",
                                  f"column {what!r} should be a number, got {v!r}") from None
+    if not (math.isfinite(x) and x >= 0) or (hi is not None and x > hi):
+        limit = "" if hi is None else f" and at most {hi:g}{unit}"
+        raise ProfileFormatError(name, f"line {lineno}",
+                                 f"column {what!r} should be finite, >= 0{limit} (N/A where "
+                                 f"not measured), got {v!r}; is the log corrupt or edited?")
+    return x
 
 
 def _table_columns(header, rows, name):
@@ -336,11 +354,11 @@ def _table_columns(header, rows, name):
                                      f"has {len(tok)} columns; expected at least "
                                      f"{k_out + 2} (size count ... time algbw busbw "
                                      "...); truncated?")
-        size.append(_cell(tok, 0, name, lineno, "size"))
-        t_out.append(_cell(tok, -k_out, name, lineno, "time") * 1e-6)
+        size.append(_cell(tok, 0, name, lineno, "size", MAX_SIZE, " bytes"))
+        t_out.append(_cell(tok, -k_out, name, lineno, "time", MAX_TIME_US, " us") * 1e-6)
         alg.append(_cell(tok, -k_out + 1, name, lineno, "algbw") * 8e9)
         bus.append(_cell(tok, -k_out + 2, name, lineno, "busbw") * 8e9)
-        t_in.append(_cell(tok, -k_in, name, lineno, "time (in-place)") * 1e-6
+        t_in.append(_cell(tok, -k_in, name, lineno, "time (in-place)", MAX_TIME_US, " us") * 1e-6
                     if k_in else np.nan)
     return size, t_out, t_in, alg, bus
 
