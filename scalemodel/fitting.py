@@ -88,7 +88,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import warnings
+from collections.abc import Iterable
 
 import attrs
 import numpy as np
@@ -360,6 +362,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     ('ceiling',)
     """
     _check_keywords(given, confidence, fit, hold, network, transport, cluster)
+    _check_max_free_and_name(max_free, name)
     runs, base, source = _load_and_check(
         runs, cluster=cluster, transport=transport, name=name, algorithm=algorithm,
         fusion=fusion, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
@@ -444,11 +447,17 @@ def _check_keywords(given, confidence, fit, hold, network, transport, cluster):
     if unknown:
         raise InvalidParameterError("fit_cluster", sorted(unknown), "unknown keywords",
                                     f"Parameters: {', '.join(PRIORS)}")
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
+        raise ParameterTypeError("confidence", confidence, "a number in (0, 1)")
     if not 0 < confidence < 1:
         raise InvalidParameterError("confidence", confidence, "must be in (0, 1)")
     for option, names in (("hold", hold), ("fit", fit)):
-        if isinstance(names, str):
+        if isinstance(names, str) or not (names is None or isinstance(names, Iterable)):
             raise ParameterTypeError(option, names, "a list of parameter names")
+        names = None if names is None else list(names)
+        odd = [k for k in names or () if not isinstance(k, str)]
+        if odd:
+            raise ParameterTypeError(option, names, "a list of parameter names (strings)")
         bad = set(names or ()) - set(PRIORS)
         if bad:
             raise InvalidParameterError(option, sorted(bad), "unknown parameters",
@@ -457,6 +466,8 @@ def _check_keywords(given, confidence, fit, hold, network, transport, cluster):
     if both:
         raise InvalidParameterError("hold", sorted(both), "names parameters that fit= "
                                     "asks to fit; give each in one of them")
+    if network is not None and not isinstance(network, str):
+        raise ParameterTypeError("network", network, f"one of {', '.join(NETWORKS)}")
     if network is not None and network not in NETWORKS:
         raise UnknownNameError("network", network, list(NETWORKS))
     if transport is not None and cluster is not None:
@@ -467,6 +478,18 @@ def _check_keywords(given, confidence, fit, hold, network, transport, cluster):
         if seen:
             raise InvalidParameterError("fit", sorted(seen), "are fixed by transport=; "
                                         "leave them out, or leave out transport=")
+
+
+def _check_max_free_and_name(max_free, name):
+    """``max_free`` an integer >= 1 (or None), ``name`` a string."""
+    if max_free is not None:
+        if isinstance(max_free, bool) or not isinstance(max_free, numbers.Integral):
+            raise ParameterTypeError("max_free", max_free, "an integer >= 1 (or None)")
+        if max_free < 1:
+            raise InvalidParameterError("max_free", max_free, "must be >= 1 (parameters "
+                                        "fitted at once)", "To fit nothing, pass fit=[]")
+    if not isinstance(name, str):
+        raise ParameterTypeError("name", name, "a string (the fitted cluster's name)")
 
 
 def _too_many(count):

@@ -241,3 +241,29 @@ def test_nccl_tests_cells_out_of_range_name_the_line(tmp_path, old, new, column,
     with pytest.raises(ProfileFormatError):
         sm.fit_cluster([dict(model="bert", n=16, bw=400e9, scaling_factor=0.9)],
                        transport=str(log))
+
+
+_TWO_RUNS = [dict(model="bert", n=16, bw=400e9, scaling_factor=0.9),
+             dict(model="bert", n=64, bw=400e9, scaling_factor=0.85)]
+
+
+@pytest.mark.parametrize("kw, name, exc", [
+    (dict(confidence="0.9"), "confidence", ParameterTypeError),
+    (dict(confidence=None), "confidence", ParameterTypeError),
+    (dict(hold=5), "hold", ParameterTypeError),
+    (dict(fit=[["alpha"]]), "fit", ParameterTypeError),
+    (dict(network=["nccl-ib"]), "network", ParameterTypeError),
+    (dict(max_free=1.5), "max_free", ParameterTypeError),
+    (dict(max_free=-1), "max_free", InvalidParameterError),
+    (dict(max_free=0), "max_free", InvalidParameterError),
+    (dict(name=5), "name", ParameterTypeError),
+    (dict(name=None), "name", ParameterTypeError),
+])
+def test_fit_cluster_options_of_the_wrong_kind_are_named(kw, name, exc):
+    """confidence='0.9' or None, hold=5, fit=[['alpha']], network=[...] and max_free=1.5
+    ended in a bare TypeError; max_free=-1 fitted nothing silently and name=5 / None
+    made a cluster with that name."""
+    with pytest.raises(exc) as err:
+        sm.fit_cluster(_TWO_RUNS, **kw)
+    assert err.value.parameter == name
+    assert f"{name}={next(iter(kw.values()))!r}" in str(err.value)
