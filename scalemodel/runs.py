@@ -531,6 +531,14 @@ def _measured(i, raw, label, profile) -> dict:
                                         "is given together with iteration_time",
                                         "Give one of the two")
         it = _from_tokens(i, raw, label, profile, tps)
+    if sf is not None and it is not None:
+        # the cluster fit would take the scaling factor and the codec fit the time
+        key = "iteration_time" if tps is None else "tokens_per_second_per_gpu"
+        raise InvalidParameterError(f"runs[{i}].scaling_factor", raw.get("scaling_factor"),
+                                    f"is given together with {key}={raw.get(key)!r}: one "
+                                    "of them would be ignored",
+                                    "Give one of the two (an absolute time with "
+                                    "single_worker_time measures the scaling factor too)")
     if sf is None and it is None:
         raise InvalidParameterError(f"runs[{i}]", label, "needs scaling_factor or "
                                     "iteration_time [s] (or tokens_per_second_per_gpu "

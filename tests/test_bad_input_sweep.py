@@ -267,3 +267,22 @@ def test_fit_cluster_options_of_the_wrong_kind_are_named(kw, name, exc):
         sm.fit_cluster(_TWO_RUNS, **kw)
     assert err.value.parameter == name
     assert f"{name}={next(iter(kw.values()))!r}" in str(err.value)
+
+
+@pytest.mark.parametrize("run, other", [
+    (dict(model="bert", n=16, bw=400e9, scaling_factor=0.9, iteration_time=100.0),
+     "iteration_time=100.0"),
+    (dict(model="bert", n=16, bw=400e9, scaling_factor=0.9, iteration_time=1.0,
+          single_worker_time=0.3), "iteration_time=1.0"),
+    (dict(model=LLM, n=16, bw=400e9, scaling_factor=0.9, tokens_per_second_per_gpu=3000),
+     "tokens_per_second_per_gpu=3000"),
+])
+def test_a_run_with_a_scaling_factor_and_a_time_is_refused(run, other):
+    """A run giving scaling_factor and iteration_time (or tokens_per_second_per_gpu) was
+    fitted by its scaling factor alone, the time ignored without a word (the codec fit
+    took the time instead), even when the two contradicted each other."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.fit_cluster([run, dict(model=run["model"], n=64, bw=400e9, scaling_factor=0.8)])
+    msg = str(err.value)
+    assert err.value.parameter == "runs[0].scaling_factor" and "scaling_factor=0.9" in msg
+    assert other in msg
