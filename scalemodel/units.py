@@ -49,13 +49,17 @@ import numpy as np
 from .exceptions import InvalidParameterError, ParameterTypeError
 
 __all__ = ["parse_bandwidth", "format_bandwidth", "parse_duration", "broadcast_shape",
-           "scalar_converter", "MIN_TEXT_BANDWIDTH", "MAX_COUNT"]
+           "scalar_converter", "MIN_TEXT_BANDWIDTH", "MAX_COUNT", "MAX_DURATION"]
 
 MIN_TEXT_BANDWIDTH = 1e6
 """Smallest line rate [bits/s] a string may name (1 Mbit/s); see the module notes."""
 
 MAX_COUNT = 2**31 - 1
 """Largest worker (or node, server) count accepted [-]: counts stay exact integers."""
+
+MAX_DURATION = 86400.0
+"""Longest latency or overhead :func:`parse_duration` accepts: a day [s]. More is a unit
+slip (1e300 s gave iteration times of 1e302 s, and 1e308 s an infinite one)."""
 
 _DECIMAL = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
 _BINARY = {"ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30, "ti": 2.0**40}
@@ -250,7 +254,8 @@ _PER_UNIT = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e3, "us": 1e6, "Âµs": 1e6, "Î
 
 
 def parse_duration(value, parameter: str = "alpha"):
-    """Convert a time to seconds and check it is finite and >= 0.
+    """Convert a time to seconds and check it is finite, >= 0 and at most a day
+    (:data:`MAX_DURATION`).
 
     Parameters
     ----------
@@ -281,8 +286,15 @@ def parse_duration(value, parameter: str = "alpha"):
         seconds = float(m.group("num")) / per
         if not (math.isfinite(seconds) and seconds >= 0):
             raise InvalidParameterError(parameter, value, "must be finite and >= 0 [s]")
-        return seconds
-    return check_nonnegative(value, parameter)
+    else:
+        seconds = check_nonnegative(value, parameter)
+    over = np.asarray(seconds) > MAX_DURATION
+    if over.any():
+        raise InvalidParameterError(parameter, value if np.ndim(seconds) == 0 else
+                                    _first_bad(np.asarray(seconds, float), over),
+                                    f"must be at most {MAX_DURATION:g} s (a day)",
+                                    "A latency or overhead is seconds: write 5e-6 or '5us'")
+    return seconds
 
 
 def scalar_converter(parameter: str, check=None):

@@ -286,3 +286,26 @@ def test_a_run_with_a_scaling_factor_and_a_time_is_refused(run, other):
     msg = str(err.value)
     assert err.value.parameter == "runs[0].scaling_factor" and "scaling_factor=0.9" in msg
     assert other in msg
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(alpha=1e300), "alpha"), (dict(alpha="1e308s"), "alpha"),
+    (dict(gpus_per_node=8, intra_alpha=1e300), "intra_alpha"),
+    (dict(alpha=np.array([1e-6, 1e308])), "alpha"),
+])
+def test_a_latency_beyond_a_day_is_refused(kw, name):
+    """alpha=1e308 s answered an infinite iteration time and a scaling factor of 0 without
+    a word (alpha=1e300 s: 1e302 s per iteration)."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.iteration_time("resnet50", 64, 10e9, **kw)
+    assert err.value.parameter == name and "at most 86400 s" in str(err.value)
+    with pytest.raises(InvalidParameterError, match="alpha=1e\\+300"):
+        sm.ClusterProfile(alpha=1e300)
+
+
+def test_cli_latency_beyond_a_day_is_one_line(capsys):
+    from scalemodel.cli import main
+    assert main(["scaling", "--model", "resnet50", "--n", "64", "--bw", "10Gbps",
+                 "--alpha", "1e300"]) == 2
+    err = capsys.readouterr().err
+    assert "--alpha='1e300' is invalid: must be at most 86400 s" in err and "Traceback" not in err
