@@ -76,12 +76,21 @@ run for hours instead of being refused; the deepest published transformers have 
 1,000 (DeepNet, Wang et al. 2022)."""
 
 
+MAX_DIMENSION = 2**31 - 1
+"""Largest size, head count, sequence length or micro-batch a :class:`TransformerConfig`
+may have [-]: far beyond any model (the widest published are about 10^5); a larger one
+is a typo and ended in an OverflowError, not an answer."""
+
+
 def _int_ge(minimum):
     def check(instance, attribute, value):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise ParameterTypeError(attribute.name, value, f"an integer >= {minimum}")
         if value < minimum:
             raise InvalidParameterError(attribute.name, value, f"must be an integer >= {minimum}")
+        if value > MAX_DIMENSION:  # 10**400 ended in an OverflowError in the FLOP counts
+            raise InvalidParameterError(attribute.name, value,
+                                        f"must be at most {MAX_DIMENSION:,} (2**31 - 1)")
     return check
 
 
@@ -148,8 +157,9 @@ class TransformerConfig:
     Raises
     ------
     InvalidParameterError
-        A size < 1, more than 100,000 layers, heads not dividing hidden, kv_heads not
-        dividing heads, an unknown norm; the message names the parameter and the value.
+        A size < 1 or above 2**31 - 1, more than 100,000 layers, heads not dividing
+        hidden, kv_heads not dividing heads, an unknown norm; the message names the
+        parameter and the value.
     ParameterTypeError
         A size that is not an integer, a flag that is not a bool.
     """

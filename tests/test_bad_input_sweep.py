@@ -309,3 +309,15 @@ def test_cli_latency_beyond_a_day_is_one_line(capsys):
                  "--alpha", "1e300"]) == 2
     err = capsys.readouterr().err
     assert "--alpha='1e300' is invalid: must be at most 86400 s" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("field", ["hidden", "ffn", "vocab", "seq"])
+def test_an_absurd_transformer_width_is_refused_by_name(field):
+    """TransformerConfig(hidden=10**400) was accepted and transformer_profile then ended in
+    a bare OverflowError (int too large to convert to float)."""
+    from scalemodel.workloads import TransformerConfig
+    kw = dict(layers=2, hidden=256, heads=8, ffn=688, vocab=32000, seq=128)
+    kw[field] = 10**400 if field != "hidden" else 8 * 10**400
+    with pytest.raises(InvalidParameterError) as err:
+        TransformerConfig(**kw)
+    assert err.value.parameter == field and "must be at most 2,147,483,647" in str(err.value)
