@@ -321,3 +321,46 @@ def test_an_absurd_transformer_width_is_refused_by_name(field):
     with pytest.raises(InvalidParameterError) as err:
         TransformerConfig(**kw)
     assert err.value.parameter == field and "must be at most 2,147,483,647" in str(err.value)
+
+
+_TRACE = Path(__file__).parent / "data" / "traces" / "ddp_2ranks_allreduce_b.json.gz"
+
+
+def _edited_trace(tmp_path, edit):
+    import gzip
+    import json
+    data = json.loads(gzip.decompress(_TRACE.read_bytes()))
+    edit(data)
+    out = tmp_path / "edited.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+@pytest.mark.parametrize("info, field, shown", [
+    ({"world_size": 10**30, "rank": 0}, "distributedInfo.world_size", str(10**30)),
+    ({"world_size": "2", "rank": 0}, "distributedInfo.world_size", "'2'"),
+    ({"world_size": 2.5, "rank": 0}, "distributedInfo.world_size", "2.5"),
+    ({"world_size": 2, "rank": "0"}, "distributedInfo.rank", "'0'"),
+    ({"world_size": 2, "rank": 7}, "distributedInfo.rank", "7"),
+])
+def test_trace_world_size_and_rank_are_integers(tmp_path, info, field, shown):
+    """A trace's world_size of 10**30 was refused as 'n=10...', a parameter the user never
+    wrote; "2" and 2.5 were read as 2, and a rank "0" or 7 of 2 as an unknown rank."""
+    from scalemodel.calibrate import read_trace
+    from scalemodel.exceptions import ProfileFormatError
+    path = _edited_trace(tmp_path, lambda d: d["distributedInfo"].update(info))
+    with pytest.raises(ProfileFormatError) as err:
+        read_trace(path)
+    assert err.value.field == field and shown in str(err.value)
+
+
+def test_a_trace_step_longer_than_a_day_is_skipped_and_said(tmp_path):
+    """A ProfilerStep of 1e300 us was taken: the step time was 1e294 s."""
+    from scalemodel.calibrate import read_trace
+
+    def edit(d):
+        next(e for e in d["traceEvents"]
+             if str(e.get("name", "")).startswith("ProfilerStep"))["dur"] = 1e300
+    rep = read_trace(_edited_trace(tmp_path, edit))
+    assert rep.step_time == pytest.approx(read_trace(_TRACE).step_time, rel=0.05)
+    assert any("1 event(s)" in n and "over a day" in n for n in rep.notes)

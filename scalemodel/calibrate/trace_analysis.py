@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 
 from ..exceptions import CalibrationError, ProfileFormatError
+from ..units import MAX_COUNT
 from .trace_read import _C_BACKWARD, _C_OPTIM, _C_OTHER, _Collector
 
 __all__ = ["collective_kind", "COLLECTIVE_KINDS"]
@@ -334,7 +335,8 @@ def _analyse(col: _Collector) -> _Rank:
                          phase, op_lane, calls, gradient)
     slowdown = _slowdown(op_start, op_end, op_name, op_step, calls, timeline)
     if col.malformed:
-        notes.append(f"{col.malformed} event(s) with fields of the wrong type were skipped")
+        notes.append(f"{col.malformed} event(s) with fields of the wrong type or out of "
+                     "range (a time that is negative, not finite or over a day) were skipped")
     return _Rank(source=src, rank=rank, world_size=world, backend=backend,
                  nccl_version=None if nccl_version is None else str(nccl_version),
                  pg_config=dist.get("pg_config"), gpus=gpus, timeline=timeline,
@@ -353,16 +355,17 @@ def _job_info(src, meta, undetermined):
                                  "missing: the trace does not say the world size (start "
                                  "torch.distributed before the profiler, and profile a "
                                  "distributed run)")
-    try:
-        world = int(dist["world_size"])
-        if world < 1:
-            raise ValueError
-    except (TypeError, ValueError):
+    world = dist["world_size"]
+    # an integer as Kineto writes it: "2", 2.5 or true were read as 2, 2 and 1, and 10**30
+    # was refused later as n=..., a parameter the user never wrote
+    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= MAX_COUNT:
         raise ProfileFormatError(src, "distributedInfo.world_size",
-                                 f"must be an integer >= 1, got {dist['world_size']!r}") \
-            from None
+                                 f"must be an integer in [1, {MAX_COUNT}], got {world!r}")
     rank = dist.get("rank")
-    rank = int(rank) if isinstance(rank, (int, float)) and not isinstance(rank, bool) else None
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)
+                             or not 0 <= rank < world):
+        raise ProfileFormatError(src, "distributedInfo.rank", f"must be an integer in [0, "
+                                 f"world_size) = [0, {world}), got {rank!r}")
     backend = dist.get("backend")
     nccl_version = dist.get("nccl_version")
     if nccl_version is None and (backend or "").startswith("nccl"):
@@ -375,9 +378,13 @@ def _steps_of(col, src):
     """The ``ProfilerStep#N`` spans, sorted: (spans, starts, ends, numbers); raises when
     the trace has none."""
     if not col.steps:
-        raise CalibrationError(f"{src}: no ProfilerStep#N span: the trace does not mark "
-                               "training iterations; profile with torch.profiler.profile("
-                               "schedule=...) and call prof.step() once per iteration")
+        skipped = (f" ({col.malformed} event(s) with fields of the wrong type or out of "
+                   "range were skipped: a time that is negative, not finite or over a day; "
+                   "is the trace corrupt or edited?)") if col.malformed else ""
+        raise CalibrationError(f"{src}: no ProfilerStep#N span{skipped}: the trace does not "
+                               "mark training iterations; profile with torch.profiler."
+                               "profile(schedule=...) and call prof.step() once per "
+                               "iteration")
     steps = sorted(set(col.steps))
     step_start = np.array([s[0] for s in steps])
     step_end = np.array([s[0] + s[1] for s in steps])

@@ -109,6 +109,9 @@ def _open_regular(source):
     return fh, fh
 
 
+_MAX_DUR = 86400.0
+"""Longest event accepted: a day [s]; a longer one is corrupt and counted malformed."""
+
 _META_KEYS = (b"distributedInfo", b"deviceProperties")
 _KEYS = (b"traceEvents",) + _META_KEYS
 _KEY_LENGTHS = np.array(sorted({len(k) for k in _KEYS}))
@@ -570,8 +573,8 @@ class _Collector:
         except (KeyError, TypeError, ValueError):
             self.malformed += 1
             return
-        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
-            self.malformed += 1
+        if not (math.isfinite(ts) and math.isfinite(dur)) or not 0 <= dur <= _MAX_DUR:
+            self.malformed += 1  # a ProfilerStep of 1e300 us made a step time of 1e294 s
             return
         name = ev.get("name")
         if name.__class__ is not str:
