@@ -669,7 +669,8 @@ def load_runs(runs, *, allow_folder=None) -> list[Run]:
     InvalidParameterError, ParameterTypeError
         A bad run: names ``runs[i].<key>`` and the value.
     ProfileFormatError
-        The CSV is unreadable, or a row has more cells than the header; names the row.
+        The CSV is unreadable, empty, without a header naming model, n or bw, or without
+        rows, or a row has more cells than the header; names the row.
     """
     extra = _allowed_folders(allow_folder)
     if isinstance(runs, (str, os.PathLike)):
@@ -720,8 +721,18 @@ def _read_csv(path) -> list[dict]:
                                  kind="run list") from None
     rows = [(line, r) for line, r in enumerate(rows, 1) if any(c.strip() for c in r)]
     if not rows:
-        return []
+        raise ProfileFormatError(source, "<file>", "is empty: a run list is a header line "
+                                 "(model,n,bw,scaling_factor ...) and one row per run",
+                                 kind="run list")
     header = [c.strip() for c in rows[0][1]]
+    if not {"model", "n", "bw"} & set(header):
+        raise ProfileFormatError(source, "<header>", f"the first line {header!r} names none "
+                                 "of the columns model, n, bw: the header line is missing, "
+                                 "or the cells are not separated by commas (write "
+                                 "model,n,bw,scaling_factor ... first)", kind="run list")
+    if len(rows) == 1:
+        raise ProfileFormatError(source, "<file>", "has a header but no runs: add one row "
+                                 "per measured run", kind="run list")
     seen = set()
     for col in header:
         if col in seen:

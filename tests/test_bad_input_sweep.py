@@ -364,3 +364,28 @@ def test_a_trace_step_longer_than_a_day_is_skipped_and_said(tmp_path):
     rep = read_trace(_edited_trace(tmp_path, edit))
     assert rep.step_time == pytest.approx(read_trace(_TRACE).step_time, rel=0.05)
     assert any("1 event(s)" in n and "over a day" in n for n in rep.notes)
+
+
+@pytest.mark.parametrize("text, field, words", [
+    ("", "<file>", "is empty"),
+    ("\n  \n", "<file>", "is empty"),
+    ("model,n,bw,scaling_factor\n", "<file>", "has a header but no runs"),
+    ("resnet50,16,10Gbps,0.5\n", "<header>", "the header line is missing"),
+    ("model;n;bw;scaling_factor\nresnet50;16;10Gbps;0.5\n", "<header>",
+     "not separated by commas"),
+])
+def test_a_runs_csv_without_runs_names_the_file(tmp_path, capsys, text, field, words):
+    """An empty CSV, one with only a header, one without a header line or one separated
+    by ';' all said 'runs=[] is invalid: needs at least one run', naming neither the file
+    nor what was wrong (the semicolon one: 'runs[0]=['model;n;bw;scaling_factor'] has
+    unknown keys')."""
+    from scalemodel.cli import main
+    from scalemodel.exceptions import ProfileFormatError
+    path = tmp_path / "runs.csv"
+    path.write_text(text)
+    with pytest.raises(ProfileFormatError) as err:
+        sm.fit_cluster(str(path))
+    assert err.value.field == field and words in str(err.value)
+    assert "runs.csv" in str(err.value)
+    assert main(["fit", str(path)]) == 2
+    assert words in capsys.readouterr().err
