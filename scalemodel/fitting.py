@@ -540,8 +540,9 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
     for i, r in enumerate(runs):
         if r.fusion is not None or r.algorithm is not None:
             try:
-                Scenario.build(r.profile, algorithm=r.algorithm or algorithm,
-                               fusion=r.fusion or fusion,
+                Scenario.build(r.profile,  # 0 or [] checked too, never read as blank
+                               algorithm=algorithm if r.algorithm is None else r.algorithm,
+                               fusion=fusion if r.fusion is None else r.fusion,
                                sharding=getattr(r, "sharding", "none") or "none")
             except (InvalidParameterError, ParameterTypeError) as exc:
                 raise _renamed(exc, f"runs[{i}].{exc.parameter}") from None

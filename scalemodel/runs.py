@@ -218,6 +218,12 @@ def _blank(value):
     return value is None or (isinstance(value, str) and not value.strip())
 
 
+def _setting(value):
+    """A run's ``fusion`` or ``algorithm``: None when blank; anything else as given, for
+    the fit to check (0 or [] was read as blank, the fit's own setting, without a word)."""
+    return None if _blank(value) else value
+
+
 def _num(run_i, key, value, *, lo=None, hi=None, unit="", positive=True, allow_none=True):
     """A run's number: finite, > 0 (``positive``) and within [lo, hi]."""
     name = f"runs[{run_i}].{key}"
@@ -458,7 +464,7 @@ def _one_run(i, raw, where) -> Run:
     _check_against_compute(i, raw, t, profile,
                            None if compute_known else (efficiency or 1.0))
     return Run(label=label, profile=profile, n=n, bw=bw, **t,
-               fusion=raw.get("fusion") or None, algorithm=raw.get("algorithm") or None,
+               fusion=_setting(raw.get("fusion")), algorithm=_setting(raw.get("algorithm")),
                sharding=_sharding(i, raw.get("sharding")), grad_accum=accum,
                shard_group=_shard_group(i, raw.get("shard_group"),
                                         _sharding(i, raw.get("sharding")), n),
@@ -634,7 +640,8 @@ def _renamed(exc, name):
     if isinstance(exc, ProfileFormatError):
         return exc
     if isinstance(exc, ParameterTypeError):
-        return ParameterTypeError(name, exc.value, getattr(exc, "expected", "a model"))
+        expected = str(exc).rpartition("; expected ")[2] or "a model"  # as the original
+        return ParameterTypeError(name, exc.value, expected)
     new = type(exc).__new__(type(exc))
     Exception.__init__(new, str(exc).replace(f"{exc.parameter}=", f"{name}=", 1))
     new.parameter, new.value = name, exc.value

@@ -389,3 +389,17 @@ def test_a_runs_csv_without_runs_names_the_file(tmp_path, capsys, text, field, w
     assert "runs.csv" in str(err.value)
     assert main(["fit", str(path)]) == 2
     assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("algorithm", 0, "expected a string"), ("algorithm", [], "expected a string"),
+    ("fusion", 5, "expected a name (ddp"), ("model", 5, "expected a built-in profile name"),
+])
+def test_a_runs_setting_of_the_wrong_type_is_named(key, value, expected):
+    """A run's algorithm=0 or [] was read as blank (the fit's own algorithm) without a word,
+    and a run's fusion=5 was 'expected a model' (every renamed type error said so)."""
+    run = dict(_TWO_RUNS[0], **{key: value})
+    with pytest.raises(ParameterTypeError) as err:
+        sm.fit_cluster([run, _TWO_RUNS[1]])
+    assert err.value.parameter == f"runs[0].{key}"
+    assert f"runs[0].{key}={value!r}" in str(err.value) and expected in str(err.value)
