@@ -111,6 +111,11 @@ MAX_BUCKET_CAP_MB = 1e6
 """Largest accepted ``bucket_cap_mb``: a terabyte, far beyond any model's gradients
 [MB]."""
 
+MIN_UNCERTAINTY = 1e-6
+"""Smallest accepted relative uncertainty of a run: one part per million, below any
+step-time measurement's noise (1e-300 made the fit fail to start, 'the fit of ceiling
+failed to start', with nothing said of the uncertainty) [-]."""
+
 MAX_UNCERTAINTY = 1.0
 """Largest accepted relative uncertainty of a run: 100 % [-]."""
 
@@ -528,7 +533,8 @@ def _measured(i, raw, label, profile) -> dict:
     tps = _num(i, "tokens_per_second_per_gpu", raw.get("tokens_per_second_per_gpu"))
     t1 = _time(i, "single_worker_time", raw.get("single_worker_time"))
     tc = _time(i, "compute_time", raw.get("compute_time"))
-    unc = _num(i, "uncertainty", raw.get("uncertainty"), lo=0.0, hi=MAX_UNCERTAINTY,
+    unc = _num(i, "uncertainty", raw.get("uncertainty"), lo=MIN_UNCERTAINTY,
+               hi=MAX_UNCERTAINTY,
                unit=" (a fraction: 0.02 is 2 %)") or DEFAULT_UNCERTAINTY
     if tps is not None:
         if it is not None:

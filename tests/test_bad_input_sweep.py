@@ -403,3 +403,13 @@ def test_a_runs_setting_of_the_wrong_type_is_named(key, value, expected):
         sm.fit_cluster([run, _TWO_RUNS[1]])
     assert err.value.parameter == f"runs[0].{key}"
     assert f"runs[0].{key}={value!r}" in str(err.value) and expected in str(err.value)
+
+
+@pytest.mark.parametrize("value", [1e-300, 1e-7])
+def test_a_runs_uncertainty_below_a_millionth_is_named(value):
+    """uncertainty=1e-300 ended in 'the fit of ceiling failed to start', naming neither
+    the run nor its uncertainty."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.fit_cluster([dict(_TWO_RUNS[0], uncertainty=value), _TWO_RUNS[1]])
+    assert err.value.parameter == "runs[0].uncertainty"
+    assert f"runs[0].uncertainty={value!r} is invalid: must be in [1e-06, 1]" in str(err.value)
