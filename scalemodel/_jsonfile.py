@@ -6,7 +6,9 @@ block or never end), at most ``max_bytes`` are read, the bytes must be UTF-8, th
 nesting depth is bounded (a deeply nested file would exhaust the parser's stack).
 ``NaN`` and ``Infinity`` are read as Python writes them, and an integer longer than
 Python converts (4300 digits) as a float, so that the check of the field that holds one names it (Python's own
-limit on converting long digit strings would raise a bare ``ValueError``). Every failure raises
+limit on converting long digit strings would raise a bare ``ValueError``). A byte-order
+mark is skipped; a key given twice in one object is refused (``json`` would keep the last
+value without a word). Every failure raises
 :class:`~scalemodel.ProfileFormatError` naming the file and the problem.
 """
 
@@ -132,8 +134,9 @@ def read_json_file(path, *, what: str, max_bytes: int = MAX_BYTES,
     ------
     ProfileFormatError
         The path is not a regular file, cannot be read, is larger than ``max_bytes``, is
-        not UTF-8, nests deeper than ``max_depth`` or is not valid JSON; the message names
-        the file and the problem (field ``"<file>"`` or ``"<json>"``).
+        not UTF-8, nests deeper than ``max_depth``, is not valid JSON or gives a key twice
+        in one object; the message names the file and the problem (field ``"<file>"`` or
+        ``"<json>"``).
     """
     source = os.fspath(path)
 
@@ -141,16 +144,43 @@ def read_json_file(path, *, what: str, max_bytes: int = MAX_BYTES,
         return ProfileFormatError(source, field, f"{what}: {problem}")
 
     text = read_text_file(path, what=what, max_bytes=max_bytes)
+    text = text.removeprefix("\ufeff")  # a byte-order mark (Notepad), as a runs CSV may
     depth = nesting_depth(text)
     if depth > max_depth:
         raise fail("<json>", f"nests {depth} levels deep, more than the limit of {max_depth}")
     try:  # NaN and Infinity parse (Python writes them); each field's check names them
-        return json.loads(text, parse_int=_parse_int)
+        return json.loads(text, parse_int=_parse_int, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise fail("<json>", f"key {exc.args[0]!r} appears twice in one object (with "
+                   f"{_short(exc.args[1])} and {_short(exc.args[2])}): the reader would "
+                   "keep the last without a word; keep the one you mean") from None
     except json.JSONDecodeError as exc:
         raise fail("<json>", f"not valid JSON (truncated or corrupt?): {exc.msg} at line "
                    f"{exc.lineno} column {exc.colno}") from None
     except RecursionError:  # pragma: no cover - max_depth keeps well below the limit
         raise fail("<json>", "nests too deeply") from None
+
+
+class _DuplicateKey(Exception):
+    """A key twice in one JSON object: (key, first value, second value)."""
+
+
+def _unique_keys(pairs):
+    """An object's pairs as a dict; a key given twice raises :class:`_DuplicateKey`
+    (``json`` keeps the last value silently)."""
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        seen = {}
+        for k, v in pairs:
+            if k in seen:
+                raise _DuplicateKey(k, seen[k], v)
+            seen[k] = v
+    return out
+
+
+def _short(value, limit=40):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _parse_int(text: str):

@@ -413,3 +413,29 @@ def test_a_runs_uncertainty_below_a_millionth_is_named(value):
         sm.fit_cluster([dict(_TWO_RUNS[0], uncertainty=value), _TWO_RUNS[1]])
     assert err.value.parameter == "runs[0].uncertainty"
     assert f"runs[0].uncertainty={value!r} is invalid: must be in [1e-06, 1]" in str(err.value)
+
+
+def _cluster_json(tmp_path, body, prefix=b""):
+    path = tmp_path / "cluster.json"
+    path.write_bytes(prefix + ('{"format": "scalemodel-cluster", "format_version": 1, '
+                               '"provenance": {"source": "test"}, "name": "c", '
+                               + body + '}').encode())
+    return path
+
+
+def test_a_key_twice_in_a_json_file_is_refused(tmp_path):
+    """A cluster file giving utilization twice (0.8, then 0.1) was read as 0.1 without a
+    word: json keeps the last value."""
+    from scalemodel.exceptions import ProfileFormatError
+    path = _cluster_json(tmp_path, '"alpha": 1e-5, "utilization": 0.8, "utilization": 0.1')
+    with pytest.raises(ProfileFormatError) as err:
+        sm.load_cluster(path)
+    assert err.value.field == "<json>"
+    assert "'utilization' appears twice" in str(err.value) and "0.8 and 0.1" in str(err.value)
+
+
+def test_a_json_file_with_a_byte_order_mark_is_read(tmp_path):
+    """A JSON file saved with a byte-order mark (Notepad) was 'not valid JSON: Unexpected
+    UTF-8 BOM (decode using utf-8-sig)', while a runs CSV with one was read."""
+    path = _cluster_json(tmp_path, '"alpha": 1e-5, "utilization": 0.8', b"\xef\xbb\xbf")
+    assert sm.load_cluster(path).utilization == 0.8
