@@ -390,6 +390,8 @@ class ClusterProfile:
     _derived: dict = attrs.field(factory=dict, init=False, repr=False)
 
     def __attrs_post_init__(self):
+        if not isinstance(self.name, str):  # name=5 or None was kept, and saved as such
+            raise ParameterTypeError("name", self.name, "a string (the cluster's name)")
         check_nonnegative(self.alpha, "alpha")
         check_fraction(self.utilization, "utilization")
         if not 0.0 <= self.overlap <= 1.0:

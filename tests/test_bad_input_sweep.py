@@ -439,3 +439,11 @@ def test_a_json_file_with_a_byte_order_mark_is_read(tmp_path):
     UTF-8 BOM (decode using utf-8-sig)', while a runs CSV with one was read."""
     path = _cluster_json(tmp_path, '"alpha": 1e-5, "utilization": 0.8', b"\xef\xbb\xbf")
     assert sm.load_cluster(path).utilization == 0.8
+
+
+@pytest.mark.parametrize("name", [5, None, b"c"])
+def test_a_cluster_name_is_a_string(name):
+    """ClusterProfile(name=5) (or None) was kept and written to its file as such."""
+    with pytest.raises(ParameterTypeError) as err:
+        sm.ClusterProfile(name=name)
+    assert err.value.parameter == "name" and f"name={name!r}" in str(err.value)
