@@ -82,6 +82,40 @@ may have [-]: far beyond any model (the widest published are about 10^5); a larg
 is a typo and ended in an OverflowError, not an answer."""
 
 
+_HF_KEYS = {"layers": ("num_hidden_layers", "n_layer", "num_layers"),
+            "hidden": ("hidden_size", "n_embd", "d_model"),
+            "heads": ("num_attention_heads", "n_head"),
+            "ffn": ("intermediate_size", "n_inner", "ffn_dim"),
+            "vocab": ("vocab_size",),
+            "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv")}
+
+
+def _as_config_key(exc, config, kw):
+    """A TransformerConfig error of a field read from ``config.json``, naming the
+    config's key instead (``layers=0`` -> ``config.num_hidden_layers=0``): the user wrote
+    the key, never the field."""
+    field = exc.parameter
+    if field not in kw:
+        return exc
+    key = next((k for k in _HF_KEYS.get(field, ()) if k in config
+                and (config[k] is exc.value or config[k] == exc.value)
+                and type(config[k]) is type(exc.value)), None)
+    if key is None:
+        return exc
+    new = type(exc).__new__(type(exc))
+    Exception.__init__(new, str(exc).replace(f"{field}=", f"config.{key}=", 1))
+    new.parameter, new.value = f"config.{key}", exc.value
+    if hasattr(exc, "requirement"):
+        new.requirement = exc.requirement
+    return new
+
+
+def _divisors(n):
+    """The divisors of ``n`` >= 1, ascending [-]."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
 def _int_ge(minimum):
     def check(instance, attribute, value):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -194,8 +228,10 @@ class TransformerConfig:
             object.__setattr__(self, "kv_heads", self.heads)
         _int_ge(1)(self, attrs.fields(TransformerConfig).kv_heads, self.kv_heads)
         if self.hidden % self.heads:
+            valid = _divisors(self.hidden)
+            shown = ", ".join(map(str, valid[:24])) + (", ..." if len(valid) > 24 else "")
             raise InvalidParameterError("heads", self.heads,
-                                        f"must divide hidden={self.hidden}",
+                                        f"must divide hidden={self.hidden} (valid: {shown})",
                                         "The head dimension is hidden / heads")
         if self.heads % self.kv_heads:
             raise InvalidParameterError("kv_heads", self.kv_heads,
@@ -240,8 +276,11 @@ class TransformerConfig:
         from .hf_configs import config_kwargs
 
         kw = config_kwargs(config)
-        return cls(seq=seq, micro_batch=micro_batch, dtype=dtype,
-                   name=name or str(config.get("_name_or_path", "")), **kw)
+        try:
+            return cls(seq=seq, micro_batch=micro_batch, dtype=dtype,
+                       name=name or str(config.get("_name_or_path", "")), **kw)
+        except (InvalidParameterError, ParameterTypeError) as exc:
+            raise _as_config_key(exc, config, kw) from None
 
     @property
     def head_dim(self) -> int:

@@ -447,3 +447,26 @@ def test_a_cluster_name_is_a_string(name):
     with pytest.raises(ParameterTypeError) as err:
         sm.ClusterProfile(name=name)
     assert err.value.parameter == "name" and f"name={name!r}" in str(err.value)
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("num_hidden_layers", 0, "must be an integer >= 1"),
+    ("num_attention_heads", 7, "valid: 1, 2, 4, 8, 16, 32, 64, 128, 256"),
+    ("hidden_size", 256.0, "expected an integer"),
+    ("vocab_size", float("nan"), "expected an integer"),
+])
+def test_a_config_json_error_names_the_key_the_user_wrote(tmp_path, capsys, key, value,
+                                                          words):
+    """A config.json with num_hidden_layers 0 said 'layers=0 is invalid', a field the user
+    never wrote, and heads not dividing the hidden size did not say which would."""
+    import json
+    from scalemodel.cli import main
+    config = dict(_LLAMA, **{key: value})
+    with pytest.raises((InvalidParameterError, ParameterTypeError)) as err:
+        sm.TransformerConfig.from_hf_config(config)
+    assert err.value.parameter == f"config.{key}" and words in str(err.value)
+    assert f"config.{key}={value!r}" in str(err.value)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["scaling", "--model", str(path), "--n", "64", "--bw", "10Gbps"]) == 2
+    assert f"config.{key}=" in capsys.readouterr().err
