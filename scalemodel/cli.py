@@ -1159,6 +1159,12 @@ def main(argv=None):
     except ScalemodelError as exc:
         print(f"scalemodel: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, not a traceback; an --out being written is held until it is
+        # complete (profiles.atomic_write_files), so it is the old file or the new one
+        print("scalemodel: interrupted (an --out file is either the old one or complete)",
+              file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader (``| head``) stopped reading: not an error of ours; silence the
         # interpreter's flush of the closed pipe at exit

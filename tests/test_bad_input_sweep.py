@@ -470,3 +470,16 @@ def test_a_config_json_error_names_the_key_the_user_wrote(tmp_path, capsys, key,
     path.write_text(json.dumps(config))
     assert main(["scaling", "--model", str(path), "--n", "64", "--bw", "10Gbps"]) == 2
     assert f"config.{key}=" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_the_cli_is_one_line(monkeypatch, capsys):
+    """Ctrl-C during `scalemodel fit ... --out` printed a KeyboardInterrupt traceback from
+    deep inside the fit (the file itself was never half written)."""
+    import scalemodel.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_resolve", interrupted)
+    assert cli.main(["profiles"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("scalemodel: interrupted") and "Traceback" not in err
