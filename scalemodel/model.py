@@ -163,6 +163,23 @@ _ENVELOPES: "OrderedDict" = OrderedDict()  # their envelopes alone (Scenario.cor
 _FLOATS = (float, np.float64)
 
 
+_EPS = float(np.finfo(float).eps)
+
+_ONE_REPLICA_ULPS = 8
+"""How close (in units of the last place) a time of one replica must be to the profile's
+single-worker time to be taken as it [-]: one replica runs exactly the single worker's
+iteration, which the lines sum in another order (the forward, the accumulated
+micro-batches and the backward apart), so it came out one or two units off and a scaling
+factor of 0.9999999999999999 or 1.0000000000000002."""
+
+
+def _one_replica(out, one, t1):
+    """Set the times ``out`` [s] of one replica (mask ``one``) within
+    :data:`_ONE_REPLICA_ULPS` of the single-worker time ``t1`` [s] to ``t1``."""
+    near = one & (np.abs(out - t1) <= _ONE_REPLICA_ULPS * _EPS * np.abs(out))
+    out[near] = t1
+
+
 def _keep_envelope(sk, sc, got):
     """Keep ``got`` (:func:`~scalemodel.sharding.zero3_envelope`'s answer) for the
     schedule key ``sk`` of scenario ``sc`` in :data:`_ENVELOPES` [-]."""
@@ -1198,7 +1215,26 @@ class Scenario:
                 sub = np.empty(int(part.sum()))
                 self._fill(sub, slice(None), int(nv), x[part], rr[part])
                 out[part] = sub
-        return out + self.profile.update_time
+        out += self.profile.update_time
+        if (nb == 1).any():  # one replica: the single worker's own time, as summed
+            _one_replica(out, np.broadcast_to(nb, shape) == 1, self.profile.iteration_time)
+        return out
+
+    def step_time(self, n, end):
+        """One iteration on ``n`` workers [s] whose envelope (:meth:`lines`) is ``end``
+        [s] at its point: forward, ``end`` and update, in this order; with one replica
+        the single worker's own time where it is that to rounding
+        (:data:`_ONE_REPLICA_ULPS`)."""
+        p = self.profile
+        total = self.forward(n) + end + p.update_time
+        if n != 1:
+            return total
+        if np.ndim(total):  # (the planner's rows at several points)
+            total = np.array(total, float)
+            _one_replica(total, True, p.iteration_time)
+        elif abs(total - p.iteration_time) <= _ONE_REPLICA_ULPS * _EPS * total:
+            return p.iteration_time
+        return total
 
     def _fill(self, out, where, n, x, r):
         """``out[where]`` = forward + envelope for ``n`` workers at ``x``, ``r``."""
@@ -1960,7 +1996,7 @@ def _total(model, n, bw, *, cluster, utilization, compression, scenario=None, co
     x = float(sc.x_effective(n, 1.0 / (u * bw * r), r))
     if not corner:
         lines, env = sc.lines(n, r > 1)
-    total = sc.forward(n) + float(env(x)) + p.update_time
+    total = sc.step_time(n, float(env(x)))
     return total, p.iteration_time / total, sc, n, bw, x, lines, env
 
 

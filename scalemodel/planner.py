@@ -955,7 +955,7 @@ def _sf(sc, ev, x):
         top = _top_line(ev, float(xe), False)[0]
     else:
         top = ev.env(xe)
-    return p.iteration_time / (sc.forward(ev.n) + top + p.update_time)
+    return p.iteration_time / sc.step_time(ev.n, top)
 
 
 def _build(model, algorithm, fusion, alpha, gpus_per_node, intra_bw, intra_alpha, ps_servers,

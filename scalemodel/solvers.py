@@ -427,7 +427,7 @@ def _sf_lazy(sc, n, x_eff, compressed, *, r=1.0, bw=None):
     p = sc.profile
     lines, env = sc.lines(n, compressed)
     end = float(env(x_eff))
-    sf = p.iteration_time / (sc.forward(n) + end + p.update_time)
+    sf = p.iteration_time / sc.step_time(n, end)
     return sf, lambda: sc.critical(n, lines, int(env.argmax(x_eff)), x_eff, r=r, bw=bw)
 
 
