@@ -375,7 +375,10 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     problem.network = None if network is None else NETWORKS[network]
     if fit is not None and "efficiency" in fit:
         problem.efficiency_everywhere()
-    solutions = _solve_each(problem, subsets)
+    try:
+        solutions = _solve_each(problem, subsets)
+    except InvalidParameterError as exc:
+        raise _naming_the_run(exc, all_runs) from None
     best = solutions[0]
     params = _parameters(problem, best, fixed_all, statuses, sigma, base,
                          confidence=confidence, source=source)
@@ -490,6 +493,18 @@ def _check_max_free_and_name(max_free, name):
                                         "fitted at once)", "To fit nothing, pass fit=[]")
     if not isinstance(name, str):
         raise ParameterTypeError("name", name, "a string (the fitted cluster's name)")
+
+
+def _naming_the_run(exc, runs):
+    """An error about a worker count (``n=12`` with a hierarchical all-reduce of 8 GPUs per
+    node), renamed to the first run with that count: ``runs[i].n``, the value the user
+    wrote."""
+    if exc.parameter != "n":
+        return exc
+    for i, r in enumerate(runs):
+        if r.n == exc.value:
+            return _renamed(exc, f"runs[{i}].n")
+    return exc
 
 
 def _too_many(count):

@@ -483,3 +483,14 @@ def test_ctrl_c_in_the_cli_is_one_line(monkeypatch, capsys):
     assert cli.main(["profiles"]) == 130
     err = capsys.readouterr().err
     assert err.startswith("scalemodel: interrupted") and "Traceback" not in err
+
+
+def test_a_fit_error_about_a_worker_count_names_the_run():
+    """fit_cluster(..., algorithm='hierarchical') with a run of n=12 on 8 GPUs per node
+    said 'n=12 is invalid', naming no run."""
+    runs = [dict(model="bert", n=64, bw=400e9, scaling_factor=0.85),
+            dict(model="bert", n=12, bw=400e9, scaling_factor=0.9)]
+    with pytest.raises(InvalidParameterError) as err:
+        sm.fit_cluster(runs, algorithm="hierarchical", gpus_per_node=8)
+    assert err.value.parameter == "runs[1].n" and "runs[1].n=12 is invalid" in str(err.value)
+    assert "multiple of gpus_per_node=8" in str(err.value)
