@@ -1223,8 +1223,8 @@ class Scenario:
     def step_time(self, n, end):
         """One iteration on ``n`` workers [s] whose envelope (:meth:`lines`) is ``end``
         [s] at its point: forward, ``end`` and update, in this order; with one replica
-        the single worker's own time where it is that to rounding
-        (:data:`_ONE_REPLICA_ULPS`)."""
+        the single worker's own time where it is that to rounding (within 8 units in the
+        last place)."""
         p = self.profile
         total = self.forward(n) + end + p.update_time
         if n != 1:
