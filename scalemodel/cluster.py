@@ -113,13 +113,20 @@ reads it), and one that misspells a key of the format is refused
 
 
 def _opt_positive(value, name):
-    return None if value is None else float(check_positive(value, name))
+    return None if value is None else _one(check_positive(value, name), value, name)
 
 
 def _opt_rate(value, name):
     """A line rate or None: at least 1 Mbit/s, as every rate (a smaller one is a slip)."""
     from .units import parse_bandwidth
-    return None if value is None else float(parse_bandwidth(value, name))
+    return None if value is None else _one(parse_bandwidth(value, name), value, name)
+
+
+def _one(checked, value, name):
+    """A checked value as one float; [] or a list raised a bare TypeError from float()."""
+    if np.ndim(checked) != 0:
+        raise ParameterTypeError(name, value, "one number or None")
+    return float(checked)
 
 
 PARAMETER_BOUNDS = {

@@ -110,6 +110,15 @@ def _as_config_key(exc, config, kw):
     return new
 
 
+def _float_or_inf(value):
+    """``float(value)``, or ``inf`` for an integer too large for a float (10**400 raised a
+    bare OverflowError before the check that names the parameter)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _divisors(n):
     """The divisors of ``n`` >= 1, ascending [-]."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
@@ -622,7 +631,7 @@ def _resolve_efficiency(efficiency, dtype, gpu="h100-sxm"):
                                     "Pass efficiency= (model FLOPs utilisation, 0 to 1)")
     if isinstance(efficiency, bool) or not isinstance(efficiency, (int, float, np.floating)):
         raise ParameterTypeError("efficiency", efficiency, "a number in (0, 1]")
-    e = float(efficiency)
+    e = _float_or_inf(efficiency)
     if not (math.isfinite(e) and 0 < e <= 1):
         raise InvalidParameterError("efficiency", efficiency, "must be in (0, 1]",
                                     "It is the fraction of the GPU's peak FLOP/s reached")
@@ -794,7 +803,7 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
                    f"/ {gpu.hbm_bandwidth / 1e12:g} TB/s HBM ({gpu.name} datasheet)")
     else:
         if isinstance(update_time, bool) or not isinstance(update_time, (int, float)) \
-                or not (math.isfinite(update_time) and update_time >= 0):
+                or not (math.isfinite(_float_or_inf(update_time)) and update_time >= 0):
             raise InvalidParameterError("update_time", update_time, "must be finite and >= 0 [s]")
         upd, upd_how = float(update_time), "given"
     label = name or config.name or "transformer"

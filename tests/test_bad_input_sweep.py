@@ -494,3 +494,23 @@ def test_a_fit_error_about_a_worker_count_names_the_run():
         sm.fit_cluster(runs, algorithm="hierarchical", gpus_per_node=8)
     assert err.value.parameter == "runs[1].n" and "runs[1].n=12 is invalid" in str(err.value)
     assert "multiple of gpus_per_node=8" in str(err.value)
+
+
+@pytest.mark.parametrize("kw, name", [(dict(efficiency=10**400), "efficiency"),
+                                      (dict(update_time=10**400), "update_time")])
+def test_transformer_profile_huge_integers_are_named(kw, name):
+    """transformer_profile(efficiency=10**400) or update_time=10**400 ended in a bare
+    OverflowError (int too large to convert to float) before the check naming them."""
+    from scalemodel.workloads import TransformerConfig, transformer_profile
+    cfg = TransformerConfig(layers=2, hidden=256, heads=8, ffn=688, vocab=32000, seq=128)
+    with pytest.raises(InvalidParameterError) as err:
+        transformer_profile(cfg, **kw)
+    assert err.value.parameter == name
+
+
+@pytest.mark.parametrize("value", [[], [1e9, 2e9]])
+def test_cluster_ceiling_is_one_number(value):
+    """ClusterProfile(ceiling=[]) ended in a bare TypeError from float()."""
+    with pytest.raises(ParameterTypeError) as err:
+        sm.ClusterProfile(ceiling=value)
+    assert err.value.parameter == "ceiling"
