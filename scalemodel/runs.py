@@ -384,6 +384,10 @@ def _base_profile(i, model, where):
         model = _confined(i, model, where)
     key = ("path", os.fspath(model)) if isinstance(model, Path) else ("obj", id(model)) \
         if isinstance(model, WorkloadProfile) else ("name", model)
+    try:
+        hash(key)
+    except TypeError:  # a list or a dict: load_profile names it, a memo lookup raised
+        key = ("obj", id(model))
     if key in where.memo:
         return where.memo[key]
     try:

@@ -215,6 +215,25 @@ def _format_one(value: float) -> str:
     return f"{value:.4g} bit/s"
 
 
+def one_rate(value, parameter: str) -> float:
+    """:func:`parse_bandwidth` of a value that must be one line rate, as a float; a list
+    or an array (``float()`` of one raised a bare ``TypeError``) is a
+    :class:`~scalemodel.ParameterTypeError` naming ``parameter``.
+
+    Parameters
+    ----------
+    value : float or str
+        The line rate [bits/s].
+    parameter : str
+        Name used in error messages [-].
+    """
+    bw = parse_bandwidth(value, parameter)
+    if np.ndim(bw) != 0:
+        raise ParameterTypeError(parameter, value, "one line rate (a number or a string "
+                                 "such as '100Gbps')")
+    return float(bw)
+
+
 def format_bandwidth(bits_per_second):
     """Format a bandwidth for people, e.g. ``'10 Gbit/s'``.
 

@@ -2,6 +2,7 @@
 20): each test is a reproducer of a defect that was fixed, and checks the documented
 exception class and that the message names the parameter and the offending value."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -514,3 +515,35 @@ def test_cluster_ceiling_is_one_number(value):
     with pytest.raises(ParameterTypeError) as err:
         sm.ClusterProfile(ceiling=value)
     assert err.value.parameter == "ceiling"
+
+
+def test_runs_model_of_an_unhashable_type_is_named():
+    """runs[0].model=[] ended in a bare TypeError (unhashable type: 'list')."""
+    with pytest.raises(ParameterTypeError) as err:
+        sm.fit_cluster([dict(_TWO_RUNS[0], model=[]), _TWO_RUNS[1]])
+    assert err.value.parameter == "runs[0].model"
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: __import__("scalemodel.fit_transport", fromlist=["x"]).load_transport(
+        H100_LOG, line_rate=[]), "line_rate"),
+    (lambda: __import__("scalemodel.fit_transport", fromlist=["x"]).load_transport(
+        H100_LOG, line_rate=400e9, gpus_per_node="x"), "gpus_per_node"),
+    (lambda: __import__("scalemodel.fit_transport", fromlist=["x"]).load_transport(
+        H100_LOG, line_rate=400e9, nics_per_node=[]), "nics_per_node"),
+    (lambda: __import__("scalemodel.calibrate", fromlist=["x"]).read_trace(
+        _TRACE, line_rate=[]), "line_rate"),
+])
+def test_transport_and_trace_options_of_the_wrong_type_are_named(call, name):
+    """load_transport(line_rate=[]) and read_trace(line_rate=[]) ended in a bare TypeError
+    from float(), load_transport(gpus_per_node='x') in '>' not supported between int and
+    str, nics_per_node=[] in a ValueError about an array's truth value."""
+    with pytest.raises(ParameterTypeError) as err:
+        call()
+    assert err.value.parameter == name
+
+
+def test_read_trace_takes_a_bytes_path(tmp_path):
+    """read_trace(b'path') iterated the bytes and tried to open file 47, 116, ..."""
+    from scalemodel.calibrate import read_trace
+    assert read_trace(os.fsencode(_TRACE)).world_size == read_trace(_TRACE).world_size

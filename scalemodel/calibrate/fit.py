@@ -73,7 +73,7 @@ from ..collectives import CollectiveOptions, ReductionCost, collective_cost, res
 from ..exceptions import (CalibrationError, CalibrationWarning, InvalidParameterError,
                           ParameterTypeError)
 from ..topology import Topology
-from ..units import check_nonnegative, parse_bandwidth
+from ..units import check_nonnegative, one_rate
 
 __all__ = ["CollectiveFit", "fit_collective", "cluster_from_fits", "intra_node_topology",
            "COLLECTIVE_MODELS"]
@@ -431,14 +431,14 @@ def fit_collective(nbytes, seconds, *, collective="all_reduce", n, algorithm=Non
     m, t, reps = _measurements(nbytes, seconds)
     n, algorithm = _check_setup(n, confidence, f_scale, collective, algorithm, m, min_points)
     if line_rate is not None:
-        line_rate = float(parse_bandwidth(line_rate, "line_rate"))
+        line_rate = one_rate(line_rate, "line_rate")
     topology = _check_topology(topology, algorithm, n)
     lat, bits, red, known = _columns(collective, algorithm, m, n, topology)
     X = np.column_stack([lat, bits, red])
     fixed, free = _held_fixed(overrides, fit_gamma, collective, algorithm, bits, red)
     lower, upper = _check_bounds(bounds)
     start = {0: alpha0, 1: None if bandwidth0 is None else
-             1.0 / float(parse_bandwidth(bandwidth0, "bandwidth0")), 2: gamma0}
+             1.0 / one_rate(bandwidth0, "bandwidth0"), 2: gamma0}
     p, cov, fun, f_used = _solve(t, X, fixed, free, start, lower, upper, loss, f_scale,
                                  known)
     intervals, gamma_interval = _intervals(p, cov, fixed, free, lower, upper, t.size,
@@ -537,7 +537,7 @@ def _held_fixed(overrides, fit_gamma, collective, algorithm, bits, red):
     if "alpha" in overrides:
         fixed[0] = float(_nonneg(overrides["alpha"], "alpha"))
     if "bandwidth" in overrides:
-        fixed[1] = 1.0 / float(parse_bandwidth(overrides["bandwidth"], "bandwidth"))
+        fixed[1] = 1.0 / one_rate(overrides["bandwidth"], "bandwidth")
     if "gamma" in overrides:
         fixed[2] = float(_nonneg(overrides["gamma"], "gamma"))
     if fit_gamma:
@@ -804,7 +804,7 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
     prov = dict(provenance or {})
     prov.setdefault("source", "scalemodel.calibrate.fit.cluster_from_fits")
     if line_rate is not None:
-        line_rate = float(parse_bandwidth(line_rate, "line_rate"))
+        line_rate = one_rate(line_rate, "line_rate")
         fits = [f if f.line_rate is not None else attrs.evolve(f, line_rate=line_rate)
                 for f in fits]
     extra = {"fits": [f.to_dict() for f in fits], "confidence": fits[0].confidence,

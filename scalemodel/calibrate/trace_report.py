@@ -724,10 +724,10 @@ def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
     >>> rep.collectives["all_reduce"].count_per_step, rep.collectives["all_reduce"].algorithms
     (5.0, {'RING': 15})
     """
-    from ..units import parse_bandwidth
+    from ..units import one_rate
     paths = _trace_paths(path_or_paths)
     if line_rate is not None:
-        line_rate = float(parse_bandwidth(line_rate, "line_rate"))
+        line_rate = one_rate(line_rate, "line_rate")
     ranks = [_analyse(_collect(p)) for p in paths]
     _check_ranks(ranks)
     world = ranks[0].world_size
@@ -772,8 +772,8 @@ def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
 
 def _trace_paths(path_or_paths):
     """The trace files as a non-empty list; raises for anything else."""
-    if isinstance(path_or_paths, (str, os.PathLike)):
-        paths = [path_or_paths]
+    if isinstance(path_or_paths, (str, bytes, os.PathLike)):
+        paths = [path_or_paths]  # bytes: one path (a list of its byte values otherwise)
     else:
         try:
             paths = list(path_or_paths)
@@ -784,7 +784,7 @@ def _trace_paths(path_or_paths):
     if not paths:
         from ..exceptions import InvalidParameterError
         raise InvalidParameterError("path_or_paths", path_or_paths, "give at least one trace")
-    return paths
+    return [os.fsdecode(p) if isinstance(p, bytes) else p for p in paths]
 
 
 def _check_ranks(ranks):
