@@ -49,13 +49,18 @@ import numpy as np
 from .exceptions import InvalidParameterError, ParameterTypeError
 
 __all__ = ["parse_bandwidth", "format_bandwidth", "parse_duration", "broadcast_shape",
-           "scalar_converter", "MIN_TEXT_BANDWIDTH", "MAX_COUNT", "MAX_DURATION"]
+           "scalar_converter", "MIN_TEXT_BANDWIDTH", "MAX_COUNT", "MAX_DURATION",
+           "MIN_UTILIZATION"]
 
 MIN_TEXT_BANDWIDTH = 1e6
 """Smallest line rate [bits/s] a string may name (1 Mbit/s); see the module notes."""
 
 MAX_COUNT = 2**31 - 1
 """Largest worker (or node, server) count accepted [-]: counts stay exact integers."""
+
+MIN_UTILIZATION = 1e-9
+"""Smallest ``utilization`` accepted [-]: 5e-324 answered an infinite iteration time and a
+scaling factor of 0 without a word (the transport fits clamp theirs at this bound)."""
 
 MAX_DURATION = 86400.0
 """Longest latency or overhead :func:`parse_duration` accepts: a day [s]. More is a unit
@@ -492,14 +497,22 @@ def check_nonnegative(value, parameter: str):
 
 
 def check_fraction(value, parameter: str):
-    """Check ``0 < value <= 1`` element-wise (utilization, target scaling factor)."""
+    """Check ``0 < value <= 1`` element-wise (utilization, target scaling factor); a
+    ``utilization`` must be at least :data:`MIN_UTILIZATION`."""
+    low = MIN_UTILIZATION if parameter == "utilization" else 0.0
     v = _plain_number(value)
-    if v is not None and 0 < v <= 1:
+    if v is not None and 0 < v <= 1 and v >= low:
         return v
     arr = as_array(value, parameter)
     bad = ~((arr > 0) & (arr <= 1))  # NaN fails both comparisons
     if bad.any():
         raise InvalidParameterError(parameter, _first_bad(arr, bad), "must be in (0, 1]")
+    tiny = arr < low
+    if tiny.any():
+        raise InvalidParameterError(parameter, _first_bad(arr, tiny),
+                                    f"must be at least {low:g}: the fraction of the line "
+                                    "rate the transport achieves",
+                                    "A smaller one gives infinite times; is it a slip?")
     return _scalar_or_array(arr)
 
 

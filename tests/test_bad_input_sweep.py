@@ -2,6 +2,7 @@
 20): each test is a reproducer of a defect that was fixed, and checks the documented
 exception class and that the message names the parameter and the offending value."""
 
+import math
 import os
 from pathlib import Path
 
@@ -547,3 +548,13 @@ def test_read_trace_takes_a_bytes_path(tmp_path):
     """read_trace(b'path') iterated the bytes and tried to open file 47, 116, ..."""
     from scalemodel.calibrate import read_trace
     assert read_trace(os.fsencode(_TRACE)).world_size == read_trace(_TRACE).world_size
+
+
+@pytest.mark.parametrize("value", [5e-324, 1e-300, np.array([0.5, 1e-12])])
+def test_a_vanishing_utilization_is_refused(value):
+    """utilization=5e-324 answered an infinite iteration time and a scaling factor of 0
+    without a word (1e-300: an iteration of 1.6e299 s)."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.iteration_time("resnet50", 64, 10e9, utilization=value)
+    assert err.value.parameter == "utilization" and "at least 1e-09" in str(err.value)
+    assert sm.iteration_time("resnet50", 64, 10e9, utilization=1e-9).total < math.inf
