@@ -991,6 +991,9 @@ def cmd_fit(args):
                           cluster=args.cluster, fit=names(args.fit), hold=names(args.hold),
                           **kw)
     notes = [str(w.message) for w in caught if issubclass(w.category, CalibrationWarning)]
+    for w in caught:  # the others (a ModelWarning of a --cluster file) were dropped
+        if not issubclass(w.category, CalibrationWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if not fit.cluster.fit_settings:  # the file records what it was fitted under
         fit = attrs.evolve(fit, cluster=attrs.evolve(fit.cluster, fit_settings={
             "algorithm": str(args.algorithm),

@@ -568,3 +568,17 @@ def test_a_compression_ratio_beyond_a_petabyte_to_a_byte_is_refused(value):
         sm.scaling_factor("resnet50", 64, 10e9, compression=value)
     assert err.value.parameter == "compression" and "at most 1e+15" in str(err.value)
     assert sm.scaling_factor("resnet50", 64, 10e9, compression=1e15) < 1
+
+
+def test_cli_fit_passes_on_a_cluster_files_model_warning(tmp_path, capsys):
+    """`scalemodel fit runs.csv --cluster c.json` dropped every warning that was not a
+    CalibrationWarning: a --cluster file's unknown key, said by every other command, went
+    unsaid."""
+    from scalemodel.cli import main
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,n,bw,scaling_factor\nresnet50,16,10Gbps,0.6\n"
+                    "resnet50,64,10Gbps,0.5\n")
+    cluster = _cluster_json(tmp_path, '"alpha": 1e-5, "utilization": 0.8, "bogus": 1')
+    assert main(["fit", str(runs), "--cluster", str(cluster)]) == 0
+    err = capsys.readouterr().err
+    assert "scalemodel: warning:" in err and "'bogus' is not a key" in err
