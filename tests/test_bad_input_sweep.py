@@ -582,3 +582,14 @@ def test_cli_fit_passes_on_a_cluster_files_model_warning(tmp_path, capsys):
     assert main(["fit", str(runs), "--cluster", str(cluster)]) == 0
     err = capsys.readouterr().err
     assert "scalemodel: warning:" in err and "'bogus' is not a key" in err
+
+
+def test_from_trace_out_under_a_file_is_refused_before_reading(tmp_path, capsys):
+    """from-trace --out a_file/job analysed the trace, then said 'cannot write its files
+    (a_file): File exists'; under /proc/self it named its own temporary file."""
+    from scalemodel.calibrate.trace_report import main as from_trace
+    (tmp_path / "a_file").write_text("")
+    assert from_trace([str(_TRACE), "--out", str(tmp_path / "a_file" / "job")]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and "nothing was read" in err
+    assert ".tmp" not in err

@@ -1003,6 +1003,13 @@ def main(argv=None) -> int:
               "of file names, e.g. --out results/job (writes results/job.workload.json, "
               "...)", file=sys.stderr)
         return 2
+    if args.out is not None:  # before the (long) analysis: under a file, not writable
+        from ..profiles import output_problem
+        why = output_problem(f"{args.out}.report.json")
+        if why:
+            print(f"{prog}: error: --out {args.out!r} cannot be written ({args.out}"
+                  f".report.json: {why}); nothing was read", file=sys.stderr)
+            return 2
     try:
         report = read_trace(args.traces, line_rate=args.line_rate, name=args.name)
         outputs = {}
