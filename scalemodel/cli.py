@@ -25,7 +25,7 @@ import attrs
 import numpy as np
 
 from . import __version__
-from .exceptions import InvalidParameterError, ScalemodelError
+from .exceptions import InvalidParameterError, ParameterTypeError, ScalemodelError
 from .knobs import FRAMEWORKS
 from .model import iteration_time, scaling_factor
 from .planner import DEFAULT_PLAN_COMPRESSORS
@@ -947,6 +947,20 @@ def _build_fit(sub):
     p.set_defaults(func=cmd_fit)
 
 
+_FIT_OPTIONS = {"fit": "--fit", "hold": "--hold", "cluster": "--cluster",
+                "allow_folder": "--allow-folder", "transport": "--transport",
+                "gpus_per_node": "--gpus-per-node", "nics_per_node": "--nics-per-node",
+                "network": "--network"}
+
+
+def _as_option(exc):
+    """A fit_cluster error naming its keyword (``fit=['bogus']``) renamed to the command
+    line option the user wrote (``--fit=['bogus']``)."""
+    from .runs import _renamed
+    option = _FIT_OPTIONS.get(getattr(exc, "parameter", None))
+    return exc if option is None else _renamed(exc, option)
+
+
 def _refuse_overwriting_an_input(out, inputs):
     """``--out`` naming one of the command's own measurements (the runs CSV, a
     --transport file) would replace it with the result: refused by name. (The --cluster
@@ -987,9 +1001,12 @@ def cmd_fit(args):
         _refuse_overwriting_an_input(args.out, [args.runs, *(args.transport or ())])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
-        fit = fit_cluster(args.runs, algorithm=args.algorithm, fusion=args.fusion,
-                          cluster=args.cluster, fit=names(args.fit), hold=names(args.hold),
-                          **kw)
+        try:
+            fit = fit_cluster(args.runs, algorithm=args.algorithm, fusion=args.fusion,
+                              cluster=args.cluster, fit=names(args.fit),
+                              hold=names(args.hold), **kw)
+        except (InvalidParameterError, ParameterTypeError) as exc:
+            raise _as_option(exc) from None
     notes = [str(w.message) for w in caught if issubclass(w.category, CalibrationWarning)]
     for w in caught:  # the others (a ModelWarning of a --cluster file) were dropped
         if not issubclass(w.category, CalibrationWarning):

@@ -593,3 +593,18 @@ def test_from_trace_out_under_a_file_is_refused_before_reading(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "is a file, not a folder" in err and "nothing was read" in err
     assert ".tmp" not in err
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["--fit", "bogus"], "--fit=['bogus'] is invalid"),
+    (["--hold", "ceiling", "--fit", "ceiling"], "--hold=['ceiling'] is invalid"),
+    (["--allow-folder", "/nonexistent-folder"], "--allow-folder='/nonexistent-folder'"),
+])
+def test_cli_fit_errors_name_the_option(tmp_path, capsys, argv, shown):
+    """scalemodel fit's errors named fit_cluster's keywords (fit=['bogus'],
+    allow_folder=...), not the options the user typed."""
+    from scalemodel.cli import main
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,n,bw,scaling_factor\nresnet50,16,10Gbps,0.6\n")
+    assert main(["fit", str(runs), *argv]) == 2
+    assert shown in capsys.readouterr().err
