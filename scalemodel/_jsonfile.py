@@ -63,7 +63,7 @@ def read_text_file(path, *, what: str, max_bytes: int = MAX_BYTES) -> str:
     source = os.fspath(path)
 
     def fail(field, problem):
-        return ProfileFormatError(source, field, f"{what}: {problem}")
+        return _failure(source, what, field, problem)
 
     raw = _read_bytes(source, fail, max_bytes)
     try:
@@ -72,6 +72,15 @@ def read_text_file(path, *, what: str, max_bytes: int = MAX_BYTES) -> str:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise fail("<file>", f"is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset "
                    f"{exc.start} (line {line})") from None
+
+
+def _failure(source, what, field, problem):
+    """The error of a file: a profile's as ever (``profile x: field f: workload profile:
+    ...``), another file's under its own kind (``run list x: field f: ...``), not
+    'profile' (an nccl-tests log or a runs CSV is none)."""
+    if "profile" in what:
+        return ProfileFormatError(source, field, f"{what}: {problem}")
+    return ProfileFormatError(source, field, problem, kind=what)
 
 
 def _read_bytes(source, fail, max_bytes):
@@ -141,7 +150,7 @@ def read_json_file(path, *, what: str, max_bytes: int = MAX_BYTES,
     source = os.fspath(path)
 
     def fail(field, problem):
-        return ProfileFormatError(source, field, f"{what}: {problem}")
+        return _failure(source, what, field, problem)
 
     text = read_text_file(path, what=what, max_bytes=max_bytes)
     text = text.removeprefix("\ufeff")  # a byte-order mark (Notepad), as a runs CSV may

@@ -608,3 +608,18 @@ def test_cli_fit_errors_name_the_option(tmp_path, capsys, argv, shown):
     runs.write_text("model,n,bw,scaling_factor\nresnet50,16,10Gbps,0.6\n")
     assert main(["fit", str(runs), *argv]) == 2
     assert shown in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_a_profile_is_not_called_one(tmp_path):
+    """A runs CSV or an nccl-tests log that was not UTF-8 was reported as 'profile x.csv:
+    field '<file>': run list: ...'."""
+    from scalemodel.calibrate.nccl_tests import read_nccl_tests
+    from scalemodel.exceptions import ProfileFormatError
+    path = tmp_path / "x.csv"
+    path.write_bytes(b"\xff\xfemodel")
+    with pytest.raises(ProfileFormatError) as err:
+        sm.fit_cluster(str(path))
+    assert str(err.value).startswith(f"run list {path}: field '<file>': is not UTF-8")
+    with pytest.raises(ProfileFormatError) as err:
+        read_nccl_tests(path)
+    assert str(err.value).startswith(f"nccl-tests output {path}: field '<file>'")
