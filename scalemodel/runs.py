@@ -223,6 +223,14 @@ def _blank(value):
     return value is None or (isinstance(value, str) and not value.strip())
 
 
+def _percent(text):
+    """'90%' as the fraction it means, as text ('0.9'), or '... / 100'."""
+    try:
+        return f"{float(text.strip()[:-1]) / 100:g}"
+    except ValueError:
+        return f"{text.strip()[:-1]} / 100"
+
+
 def _setting(value):
     """A run's ``fusion`` or ``algorithm``: None when blank; anything else as given, for
     the fit to check (0 or [] was read as blank, the fit's own setting, without a word)."""
@@ -241,6 +249,10 @@ def _num(run_i, key, value, *, lo=None, hi=None, unit="", positive=True, allow_n
     try:
         v = float(value)
     except (TypeError, ValueError):
+        if isinstance(value, str):  # a CSV cell is always text: 'has type str' told nothing
+            hint = (f"Write the fraction: {value.strip()[:-1]} % is "
+                    f"{_percent(value)}") if value.strip().endswith("%") else ""
+            raise InvalidParameterError(name, value, "is not a number", hint) from None
         raise ParameterTypeError(name, value, "a number") from None
     except OverflowError:
         v = math.inf

@@ -623,3 +623,16 @@ def test_a_file_that_is_not_a_profile_is_not_called_one(tmp_path):
     with pytest.raises(ProfileFormatError) as err:
         read_nccl_tests(path)
     assert str(err.value).startswith(f"nccl-tests output {path}: field '<file>'")
+
+
+@pytest.mark.parametrize("cell, hint", [("90%", "90 % is 0.9"), ("fast", "")])
+def test_a_runs_csv_cell_that_is_no_number_says_so(tmp_path, cell, hint):
+    """A CSV cell '90%' was 'runs[0].scaling_factor='90%' has type str; expected a
+    number': every CSV cell is text."""
+    path = tmp_path / "runs.csv"
+    path.write_text(f"model,n,bw,scaling_factor\nresnet50,16,10Gbps,{cell}\n")
+    with pytest.raises(InvalidParameterError) as err:
+        sm.fit_cluster(str(path))
+    msg = str(err.value)
+    assert f"runs[0].scaling_factor={cell!r} is invalid: is not a number" in msg
+    assert hint in msg
