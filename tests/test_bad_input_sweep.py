@@ -560,7 +560,6 @@ def test_a_vanishing_utilization_is_refused(value):
     assert sm.iteration_time("resnet50", 64, 10e9, utilization=1e-9).total < math.inf
 
 
-
 def test_cli_fit_passes_on_a_cluster_files_model_warning(tmp_path, capsys):
     """`scalemodel fit runs.csv --cluster c.json` dropped every warning that was not a
     CalibrationWarning: a --cluster file's unknown key, said by every other command, went
