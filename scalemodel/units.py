@@ -312,7 +312,12 @@ def parse_duration(value, parameter: str = "alpha"):
             raise InvalidParameterError(parameter, value, "must be finite and >= 0 [s]")
     else:
         seconds = check_nonnegative(value, parameter)
-    over = np.asarray(seconds) > MAX_DURATION
+    if isinstance(seconds, float):  # the common case, without numpy
+        if seconds <= MAX_DURATION:
+            return seconds
+        over = np.asarray(True)
+    else:
+        over = np.asarray(seconds) > MAX_DURATION
     if over.any():
         raise InvalidParameterError(parameter, value if np.ndim(seconds) == 0 else
                                     _first_bad(np.asarray(seconds, float), over),
