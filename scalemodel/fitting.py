@@ -363,6 +363,9 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     """
     _check_keywords(given, confidence, fit, hold, network, transport, cluster)
     _check_max_free_and_name(max_free, name)
+    if implementation is not None:  # checked even when no run is compressed (was ignored)
+        from .compressors import resolve_implementation
+        resolve_implementation(implementation, "implementation")
     runs, base, source = _load_and_check(
         runs, cluster=cluster, transport=transport, name=name, algorithm=algorithm,
         fusion=fusion, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,

@@ -626,3 +626,13 @@ def test_a_runs_csv_cell_that_is_no_number_says_so(tmp_path, cell, hint):
     msg = str(err.value)
     assert f"runs[0].scaling_factor={cell!r} is invalid: is not a number" in msg
     assert hint in msg
+
+
+@pytest.mark.parametrize("value, exc", [("bogus", InvalidParameterError),
+                                        (5, ParameterTypeError)])
+def test_fit_cluster_implementation_is_checked_without_compressed_runs(value, exc):
+    """fit_cluster(implementation='bogus') was accepted when no run was compressed (it was
+    read only by the codec fit)."""
+    with pytest.raises(exc) as err:
+        sm.fit_cluster(_TWO_RUNS, implementation=value)
+    assert err.value.parameter == "implementation"
