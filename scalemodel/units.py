@@ -279,7 +279,7 @@ _PER_UNIT = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e3, "us": 1e6, "Âµs": 1e6, "Î
 
 def parse_duration(value, parameter: str = "alpha"):
     """Convert a time to seconds and check it is finite, >= 0 and at most a day
-    (:data:`MAX_DURATION`).
+    (``MAX_DURATION``, 86400 s).
 
     Parameters
     ----------
