@@ -299,7 +299,10 @@ def _codec_cost(value, profile):
     than a day (``profiles.MAX_TIME``), else the answers would be 0 as if computed."""
     from .profiles import MAX_TIME
 
-    c = float(check_nonnegative(value, "codec_cost"))
+    c = check_nonnegative(value, "codec_cost")
+    if np.ndim(c):
+        raise ParameterTypeError("codec_cost", value, "a single number of seconds per byte")
+    c = float(c)
     total = c * profile.total_bytes
     if not total <= MAX_TIME:
         raise InvalidParameterError(
@@ -1809,7 +1812,8 @@ def scaling_factor(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
                         sequence_parallel=sequence_parallel)
     n, bw = sc.data_parallel(n, bw)
     u = effective_utilization(sc, bw, u)
-    x = 1.0 / (np.multiply(np.multiply(u, bw), r))
+    with np.errstate(over="ignore"):  # (a ratio near the largest float: x = 0)
+        x = 1.0 / (np.multiply(np.multiply(u, bw), r))
     t = sc.iteration_times(n, x, r)
     sf = sc.profile.iteration_time / t
     return float(sf) if sf.ndim == 0 else sf
