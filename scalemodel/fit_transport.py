@@ -15,6 +15,7 @@ rate.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import re
 from pathlib import Path
@@ -266,6 +267,7 @@ def check_against_runs(transport, runs, *, gpus_per_node, nics_per_node=None):
             "transport", t.text, f"was measured at a line rate of {t.line_rate / 1e9:g} "
             f"Gbit/s, but the runs reach {bw_max / 1e9:g} Gbit/s; measure the transport at "
             "the runs' line rate")
+    _check_per_nic_rate(t, bw_max)
     achieved = t.cluster.extra.get("fitted_bandwidth")
     if t.line_rate is None and isinstance(achieved, (int, float)) and \
             t.cluster.topology is not None and achieved > bw_max * (1 + _RATE_SLACK) * \
@@ -281,6 +283,30 @@ def check_against_runs(transport, runs, *, gpus_per_node, nics_per_node=None):
             raise InvalidParameterError(
                 "transport", t.text, f"measured only inside one node, but run "
                 f"{r.label!r} spans nodes (n={r.n}); give an nccl-tests log across nodes")
+
+
+def _check_per_nic_rate(t, bw_max):
+    """Refuse nccl-tests logs across nodes whose bandwidth per NIC, even at its interval's
+    low end, is above the runs' line rate ``bw_max`` [bits/s]: the nodes have more NICs
+    than the fit was told, or the log is of another network (issue 17: a transport whose
+    line rate contradicts the runs is an error naming both)."""
+    topo = t.cluster.topology
+    fits = t.cluster.extra.get("fits") if isinstance(t.cluster.extra, dict) else None
+    if t.line_rate is None or topo is None or not isinstance(fits, list):
+        return
+    for f in fits:
+        if not isinstance(f, dict) or not int(f.get("n") or 0) > (topo.gpus_per_node or 0):
+            continue  # inside one node: the bandwidth is the intra-node link's
+        low = (f.get("intervals") or {}).get("bandwidth", [f.get("bandwidth")])[0]
+        if isinstance(low, (int, float)) and low > bw_max * (1 + _RATE_SLACK):
+            per_node = float(f["bandwidth"]) * topo.nics_per_node
+            raise InvalidParameterError(
+                "transport", t.text, f"achieves {f['bandwidth'] / 1e9:.4g} Gbit/s per NIC "
+                f"with {topo.nics_per_node} NIC(s) per node, more than the runs' line rate "
+                f"of {bw_max / 1e9:g} Gbit/s: the nodes have more NICs ({per_node / 1e9:.4g} "
+                f"Gbit/s per node needs at least {math.ceil(per_node / bw_max)} of "
+                f"{bw_max / 1e9:g} Gbit/s; pass nics_per_node=), or the log is of another "
+                "network")
 
 
 def without_line_rate(cluster, bw_max):

@@ -13,6 +13,7 @@ from scalemodel.cli import _NETWORK_CHOICES, main
 from scalemodel.fit_priors import NETWORKS
 
 H100_LOG = str(Path(__file__).parent / "data" / "nccl_tests_all_reduce_2x8_h100.txt")
+NICS = 8  # the log's nodes (DGX H100: 8 x 400 Gbit/s); with 1 it is refused (per-NIC rate)
 P = {"source": "test"}
 
 
@@ -39,7 +40,7 @@ def _log_truth():
     from scalemodel.fit_transport import load_transport
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sm.CalibrationWarning)
-        t = load_transport(H100_LOG, line_rate=400e9)
+        t = load_transport(H100_LOG, line_rate=400e9, nics_per_node=NICS)
     return t, sm.ClusterProfile(alpha=t.cluster.alpha, utilization=t.cluster.utilization,
                                 topology=t.cluster.topology, iteration_overhead=4e-3,
                                 provenance=P)
@@ -49,10 +50,10 @@ def test_transport_log_fixes_the_network_as_the_api_does(tmp_path, capsys):
     t, truth = _log_truth()
     runs = _runs_csv(tmp_path / "runs.csv", truth)
     code, out, err = _fit_cli(capsys, runs, "--transport", H100_LOG, "--out",
-                              tmp_path / "c.json", "--json")
+                              tmp_path / "c.json", "--json", "--nics-per-node", NICS)
     assert code == 0, err
     data = json.loads(out)
-    api = _quiet_fit(str(runs), transport=H100_LOG, fusion="ddp")
+    api = _quiet_fit(str(runs), transport=H100_LOG, fusion="ddp", nics_per_node=NICS)
     assert data["parameters"]["alpha"]["status"] == "transport"
     assert data["parameters"]["alpha"]["value"] == pytest.approx(t.cluster.alpha)
     for k, p in api.parameters.items():
@@ -72,10 +73,11 @@ def test_two_logs_and_a_cluster_json_as_transport(tmp_path, capsys):
     inside = tmp_path / "inside.txt"
     inside.write_text("\n".join(ln for ln in Path(H100_LOG).read_text().splitlines()
                                 if "gpu-node-02" not in ln) + "\n")
-    code, out, err = _fit_cli(capsys, runs, "--transport", inside, H100_LOG, "--json")
+    code, out, err = _fit_cli(capsys, runs, "--transport", inside, H100_LOG, "--json",
+                              "--nics-per-node", NICS)
     assert code == 0, err
     data = json.loads(out)
-    api = _quiet_fit(str(runs), transport=[str(inside), H100_LOG])
+    api = _quiet_fit(str(runs), transport=[str(inside), H100_LOG], nics_per_node=NICS)
     assert data["cluster"]["topology"]["intra_bw"] == pytest.approx(
         api.cluster.topology.intra_bw)
     from scalemodel.calibrate.nccl_tests import read_nccl_tests
@@ -84,7 +86,8 @@ def test_two_logs_and_a_cluster_json_as_transport(tmp_path, capsys):
         intra = read_nccl_tests(inside).fit()
     assert data["cluster"]["topology"]["intra_bw"] == pytest.approx(intra.bandwidth)
     # the files before the CSV, ended with --
-    code, out2, err = _fit_cli(capsys, "--json", "--transport", inside, H100_LOG, "--", runs)
+    code, out2, err = _fit_cli(capsys, "--json", "--nics-per-node", NICS, "--transport", inside,
+                               H100_LOG, "--", runs)
     assert code == 0, err
     assert json.loads(out2)["cluster"] == data["cluster"]
     # the same transport as a cluster file (what python -m scalemodel.calibrate writes)

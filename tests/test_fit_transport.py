@@ -132,20 +132,22 @@ def test_transport_carries_to_a_model_with_five_times_the_bytes():
 
 def test_transport_from_an_nccl_tests_log_and_a_cluster_file(tmp_path):
     from scalemodel.fit_transport import load_transport
-    with pytest.warns(sm.CalibrationWarning):  # the log's bandwidth: above 400 Gbit/s
-        t = load_transport(H100_LOG, line_rate=400e9)
+    # DGX H100: 8 x 400G NICs (the log's per-NIC rate is above 400 Gbit/s with 1); no
+    # intra-node log, so the default NVLink rate is below the NICs' sum (a warning)
+    with pytest.warns(sm.CalibrationWarning, match="intra-node links"):
+        t = load_transport(H100_LOG, line_rate=400e9, nics_per_node=8)
     assert t.gpus_per_node == 8 and t.cluster.alpha > 0 and "alpha" in t.cluster.intervals
     truth = sm.ClusterProfile(alpha=t.cluster.alpha, utilization=t.cluster.utilization,
                               topology=t.cluster.topology, iteration_overhead=4e-3,
                               provenance=P)
     runs = [_run(truth, "bert", n, 400e9) for n in (16, 64)]
-    fit = _fit(runs, transport=H100_LOG, fusion="ddp")
+    fit = _fit(runs, transport=H100_LOG, fusion="ddp", nics_per_node=8)
     assert fit.parameters["alpha"].value == pytest.approx(t.cluster.alpha)
     assert fit.cluster.topology.gpus_per_node == 8
     assert "nccl-tests" in fit.cluster.fit_settings["transport"]
     # the same transport as a cluster file (what python -m scalemodel.calibrate writes)
     path = sm.save_cluster(t.cluster, tmp_path / "transport.json")
-    again = _fit(runs, transport=path, fusion="ddp")
+    again = _fit(runs, transport=path, fusion="ddp", nics_per_node=8)
     assert again.parameters["alpha"].value == pytest.approx(t.cluster.alpha)
     assert json.loads(again.save(tmp_path / "c.json").read_text())["fit_settings"][
         "transport"].startswith("transport.json")
@@ -236,6 +238,11 @@ def test_transport_contradicting_the_runs_is_an_error_naming_both(tmp_path):
                              table_utilization=[0.9, 0.8], topology=TOPO, provenance=P)
     with pytest.raises(sm.InvalidParameterError, match=r"10 Gbit/s.*400 Gbit/s"):
         _fit(runs, transport=slow)
+    # a log whose bandwidth per NIC is above the runs' line rate (the nodes' 8 NICs
+    # taken as 1): the error names both and what to pass
+    with pytest.raises(sm.InvalidParameterError,
+                       match=r"Gbit/s per NIC with 1 NIC.*400 Gbit/s.*nics_per_node="):
+        _fit(runs, transport=H100_LOG)
     # a log inside one node only cannot speak for runs across nodes
     inside = tmp_path / "inside.txt"
     lines = Path(H100_LOG).read_text().splitlines()
