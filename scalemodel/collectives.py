@@ -702,6 +702,9 @@ def collective_cost(algorithm, nbytes, n, *, reduction=None, options=None,
     if n == 1:
         return _zeros_like(s)
     red = reduction or NO_REDUCTION_COST
+    if not isinstance(red, ReductionCost):
+        raise ParameterTypeError("reduction", reduction, "a ReductionCost (a profile's "
+                                 "reduction, or ReductionCost.from_points) or None")
     opt = options or CollectiveOptions()
     if kind != "all_reduce":
         return _ring_half_cost(s, n, red, opt, kind == "reduce_scatter")

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from .exceptions import ParameterTypeError, UnknownNameError
+from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
 from .units import check_positive
 
 __all__ = ["Buckets", "DDPBuckets", "HorovodFusion", "PerTensor", "AfterBackward", "MGWFBP",
@@ -278,6 +278,26 @@ def bucket_ready_times(sizes, ready, fusion="ddp") -> Buckets:
     fusion : str or policy
         ``"ddp"``, ``"horovod"``, ``"none"``, or a policy object [-].
     """
-    sizes = np.asarray(sizes, dtype=float)
-    ready = np.asarray(ready, dtype=float)
+    given = ready
+    sizes = _per_tensor(sizes, "sizes")
+    ready = _per_tensor(ready, "ready")
+    if len(ready) != len(sizes):
+        raise InvalidParameterError("ready", given, f"has {len(ready)} values; needs one "
+                                    f"per gradient tensor, as sizes ({len(sizes)})")
     return resolve_fusion(fusion).buckets(sizes, ready)
+
+
+def _per_tensor(value, name):
+    """``value`` as a non-empty 1-D array of finite numbers >= 0, one per gradient
+    tensor (:func:`bucket_ready_times`), or a documented error naming ``name`` [-]."""
+    try:
+        a = np.asarray(value, dtype=float)
+    except (TypeError, ValueError, OverflowError):
+        raise ParameterTypeError(name, value, "a list of numbers, one per gradient "
+                                 "tensor") from None
+    if a.ndim != 1 or a.size == 0:
+        raise InvalidParameterError(name, value, "must be a non-empty list of numbers, "
+                                    "one per gradient tensor")
+    if not (np.all(np.isfinite(a)) and np.all(a >= 0)):
+        raise InvalidParameterError(name, value, "must be finite and >= 0")
+    return a

@@ -1,0 +1,40 @@
+"""Bad input found by the session-11 sweep in the modules the sweep left alone: each is a
+documented error naming the parameter and the value (they were bare TypeError,
+IndexError, ValueError, OverflowError or AttributeError tracebacks)."""
+
+import pytest
+
+import scalemodel as sm
+from scalemodel.fusion import bucket_ready_times
+
+
+@pytest.mark.parametrize("sizes, ready, name", [
+    ([], [], "sizes"), (None, [0.1], "sizes"), ("x", [0.1], "sizes"),
+    (10**400, [0.1], "sizes"), ([[1, 2]], [0.1], "sizes"), ([1e6, -1.0], [0.1, 0.2], "sizes"),
+    ([1e6, float("nan")], [0.1, 0.2], "sizes"), ([1e6, 2e6], None, "ready"),
+    ([1e6, 2e6], [], "ready"), ([1e6, 2e6], [0.1], "ready"), ([1e6], [float("inf")], "ready")])
+def test_bucket_ready_times_names_the_bad_argument(sizes, ready, name):
+    with pytest.raises((sm.InvalidParameterError, sm.ParameterTypeError), match=rf"^{name}="):
+        bucket_ready_times(sizes, ready)
+
+
+def test_bucket_ready_times_still_buckets():
+    b = bucket_ready_times([4e6, 4e6, 30e6], [0.01, 0.02, 0.03])
+    assert b.nbytes.sum() == 38e6 and len(b) >= 1
+
+
+def test_a_reduction_that_is_not_a_reduction_cost():
+    with pytest.raises(sm.ParameterTypeError, match="reduction='x'"):
+        sm.collective_time("ring", 1e6, 8, 10e9, reduction="x")
+
+
+@pytest.mark.parametrize("value", [[], [1e-12, 2e-12]])
+def test_codec_cost_is_one_number(value):
+    with pytest.raises(sm.ParameterTypeError, match="codec_cost="):
+        sm.scaling_factor("bert", 64, 10e9, codec_cost=value, compression=2)
+
+
+def test_a_ratio_near_the_largest_float_answers_without_numpy_warnings():
+    # (pytest turns warnings into errors: numpy's overflow in u * bw * r leaked)
+    assert sm.scaling_factor("bert", [64], 10e9, compression=[1e308])[0] == pytest.approx(
+        sm.scaling_factor("bert", 64, 10e9, compression=1e300))
