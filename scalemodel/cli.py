@@ -107,11 +107,15 @@ def _int(text, option):
 
 
 def _items(text, option):
-    """The non-empty items of a comma-separated list; at least one."""
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
+    """The items of a comma-separated list; at least one, none of them empty (``16,,64``
+    is a typo whose missing value would be dropped without a word)."""
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
         raise InvalidParameterError(option, text, "needs at least one value",
                                     "give one or a comma-separated list, e.g. 16,32,64")
+    if not all(items):
+        raise InvalidParameterError(option, text, "has an empty item between commas",
+                                    "give a comma-separated list, e.g. 16,32,64")
     return items
 
 

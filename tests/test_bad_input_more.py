@@ -38,3 +38,10 @@ def test_a_ratio_near_the_largest_float_answers_without_numpy_warnings():
     # (pytest turns warnings into errors: numpy's overflow in u * bw * r leaked)
     assert sm.scaling_factor("bert", [64], 10e9, compression=[1e308])[0] == pytest.approx(
         sm.scaling_factor("bert", 64, 10e9, compression=1e300))
+
+
+@pytest.mark.parametrize("text", ["16,,64", "16,64,", ",16"])
+def test_a_cli_list_with_an_empty_item_is_refused(text, capsys):
+    from scalemodel.cli import main
+    assert main(["scaling", "--model", "bert", "--n", text, "--bw", "10Gbps"]) == 2
+    assert f"--n='{text}' is invalid: has an empty item" in capsys.readouterr().err
