@@ -93,17 +93,33 @@ class BucketSizeResult:
 
 
 def _check_candidates(candidates):
+    """The candidate caps [MB] as a sorted array and whether to refine around the best;
+    a documented error naming ``candidates`` for anything but numbers (not text, not
+    bools) in (0, :data:`~scalemodel.runs.MAX_BUCKET_CAP_MB`], one list of them."""
+    from .runs import MAX_BUCKET_CAP_MB
+
     if candidates is None:
         return np.asarray(DEFAULT_CANDIDATES), True
-    if isinstance(candidates, (str, bytes)):
+    if isinstance(candidates, (str, bytes, dict, set)) or isinstance(candidates, bool):
         raise ParameterTypeError("candidates", candidates, "a sequence of bucket caps [MB]")
-    c = np.atleast_1d(np.asarray(candidates, dtype=float))
+    items = list(candidates) if isinstance(candidates, (list, tuple, np.ndarray)) \
+        else [candidates]
+    for v in items:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
+            raise ParameterTypeError("candidates", candidates,
+                                     "one list of numbers: bucket caps [MB]")
+    try:
+        c = np.atleast_1d(np.asarray(items, dtype=float))
+    except OverflowError:
+        raise InvalidParameterError("candidates", candidates, "every bucket cap must be "
+                                    f"at most {MAX_BUCKET_CAP_MB:g} MB") from None
     if c.ndim != 1 or c.size == 0:
         raise InvalidParameterError("candidates", candidates, "needs at least one cap [MB]")
-    bad = ~(np.isfinite(c) & (c > 0))
+    bad = ~(np.isfinite(c) & (c > 0) & (c <= MAX_BUCKET_CAP_MB))
     if bad.any():
-        raise InvalidParameterError("candidates", float(c[bad][0]),
-                                    "every bucket cap must be finite and > 0 [MB]")
+        raise InvalidParameterError("candidates", float(c[bad][0]), "every bucket cap "
+                                    f"must be finite, > 0 and at most {MAX_BUCKET_CAP_MB:g} "
+                                    "MB (a terabyte)")
     return np.unique(c), False
 
 

@@ -45,3 +45,16 @@ def test_a_cli_list_with_an_empty_item_is_refused(text, capsys):
     from scalemodel.cli import main
     assert main(["scaling", "--model", "bert", "--n", text, "--bw", "10Gbps"]) == 2
     assert f"--n='{text}' is invalid: has an empty item" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("candidates", [{}, 1e308, ["25"], [True], [1e12], [[1, 2]],
+                                        10**400, []])
+def test_best_bucket_size_candidates_are_one_list_of_caps(candidates):
+    with pytest.raises((sm.InvalidParameterError, sm.ParameterTypeError),
+                       match="^candidates="):
+        sm.best_bucket_size("resnet50", 16, 10e9, candidates=candidates)
+
+
+def test_best_bucket_size_candidates_still_taken():
+    assert sm.best_bucket_size("resnet50", 16, 10e9, candidates=(1, 2.5)).bucket_cap_mb in (
+        1.0, 2.5)
