@@ -24,7 +24,7 @@ import attrs
 
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ParameterTypeError
-from .topology import Topology
+from .topology import Topology, _opt_count
 
 __all__ = ["Transport", "load_transport"]
 
@@ -80,8 +80,9 @@ def load_transport(transport, *, line_rate=None, gpus_per_node=None, nics_per_no
         The cluster of the transport terms and a text naming the source.
     """
     from .calibrate.fit import CollectiveFit, cluster_from_fits
-    gpus_per_node = _one_count(gpus_per_node, "gpus_per_node")
-    nics_per_node = _one_count(nics_per_node, "nics_per_node")
+    # None, or one integer >= 1 ("x" or [] raised a bare error further on)
+    gpus_per_node = _opt_count(gpus_per_node, "gpus_per_node")
+    nics_per_node = _opt_count(nics_per_node, "nics_per_node")
     if isinstance(transport, Transport):
         return transport
     if isinstance(transport, ClusterProfile):
@@ -108,17 +109,6 @@ def load_transport(transport, *, line_rate=None, gpus_per_node=None, nics_per_no
         return _from_json(paths[0])
     return _from_nccl_tests(paths, line_rate=line_rate, gpus_per_node=gpus_per_node,
                             nics_per_node=nics_per_node)
-
-
-def _one_count(value, name):
-    """None, or one integer >= 1 (``"x"`` or ``[]`` raised a bare error further on)."""
-    from .units import check_count
-    if value is None:
-        return None
-    count = check_count(value, name)
-    if not isinstance(count, int):
-        raise ParameterTypeError(name, value, "one integer >= 1")
-    return count
 
 
 def _paths(transport):
