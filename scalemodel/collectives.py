@@ -248,7 +248,7 @@ NO_REDUCTION_COST = ReductionCost(name="free")
 # --------------------------------------------------------------------------- options
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class CollectiveOptions:
     """Network constants the collective models use besides the line rate.
 

@@ -305,7 +305,7 @@ def _group(value):
     return int(value)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Sharding:
     """A sharding strategy and the dtypes its collectives carry.
 
