@@ -1037,7 +1037,8 @@ class Scenario:
         n = int(n)
         compressed = bool(compressed) and self.codec_cost > 0
         if (self.sharding is None or not self.sharding.full_shard
-                or hasattr(self.fusion, "buckets") or ("schedule", n, compressed) in self._cache):
+                or hasattr(self.fusion, "buckets")
+                or ("schedule", n, compressed) in self._cache):
             return self.lines(n, compressed)[1]
         numbers = self._schedule_numbers(n)
         sk = self._schedule_key(n, compressed, numbers)
@@ -1482,8 +1483,8 @@ def _corner_scenario(sc, cluster):
 def _corner_siblings(root):
     """``{id(cluster): scenario}``: ``root``, and ``root`` with the cluster of each other
     corner of its fitted cluster's intervals and alternatives (:func:`_interval_family`)
-    that :meth:`Scenario.build` would make from it (the same build but for the cluster's numbers,
-    :func:`_build_key`), each marked with ``root`` [-]."""
+    that :meth:`Scenario.build` would make from it (the same build but for the cluster's
+    numbers, :func:`_build_key`), each marked with ``root`` [-]."""
     cl = root.cluster
     out = {id(cl): root}
     if not (cl.intervals or cl.alternatives):
