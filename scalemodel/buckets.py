@@ -27,7 +27,7 @@ import attrs
 import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError
-from .fusion import MiB, DDPBuckets
+from .fusion import MAX_BUCKET_CAP_MB, MiB, DDPBuckets
 from .units import format_bandwidth
 
 __all__ = ["best_bucket_size", "BucketSizeResult", "DEFAULT_CANDIDATES", "DEFAULT_BUCKET_MB"]
@@ -95,9 +95,7 @@ class BucketSizeResult:
 def _check_candidates(candidates):
     """The candidate caps [MB] as a sorted array and whether to refine around the best;
     a documented error naming ``candidates`` for anything but numbers (not text, not
-    bools) in (0, :data:`~scalemodel.runs.MAX_BUCKET_CAP_MB`], one list of them."""
-    from .runs import MAX_BUCKET_CAP_MB
-
+    bools) in (0, :data:`~scalemodel.fusion.MAX_BUCKET_CAP_MB`], one list of them."""
     if candidates is None:
         return np.asarray(DEFAULT_CANDIDATES), True
     if isinstance(candidates, (str, bytes, dict, set)) or isinstance(candidates, bool):

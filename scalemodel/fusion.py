@@ -47,9 +47,14 @@ from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameEr
 from .units import check_positive
 
 __all__ = ["Buckets", "DDPBuckets", "HorovodFusion", "PerTensor", "AfterBackward", "MGWFBP",
-           "FUSIONS", "resolve_fusion", "bucket_ready_times"]
+           "FUSIONS", "resolve_fusion", "bucket_ready_times", "MAX_BUCKET_CAP_MB"]
 
 MiB = 2**20
+
+MAX_BUCKET_CAP_MB = 1e6
+"""Largest accepted bucket cap (a run's ``bucket_cap_mb``,
+:func:`~scalemodel.best_bucket_size`'s candidates): a terabyte, far beyond any model's
+gradients [MB]."""
 
 
 @attrs.frozen(eq=False)

@@ -51,7 +51,7 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
 
 Every number must be finite and inside a documented range (``MIN_RUN_TIME`` to
 ``MAX_RUN_TIME`` for times, ``MIN_RUN_BW`` to ``MAX_RUN_BW`` for line rates,
-``MAX_BUCKET_CAP_MB``); worker counts and micro-batch counts are integers, never
+``fusion.MAX_BUCKET_CAP_MB``); worker counts and micro-batch counts are integers, never
 truncated. Bad input raises :class:`~scalemodel.InvalidParameterError` or
 :class:`~scalemodel.ParameterTypeError` naming ``runs[i].<key>`` and the value.
 
@@ -77,11 +77,12 @@ import attrs
 from ._jsonfile import read_text_file
 from .exceptions import (CalibrationWarning, InvalidParameterError, ParameterTypeError,
                          ProfileFormatError, ScalemodelError)
+from .fusion import MAX_BUCKET_CAP_MB
 from .profiles import MAX_TIME, WorkloadProfile, load_profile
 from .units import check_count, parse_bandwidth
 
 __all__ = ["Run", "load_runs", "DEFAULT_UNCERTAINTY", "NOISE_TOLERANCE", "MIN_RUN_TIME",
-           "MAX_RUN_TIME", "MIN_RUN_BW", "MAX_RUN_BW", "MAX_BUCKET_CAP_MB"]
+           "MAX_RUN_TIME", "MIN_RUN_BW", "MAX_RUN_BW"]
 
 DEFAULT_UNCERTAINTY = 0.02
 """Relative standard uncertainty of a measured iteration time when a run does not say:
@@ -107,9 +108,7 @@ unit slip, such as 10 for 10 Gbit/s) [bits/s]."""
 MAX_RUN_BW = 1e15
 """Highest accepted line rate of a run: 1 Pbit/s [bits/s]."""
 
-MAX_BUCKET_CAP_MB = 1e6
-"""Largest accepted ``bucket_cap_mb``: a terabyte, far beyond any model's gradients
-[MB]."""
+
 
 MIN_UNCERTAINTY = 1e-6
 """Smallest accepted relative uncertainty of a run: one part per million, below any
