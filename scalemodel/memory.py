@@ -330,8 +330,10 @@ def _check_n(n, sharding):
 def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
                           virtual_stages=1, sequence_parallel=False):
     """The checked :class:`~scalemodel.parallel.ModelParallel`, or None without it."""
-    from .parallel import check_config, resolve_model_parallel
+    from .parallel import check_config, check_pipeline_layers, resolve_model_parallel
 
+    if cfg is not None:
+        check_pipeline_layers(pp, cfg.layers, label)
     mp = resolve_model_parallel(tp, pp, microbatches, virtual_stages=virtual_stages,
                                 sequence_parallel=sequence_parallel)
     if not mp.active:

@@ -73,7 +73,8 @@ from .sharding import (resolve_sharding, resolve_wrap, sharded_schedule, unit_bu
                        zero3_envelopes)
 from .checkpointing import with_recompute
 from .offload import with_offload
-from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_sequence_parallel, dp_options,
+from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_pipeline_layers,
+                       check_sequence_parallel, dp_options,
                        model_parallel_profile, resolve_model_parallel)
 from .profiles import WorkloadProfile, load_profile
 from .efficiency import at_fitted_efficiency, fitted_efficiency
@@ -529,6 +530,10 @@ class Scenario:
                activation_checkpointing=None, offload=None, shard_group=None, tp=1, pp=1,
                microbatches=None, virtual_stages=1, sequence_parallel=False):
         alpha = _scalar_float(alpha, "alpha")
+        cfg = profile.provenance.get("config") if isinstance(profile.provenance,
+                                                              dict) else None
+        if isinstance(cfg, dict):  # a pipeline the layers cannot split is said first
+            check_pipeline_layers(pp, cfg.get("layers"), profile.name)
         mp = resolve_model_parallel(tp, pp, microbatches, profile.grad_accum,
                                     virtual_stages, sequence_parallel)
         if cluster is not None:  # what the cluster was fitted under, unless given

@@ -388,6 +388,27 @@ def _config(profile, mp):
     return cfg
 
 
+def check_pipeline_layers(pp, layers, name):
+    """Raise when ``pp``, an integer > 1, does not divide the ``layers``: checked before
+    the micro-batches are asked for, so that a pipeline the model cannot be split into is
+    said first (anything else in ``pp`` is left to :func:`resolve_model_parallel`) [-].
+
+    Parameters
+    ----------
+    pp : object
+        Pipeline stages, as given [stages].
+    layers : int or None
+        Transformer layers (None: not known) [layers].
+    name : str
+        The model, for the message [-].
+    """
+    if (isinstance(pp, (int, np.integer)) and not isinstance(pp, (bool, np.bool_))
+            and pp > 1 and isinstance(layers, (int, np.integer)) and layers > 0
+            and layers % pp):
+        raise InvalidParameterError("pp", pp, f"must divide the {layers} layers of "
+                                    f"{name}: valid are {_divisors(int(layers))}")
+
+
 def check_config(mp, layers, heads, name):
     """Raise unless ``pp`` divides the layers and ``tp`` the attention heads [-].
 

@@ -58,3 +58,13 @@ def test_best_bucket_size_candidates_are_one_list_of_caps(candidates):
 def test_best_bucket_size_candidates_still_taken():
     assert sm.best_bucket_size("resnet50", 16, 10e9, candidates=(1, 2.5)).bucket_cap_mb in (
         1.0, 2.5)
+
+
+@pytest.mark.parametrize("ask", [
+    lambda: sm.memory("llama-2-7b", 64, pp=3),
+    lambda: sm.scaling_factor("llama-2-7b", 6, 10e9, pp=3),
+    lambda: sm.min_compression("llama-2-7b", 10e9, n=6, pp=3)])
+def test_a_pipeline_the_layers_cannot_split_is_said_before_the_micro_batches(ask):
+    # (it asked for microbatches= first, then refused pp=3 once they were given)
+    with pytest.raises(sm.InvalidParameterError, match=r"pp=3 .*32 layers.*valid are"):
+        ask()
