@@ -399,6 +399,10 @@ class UpperEnvelope:
         breaks : array_like
             The chain's P - 1 breakpoints, ascending [unit].
         """
+        if type(intercept) is list and type(slope) is list and type(breaks) is list:
+            env = cls._convex_py(intercept, slope, breaks)  # Python floats: no numpy
+            if env is not None:
+                return env
         c = np.asarray(intercept, dtype=float)
         m = np.asarray(slope, dtype=float)
         br = np.asarray(breaks, dtype=float)
@@ -429,6 +433,56 @@ class UpperEnvelope:
         env.intercept = c[first:] if head is None else np.concatenate((c[:1], c[first:]))
         env.slope = m[first:] if head is None else np.concatenate((m[:1], m[first:]))
         env.breaks = br[first - 1:] if head is None else np.concatenate(([head], br[first - 1:]))
+        return env
+
+    @classmethod
+    def _convex_py(cls, c, m, br):
+        """:meth:`of_convex` of Python lists of floats, in Python floats: the same
+        operations and the same envelope, kept as :attr:`_py` (evaluated without numpy's
+        per-call cost); None where the numpy construction must answer (a value that is
+        not finite, a chain not as promised, breaks out of order after rounding) [-]."""
+        k = len(c) - 1
+        if k < 1 or len(m) != k + 1 or len(br) != k - 1 or m[0] != 0.0:
+            return None
+        if not math.isfinite(sum(c) + sum(m) + sum(br)):
+            return None
+        if k > 1 and not br[0] > 0:
+            return None
+        for a, b in zip(br, br[1:]):
+            if not a <= b:
+                return None
+        for a, b in zip(m[1:], m[2:]):
+            if not a < b:
+                return None
+        if not m[1] >= 0.0:
+            return None
+        floor = c[0]
+        if c[1] >= floor:  # the chain on top from x = 0
+            first, head = 1, None
+        elif m[-1] <= 0.0:
+            return None  # a flat chain below the constant (numpy's one-line answer)
+        else:  # the constant until the piece that crosses it
+            j = 0
+            for ci, mi, b in zip(c[1:-1], m[1:-1], br):
+                if ci + mi * b <= floor:
+                    j += 1
+            mj = m[j + 1]
+            if not mj > 0.0:
+                return None
+            head = (floor - c[j + 1]) / mj
+            if not head < math.inf:
+                return None
+            first = j + 1
+        hc, hm, hb = c[first:], m[first:], br[first - 1:]
+        index = list(range(first, k + 1))
+        if head is not None:
+            hc, hm, hb, index = [c[0], *hc], [m[0], *hm], [head, *hb], [0, *index]
+            if len(hb) > 1 and not hb[0] <= hb[1]:
+                return None  # rounding put the crossing past the next break
+        if not hb:
+            return None  # one line: numpy's arrays
+        env = cls.__new__(cls)
+        env._py = (hc, hm, hb, index)
         return env
 
     _py = None

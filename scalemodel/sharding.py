@@ -1672,21 +1672,45 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
     f = sigma * profile.forward_time
     floor = acc * (f + sigma * profile.backward_time) + acc * K * cb
     offset = profile.update_time / s - profile.update_time - f
-    envs = []
-    for r in range(len(sigma)):
-        L = int(count[r])
-        intercept = np.empty(L + 2)
-        slope = np.empty(L + 2)
-        intercept[1], slope[1] = c0[r], m0[r]
-        intercept[2:] = step_c[r, :L] + c0[r]
-        slope[2:] = step_m[r, :L] + m0[r]
+    if step_c.shape[1] > _PY_PIECES:  # long chains: numpy row by row
+        return [_zero3_row(c0[r], m0[r], step_c[r, :L], step_m[r, :L], breaks[r, :L], acc,
+                           floor[r], offset[r]) for r, L in enumerate(count.tolist())]
+    envs = []  # a few pieces: each row in Python floats, as numpy computes it elementwise
+    rows = zip(count.tolist(), c0.tolist(), m0.tolist(), floor.tolist(), offset.tolist(),
+               step_c.tolist(), step_m.tolist(), breaks.tolist())
+    for L, c, m, low, off, sc, sm, br in rows:
+        intercept = [c, *(v + c for v in sc[:L])]
+        slope = [m, *(v + m for v in sm[:L])]
         if acc > 1:
-            intercept[1:] *= acc
-            slope[1:] *= acc
-        intercept[0], slope[0] = floor[r], 0.0
-        intercept += offset[r]
-        envs.append(UpperEnvelope.of_convex(intercept, slope, breaks[r, :L]))
+            intercept = [v * acc for v in intercept]
+            slope = [v * acc for v in slope]
+        intercept = [low + off, *(v + off for v in intercept)]
+        envs.append(UpperEnvelope.of_convex(intercept, [0.0, *slope], br[:L]))
     return envs
+
+
+_PY_PIECES = 128
+"""Chains of at most this many pieces (two per unit) are built and evaluated in Python
+floats (:meth:`~scalemodel.overlap.UpperEnvelope.of_convex` given lists), longer ones
+with numpy, whose per-call cost they outweigh [-]."""
+
+
+def _zero3_row(c0, m0, step_c, step_m, breaks, acc, floor, offset):
+    """One corner's envelope of :func:`_zero3_chains` with numpy: the constant ``floor``
+    [s], the chain's first line ``(c0, m0)`` and the rest ``(step_c + c0, step_m + m0)``,
+    times ``acc`` micro-batches, all shifted by ``offset`` [s] [-]."""
+    L = len(step_c)
+    intercept = np.empty(L + 2)
+    slope = np.empty(L + 2)
+    intercept[1], slope[1] = c0, m0
+    intercept[2:] = step_c + c0
+    slope[2:] = step_m + m0
+    if acc > 1:
+        intercept[1:] *= acc
+        slope[1:] *= acc
+    intercept[0], slope[0] = floor, 0.0
+    intercept += offset
+    return UpperEnvelope.of_convex(intercept, slope, breaks)
 
 
 def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,
