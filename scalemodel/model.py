@@ -1045,8 +1045,8 @@ class Scenario:
                 or hasattr(self.fusion, "buckets")
                 or ("schedule", n, compressed) in self._cache):
             return self.lines(n, compressed)[1]
-        numbers = self._schedule_numbers(n)
-        sk = self._schedule_key(n, compressed, numbers)
+        keyed = self._cache.get(("corner key", n, compressed))  # (made when primed)
+        numbers, sk = keyed if keyed is not None else self._corner_key(n, compressed)
         if sk is None:
             return self.lines(n, compressed)[1]
         got = self._shared_envelope(sk)
@@ -1062,6 +1062,12 @@ class Scenario:
             _keep_envelope(sk, self, got)
         self._wire.setdefault(n, got[1])
         return got[0]
+
+    def _corner_key(self, n, compressed):
+        """``(numbers, key)``: :meth:`_schedule_numbers` and :meth:`_schedule_key` of this
+        scenario's schedule on ``n`` workers [-]."""
+        numbers = self._schedule_numbers(n)
+        return numbers, self._schedule_key(n, compressed, numbers)
 
     def _schedule_numbers(self, n):
         """What :meth:`schedule` takes from the cluster for ``n`` workers: the slowdown
@@ -1094,8 +1100,7 @@ class Scenario:
         root._cache[("envelopes primed", n, compressed)] = True
         todo = {}
         for s in near.values():
-            numbers = s._schedule_numbers(n)
-            sk = s._schedule_key(n, compressed, numbers)
+            numbers, sk = s._cache[("corner key", n, compressed)] = s._corner_key(n, compressed)
             if sk is not None and sk not in todo and s._shared_envelope(sk) is None:
                 todo[sk] = numbers
         made = zero3_envelopes(root.profile, n, list(todo.values()), sharding=root.sharding,
