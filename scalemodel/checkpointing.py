@@ -586,7 +586,7 @@ def _block_starts(names):
 
 
 def _with_recompute(profile, ck, given):
-    from .sharding import _block_keys
+    from .sharding import _block_keys, negligible_zeroed
 
     names = profile.tensor_names
     keys = _block_keys(tuple(names)) if names is not None else None
@@ -603,6 +603,7 @@ def _with_recompute(profile, ck, given):
     done = ready[ends - 1]
     bwd = np.diff(np.concatenate(([0.0], done)))
     bwd[-1] += max(0.0, profile.backward_time - float(done[-1]))
+    bwd = negligible_zeroed(bwd, profile.forward_time + profile.backward_time)
     tb = float(bwd.sum())
     fwd = profile.forward_time * (bwd / tb if tb > 0 else np.full(len(bwd), 1 / len(bwd)))
     # the first round(f L) blocks of forward are the last ones in backward order

@@ -710,6 +710,8 @@ def shard_units(profile, wrap="block") -> ShardUnits:
         else None
     if redo is not None and len(redo) == k:  # scalemodel.checkpointing.with_recompute
         plain = bwd - np.add.reduceat(np.asarray(redo, float), starts)
+    plain = negligible_zeroed(plain, profile.forward_time + profile.backward_time
+                              - (0.0 if redo is None or len(redo) != k else float(sum(redo))))
     tb = float(plain.sum())
     fwd = profile.forward_time * (plain / tb if tb > 0 else
                                   np.full(len(bwd), 1 / len(bwd)))
@@ -730,6 +732,32 @@ def shard_units(profile, wrap="block") -> ShardUnits:
                      backward=bwd[::-1].copy(), ready=done[::-1].copy())
     per[key] = out
     return out
+
+
+NEGLIGIBLE = 1e-12
+"""A unit's backward time at most this fraction of the profile's compute (forward plus
+backward, without recompute) counts as none when the forward time is split in
+proportion to the backward times (:func:`shard_units`,
+:func:`scalemodel.checkpointing.with_recompute`): below it a time is rounding (the
+recompute taken off again), and a split by it would put the whole forward on one unit
+[-]."""
+
+
+def negligible_zeroed(times, scale):
+    """``times`` with the values within :data:`NEGLIGIBLE` of ``scale`` set to 0 [s].
+
+    Parameters
+    ----------
+    times : numpy.ndarray
+        Per-unit times [s].
+    scale : float
+        The profile's compute time they are part of [s].
+    """
+    times = np.asarray(times, dtype=float)
+    small = np.abs(times) <= NEGLIGIBLE * abs(float(scale))
+    if not small.any():
+        return times
+    return np.where(small, 0.0, times)
 
 
 def unit_buckets(profile, wrap, slowdown=1.0):

@@ -34,6 +34,16 @@ import re
 
 from des_reference import _fuse, collective_seconds
 
+NEGLIGIBLE = 1e-12
+"""A unit's backward time at most this fraction of the profile's compute counts as none
+when the forward is split by the backward times (the library's rule,
+``scalemodel.sharding.NEGLIGIBLE``, stated here on its own)."""
+
+
+def _negligible(times, scale):
+    """``times`` with those within NEGLIGIBLE of ``scale`` set to 0."""
+    return [0.0 if abs(t) <= NEGLIGIBLE * abs(scale) else t for t in times]
+
 _BLOCK = re.compile(r"^(.*?(?:^|\.)\d+)\.")
 
 
@@ -236,6 +246,7 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
             spans.append(max(ready[i] for i in grp) - prev)
             prev = max(ready[i] for i in grp)
         spans[-1] += max(0.0, backward_time - prev)
+        spans = _negligible(spans, profile.forward_time + profile.backward_time)
         total_span = sum(spans)
         added = 0.0
         for grp, span in zip(blocks, spans):
@@ -323,6 +334,7 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
             plain.append(d - prev)
             prev = d
         plain[-1] += max(0.0, profile.backward_time - plain_done[-1])
+        plain = _negligible(plain, profile.forward_time + profile.backward_time)
         tb = sum(plain)
         fwd_b = [profile.forward_time * b / tb if tb > 0 else profile.forward_time / len(back)
                  for b in plain]

@@ -310,7 +310,7 @@ def _hand_shifted(profile, recompute):
     """The profile with each block's recompute (``recompute``: block -> fraction of its
     forward) before its gradients, computed here from the names alone."""
     import attrs
-    from des_sharding import _BLOCK, group_units
+    from des_sharding import _BLOCK, _negligible, group_units
 
     names, ready = profile.tensor_names, [float(t) for t in profile.tensor_ready]
     groups = group_units(names, len(ready), "block")
@@ -319,6 +319,7 @@ def _hand_shifted(profile, recompute):
         spans.append(max(ready[i] for i in grp) - prev)
         prev = max(ready[i] for i in grp)
     spans[-1] += max(0.0, profile.backward_time - prev)
+    spans = _negligible(spans, profile.forward_time + profile.backward_time)
     total, added = sum(spans), 0.0
     for grp, span in zip(groups, spans):
         m = _BLOCK.match(names[grp[0]])
