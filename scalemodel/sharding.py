@@ -1703,18 +1703,22 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
     if step_c.shape[1] > _PY_PIECES:  # long chains: numpy row by row
         return [_zero3_row(c0[r], m0[r], step_c[r, :L], step_m[r, :L], breaks[r, :L], acc,
                            floor[r], offset[r]) for r, L in enumerate(count.tolist())]
-    envs = []  # a few pieces: each row in Python floats, as numpy computes it elementwise
-    rows = zip(count.tolist(), c0.tolist(), m0.tolist(), floor.tolist(), offset.tolist(),
-               step_c.tolist(), step_m.tolist(), breaks.tolist())
-    for L, c, m, low, off, sc, sm, br in rows:
-        intercept = [c, *(v + c for v in sc[:L])]
-        slope = [m, *(v + m for v in sm[:L])]
-        if acc > 1:
-            intercept = [v * acc for v in intercept]
-            slope = [v * acc for v in slope]
-        intercept = [low + off, *(v + off for v in intercept)]
-        envs.append(UpperEnvelope.of_convex(intercept, [0.0, *slope], br[:L]))
-    return envs
+    # a few pieces: every row's lines at once (the operations of _zero3_row, element by
+    # element), each row's envelope built and evaluated in Python floats
+    rows, width = step_c.shape
+    intercept = np.empty((rows, width + 2))
+    slope = np.empty((rows, width + 2))
+    intercept[:, 1], slope[:, 1] = c0, m0
+    intercept[:, 2:] = step_c + c0[:, None]
+    slope[:, 2:] = step_m + m0[:, None]
+    if acc > 1:
+        intercept[:, 1:] *= acc
+        slope[:, 1:] *= acc
+    intercept[:, 0], slope[:, 0] = floor, 0.0
+    intercept += offset[:, None]
+    return [UpperEnvelope.of_convex(c[:L + 2], m[:L + 2], br[:L])
+            for L, c, m, br in zip(count.tolist(), intercept.tolist(), slope.tolist(),
+                                   breaks.tolist())]
 
 
 _PY_PIECES = 128

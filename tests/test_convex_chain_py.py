@@ -55,7 +55,8 @@ def test_python_floats_build_the_numpy_envelope(terms, floor, c0, m0, xs, levels
     c, m, br = _chain(terms, floor, c0, m0)
     ref = UpperEnvelope.of_convex(c, m, br)
     py = UpperEnvelope.of_convex(c.tolist(), m.tolist(), br.tolist())
-    _assert_same(py, ref, xs, levels)
+    with np.errstate(all="ignore"):  # subnormal slopes: crossings at +inf, both ways
+        _assert_same(py, ref, xs, levels)
 
 
 @pytest.mark.parametrize("c, m, br, on_python", [
