@@ -45,6 +45,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+import operator
 
 import attrs
 import numpy as np
@@ -448,12 +449,8 @@ class UpperEnvelope:
             return None
         if k > 1 and not br[0] > 0:
             return None
-        for a, b in zip(br, br[1:]):
-            if not a <= b:
-                return None
-        for a, b in zip(m[1:], m[2:]):
-            if not a < b:
-                return None
+        if not (all(map(operator.le, br, br[1:])) and all(map(operator.lt, m[1:], m[2:]))):
+            return None
         if not m[1] >= 0.0:
             return None
         floor = c[0]

@@ -1692,10 +1692,10 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
     m0 = base_m + np.where(rising, tb_m, 0.0).sum(axis=1)
     order = np.argsort(np.where(live, cross, np.inf), axis=1, kind="stable")
     count = live.sum(axis=1)
-    step_c = np.cumsum(np.take_along_axis(dc, order, axis=1), axis=1)
-    step_m = np.cumsum(np.take_along_axis(np.broadcast_to(tb_m, dc.shape), order, axis=1),
-                       axis=1)
-    breaks = np.take_along_axis(cross, order, axis=1)
+    rows = np.arange(len(order))[:, None]  # (take_along_axis, by plain indexing)
+    step_c = np.cumsum(dc[rows, order], axis=1)
+    step_m = np.cumsum(tb_m[order], axis=1)
+    breaks = cross[rows, order]
     acc = profile.grad_accum  # every micro-batch gathers and reduce-scatters again
     f = sigma * profile.forward_time
     floor = acc * (f + sigma * profile.backward_time) + acc * K * cb
@@ -1705,9 +1705,8 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
                            floor[r], offset[r]) for r, L in enumerate(count.tolist())]
     # a few pieces: every row's lines at once (the operations of _zero3_row, element by
     # element), each row's envelope built and evaluated in Python floats
-    rows, width = step_c.shape
-    intercept = np.empty((rows, width + 2))
-    slope = np.empty((rows, width + 2))
+    intercept = np.empty((step_c.shape[0], step_c.shape[1] + 2))
+    slope = np.empty(intercept.shape)
     intercept[:, 1], slope[:, 1] = c0, m0
     intercept[:, 2:] = step_c + c0[:, None]
     slope[:, 2:] = step_m + m0[:, None]
