@@ -392,6 +392,8 @@ def tensorflow_shape(shape):
 
 
 def _check_rank(rank):
+    if type(rank) is int and rank >= 1:  # (the common case, without the ABC checks)
+        return rank
     if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, numbers.Integral):
         raise ParameterTypeError("rank", rank, "an integer >= 1")
     if rank < 1:
@@ -522,10 +524,20 @@ class Compressor:
         return None if self.knob is None else getattr(self, self.knob)
 
     def with_setting(self, value):
-        """A copy with the knob set to ``value`` (``attrs.evolve``)."""
+        """A copy with the knob set to ``value`` (``attrs.evolve``; for the catalogue's
+        classes the same copy made directly: :func:`_knob_copy`)."""
         if self.knob is None:
             return self
-        return attrs.evolve(self, **{self.knob: value})
+        how = _KNOB_COPY.get(type(self))
+        if how is None:
+            return attrs.evolve(self, **{self.knob: value})
+        names, convert = how
+        value = convert(value)  # the knob's converter, as __init__ calls it
+        new = object.__new__(type(self))
+        for name in names:
+            object.__setattr__(new, name, getattr(self, name))
+        object.__setattr__(new, self.knob, value)
+        return new
 
     def knob_bounds(self, numel, shapes):
         """Most and least aggressive knob values worth searching, ``(lo, hi)``."""
@@ -613,10 +625,29 @@ class Compressor:
         z = np.asarray(nbytes, dtype=float)
         return TensorCosts(phase_bytes=z[:, None], phase_collectives=(collective,),
                            encode_time=c.encode * enc_elems, decode_time=c.decode * dec_elems,
-                           calls=np.full(numel.shape, float(self.calls_per_tensor)))
+                           calls=_filled(numel.shape, float(self.calls_per_tensor)))
+
+
+_FILLED: dict = {}  # (shape, value) -> a read-only array of it (_filled)
+
+
+def _filled(shape, value):
+    """``np.full(shape, value)`` [-], read-only and made once per shape and value (a
+    profile's tensors, a compressor's kernel calls per tensor: the same at every knob
+    value the planner tries)."""
+    key = (shape, value)
+    hit = _FILLED.get(key)
+    if hit is None:
+        if len(_FILLED) >= 256:
+            _FILLED.clear()
+        hit = _FILLED[key] = np.full(shape, value)
+        hit.setflags(write=False)
+    return hit
 
 
 def _check_density(value):
+    if type(value) is float and 0.0 < value <= 1.0:  # (the common case, as below)
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ParameterTypeError("density", value, "a number in (0, 1]")
     if not (0 < value <= 1):
@@ -626,6 +657,8 @@ def _check_density(value):
 
 
 def _check_bits(value):
+    if type(value) is int and 1 <= value <= 16:  # (the common case, as below)
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ParameterTypeError("bits", value, "an integer in 1..16")
     if not 1 <= value <= 16:
@@ -1092,7 +1125,18 @@ class PowerSGD(Compressor):
     def _matrix_parts(self, numel, shapes):
         """What of the matrices does not depend on the rank, per profile (cached as
         :meth:`_matrices` is): ``(rows, cols, matrix, min(rows, cols), rows cols,
-        rows + cols)``, ``matrix`` whether the tensor is a matrix at all."""
+        rows + cols)``, ``matrix`` whether the tensor is a matrix at all. Found by the
+        arrays' identity first when ``numel`` cannot change (a profile's, read-only)."""
+        own = ("by-id", self.matrix_view, id(numel), id(shapes))
+        hit = _MATRIX_CACHE.get(own)
+        if hit is not None and hit[0] is numel and hit[1] is shapes:
+            return hit[2]
+        parts = self._matrix_parts_of(numel, shapes)
+        if type(numel) is np.ndarray and not numel.flags.writeable:
+            _MATRIX_CACHE[own] = (numel, shapes, parts)  # (holds both: ids stay theirs)
+        return parts
+
+    def _matrix_parts_of(self, numel, shapes):
         rows, cols = self._matrices(numel, shapes)
         key = ("parts", id(rows), id(cols), shapes is None)
         hit = _MATRIX_CACHE.get(key)
@@ -1116,15 +1160,31 @@ class PowerSGD(Compressor):
         # min(rows, cols) < rank)
         k = np.minimum(float(self.rank), smaller)
         comp = matrix & (area >= perimeter * k * self.min_compression_rate)
-        raw = np.where(comp, 0.0, numel * e)
-        p = np.where(comp, rows * k * e, 0.0)
-        q = np.where(comp, cols * k * e, 0.0)
+        phase_bytes = np.empty(np.shape(numel) + (3,))  # as np.stack([raw, p, q], axis=1)
+        phase_bytes[..., 0] = np.where(comp, 0.0, numel * e)  # raw
+        phase_bytes[..., 1] = np.where(comp, rows * k * e, 0.0)  # P
+        phase_bytes[..., 2] = np.where(comp, cols * k * e, 0.0)  # Q
         enc = np.where(comp, numel * (c.encode + c.encode_per_rank * k), 0.0)
         dec = np.where(comp, numel * (c.decode + c.decode_per_rank * k), 0.0)
-        return TensorCosts(phase_bytes=np.stack([raw, p, q], axis=1),
+        return TensorCosts(phase_bytes=phase_bytes,
                            phase_collectives=(ALLREDUCE, ALLREDUCE, ALLREDUCE),
                            encode_time=enc, decode_time=dec,
                            calls=np.where(comp, float(self.calls_per_tensor), 0.0))
+
+
+def _knob_copy(cls):
+    """``(attribute names, the knob's converter)`` for :meth:`Compressor.with_setting`'s
+    direct copy of ``cls``: the knob is its only field with a converter or validator that
+    evolve would run on a new value (the other fields' converters and validators passed
+    on the values copied, and ``__attrs_post_init__`` checks only them) [-]."""
+    fields = attrs.fields(cls)
+    knob = next(f for f in fields if f.name == cls.knob)
+    assert knob.validator is None and callable(knob.converter)
+    return tuple(f.name for f in fields), knob.converter
+
+
+# (exactly these classes: a subclass of one's own goes through attrs.evolve)
+_KNOB_COPY = {cls: _knob_copy(cls) for cls in (IntQuantizer, TopK, RandomK, PowerSGD)}
 
 
 COMPRESSORS = {

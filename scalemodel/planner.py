@@ -94,7 +94,7 @@ from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS
                           resolve_implementation)
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import _FLOATS, Scenario, effective_utilization
-from .overlap import UpperEnvelope, _lines_stacked, _with_fixed, overlap_lines
+from .overlap import OverlapLines, UpperEnvelope, _with_fixed, overlap_lines
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
                       _corner_ratio, _loss, _min_compression, _scalar, below, memory_check,
@@ -325,6 +325,17 @@ def _raw_cost(sc, n):
     return sc._cache[key]
 
 
+def _raw_bits(sc, n, raw):
+    """``float(raw.bits.sum())``, the uncompressed all-reduce's wire bits per iteration
+    (``raw``: :func:`_raw_cost` of ``sc`` and ``n``) [bit], summed once per scenario and
+    ``n`` (each row reports it)."""
+    key = ("raw-bits", int(n))
+    hit = sc._cache.get(key)
+    if hit is None or hit[0] is not raw:
+        hit = sc._cache[key] = (raw, float(raw.bits.sum()))
+    return hit[1]
+
+
 def _evaluate_uncached(sc: Scenario, comp: Compressor, n: int, codec: dict) -> _Evaluated:
     """:func:`_evaluate` without its cache: eq. :eq:`compressed-bucket` per bucket (under
     sharding :func:`_evaluate_sharded`), the codec on the channel or on the compute
@@ -365,11 +376,14 @@ def _same_costs_key(comp, tc, n, codec):
     codec's ``launch``), ``n``
     and the codec table; None when they cannot be hashed."""
     try:
-        arrays = (tc.phase_bytes, tc.encode_time, tc.decode_time, tc.calls)
+        pb, enc, dec, calls = tc.phase_bytes, tc.encode_time, tc.decode_time, tc.calls
         key = ("evaluate-costs", bool(comp.per_tensor), bool(comp.after_backward),
                comp.codec_stream, comp.calls_per_bucket, codec[comp.family].launch,
                tc.phase_collectives, int(n), id(codec),
-               *((a.dtype.str, a.shape, a.tobytes()) for a in arrays))
+               (pb.dtype.str, pb.shape, pb.tobytes()), (enc.dtype.str, enc.shape,
+                                                       enc.tobytes()),
+               (dec.dtype.str, dec.shape, dec.tobytes()), (calls.dtype.str, calls.shape,
+                                                          calls.tobytes()))
         hash(key)
     except (TypeError, AttributeError):
         return None
@@ -441,7 +455,7 @@ def _evaluate_costs(sc, comp, n, codec, tc, starts, ready, same=None):
 
     def sums():  # what the row reports, summed when it is read
         encode, decode = codec_sums()
-        return (float(bits.sum()), float(raw.bits.sum()), encode, decode,
+        return (float(bits.sum()), _raw_bits(sc, n, raw), encode, decode,
                 float(p.total_bytes / tc.wire_bytes.sum()))
 
     return _Evaluated(lines=lines, sums=sums, n_collectives=ncoll, collective=main, n=n,
@@ -498,7 +512,7 @@ def _make_lines(sc, n, ready, lat, ovh, bits, intra, intra_bw, delay, extra):
     return overlap_lines(shifted, lat, ovh, wire, backward + extra, fixed=fixed), xmap
 
 
-def _evaluate_many(sc, comps, n, codec, memo=None):
+def _evaluate_many(sc, comps, n, codec, memo=None, x=None):
     """:func:`_evaluate` of every compressor of ``comps`` (at its setting) at once, into
     the caches that :func:`_evaluate` reads: the tensor costs of each, then their
     collectives, codec terms and sums as the rows of arrays (:func:`_batch_evaluations`,
@@ -508,7 +522,9 @@ def _evaluate_many(sc, comps, n, codec, memo=None):
     fitted cluster's corners and alternatives: the views of a plan), the others made at
     once and kept there. ``memo``: a dict shared by the scenarios of one round (the views),
     which keeps each compressor's tensor costs and key for the next scenario of the same
-    profile and codec table. Only what that path covers: no sharding, ``n > 1``, per
+    profile and codec table. ``x`` [s/bit]: the point the rows read each evaluation at
+    (``1 / (u B)``), where each batch's highest lines are found at once
+    (:func:`_batch_tops`). Only what that path covers: no sharding, ``n > 1``, per
     bucket during backward, the codec on the channel, the phases of one algorithm other
     than DeepSpeed's all-to-all; the others are left to :func:`_evaluate`. Returns
     whether any of ``comps`` was not in the cache."""
@@ -524,6 +540,8 @@ def _evaluate_many(sc, comps, n, codec, memo=None):
     else:
         evs = _batch_evaluations(sc, n, codec, [t[0] for t in todo], [t[1] for t in todo],
                                  [t[2] for t in todo]) if todo else []
+        if x is not None and len(evs) > 1:
+            _batch_tops(evs, x)
     for (_, _, same, keys), ev in zip(todo, evs):
         if same is not None:
             cache[same] = (codec, ev)
@@ -540,7 +558,7 @@ def _batch_todo(sc, comps, n, codec, cluster, memo):
     cache = sc._cache
     e, numel = _elements(sc)
     shapes = sc.profile.tensor_shapes
-    todo, pending, fresh = [], {}, False
+    todo, pending, fresh, asked = [], {}, False, set()
     for comp in comps:
         key = ("evaluate", comp, n, id(codec))
         try:
@@ -551,6 +569,9 @@ def _batch_todo(sc, comps, n, codec, cluster, memo):
         if hit is not None and hit[0] is codec:
             continue
         fresh = True
+        if key in asked:  # asked twice in this round (the first round's "none"): once
+            continue
+        asked.add(key)
         if comp.after_backward or comp.per_tensor or comp.codec_stream != "channel":
             continue
         mkey = (comp, n, id(codec), id(sc.profile), cluster) if memo is not None else None
@@ -638,12 +659,51 @@ def _batch_evaluations(sc, n, codec, comps, tcs, sames=None):
 
         def row_sums(i=i, tc=tc):  # what the row reports, summed when it is read
             encode, decode = sums[i]()
-            return (float(bits[i].sum()), float(raw.bits.sum()), encode, decode,
+            return (float(bits[i].sum()), _raw_bits(sc, n, raw), encode, decode,
                     float(total_bytes / tc.wire_bytes.sum()))
 
         out.append(_Evaluated(lines=lines, sums=row_sums, n_collectives=sending[i],
                               collective=algs[i], n=n, xmap=xmap))
     return out
+
+
+def _batch_tops(evs, x):
+    """What :func:`_top_line` keeps of each of ``evs`` at its ``x_eff`` (:func:`_x_eff` of
+    ``x`` [s/bit]) when first asked there, for all of them at once: their lines' values
+    as the rows of one array (the same operations, element by element), the highest,
+    lowest and the intercepts' extremes per row in one call each, then each row's checks
+    in Python floats as :func:`_top_line` makes them. A row that does not pass them (or
+    whose point :func:`_top_line` would not take) is left as it was, to
+    :func:`_top_line` [-]."""
+    if type(x) not in _FLOATS:
+        return
+    rows, xs = [], []
+    for ev in evs:
+        xe = float(_x_eff(ev, x))  # as _sf and _row_steps ask
+        if 0.0 <= xe < 1e200 and ev._env is None and ev._top is None:
+            rows.append(ev)
+            xs.append(xe)
+    if len(rows) < 2 or len({len(ev.lines.intercept) for ev in rows}) != 1:
+        return
+    c = np.array([ev.lines.intercept for ev in rows])
+    m = np.array([ev.lines.slope for ev in rows])
+    if c.ndim != 2 or m.shape != c.shape or not c.shape[1]:
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        vals = c + m * np.array(xs)[:, None]
+        js = vals.argmax(axis=1)
+        tops = vals[np.arange(len(rows)), js].tolist()
+        lows, cmax, cmin = vals.min(axis=1).tolist(), c.max(axis=1).tolist(), \
+            c.min(axis=1).tolist()
+        gaps = []
+        for top, low, hi, lo in zip(tops, lows, cmax, cmin):
+            scale = max(top, -low) + max(hi, -lo)  # max |value| + max |intercept|
+            gaps.append(top - _TOP_GAP * scale if math.isfinite(scale + top) else math.nan)
+        below = np.count_nonzero(vals < np.array(gaps)[:, None], axis=1).tolist()
+    width = c.shape[1]
+    for ev, xe, j, top, gap, under in zip(rows, xs, js.tolist(), tops, gaps, below):
+        if gap == gap and under == width - 1:  # every other line below by the gap
+            object.__setattr__(ev, "_top", (xe, np.float64(top), j))
 
 
 def _batch_lines(sc, n, ready, lat, ovh, bits, intra, rates):
@@ -657,13 +717,39 @@ def _batch_lines(sc, n, ready, lat, ovh, bits, intra, rates):
     if shifted.ndim != 1 or fixed.shape != (k,) or lat.shape != (m, k):
         return None
     wires, xmaps = _batch_wire(n, bits, intra, rates)
-    lines = _lines_stacked(np.broadcast_to(shifted, (m, k)), lat, ovh, wires,
-                           float(backward + 0.0))
+    lines = _lines_of_rows(shifted, lat, ovh, wires, float(backward + 0.0))
     if np.count_nonzero(fixed):  # their tail sums, as overlap_lines sums them
         fix = np.zeros(k + 1)
         fix[1:] = np.cumsum(fixed[::-1])[::-1]
         lines = [_with_fixed(one, fix) for one in lines]
     return list(zip(lines, xmaps))
+
+
+def _lines_of_rows(ready, latency, overhead, bits, backward_time):
+    """``overlap._lines_stacked(np.broadcast_to(ready, latency.shape), latency, overhead,
+    bits, backward_time)``: the :class:`~scalemodel.overlap.OverlapLines` of each row of
+    the ``(m, k)`` arrays, all with the ready times ``ready`` ``(k,)`` [s] and no fixed
+    costs, by the same operations (each row's tail sums one cumulative sum, its
+    intercepts added in the same order); the fixed costs' tail sums, all zero, are not
+    summed [-]."""
+    m, k = latency.shape
+    tails = np.empty((m, 3, k))
+    tails[:, 0] = latency[:, ::-1]
+    tails[:, 1] = overhead[:, ::-1]
+    tails[:, 2] = bits[:, ::-1]
+    # rows: latency, overhead, bits, fixed, intercept, slope, ready; column 0 the end of
+    # backward (zeros but its intercept)
+    out = np.zeros((m, 7, k + 1))
+    out[:, :3, 1:] = np.cumsum(tails, axis=2)[:, :, ::-1]
+    icpt = out[:, 4]
+    np.add(ready, out[:, 0, 1:], out=icpt[:, 1:])
+    icpt[:, 1:] += out[:, 1, 1:]
+    icpt[:, 1:] += out[:, 3, 1:]  # (+ 0.0, as the stacked lines add the fixed costs)
+    icpt[:, 0] = backward_time
+    out[:, 5] = out[:, 2]
+    out[:, 6, 1:] = ready
+    return [OverlapLines(intercept=o[4], slope=o[5], latency=o[0], overhead=o[1], bits=o[2],
+                         ready=o[6], fixed=o[3]) for o in out]
 
 
 def _batch_wire(n, bits, intra, rates):
@@ -742,6 +828,71 @@ def _batch_phases(sc, n, tcs, starts):
     return out, sending, algs, [rate[a] for a in algs]
 
 
+_SUMS_TELL_COMPRESSED = True
+"""Whether :func:`_batch_codec` tells the buckets with a compressed tensor (kernels per
+bucket) from its sums per bucket when no tensor's time or calls is negative (a sum of
+numbers >= 0 is > 0 where one of them is); False: from each tensor, then summed per
+bucket (the tests compare the two)."""
+
+_SUM_PLANS: dict = {}  # id(starts) -> (starts, tensors, plan): _bucket_sums' gathers
+_GATHER_ROWS = 12  # fewer rows: np.add.reduceat is as quick
+
+
+def _sum_plan(starts, t):
+    """What :func:`_bucket_sums` gathers for buckets that start at ``starts`` among ``t``
+    tensors: ``(starts, buckets of more than one tensor, the index of their second
+    tensor, ((those with more than d tensors, the index of their (d + 1)-th), ...))``;
+    None when a bucket holds more than 8 tensors (numpy then sums them pairwise) or the
+    starts are not increasing indices below ``t``."""
+    s = np.asarray(starts)
+    if s.ndim != 1 or not s.size or s.dtype.kind not in "iu" or s[0] < 0 or s[-1] >= t:
+        return None
+    sizes = np.diff(s, append=t)
+    if sizes.min() < 1 or sizes.max() > 8:
+        return None
+    multi = np.flatnonzero(sizes > 1)
+    first, more = s[multi], sizes[multi]
+    levels = tuple((np.flatnonzero(more > d), first[more > d] + d)
+                   for d in range(2, int(sizes.max())))
+    return s.copy(), multi, first + 1, levels
+
+
+def _bucket_sums(a, starts):
+    """``np.add.reduceat(a, starts, axis=-1)`` of a float array whose last axis are the
+    tensors (the buckets start at ``starts``), by gathers when every bucket holds at most
+    8 tensors and ``a`` has at least :data:`_GATHER_ROWS` rows: each bucket's first
+    tensor plus its others summed left to right, the order in which numpy reduces a run
+    that short (its pairwise sum begins at 8 elements), so bit for bit its sums; the rows
+    at once (a reduction costs per bucket and row, a gather per element). Otherwise
+    ``np.add.reduceat`` itself [-]."""
+    if a.ndim != 2 or a.shape[0] < _GATHER_ROWS:
+        return np.add.reduceat(a, starts, axis=-1)
+    t = a.shape[-1]
+    hit = _SUM_PLANS.get(id(starts))
+    if hit is None or hit[0] is not starts or hit[1] != t:
+        if len(_SUM_PLANS) >= 64:
+            _SUM_PLANS.clear()
+        hit = _SUM_PLANS[id(starts)] = (starts, t, _sum_plan(starts, t))
+    plan = hit[2]
+    if plan is None or a.dtype != np.float64 or not np.array_equal(plan[0], starts):
+        return np.add.reduceat(a, starts, axis=-1)
+    first, multi, second, levels = plan
+    out = a[..., first]
+    if len(multi):
+        rest = a[..., second]
+        for sub, index in levels:
+            rest[..., sub] += a[..., index]
+        out[..., multi] += rest
+    return out
+
+
+def _compressed_tensors(per_tensor, starts):
+    """Whether each bucket (at ``starts``) holds a tensor with encode or decode time or
+    kernel calls (``per_tensor``: those three, then compressors, then tensors) [-]."""
+    return np.add.reduceat((per_tensor[0] + per_tensor[1] > 0) | (per_tensor[2] > 0),
+                           starts, axis=1) > 0
+
+
 def _batch_codec(comps, codec, tcs, starts, ovh):
     """:func:`_codec_terms` on the channel of each of ``comps`` (tensor costs ``tcs``), the
     parts rows of arrays: ``(sums, overhead [s])``, ``sums(i)`` the encode and decode time
@@ -751,13 +902,15 @@ def _batch_codec(comps, codec, tcs, starts, ovh):
     for i, tc in enumerate(tcs):
         per_tensor[0, i], per_tensor[1, i], per_tensor[2, i] = (
             tc.encode_time, tc.decode_time, tc.calls)
-    enc, dec, calls = np.add.reduceat(per_tensor.reshape(3 * m, t), starts,
-                                      axis=1).reshape(3, m, len(starts))
-    per_bucket = np.array([[c.calls_per_bucket] for c in comps])
-    if per_bucket.any():  # (a row without them: calls + 0, unchanged)
-        compressed = (per_tensor[0] + per_tensor[1] > 0) | (per_tensor[2] > 0)
-        calls = calls + np.where(np.add.reduceat(compressed, starts, axis=1) > 0,
-                                 per_bucket, 0)
+    enc, dec, calls = _bucket_sums(per_tensor.reshape(3 * m, t), starts).reshape(
+        3, m, len(starts))
+    if any(c.calls_per_bucket for c in comps):  # (a row without them: calls + 0, unchanged)
+        per_bucket = np.array([[c.calls_per_bucket] for c in comps])
+        if _SUMS_TELL_COMPRESSED and per_tensor.min() >= 0.0:  # (see the flag)
+            compressed = (enc + dec > 0) | (calls > 0)
+        else:
+            compressed = _compressed_tensors(per_tensor, starts)
+        calls = calls + np.where(compressed, per_bucket, 0)
     launch = np.array([[codec[c.family].launch] for c in comps]) * calls
 
     def sums(i):  # encode and decode per iteration, each with half the launches
@@ -1360,13 +1513,14 @@ def _first_crossing(lines, a, b, lin, level):
     return math.log(u)
 
 
-def _rows(sc, n, codec, make, count, views=()):
+def _rows(sc, n, codec, make, count, views=(), x=None):
     """The rows of the generators ``make(0) ... make(count - 1)`` (:func:`_row_steps`),
     run in lockstep: each round, the compressors they ask for next are evaluated at once
     (:func:`_evaluate_many`) on ``sc`` and on each of ``views`` (those of
     :func:`_views`), then each goes on, reading its evaluations from the cache.
     Should any raise, the rows are made again one after the other, so that the error is
-    the one the first row to fail raises alone."""
+    the one the first row to fail raises alone. ``x`` [s/bit]: the point the rows read
+    the evaluations at (see :func:`_evaluate_many`)."""
     out = [None] * count
     active = [(i, make(i)) for i in range(count)]
     try:
@@ -1380,41 +1534,54 @@ def _rows(sc, n, codec, make, count, views=()):
                 else:
                     going.append((i, step))
             if wanted:
-                _evaluate_round(sc, n, codec, views, wanted)
+                _evaluate_round(sc, n, codec, views, wanted, x)
             active = going
     except Exception:
         return [_finish(make(i)) for i in range(count)]
     return out
 
 
-def _evaluate_round(sc, n, codec, views, comps):
+def _evaluate_round(sc, n, codec, views, comps, x=None):
     """:func:`_evaluate_many` of ``comps`` on ``sc`` and on each of ``views`` (``(scenario,
     x, codec, ...)`` each), each compressor's tensor costs made once for all of them; the
-    views are left alone when ``sc`` had all of them already (a plan asked again)."""
+    views are left alone when ``sc`` had all of them already (a plan asked again); ``x``
+    [s/bit]: the point the rows read ``sc`` at (each view's own ``x`` for it)."""
     memo = {} if views else None
-    if not _evaluate_many(sc, comps, n, codec, memo):
+    if not _evaluate_many(sc, comps, n, codec, memo, x):
         return  # all in the point's cache: in the views' too (else each alone, as asked)
     for view in views:
-        _evaluate_many(view[0], comps, n, view[2], memo)
+        _evaluate_many(view[0], comps, n, view[2], memo, None if x is None else view[1])
 
 
-def _first_round(sc, n, codec, views, comps):
+_BOTH_BOUNDS = True
+"""Whether :func:`_first_round` evaluates a searched knob's lower bound with its upper
+one: the search asks for it next unless the upper bound reaches the target (the
+compressor barely compressing), which a plan that needs compression rarely sees, so the
+two rounds become one (a batch's own cost is several compressors'); False: each bound
+in its own round (the tests compare the two)."""
+
+
+def _first_round(sc, n, codec, views, comps, x=None):
     """The rows' first round (:func:`_rows`) with the uncompressed evaluation, made before
     the uncompressed answer that the rows read: the compressors of ``comps``
     (``(compressor, fixed)`` each) at the settings they ask for first
-    (:func:`_first_value`), evaluated at once on ``sc`` and its ``views``. An error is
-    left to the rows, which raise the first row's."""
+    (:func:`_first_value`), evaluated at once on ``sc`` and its ``views``; without views,
+    a searched knob's other bound too (:data:`_BOTH_BOUNDS`). An error is left to the
+    rows, which raise the first row's."""
     none = get_compressor("none")
     if sc.sharding is not None or n <= 1 or sc._cache.get(("evaluate", none, n, id(codec))):
         return  # not batched, or asked before at this n (the rows find what they ask)
     try:
-        asks = [none]
+        asks, lows = [none], []
         for comp, fixed in comps:
             if comp.knob is None:
                 asks.append(comp)
             else:
-                asks.append(comp.with_setting(_first_value(sc, comp, fixed)[0]))
-        _evaluate_round(sc, n, codec, views, asks)
+                value, bounds = _first_value(sc, comp, fixed)
+                asks.append(comp.with_setting(value))
+                if bounds is not None and _BOTH_BOUNDS and not views:
+                    lows.append(comp.with_setting(bounds[0]))
+        _evaluate_round(sc, n, codec, views, asks + lows, x)
     except Exception:  # noqa: BLE001  (made again, and raised, by the rows)
         pass
 
@@ -1874,7 +2041,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
     p = sc.profile
     views = _views(sc, model, bw, u, n, gpu, impl, options)
-    _first_round(sc, n, codec, views, comps)  # the uncompressed evaluation among them
+    _first_round(sc, n, codec, views, comps, x)  # the uncompressed evaluation among them
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
     ideal = _ideal_compression(model, sc, n_job, bw_job, target, u, (gpu, loss, accounting),
                                built, algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
@@ -1889,7 +2056,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     views = _with_none(views, n)
     rows = _rows(sc, n, codec, lambda i: _row_steps(
         sc, comps[i][0], n, x, codec, target, sc.fusion, sf_none, comps[i][1], bw=bw,
-        views=views, implementation=impl.name), len(comps), views)
+        views=views, implementation=impl.name), len(comps), views, x)
     needed = min([sf_none] + [v[3] for v in views]) >= target
     _rank_rows(rows, needed)
     best = None if needed else next(
