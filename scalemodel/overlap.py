@@ -482,6 +482,62 @@ class UpperEnvelope:
         env._py = (hc, hm, hb, index)
         return env
 
+    @classmethod
+    def of_convex_rows(cls, intercept, slope, breaks, counts):
+        """:meth:`of_convex` of every row at once: row ``r`` is the constant and chain
+        ``intercept[r, :L + 2]``, ``slope[r, :L + 2]`` with breaks ``breaks[r, :L]``,
+        ``L = counts[r]`` (the rest of the row is ignored). The same envelopes, row by
+        row, as :meth:`of_convex` of each row's arrays [-].
+
+        Parameters
+        ----------
+        intercept, slope : numpy.ndarray
+            ``(R, W + 2)`` arrays of the rows' lines, the constant first [s], [s/unit].
+        breaks : numpy.ndarray
+            ``(R, W)``: each row's chain breaks, ascending [unit].
+        counts : sequence of int
+            Each row's number of breaks ``L <= W`` [-].
+        """
+        c, m, br = intercept, slope, breaks
+        L = np.asarray(counts, dtype=np.int64)
+        rows = np.arange(len(L))
+        lines = np.arange(c.shape[1])[None, :] < (L + 2)[:, None]  # each row's own lines
+        inner = np.arange(br.shape[1])[None, :] < L[:, None]  # and breaks
+        ok = (m[:, 0] == 0.0) & np.all((m[:, 1:] >= 0) | ~lines[:, 1:], axis=1)
+        if br.shape[1]:  # as of_convex's checks, where a row has breaks
+            ok &= (L < 1) | (br[:, 0] > 0)
+            ok &= np.all((br[:, 1:] >= br[:, :-1]) | ~inner[:, 1:], axis=1)
+        ok &= np.all((m[:, 2:] > m[:, 1:-1]) | ~lines[:, 2:], axis=1)
+        floor = c[:, 0]
+        on_top = c[:, 1] >= floor
+        flat = m[rows, L + 1] <= 0.0
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            ends = c[:, 1:br.shape[1] + 1] + m[:, 1:br.shape[1] + 1] * br
+            j = np.count_nonzero((ends <= floor[:, None]) & inner, axis=1)
+            head = (floor - c[rows, j + 1]) / m[rows, j + 1]
+        out = []
+        for r, n in enumerate(L.tolist()):
+            cr, mr, brr = c[r, :n + 2], m[r, :n + 2], br[r, :n]
+            if not ok[r]:
+                out.append(cls.of_convex(cr, mr, brr))  # its general construction
+                continue
+            env = cls.__new__(cls)
+            k = n + 1
+            if on_top[r]:
+                env.index = np.arange(1, k + 1)
+                env.intercept, env.slope, env.breaks = cr[1:], mr[1:], brr[0:]
+            elif flat[r] or not head[r] < np.inf:
+                env.index = np.zeros(1, dtype=np.int64)
+                env.intercept, env.slope, env.breaks = cr[:1], mr[:1], brr[:0]
+            else:
+                first = int(j[r]) + 1
+                env.index = np.concatenate(([0], np.arange(first, k + 1)))
+                env.intercept = np.concatenate((cr[:1], cr[first:]))
+                env.slope = np.concatenate((mr[:1], mr[first:]))
+                env.breaks = np.concatenate(([head[r]], brr[first - 1:]))
+            out.append(env)
+        return out
+
     _py = None
     """``(intercept, slope, breaks, index)`` as Python lists when built from a few lines
     with breaks in order (:meth:`_small`): evaluated without numpy's per-call cost, each

@@ -1700,11 +1700,7 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
     f = sigma * profile.forward_time
     floor = acc * (f + sigma * profile.backward_time) + acc * K * cb
     offset = profile.update_time / s - profile.update_time - f
-    if step_c.shape[1] > _PY_PIECES:  # long chains: numpy row by row
-        return [_zero3_row(c0[r], m0[r], step_c[r, :L], step_m[r, :L], breaks[r, :L], acc,
-                           floor[r], offset[r]) for r, L in enumerate(count.tolist())]
-    # a few pieces: every row's lines at once (the operations of _zero3_row, element by
-    # element), each row's envelope built and evaluated in Python floats
+    # every row's lines at once (the operations of _zero3_row, element by element)
     intercept = np.empty((step_c.shape[0], step_c.shape[1] + 2))
     slope = np.empty(intercept.shape)
     intercept[:, 1], slope[:, 1] = c0, m0
@@ -1715,7 +1711,9 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
         slope[:, 1:] *= acc
     intercept[:, 0], slope[:, 0] = floor, 0.0
     intercept += offset[:, None]
-    return [UpperEnvelope.of_convex(c[:L + 2], m[:L + 2], br[:L])
+    if step_c.shape[1] > _PY_PIECES:  # long chains: numpy, every row at once
+        return UpperEnvelope.of_convex_rows(intercept, slope, breaks, count.tolist())
+    return [UpperEnvelope.of_convex(c[:L + 2], m[:L + 2], br[:L])  # few: Python floats
             for L, c, m, br in zip(count.tolist(), intercept.tolist(), slope.tolist(),
                                    breaks.tolist())]
 

@@ -103,3 +103,39 @@ def test_zero3_corner_envelopes_in_python_floats_are_numpys(model, strategy, n, 
     for (a, wa), (b, wb) in zip(py, ref):
         assert wa == wb
         _assert_same(a, b, xs, b(xs)[[0, 5, 15, -1]])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 5)), min_size=0,
+                                   max_size=12),
+                          st.floats(0, 30), st.floats(-3, 3), st.floats(0, 2)),
+                min_size=1, max_size=6),
+       st.lists(st.floats(0, 10), min_size=1, max_size=6),
+       st.lists(st.floats(-5, 60), min_size=1, max_size=4))
+def test_rows_at_once_are_each_rows_envelope(chains, xs, levels):
+    # UpperEnvelope.of_convex_rows: padded rows of different lengths, each the envelope
+    # of_convex makes of that row's arrays alone (lines, breaks and answers bit for bit)
+    made = [_chain(*ch) for ch in chains]
+    L = [len(br) for _, _, br in made]
+    W = max(L)
+    c = np.full((len(made), W + 2), 7.0)  # padding the rows must ignore
+    m = np.full((len(made), W + 2), -1.0)
+    br = np.full((len(made), W), np.nan)
+    for r, (ci, mi, bi) in enumerate(made):
+        c[r, :len(ci)], m[r, :len(mi)], br[r, :len(bi)] = ci, mi, bi
+    got = UpperEnvelope.of_convex_rows(c, m, br, L)
+    with np.errstate(all="ignore"):
+        for (ci, mi, bi), env in zip(made, got):
+            _assert_same(env, UpperEnvelope.of_convex(ci, mi, bi), xs, levels)
+
+
+def test_rows_at_once_fall_back_as_of_convex_does():
+    c = np.array([[5.0, 1.0, 1.5, 0.0], [5.0, 1.0, 2.0, 3.0], [1.0, 2.0, 2.5, 0.0],
+                  [5.0, 1.0, 0.0, 0.0]])
+    m = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.5, 1.0, 2.0], [0.0, 1.0, 2.0, 0.0],
+                  [0.0, 0.0, 0.0, 0.0]])
+    br = np.array([[9.0, 9.0], [1.0, 2.0], [0.5, 0.0], [0.0, 0.0]])
+    L = [1, 2, 1, 0]  # not a chain (general hull); crossing; on top; a flat chain
+    for r, env in enumerate(UpperEnvelope.of_convex_rows(c, m, br, L)):
+        ref = UpperEnvelope.of_convex(c[r, :L[r] + 2], m[r, :L[r] + 2], br[r, :L[r]])
+        _assert_same(env, ref, [0.0, 0.7, 1.5, 4.0], [0.0, 3.0, 5.5])
