@@ -1700,7 +1700,8 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
     f = sigma * profile.forward_time
     floor = acc * (f + sigma * profile.backward_time) + acc * K * cb
     offset = profile.update_time / s - profile.update_time - f
-    # every row's lines at once (the operations of _zero3_row, element by element)
+    # every row's lines at once: the constant, the chain's first line and the rest
+    # (step + first), times the micro-batches, all shifted by the offset
     intercept = np.empty((step_c.shape[0], step_c.shape[1] + 2))
     slope = np.empty(intercept.shape)
     intercept[:, 1], slope[:, 1] = c0, m0
@@ -1722,24 +1723,6 @@ _PY_PIECES = 128
 """Chains of at most this many pieces (two per unit) are built and evaluated in Python
 floats (:meth:`~scalemodel.overlap.UpperEnvelope.of_convex` given lists), longer ones
 with numpy, whose per-call cost they outweigh [-]."""
-
-
-def _zero3_row(c0, m0, step_c, step_m, breaks, acc, floor, offset):
-    """One corner's envelope of :func:`_zero3_chains` with numpy: the constant ``floor``
-    [s], the chain's first line ``(c0, m0)`` and the rest ``(step_c + c0, step_m + m0)``,
-    times ``acc`` micro-batches, all shifted by ``offset`` [s] [-]."""
-    L = len(step_c)
-    intercept = np.empty(L + 2)
-    slope = np.empty(L + 2)
-    intercept[1], slope[1] = c0, m0
-    intercept[2:] = step_c + c0
-    slope[2:] = step_m + m0
-    if acc > 1:
-        intercept[1:] *= acc
-        slope[1:] *= acc
-    intercept[0], slope[0] = floor, 0.0
-    intercept += offset
-    return UpperEnvelope.of_convex(intercept, slope, breaks)
 
 
 def sharded_schedule(profile, n, *, sharding, wrap, algorithm="ring", options=None,
