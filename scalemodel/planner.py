@@ -128,6 +128,9 @@ class _Evaluated:
     # them when first read: a search reads only the lines
     _totals: tuple | None = None
     _sums: object = None
+    # (max, min) of the lines' intercepts when made with others (_batch_lines), for
+    # _top_line; None: it takes them from the intercepts
+    _cext: tuple | None = None
 
     def _total(self, i):
         if self._totals is None:
@@ -194,7 +197,8 @@ def _top_line(ev, x, line=True):
                 top = float(vals[j])
                 # the largest magnitudes, max(|v|), as the largest value or the smallest's
                 # negation (a nan: top is nan, and the envelope answers)
-                scale = max(top, -float(vals.min())) + max(float(c.max()), -float(c.min()))
+                high, low = ev._cext or (float(c.max()), float(c.min()))
+                scale = max(top, -float(vals.min())) + max(high, -low)
                 if math.isfinite(scale + top) and np.count_nonzero(
                         vals < top - _TOP_GAP * scale) == len(vals) - 1:
                     object.__setattr__(ev, "_top", (x, np.float64(top), j))
@@ -512,7 +516,7 @@ def _make_lines(sc, n, ready, lat, ovh, bits, intra, intra_bw, delay, extra):
     return overlap_lines(shifted, lat, ovh, wire, backward + extra, fixed=fixed), xmap
 
 
-def _evaluate_many(sc, comps, n, codec, memo=None, x=None):
+def _evaluate_many(sc, comps, n, codec, memo=None):
     """:func:`_evaluate` of every compressor of ``comps`` (at its setting) at once, into
     the caches that :func:`_evaluate` reads: the tensor costs of each, then their
     collectives, codec terms and sums as the rows of arrays (:func:`_batch_evaluations`,
@@ -522,9 +526,7 @@ def _evaluate_many(sc, comps, n, codec, memo=None, x=None):
     fitted cluster's corners and alternatives: the views of a plan), the others made at
     once and kept there. ``memo``: a dict shared by the scenarios of one round (the views),
     which keeps each compressor's tensor costs and key for the next scenario of the same
-    profile and codec table. ``x`` [s/bit]: the point the rows read each evaluation at
-    (``1 / (u B)``), where each batch's highest lines are found at once
-    (:func:`_batch_tops`). Only what that path covers: no sharding, ``n > 1``, per
+    profile and codec table. Only what that path covers: no sharding, ``n > 1``, per
     bucket during backward, the codec on the channel, the phases of one algorithm other
     than DeepSpeed's all-to-all; the others are left to :func:`_evaluate`. Returns
     whether any of ``comps`` was not in the cache."""
@@ -540,8 +542,6 @@ def _evaluate_many(sc, comps, n, codec, memo=None, x=None):
     else:
         evs = _batch_evaluations(sc, n, codec, [t[0] for t in todo], [t[1] for t in todo],
                                  [t[2] for t in todo]) if todo else []
-        if x is not None and len(evs) > 1:
-            _batch_tops(evs, x)
     for (_, _, same, keys), ev in zip(todo, evs):
         if same is not None:
             cache[same] = (codec, ev)
@@ -654,8 +654,8 @@ def _batch_evaluations(sc, n, codec, comps, tcs, sames=None):
     made = _batch_lines(sc, n, b.ready, lat, ovh, bits, intra, rates)
     out = []
     for i, tc in enumerate(tcs):
-        lines, xmap = made[i] if made is not None else _make_lines(
-            sc, n, b.ready, lat[i], ovh[i], bits[i], intra[i], rates[i], None, 0.0)
+        lines, xmap, extremes = made[i] if made is not None else (*_make_lines(
+            sc, n, b.ready, lat[i], ovh[i], bits[i], intra[i], rates[i], None, 0.0), None)
 
         def row_sums(i=i, tc=tc):  # what the row reports, summed when it is read
             encode, decode = sums[i]()
@@ -663,47 +663,8 @@ def _batch_evaluations(sc, n, codec, comps, tcs, sames=None):
                     float(total_bytes / tc.wire_bytes.sum()))
 
         out.append(_Evaluated(lines=lines, sums=row_sums, n_collectives=sending[i],
-                              collective=algs[i], n=n, xmap=xmap))
+                              collective=algs[i], n=n, xmap=xmap, cext=extremes))
     return out
-
-
-def _batch_tops(evs, x):
-    """What :func:`_top_line` keeps of each of ``evs`` at its ``x_eff`` (:func:`_x_eff` of
-    ``x`` [s/bit]) when first asked there, for all of them at once: their lines' values
-    as the rows of one array (the same operations, element by element), the highest,
-    lowest and the intercepts' extremes per row in one call each, then each row's checks
-    in Python floats as :func:`_top_line` makes them. A row that does not pass them (or
-    whose point :func:`_top_line` would not take) is left as it was, to
-    :func:`_top_line` [-]."""
-    if type(x) not in _FLOATS:
-        return
-    rows, xs = [], []
-    for ev in evs:
-        xe = float(_x_eff(ev, x))  # as _sf and _row_steps ask
-        if 0.0 <= xe < 1e200 and ev._env is None and ev._top is None:
-            rows.append(ev)
-            xs.append(xe)
-    if len(rows) < 2 or len({len(ev.lines.intercept) for ev in rows}) != 1:
-        return
-    c = np.array([ev.lines.intercept for ev in rows])
-    m = np.array([ev.lines.slope for ev in rows])
-    if c.ndim != 2 or m.shape != c.shape or not c.shape[1]:
-        return
-    with np.errstate(over="ignore", invalid="ignore"):
-        vals = c + m * np.array(xs)[:, None]
-        js = vals.argmax(axis=1)
-        tops = vals[np.arange(len(rows)), js].tolist()
-        lows, cmax, cmin = vals.min(axis=1).tolist(), c.max(axis=1).tolist(), \
-            c.min(axis=1).tolist()
-        gaps = []
-        for top, low, hi, lo in zip(tops, lows, cmax, cmin):
-            scale = max(top, -low) + max(hi, -lo)  # max |value| + max |intercept|
-            gaps.append(top - _TOP_GAP * scale if math.isfinite(scale + top) else math.nan)
-        below = np.count_nonzero(vals < np.array(gaps)[:, None], axis=1).tolist()
-    width = c.shape[1]
-    for ev, xe, j, top, gap, under in zip(rows, xs, js.tolist(), tops, gaps, below):
-        if gap == gap and under == width - 1:  # every other line below by the gap
-            object.__setattr__(ev, "_top", (xe, np.float64(top), j))
 
 
 def _batch_lines(sc, n, ready, lat, ovh, bits, intra, rates):
@@ -711,18 +672,28 @@ def _batch_lines(sc, n, ready, lat, ovh, bits, intra, rates):
     ``lat``, ``ovh`` [s], ``bits``, ``intra`` [bit], intra-node ``rates`` [bits/s]) in
     one pass (``overlap._lines_stacked``, a cluster's fixed costs per bucket then added
     to the intercepts in the order ``overlap_lines`` adds them); None where that does not
-    apply (then each alone)."""
+    apply (then each alone). With each, the largest and smallest of its intercepts
+    (each row's in one call), or None."""
     _, _, _, shifted, backward, fixed = _line_terms(sc, n, ready)
     m, k = len(lat), len(shifted)
     if shifted.ndim != 1 or fixed.shape != (k,) or lat.shape != (m, k):
         return None
     wires, xmaps = _batch_wire(n, bits, intra, rates)
-    lines = _lines_of_rows(shifted, lat, ovh, wires, float(backward + 0.0))
+    lines, intercepts = _lines_of_rows(shifted, lat, ovh, wires, float(backward + 0.0))
     if np.count_nonzero(fixed):  # their tail sums, as overlap_lines sums them
         fix = np.zeros(k + 1)
         fix[1:] = np.cumsum(fixed[::-1])[::-1]
         lines = [_with_fixed(one, fix) for one in lines]
-    return list(zip(lines, xmaps))
+        extremes = [None] * m
+    else:
+        extremes = _extremes(intercepts)
+    return list(zip(lines, xmaps, extremes))
+
+
+def _extremes(intercepts):
+    """``(largest, smallest)`` of each row of ``intercepts`` [s], Python floats, for
+    :func:`_top_line` (which otherwise takes each line set's own)."""
+    return list(zip(intercepts.max(axis=1).tolist(), intercepts.min(axis=1).tolist()))
 
 
 def _lines_of_rows(ready, latency, overhead, bits, backward_time):
@@ -731,7 +702,7 @@ def _lines_of_rows(ready, latency, overhead, bits, backward_time):
     the ``(m, k)`` arrays, all with the ready times ``ready`` ``(k,)`` [s] and no fixed
     costs, by the same operations (each row's tail sums one cumulative sum, its
     intercepts added in the same order); the fixed costs' tail sums, all zero, are not
-    summed [-]."""
+    summed. With the intercepts, the rows of one array [-]."""
     m, k = latency.shape
     tails = np.empty((m, 3, k))
     tails[:, 0] = latency[:, ::-1]
@@ -740,7 +711,7 @@ def _lines_of_rows(ready, latency, overhead, bits, backward_time):
     # rows: latency, overhead, bits, fixed, intercept, slope, ready; column 0 the end of
     # backward (zeros but its intercept)
     out = np.zeros((m, 7, k + 1))
-    out[:, :3, 1:] = np.cumsum(tails, axis=2)[:, :, ::-1]
+    out[:, :3, 1:] = tails.cumsum(axis=2)[:, :, ::-1]
     icpt = out[:, 4]
     np.add(ready, out[:, 0, 1:], out=icpt[:, 1:])
     icpt[:, 1:] += out[:, 1, 1:]
@@ -749,7 +720,7 @@ def _lines_of_rows(ready, latency, overhead, bits, backward_time):
     out[:, 5] = out[:, 2]
     out[:, 6, 1:] = ready
     return [OverlapLines(intercept=o[4], slope=o[5], latency=o[0], overhead=o[1], bits=o[2],
-                         ready=o[6], fixed=o[3]) for o in out]
+                         ready=o[6], fixed=o[3]) for o in out], icpt
 
 
 def _batch_wire(n, bits, intra, rates):
@@ -834,58 +805,6 @@ bucket) from its sums per bucket when no tensor's time or calls is negative (a s
 numbers >= 0 is > 0 where one of them is); False: from each tensor, then summed per
 bucket (the tests compare the two)."""
 
-_SUM_PLANS: dict = {}  # id(starts) -> (starts, tensors, plan): _bucket_sums' gathers
-_GATHER_ROWS = 12  # fewer rows: np.add.reduceat is as quick
-
-
-def _sum_plan(starts, t):
-    """What :func:`_bucket_sums` gathers for buckets that start at ``starts`` among ``t``
-    tensors: ``(starts, buckets of more than one tensor, the index of their second
-    tensor, ((those with more than d tensors, the index of their (d + 1)-th), ...))``;
-    None when a bucket holds more than 8 tensors (numpy then sums them pairwise) or the
-    starts are not increasing indices below ``t``."""
-    s = np.asarray(starts)
-    if s.ndim != 1 or not s.size or s.dtype.kind not in "iu" or s[0] < 0 or s[-1] >= t:
-        return None
-    sizes = np.diff(s, append=t)
-    if sizes.min() < 1 or sizes.max() > 8:
-        return None
-    multi = np.flatnonzero(sizes > 1)
-    first, more = s[multi], sizes[multi]
-    levels = tuple((np.flatnonzero(more > d), first[more > d] + d)
-                   for d in range(2, int(sizes.max())))
-    return s.copy(), multi, first + 1, levels
-
-
-def _bucket_sums(a, starts):
-    """``np.add.reduceat(a, starts, axis=-1)`` of a float array whose last axis are the
-    tensors (the buckets start at ``starts``), by gathers when every bucket holds at most
-    8 tensors and ``a`` has at least :data:`_GATHER_ROWS` rows: each bucket's first
-    tensor plus its others summed left to right, the order in which numpy reduces a run
-    that short (its pairwise sum begins at 8 elements), so bit for bit its sums; the rows
-    at once (a reduction costs per bucket and row, a gather per element). Otherwise
-    ``np.add.reduceat`` itself [-]."""
-    if a.ndim != 2 or a.shape[0] < _GATHER_ROWS:
-        return np.add.reduceat(a, starts, axis=-1)
-    t = a.shape[-1]
-    hit = _SUM_PLANS.get(id(starts))
-    if hit is None or hit[0] is not starts or hit[1] != t:
-        if len(_SUM_PLANS) >= 64:
-            _SUM_PLANS.clear()
-        hit = _SUM_PLANS[id(starts)] = (starts, t, _sum_plan(starts, t))
-    plan = hit[2]
-    if plan is None or a.dtype != np.float64 or not np.array_equal(plan[0], starts):
-        return np.add.reduceat(a, starts, axis=-1)
-    first, multi, second, levels = plan
-    out = a[..., first]
-    if len(multi):
-        rest = a[..., second]
-        for sub, index in levels:
-            rest[..., sub] += a[..., index]
-        out[..., multi] += rest
-    return out
-
-
 def _compressed_tensors(per_tensor, starts):
     """Whether each bucket (at ``starts``) holds a tensor with encode or decode time or
     kernel calls (``per_tensor``: those three, then compressors, then tensors) [-]."""
@@ -902,8 +821,8 @@ def _batch_codec(comps, codec, tcs, starts, ovh):
     for i, tc in enumerate(tcs):
         per_tensor[0, i], per_tensor[1, i], per_tensor[2, i] = (
             tc.encode_time, tc.decode_time, tc.calls)
-    enc, dec, calls = _bucket_sums(per_tensor.reshape(3 * m, t), starts).reshape(
-        3, m, len(starts))
+    enc, dec, calls = np.add.reduceat(per_tensor.reshape(3 * m, t), starts,
+                                      axis=1).reshape(3, m, len(starts))
     if any(c.calls_per_bucket for c in comps):  # (a row without them: calls + 0, unchanged)
         per_bucket = np.array([[c.calls_per_bucket] for c in comps])
         if _SUMS_TELL_COMPRESSED and per_tensor.min() >= 0.0:  # (see the flag)
@@ -1513,14 +1432,13 @@ def _first_crossing(lines, a, b, lin, level):
     return math.log(u)
 
 
-def _rows(sc, n, codec, make, count, views=(), x=None):
+def _rows(sc, n, codec, make, count, views=()):
     """The rows of the generators ``make(0) ... make(count - 1)`` (:func:`_row_steps`),
     run in lockstep: each round, the compressors they ask for next are evaluated at once
     (:func:`_evaluate_many`) on ``sc`` and on each of ``views`` (those of
     :func:`_views`), then each goes on, reading its evaluations from the cache.
     Should any raise, the rows are made again one after the other, so that the error is
-    the one the first row to fail raises alone. ``x`` [s/bit]: the point the rows read
-    the evaluations at (see :func:`_evaluate_many`)."""
+    the one the first row to fail raises alone."""
     out = [None] * count
     active = [(i, make(i)) for i in range(count)]
     try:
@@ -1534,23 +1452,22 @@ def _rows(sc, n, codec, make, count, views=(), x=None):
                 else:
                     going.append((i, step))
             if wanted:
-                _evaluate_round(sc, n, codec, views, wanted, x)
+                _evaluate_round(sc, n, codec, views, wanted)
             active = going
     except Exception:
         return [_finish(make(i)) for i in range(count)]
     return out
 
 
-def _evaluate_round(sc, n, codec, views, comps, x=None):
+def _evaluate_round(sc, n, codec, views, comps):
     """:func:`_evaluate_many` of ``comps`` on ``sc`` and on each of ``views`` (``(scenario,
     x, codec, ...)`` each), each compressor's tensor costs made once for all of them; the
-    views are left alone when ``sc`` had all of them already (a plan asked again); ``x``
-    [s/bit]: the point the rows read ``sc`` at (each view's own ``x`` for it)."""
+    views are left alone when ``sc`` had all of them already (a plan asked again)."""
     memo = {} if views else None
-    if not _evaluate_many(sc, comps, n, codec, memo, x):
+    if not _evaluate_many(sc, comps, n, codec, memo):
         return  # all in the point's cache: in the views' too (else each alone, as asked)
     for view in views:
-        _evaluate_many(view[0], comps, n, view[2], memo, None if x is None else view[1])
+        _evaluate_many(view[0], comps, n, view[2], memo)
 
 
 _BOTH_BOUNDS = True
@@ -1561,7 +1478,7 @@ two rounds become one (a batch's own cost is several compressors'); False: each 
 in its own round (the tests compare the two)."""
 
 
-def _first_round(sc, n, codec, views, comps, x=None):
+def _first_round(sc, n, codec, views, comps):
     """The rows' first round (:func:`_rows`) with the uncompressed evaluation, made before
     the uncompressed answer that the rows read: the compressors of ``comps``
     (``(compressor, fixed)`` each) at the settings they ask for first
@@ -1581,7 +1498,7 @@ def _first_round(sc, n, codec, views, comps, x=None):
                 asks.append(comp.with_setting(value))
                 if bounds is not None and _BOTH_BOUNDS and not views:
                     lows.append(comp.with_setting(bounds[0]))
-        _evaluate_round(sc, n, codec, views, asks + lows, x)
+        _evaluate_round(sc, n, codec, views, asks + lows)
     except Exception:  # noqa: BLE001  (made again, and raised, by the rows)
         pass
 
@@ -2041,7 +1958,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
     p = sc.profile
     views = _views(sc, model, bw, u, n, gpu, impl, options)
-    _first_round(sc, n, codec, views, comps, x)  # the uncompressed evaluation among them
+    _first_round(sc, n, codec, views, comps)  # the uncompressed evaluation among them
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
     ideal = _ideal_compression(model, sc, n_job, bw_job, target, u, (gpu, loss, accounting),
                                built, algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
@@ -2056,7 +1973,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     views = _with_none(views, n)
     rows = _rows(sc, n, codec, lambda i: _row_steps(
         sc, comps[i][0], n, x, codec, target, sc.fusion, sf_none, comps[i][1], bw=bw,
-        views=views, implementation=impl.name), len(comps), views, x)
+        views=views, implementation=impl.name), len(comps), views)
     needed = min([sf_none] + [v[3] for v in views]) >= target
     _rank_rows(rows, needed)
     best = None if needed else next(

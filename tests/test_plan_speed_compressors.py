@@ -1,9 +1,8 @@
 """The shortcuts that make a first plan's compressor evaluations fast change no answer
 (issue 18 item 7, issue 20 item 10): a searched knob's two bounds evaluated in one round,
-a compressor asked twice in a round evaluated once, each batch's highest lines found at
-once, the buckets' sums gathered, the lines of a batch made without their zero fixed
-costs, the buckets with a compressed tensor told from their sums, the uncompressed wire
-bits summed once, and in the compressors: the knob set without ``attrs.evolve``, the
+a compressor asked twice in a round evaluated once, the lines of a batch made without
+their zero fixed costs, the buckets with a compressed tensor told from their sums, the
+uncompressed wire bits summed once, and in the compressors: the knob set without ``attrs.evolve``, the
 converters' common case, PowerSGD's phases written in place and its matrices found by
 identity, the kernel calls per tensor made once. Each is compared with the general code,
 bit for bit."""
@@ -69,16 +68,16 @@ def _fields(plan):
 
 
 def _old_lines(ready, latency, overhead, bits, backward_time):
-    return _lines_stacked(np.broadcast_to(ready, latency.shape), latency, overhead, bits,
-                          backward_time)
+    lines = _lines_stacked(np.broadcast_to(ready, latency.shape), latency, overhead, bits,
+                           backward_time)
+    return lines, np.array([one.intercept for one in lines])
 
 
 def _general(m):
     """Every shortcut of this file in the planner off."""
     m.setattr(pl, "_BOTH_BOUNDS", False)
-    m.setattr(pl, "_batch_tops", lambda evs, x: None)
-    m.setattr(pl, "_GATHER_ROWS", math.inf)
     m.setattr(pl, "_lines_of_rows", _old_lines)
+    m.setattr(pl, "_extremes", lambda intercepts: [None] * len(intercepts))
     m.setattr(pl, "_SUMS_TELL_COMPRESSED", False)
     m.setattr(pl, "_raw_bits", lambda sc, n, raw: float(raw.bits.sum()))
 
@@ -97,7 +96,6 @@ def test_plans_equal_the_general_codes(args, kw, monkeypatch):
 
 
 @pytest.mark.parametrize("flag, off", [("_BOTH_BOUNDS", False),
-                                       ("_GATHER_ROWS", math.inf),
                                        ("_SUMS_TELL_COMPRESSED", False)])
 def test_each_switch_reaches_the_plan(flag, off, monkeypatch):
     """The switches the plan check turns off are read by a plan (so that the plans
@@ -108,19 +106,14 @@ def test_each_switch_reaches_the_plan(flag, off, monkeypatch):
         real = pl._batch_evaluations
         monkeypatch.setattr(pl, "_batch_evaluations",
                             lambda *a: seen.append(len(a[3])) or real(*a))
-    elif flag == "_GATHER_ROWS":
-        real = pl._sum_plan
-        monkeypatch.setattr(pl, "_sum_plan", lambda *a: seen.append(1) or real(*a))
     else:
         real = pl._compressed_tensors
         monkeypatch.setattr(pl, "_compressed_tensors", lambda *a: seen.append(1) or real(*a))
-    pl._SUM_PLANS.clear()
     clear_caches()
     sm.plan_compression("llama-2-13b", 100e9, n=256, tp=2, **NODE)
     on = list(seen)
     seen.clear()
     monkeypatch.setattr(pl, flag, off)
-    pl._SUM_PLANS.clear()
     clear_caches()
     sm.plan_compression("llama-2-13b", 100e9, n=256, tp=2, **NODE)
     assert on != seen
@@ -164,105 +157,6 @@ def test_a_compressor_asked_twice_in_a_round_is_evaluated_once(monkeypatch):
         assert sc._cache[("evaluate", c, 64, id(codec))][1] is pl._evaluate(sc, c, 64, codec)
 
 
-@pytest.mark.parametrize("model, kw", [("llama-2-13b", dict(tp=2, **NODE)),
-                                       ("bert", {}), ("resnet50", dict(gpus_per_node=4)),
-                                       ("gpt2", dict(algorithm="nccl", **NODE))])
-@pytest.mark.parametrize("n", [2, 16, 128])
-def test_a_batchs_highest_lines_are_those_of_the_top_line(model, kw, n):
-    """What :func:`pl._batch_tops` keeps of each evaluation is what :func:`pl._top_line`
-    keeps when first asked at the same point, value, type and line; the rows it leaves
-    alone are the ones ``_top_line`` answers from the envelope."""
-    comps = [get_compressor(c) for c in ("none", "fp16", "int8", "signsgd", "topk:0.001",
-                                         "randomk:0.05", "powersgd:4", "powersgd:64")]
-    for bw in (1e9, 25e9, 400e9, 1e14):
-        clear_caches()
-        sc = Scenario.build(model, **kw)
-        codec = pl._codec(sc, None, IMPLEMENTATIONS["pytorch"])
-        pl._evaluate_many(sc, comps, n, codec)  # (no point: the tops left to _top_line)
-        evs = [pl._evaluate(sc, c, n, codec) for c in comps]
-        assert all(ev._top is None for ev in evs)
-        x = 1.0 / bw
-        pl._batch_tops(evs, x)
-        kept = [ev._top for ev in evs]
-        assert any(k is not None for k in kept)
-        for ev, k in zip(evs, kept):
-            object.__setattr__(ev, "_top", None)
-            xe = float(pl._x_eff(ev, x))
-            value, j = pl._top_line(ev, xe)
-            if k is None:  # (left alone: _top_line's own path keeps none either)
-                assert ev._top is None
-                continue
-            assert ev._top == k and type(ev._top[1]) is type(k[1]) and type(k[2]) is int
-            assert value == k[1] and j == k[2]
-            assert value == ev.env(xe)
-
-
-def test_the_tops_leave_what_top_line_would_not_take():
-    """Lines that are not finite, a point at infinity and a tie on top are left to
-    ``_top_line`` (which answers them from the envelope)."""
-    def ev(c, m):
-        lines = type("L", (), {})()
-        lines.intercept, lines.slope = np.array(c, float), np.array(m, float)
-        return pl._Evaluated(lines=lines, n_collectives=1, collective="ring")
-
-    evs = [ev([1.0, 2.0, 0.5], [0.0, 1.0, 3.0]), ev([1.0, np.inf, 0.5], [0.0, 1.0, 3.0]),
-           ev([1.0, 1.0, 1.0], [0.0, 0.0, 0.0]), ev([1.0, 2.0, np.nan], [0.0, 1.0, 3.0])]
-    pl._batch_tops(evs, 0.25)
-    assert evs[0]._top == (0.25, 2.25, 1) and [e._top for e in evs[1:]] == [None] * 3
-    fresh = [ev([1.0, 2.0], [0.0, 1.0]), ev([3.0, 2.0], [0.0, 1.0])]
-    pl._batch_tops(fresh, math.inf)
-    assert [e._top for e in fresh] == [None, None]
-
-
-def _sizes_starts(rng, t, biggest):
-    sizes = []
-    while sum(sizes) < t:
-        sizes.append(int(rng.integers(1, biggest + 1)))
-    sizes[-1] -= sum(sizes) - t
-    sizes = [s for s in sizes if s > 0]
-    return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-
-
-@pytest.mark.parametrize("biggest", [1, 2, 3, 8, 9, 40])
-def test_bucket_sums_are_numpys_reduceat_bit_for_bit(biggest):
-    """:func:`pl._bucket_sums` equals ``np.add.reduceat`` along the last axis, signs of
-    zero, infinities and nans included, whatever the buckets (more than 8 tensors in one:
-    reduceat itself), rows or layout; each row alone too."""
-    rng = np.random.default_rng(biggest)
-    for _ in range(60):
-        t = int(rng.integers(1, 300))
-        rows = int(rng.integers(pl._GATHER_ROWS, pl._GATHER_ROWS + 30))
-        a = rng.standard_normal((rows, t)) * 10.0 ** rng.integers(-30, 30, size=(rows, t))
-        pick = rng.random((rows, t))
-        a[pick < 0.05] = -0.0
-        a[(pick > 0.05) & (pick < 0.08)] = 0.0
-        a[(pick > 0.08) & (pick < 0.09)] = np.inf
-        a[(pick > 0.09) & (pick < 0.095)] = -np.inf
-        a[(pick > 0.095) & (pick < 0.1)] = np.nan
-        starts = _sizes_starts(rng, t, biggest)
-        for layout in (a, np.asfortranarray(a), a[:, ::-1].copy()[:, ::-1]):
-            with np.errstate(invalid="ignore"):
-                want = np.add.reduceat(layout, starts, axis=-1)
-                got = pl._bucket_sums(layout, starts)
-            assert got.shape == want.shape and got.dtype == want.dtype
-            assert np.array_equal(got, want, equal_nan=True)
-            assert np.array_equal(np.signbit(got), np.signbit(want))
-    plan = pl._sum_plan(starts, t)
-    assert (plan is None) == (biggest > 8)
-
-
-def test_bucket_sums_follow_their_starts():
-    """A layout changed in place is not summed by the gathers made for the old one."""
-    rng = np.random.default_rng(3)
-    a = rng.random((pl._GATHER_ROWS, 10))
-    starts = np.array([0, 2, 3, 7])
-    assert np.array_equal(pl._bucket_sums(a, starts), np.add.reduceat(a, starts, axis=1))
-    starts[2] = 5
-    assert np.array_equal(pl._bucket_sums(a, starts), np.add.reduceat(a, starts, axis=1))
-    assert np.array_equal(pl._bucket_sums(a[:, :9], starts),
-                          np.add.reduceat(a[:, :9], starts, axis=1))
-
-
 @pytest.mark.parametrize("m", [1, 2, 7])
 def test_lines_of_rows_are_the_stacked_lines(m):
     """:func:`pl._lines_of_rows` equals ``overlap._lines_stacked`` of the ready times
@@ -273,8 +167,9 @@ def test_lines_of_rows_are_the_stacked_lines(m):
         lat, ovh = rng.random((m, k)) * 1e-4, rng.random((m, k)) * 1e-3
         bits = rng.random((m, k)) * 1e9
         bits[:, rng.random(k) < 0.2] = 0.0
-        got = pl._lines_of_rows(ready, lat, ovh, bits, 0.7)
-        want = _old_lines(ready, lat, ovh, bits, 0.7)
+        got, intercepts = pl._lines_of_rows(ready, lat, ovh, bits, 0.7)
+        want = _lines_stacked(np.broadcast_to(ready, lat.shape), lat, ovh, bits, 0.7)
+        assert np.array_equal(intercepts, [w.intercept for w in want])
         for g, w in zip(got, want, strict=True):
             for f in attrs.fields(type(w)):
                 assert np.array_equal(getattr(g, f.name), getattr(w, f.name)), f.name
@@ -393,3 +288,30 @@ def test_the_uncompressed_wire_bits_are_summed_once_per_scenario():
     assert pl._raw_bits(sc, 16, raw) == float(raw.bits.sum())
     other = attrs.evolve(raw, bits=raw.bits * 2)
     assert pl._raw_bits(sc, 16, other) == float(other.bits.sum())
+
+
+@pytest.mark.parametrize("model, kw", [("llama-2-13b", dict(tp=2, **NODE)), ("bert", {}),
+                                       ("gpt2", dict(algorithm="nccl", **NODE))])
+def test_the_top_line_with_a_batchs_extremes_is_its_own(model, kw):
+    """:func:`pl._top_line` of an evaluation made in a batch (its intercepts' extremes
+    found with the batch's) equals ``_top_line`` of the same lines without them, at many
+    points, value and line; the extremes are the intercepts' own."""
+    comps = [get_compressor(c) for c in ("none", "fp16", "int8", "signsgd", "topk:0.001",
+                                         "randomk:0.05", "powersgd:4", "powersgd:64")]
+    clear_caches()
+    sc = Scenario.build(model, **kw)
+    codec = pl._codec(sc, None, IMPLEMENTATIONS["pytorch"])
+    pl._evaluate_many(sc, comps, 16, codec)
+    evs = [pl._evaluate(sc, c, 16, codec) for c in comps]
+    assert all(ev._cext is not None for ev in evs)
+    for ev in evs:
+        c = ev.lines.intercept
+        assert ev._cext == (float(c.max()), float(c.min()))
+        bare = pl._Evaluated(lines=ev.lines, n_collectives=ev.n_collectives,
+                             collective=ev.collective, n=ev.n, xmap=ev.xmap)
+        for x in (0.0, 1e-12, 1e-11, 1e-10, 3e-9, 1e-6):
+            for e in (ev, bare):
+                object.__setattr__(e, "_top", None)
+                object.__setattr__(e, "_env", None)
+            assert pl._top_line(ev, x) == pl._top_line(bare, x)
+            assert ev._top == bare._top
