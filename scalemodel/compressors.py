@@ -525,7 +525,7 @@ class Compressor:
 
     def with_setting(self, value):
         """A copy with the knob set to ``value`` (``attrs.evolve``; for the catalogue's
-        classes the same copy made directly: :func:`_knob_copy`)."""
+        classes the same copy made directly: ``_knob_copy``)."""
         if self.knob is None:
             return self
         how = _KNOB_COPY.get(type(self))
