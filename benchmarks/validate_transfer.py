@@ -915,6 +915,55 @@ def table(results):
     return out
 
 
+# ----------------------------------------------------------------------------- rotations
+
+ROTATIONS = {
+    "ddp-benchmark": [(m, n) for m in ("resnet50", "resnet101", "resnext50_32x4d",
+                                       "resnext101_32x8d") for n in (16, 8)],
+    "vldb-nccl": [("bert", 32)], "vldb-gloo": [("bert", 32)]}
+"""Other calibrations of the same protocol, each run after the table above and reported
+whatever it gives (chosen before their errors were seen; they choose nothing): PyTorch's
+DDP benchmark calibrated on each model in turn, at 16 and at 8 GPUs (its 25 MB and 1 MB
+runs), and Li et al.'s sources calibrated on BERT instead of ResNet-50 (32 GPUs, 25 and
+5 MB, with the same transport data). p3dn's other pairs of calibration runs are
+``validate_published.py --all-pairs``; the LLM sources' other calibrations,
+``validate_llm.py``'s across-sizes table."""
+
+
+def rotated(source, model, n):
+    """``source`` calibrated on ``model`` at ``n`` GPUs (its runs at the 25 MB and the
+    small bucket size) instead: every other run held out, the bucket-sign pairs without
+    the calibration's own."""
+    import copy
+
+    every = source.calibration + source.heldout
+    small = min(r.bucket_mb for r in source.calibration)
+    cal = [r for r in every if r.label.split()[0] == model and r.n == n
+           and r.bucket_mb in (25, small) and "Fig." not in r.label]
+    out = copy.copy(source)
+    out.calibration = cal
+    out.heldout = [r for r in every if r not in cal]
+    out.sign_pairs = [p for p in source.sign_pairs if p[1] not in cal and p[2] not in cal]
+    return out
+
+
+def rotations(sources, feats, say):
+    """:data:`ROTATIONS` of the evaluated ``sources`` (by key): one summary line each."""
+    out = []
+    for source in sources:
+        for model, n in ROTATIONS.get(source.key, ()):
+            src = rotated(source, model, n)
+            fit, rows, signs = evaluate(src, feats, lambda *a: None)
+            s = summary(rows, signs)
+            out.append(dict(source=source.key, calibration=[r.label for r in src.calibration],
+                            free=list(fit.free), summary=s))
+            sign = f"{s['sign_right']}/{s['sign_pairs']}" if "sign_pairs" in s else "-"
+            say(f"{source.key:14s} {model + ' @ ' + str(n):26s} {s['runs']:4d} "
+                f"{_pct(s['median']):>7s} {_pct(s['largest']):>8s} {_pct(s['inside']):>7s} "
+                f"{_pct(s['median_width']):>6s} {sign:>6s}  {', '.join(fit.free) or '-'}")
+    return out
+
+
 SOURCES = {"ddp-benchmark": lambda: [ddp_benchmark_source()], "vldb": vldb_sources,
            "p3dn": lambda: [p3dn_source()], "llm-foundry": lambda: [llm_source()],
            "zero++": lambda: [zeropp_source()]}
@@ -924,6 +973,7 @@ def run(keys=None, say=print):
     """Every source's fit, rows and summary (the script's core; ``keys`` picks sources)."""
     feats = features()
     record = {"features": feats, "sources": {}}
+    evaluated = []
     for key in keys or SOURCES:
         for source in SOURCES[key]():
             if isinstance(source, dict):  # the LLM source: its own runs and profiles
@@ -939,6 +989,7 @@ def run(keys=None, say=print):
                 say("", f"== {source.key}: {source.title}",
                     *["  " + t for t in source.notes])
                 fit, rows, signs = evaluate(source, feats, say)
+                evaluated.append(source)
             s = summary(rows, signs)
             say(*row_lines(rows))
             if signs:
@@ -958,6 +1009,12 @@ def run(keys=None, say=print):
                 "calibration": [r.label for r in source.calibration] or None,
                 "free": list(fit.free), "cluster": fit.cluster.to_dict(),
                 "rows": rows, "signs": signs}
+    if any(src.key in ROTATIONS for src in evaluated):
+        say("", "== other calibrations of the same protocol (ROTATIONS: chosen before their "
+                "errors were seen, reported whatever they give)",
+            f"{'source':14s} {'calibrated on':26s} {'runs':>4s} {'median':>7s} "
+            f"{'largest':>8s} {'inside':>7s} {'width':>6s} {'sign':>6s}  fitted")
+        record["rotations"] = rotations(evaluated, feats, say)
     return record
 
 
