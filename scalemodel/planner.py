@@ -621,9 +621,8 @@ def _batch_channel(sc, n, codec, comps, tcs, sames):
                 kept[i] = ((lat, ovh, bits, intra), rate, ncoll, main, sums)
     new = [i for i in range(m) if kept[i] is None]
     if new:
-        (lat, ovh, bits, intra), sending, algs, rates = _batch_phases(
+        (lat, pre, bits, intra), sending, algs, rates = _batch_phases(
             sc, n, [tcs[i] for i in new], starts)
-        pre = np.array(ovh)
         sums, post = _batch_codec([comps[i] for i in new], codec, [tcs[i] for i in new],
                                   starts, pre)
         for j, i in enumerate(new):
@@ -636,8 +635,7 @@ def _batch_channel(sc, n, codec, comps, tcs, sames):
                     (lat[j], pre[j], bits[j], intra[j], rates[j], sending[j], algs[j]),
                     (kept[i][4], 0.0, None, post[j]))
         if len(new) == m:  # (the common case: the rows as made)
-            return ((np.array(lat), post, np.array(bits), np.array(intra)), rates,
-                    sending, algs, [t[4] for t in kept])
+            return (lat, post, bits, intra), rates, sending, algs, [t[4] for t in kept]
     parts = tuple(np.array([t[0][f] for t in kept]) for f in range(4))
     return parts, *([t[f] for t in kept] for f in range(1, 5))
 
@@ -750,11 +748,11 @@ def _batch_wire(n, bits, intra, rates):
 
 def _batch_phases(sc, n, tcs, starts):
     """:func:`_phase_costs` of each of ``tcs`` (phases of one algorithm, sent per
-    bucket): ``(latency, overhead, bits, intra-node bits)`` (each a list, one array per
-    ``tcs``), the collectives that send, the algorithm and the intra-node rate of each.
-    The phases' bytes per bucket are the rows of one array, those of one algorithm
-    together and costed in one call, ``np.where`` on the collectives that do not send,
-    the phases of each summed (``0.0 +`` the first, then the others in order)."""
+    bucket): ``(latency, overhead, bits, intra-node bits)`` (each an array whose rows are
+    those of ``tcs``), the collectives that send, the algorithm and the intra-node rate
+    of each. The phases' bytes per bucket are the rows of one array, those of one
+    algorithm together and costed in one call, ``np.where`` on the collectives that do not
+    send, ``0.0 +`` each phase, those of each summed in order (``(p1 + p2) + p3``)."""
     m, k = len(tcs), len(starts)
     algs = []
     for tc in tcs:
@@ -770,7 +768,13 @@ def _batch_phases(sc, n, tcs, starts):
     for i in order:
         for j in range(len(tcs[i].phase_collectives)):
             nbytes[first[i] + j] = np.add.reduceat(tcs[i].phase_bytes[:, j], starts)
-    parts, rate = np.empty((4, rows, k)), {}
+    used = nbytes > 0
+    per_row = used.sum(axis=1).tolist()
+    masked = sum(per_row) < rows * k  # only the collectives that send
+    # each phase's four parts, 0.0 + (the part where its collective sends, else 0.0);
+    # one phase per compressor in their order: these are the rows asked for
+    single = rows == m and list(order) == list(range(m))
+    total, rate = np.empty((4, rows, k)), {}
     for alg in groups:
         mine = [i for i in order if algs[i] == alg]
         lo, hi = first[mine[0]], first[mine[-1]] + len(tcs[mine[-1]].phase_collectives)
@@ -779,24 +783,25 @@ def _batch_phases(sc, n, tcs, starts):
             _collective(alg, flat, n, sc.profile.reduction, sc.options)
         for f, field in enumerate((cost.latency, cost.overhead, cost.bits,
                                    cost.intra_bits)):
-            parts[f, lo:hi].reshape(-1)[:] = field  # (a number: on every bucket)
+            if type(field) is np.ndarray and field.size == flat.size:
+                field = field.reshape(hi - lo, k)  # (else a number: on every bucket)
+            if masked:
+                field = np.where(used[lo:hi], field, 0.0)
+            np.add(0.0, field, out=total[f, lo:hi])
         rate[alg] = cost.intra_bw
-    used = nbytes > 0
-    per_row = used.sum(axis=1).tolist()
-    if sum(per_row) < rows * k:  # only the collectives that send
-        parts = np.where(used, parts, 0.0)
-    total = np.add(0.0, parts)  # each one's first phase: 0.0 + its parts
-    out = [[None] * m for _ in range(4)]
+    out = total if single else np.empty((4, m, k))
     sending = [0] * m
     for i, tc in enumerate(tcs):
         r, phases = first[i], len(tc.phase_collectives)
-        four = total[:, r]
-        for j in range(1, phases):  # its other phases, added in order
-            four += parts[:, r + j]
-        for f in range(4):
-            out[f][i] = four[f]
+        if not single:
+            if phases == 1:
+                out[:, i] = total[:, r]
+            else:  # its phases added in order
+                np.add(total[:, r], total[:, r + 1], out=out[:, i])
+                for j in range(2, phases):
+                    out[:, i] += total[:, r + j]
         sending[i] = sum(per_row[r:r + phases])
-    return out, sending, algs, [rate[a] for a in algs]
+    return (out[0], out[1], out[2], out[3]), sending, algs, [rate[a] for a in algs]
 
 
 _SUMS_TELL_COMPRESSED = True
