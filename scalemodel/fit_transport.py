@@ -24,7 +24,7 @@ import attrs
 
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ParameterTypeError
-from .topology import Topology, _opt_count
+from .topology import _opt_count
 
 __all__ = ["Transport", "load_transport"]
 
@@ -191,7 +191,8 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
     """The cluster of nccl-tests logs, as ``from-nccl-tests --gpus-per-node`` makes it: a
     log inside one node is the intra-node link, the all-reduce logs across nodes give the
     latency and achieved bandwidth with that topology."""
-    from .calibrate.fit import cluster_from_fits, intra_node_topology
+    from .calibrate.fit import (cluster_from_fits, intra_node_topology,
+                                unmeasured_intra_topology)
     from .calibrate.nccl_tests import read_nccl_tests
     results = [read_nccl_tests(p) for p in paths]
     reduce = [(r, p) for r, p in zip(results, paths) if r.collective == "all_reduce"]
@@ -208,12 +209,13 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
     across = [r for r, _ in reduce if r.world_size > g]
     inside = [r for r, _ in reduce if 1 < r.world_size <= g]
     names = ", ".join(p.name for p in paths)
-    intra_fit = None
+    intra_fit, note = None, None
     if inside:
         intra_fit = max(inside, key=lambda r: r.world_size).fit()
         topology = intra_node_topology(intra_fit, gpus_per_node=g, nics_per_node=nics)
     else:
-        topology = Topology(gpus_per_node=g, nics_per_node=nics)
+        topology, note = unmeasured_intra_topology([d for r in across for d in r.devices],
+                                                   gpus_per_node=g, nics_per_node=nics)
     if not across:
         cl = ClusterProfile(name="nccl-tests", topology=topology,
                             intervals={"intra_bw": tuple(intra_fit.intervals["bandwidth"]),
@@ -224,8 +226,11 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
                          gpus_per_node=logged if logged is not None else g,
                          line_rate=None)
     fits = [r.fit(line_rate=line_rate, topology=topology) for r in across]
+    provenance = {"source": f"nccl-tests output: {names}"}
+    if note is not None:
+        provenance["intra_node"] = note
     cl = cluster_from_fits(fits, name="nccl-tests", line_rate=line_rate, intra=intra_fit,
-                           provenance={"source": f"nccl-tests output: {names}"})
+                           provenance=provenance)
     return Transport(cluster=_from_cluster(cl, "").cluster, text=f"nccl-tests {names}",
                      gpus_per_node=logged, line_rate=line_rate)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import types
 from importlib import resources
 
@@ -35,7 +36,8 @@ import attrs
 
 from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
 
-__all__ = ["GPUSpec", "get_gpu", "list_gpus", "canonical_dtype", "DTYPE_BYTES"]
+__all__ = ["GPUSpec", "get_gpu", "list_gpus", "gpu_of_device", "canonical_dtype",
+           "DTYPE_BYTES"]
 
 DTYPE_ALIASES = {"float64": "fp64", "double": "fp64", "fp64": "fp64",
                  "float32": "fp32", "float": "fp32", "fp32": "fp32",
@@ -209,6 +211,62 @@ def _load():
 def list_gpus() -> list[str]:
     """Names of the built-in GPUs (aliases are accepted by :func:`get_gpu` too)."""
     return sorted(_load()[0])
+
+
+_DEVICE_RULES = (
+    # (words the device name has, words it must not have, built-in GPU)
+    (("v100", "sxm2", "32gb"), ("pcie",), "v100-sxm2-32gb"),
+    (("v100", "sxm2"), ("pcie", "32gb"), "v100-sxm2-16gb"),
+    (("a100", "40gb"), ("pcie",), "a100-40gb"),
+    (("a100", "80gb"), ("pcie",), "a100-80gb"),
+    (("h100", "pcie"), ("nvl",), "h100-pcie"),
+    (("h100", "hbm3"), ("pcie", "nvl"), "h100-sxm"),
+    (("h100", "sxm"), ("pcie", "nvl"), "h100-sxm"),
+    (("h200",), ("nvl",), "h200"),
+    (("b200",), (), "b200"),
+    (("mi300x",), (), "mi300x"),
+)
+"""How device names as the driver reports them (``nvidia-smi``, ``torch.cuda.
+get_device_name``, the ``device`` column of nccl-tests' rank lines) map to the built-in
+GPUs: "Tesla V100-SXM2-32GB", "A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA H100
+80GB HBM3" (the SXM5 part: its PCIe card reports "NVIDIA H100 PCIe"), "NVIDIA H200",
+"NVIDIA B200", "AMD Instinct MI300X". Variants without a built-in spec (V100 and A100
+PCIe cards, H100 NVL, H200 NVL) map to none."""
+
+
+def gpu_of_device(device) -> str | None:
+    """The built-in GPU (:func:`~scalemodel.list_gpus`) a device name reported by the
+    driver stands for, or None when no built-in spec matches it (``_DEVICE_RULES``).
+
+    Parameters
+    ----------
+    device : str
+        A device name as ``nvidia-smi`` or nccl-tests print it ("NVIDIA H100 80GB
+        HBM3"), a built-in GPU's full name or one of its names and aliases [-].
+
+    Examples
+    --------
+    >>> from scalemodel.hardware import gpu_of_device
+    >>> gpu_of_device("NVIDIA H100 80GB HBM3"), gpu_of_device("Tesla V100-SXM2-32GB")
+    ('h100-sxm', 'v100-sxm2-32gb')
+    >>> gpu_of_device("NVIDIA A100 80GB PCIe") is None
+    True
+    """
+    if not isinstance(device, str) or not device.strip():
+        return None
+    specs, aliases = _load()
+    key = device.strip().lower().replace("_", "-").replace(" ", "-")
+    key = aliases.get(key, key)
+    if key in specs:
+        return key
+    for name, spec in specs.items():
+        if spec.full_name.lower() == device.strip().lower():
+            return name
+    words = set(re.split(r"[^a-z0-9]+", device.lower()))
+    for need, avoid, gpu in _DEVICE_RULES:
+        if all(w in words for w in need) and not any(w in words for w in avoid):
+            return gpu
+    return None
 
 
 def get_gpu(gpu="h100-sxm") -> GPUSpec:

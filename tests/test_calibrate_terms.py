@@ -246,18 +246,32 @@ def test_from_nccl_tests_fits_both_logs(tmp_path, capsys, monkeypatch, how):
 
 def test_from_nccl_tests_across_nodes_only_and_errors(tmp_path, capsys, monkeypatch):
     h100 = TESTS / "data" / "nccl_tests_all_reduce_2x8_h100.txt"  # 2 nodes x 8 H100
-    # eight 400 Gbit/s NICs per node; without an intra-node log the link is taken at the
-    # default (V100 NVLink, 2.4 Tbit/s), which is slower than the eight NICs together
-    with pytest.warns(sm.CalibrationWarning, match="intra-node links"):
+    # eight 400 Gbit/s NICs per node; without an intra-node log the link is the logged
+    # device's (H100 SXM5: NVLink 4, 3.6 Tbit/s per direction from its spec), faster than
+    # the eight NICs together
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sm.CalibrationWarning)
         rc, out = calibrate_main(["from-nccl-tests", str(h100), "--gpus-per-node", "8",
                                   "--nics-per-node", "8", "--line-rate", "400Gbps"],
                                  capsys, tmp_path, monkeypatch)
     assert rc == 0, out.err
-    assert "no all-reduce log inside one node" in out.out
+    assert "no all-reduce log inside one node" in out.out and "H100 SXM5" in out.out
     cl = sm.load_cluster(tmp_path / "cluster.json")
-    assert cl.topology.gpus_per_node == 8 and cl.topology.intra_bw == 2.4e12
+    assert cl.topology.gpus_per_node == 8 and cl.topology.intra_bw == 3.6e12
+    assert cl.topology.arch == "hopper"
     flat = read_flat(h100)  # the bus bandwidth over 3.2 Tbit/s: the same utilization
     assert cl.utilization == pytest.approx(flat.utilization, rel=0.01)
+    # devices that are no built-in GPU: the default link (V100 NVLink, 2.4 Tbit/s), slower
+    # than the eight NICs together (a warning)
+    unknown = tmp_path / "unknown.log"
+    unknown.write_text(h100.read_text().replace("NVIDIA H100 80GB HBM3", "Some GPU"))
+    with pytest.warns(sm.CalibrationWarning, match="intra-node links"):
+        rc, out = calibrate_main(["from-nccl-tests", str(unknown), "--gpus-per-node", "8",
+                                  "--nics-per-node", "8", "--line-rate", "400Gbps",
+                                  "--out", "unknown.json"], capsys, tmp_path, monkeypatch)
+    assert rc == 0, out.err
+    assert "(the default; the logs' devices, Some GPU, are not one built-in GPU)" in out.out
+    assert sm.load_cluster(tmp_path / "unknown.json").topology.intra_bw == 2.4e12
     inside = tmp_path / "inside.log"
     inside.write_text(nccl_log(G, ring(G, INTRA_ALPHA, INTRA_BW, SIZES), SIZES))
     for args, words in ((["inside.log", "--gpus-per-node", "8"], "every all-reduce log "

@@ -133,10 +133,15 @@ def test_transport_carries_to_a_model_with_five_times_the_bytes():
 def test_transport_from_an_nccl_tests_log_and_a_cluster_file(tmp_path):
     from scalemodel.fit_transport import load_transport
     # DGX H100: 8 x 400G NICs (the log's per-NIC rate is above 400 Gbit/s with 1); no
-    # intra-node log, so the default NVLink rate is below the NICs' sum (a warning)
-    with pytest.warns(sm.CalibrationWarning, match="intra-node links"):
+    # intra-node log: the link is the logged device's, NVLink 4 at 3.6 Tbit/s per
+    # direction (its spec), above the eight NICs' sum, so the NICs bind (no warning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sm.CalibrationWarning)
         t = load_transport(H100_LOG, line_rate=400e9, nics_per_node=8)
     assert t.gpus_per_node == 8 and t.cluster.alpha > 0 and "alpha" in t.cluster.intervals
+    topo = t.cluster.topology
+    assert (topo.intra_bw, topo.arch) == (sm.get_gpu("h100-sxm").intra_node_bw, "hopper")
+    assert "NVIDIA H100 SXM5 80GB" in t.cluster.provenance["intra_node"]
     truth = sm.ClusterProfile(alpha=t.cluster.alpha, utilization=t.cluster.utilization,
                               topology=t.cluster.topology, iteration_overhead=4e-3,
                               provenance=P)

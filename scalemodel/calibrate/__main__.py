@@ -800,8 +800,7 @@ def _nccl_tests_topology(results, args):
     """``(topology, intra-node result, its fit, notes)`` of nccl-tests results for
     ``--gpus-per-node`` / ``--nodes`` (``(None, None, None, [])`` without them)."""
     from ..exceptions import InvalidParameterError
-    from ..topology import Topology
-    from .fit import intra_node_topology
+    from .fit import intra_node_topology, unmeasured_intra_topology
     if args.gpus_per_node is None and args.nodes is None:
         return None, None, None, []
     reduce = [r for r in results if r.collective == "all_reduce"]
@@ -825,11 +824,10 @@ def _nccl_tests_topology(results, args):
     intra = max(inside, key=lambda r: r.world_size) if inside else None
     intra_fit = None
     if intra is None:
-        topology = Topology(gpus_per_node=g, nics_per_node=args.nics_per_node)
-        notes.append(f"no all-reduce log inside one node: the intra-node link is taken at "
-                     f"{topology.intra_bw / 1e9:g} Gbit/s and 0 s latency (the defaults); "
-                     f"give a log of all_reduce_perf on the {g} GPUs of one node to "
-                     "measure it")
+        topology, note = unmeasured_intra_topology(
+            [d for r in across for d in r.devices], gpus_per_node=g,
+            nics_per_node=args.nics_per_node)
+        notes.append(note)
     else:
         intra_fit = intra.fit()
         topology = intra_node_topology(intra_fit, gpus_per_node=g,

@@ -76,6 +76,7 @@ from ..topology import Topology
 from ..units import check_nonnegative, one_rate
 
 __all__ = ["CollectiveFit", "fit_collective", "cluster_from_fits", "intra_node_topology",
+           "unmeasured_intra_topology",
            "COLLECTIVE_MODELS"]
 
 #: the model algorithm of each measured collective: library algorithms
@@ -699,6 +700,53 @@ def _finish(collective, algorithm, n, alpha, bandwidth, gamma, intervals, confid
                       "end; is the line rate right? The utilization is clipped to 1",
                       CalibrationWarning, stacklevel=3)
     return fit
+
+
+def unmeasured_intra_topology(devices, *, gpus_per_node, nics_per_node=1):
+    """``(topology, note)`` of nodes whose intra-node link no log measured: the link of
+    the GPU the logs ran on (:func:`scalemodel.hardware.gpu_of_device` of every device
+    name; its spec's rate per direction, NVLink or PCIe, and its architecture) when they
+    all name one built-in GPU, the :class:`~scalemodel.topology.Topology` defaults (V100
+    NVLink) otherwise; a 0 s intra-node latency either way.
+
+    Parameters
+    ----------
+    devices : iterable of str
+        The device names of the logs' ranks (nccl-tests' ``# Rank ... device`` lines) [-].
+    gpus_per_node : int
+        Workers per node [workers].
+    nics_per_node : int
+        Network interfaces per node [NICs].
+
+    Returns
+    -------
+    tuple
+        The :class:`~scalemodel.topology.Topology` and a sentence saying where its link
+        comes from [-].
+    """
+    from ..hardware import get_gpu, gpu_of_device
+    from ..nccl import NCCL_ARCHS
+
+    names = {gpu_of_device(d) for d in devices}
+    how = ("and 0 s latency; give a log of all_reduce_perf on the "
+           f"{gpus_per_node} GPUs of one node to measure it")
+    if len(names) != 1 or None in names:
+        topology = Topology(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node)
+        seen = ", ".join(sorted({str(d) for d in devices})) or "none named"
+        return topology, (f"no all-reduce log inside one node: the intra-node link is taken "
+                          f"at {topology.intra_bw / 1e9:g} Gbit/s (the default; the logs' "
+                          f"devices, {seen}, are not one built-in GPU) {how}")
+    spec = get_gpu(names.pop())
+    kw = dict(intra_bw=spec.intra_node_bw)
+    if spec.architecture in NCCL_ARCHS:
+        kw["arch"] = spec.architecture
+    if spec.intra_node_link.lower().startswith("pcie"):
+        kw["intra_link"] = "pci"
+    topology = Topology(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, **kw)
+    return topology, (f"no all-reduce log inside one node: the intra-node link is taken at "
+                      f"the {spec.full_name}'s ({spec.intra_node_link}), "
+                      f"{topology.intra_bw / 1e9:g} Gbit/s per direction from its spec, "
+                      f"not measured, {how}")
 
 
 def intra_node_topology(fit, *, gpus_per_node=None, nics_per_node=1) -> Topology:
