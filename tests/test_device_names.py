@@ -34,3 +34,11 @@ def test_the_link_of_one_built_in_gpu_or_the_defaults():
     for devices in (["NVIDIA H100 80GB HBM3", "NVIDIA H200"], ["Some GPU"], []):
         topo, note = unmeasured_intra_topology(devices, gpus_per_node=8)
         assert topo == sm.Topology(gpus_per_node=8) and "the default" in note
+
+
+def test_one_device_name_or_bad_devices():
+    topo, _ = unmeasured_intra_topology("NVIDIA H100 80GB HBM3", gpus_per_node=8)
+    assert topo.intra_bw == sm.get_gpu("h100-sxm").intra_node_bw
+    for bad in (None, 5):
+        with pytest.raises(sm.ParameterTypeError, match="devices="):
+            unmeasured_intra_topology(bad, gpus_per_node=8)

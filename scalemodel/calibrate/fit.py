@@ -727,6 +727,13 @@ def unmeasured_intra_topology(devices, *, gpus_per_node, nics_per_node=1):
     from ..hardware import get_gpu, gpu_of_device
     from ..nccl import NCCL_ARCHS
 
+    if isinstance(devices, str):
+        devices = [devices]
+    try:
+        devices = list(devices)
+    except TypeError:
+        raise ParameterTypeError("devices", devices, "device names (strings), as the logs' "
+                                 "'# Rank ... device' lines give them") from None
     names = {gpu_of_device(d) for d in devices}
     how = ("and 0 s latency; give a log of all_reduce_perf on the "
            f"{gpus_per_node} GPUs of one node to measure it")
