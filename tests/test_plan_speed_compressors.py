@@ -21,6 +21,7 @@ from scalemodel.compressors import (IMPLEMENTATIONS, IntQuantizer, PowerSGD, Ran
 from scalemodel.exceptions import ScalemodelError
 from scalemodel.model import Scenario, clear_caches
 from scalemodel.overlap import _lines_stacked
+from test_plan_speed_paths import _cluster  # a calibrated cluster, with or without intervals
 
 NODE = dict(gpus_per_node=8, nics_per_node=8)
 
@@ -46,16 +47,6 @@ _PLANS = [
     (("bert", 10e9), dict(n=64, compressors=["topk:0.01", "powersgd", "randomk", "int8",
                                              "none", "topk"])),
 ]
-
-
-def _cluster(intervals):
-    base = sm.ClusterProfile(name="c", topology=sm.Topology(gpus_per_node=8), ceiling=21e9,
-                             compute_slowdown=1.05, sync_overhead=1e-4,
-                             collective_overhead=1e-5, bucket_overhead=2e-6)
-    if not intervals:
-        return base
-    return attrs.evolve(base, intervals={"ceiling": (18e9, 23e9),
-                                         "compute_slowdown": (1.1, 1.18)})
 
 
 _PLANS += [(("bert", 10e9), dict(n=64, cluster=_cluster(False))),
