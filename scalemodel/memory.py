@@ -332,7 +332,8 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
     """The checked :class:`~scalemodel.parallel.ModelParallel`, or None without it."""
     from .parallel import check_config, check_pipeline_layers, resolve_model_parallel
 
-    if cfg is not None:
+    if cfg is not None:  # what the model cannot do is said before micro-batches are asked
+        _check_pipeline_sharding(pp, strategy)
         check_pipeline_layers(pp, cfg.layers, label)
     mp = resolve_model_parallel(tp, pp, microbatches, virtual_stages=virtual_stages,
                                 sequence_parallel=sequence_parallel)
@@ -342,7 +343,7 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
     if cfg is None:
         raise InvalidParameterError(name, value, f"{label} has no transformer config: its "
                                     "layers and activations are unknown")
-    _check_pipeline_sharding(mp, strategy)
+    _check_pipeline_sharding(mp.pp, strategy)
     if ((ck.mode == "selective" and ck.flash_attention)
             or (ck.mode == "full" and ck.fraction < 1.0)):
         raise InvalidParameterError(
@@ -356,10 +357,12 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
     return mp
 
 
-def _check_pipeline_sharding(mp, strategy):
-    """Raise for sharding with pipeline parallelism (not modelled)."""
-    if strategy != "none" and mp.pp > 1:
-        raise InvalidParameterError("pp", mp.pp, f"sharding={strategy!r} with pipeline "
+def _check_pipeline_sharding(pp, strategy):
+    """Raise for sharding with pipeline parallelism (not modelled): ``pp`` an integer
+    > 1 (anything else in it is left to the checks of the pipeline)."""
+    if (strategy != "none" and isinstance(pp, (int, np.integer))
+            and not isinstance(pp, (bool, np.bool_)) and pp > 1):
+        raise InvalidParameterError("pp", pp, f"sharding={strategy!r} with pipeline "
                                     "parallelism is not modelled (with tensor parallelism "
                                     "alone, pp=1, it is)", "Use sharding='none' or pp=1")
 
@@ -396,7 +399,7 @@ def _model_parallel_checker(tp, pp, microbatches, cfg, ns, label, virtual_stages
         if isinstance(mp, ScalemodelError):
             raise mp
         if mp is not None and strategy != "none":
-            _check_pipeline_sharding(mp, strategy)
+            _check_pipeline_sharding(mp.pp, strategy)
             _check_sharded_replicas(mp, strategy, ns, np.asarray(mp.dp(ns)))
         return mp
 

@@ -532,15 +532,16 @@ class Scenario:
         alpha = _scalar_float(alpha, "alpha")
         cfg = profile.provenance.get("config") if isinstance(profile.provenance,
                                                               dict) else None
-        if isinstance(cfg, dict):  # a pipeline the layers cannot split is said first
-            check_pipeline_layers(pp, cfg.get("layers"), profile.name)
-        mp = resolve_model_parallel(tp, pp, microbatches, profile.grad_accum,
-                                    virtual_stages, sequence_parallel)
         if cluster is not None:  # what the cluster was fitted under, unless given
             cluster = load_cluster(cluster)
             algorithm, fusion, sharding = cluster.settings_defaults(algorithm, fusion,
                                                                     sharding)
         shard = _with_shard_group(resolve_sharding(sharding), shard_group)
+        if isinstance(cfg, dict):  # a pipeline the model cannot be split into is said
+            _refuse_sharded_pipeline(shard, pp)  # first (before micro-batches are asked)
+            check_pipeline_layers(pp, cfg.get("layers"), profile.name)
+        mp = resolve_model_parallel(tp, pp, microbatches, profile.grad_accum,
+                                    virtual_stages, sequence_parallel)
         topology = None
         if cluster is not None:
             if alpha is None:
@@ -1720,6 +1721,18 @@ TOPOLOGY_DOC = """alpha : float or None
         :class:`~scalemodel.exceptions.ModelWarning`; not a bool: ParameterTypeError [-]."""
 
 
+def _refuse_sharded_pipeline(shard, pp):
+    """Refuse sharding with a pipeline (``pp`` an integer > 1; anything else in it is
+    left to :func:`~scalemodel.parallel.resolve_model_parallel`), which is not modelled
+    [-]."""
+    if (shard.sharded and isinstance(pp, (int, np.integer))
+            and not isinstance(pp, (bool, np.bool_)) and pp > 1):
+        raise InvalidParameterError(
+            "pp", pp, f"sharding={shard.strategy!r} with pipeline parallelism "
+            "is not modelled (tensor parallelism with sharding is: tp=, pp=1)",
+            "Use sharding='none' (DDP across the replicas), or pp=1")
+
+
 def _check_model_parallel_scope(mp, cluster, shard, options=None):
     """Refuse, by name, what tensor and pipeline parallelism are not modelled with:
     a fitted cluster, sharding with a pipeline, ``hybrid_shard`` with fewer than two
@@ -1732,11 +1745,7 @@ def _check_model_parallel_scope(mp, cluster, shard, options=None):
             name, value, "a fitted cluster with tensor or pipeline parallelism is not "
             "modelled (its fitted terms are those of a plain data-parallel job)",
             "Ask without cluster=, with the topology and alpha")
-    if shard.sharded and mp.pp > 1:
-        raise InvalidParameterError(
-            "pp", mp.pp, f"sharding={shard.strategy!r} with pipeline parallelism "
-            "is not modelled (tensor parallelism with sharding is: tp=, pp=1)",
-            "Use sharding='none' (DDP across the replicas), or pp=1")
+    _refuse_sharded_pipeline(shard, mp.pp)
     gpn = None if options is None else options.gpus_per_node
     if shard.strategy == "hybrid_shard" and (gpn is None or gpn % mp.tp
                                              or gpn // mp.tp < 2):

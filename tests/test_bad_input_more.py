@@ -68,3 +68,16 @@ def test_a_pipeline_the_layers_cannot_split_is_said_before_the_micro_batches(ask
     # (it asked for microbatches= first, then refused pp=3 once they were given)
     with pytest.raises(sm.InvalidParameterError, match=r"pp=3 .*32 layers.*valid are"):
         ask()
+
+
+@pytest.mark.parametrize("ask", [
+    lambda: sm.memory("llama-3-8b", 64, sharding="zero3", pp=3),
+    lambda: sm.memory("llama-3-8b", 64, sharding="zero3", pp=2),
+    lambda: sm.iteration_time("llama-3-8b", 64, 100e9, sharding="zero3", pp=3),
+    lambda: sm.min_compression("llama-3-8b", 10e9, n=64, sharding="zero2", pp=2)])
+def test_sharding_with_a_pipeline_is_said_first(ask):
+    # what the model cannot do at all comes before the layer count and the micro-batches
+    # (validate_parallel's 405B rows with FSDP x PP 8 said "must divide the 126 layers")
+    with pytest.raises(sm.InvalidParameterError, match=r"pp=\d is invalid: sharding="
+                                                        r"'zero\d' with pipeline"):
+        ask()
