@@ -213,6 +213,20 @@ class _Problem:
             return net.ceiling_scale
         return self.prior(name).scale
 
+    def sees_bucket_counts(self):
+        """Whether the runs hold their gradients in different numbers of buckets (DDP's
+        or Horovod's, not a sharded wrapper's units): then each run's per-bucket work
+        (``bucket_overhead``, on the compute path) differs, and holding it at its ideal
+        0 is as much a choice the runs can see as fitting it
+        (:func:`scalemodel.fitting._solve_each`) [-]."""
+        try:
+            entry = self._lines({})
+        except ScalemodelError:
+            return False
+        counts = {float(e[6][0]) for gkey, e in entry.items()
+                  if e[0] == "lines" and (gkey[4] > 1 or gkey[5])}
+        return len(counts) > 1
+
     def rank_penalty(self, values):
         r"""Extra ranking penalty of an explanation on a transport that reaches its line
         rate (a network prior without a ceiling, :data:`~scalemodel.fit_priors.NETWORKS`):

@@ -71,7 +71,10 @@ then the wrapper's hooks per unit and micro-batch, not DDP's per bucket). The su
 the smallest
 :math:`\sum \rho_i^2 + \text{prior} + 2|S|` (Akaike's penalty) wins: so one run fits the
 single parameter that explains it at the least surprise, and more runs free more
-parameters when they are needed. With ``network=`` naming a transport that reaches its
+parameters when they are needed. Holding a parameter the runs see at its default is
+charged as a choice too: a FLOP-derived profile's ``efficiency`` without an absolute
+time, and ``bucket_overhead`` when the runs hold their gradients in different numbers of
+buckets (``_solve_each``). With ``network=`` naming a transport that reaches its
 line rate (NCCL over InfiniBand or RoCE), a fitted ceiling also pays the network's
 ranking penalty (``fit_problem._Problem.rank_penalty``, scales
 in :data:`~scalemodel.fit_priors.NETWORKS`): a compute or framework explanation that fits
@@ -629,18 +632,28 @@ def _solve_each(problem, subsets):
     without it holds the efficiency at the profile's default, which is as much a choice as
     fitting it: such a set is charged as if it had that parameter too (2 in score), so one
     run of a FLOP-derived profile is explained by its efficiency first, and a per-unit or
-    per-run cost that reaches the same time stays an alternative."""
+    per-run cost that reaches the same time stays an alternative.
+
+    The same holds for ``bucket_overhead`` when the runs hold their gradients in different
+    numbers of buckets (:meth:`~scalemodel.fit_problem._Problem.sees_bucket_counts`):
+    every DDP bucket costs host work (hooks, copy, launch), which such runs see, so a set
+    that holds it at 0 is charged for that choice too. Without it, two runs at 25 MB and
+    1 MB whose difference is about one uncertainty (ResNeXt in PyTorch's DDP benchmark)
+    kept no per-bucket cost and predicted smaller buckets faster, the wrong sign."""
     unknown_rate = any("efficiency" in s for s in subsets)
+    held_buckets = (any("bucket_overhead" in s for s in subsets)
+                    and problem.sees_bucket_counts())
     solutions = []
     for subset in subsets:
         if not subset:
             chi2 = float(np.sum(problem.residuals({}) ** 2))
-            solutions.append(_Solution(chi2 + 2.0 * unknown_rate, (), {}, np.zeros(0), None,
-                                       chi2, 0.0, None))
+            solutions.append(_Solution(chi2 + 2.0 * (unknown_rate + held_buckets), (), {},
+                                       np.zeros(0), None, chi2, 0.0, None))
             continue
         vals, g, jac, chi2, prior, bounds = _solve(problem, subset)
         rank = problem.rank_penalty(vals)
-        charged = len(subset) + (unknown_rate and "efficiency" not in subset)
+        charged = (len(subset) + (unknown_rate and "efficiency" not in subset)
+                   + (held_buckets and "bucket_overhead" not in subset))
         solutions.append(_Solution(chi2 + prior + rank + 2.0 * charged, tuple(subset),
                                    vals, g, jac, chi2, prior, bounds))
     order = {k: i for i, k in enumerate(_ORDER)}
