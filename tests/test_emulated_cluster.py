@@ -6,6 +6,7 @@ The full experiment (several rates, two models, the accuracy table of the docs) 
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,27 +23,37 @@ pytestmark = [pytest.mark.skipif(not OK, reason=f"emulated cluster unavailable: 
 
 ROOT = Path(__file__).resolve().parents[1]
 
+TAG = f"{os.getpid() % 1000:03d}"
+"""Namespace names differ per test process (two test runs at once, as two checkouts'
+CI on one machine, would otherwise take each other's namespaces)."""
+
 
 def test_links_are_rate_limited():
     """A TCP transfer between two namespaces runs at the configured rate, not faster."""
-    with EmulatedCluster(2, "100Mbit/s", prefix="smt", subnet="10.79.0") as cl:
-        server = subprocess.Popen(cl.command(1, [sys.executable, "-c", (
-            "import socket; s = socket.socket(); s.bind(('10.79.0.2', 5099)); s.listen(1);"
-            "c, _ = s.accept(); n = 0\nwhile True:\n d = c.recv(1 << 20)\n if not d: break\n"
-            " n += len(d)\nprint(n)")]), stdout=subprocess.PIPE, text=True)
-        time.sleep(0.5)
-        out = subprocess.run(cl.command(0, [sys.executable, "-c", (
-            "import socket, time; s = socket.create_connection(('10.79.0.2', 5099));"
-            "b = b'x' * (1 << 20); t = time.perf_counter()\nfor _ in range(8): s.sendall(b)\n"
-            "s.close(); print(8 * 8 * (1 << 20) / (time.perf_counter() - t))")]),
-            capture_output=True, text=True, timeout=60)
-        received = int(server.communicate(timeout=60)[0])
+    with EmulatedCluster(2, "100Mbit/s", prefix="smt" + TAG, subnet="10.79.0") as cl, \
+            subprocess.Popen(cl.command(1, [sys.executable, "-c", (
+                "import socket; s = socket.socket(); s.bind(('10.79.0.2', 5099));"
+                "s.listen(1); c, _ = s.accept(); n = 0\nwhile True:\n d = c.recv(1 << 20)\n"
+                " if not d: break\n n += len(d)\nprint(n)")]),
+                stdout=subprocess.PIPE, text=True) as server:
+        try:
+            time.sleep(0.5)
+            out = subprocess.run(cl.command(0, [sys.executable, "-c", (
+                "import socket, time; s = socket.create_connection(('10.79.0.2', 5099));"
+                "b = b'x' * (1 << 20); t = time.perf_counter()\nfor _ in range(8): "
+                "s.sendall(b)\ns.close(); print(8 * 8 * (1 << 20) / (time.perf_counter() - t))"
+                )]), capture_output=True, text=True, timeout=60)
+            received = int(server.communicate(timeout=60)[0])
+        finally:  # a failure above leaves no listener (nor its pipe) behind
+            if server.poll() is None:
+                server.kill()
+                server.communicate()
     rate = float(out.stdout)
     assert received == 8 << 20
     assert 60e6 < rate < 130e6  # 100 Mbit/s shaped (the sender's view includes buffering)
     # torn down afterwards
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "smt-h0" not in names
+    assert f"smt{TAG}-h0" not in names
 
 
 def test_calibrate_and_predict_on_the_emulated_cluster(tmp_path):
@@ -51,7 +62,7 @@ def test_calibrate_and_predict_on_the_emulated_cluster(tmp_path):
                           "--quick", "--models", "scalemodel.calibrate.models:mlp:64",
                           "--rates", "200,1000",
                           "--calibrate-rate", "1000", "--out", str(tmp_path),
-                          "--prefix", "smq", "--subnet", "10.78.0"],
+                          "--prefix", "smq" + TAG, "--subnet", "10.78.0"],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads((tmp_path / "emulated.json").read_text())
