@@ -250,9 +250,11 @@ class ClusterFit:
         return save_cluster(self.cluster, path)
 
     def to_dict(self) -> dict:
-        """Everything as JSON-ready data."""
+        """Everything as JSON-ready data; a value or interval end that is not finite (no
+        ceiling, an unbounded end) is None, as in the cluster file."""
         return {"cluster": self.cluster.to_dict(),
-                "parameters": {k: attrs.asdict(v) for k, v in self.parameters.items()},
+                "parameters": {k: _finite_or_none(attrs.asdict(v))
+                               for k, v in self.parameters.items()},
                 "residuals": [attrs.asdict(r) for r in self.residuals],
                 "free": list(self.free), "chi2": self.chi2, "message": self.message,
                 "alternatives": self.alternatives,
@@ -260,6 +262,17 @@ class ClusterFit:
 
     def __str__(self):
         return self.message
+
+
+def _finite_or_none(obj):
+    """``obj`` (dicts, lists, numbers) with every float that is not finite as None."""
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_none(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 class _Default(int):
