@@ -629,8 +629,8 @@ def _jsonable(obj):
     if isinstance(obj, np.ndarray):
         return _jsonable(obj.tolist())
     if isinstance(obj, (float, np.floating)):
-        v = float(obj)
-        return v if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
+        v = float(obj)  # no number reaches it (an infeasible ratio or bandwidth, with
+        return v if math.isfinite(v) else None  # feasible false): null, as in a cluster file
     if isinstance(obj, np.integer):
         return int(obj)
     return obj

@@ -203,3 +203,17 @@ def test_the_installed_entry_point_answers_the_same():
     assert proc.stderr.strip() == ("scalemodel: error: --bw='10' is invalid: a line rate "
                                    "written as text must be at least 1 Mbit/s. did you mean "
                                    "10Gbps? A bare number is bits per second")
+
+
+@pytest.mark.parametrize("argv, key", [
+    (("min-compression", "--bw", "100e6", "--target", "0.999"), "ratio"),
+    (("required-bandwidth", "--target", "0.9999"), "bw")])
+def test_json_of_an_infeasible_target_is_null_not_text(argv, key):
+    """No finite ratio or bandwidth reaches the target: ``null`` beside ``feasible:
+    false`` (as a fitted cluster file writes what is unbounded), never the text "inf"
+    where a script expects a number."""
+    code, out, err = run(*argv, "--model", "bert", "--n", "64", "--json")
+    assert code == 0, err
+    got = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert got["feasible"] is False and got[key] is None
+    assert "no " in got["message"] and "enough" in got["message"]
