@@ -381,7 +381,8 @@ def _topology_options(p, *, fit=False):
          help="NICs per node, each at --bw [NICs] (default: the cluster's, else 1)")
     _add(p, "--intra-bw", _bandwidth, default=None,
          help="intra-node link rate per GPU; bits/s or with a unit (300GB/s) [bits/s] "
-              "(default: the cluster's, else 2.4e12 = 300 GB/s, V100 NVLink 2.0)")
+              "(default: the cluster's, else the --gpu's or the model's GPU's, per "
+              "direction, else 2.4e12 = 300 GB/s, V100 NVLink 2.0)")
     _add(p, "--intra-alpha", _seconds, default=None,
          help="intra-node step latency, seconds or with a unit (2us) [s] (default: the "
               "cluster's, else 0)")

@@ -63,6 +63,7 @@ goes into the answer's interval).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
@@ -75,6 +76,7 @@ from .hardware import GPUSpec, canonical_dtype, get_gpu, list_gpus
 
 __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_efficiency",
            "fitted_efficiency", "at_fitted_efficiency", "profile_efficiency", "gpu_name_of",
+           "gpu_topology",
            "SIXTEEN_BIT", "MEMORY_PRESSURE_SHARE", "STATE_BYTES_PER_PARAMETER",
            "MemoryPressure", "memory_pressure", "check_calibration_memory",
            "EFFICIENCY_TRANSFER", "carried_over", "model_key"]
@@ -240,6 +242,32 @@ def gpu_name_of(profile) -> str | None:
     prov = profile.provenance if isinstance(profile.provenance, dict) else {}
     name = prov.get("gpu")
     return str(name) if name else None
+
+
+def gpu_topology(profile):
+    """The :class:`~scalemodel.topology.Topology` (no nodes: ``gpus_per_node`` None) whose
+    intra-node link and architecture are those of the built-in GPU a FLOP-derived profile
+    computes on (:meth:`~scalemodel.GPUSpec.node_link`), or None (a measured
+    profile, or a GPU that is not built in: the topology's V100 defaults).
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        A profile [-].
+    """
+    name = gpu_name_of(profile)
+    return None if name is None else _gpu_topology(name)
+
+
+@functools.lru_cache(maxsize=64)
+def _gpu_topology(name):
+    from .topology import Topology
+
+    try:
+        spec = get_gpu(name)
+    except (InvalidParameterError, ParameterTypeError):
+        return None
+    return Topology(**spec.node_link())
 
 
 def profile_efficiency(profile):

@@ -321,7 +321,10 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     nics_per_node : int or None
         NICs per node; ``None``: 1 [NICs].
     intra_bw : float, str or None
-        Intra-node link rate; ``None``: 2.4e12 [bits/s].
+        Intra-node link rate; ``None``: the transport's or starting cluster's, else that of
+        the one built-in GPU the runs' FLOP-derived profiles compute on (its spec's rate per
+        direction, and its architecture for NCCL's choice;
+        :func:`~scalemodel.efficiency.gpu_topology`), else 2.4e12 [bits/s].
     intra_alpha : float or None
         Intra-node step latency; ``None``: 0 [s].
     ps_servers : int or None
@@ -558,7 +561,8 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
         base = ClusterProfile(name=name, provenance={"source": "fit_cluster"})
     if gpus_per_node is _GPUS_PER_NODE and base.topology is not None:
         gpus_per_node = None  # not given: keep the starting cluster's topology
-    topo = resolve_topology(base.topology, gpus_per_node=gpus_per_node,
+    topo = resolve_topology(_runs_gpu_topology(runs) if base.topology is None
+                            else base.topology, gpus_per_node=gpus_per_node,
                             nics_per_node=nics_per_node, intra_bw=intra_bw,
                             intra_alpha=intra_alpha)
     base = attrs.evolve(base, name=name, topology=None if topo.flat else topo)
@@ -584,6 +588,16 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
         raise InvalidParameterError("runs", [r.label for r in runs],
                                     "needs at least one run with n > 1")
     return runs, base, source
+
+
+def _runs_gpu_topology(runs):
+    """The intra-node link and architecture of the one built-in GPU every run's
+    FLOP-derived profile computes on (:func:`~scalemodel.efficiency.gpu_topology`), as a
+    prediction on such a profile takes them; None (the topology's defaults) otherwise."""
+    from .efficiency import gpu_topology
+
+    topologies = {gpu_topology(r.profile) for r in runs}
+    return topologies.pop() if len(topologies) == 1 else None
 
 
 def _fixed_values(runs, given, base, *, source):

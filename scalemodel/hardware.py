@@ -158,6 +158,20 @@ class GPUSpec:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ParameterTypeError(field, value, "an integer >= 1 or None")
 
+    def node_link(self) -> dict:
+        """The :class:`~scalemodel.topology.Topology` keywords of a server of these GPUs
+        that nothing measured: ``intra_bw`` (the spec's rate per direction),
+        ``intra_link`` (``"pci"`` for a PCIe card, else ``"nvlink"``) and ``arch`` (when
+        NCCL's model knows the architecture) [-]."""
+        from .nccl import NCCL_ARCHS
+
+        out = dict(intra_bw=self.intra_node_bw,
+                   intra_link="pci" if self.intra_node_link.lower().startswith("pcie")
+                   else "nvlink")
+        if self.architecture in NCCL_ARCHS:
+            out["arch"] = self.architecture
+        return out
+
     @property
     def dtypes(self) -> tuple:
         """Dtypes this GPU has a peak for, fastest last."""

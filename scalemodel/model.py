@@ -77,7 +77,7 @@ from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_pipeline_layers,
                        check_sequence_parallel, dp_options,
                        model_parallel_profile, resolve_model_parallel)
 from .profiles import WorkloadProfile, load_profile
-from .efficiency import at_fitted_efficiency, fitted_efficiency
+from .efficiency import at_fitted_efficiency, fitted_efficiency, gpu_topology
 from .topology import resolve_topology
 from .units import (broadcast_shape, check_count, check_fraction, check_nonnegative,
                     check_ratio, parse_bandwidth, parse_duration)
@@ -565,6 +565,8 @@ class Scenario:
         # block's backward, the offloaded optimizer step in place of the GPU's
         profile = with_recompute(profile, activation_checkpointing)
         profile = with_offload(profile, offload, shard.strategy)
+        if topology is None:  # the link and architecture of the profile's GPU, if built in
+            topology = gpu_topology(profile)
         topology = resolve_topology(topology, gpus_per_node=gpus_per_node,
                                     nics_per_node=nics_per_node, intra_bw=intra_bw,
                                     intra_alpha=intra_alpha)
@@ -1662,8 +1664,10 @@ TOPOLOGY_DOC = """alpha : float or None
     nics_per_node : int or None
         NICs per node, each at ``bw``; ``None`` means the cluster's, else 1 [NICs].
     intra_bw : float, str or None
-        Intra-node link rate per GPU; ``None`` means the cluster's, else 2.4e12
-        (V100 NVLink) [bits/s].
+        Intra-node link rate per GPU; ``None`` means the cluster's, else that of the
+        built-in GPU a FLOP-derived profile computes on (its spec's rate per direction;
+        its architecture then also sets NCCL's choice;
+        :func:`~scalemodel.efficiency.gpu_topology`), else 2.4e12 (V100 NVLink) [bits/s].
     intra_alpha : float or None
         Intra-node step latency; ``None`` means the cluster's, else 0 [s].
     ps_servers : int or None

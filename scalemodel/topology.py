@@ -15,7 +15,10 @@ Infinity Fabric). A :class:`Topology` says so; every collective in
 The keywords ``gpus_per_node``, ``nics_per_node``, ``intra_bw`` and ``intra_alpha`` of every
 call default to ``None``, meaning "the cluster's value, else the default below": a
 prediction with a fitted ``cluster=`` uses that cluster's topology unless the caller
-passes one explicitly (:func:`resolve_topology`).
+passes one explicitly (:func:`resolve_topology`). Without a cluster topology, a profile
+derived from FLOPs for a built-in GPU starts from that GPU's link and architecture
+(:meth:`~scalemodel.GPUSpec.node_link`, :func:`~scalemodel.efficiency.gpu_topology`)
+in place of the V100 defaults below.
 """
 
 from __future__ import annotations

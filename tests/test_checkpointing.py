@@ -176,12 +176,14 @@ def test_recompute_of_a_transformer_equals_discrete_event_reference(ck, strategy
                                micro_batch=2, kv_heads=2, gated_ffn=True, dtype="bf16")
     prof = sm.transformer_profile(cfg, efficiency=0.5)
     frac = recompute_fraction(cfg, ck)  # checked by hand above
+    link = sm.get_gpu(prof.provenance["gpu"]).intra_node_bw
     for bw in (1e9, 1e11, 1e13):
         t_model = sm.iteration_time(prof, n=16, bw=bw, sharding=strategy, fusion="block",
                                     activation_checkpointing=ck).total
         t_des = simulate_sharded(prof, 16, bw, strategy=strategy, wrap="block", fusion=None,
                                  element_bytes=2,
-                                 recompute={f"layers.{i}": frac for i in range(4)})
+                                 recompute={f"layers.{i}": frac for i in range(4)},
+                                 intra_bw=link)  # the profile's GPU's (hybrid_shard)
         assert t_model == pytest.approx(t_des, rel=1e-9)
 
 

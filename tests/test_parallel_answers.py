@@ -8,6 +8,7 @@ import pytest
 import scalemodel as sm
 from scalemodel.collectives import CollectiveOptions
 from scalemodel.fusion import MiB, DDPBuckets
+from scalemodel.efficiency import gpu_topology
 from scalemodel.parallel import dp_options, model_parallel_profile, resolve_model_parallel
 from scalemodel.topology import resolve_topology
 
@@ -36,8 +37,9 @@ def test_plan_rows_equal_a_plan_on_one_gpu_of_the_job():
     job, eqs. tp-compute and pp-iteration) on n / (tp pp) workers, one data-parallel ring
     per node's share of NICs, gives the same rows."""
     mp = resolve_model_parallel(2, 4, 8)
-    options = CollectiveOptions.from_topology(resolve_topology(None, **NET))
-    stage = model_parallel_profile(sm.load_profile("llama-2-13b"), mp, options)
+    profile = sm.load_profile("llama-2-13b")  # its GPU's intra-node link, as the call's
+    options = CollectiveOptions.from_topology(resolve_topology(gpu_topology(profile), **NET))
+    stage = model_parallel_profile(profile, mp, options)
     ring, scale = dp_options(options, mp)
     comps = ["none", "fp16", "powersgd:4", "topk:0.01"]
     plan = sm.plan_compression("llama-2-13b", "25Gbps", n=256, compressors=comps,

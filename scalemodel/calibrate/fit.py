@@ -725,7 +725,6 @@ def unmeasured_intra_topology(devices, *, gpus_per_node, nics_per_node=1):
         comes from [-].
     """
     from ..hardware import get_gpu, gpu_of_device
-    from ..nccl import NCCL_ARCHS
 
     if isinstance(devices, str):
         devices = [devices]
@@ -744,12 +743,8 @@ def unmeasured_intra_topology(devices, *, gpus_per_node, nics_per_node=1):
                           f"at {topology.intra_bw / 1e9:g} Gbit/s (the default; the logs' "
                           f"devices, {seen}, are not one built-in GPU) {how}")
     spec = get_gpu(names.pop())
-    kw = dict(intra_bw=spec.intra_node_bw)
-    if spec.architecture in NCCL_ARCHS:
-        kw["arch"] = spec.architecture
-    if spec.intra_node_link.lower().startswith("pcie"):
-        kw["intra_link"] = "pci"
-    topology = Topology(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, **kw)
+    topology = Topology(gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
+                        **spec.node_link())
     return topology, (f"no all-reduce log inside one node: the intra-node link is taken at "
                       f"the {spec.full_name}'s ({spec.intra_node_link}), "
                       f"{topology.intra_bw / 1e9:g} Gbit/s per direction from its spec, "
