@@ -288,6 +288,10 @@ def _envelopes(intercept, slope):
     return out
 
 
+_KEPT = 32
+"""Answers of :meth:`UpperEnvelope.max_x_below` and its gap kept per envelope [-]."""
+
+
 class UpperEnvelope:
     r"""Upper envelope :math:`E(x) = \max_j (c_j + m_j x)` of lines with :math:`m_j \ge 0`,
     on :math:`x \ge 0`.
@@ -500,7 +504,6 @@ class UpperEnvelope:
         """
         c, m, br = intercept, slope, breaks
         L = np.asarray(counts, dtype=np.int64)
-        rows = np.arange(len(L))
         lines = np.arange(c.shape[1])[None, :] < (L + 2)[:, None]  # each row's own lines
         inner = np.arange(br.shape[1])[None, :] < L[:, None]  # and breaks
         ok = (m[:, 0] == 0.0) & np.all((m[:, 1:] >= 0) | ~lines[:, 1:], axis=1)
@@ -508,13 +511,38 @@ class UpperEnvelope:
             ok &= (L < 1) | (br[:, 0] > 0)
             ok &= np.all((br[:, 1:] >= br[:, :-1]) | ~inner[:, 1:], axis=1)
         ok &= np.all((m[:, 2:] > m[:, 1:-1]) | ~lines[:, 2:], axis=1)
+        return cls._checked_rows(c, m, br, L, ok)
+
+    @classmethod
+    def _rising_rows(cls, intercept, slope, breaks, counts):
+        """:meth:`of_convex_rows` of rows that are chains by construction but for their
+        slopes' strict rise (:func:`~scalemodel.sharding._zero3_chains`: line 0 flat,
+        every slope >= 0, each row's breaks > 0 and ascending), which this checks alone:
+        the same envelopes [-]."""
+        m = slope
+        L = np.asarray(counts, dtype=np.int64)
+        if m.shape[1] < 3:  # no two chain lines to compare
+            return cls._checked_rows(intercept, m, breaks, L, np.ones(len(L), dtype=bool))
+        stuck = ~(m[:, 2:] > m[:, 1:-1])  # where a slope does not rise (or is NaN)
+        first = np.argmax(stuck, axis=1)  # (0 where it rises everywhere)
+        ok = ~(stuck[np.arange(len(L)), first] & (first < L))
+        return cls._checked_rows(intercept, m, breaks, L, ok)
+
+    @classmethod
+    def _checked_rows(cls, c, m, br, L, ok):
+        """:meth:`of_convex_rows` past its checks: ``ok`` says which rows are chains as
+        promised (the others take :meth:`of_convex`'s general construction) [-]."""
         floor = c[:, 0]
         on_top = c[:, 1] >= floor
-        flat = m[rows, L + 1] <= 0.0
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            ends = c[:, 1:br.shape[1] + 1] + m[:, 1:br.shape[1] + 1] * br
-            j = np.count_nonzero((ends <= floor[:, None]) & inner, axis=1)
-            head = (floor - c[rows, j + 1]) / m[rows, j + 1]
+        below = ok & ~on_top  # the rows where the constant comes first
+        if below.any():
+            rows = np.arange(len(L))
+            flat = m[rows, L + 1] <= 0.0
+            inner = np.arange(br.shape[1])[None, :] < L[:, None]
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+                ends = c[:, 1:br.shape[1] + 1] + m[:, 1:br.shape[1] + 1] * br
+                j = np.count_nonzero((ends <= floor[:, None]) & inner, axis=1)
+                head = (floor - c[rows, j + 1]) / m[rows, j + 1]
         out = []
         for r, n in enumerate(L.tolist()):
             cr, mr, brr = c[r, :n + 2], m[r, :n + 2], br[r, :n]
@@ -595,6 +623,26 @@ class UpperEnvelope:
         Returns ``(x, j)``: ``x = inf`` when no line grows (``j = -1``); ``x < 0`` when even
         :math:`E(0)` exceeds the level (``j`` is then the highest line at 0).
         """
+        if type(level) in (float, np.float64):  # kept per level: the corners of an
+            return self._memo("below", level, self._max_x_below)  # interval ask again
+        return self._max_x_below(level)
+
+    def _memo(self, what, level, fn):
+        """``fn(level)``, kept on this envelope (read, never changed) per ``what`` and
+        scalar ``level`` [s] (its bits: a -0.0 is not a 0.0) [-]."""
+        key = (what, float(level), math.copysign(1.0, level))
+        memo = self.__dict__.get("_kept")
+        if memo is None:
+            memo = self._kept = {}
+        got = memo.get(key)
+        if got is None:
+            if len(memo) >= _KEPT:  # (a sweep of levels on one envelope)
+                memo.clear()
+            got = memo[key] = fn(level)
+        return got
+
+    def _max_x_below(self, level):
+        """:meth:`max_x_below`, computed."""
         if self._py is not None and type(level) in (float, np.float64):
             if self._py[0][0] > level:  # as below
                 return -1.0, self._py[3][0]
@@ -621,6 +669,12 @@ class UpperEnvelope:
         level : float
             :math:`L` [s].
         """
+        if type(level) in (float, np.float64):  # kept per level, as max_x_below
+            return self._memo("gap", level, self._gap)
+        return self._gap(level)
+
+    def _gap(self, level):
+        """:meth:`_lowest_gap`, computed."""
         if self._py is not None and type(level) in (float, np.float64):
             lv = float(level)
             gaps = [lv - ci for ci, mi in zip(self._py[0], self._py[1]) if mi > 0]

@@ -1678,41 +1678,49 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
     units = fc.units
     K = len(units)
     compute = np.concatenate((units.forward[:-1], units.backward[::-1]))
+    R, N = len(sigma), len(compute)
     ca = sigma[:, None] * compute
     ca[:, K - 1:] += cb[:, None]  # the hook ends each unit's backward
     grows = tb_m > 0
     dc = tb_c - ca  # each communication line's intercept over the compute's
+    every = bool(grows.all())  # (then the masks below need no grows)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        cross = -dc / np.where(grows, tb_m, 1.0)
-    live = grows & (cross > 0) & (cross < np.inf)
-    rising = grows & (cross <= 0)  # the communication on top from x = 0
-    top = rising | (~grows & (dc > 0))
+        cross = -dc / (tb_m if every else np.where(grows, tb_m, 1.0))
+    if every:
+        live = (cross > 0) & (cross < np.inf)
+        top = rising = cross <= 0  # the communication on top from x = 0
+    else:
+        live = grows & (cross > 0) & (cross < np.inf)
+        rising = grows & (cross <= 0)
+        top = rising | (~grows & (dc > 0))
     c0 = (base_c + sync + sigma * units.forward[-1] + ca.sum(axis=1)
           + np.where(top, dc, 0.0).sum(axis=1))
     m0 = base_m + np.where(rising, tb_m, 0.0).sum(axis=1)
     order = np.argsort(np.where(live, cross, np.inf), axis=1, kind="stable")
-    count = live.sum(axis=1)
-    rows = np.arange(len(order))[:, None]  # (take_along_axis, by plain indexing)
-    step_c = np.cumsum(dc[rows, order], axis=1)
-    step_m = np.cumsum(tb_m[order], axis=1)
-    breaks = cross[rows, order]
+    count = np.count_nonzero(live, axis=1)
+    at = (order + (np.arange(R) * N)[:, None]).ravel()  # the rows' orders, flat
     acc = profile.grad_accum  # every micro-batch gathers and reduce-scatters again
     f = sigma * profile.forward_time
     floor = acc * (f + sigma * profile.backward_time) + acc * K * cb
     offset = profile.update_time / s - profile.update_time - f
     # every row's lines at once: the constant, the chain's first line and the rest
     # (step + first), times the micro-batches, all shifted by the offset
-    intercept = np.empty((step_c.shape[0], step_c.shape[1] + 2))
-    slope = np.empty(intercept.shape)
+    intercept = np.empty((R, N + 2))
+    slope = np.empty((R, N + 2))
     intercept[:, 1], slope[:, 1] = c0, m0
-    intercept[:, 2:] = step_c + c0[:, None]
-    slope[:, 2:] = step_m + m0[:, None]
+    np.cumsum(dc.ravel().take(at).reshape(R, N), axis=1, out=intercept[:, 2:])
+    intercept[:, 2:] += c0[:, None]
+    np.cumsum(tb_m.take(order), axis=1, out=slope[:, 2:])
+    slope[:, 2:] += m0[:, None]
+    breaks = cross.ravel().take(at).reshape(R, N)
     if acc > 1:
         intercept[:, 1:] *= acc
         slope[:, 1:] *= acc
     intercept[:, 0], slope[:, 0] = floor, 0.0
     intercept += offset[:, None]
-    if step_c.shape[1] > _PY_PIECES:  # long chains: numpy, every row at once
+    if N > _PY_PIECES:  # long chains: numpy, every row at once
+        if base_m >= 0:  # every slope >= 0, the breaks > 0 and ascending: as made
+            return UpperEnvelope._rising_rows(intercept, slope, breaks, count.tolist())
         return UpperEnvelope.of_convex_rows(intercept, slope, breaks, count.tolist())
     return [UpperEnvelope.of_convex(c[:L + 2], m[:L + 2], br[:L])  # few: Python floats
             for L, c, m, br in zip(count.tolist(), intercept.tolist(), slope.tolist(),

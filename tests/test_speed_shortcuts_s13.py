@@ -1,0 +1,226 @@
+"""Shortcuts of the first question on a fitted ZeRO-3 cluster (issue 17, item 10) answer
+what the long paths answer, bit for bit:
+
+- ``UpperEnvelope._rising_rows``: the rows of :func:`scalemodel.sharding._zero3_chains`
+  checked for their slopes' strict rise alone (the rest holds by construction) are
+  :meth:`UpperEnvelope.of_convex_rows`'s envelopes;
+- ``_zero3_chains`` (flat gathers, masks without ``grows`` when every line grows) equals
+  the construction it replaced, kept here as the reference;
+- ``UpperEnvelope.max_x_below`` / ``_lowest_gap`` kept per level equal a fresh
+  computation, a -0.0 level apart from a 0.0 one."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import scalemodel as sm
+from scalemodel import sharding
+from scalemodel.model import Scenario, clear_caches
+from scalemodel.overlap import UpperEnvelope
+from scalemodel.sharding import zero3_envelopes
+
+
+def _same_env(a, b):
+    assert a.index.tolist() == b.index.tolist()
+    for name in ("intercept", "slope", "breaks"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), name
+
+
+def _rows(chains):
+    """Padded rows (line 0 flat, slopes >= 0, breaks > 0 ascending) of ``chains``:
+    ``(floor, c1, slopes, breaks)`` each; intercepts that make the chain continuous."""
+    L = [len(br) for _, _, _, br in chains]
+    W = max(L)
+    c = np.full((len(chains), W + 2), 7.0)  # padding both constructions must ignore
+    m = np.full((len(chains), W + 2), -1.0)
+    br = np.full((len(chains), W), np.nan)
+    for r, (floor, c1, slopes, b) in enumerate(chains):
+        ci = [floor, c1]
+        for k, x in enumerate(b):  # each next line meets the last one at its break
+            ci.append(ci[-1] + (slopes[k] - slopes[k + 1]) * x)
+        c[r, :len(ci)], m[r, :L[r] + 2], br[r, :L[r]] = ci, [0.0, *slopes], b
+    return c, m, br, L
+
+
+_CHAIN = st.tuples(
+    st.floats(0, 30), st.floats(-3, 30),
+    st.lists(st.floats(0, 5), min_size=1, max_size=12),
+    st.floats(0.01, 3)).map(
+        lambda t: (t[0], t[1], sorted(t[2]),
+                   [t[3] * (k + 1) for k in range(len(t[2]) - 1)]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_CHAIN, min_size=1, max_size=6))
+def test_rising_rows_are_of_convex_rows(chains):
+    # sorted slopes, ties included (a slope that does not rise: the general construction)
+    c, m, br, L = _rows(chains)
+    with np.errstate(all="ignore"):
+        ref = UpperEnvelope.of_convex_rows(c, m, br, L)
+        got = UpperEnvelope._rising_rows(c, m, br, L)
+    for a, b in zip(got, ref):
+        _same_env(a, b)
+
+
+def test_rising_rows_edge_cases():
+    # a row on top, one under its constant, one flat below it, one whose slope stalls
+    # within its lines (tie: the general hull), one that stalls only in its padding,
+    # and a row of no breaks
+    c = np.array([[0.0, 1.0, 0.5, 0.0, 9.0], [5.0, 1.0, 0.0, -2.0, 9.0],
+                  [5.0, 1.0, 0.0, 9.0, 9.0], [5.0, 1.0, 1.0, 0.5, 9.0],
+                  [5.0, 1.0, 0.0, 3.0, 3.0], [5.0, 6.0, 9.0, 9.0, 9.0]])
+    m = np.array([[0.0, 0.5, 1.0, 2.0, 0.0], [0.0, 0.5, 1.5, 2.5, 0.0],
+                  [0.0, 0.0, 9.0, 9.0, 9.0], [0.0, 1.0, 1.0, 2.0, 0.0],
+                  [0.0, 0.5, 1.5, 1.5, 1.5], [0.0, 2.0, 1.0, 0.0, 0.0]])
+    br = np.array([[1.0, 2.0, 0.0], [1.0, 2.0, 0.0], [0.0, 0.0, 0.0],
+                   [1.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    L = [2, 2, 0, 2, 1, 0]
+    ref = UpperEnvelope.of_convex_rows(c, m, br, L)
+    got = UpperEnvelope._rising_rows(c, m, br, L)
+    for a, b in zip(got, ref):
+        _same_env(a, b)
+    assert len(got[3].intercept) != 4  # the stalled row took the general hull
+    # rows of no chain lines to compare
+    c2, m2 = np.array([[3.0, 1.0]]), np.array([[0.0, 1.0]])
+    _same_env(UpperEnvelope._rising_rows(c2, m2, np.zeros((1, 0)), [0])[0],
+              UpperEnvelope.of_convex_rows(c2, m2, np.zeros((1, 0)), [0])[0])
+
+
+def _old_zero3_chains(profile, fc, s, sigma, sync, cb):
+    """The construction before the shortcuts (sharding._zero3_chains at e8057b3)."""
+    base_c, base_m, tb_c, tb_m = fc.comm_lines
+    units = fc.units
+    K = len(units)
+    compute = np.concatenate((units.forward[:-1], units.backward[::-1]))
+    ca = sigma[:, None] * compute
+    ca[:, K - 1:] += cb[:, None]
+    grows = tb_m > 0
+    dc = tb_c - ca
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        cross = -dc / np.where(grows, tb_m, 1.0)
+    live = grows & (cross > 0) & (cross < np.inf)
+    rising = grows & (cross <= 0)
+    top = rising | (~grows & (dc > 0))
+    c0 = (base_c + sync + sigma * units.forward[-1] + ca.sum(axis=1)
+          + np.where(top, dc, 0.0).sum(axis=1))
+    m0 = base_m + np.where(rising, tb_m, 0.0).sum(axis=1)
+    order = np.argsort(np.where(live, cross, np.inf), axis=1, kind="stable")
+    count = live.sum(axis=1)
+    rows = np.arange(len(order))[:, None]
+    step_c = np.cumsum(dc[rows, order], axis=1)
+    step_m = np.cumsum(tb_m[order], axis=1)
+    breaks = cross[rows, order]
+    acc = profile.grad_accum
+    f = sigma * profile.forward_time
+    floor = acc * (f + sigma * profile.backward_time) + acc * K * cb
+    offset = profile.update_time / s - profile.update_time - f
+    intercept = np.empty((step_c.shape[0], step_c.shape[1] + 2))
+    slope = np.empty(intercept.shape)
+    intercept[:, 1], slope[:, 1] = c0, m0
+    intercept[:, 2:] = step_c + c0[:, None]
+    slope[:, 2:] = step_m + m0[:, None]
+    if acc > 1:
+        intercept[:, 1:] *= acc
+        slope[:, 1:] *= acc
+    intercept[:, 0], slope[:, 0] = floor, 0.0
+    intercept += offset[:, None]
+    return UpperEnvelope.of_convex_rows(intercept, slope, breaks, count.tolist())
+
+
+@pytest.mark.parametrize("model,strategy,acc", [
+    ("llama-2-7b", "zero3", 1), ("gpt2", "zero3", 1), ("bert", "hybrid_shard", 1),
+    ("gpt2", "zero3", 4)])
+def test_zero3_chains_equal_the_construction_they_replaced(monkeypatch, model, strategy,
+                                                           acc):
+    clear_caches()
+    sc = Scenario.build(model, sharding=strategy, fusion="module",
+                        **({"gpus_per_node": 8} if strategy == "hybrid_shard" else {}))
+    profile = sc.profile
+    if acc > 1:
+        import attrs
+        profile = attrs.evolve(profile, grad_accum=acc)
+    seen = []
+    real = sharding._zero3_chains
+
+    def spy(*a):
+        seen.append(a)
+        return real(*a)
+
+    monkeypatch.setattr(sharding, "_PY_PIECES", 0)  # the rows' path for every length
+    monkeypatch.setattr(sharding, "_zero3_chains", spy)
+    numbers = [(1.0, 0.0, 0.0, 0.0), (1.3, 0.0, 2e-3, 1e-4), (0.7, 0.0, 0.0, 5e-3),
+               (1.0, 0.0, 0.0, 1.0), (2.5, 0.0, 1.0, 0.0)]
+    zero3_envelopes(profile, 64, numbers, sharding=sc.sharding, wrap=sc.fusion,
+                    algorithm=sc.algorithm, options=sc.options)
+    assert seen
+    for args in seen:
+        for a, b in zip(real(*args), _old_zero3_chains(*args)):
+            _same_env(a, b)
+
+
+def test_zero3_chains_where_a_line_does_not_grow():
+    # comm lines without wire bits (grows False for some): the masks with grows
+    clear_caches()
+    sc = Scenario.build("gpt2", sharding="zero3", fusion="module")
+    n = 64
+    seen = []
+    real = sharding._zero3_chains
+    sharding._zero3_chains = lambda *a: seen.append(a) or real(*a)
+    try:
+        zero3_envelopes(sc.profile, n, [(1.0, 0.0, 0.0, 0.0)], sharding=sc.sharding,
+                        wrap=sc.fusion, algorithm=sc.algorithm, options=sc.options)
+    finally:
+        sharding._zero3_chains = real
+    profile, fc, s, sigma, sync, cb = seen[0]
+    import attrs
+    tb_m = fc.comm_lines[3].copy()
+    tb_m[::3] = 0.0  # every third term sends nothing
+    fc2 = attrs.evolve(fc, comm_lines=(*fc.comm_lines[:3], tb_m))
+    sig, syn, hook = np.array([1.0, 0.8]), np.array([0.0, 1e-3]), np.array([0.0, 2e-4])
+    with np.errstate(all="ignore"):
+        for a, b in zip(real(profile, fc2, s, sig, syn, hook),
+                        _old_zero3_chains(profile, fc2, s, sig, syn, hook)):
+            _same_env(a, b)
+
+
+def test_max_x_below_kept_per_level_is_computed_again():
+    env = UpperEnvelope(np.array([1.0, 0.0, -3.0]), np.array([0.0, 1.0, 2.5]))
+    for level in (2.0, 0.5, 2.0, np.float64(2.0), 7.25, 0.5):
+        fresh = UpperEnvelope(env.intercept.copy(), env.slope.copy())
+        assert env.max_x_below(level) == fresh.max_x_below(level)
+        assert env._lowest_gap(level) == fresh._lowest_gap(level)
+    # a -0.0 level is not a 0.0 one: x = (level - 0) / 1 keeps the level's sign
+    one = UpperEnvelope(np.array([0.0]), np.array([1.0]))
+    for first, second in ((0.0, -0.0), (-0.0, 0.0)):
+        fresh = UpperEnvelope(np.array([0.0]), np.array([1.0]))
+        one.max_x_below(first)
+        got, ref = one.max_x_below(second), fresh.max_x_below(second)
+        assert got == ref and math.copysign(1.0, got[0]) == math.copysign(1.0, ref[0])
+        assert math.copysign(1.0, one._lowest_gap(second)) == \
+            math.copysign(1.0, fresh._lowest_gap(second))
+    # numpy envelopes (many lines) too, and a sweep of levels stays bounded
+    c = -np.arange(60.0) * 0.5
+    m = np.arange(60.0) * 0.1
+    big = UpperEnvelope(c, m)
+    for level in np.linspace(0.0, 50.0, 200):
+        fresh = UpperEnvelope(c, m)
+        assert big.max_x_below(float(level)) == fresh.max_x_below(float(level))
+    assert len(big._kept) <= 32
+
+
+def test_first_question_answers_as_warm():
+    # one fitted-like question twice cold and once warm: the same answer, kept levels
+    # included
+    cl = sm.ClusterProfile(intervals={"alpha": (0.0, 1e-4)},
+                           provenance={"source": "example"})
+    answers = []
+    for warm in (False, False, True):
+        if not warm:
+            clear_caches()
+        r = sm.min_compression("gpt2", 10e9, n=64, target=0.9, cluster=cl,
+                               sharding="zero3", fusion="module")
+        answers.append((r.ratio, r.interval, r.message))
+    assert answers[0] == answers[1] == answers[2]
