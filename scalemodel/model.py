@@ -1507,6 +1507,7 @@ def _corner_siblings(root):
     free = raw is not None and fitted_efficiency(cl, raw) is None  # (none for the best)
     args = _init_args(root)
     at = _SCENARIO_INIT.index("cluster")
+    no_eff = {}  # _same_but_efficiency's efficiency test, per extra (all it reads of c)
     for c in (x for f, ends in _interval_family(cl) for x in (f, *ends)):
         if id(c) in out:
             continue
@@ -1515,8 +1516,16 @@ def _corner_siblings(root):
                 and c.alpha == cl.alpha and c.topology == cl.topology
                 and c.overlap == cl.overlap):
             pass  # _build_key(c) == own (equal settings: equal sorted items)
-        elif _build_key(c) != own and not (free and _same_but_efficiency(c, own, raw)):
-            continue
+        else:
+            key = _build_key(c)
+            if key != own:  # _same_but_efficiency, its key made once
+                if not (free and key[1:] == own[1:]):
+                    continue
+                same = no_eff.get(id(c.extra))
+                if same is None:
+                    same = no_eff[id(c.extra)] = fitted_efficiency(c, raw) is None
+                if not same:
+                    continue
         args[at] = c  # attrs.evolve(root, cluster=c), without its introspection
         sc = out[id(c)] = Scenario(*args)
         sc._cache[("root",)] = root

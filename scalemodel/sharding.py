@@ -832,15 +832,26 @@ def sum_of_maxima(base, a, b, *, breaks=False):
     w = base.shape[-1]
     a = np.asarray(a, float).reshape(-1, w)
     b = np.asarray(b, float).reshape(-1, w)
-    ca, cb = a[:, :4].sum(axis=1), b[:, :4].sum(axis=1)
+    return _maxima(base, a, b, a[:, :4].sum(axis=1), b[:, :4].sum(axis=1), breaks)
+
+
+def _maxima(base, a, b, ca, cb, breaks=False):
+    """:func:`sum_of_maxima` of the checked arrays ``base``, ``a``, ``b`` and the
+    intercepts ``ca``, ``cb`` of ``a`` and ``b`` (``x[:, :4].sum(axis=1)``, or the same
+    values made already) [-]."""
+    w = base.shape[-1]
     ma, mb = a[:, _BITS], b[:, _BITS]
     swap = (ma > mb) | ((ma == mb) & (ca < cb))
-    lo = np.where(swap[:, None], b, a)
-    step = np.where(swap[:, None], a, b) - lo  # l+ - l-, as parts
+    if swap.any() or not (a.flags.c_contiguous and b.flags.c_contiguous):
+        lo = np.where(swap[:, None], b, a)
+        step = np.where(swap[:, None], a, b) - lo  # l+ - l-, as parts
+        gap = np.where(swap, cb - ca, ca - cb)  # c- - c+
+    else:  # no term swaps (ZeRO-3's compute against its collectives): the same values
+        lo, step, gap = a, b - a, ca - cb
     dm = step[:, _BITS]  # m+ - m- >= 0
     grows = dm > 0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        cross = np.where(swap, cb - ca, ca - cb) / np.where(grows, dm, 1.0)  # (c- - c+)/..
+        cross = gap / (dm if grows.all() else np.where(grows, dm, 1.0))  # (c- - c+)/..
     # l+ is on top for every x >= 0 (X_t <= 0); l- when l+ never overtakes it (equal
     # slopes, or a breakpoint beyond the floats); otherwise the term changes at X_t
     live = grows & (cross > 0) & (cross < np.inf)
@@ -1362,18 +1373,22 @@ def _zero3_comm(gp, ap, rp):
     return base, tb
 
 
-def _zero3_chain(gp, ap, rp, fc, bc, comm=None):
+def _zero3_chain(gp, ap, rp, fc, bc, comm=None, comm_lines=None):
     """Equation :eq:`zero3` as :func:`sum_of_maxima` of compute against communication,
     from the forward all-gathers ``gp`` (forward order), the backward ones ``ap`` and the
     reduce-scatters ``rp`` (backward order) as parts rows, the forward compute ``fc`` and
     backward compute with its hook ``bc`` [s]: the pieces and their breakpoints
     [s/bit]. ``comm``: :func:`_zero3_comm` of the same rows when made already (left
-    unchanged)."""
+    unchanged), and ``comm_lines`` its intercepts and slopes (:class:`_FullShardComm`)."""
     base, tb = _zero3_comm(gp, ap, rp) if comm is None else (comm[0].copy(), comm[1])
     base[_C] += fc[-1]
     ta = np.zeros((len(tb), _W))
-    ta[:, _C] = np.concatenate((fc[:-1], bc))
-    return sum_of_maxima(base, ta, tb, breaks=True)
+    ta[:, _C] = compute = np.concatenate((fc[:-1], bc))
+    # the intercepts of sum_of_maxima: the compute's is its only part plus the zeros
+    # after it (+ 0.0: what the row sum gives, a -0.0 included); the collectives' as
+    # _full_shard_comm made them (comm_lines) when given
+    tb_c = tb[:, :4].sum(axis=1) if comm_lines is None else comm_lines[2]
+    return _maxima(base, ta, tb, compute + 0.0, tb_c, breaks=True)
 
 
 _COMM: "OrderedDict" = OrderedDict()  # zero3 collectives shared by schedules (corners)
@@ -1461,7 +1476,7 @@ def _full_shard_pieces(profile, wrap, ch, pb, rb, sigma, cb, sync_overhead,
     gp, ap, rp = every[:K], every[K:2 * K], every[2 * K:]
     fc = sigma * units.forward  # forward compute, forward order
     bc = sigma * units.backward[::-1] + cb  # backward compute and its hook
-    pieces, chain_breaks = _zero3_chain(gp, ap, rp, fc, bc, sc.comm)
+    pieces, chain_breaks = _zero3_chain(gp, ap, rp, fc, bc, sc.comm, sc.comm_lines)
     if acc > 1:  # every micro-batch gathers and reduce-scatters again
         pieces *= acc
     return _Pieces(pieces=pieces, breaks=chain_breaks, **sc.rest)

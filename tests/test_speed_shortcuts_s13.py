@@ -224,3 +224,83 @@ def test_first_question_answers_as_warm():
                                sharding="zero3", fusion="module")
         answers.append((r.ratio, r.interval, r.message))
     assert answers[0] == answers[1] == answers[2]
+
+
+def _old_sum_of_maxima(base, a, b, breaks=False):
+    """sum_of_maxima before the shortcuts (e8057b3): every selection made."""
+    base = np.asarray(base, float)
+    w = base.shape[-1]
+    a = np.asarray(a, float).reshape(-1, w)
+    b = np.asarray(b, float).reshape(-1, w)
+    ca, cb = a[:, :4].sum(axis=1), b[:, :4].sum(axis=1)
+    ma, mb = a[:, 4], b[:, 4]
+    swap = (ma > mb) | ((ma == mb) & (ca < cb))
+    lo = np.where(swap[:, None], b, a)
+    step = np.where(swap[:, None], a, b) - lo
+    dm = step[:, 4]
+    grows = dm > 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        cross = np.where(swap, cb - ca, ca - cb) / np.where(grows, dm, 1.0)
+    live = grows & (cross > 0) & (cross < np.inf)
+    first = base + lo.sum(axis=0) + step[grows & (cross <= 0)].sum(axis=0)
+    at = np.flatnonzero(live)
+    order = at[np.argsort(cross[at], kind="stable")]
+    pieces = np.empty((len(order) + 1, w))
+    pieces[0] = first
+    np.cumsum(step[order], axis=0, out=pieces[1:])
+    pieces[1:] += first
+    return (pieces, cross[order]) if breaks else pieces
+
+
+_PART = st.floats(-5, 5) | st.sampled_from([0.0, -0.0, 1.0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(_PART, min_size=6, max_size=6),
+                          st.lists(_PART, min_size=6, max_size=6)),
+                min_size=1, max_size=30),
+       st.lists(_PART, min_size=6, max_size=6), st.booleans())
+def test_sum_of_maxima_without_selections_is_the_old_one(terms, base, unswapped):
+    a = np.array([t[0] for t in terms])
+    b = np.array([t[1] for t in terms])
+    if unswapped:  # the shortcut's case: a's slopes below b's (no term swaps)
+        a[:, 4] = np.minimum(a[:, 4], b[:, 4]) - 1.0
+    got = sharding.sum_of_maxima(np.array(base), a, b, breaks=True)
+    ref = _old_sum_of_maxima(np.array(base), a, b, breaks=True)
+    for x, y in zip(got, ref):
+        assert x.tobytes() == y.tobytes()
+
+
+def test_compute_intercept_is_its_part_plus_zero():
+    # _zero3_chain passes compute + 0.0 as sum_of_maxima's a[:, :4].sum(axis=1) of rows
+    # whose other parts are +0.0: bit for bit, a -0.0 (made +0.0), NaN and inf included
+    vals = np.array([-0.0, 0.0, np.nan, np.inf, -np.inf, 5e-324, -5e-324, 1.0, -1.0,
+                     1e308, 3.3e-310, 0.1, 1 / 3])
+    rng = np.random.default_rng(0)
+    vals = np.concatenate((vals, rng.standard_normal(1000) * 10.0 ** rng.integers(
+        -30, 30, 1000)))
+    ta = np.zeros((len(vals), 6))
+    ta[:, 0] = vals
+    assert ta[:, :4].sum(axis=1).tobytes() == (vals + 0.0).tobytes()
+
+
+@pytest.mark.parametrize("model,strategy", [("llama-2-7b", "zero3"), ("gpt2", "zero3"),
+                                            ("bert", "hybrid_shard")])
+def test_sharded_schedule_chain_is_the_old_construction(monkeypatch, model, strategy):
+    # the schedule's chain (_zero3_chain with the collectives' intercepts made already)
+    # equals sum_of_maxima of its rows as it was
+    clear_caches()
+    sc = Scenario.build(model, sharding=strategy, fusion="module",
+                        **({"gpus_per_node": 8} if strategy == "hybrid_shard" else {}))
+    made = []
+    real = sharding._maxima
+    monkeypatch.setattr(sharding, "_maxima", lambda *a, **k: made.append(a) or real(*a, **k))
+    sharding.sharded_schedule(sc.profile, 64, sharding=sc.sharding, wrap=sc.fusion,
+                              algorithm=sc.algorithm, options=sc.options, slowdown=1.3,
+                              bucket_overhead=2e-4, sync_overhead=1e-3)
+    assert made
+    base, a, b, ca, cb = made[-1][:5]
+    got = real(base, a, b, ca, cb, True)
+    ref = _old_sum_of_maxima(base, a, b, breaks=True)
+    for x, y in zip(got, ref):
+        assert x.tobytes() == y.tobytes()
