@@ -142,6 +142,7 @@ from .exceptions import (HostMemoryError, InvalidParameterError, ModelWarning,
                          ParameterTypeError, ScalemodelError, UnknownNameError)
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
 from .offload import canonical_offload, check_offload_sharding, default_host_memory
+from .units import MAX_COUNT
 
 __all__ = ["memory", "MemoryEstimate", "canonical_sharding", "SHARDING_STRATEGIES",
            "SHARDING_ALIASES", "OPTIMIZER_STATES", "MEASURES", "ACCOUNTINGS",
@@ -312,8 +313,10 @@ class MemoryEstimate:
 
 
 def _check_n(n, sharding):
-    if type(n) is int and n >= (1 if sharding == "none" else 2):  # the common case
+    if type(n) is int and (1 if sharding == "none" else 2) <= n <= MAX_COUNT:  # common
         return np.asarray(n)
+    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_COUNT:  # 10**30 too
+        raise InvalidParameterError("n", n, f"must be at most {MAX_COUNT:,} GPUs")
     arr = np.asarray(n)
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
@@ -321,6 +324,8 @@ def _check_n(n, sharding):
         raise ParameterTypeError("n", n, "an integer number of GPUs >= 1, or an array of them")
     if np.any(arr < 1):
         raise InvalidParameterError("n", n, "must be >= 1")
+    if np.any(arr > MAX_COUNT):
+        raise InvalidParameterError("n", n, f"must be at most {MAX_COUNT:,} GPUs")
     if sharding != "none" and np.any(arr < 2):
         raise InvalidParameterError("n", n, f"sharding={sharding!r} needs at least 2 GPUs "
                                     "to shard over", "Use sharding='none' for one GPU")
@@ -496,7 +501,9 @@ def _check_shard_group(shard_group, strategy, ns):
         shard_group = Sharding(strategy, shard_group=shard_group).shard_group
     else:  # Sharding says why it does not apply
         Sharding(strategy, shard_group=shard_group)
-    bad = np.asarray(ns) % shard_group != 0
+    # n <= MAX_COUNT (_check_n): a larger group divides none (and overflows numpy)
+    bad = (np.asarray(ns) % shard_group != 0 if shard_group <= MAX_COUNT
+           else np.ones(np.shape(ns), bool))
     if np.any(bad):
         first = int(np.asarray(ns)[bad].flat[0])
         raise InvalidParameterError("shard_group", shard_group, f"must divide n={first}: "

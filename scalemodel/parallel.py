@@ -144,6 +144,7 @@ import attrs
 import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError
+from .profile_format import MAX_TIME
 
 __all__ = ["ModelParallel", "resolve_model_parallel", "model_parallel_profile",
            "tp_allreduce_time", "in_flight_chunks"]
@@ -151,6 +152,11 @@ __all__ = ["ModelParallel", "resolve_model_parallel", "model_parallel_profile",
 
 def _divisors(k):
     return [d for d in range(1, k + 1) if k % d == 0]
+
+
+_MAX_MICROBATCHES = 10**6
+"""Most micro-batches per optimizer step, the bound of a profile's ``grad_accum``
+(:class:`~scalemodel.WorkloadProfile`) [micro-batches]."""
 
 
 def _count(value, name):
@@ -280,6 +286,10 @@ def resolve_model_parallel(tp=1, pp=1, microbatches=None, grad_accum=1,
                 "size))")
         microbatches = int(grad_accum)
     m = _count(microbatches, "microbatches")
+    if m > _MAX_MICROBATCHES:
+        raise InvalidParameterError("microbatches", m, f"must be at most "
+                                    f"{_MAX_MICROBATCHES:,} (micro-batches per optimizer "
+                                    "step, as a profile's grad_accum)")
     v = _count(1 if virtual_stages is None else virtual_stages, "virtual_stages")
     if v > 1 and pp < 2:
         raise InvalidParameterError(
@@ -526,12 +536,16 @@ def model_parallel_profile(profile, mp, options):
                                   tp_collectives_per_microbatch=2 * act_tp + redo_tp,
                                   tp_recompute_collectives_per_microbatch=redo_tp,
                                   pipeline_bubble=bubble_layers * (f + b))
+    update = profile.update_time / k + bubble_layers * (f + b)
+    if not mp.microbatches * (f + b) + update <= MAX_TIME:  # as the profile would refuse
+        raise InvalidParameterError(
+            "microbatches", mp.microbatches, f"makes an optimizer step of "
+            f"{mp.microbatches * (f + b) + update:.4g} s, longer than a day ({MAX_TIME:g} s)")
     return attrs.evolve(
         profile, tensor_bytes=np.asarray(profile.tensor_bytes, float) / k,
         tensor_ready=ready, tensor_shapes=None,
         forward_time=f, backward_time=b,
-        update_time=profile.update_time / k + bubble_layers * (f + b),
-        grad_accum=mp.microbatches, provenance=prov)
+        update_time=update, grad_accum=mp.microbatches, provenance=prov)
 
 
 def recomputed_layers(profile, layers) -> int:

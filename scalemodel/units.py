@@ -555,8 +555,10 @@ def check_count(value, parameter: str = "n"):
     if nonint.any():
         raise InvalidParameterError(parameter, _first_bad(arr, nonint), _COUNT)
     out = (arr < 1) | (arr > MAX_COUNT)
-    if out.any():
-        raise InvalidParameterError(parameter, _first_bad(arr, out), _COUNT)
+    if out.any():  # shown as written: n=[8, 0] is n=0 (not 0.0), n=[1e20] is 1e+20
+        raw = np.asarray(value)
+        shown = _first_bad(raw if raw.shape == arr.shape else arr, out)
+        raise InvalidParameterError(parameter, shown, _COUNT)
     if arr.ndim == 0:
         if not isinstance(value, (np.integer, np.ndarray)):
             # a Python float such as 8.0 is not a worker count

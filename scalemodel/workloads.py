@@ -44,7 +44,7 @@ from .collectives import ReductionCost
 from .efficiency import PUBLISHED_MFU, SIXTEEN_BIT, default_efficiency
 from .exceptions import InvalidParameterError, ParameterTypeError, ScalemodelError
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
-from .profile_format import WorkloadProfile, load_builtin
+from .profile_format import MAX_TIME, WorkloadProfile, load_builtin
 
 __all__ = ["TransformerConfig", "TensorFlops", "TransformerUnits", "EfficiencyMeasurement",
            "tensor_flops", "transformer_profile", "transformer_units", "measured_efficiency",
@@ -83,11 +83,13 @@ is a typo and ended in an OverflowError, not an answer."""
 
 
 _HF_KEYS = {"layers": ("num_hidden_layers", "n_layer", "num_layers"),
-            "hidden": ("hidden_size", "n_embd", "d_model"),
+            "hidden": ("hidden_size", "n_embd", "d_model", "n_embed"),
             "heads": ("num_attention_heads", "n_head"),
-            "ffn": ("intermediate_size", "n_inner", "ffn_dim"),
+            "ffn": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
             "vocab": ("vocab_size",),
-            "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv")}
+            "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv"),
+            "learned_positions": ("n_positions", "max_position_embeddings"),
+            "token_types": ("type_vocab_size",)}
 
 
 def _as_config_key(exc, config, kw):
@@ -793,6 +795,12 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
         dtype without a default (tf32, fp8, fp64).
     """
     config, gpu, fl, rate, eff, how = _timing(config, gpu, efficiency, dtype)
+    if efficiency is not None and not (fl.forward + fl.backward) / rate <= MAX_TIME:
+        raise InvalidParameterError(  # the profile would refuse it, naming forward_time
+            "efficiency", efficiency, f"makes a forward + backward of "
+            f"{(fl.forward + fl.backward) / rate:.4g} s on {gpu.name}, longer than a day "
+            f"({MAX_TIME:g} s); it is the fraction of the GPU's peak FLOP/s reached (0.4 "
+            "is 40 %)")
     gd = _grad_dtype(config, grad_dtype)
     order = np.arange(len(fl.names))[::-1]
     ready = np.cumsum(fl.backward_flops[order]) / rate
@@ -805,6 +813,10 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
         if isinstance(update_time, bool) or not isinstance(update_time, (int, float)) \
                 or not (math.isfinite(_float_or_inf(update_time)) and update_time >= 0):
             raise InvalidParameterError("update_time", update_time, "must be finite and >= 0 [s]")
+        if not (fl.forward + fl.backward) / rate + update_time <= MAX_TIME:
+            raise InvalidParameterError(  # the profile would refuse it, naming forward_time
+                "update_time", update_time, f"makes forward + backward + update longer "
+                f"than a day ({MAX_TIME:g} s)")
         upd, upd_how = float(update_time), "given"
     label = name or config.name or "transformer"
     eff_how = how
