@@ -79,11 +79,21 @@ def family_of(config: dict) -> str:
 def _get(config, *keys, default=KeyError):
     for k in keys:
         if config.get(k) is not None:
-            return config[k]
+            return _whole(k, config[k])
     if default is KeyError:
         raise InvalidParameterError("config", f"<missing {keys[0]!r}>",
                                     f"config.json must have {' or '.join(map(repr, keys))}")
     return default
+
+
+def _whole(key, value):
+    """``value`` of ``config.<key>`` when it is a JSON integer (the family's arithmetic,
+    ``4 * hidden`` or ``hidden // heads``, runs before TransformerConfig checks it); any
+    other type refused by name [-]."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ParameterTypeError(f"config.{key}", value, "an integer (a JSON number "
+                                 "without a decimal point)")
+    return value
 
 
 def _flag(config, key, default):
@@ -98,7 +108,7 @@ def _flag(config, key, default):
 
 
 def _check_head_dim(config, hidden, heads):
-    hd = config.get("head_dim")
+    hd = _whole("head_dim", config.get("head_dim"))
     if hd is not None and heads and hd * heads != hidden:
         raise InvalidParameterError(
             "config.head_dim", hd, f"times num_attention_heads={heads} is not "
@@ -169,10 +179,10 @@ def config_kwargs(config: dict) -> dict:
         _check_head_dim(config, hidden, heads)
         kw = dict(layers=_get(config, "num_hidden_layers"), hidden=hidden, heads=heads,
                   ffn=_get(config, "intermediate_size"), vocab=_get(config, "vocab_size"),
-                  kv_heads=config.get("num_key_value_heads"),
+                  kv_heads=_whole("num_key_value_heads", config.get("num_key_value_heads")),
                   tied_embeddings=_flag(config, "tie_word_embeddings", family == "gemma"),
                   bias=_flag(config, "attention_bias", False))
-        if family == "qwen2" and not kw["bias"]:
+        if family == "qwen2" and not kw["bias"] and heads > 0:  # else refused by name
             kv = kw["kv_heads"] or heads
             unmapped.append(f"biases of the query, key and value projections "
                             f"(+{hidden + 2 * kv * (hidden // heads)} parameters per block)")
