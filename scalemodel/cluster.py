@@ -169,7 +169,11 @@ def _end(value, where):
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating,
                                                           np.integer)):
         raise InvalidParameterError(where, value, "must be a number or None (unbounded)")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond 1.8e308 (a JSON file can hold one)
+        raise InvalidParameterError(where, value, "too large for a float: give a number "
+                                    "or None (unbounded)") from None
     if math.isnan(v):
         raise InvalidParameterError(where, value, "must be a number or None (unbounded)")
     return None if math.isinf(v) else v
@@ -807,7 +811,8 @@ class ClusterProfile:
         if data.get("format") != FORMAT:
             raise ProfileFormatError(source, "format",
                                      f"expected {FORMAT!r}, got {data.get('format')!r}")
-        if data.get("format_version") != FORMAT_VERSION:
+        if data.get("format_version") != FORMAT_VERSION or \
+                isinstance(data.get("format_version"), bool):  # JSON true is not 1
             raise ProfileFormatError(source, "format_version",
                                      f"expected {FORMAT_VERSION}, got {data.get('format_version')!r}")
         prov = data.get("provenance")
@@ -852,10 +857,10 @@ class ClusterProfile:
                 bucket_overhead=data.get("bucket_overhead", 0.0),
                 iteration_overhead=data.get("iteration_overhead", 0.0),
                 straggler_spread=data.get("straggler_spread", 0.0),
-                intervals=data.get("intervals") or {},
-                alternatives=data.get("alternatives") or (),
-                fit_settings=data.get("fit_settings") or {},
-                codec_costs=data.get("codec_costs") or {},
+                intervals=_or_empty(data, "intervals", {}),
+                alternatives=_or_empty(data, "alternatives", ()),
+                fit_settings=_or_empty(data, "fit_settings", {}),
+                codec_costs=_or_empty(data, "codec_costs", {}),
                 provenance=prov, extra={k: v for k, v in data.items() if k not in known})
         except ProfileFormatError as exc:
             prefix = f"profile {exc.source}: field {exc.field!r}: "
@@ -866,6 +871,18 @@ class ClusterProfile:
         except (ValueError, TypeError, AttributeError) as exc:
             field = getattr(exc, "parameter", "<value>")
             raise ProfileFormatError(source, str(field), str(exc)) from None
+
+
+def _or_empty(data, key, empty):
+    """``data[key]``, or ``empty`` when absent or null; a falsy value of another type
+    (``0``, ``""``, ``false``, or ``[]`` for an object) is passed on for the field's own
+    check to refuse rather than read as empty."""
+    value = data.get(key)
+    if value is None or (not value and type(value) is type(empty)):
+        return empty
+    if not value and isinstance(empty, tuple) and isinstance(value, list):
+        return empty  # [] for a list of alternatives
+    return value
 
 
 _CODEC_KEYS = ("encode", "decode", "encode_per_rank", "decode_per_rank", "launch")
@@ -931,7 +948,11 @@ def save_cluster(cluster: ClusterProfile, path) -> Path:
     pathlib.Path
         The path written.
     """
-    from .profiles import atomic_write_text
+    from .profiles import atomic_write_text, check_destination_path
 
+    if not isinstance(cluster, ClusterProfile):
+        raise ParameterTypeError("cluster", cluster, "a ClusterProfile (a fit's .cluster, "
+                                 "or load_cluster(path))")
+    check_destination_path(path)
     atomic_write_text(path, json.dumps(cluster.to_dict(), indent=1))
     return Path(path)

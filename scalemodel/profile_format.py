@@ -83,6 +83,8 @@ def _finite_nonneg(source, field, value):
     except (TypeError, ValueError):
         raise ProfileFormatError(source, field,
                                  f"expected a number [s], got {_short_repr(value)}") from None
+    except OverflowError:  # an integer beyond 1.8e308: not finite either
+        v = math.inf
     if not (math.isfinite(v) and v >= 0):
         raise ProfileFormatError(source, field,
                                  f"must be finite and >= 0 [s], got {_short_repr(value)}")
@@ -422,7 +424,7 @@ def _check_shapes(source, shapes, nbytes):
             raise ProfileFormatError(source, f"tensors.shapes[{i}]",
                                      f"must be a non-empty list of integers >= 1, got {shape!r}")
         numel = math.prod(int(d) for d in shape)
-        if size / numel not in (1.0, 2.0, 4.0, 8.0):
+        if numel > int(size) or size / numel not in (1.0, 2.0, 4.0, 8.0):  # no overflow
             raise ProfileFormatError(source, f"tensors.shapes[{i}]",
                                      f"{list(shape)} has {numel} elements, which does not "
                                      f"match {size:g} bytes at 1, 2, 4 or 8 bytes per element")

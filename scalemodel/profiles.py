@@ -115,9 +115,30 @@ def save_profile(profile: WorkloadProfile, path) -> Path:
     pathlib.Path
         The path written.
     """
-    path = Path(path)
+    if not isinstance(profile, WorkloadProfile):
+        raise ParameterTypeError("profile", profile, "a WorkloadProfile (load_profile("
+                                 "name) gives one)")
+    path = Path(check_destination_path(path))
     text = json.dumps(profile.to_dict(), indent=1)
     atomic_write_text(path, text)
+    return path
+
+
+def check_destination_path(path, parameter="path"):
+    """``path`` to write to, checked: a str or os.PathLike that is not empty (``Path("")``
+    is the current folder) [path].
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The destination given [path].
+    parameter : str
+        Its name, for the message [-].
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ParameterTypeError(parameter, path, "a file path (str or os.PathLike)")
+    if not os.fspath(path):
+        raise InvalidParameterError(parameter, path, "is empty; name a file")
     return path
 
 
