@@ -1121,6 +1121,27 @@ def _join_dash_values(parser, argv):
     return out
 
 
+def _refuse_foreign_options(parser, argv):
+    """Refuse an option of another command given to this one (``best-bucket --gpu``):
+    argparse would read it as an abbreviation of one of this command's (``--gpu`` as
+    ``--gpus-per-node``), and answer about an option the user never wrote, or use its
+    value for it."""
+    subs = next((a.choices for a in parser._actions
+                 if isinstance(a, argparse._SubParsersAction)), {})
+    if not argv or argv[0] not in subs:
+        return
+    sub = subs[argv[0]]
+    own = {o for action in sub._actions for o in action.option_strings}
+    known = {o for p in _subparsers(parser) for action in p._actions
+             for o in action.option_strings}
+    for token in argv[1:]:
+        if token == "--":
+            break
+        name = token.split("=", 1)[0]
+        if name.startswith("--") and name in known and name not in own:
+            sub.error(f"{name} is not an option of {argv[0]}")
+
+
 def _config_model(args):
     """``--model config.json`` of a Hugging Face model: a profile derived from FLOPs on
     ``--gpu`` (default h100-sxm) with ``--seq`` and ``--micro-batch``."""
@@ -1172,6 +1193,7 @@ def _model_warnings_to_stderr():
 def main(argv=None):
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    _refuse_foreign_options(parser, argv)
     args = parser.parse_args(_join_dash_values(parser, argv))
     try:
         with _model_warnings_to_stderr():

@@ -119,6 +119,10 @@ def _paths(transport):
         raise ParameterTypeError("transport", transport, "an nccl-tests log or a list of "
                                  "them, a cluster or trace report JSON, a ClusterProfile "
                                  "or a TraceReport")
+    for p in transport:  # Path("") is ".": name the file as given
+        if not os.fspath(p):
+            raise InvalidParameterError("transport", p, "is empty: name an nccl-tests log "
+                                        "or a cluster JSON file")
     paths = [Path(p) for p in transport]
     for p in paths:
         if not p.is_file():
@@ -209,6 +213,7 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
     across = [r for r, _ in reduce if r.world_size > g]
     inside = [r for r, _ in reduce if 1 < r.world_size <= g]
     names = ", ".join(p.name for p in paths)
+    _check_worlds(reduce, across)
     intra_fit, note = None, None
     if inside:
         intra_fit = max(inside, key=lambda r: r.world_size).fit()
@@ -233,6 +238,26 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
                            provenance=provenance)
     return Transport(cluster=_from_cluster(cl, "").cluster, text=f"nccl-tests {names}",
                      gpus_per_node=logged, line_rate=line_rate)
+
+
+def _check_worlds(reduce, across):
+    """Refuse all-reduce logs that cannot be fitted, naming the file: one rank (a log
+    without its ``# Rank`` lines under MPI says nGpus 1), or several logs across nodes
+    (one fit per line rate, and every log here is at the runs' rate)."""
+    for r, p in reduce:
+        if r.world_size < 2:
+            why = ("its '# Rank ... device' lines (one per GPU) are missing and nGpus x "
+                   "nThread is 1: give the whole log" if not r.devices else
+                   "one GPU communicates nothing: run nccl-tests over several GPUs")
+            raise InvalidParameterError(
+                "transport", os.fspath(p), f"is an all-reduce of world size "
+                f"{r.world_size}: {why}")
+    if len(across) > 1:
+        raise InvalidParameterError(
+            "transport", [r.source for r in across], f"holds {len(across)} all-reduce logs "
+            f"across nodes (world sizes {[r.world_size for r in across]}), all at the runs' "
+            "line rate: give one of them (the largest world) and at most one log inside "
+            "a node")
 
 
 def check_against_runs(transport, runs, *, gpus_per_node, nics_per_node=None):

@@ -1123,7 +1123,8 @@ class PlanRow:
         sends, all phases (32 for signSGD, 2 for fp16) [-].
     effective_ratio : float
         Uncompressed all-reduce wire bits over compressed wire bits per iteration: below
-        ``ratio`` (and even below 1) for all-gathered compressors [-].
+        ``ratio`` (and even below 1) for all-gathered compressors; 1 when no bits cross
+        a NIC either way (one worker, or every worker in one node) [-].
     scaling_factor : float
         Scaling factor reached at ``setting`` [-].
     binding : str
@@ -1542,7 +1543,8 @@ def _row_steps(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=N
     x_eff = float(_x_eff(ev, x))
     j = _top_line(ev, x_eff)[1]
     binding, _ = sc.critical(n, ev.lines, j, x_eff, bw=bw)
-    eff = ev.raw_bits / ev.bits if ev.bits > 0 else math.inf
+    # nothing crosses a NIC either way (n = 1, or one node): the wire is unchanged, 1
+    eff = ev.raw_bits / ev.bits if ev.bits > 0 else (1.0 if ev.raw_bits == 0 else math.inf)
     note = _row_note(ev, n, target, (sf_lo, sf, sf_hi), sf_none, (spd_lo, spd_hi), feasible,
                      recommended, binding, eff, views)
     return PlanRow(
