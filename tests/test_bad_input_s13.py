@@ -1,0 +1,260 @@
+"""Bad input found by a new-user sweep of the public API, the CLI and the files it reads
+(session 13, issues 17 and 20): each test reproduces a defect that was fixed, a bare
+Python error, a message naming a parameter the user never wrote, or an infinite answer,
+and checks the documented exception, the parameter it names and the value shown."""
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import scalemodel as sm
+from scalemodel.cli import main
+from scalemodel.exceptions import (InvalidParameterError, ParameterTypeError,
+                                   ProfileFormatError)
+
+LLM = "llama-2-7b"
+H100_LOG = Path(__file__).parent / "data" / "nccl_tests_all_reduce_2x8_h100.txt"
+RUNS = [dict(model="bert", n=16, bw=400e9, scaling_factor=0.9)]
+
+
+# --------------------------------------------------------------------------- the API
+
+
+@pytest.mark.parametrize("call", [
+    lambda n: sm.scaling_factor("bert", n, 10e9),
+    lambda n: sm.iteration_time("bert", n, 10e9),
+    lambda n: sm.min_compression("bert", 10e9, n=n),
+])
+@pytest.mark.parametrize("n, shown", [([8, 0], "n=0 is"), (np.array([8, -3]), "n=-3 is")])
+def test_a_worker_count_out_of_range_in_a_list_is_shown_as_written(call, n, shown):
+    """n=[8, 0] said 'n=0.0 is invalid: must be an integer', a value the user never
+    wrote (the array was read as floats)."""
+    with pytest.raises(InvalidParameterError) as err:
+        call(n)
+    assert err.value.parameter == "n" and shown in str(err.value)
+
+
+@pytest.mark.parametrize("model, kw, shown", [
+    (LLM, dict(microbatches=10**30, pp=2), "must be at most 1,000,000"),
+    (LLM, dict(microbatches=10**30), "must be at most 1,000,000"),
+    ("llama-2-70b", dict(microbatches=10**6, pp=2), "longer than a day"),
+])
+def test_too_many_microbatches_are_named(model, kw, shown):
+    """ProfileFormatError 'profile <object>: field grad_accum' before: a field of an
+    internal profile, not the microbatches= the user gave."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.iteration_time(model, 64, 100e9, **kw)
+    assert err.value.parameter == "microbatches"
+    assert f"microbatches={kw['microbatches']}" in str(err.value) and shown in str(err.value)
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(n=10**30), "n"),                                     # AttributeError before
+    (dict(n=2**40), "n"),
+    (dict(n=64, sharding="zero3", shard_group=10**30), "shard_group"),  # OverflowError
+])
+def test_memory_refuses_huge_counts_by_name(kw, name):
+    with pytest.raises(InvalidParameterError) as err:
+        sm.memory(LLM, **kw)
+    assert err.value.parameter == name and f"{name}={kw[name]}" in str(err.value)
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(efficiency=1e-300), "efficiency"),   # ProfileFormatError on forward_time before
+    (dict(update_time=1e6), "update_time"),
+])
+def test_transformer_profile_names_what_makes_the_step_longer_than_a_day(kw, name):
+    cfg = sm.TransformerConfig(layers=4, hidden=256, heads=8, ffn=1024, vocab=1000)
+    with pytest.raises(InvalidParameterError) as err:
+        sm.transformer_profile(cfg, **kw)
+    assert err.value.parameter == name and "a day" in str(err.value)
+
+
+@pytest.mark.parametrize("kw", [dict(n=1), dict(n=8, gpus_per_node=8)])
+def test_plan_effective_ratio_is_finite_when_nothing_crosses_a_nic(kw):
+    """Every row said effective_ratio=inf ('infx' on the wire) for one worker or one
+    node: 0 wire bits over 0."""
+    plan = sm.plan_compression("bert", 10e9, **kw)
+    assert [r.effective_ratio for r in plan.rows] == [1.0] * len(plan.rows)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda tmp: sm.save_profile("resnet50", tmp / "p.json"), "profile"),  # AttributeError
+    (lambda tmp: sm.save_cluster({"alpha": 0}, tmp / "c.json"), "cluster"),
+    (lambda tmp: sm.save_profile(sm.load_profile("resnet50"), 5), "path"),  # TypeError
+    (lambda tmp: sm.save_cluster(sm.ClusterProfile(), None), "path"),
+])
+def test_save_refuses_wrong_types_by_name(tmp_path, call, name):
+    with pytest.raises(ParameterTypeError) as err:
+        call(tmp_path)
+    assert err.value.parameter == name
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("save, obj", [(sm.save_profile, "resnet50"),
+                                       (sm.save_cluster, None)])
+def test_save_refuses_an_empty_path(save, obj):
+    """path='' was read as the current folder: IsADirectoryError naming '.'."""
+    obj = sm.load_profile(obj) if obj else sm.ClusterProfile()
+    with pytest.raises(InvalidParameterError) as err:
+        save(obj, "")
+    assert err.value.parameter == "path" and "path=''" in str(err.value)
+
+
+# --------------------------------------------------------------------------- config.json
+
+QWEN = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+        "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+        "vocab_size": 151936, "tie_word_embeddings": True}
+GEMMA = {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
+         "num_attention_heads": 8, "num_hidden_layers": 18, "num_key_value_heads": 1,
+         "vocab_size": 256000, "head_dim": 256}
+GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+        "vocab_size": 50257, "n_positions": 1024}
+FALCON = {"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32,
+          "num_attention_heads": 71, "vocab_size": 65024}
+
+
+@pytest.mark.parametrize("base, key, value, exc", [
+    (QWEN, "hidden_size", "896", ParameterTypeError),        # TypeError: str // int
+    (QWEN, "hidden_size", [896], ParameterTypeError),
+    (QWEN, "num_attention_heads", 0, InvalidParameterError),  # ZeroDivisionError
+    (QWEN, "num_attention_heads", "14", ParameterTypeError),
+    (QWEN, "num_key_value_heads", "2", ParameterTypeError),   # TypeError: int + str
+    (QWEN, "num_key_value_heads", {"a": 1}, ParameterTypeError),
+    (GEMMA, "head_dim", {"a": 1}, ParameterTypeError),        # TypeError: dict * int
+    (GEMMA, "num_attention_heads", {"a": 1}, ParameterTypeError),
+    (GPT2, "n_embd", {"a": 1}, ParameterTypeError),           # TypeError: 4 * dict
+    (FALCON, "hidden_size", {"a": 1}, ParameterTypeError),
+    (GPT2, "n_positions", -1, InvalidParameterError),        # named learned_positions
+    (GPT2, "n_positions", "1024", ParameterTypeError),
+])
+def test_hf_config_values_of_the_wrong_type_are_named_by_their_key(base, key, value, exc):
+    cfg = copy.deepcopy(base)
+    cfg[key] = value
+    with pytest.raises(exc) as err:
+        sm.TransformerConfig.from_hf_config(cfg)
+    assert err.value.parameter == f"config.{key}"
+    assert f"config.{key}={value!r}" in str(err.value)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _fitted_cluster(tmp_path):
+    path = tmp_path / "c.json"
+    fit = sm.fit_cluster([dict(model="resnet50", n=16, bw="25Gbps", iteration_time=0.26,
+                               single_worker_time=0.2),
+                          dict(model="resnet50", n=64, bw="25Gbps", iteration_time=0.3,
+                               single_worker_time=0.2)], gpus_per_node=8)
+    sm.save_cluster(fit.cluster, path)
+    return path
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["intervals"]["ceiling"].__setitem__(0, 10**400), "intervals"),  # Overflow
+    (lambda d: d["intervals"]["ceiling"].__setitem__(1, 10**400), "intervals"),
+    (lambda d: d.__setitem__("format_version", True), "format_version"),  # read as 1
+    (lambda d: d.__setitem__("intervals", 0), "intervals"),               # read as {}
+    (lambda d: d.__setitem__("intervals", []), "intervals"),
+    (lambda d: d.__setitem__("fit_settings", []), "fit_settings"),
+])
+def test_cluster_files_of_the_wrong_shape_or_size_are_refused(tmp_path, edit, field):
+    path = _fitted_cluster(tmp_path)
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileFormatError) as err:
+        sm.load_cluster(path)
+    assert err.value.field.startswith(field) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.__setitem__("forward_time", 10**400), "forward_time"),  # OverflowError
+    (lambda d: d.__setitem__("update_time", 10**400), "update_time"),
+    (lambda d: d["tensors"].__setitem__("shapes", [[10**400]] + [[b] for b in
+                                                                d["tensors"]["bytes"][1:]]),
+     "tensors.shapes[0]"),
+])
+def test_profile_files_with_huge_numbers_are_refused(tmp_path, edit, field):
+    path = tmp_path / "p.json"
+    sm.save_profile(sm.load_profile("resnet50"), path)
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileFormatError) as err:
+        sm.load_profile(str(path))
+    assert err.value.field == field
+
+
+def _transport(tmp_path, text, name="log.txt"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_transport_log_without_rank_lines_is_named(tmp_path):
+    """AttributeError ('NoneType' object has no attribute 'intervals') before: the log's
+    world size read as nGpus 1."""
+    text = "".join(line for line in H100_LOG.read_text().splitlines(True)
+                   if "Rank" not in line)
+    log = _transport(tmp_path, text)
+    with pytest.raises(InvalidParameterError) as err:
+        sm.fit_cluster(RUNS, transport=log, nics_per_node=8)
+    assert err.value.parameter == "transport" and str(log) in str(err.value)
+    assert "world size 1" in str(err.value)
+
+
+def test_two_transport_logs_across_nodes_are_named_as_the_transport(tmp_path):
+    """'fits=[4e11, 4e11] is invalid: one fit per line rate' before: a parameter the
+    user never wrote."""
+    a = _transport(tmp_path, H100_LOG.read_text(), "a.txt")
+    b = _transport(tmp_path, H100_LOG.read_text(), "b.txt")
+    with pytest.raises(InvalidParameterError) as err:
+        sm.fit_cluster(RUNS, transport=[a, b], nics_per_node=8)
+    assert err.value.parameter == "transport" and "2 all-reduce logs across nodes" in \
+        str(err.value)
+
+
+def test_an_empty_transport_path_is_shown_as_given():
+    """transport='' said "transport='.' is invalid: not a regular file"."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.fit_cluster(RUNS, transport="")
+    assert err.value.parameter == "transport" and "transport=''" in str(err.value)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize("argv", [
+    ["best-bucket", "--model", LLM, "--n", "64", "--bw", "100Gbps", "--gpu", "8"],
+    ["best-bucket", "--model", LLM, "--n", "64", "--bw", "100Gbps", "--gpu=rtx"],
+])
+def test_cli_option_of_another_command_is_not_read_as_an_abbreviation(capsys, argv):
+    """best-bucket has no --gpu: argparse read it as --gpus-per-node (--gpu 8 was
+    answered with 8 GPUs per node; --gpu rtx said "--gpus-per-node='rtx' is invalid")."""
+    with pytest.raises(SystemExit) as code:
+        main(argv)
+    assert code.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--gpu is not an option of best-bucket" in err and len(err.splitlines()) == 1
+    assert "gpus-per-node" not in err
+
+
+def test_cli_fit_refuses_another_commands_option(tmp_path, capsys):
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,n,bw,scaling_factor\nbert,16,400Gbps,0.9\n")
+    with pytest.raises(SystemExit) as code:
+        main(["fit", str(runs), "--gpu", "8", "--out", str(tmp_path / "c.json")])
+    assert code.value.code == 2 and not (tmp_path / "c.json").exists()
+    assert "--gpu is not an option of fit" in capsys.readouterr().err
+
+
+def test_cli_microbatches_beyond_the_bound_are_named(capsys):
+    assert main(["iteration", "--model", LLM, "--n", "64", "--bw", "100Gbps", "--pp", "2",
+                 "--microbatches", "99999999999999999999"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("scalemodel: error: microbatches=99999999999999999999 is invalid")
