@@ -115,9 +115,11 @@ class CodecFit:
         return (None if lo is None else lo * e, None if hi is None else hi * e)
 
     def to_dict(self) -> dict:
-        """JSON-ready data."""
+        """JSON-ready data: a scale that was not fitted (NaN) is None, as JSON has no
+        NaN (a cluster file holding one is not JSON to strict readers)."""
         return {"family": self.family, "runs": list(self.runs), "status": self.status,
-                "used": self.used, "scale": self.scale,
+                "used": self.used,
+                "scale": self.scale if math.isfinite(self.scale) else None,
                 "scale_interval": list(self.scale_interval),
                 "cost": None if self.cost is None else _cost_dict(self.cost),
                 "start": _cost_dict(self.start), "launch_fitted": self.launch_fitted,

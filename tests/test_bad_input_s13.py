@@ -258,3 +258,25 @@ def test_cli_microbatches_beyond_the_bound_are_named(capsys):
                  "--microbatches", "99999999999999999999"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("scalemodel: error: microbatches=99999999999999999999 is invalid")
+
+
+def test_a_codec_fit_not_used_is_written_as_strict_json(tmp_path):
+    """A compressed run the model is already slower than (a negative codec cost) left
+    'scale': NaN in the fitted cluster file, which is not JSON to strict readers (jq,
+    JavaScript); now null, as the fit's --json already printed it."""
+    runs = [dict(model="resnet50", n=16, bw="25Gbps", iteration_time=0.26,
+                 single_worker_time=0.2),
+            dict(model="resnet50", n=64, bw="25Gbps", iteration_time=0.3,
+                 single_worker_time=0.2),
+            dict(model="resnet50", n=64, bw="25Gbps", iteration_time=0.25,
+                 single_worker_time=0.2, compressor="int8")]
+    fit = sm.fit_cluster(runs, gpus_per_node=8)
+    assert fit.codec["int8"].status == "negative"
+    path = sm.save_cluster(fit.cluster, tmp_path / "c.json")
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    data = json.loads(path.read_text(), parse_constant=refuse)
+    assert data["codec_fit"]["int8"]["scale"] is None
+    sm.load_cluster(path)  # and it reads back
