@@ -53,6 +53,7 @@ the intra-node bits as slopes when the run fits in one node.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -160,6 +161,9 @@ _SCHEDULES: "OrderedDict" = OrderedDict()  # sharded schedules of equal inputs (
 
 _ENVELOPES: "OrderedDict" = OrderedDict()  # their envelopes alone (Scenario.corner_envelope)
 
+_HEADS: dict = {}  # the settings part of those keys, each a number (Scenario._schedule_head)
+_HEAD_IDS = itertools.count()  # (never reused: a key kept past a clear names no new head)
+
 
 _FLOATS = (float, np.float64)
 
@@ -255,6 +259,7 @@ def clear_caches(*, profiles=False):
     _LINES.clear()
     _SCHEDULES.clear()
     _ENVELOPES.clear()
+    _HEADS.clear()
     sharding._COMM.clear()
     nccl._SETUPS.clear()
     for fn in (topology._evolved, collectives._options_from, collectives._options_evolved,
@@ -1155,15 +1160,44 @@ class Scenario:
         schedule on ``n`` workers with its ``numbers`` (:meth:`schedule`): the numbers and
         settings, the profile and the fusion by identity, the floats with their signs (a
         -0.0 is not a 0.0); None when a setting cannot be hashed [-]."""
-        codec = self.codec_cost
-        sk = (n, compressed, id(self.profile), id(self.fusion), self.sharding,
-              self.algorithm, self.options, codec, *numbers,
-              tuple(math.copysign(1.0, v) for v in (codec, *numbers)))
-        try:
-            hash(sk)
-        except TypeError:
+        head = self._schedule_head()
+        if head is None:
             return None
+        sigma, c0, sync, cb = numbers
+        sign = math.copysign
+        sk = (head, n, compressed, sigma, c0, sync, cb, sign(1.0, sigma), sign(1.0, c0),
+              sign(1.0, sync), sign(1.0, cb))
+        if not (type(sigma) in _FLOATS and type(c0) in _FLOATS and type(sync) in _FLOATS
+                and type(cb) in _FLOATS):
+            try:
+                hash(sk)
+            except TypeError:
+                return None
         return sk
+
+    def _schedule_head(self):
+        """What :meth:`_schedule_key` takes from the settings (the profile and the fusion
+        by identity, the sharding, algorithm, options and codec cost with its sign) as a
+        number, equal for equal settings; made once per scenario, the corners of a fitted
+        cluster taking their root's (:func:`_corner_siblings`: the same settings); None
+        when a setting cannot be hashed [-]."""
+        src = self._cache.get(("root",), self)
+        head = src._cache.get(("schedule head",))
+        if head is None:
+            codec = self.codec_cost
+            key = (id(self.profile), id(self.fusion), self.sharding, self.algorithm,
+                   self.options, codec, math.copysign(1.0, codec))
+            try:
+                head = _HEADS.get(key)
+            except TypeError:
+                head = False
+            else:
+                if head is None:
+                    if len(_HEADS) >= 4 * SCENARIO_CACHE_SIZE:
+                        _HEADS.clear()
+                    head = _HEADS[key] = next(_HEAD_IDS)
+            src._cache[("schedule head",)] = head
+        return None if head is False else head
 
     def _stretched(self, buckets, n):
         """``buckets`` with their ready times on the timeline of ``n`` workers

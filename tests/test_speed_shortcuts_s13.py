@@ -304,3 +304,54 @@ def test_sharded_schedule_chain_is_the_old_construction(monkeypatch, model, stra
     ref = _old_sum_of_maxima(base, a, b, breaks=True)
     for x, y in zip(got, ref):
         assert x.tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2, 3, 7, 8, 9, 17, 581, 1162, 20000])
+def test_intercepts_are_the_row_sums(rows):
+    # sharding._intercepts adds a row's four parts as numpy's row sum does: bit for bit
+    # (signed zeros, subnormals, infinities and values of every magnitude)
+    rng = np.random.default_rng(rows)
+    p = rng.standard_normal((rows, 6)) * 10.0 ** rng.integers(-300, 300, (rows, 6))
+    p[rng.random((rows, 6)) < 0.2] = 0.0
+    p[rng.random((rows, 6)) < 0.1] = -0.0
+    p[rng.random((rows, 6)) < 0.02] = 5e-324
+    p[rng.random((rows, 6)) < 0.01] = np.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        got, ref = sharding._intercepts(p), p[:, :4].sum(axis=1)
+    assert got.tobytes() == ref.tobytes()
+
+
+def test_schedule_keys_compare_as_their_settings_and_numbers():
+    # Scenario._schedule_key: the settings as one number per distinct settings (made once
+    # per scenario, the corners taking their root's), the numbers with their signs
+    import attrs
+
+    from scalemodel.model import _corner_siblings
+
+    clear_caches()
+    sc = Scenario.build("gpt2", sharding="zero3", fusion="module")
+    twin = attrs.evolve(sc)  # the same settings, another scenario
+    other = attrs.evolve(sc, sharding=sharding.Sharding("zero3", param_dtype="fp32"))
+    nums = (1.0, 0.0, 0.0, 0.0)
+    assert sc._schedule_key(64, False, nums) == twin._schedule_key(64, False, nums)
+    assert sc._schedule_key(64, False, nums) != other._schedule_key(64, False, nums)
+    assert sc._schedule_key(64, False, nums) != sc._schedule_key(32, False, nums)
+    assert sc._schedule_key(64, False, nums) != sc._schedule_key(64, True, nums)
+    for i in range(4):  # a -0.0 is not a 0.0, in every number
+        neg = list(nums)
+        neg[i] = -nums[i] if nums[i] else -0.0
+        assert sc._schedule_key(64, False, nums) != sc._schedule_key(64, False, tuple(neg))
+    assert sc._schedule_key(64, False, (np.float64(1.0), 0.0, 0.0, 0.0)) == \
+        sc._schedule_key(64, False, nums)
+    codec = attrs.evolve(sc, codec_cost=-0.0)  # the codec cost's sign too
+    assert codec._schedule_key(64, False, nums) != sc._schedule_key(64, False, nums)
+    held = sc._schedule_key(64, False, nums)
+    clear_caches()  # a head is never reused: a key kept past a clear matches no new one
+    fresh = Scenario.build("gpt2", sharding="zero3", fusion="module", alpha=1e-6)
+    assert fresh._schedule_key(64, False, nums) != held
+    # the corners of a fitted cluster take their root's head: equal keys for equal numbers
+    cl = sm.ClusterProfile(intervals={"alpha": (0.0, 1e-4)},
+                           provenance={"source": "example"})
+    root = Scenario.build("gpt2", sharding="zero3", fusion="module", cluster=cl)
+    for s in _corner_siblings(root).values():
+        assert s._schedule_key(64, False, nums) == root._schedule_key(64, False, nums)
