@@ -215,14 +215,18 @@ def _context_length(data):
     """The config's context length, the default ``seq``: ``max_position_embeddings`` or
     ``n_positions`` (an integer >= 1, refused by name otherwise: NaN, text, 2048.5), else
     4096 [tokens]."""
+    from .workloads import MAX_DIMENSION
+
     for key in ("max_position_embeddings", "n_positions"):
         value = data.get(key)
         if value is None or value == 0:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidParameterError(f"config.{key}", value, "must be an integer >= 1 "
-                                        "(the default sequence length)",
-                                        "Or give the sequence length: seq= (CLI --seq)")
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                not 1 <= value <= MAX_DIMENSION:  # 10**12 was refused as seq=, unwritten
+            raise InvalidParameterError(f"config.{key}", value, f"must be an integer in "
+                                        f"[1, {MAX_DIMENSION:,}] (the default sequence "
+                                        "length)", "Or give the sequence length: seq= "
+                                        "(CLI --seq)")
         return value
     return 4096
 

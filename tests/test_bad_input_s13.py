@@ -280,3 +280,18 @@ def test_a_codec_fit_not_used_is_written_as_strict_json(tmp_path):
     data = json.loads(path.read_text(), parse_constant=refuse)
     assert data["codec_fit"]["int8"]["scale"] is None
     sm.load_cluster(path)  # and it reads back
+
+
+@pytest.mark.parametrize("value", [10**12, 2**31])
+def test_a_config_context_length_beyond_the_bound_is_named_by_its_key(tmp_path, value):
+    """max_position_embeddings 10**12 was refused as 'seq=1000000000000', a parameter
+    the user never wrote (the config's context length is the default seq)."""
+    from scalemodel.hf_configs import load_hf_profile
+
+    cfg = dict(QWEN, model_type="llama", max_position_embeddings=value)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InvalidParameterError) as err:
+        load_hf_profile(path)
+    assert err.value.parameter == "config.max_position_embeddings"
+    assert f"config.max_position_embeddings={value} is invalid" in str(err.value)
