@@ -33,6 +33,7 @@ import types
 from importlib import resources
 
 import attrs
+import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
 
@@ -75,11 +76,23 @@ def canonical_dtype(dtype, parameter: str = "dtype") -> str:
     return DTYPE_ALIASES[key]
 
 
+def _finite_positive(value) -> bool:
+    """Whether ``value`` is a real number (numpy's too, not a bool), finite and > 0; an
+    integer beyond a float (10**400) is not finite [-]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer,
+                                                         np.floating)):
+        return False
+    try:
+        v = float(value)
+    except OverflowError:
+        return False
+    return math.isfinite(v) and v > 0
+
+
 def _positive(instance, attribute, value):
     if value is None and attribute.name in _OPTIONAL:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value <= 0:
+    if not _finite_positive(value):
         raise InvalidParameterError(attribute.name, value, "must be a finite number > 0")
 
 
@@ -92,14 +105,20 @@ def _freeze_flops(value):
     out = {}
     for dtype, flops in dict(value).items():
         name = canonical_dtype(dtype, "peak_flops")
-        if isinstance(flops, bool) or not isinstance(flops, (int, float)) \
-                or not math.isfinite(flops) or flops <= 0:
+        if not _finite_positive(flops):
             raise InvalidParameterError(f"peak_flops[{dtype!r}]", flops,
                                         "must be a finite number of FLOP/s > 0")
         out[name] = float(flops)
     if not out:
         raise InvalidParameterError("peak_flops", value, "must name at least one dtype")
     return types.MappingProxyType(out)
+
+
+def _freeze_sources(value):
+    if not isinstance(value, (dict, types.MappingProxyType)):
+        raise ParameterTypeError("sources", value, "a mapping from a number's name to "
+                                 "where it comes from")
+    return types.MappingProxyType(dict(value))
 
 
 @attrs.frozen
@@ -149,13 +168,13 @@ class GPUSpec:
     nics_per_server: int | None = attrs.field(default=None, validator=_positive)
     nic_bw: float | None = attrs.field(default=None, validator=_positive)
     server: str | None = None
-    sources: types.MappingProxyType = attrs.field(
-        factory=dict, converter=lambda d: types.MappingProxyType(dict(d)))
+    sources: types.MappingProxyType = attrs.field(factory=dict, converter=_freeze_sources)
 
     def __attrs_post_init__(self):
         for field in ("gpus_per_server", "nics_per_server"):
             value = getattr(self, field)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            if value is not None and (not isinstance(value, (int, np.integer))
+                                      or isinstance(value, bool)):
                 raise ParameterTypeError(field, value, "an integer >= 1 or None")
 
     def node_link(self) -> dict:

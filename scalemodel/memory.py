@@ -567,11 +567,23 @@ def _precision(text):
         return "fp32"
 
 
+def _real(value):
+    """``value`` as a float when it is a real number (numpy's too, not a bool), inf for
+    an integer beyond a float, else None [-]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                       np.floating)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # 10**400 (math.isfinite raised it before)
+        return math.inf
+
+
 def _nonneg_bytes(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value < 0:
+    v = _real(value)
+    if v is None or not math.isfinite(v) or v < 0:
         raise InvalidParameterError(name, value, "must be a finite number of bytes >= 0")
-    return float(value)
+    return v
 
 
 def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param_dtype=None,
@@ -1184,11 +1196,11 @@ def _check_measure(measure, fragmentation):
     """(measure, fragmentation) checked [-]."""
     if not isinstance(measure, str) or measure.strip().lower() not in MEASURES:
         raise UnknownNameError("measure", measure, MEASURES)
-    if isinstance(fragmentation, bool) or not isinstance(fragmentation, (int, float)) \
-            or not 0.0 <= fragmentation < 1.0:
+    f = _real(fragmentation)
+    if f is None or not 0.0 <= f < 1.0:
         raise InvalidParameterError("fragmentation", fragmentation, "must be a fraction of "
                                     "the reserved memory in [0, 1)")
-    return measure.strip().lower(), float(fragmentation)
+    return measure.strip().lower(), f
 
 
 def allocator_block_bytes(nbytes):

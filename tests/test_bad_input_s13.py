@@ -295,3 +295,46 @@ def test_a_config_context_length_beyond_the_bound_is_named_by_its_key(tmp_path, 
         load_hf_profile(path)
     assert err.value.parameter == "config.max_position_embeddings"
     assert f"config.max_position_embeddings={value} is invalid" in str(err.value)
+
+
+@pytest.mark.parametrize("kw", [dict(bucket_bytes=np.int64(2**20)),
+                                dict(fragmentation=np.float32(0.25)),
+                                dict(host_memory=np.int64(2**40), offload="optimizer")])
+def test_memory_takes_numpy_numbers(kw):
+    """bucket_bytes=np.int64(2**20) was refused as 'must be a finite number of bytes >= 0'
+    and fragmentation=np.float32(0.25) as 'must be a fraction in [0, 1)': both are."""
+    plain = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in kw.items()}
+    assert sm.memory(LLM, 64, **kw).per_gpu == pytest.approx(sm.memory(LLM, 64, **plain).per_gpu)
+
+
+@pytest.mark.parametrize("kw, name", [(dict(bucket_bytes=10**400), "bucket_bytes"),
+                                      (dict(host_memory=10**400, offload="optimizer"),
+                                       "host_memory")])
+def test_memory_sizes_beyond_a_float_are_named(kw, name):
+    """OverflowError (math.isfinite of an int beyond 1.8e308) before."""
+    with pytest.raises(InvalidParameterError) as err:
+        sm.memory(LLM, 64, **kw)
+    assert err.value.parameter == name
+
+
+@pytest.mark.parametrize("field, value, exc", [
+    ("hbm_bytes", 10**400, InvalidParameterError),          # OverflowError before
+    ("nic_bw", 10**400, InvalidParameterError),
+    ("sources", 5, ParameterTypeError),                     # TypeError: not iterable
+    ("sources", "x", ParameterTypeError),                   # ValueError from dict()
+])
+def test_gpu_spec_fields_are_checked_by_name(field, value, exc):
+    import attrs
+    with pytest.raises(exc) as err:
+        attrs.evolve(sm.get_gpu("h100-sxm"), **{field: value})
+    assert err.value.parameter == field
+
+
+@pytest.mark.parametrize("field, value", [("hbm_bytes", np.int64(80 * 2**30)),
+                                          ("gpus_per_server", np.int64(8)),
+                                          ("peak_flops", {"bf16": np.int64(10**15)})])
+def test_gpu_spec_takes_numpy_integers(field, value):
+    """np.int64 sizes were refused as 'must be a finite number > 0' (np.float64 passed)."""
+    import attrs
+    spec = attrs.evolve(sm.get_gpu("h100-sxm"), **{field: value})
+    assert sm.memory(LLM, 64, gpu=spec).per_gpu > 0
