@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import re
 import statistics
 import warnings
@@ -309,6 +310,14 @@ def _fitted_entry(cluster):
         raise InvalidParameterError("cluster.extra['efficiency']['value']", value,
                                     "must be a model FLOPs utilisation in (0, 1]")
     return eff
+
+
+def _as_float(value) -> float:
+    """``float(value)``, inf for an integer beyond a float (10**400) [-]."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _device_names(gpus):
@@ -572,14 +581,14 @@ def memory_pressure(parameters, n, gpu, sharding="zero3") -> MemoryPressure:
     >>> memory_pressure(64_862_437_376, 128, "a100-40gb").pressured
     False
     """
-    if isinstance(parameters, bool) or not isinstance(parameters, (int, float)):
+    if isinstance(parameters, bool) or not isinstance(parameters, numbers.Real):
         raise ParameterTypeError("parameters", parameters, "a number of parameters")
-    if not (math.isfinite(parameters) and parameters > 0):
+    if not (math.isfinite(_as_float(parameters)) and parameters > 0):
         raise InvalidParameterError("parameters", parameters,
                                     "must be a positive, finite number of parameters")
-    if isinstance(n, bool) or not isinstance(n, (int, float)):
+    if isinstance(n, bool) or not isinstance(n, numbers.Real):
         raise ParameterTypeError("n", n, "a positive integer number of workers")
-    if not (math.isfinite(n) and n >= 1 and float(n) == int(n)):
+    if not (math.isfinite(_as_float(n)) and n >= 1 and float(n) == int(n)):
         raise InvalidParameterError("n", n, "must be a positive integer number of workers")
     if sharding not in _SHARDED:
         raise InvalidParameterError("sharding", sharding,

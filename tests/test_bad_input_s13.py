@@ -338,3 +338,20 @@ def test_gpu_spec_takes_numpy_integers(field, value):
     import attrs
     spec = attrs.evolve(sm.get_gpu("h100-sxm"), **{field: value})
     assert sm.memory(LLM, 64, gpu=spec).per_gpu > 0
+
+
+@pytest.mark.parametrize("args, name", [((10**400, 64), "parameters"),   # OverflowError
+                                        ((7e9, 10**400), "n")])
+def test_memory_pressure_refuses_numbers_beyond_a_float_by_name(args, name):
+    from scalemodel.efficiency import memory_pressure
+    with pytest.raises(InvalidParameterError) as err:
+        memory_pressure(*args, "a100-40gb")
+    assert err.value.parameter == name
+
+
+def test_memory_pressure_takes_numpy_integers():
+    """np.int64 parameters and workers were refused as 'has type int64; expected a
+    number of parameters'."""
+    from scalemodel.efficiency import memory_pressure
+    got = memory_pressure(np.int64(7 * 10**9), np.int64(64), "a100-40gb")
+    assert got.share == memory_pressure(7 * 10**9, 64, "a100-40gb").share
