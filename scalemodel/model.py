@@ -1095,22 +1095,41 @@ class Scenario:
         return None
 
     def _prime_corner_envelopes(self, n, compressed):
-        """The envelopes alone of every corner scenario of this one's root
+        """The envelopes alone of the corner scenarios of this one's root
         (:func:`_corner_siblings`) not made already, in one
-        :func:`~scalemodel.sharding.zero3_envelopes` call, kept in :data:`_ENVELOPES`;
-        once per root and ``(n, compressed)``. Whether this scenario is such a corner [-]."""
+        :func:`~scalemodel.sharding.zero3_envelopes` call per batch, kept in
+        :data:`_ENVELOPES`: first those the question evaluates (its corners, those an
+        interval over the answer evaluates, and this one), then, when another asks, all
+        the others; each row of a batch is the envelope it would be alone. Whether this
+        scenario is such a corner [-]."""
         root = self._cache.get(("root",))
         near = None if root is None else root._cache.get(("siblings",))
         if near is None or near.get(id(self.cluster)) is not self:
             return False
-        if root._cache.setdefault(("envelopes primed", n, compressed), False):
+        done = root._cache.get(("envelopes primed", n, compressed))
+        if done is not None and id(self.cluster) in done:
             return True
-        root._cache[("envelopes primed", n, compressed)] = True
+        if done is None:  # the first batch: the corners this question asks
+            done = root._cache[("envelopes primed", n, compressed)] = set()
+            first = root._cache.get(("corners only",))  # (iteration_time's corners)
+            if first is None:
+                from .intervals import corner_clusters  # (an answer's interval's)
+
+                cl = root.cluster
+                first = {id(x) for _, c, ends in corner_clusters(cl) for x in (c, *ends)}
+            first = first | {id(self.cluster)}
+        else:  # a corner the first batch left: all the others
+            first = None
         todo = {}
-        for s in near.values():
+        for key, s in near.items():
+            if key in done or (first is not None and key not in first):
+                continue
+            done.add(key)
             numbers, sk = s._cache[("corner key", n, compressed)] = s._corner_key(n, compressed)
             if sk is not None and sk not in todo and s._shared_envelope(sk) is None:
                 todo[sk] = numbers
+        if not todo:
+            return True
         made = zero3_envelopes(root.profile, n, list(todo.values()), sharding=root.sharding,
                                wrap=root.fusion, algorithm=root.algorithm,
                                options=root.options, codec_cost=root.codec_cost,

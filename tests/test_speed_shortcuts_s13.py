@@ -355,3 +355,65 @@ def test_schedule_keys_compare_as_their_settings_and_numbers():
     root = Scenario.build("gpt2", sharding="zero3", fusion="module", cluster=cl)
     for s in _corner_siblings(root).values():
         assert s._schedule_key(64, False, nums) == root._schedule_key(64, False, nums)
+
+
+def _zero3_fit():
+    import attrs
+
+    base = sm.ClusterProfile(
+        name="fitted", topology=sm.Topology(gpus_per_node=8, nics_per_node=4),
+        ceiling=80e9, sync_overhead=0.02, bucket_overhead=2e-3,
+        fit_settings={"sharding": "zero3"}, provenance={"source": "test"})
+    return attrs.evolve(base, intervals={
+        "ceiling": (60e9, 95e9), "bucket_overhead": (1e-3, 4e-3),
+        "compute_slowdown": (1.0, 1.15)}, alternatives=[
+        {"free": ["ceiling", "bucket_overhead"], "values": {"ceiling": 80e9,
+                                                            "bucket_overhead": 2e-3},
+         "intervals": {"ceiling": [60e9, 95e9], "bucket_overhead": [1e-3, 4e-3]},
+         "score": 0.0},
+        {"free": ["collective_overhead", "sync_overhead"],
+         "values": {"collective_overhead": 3e-4, "sync_overhead": 0.01},
+         "intervals": {"collective_overhead": [1e-4, 6e-4], "sync_overhead": [0.0, 0.03]},
+         "score": 0.8},
+        {"free": ["bucket_overhead"], "values": {"bucket_overhead": 5e-3},
+         "intervals": {"bucket_overhead": [4e-3, 7e-3]}, "score": 1.5}])
+
+
+def _answers(cl, model, cold=True):
+    out = []
+    for q in ("it", "mc", "rb", "mc2", "it"):
+        if cold:
+            clear_caches()
+        if q == "it":
+            r = sm.iteration_time(model, 64, 10e9, cluster=cl)
+            out.append((r.total, r.scaling_factor_interval, r.total_interval, str(r)))
+        elif q.startswith("mc"):
+            r = sm.min_compression(model, 10e9, n=64, target=0.95 if q == "mc" else 0.6,
+                                   cluster=cl)
+            out.append((r.ratio, r.interval, r.message))
+        else:
+            r = sm.required_bandwidth(model, n=64, target=0.9, cluster=cl)
+            out.append((r.bw, r.interval, r.message))
+    return out
+
+
+@pytest.mark.parametrize("model", ["bert", "llama-2-7b", "gpt2"])
+def test_corner_batches_answer_as_each_corner_alone(monkeypatch, model):
+    # Scenario._prime_corner_envelopes makes the corners a question asks in one batch and
+    # the others when asked: every row of a batch is its envelope alone, so the answers
+    # (cold, and warm where a second question finds the first's batch) are those of
+    # envelopes made one corner at a time
+    from scalemodel import model as model_mod
+
+    cl = _zero3_fit()
+    batched, warm = _answers(cl, model), _answers(cl, model, cold=False)
+    calls = []
+
+    def alone(profile, n, numbers, **kw):
+        calls.append(len(numbers))
+        return [zero3_envelopes(profile, n, [x], **kw)[0] for x in numbers]
+
+    monkeypatch.setattr(model_mod, "zero3_envelopes", alone)
+    assert _answers(cl, model) == batched
+    assert _answers(cl, model, cold=False) == warm == batched
+    assert calls  # the corners' envelopes came through the batches

@@ -131,7 +131,9 @@ def test_intervals_are_each_corner_answered_alone(model, bw, monkeypatch):
     clear_caches()
     it = sm.iteration_time(model, 64, bw, cluster=cl)
     assert len(made) == 1  # the best explanation's, for its breakdown
-    assert len(batches) == 1 and batches[0] > 4  # every corner's envelope in one call
+    # every corner it asks in one call (its corners: the explanations' own ones come
+    # in a second call only when a question asks them, Scenario._prime_corner_envelopes)
+    assert len(batches) == 1 and batches[0] >= 4
     clear_caches()
     mc = sm.min_compression(model, bw, n=64, target=0.9, cluster=cl)
     clear_caches()
