@@ -187,7 +187,7 @@ import attrs
 import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
-from .units import check_nonnegative
+from .units import MAX_COUNT, check_nonnegative
 
 __all__ = ["CodecCost", "DEFAULT_CODEC_COSTS", "TensorCosts", "Compressor", "NoCompression",
            "CastCompressor", "IntQuantizer", "SignSGD", "TopK", "RandomK", "PowerSGD",
@@ -217,6 +217,20 @@ ELEMENT_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2,
 # --------------------------------------------------------------------------- costs
 
 
+def _float_of(name):
+    """A converter to float naming ``name`` when it cannot: float() raised a bare
+    ValueError, TypeError or OverflowError for None, a list, text or 10**400 (an integer
+    beyond a float is read as inf, which the field's check refuses by name)."""
+    def convert(value):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf
+        except (TypeError, ValueError):
+            raise ParameterTypeError(name, value, "a number of seconds") from None
+    return convert
+
+
 @attrs.frozen
 class CodecCost:
     """Per-element encode and decode costs of one compressor family.
@@ -236,11 +250,11 @@ class CodecCost:
         Where the numbers come from.
     """
 
-    encode: float = attrs.field(converter=float)
-    decode: float = attrs.field(converter=float)
-    encode_per_rank: float = attrs.field(default=0.0, converter=float)
-    decode_per_rank: float = attrs.field(default=0.0, converter=float)
-    launch: float = attrs.field(default=0.0, converter=float)
+    encode: float = attrs.field(converter=_float_of("encode"))
+    decode: float = attrs.field(converter=_float_of("decode"))
+    encode_per_rank: float = attrs.field(default=0.0, converter=_float_of("encode_per_rank"))
+    decode_per_rank: float = attrs.field(default=0.0, converter=_float_of("decode_per_rank"))
+    launch: float = attrs.field(default=0.0, converter=_float_of("launch"))
     source: str = ""
 
     def __attrs_post_init__(self):
@@ -392,13 +406,26 @@ def tensorflow_shape(shape):
 
 
 def _check_rank(rank):
-    if type(rank) is int and rank >= 1:  # (the common case, without the ABC checks)
+    if type(rank) is int and 1 <= rank <= MAX_COUNT:  # (the common case, quickly)
         return rank
     if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, numbers.Integral):
         raise ParameterTypeError("rank", rank, "an integer >= 1")
     if rank < 1:
         raise InvalidParameterError("rank", rank, "must be an integer >= 1")
+    if rank > MAX_COUNT:  # 10**400 overflowed a float in the ratio
+        raise InvalidParameterError("rank", rank, f"must be at most {MAX_COUNT}")
     return int(rank)
+
+
+def _min_rate(value):
+    """PowerSGD's ``min_compression_rate`` as a float: a real number (not a bool or
+    text: float() raised a bare ValueError / TypeError / OverflowError) [-]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ParameterTypeError("min_compression_rate", value, "a number >= 0")
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a float: refused as not finite
+        return math.inf
 
 
 def powersgd_ratio(rows, cols, rank):
@@ -689,7 +716,7 @@ class CastCompressor(Compressor):
         ``"fp16"`` or ``"bf16"`` [-].
     """
 
-    dtype: str = attrs.field(default="fp16", validator=attrs.validators.in_(("fp16", "bf16")))
+    dtype: str = attrs.field(default="fp16", validator=_check_choice("dtype", ("fp16", "bf16")))
     calls_per_bucket = 2
 
     @property
@@ -739,8 +766,9 @@ class IntQuantizer(Compressor):
     def __attrs_post_init__(self):
         if self.chunk is not None:
             if isinstance(self.chunk, bool) or not isinstance(self.chunk, numbers.Integral) \
-                    or self.chunk < 1:
-                raise InvalidParameterError("chunk", self.chunk, "must be an integer >= 1 or None")
+                    or not 1 <= self.chunk <= MAX_COUNT:  # 10**400 overflowed a float
+                raise InvalidParameterError("chunk", self.chunk, f"must be an integer in "
+                                            f"[1, {MAX_COUNT}] or None")
 
     def knob_bounds(self, numel, shapes):
         return (1, 8)
@@ -1079,7 +1107,7 @@ class PowerSGD(Compressor):
     """
 
     rank: int = attrs.field(default=4, converter=_check_rank)
-    min_compression_rate: float = attrs.field(default=2.0, converter=float)
+    min_compression_rate: float = attrs.field(default=2.0, converter=_min_rate)
     matrix_view: str = attrs.field(default="pytorch", validator=_check_choice(
         "matrix_view", ("pytorch", "tensorflow")))
     name = "powersgd"

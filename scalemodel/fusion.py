@@ -112,7 +112,10 @@ def _from_boundaries(sizes, ready, ends):
 
 
 def _check_size(value, name):
-    return float(check_positive(value, name))
+    v = check_positive(value, name)
+    if np.ndim(v) != 0:  # float() of a list raised a bare TypeError
+        raise ParameterTypeError(name, value, "a single number")
+    return float(v)
 
 
 @attrs.frozen

@@ -355,3 +355,35 @@ def test_memory_pressure_takes_numpy_integers():
     from scalemodel.efficiency import memory_pressure
     got = memory_pressure(np.int64(7 * 10**9), np.int64(64), "a100-40gb")
     assert got.share == memory_pressure(7 * 10**9, 64, "a100-40gb").share
+
+
+@pytest.mark.parametrize("make, name, exc", [
+    (lambda: sm.DDPBuckets(cap_bytes=[2**20]), "cap_bytes", ParameterTypeError),  # TypeError
+    (lambda: sm.HorovodFusion(cycle_time=[0.005]), "cycle_time", ParameterTypeError),
+    (lambda: sm.PowerSGD(min_compression_rate="x"), "min_compression_rate",
+     ParameterTypeError),                                                    # ValueError
+    (lambda: sm.PowerSGD(min_compression_rate=None), "min_compression_rate",
+     ParameterTypeError),                                                    # TypeError
+    (lambda: sm.PowerSGD(min_compression_rate=10**400), "min_compression_rate",
+     InvalidParameterError),                                                 # OverflowError
+    (lambda: sm.CastCompressor(dtype="fp8"), "dtype", InvalidParameterError),  # attrs' tuple
+    (lambda: sm.CodecCost(encode=None, decode=0.0), "encode", ParameterTypeError),
+    (lambda: sm.CodecCost(encode=1e-12, decode="x"), "decode", ParameterTypeError),
+    (lambda: sm.CodecCost(encode=1e-12, decode=0.0, launch=10**400), "launch",
+     InvalidParameterError),
+])
+def test_fusion_and_compressor_objects_check_their_fields_by_name(make, name, exc):
+    with pytest.raises(exc) as err:
+        make()
+    assert err.value.parameter == name
+
+
+@pytest.mark.parametrize("compressor, name", [
+    (lambda: sm.PowerSGD(rank=10**400), "rank"),      # accepted; OverflowError when asked
+    (lambda: sm.IntQuantizer(chunk=10**400), "chunk"),
+    (lambda: sm.get_compressor("powersgd:99999999999999999999"), "compressor"),
+])
+def test_compressor_knobs_beyond_the_bound_are_refused_when_made(compressor, name):
+    with pytest.raises(InvalidParameterError) as err:
+        sm.compressed_scaling_factor("resnet50", compressor(), 64, 10e9)
+    assert err.value.parameter == name
