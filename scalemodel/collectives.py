@@ -717,9 +717,20 @@ def collective_time(algorithm, nbytes, n, bw, *, alpha=0.0, utilization=1.0,
     u = check_fraction(utilization, "utilization")
     r = check_ratio(compression)
     cost = collective_cost(algorithm, nbytes, n, reduction=reduction,
-                           options=CollectiveOptions(alpha=alpha, **topology))
+                           options=_options(alpha, topology))
     t = cost.time(bw, u, r)
     return float(t) if np.ndim(t) == 0 else t
+
+
+def _options(alpha, topology):
+    """CollectiveOptions of the collective_time keywords; an unknown one (a misspelt
+    ``gpus_per_nod``) is named with the known ones, not a TypeError from
+    ``CollectiveOptions.__init__``."""
+    known = [a.name for a in attrs.fields(CollectiveOptions) if a.name != "alpha"]
+    for key in topology:
+        if key not in known:
+            raise UnknownNameError("topology keyword", key, known)
+    return CollectiveOptions(alpha=alpha, **topology)
 
 
 def _named(algorithm, summary, name):

@@ -387,3 +387,15 @@ def test_compressor_knobs_beyond_the_bound_are_refused_when_made(compressor, nam
     with pytest.raises(InvalidParameterError) as err:
         sm.compressed_scaling_factor("resnet50", compressor(), 64, 10e9)
     assert err.value.parameter == name
+
+
+@pytest.mark.parametrize("call", [
+    lambda: sm.ring_allreduce_time(1e6, 16, 10e9, gpus_per_nod=8),
+    lambda: sm.collective_time("tree", 1e6, 16, 10e9, intra_bandwidth=1e12),
+])
+def test_a_misspelt_collective_keyword_is_named_with_the_known_ones(call):
+    """TypeError 'CollectiveOptions.__init__() got an unexpected keyword argument' before:
+    a class the caller never used."""
+    with pytest.raises(InvalidParameterError) as err:
+        call()
+    assert err.value.parameter == "topology keyword" and "gpus_per_node" in str(err.value)
