@@ -653,6 +653,12 @@ class UpperEnvelope:
         if c[0] > level:  # the highest line at x = 0 is the first hull piece
             return -1.0, int(self.index[0])
         grows = m > 0
+        if grows.all():  # (a chain's pieces) every line: no selection, and the gaps
+            gaps = level - c  # kept for _lowest_gap at this level (the same values)
+            xs = gaps / m
+            k = int(np.argmin(xs))
+            self._gaps = (float(level), math.copysign(1.0, level), gaps)
+            return float(xs[k]), int(self.index[k])
         if not grows.any():
             return float("inf"), -1
         xs = (level - c[grows]) / m[grows]
@@ -680,7 +686,15 @@ class UpperEnvelope:
             gaps = [lv - ci for ci, mi in zip(self._py[0], self._py[1]) if mi > 0]
             if gaps and math.isfinite(sum(gaps)):
                 return min(gaps)
+        kept = self._gaps  # max_x_below's at this level, every line growing
+        if (kept is not None and self._py is None and kept[0] == level
+                and kept[1] == math.copysign(1.0, level)):
+            return float(np.min(kept[2]))
         return float(np.min(level - self.intercept[self.slope > 0]))
+
+    _gaps = None
+    """``(level, its sign, level - intercept)`` of the last :meth:`max_x_below` in numpy
+    whose every line grows (read by :meth:`_lowest_gap` at the same level) [s]."""
 
     def _max_x_below_py(self, level):
         """:meth:`max_x_below` past its first test, in Python floats (the first smallest

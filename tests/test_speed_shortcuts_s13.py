@@ -417,3 +417,40 @@ def test_corner_batches_answer_as_each_corner_alone(monkeypatch, model):
     assert _answers(cl, model) == batched
     assert _answers(cl, model, cold=False) == warm == batched
     assert calls  # the corners' envelopes came through the batches
+
+
+def _old_max_x_below(env, level):
+    c, m = env.intercept, env.slope
+    if c[0] > level:
+        return -1.0, int(env.index[0])
+    grows = m > 0
+    if not grows.any():
+        return float("inf"), -1
+    xs = (level - c[grows]) / m[grows]
+    k = int(np.argmin(xs))
+    return float(xs[k]), int(env.index[np.flatnonzero(grows)[k]])
+
+
+def test_growing_envelopes_answer_as_the_selection_did():
+    # max_x_below on a numpy envelope whose every line grows (a chain on top of its
+    # constant): no selection, its gaps kept for _lowest_gap at the same level
+    rng = np.random.default_rng(3)
+    c1, m = -np.cumsum(rng.random(300)), np.cumsum(rng.random(300)) + 0.1
+    br = (c1[:-1] - c1[1:]) / (m[1:] - m[:-1])
+    c = np.concatenate(([-1e9], c1))
+    env = UpperEnvelope.of_convex_rows(c[None, :], np.concatenate(([0.0], m))[None, :],
+                                       br[None, :], [len(br)])[0]
+    assert env._py is None and (env.slope > 0).all()
+    for level in (0.0, -0.0, 3.5, 1e-300, -2.0, 40.0, np.float64(7.0), 3.5):
+        fresh = UpperEnvelope.of_convex_rows(
+            c[None, :], np.concatenate(([0.0], m))[None, :], br[None, :], [len(br)])[0]
+        got = env.max_x_below(level)
+        assert got == _old_max_x_below(fresh, level)
+        assert math.copysign(1.0, got[0]) == math.copysign(1.0, _old_max_x_below(
+            fresh, level)[0])
+        ref_gap = float(np.min(level - fresh.intercept[fresh.slope > 0]))
+        gap = env._lowest_gap(level)
+        assert gap == ref_gap and math.copysign(1.0, gap) == math.copysign(1.0, ref_gap)
+    # a gap asked at another level than the last max_x_below is computed afresh
+    env.max_x_below(5.0)
+    assert env._lowest_gap(6.0) == float(np.min(6.0 - env.intercept))
