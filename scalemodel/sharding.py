@@ -1683,7 +1683,7 @@ def zero3_envelopes(profile, n, numbers, *, sharding, wrap, algorithm="ring", op
         fc = _shared_full_shard_comm(
             _comm_key(profile, n_, sharding, wrap, algorithm, options_, ch.c0, ch.codec,
                       0.0, ch), profile, wrap, ch, pb, rb, 0.0)
-        if np.any(fc.comm_lines[3] < 0):  # (no wire bits are negative)
+        if (fc.comm_lines[3] < 0).any():  # (no wire bits are negative)
             continue
         picked = np.asarray([numbers[i] for i in rows], float)
         for i, env in zip(rows, _zero3_chains(profile, fc, lay.s, picked[:, 0],
