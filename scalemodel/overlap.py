@@ -412,9 +412,9 @@ class UpperEnvelope:
         m = np.asarray(slope, dtype=float)
         br = np.asarray(breaks, dtype=float)
         k = len(c) - 1  # pieces of the chain
-        if (k < 1 or len(br) != k - 1 or m[0] != 0.0 or not np.all(m[1:] >= 0)
-                or (k > 1 and not (br[0] > 0 and np.all(br[1:] >= br[:-1])
-                                   and np.all(m[2:] > m[1:-1])))):
+        if (k < 1 or len(br) != k - 1 or m[0] != 0.0 or not (m[1:] >= 0).all()
+                or (k > 1 and not (br[0] > 0 and (br[1:] >= br[:-1]).all()
+                                   and (m[2:] > m[1:-1]).all()))):
             return cls(c, m)
         floor = c[0]
         if c[1] >= floor:  # the chain is on top from x = 0 (ties: the chain, as the hull)
@@ -593,7 +593,7 @@ class UpperEnvelope:
 
     def piece(self, x):
         """Index (into the hull) of the line that is highest at ``x``."""
-        return np.searchsorted(self.breaks, x, side="right")
+        return self.breaks.searchsorted(x, side="right")  # (without np's wrapper)
 
     def __call__(self, x):
         """:math:`E(x)` (vectorized)."""
@@ -656,7 +656,7 @@ class UpperEnvelope:
         if grows.all():  # (a chain's pieces) every line: no selection, and the gaps
             gaps = level - c  # kept for _lowest_gap at this level (the same values)
             xs = gaps / m
-            k = int(np.argmin(xs))
+            k = int(xs.argmin())
             self._gaps = (float(level), math.copysign(1.0, level), gaps)
             return float(xs[k]), int(self.index[k])
         if not grows.any():
@@ -689,7 +689,7 @@ class UpperEnvelope:
         kept = self._gaps  # max_x_below's at this level, every line growing
         if (kept is not None and self._py is None and kept[0] == level
                 and kept[1] == math.copysign(1.0, level)):
-            return float(np.min(kept[2]))
+            return float(kept[2].min())
         return float(np.min(level - self.intercept[self.slope > 0]))
 
     _gaps = None
