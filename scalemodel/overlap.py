@@ -524,7 +524,7 @@ class UpperEnvelope:
         if m.shape[1] < 3:  # no two chain lines to compare
             return cls._checked_rows(intercept, m, breaks, L, np.ones(len(L), dtype=bool))
         stuck = ~(m[:, 2:] > m[:, 1:-1])  # where a slope does not rise (or is NaN)
-        first = np.argmax(stuck, axis=1)  # (0 where it rises everywhere)
+        first = stuck.argmax(axis=1)  # (0 where it rises everywhere)
         ok = ~(stuck[np.arange(len(L)), first] & (first < L))
         return cls._checked_rows(intercept, m, breaks, L, ok)
 

@@ -864,11 +864,11 @@ def _maxima(base, a, b, ca, cb, breaks=False):
     # slopes, or a breakpoint beyond the floats); otherwise the term changes at X_t
     live = grows & (cross > 0) & (cross < np.inf)
     first = base + lo.sum(axis=0) + step[grows & (cross <= 0)].sum(axis=0)
-    at = np.flatnonzero(live)
-    order = at[np.argsort(cross[at], kind="stable")]
+    at = live.nonzero()[0]  # (live is 1-d: flatnonzero's answer)
+    order = at[cross[at].argsort(kind="stable")]
     pieces = np.empty((len(order) + 1, w))
     pieces[0] = first
-    np.cumsum(step[order], axis=0, out=pieces[1:])
+    step[order].cumsum(axis=0, out=pieces[1:])
     pieces[1:] += first
     return (pieces, cross[order]) if breaks else pieces
 
@@ -1719,7 +1719,7 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
     c0 = (base_c + sync + sigma * units.forward[-1] + ca.sum(axis=1)
           + np.where(top, dc, 0.0).sum(axis=1))
     m0 = base_m + np.where(rising, tb_m, 0.0).sum(axis=1)
-    order = np.argsort(np.where(live, cross, np.inf), axis=1, kind="stable")
+    order = np.where(live, cross, np.inf).argsort(axis=1, kind="stable")
     count = np.count_nonzero(live, axis=1)
     at = (order + (np.arange(R) * N)[:, None]).ravel()  # the rows' orders, flat
     acc = profile.grad_accum  # every micro-batch gathers and reduce-scatters again
@@ -1731,9 +1731,9 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
     intercept = np.empty((R, N + 2))
     slope = np.empty((R, N + 2))
     intercept[:, 1], slope[:, 1] = c0, m0
-    np.cumsum(dc.ravel().take(at).reshape(R, N), axis=1, out=intercept[:, 2:])
+    dc.ravel().take(at).reshape(R, N).cumsum(axis=1, out=intercept[:, 2:])
     intercept[:, 2:] += c0[:, None]
-    np.cumsum(tb_m.take(order), axis=1, out=slope[:, 2:])
+    tb_m.take(order).cumsum(axis=1, out=slope[:, 2:])
     slope[:, 2:] += m0[:, None]
     breaks = cross.ravel().take(at).reshape(R, N)
     if acc > 1:
