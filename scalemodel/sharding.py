@@ -843,10 +843,10 @@ def _intercepts(parts):
     return (((0.0 + parts[:, 0]) + parts[:, 1]) + parts[:, 2]) + parts[:, 3]
 
 
-def _maxima(base, a, b, ca, cb, breaks=False):
+def _maxima(base, a, b, ca, cb, breaks=False, a_sum=None):
     """:func:`sum_of_maxima` of the checked arrays ``base``, ``a``, ``b`` and the
     intercepts ``ca``, ``cb`` of ``a`` and ``b`` (``x[:, :4].sum(axis=1)``, or the same
-    values made already) [-]."""
+    values made already); ``a_sum``: ``a.sum(axis=0)`` when made already [-]."""
     w = base.shape[-1]
     ma, mb = a[:, _BITS], b[:, _BITS]
     swap = (ma > mb) | ((ma == mb) & (ca < cb))
@@ -854,8 +854,10 @@ def _maxima(base, a, b, ca, cb, breaks=False):
         lo = np.where(swap[:, None], b, a)
         step = np.where(swap[:, None], a, b) - lo  # l+ - l-, as parts
         gap = np.where(swap, cb - ca, ca - cb)  # c- - c+
+        lo_sum = lo.sum(axis=0)
     else:  # no term swaps (ZeRO-3's compute against its collectives): the same values
-        lo, step, gap = a, b - a, ca - cb
+        step, gap = b - a, ca - cb
+        lo_sum = a.sum(axis=0) if a_sum is None else a_sum
     dm = step[:, _BITS]  # m+ - m- >= 0
     grows = dm > 0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -863,7 +865,7 @@ def _maxima(base, a, b, ca, cb, breaks=False):
     # l+ is on top for every x >= 0 (X_t <= 0); l- when l+ never overtakes it (equal
     # slopes, or a breakpoint beyond the floats); otherwise the term changes at X_t
     live = grows & (cross > 0) & (cross < np.inf)
-    first = base + lo.sum(axis=0) + step[grows & (cross <= 0)].sum(axis=0)
+    first = base + lo_sum + step[grows & (cross <= 0)].sum(axis=0)
     at = live.nonzero()[0]  # (live is 1-d: flatnonzero's answer)
     order = at[cross[at].argsort(kind="stable")]
     pieces = np.empty((len(order) + 1, w))
@@ -1394,9 +1396,13 @@ def _zero3_chain(gp, ap, rp, fc, bc, comm=None, comm_lines=None):
     ta[:, _C] = compute = np.concatenate((fc[:-1], bc))
     # the intercepts of sum_of_maxima: the compute's is its only part plus the zeros
     # after it (+ 0.0: what the row sum gives, a -0.0 included); the collectives' as
-    # _full_shard_comm made them (comm_lines) when given
+    # _full_shard_comm made them (comm_lines) when given. ta's column sums: numpy adds
+    # the rows of a C-ordered array in order from 0.0, so the compute's is 0.0 + its
+    # running sum's end, the others +0.0
     tb_c = _intercepts(tb) if comm_lines is None else comm_lines[2]
-    return _maxima(base, ta, tb, compute + 0.0, tb_c, breaks=True)
+    ta_sum = np.zeros(_W)
+    ta_sum[_C] = 0.0 + compute.cumsum()[-1]
+    return _maxima(base, ta, tb, compute + 0.0, tb_c, breaks=True, a_sum=ta_sum)
 
 
 _COMM: "OrderedDict" = OrderedDict()  # zero3 collectives shared by schedules (corners)

@@ -294,13 +294,16 @@ def test_sharded_schedule_chain_is_the_old_construction(monkeypatch, model, stra
                         **({"gpus_per_node": 8} if strategy == "hybrid_shard" else {}))
     made = []
     real = sharding._maxima
-    monkeypatch.setattr(sharding, "_maxima", lambda *a, **k: made.append(a) or real(*a, **k))
+    monkeypatch.setattr(sharding, "_maxima",
+                        lambda *a, **k: made.append((a, k)) or real(*a, **k))
     sharding.sharded_schedule(sc.profile, 64, sharding=sc.sharding, wrap=sc.fusion,
                               algorithm=sc.algorithm, options=sc.options, slowdown=1.3,
                               bucket_overhead=2e-4, sync_overhead=1e-3)
     assert made
-    base, a, b, ca, cb = made[-1][:5]
-    got = real(base, a, b, ca, cb, True)
+    args, kw = made[-1]
+    assert kw.get("a_sum") is not None  # (the compute's column sums made already)
+    got = real(*args, **kw)
+    base, a, b = args[:3]
     ref = _old_sum_of_maxima(base, a, b, breaks=True)
     for x, y in zip(got, ref):
         assert x.tobytes() == y.tobytes()
@@ -454,3 +457,19 @@ def test_growing_envelopes_answer_as_the_selection_did():
     # a gap asked at another level than the last max_x_below is computed afresh
     env.max_x_below(5.0)
     assert env._lowest_gap(6.0) == float(np.min(6.0 - env.intercept))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 8, 9, 100, 581, 5000])
+def test_column_sums_are_running_sums_from_zero(rows):
+    # _zero3_chain gives _maxima the compute rows' column sums as 0.0 + the running
+    # sum's end (and +0.0 for the zero columns): numpy's sum over the rows of a C-ordered
+    # array adds them in order from 0.0, bit for bit (signed zeros and every magnitude)
+    rng = np.random.default_rng(rows)
+    col = rng.standard_normal(rows) * 10.0 ** rng.integers(-200, 200, rows)
+    col[rng.random(rows) < 0.2] = -0.0
+    for c in (col, -np.abs(col), np.full(rows, -0.0)):
+        ta = np.zeros((rows, 6))
+        ta[:, 0] = c
+        made = np.zeros(6)
+        made[0] = 0.0 + c.cumsum()[-1]
+        assert ta.sum(axis=0).tobytes() == made.tobytes()
