@@ -221,15 +221,22 @@ def corner_clusters(cluster, *, swap_efficiency=False):
         ``(i, explanation, clusters)``: the explanation's two corners (and the swapped
         pair), or the explanation itself when it has no intervals [-].
     """
-    out = []
-    for i in range(max(1, len(cluster.alternatives))):
-        c = cluster if i == 0 else cluster.with_alternative(i)
-        worst, best = c.corners()
-        ends = [c] if worst is c and best is c else [worst, best]
-        if swap_efficiency and "efficiency" in worst.extra and "efficiency" in best.extra:
-            ends += _swapped(c, worst, best)
-        out.append((i, c, ends))
-    return out
+    key = ("corner clusters", bool(swap_efficiency))  # made once per cluster object, as
+    derived = getattr(cluster, "_derived", None)  # its corners and alternatives are
+    made = None if derived is None else derived.get(key)
+    if made is None:
+        made = []
+        for i in range(max(1, len(cluster.alternatives))):
+            c = cluster if i == 0 else cluster.with_alternative(i)
+            worst, best = c.corners()
+            ends = [c] if worst is c and best is c else [worst, best]
+            if swap_efficiency and "efficiency" in worst.extra and "efficiency" in best.extra:
+                ends += _swapped(c, worst, best)
+            made.append((i, c, tuple(ends)))
+        made = tuple(made)
+        if derived is not None:
+            derived[key] = made
+    return [(i, c, list(ends)) for i, c, ends in made]
 
 
 def _swapped(c, worst, best):

@@ -473,3 +473,37 @@ def test_column_sums_are_running_sums_from_zero(rows):
         made = np.zeros(6)
         made[0] = 0.0 + c.cumsum()[-1]
         assert ta.sum(axis=0).tobytes() == made.tobytes()
+
+
+def test_corner_clusters_made_once_per_cluster_object():
+    # intervals.corner_clusters keeps its answer on the cluster object (as its corners
+    # and alternatives are): the same clusters on every call, each flag its own, and the
+    # lists returned are the caller's (changing one changes no later answer)
+    import attrs
+
+    from scalemodel.intervals import corner_clusters
+
+    cl = _zero3_fit()
+    eff = {"value": 0.5, "interval": [0.4, 0.6], "gpu": ["V100"], "profiles": ["x"]}
+    fitted = attrs.evolve(cl, extra={"efficiency": eff},
+                          intervals=dict(cl.intervals, efficiency=(0.4, 0.6)))
+    for c in (cl, fitted):
+        for swap in (False, True):
+            first = corner_clusters(c, swap_efficiency=swap)
+            ref = []  # what the function computes, by hand
+            for i in range(max(1, len(c.alternatives))):
+                x = c if i == 0 else c.with_alternative(i)
+                worst, best = x.corners()
+                ends = [x] if worst is x and best is x else [worst, best]
+                if swap and "efficiency" in worst.extra and "efficiency" in best.extra:
+                    from scalemodel.intervals import _swapped
+                    ends += _swapped(x, worst, best)
+                ref.append((i, x, ends))
+            assert [(i, id(x), [id(e) for e in ends]) for i, x, ends in first] == \
+                [(i, id(x), [id(e) for e in ends]) for i, x, ends in ref]
+            first[0][2].append("changed")
+            again = corner_clusters(c, swap_efficiency=swap)
+            assert "changed" not in again[0][2]
+            assert [id(e) for e in again[0][2]] == [id(e) for e in ref[0][2]]
+    assert len(corner_clusters(fitted, swap_efficiency=True)[0][2]) == 4
+    assert len(corner_clusters(fitted, swap_efficiency=False)[0][2]) == 2
