@@ -1726,7 +1726,7 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
           + np.where(top, dc, 0.0).sum(axis=1))
     m0 = base_m + np.where(rising, tb_m, 0.0).sum(axis=1)
     order = np.where(live, cross, np.inf).argsort(axis=1, kind="stable")
-    count = np.count_nonzero(live, axis=1)
+    count = live.sum(axis=1)
     at = (order + (np.arange(R) * N)[:, None]).ravel()  # the rows' orders, flat
     acc = profile.grad_accum  # every micro-batch gathers and reduce-scatters again
     f = sigma * profile.forward_time
