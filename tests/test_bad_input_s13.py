@@ -399,3 +399,24 @@ def test_a_misspelt_collective_keyword_is_named_with_the_known_ones(call):
     with pytest.raises(InvalidParameterError) as err:
         call()
     assert err.value.parameter == "topology keyword" and "gpus_per_node" in str(err.value)
+
+
+def test_trace_events_with_unhashable_threads_or_huge_ids_are_counted_malformed(tmp_path):
+    """A cuda_runtime event whose tid is a list, or whose correlation id is beyond int64,
+    grew some columns before it failed: IndexError ('index 42362 is out of bounds')
+    deep in the analysis; now the event is skipped as malformed, the rest is read."""
+    import gzip
+
+    from scalemodel.calibrate.trace import read_trace
+
+    src = Path(__file__).parent / "data" / "traces" / "ddp_1rank.json.gz"
+    data = json.loads(gzip.open(src).read())
+    runtime = [e for e in data["traceEvents"] if isinstance(e, dict)
+               and e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    for e in runtime[:3]:
+        e["tid"] = []
+    for e in runtime[3:6]:
+        e.setdefault("args", {})["correlation"] = 10**400
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(data))
+    assert read_trace([path]).profile is not None

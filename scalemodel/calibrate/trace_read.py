@@ -588,10 +588,13 @@ class _Collector:
             corr = args.get("correlation")
             if corr is None:
                 return
+            # read before any column grows: an unhashable pid / tid or a correlation id
+            # beyond int64 left the columns of unequal length (IndexError later)
+            corr, tid = _int64(corr), self._tid(ev)
             self.rt["ts"].append(ts)
             self.rt["dur"].append(dur)
-            self.rt_corr.append(int(corr))
-            self.rt_tid.append(self._tid(ev))
+            self.rt_corr.append(corr)
+            self.rt_tid.append(tid)
         else:
             args = ev.get("args")
             if args.__class__ is not dict:
@@ -603,7 +606,7 @@ class _Collector:
                 lane = self.lanes[key] = len(self.lanes)
                 self.device_of_lane[lane] = dev
             corr = args.get("correlation")
-            corr = -1 if corr is None else int(corr)
+            corr = -1 if corr is None else _int64(corr)
             if kind == 0 and "nccl" in name.lower():
                 self.comm.append({"ts": ts, "dur": dur, "lane": lane, "corr": corr,
                                   "name": name, "device": dev,
@@ -654,6 +657,15 @@ class _Collector:
         self.cpu_tid.append(tid)
         self.cpu_code.append(code)
         self.cpu_name.append(nid)
+
+
+def _int64(value) -> int:
+    """``int(value)`` when an int64 column holds it; OverflowError (a malformed event)
+    otherwise [-]."""
+    v = int(value)
+    if not -2**63 <= v < 2**63:
+        raise OverflowError(f"{v} does not fit an int64")
+    return v
 
 
 def _read_events(source, big_integers):
