@@ -321,7 +321,19 @@ def test_intercepts_are_the_row_sums(rows):
     p[rng.random((rows, 6)) < 0.01] = np.inf
     with np.errstate(invalid="ignore", over="ignore"):
         got, ref = sharding._intercepts(p), p[:, :4].sum(axis=1)
-    assert got.tobytes() == ref.tobytes()
+        scale = np.abs(p[:, :4]).sum(axis=1)
+    _same_sums(got, ref, scale)
+
+
+def _same_sums(got, ref, scale):
+    """Bit for bit on the numpy these shortcuts were checked with (2.4); a numpy that sums
+    in another order may differ by rounding (within 4 ulp of ``scale``, the sum of the
+    terms' magnitudes; the same infinities and NaNs), which moves no answer beyond it."""
+    if np.lib.NumpyVersion(np.__version__) < "2.5.0":
+        assert got.tobytes() == ref.tobytes()
+    finite = np.isfinite(scale)
+    assert np.array_equal(got[~finite], ref[~finite], equal_nan=True)
+    assert np.all(np.abs(got[finite] - ref[finite]) <= 4 * np.finfo(float).eps * scale[finite])
 
 
 def test_schedule_keys_compare_as_their_settings_and_numbers():
@@ -472,7 +484,7 @@ def test_column_sums_are_running_sums_from_zero(rows):
         ta[:, 0] = c
         made = np.zeros(6)
         made[0] = 0.0 + c.cumsum()[-1]
-        assert ta.sum(axis=0).tobytes() == made.tobytes()
+        _same_sums(made, ta.sum(axis=0), np.abs(ta).sum(axis=0))
 
 
 def test_corner_clusters_made_once_per_cluster_object():
