@@ -367,8 +367,10 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     ------
     InvalidParameterError, ParameterTypeError, UnknownNameError
         Bad runs or keywords (the message names the run and the value), more than
-        :data:`~scalemodel.fitting.MAX_RUNS` runs, or a transport that contradicts the
-        runs' topology or line rate (the message names both).
+        :data:`~scalemodel.fitting.MAX_RUNS` runs, a transport that contradicts the
+        runs' topology or line rate (the message names both), or an efficiency to fit
+        from FLOP-derived runs on more than one GPU class (it is kept per class: fit each
+        class's runs in its own call).
     CalibrationError
         The runs cannot be reached by any parameter values.
 
@@ -633,11 +635,15 @@ def _candidate_sets(runs, fixed, *, fit, hold, max_free):
         fit = tuple(fit)
         for k in fit:
             fixed_all.pop(k, None)
+        if "efficiency" in fit:
+            _check_one_gpu_class(runs)
         return [fit], fixed_all
     candidates = [k for k in AUTO if k not in fixed and k not in hold]
     if "efficiency" in candidates and not any(
             not getattr(r, "compute_known", True) and r.measured_sf is None for r in runs):
         candidates.remove("efficiency")  # no absolute time on a FLOP-derived profile
+    if "efficiency" in candidates:
+        _check_one_gpu_class(runs)
     if "straggler_spread" in candidates:
         # the wait for the slowest worker grows with n: it needs the runs' n to vary
         counts = len({r.n for r in runs if r.n > 1})
@@ -649,6 +655,24 @@ def _candidate_sets(runs, fixed, *, fit, hold, max_free):
     top = min(informative, len(candidates), cap if max_free is None else max_free)
     subsets = [s for p in range(1, top + 1) for s in itertools.combinations(candidates, p)]
     return subsets or [()], fixed_all
+
+
+def _check_one_gpu_class(runs):
+    """Refuse to fit one efficiency to FLOP-derived runs on several GPU classes: the
+    efficiency is kept per GPU class (a cluster's applies to the GPU its runs computed on),
+    and one number fitted across an A100 and an H100 would be neither's."""
+    classes = {}
+    for i, r in enumerate(runs):
+        if not getattr(r, "compute_known", True):
+            classes.setdefault(str(r.profile.device) or r.profile.name, []).append(i)
+    if len(classes) > 1:
+        said = "; ".join(f"run{'s' if len(i) > 1 else ''} {', '.join(map(str, i))} on {d}"
+                         for d, i in classes.items())
+        raise InvalidParameterError(
+            "runs", [r.label for r in runs], "their FLOP-derived profiles compute on "
+            f"{len(classes)} GPU classes ({said}), and the efficiency is fitted per GPU "
+            "class", "Fit each class's runs in its own fit_cluster call (one cluster "
+            "each), or give those runs their single_worker_time")
 
 
 def _solve_each(problem, subsets):

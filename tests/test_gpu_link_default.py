@@ -102,3 +102,33 @@ def test_a_fit_on_runs_of_one_gpu_records_its_link():
         warnings.simplefilter("ignore")
         fit = sm.fit_cluster(mixed, gpus_per_node=8, fit=("ceiling",))
     assert fit.cluster.topology.intra_bw == DEFAULT_INTRA_BW  # two GPUs: the defaults
+
+
+def test_efficiency_is_not_fitted_across_gpu_classes():
+    """Issue 17 item 5: the efficiency is kept per GPU class. Runs of FLOP-derived profiles
+    on an A100 and an H100 were fitted one number (0.52 where the runs were made at 0.34
+    and 0.68) and the cluster then applied it to both; now the fit names the classes and
+    says what to do. One class, or the other class's run with a single-worker time, fits."""
+    cfg = sm.llm_config("llama-2-7b")
+    ph, pa = sm.transformer_profile(cfg, "h100-sxm"), sm.transformer_profile(cfg, "a100-80gb")
+
+    def run(p, factor, **kw):
+        t = float(sm.iteration_time(p, 16, 400e9, sharding="zero3").total)
+        return dict(model=p, n=16, bw=400e9, sharding="zero3", iteration_time=factor * t,
+                    **kw)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for fit in (None, ("efficiency",), ("efficiency", "ceiling")):
+            with pytest.raises(sm.InvalidParameterError, match="2 GPU classes") as exc:
+                sm.fit_cluster([run(ph, 1.2), run(pa, 0.9)], gpus_per_node=8, fit=fit)
+            assert "run 0 on NVIDIA H100" in str(exc.value)
+            assert "own fit_cluster call" in str(exc.value)
+        one = sm.fit_cluster([run(ph, 1.2), dict(run(ph, 1.2), n=32, iteration_time=1.2 * float(
+            sm.iteration_time(ph, 32, 400e9, sharding="zero3").total))], gpus_per_node=8)
+        assert one.cluster.extra["efficiency"]["gpu"] == ["NVIDIA H100 SXM5 80GB"]
+        a100 = run(pa, 0.9)
+        mixed = sm.fit_cluster([run(ph, 1.2), dict(a100, single_worker_time=0.85 * a100[
+                                "iteration_time"])],
+                               gpus_per_node=8)  # the A100's compute is measured
+        assert mixed.cluster.extra["efficiency"]["gpu"] == ["NVIDIA H100 SXM5 80GB"]
