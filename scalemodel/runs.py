@@ -256,7 +256,11 @@ def _num(run_i, key, value, *, lo=None, hi=None, unit="", positive=True, allow_n
     except OverflowError:
         v = math.inf
     if not math.isfinite(v) or (positive and v <= 0):
-        raise InvalidParameterError(name, value, "must be finite and > 0")
+        if lo is not None and hi is not None:  # the range it must be in, NaN or not
+            raise InvalidParameterError(name, value, f"must be a number in [{lo:g}, "
+                                                     f"{hi:g}]{unit}")
+        raise InvalidParameterError(name, value, "must be finite and > 0" if positive
+                                    else "must be finite")
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise InvalidParameterError(name, value, f"must be in [{lo:g}, {hi:g}]{unit}")
     return v

@@ -5,6 +5,7 @@ and checks the documented exception, the parameter it names and the value shown.
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -420,3 +421,15 @@ def test_trace_events_with_unhashable_threads_or_huge_ids_are_counted_malformed(
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps(data))
     assert read_trace([path]).profile is not None
+
+
+@pytest.mark.parametrize("key, value, valid", [
+    ("bucket_cap_mb", float("nan"), "[0, 1e+06] MB"), ("bucket_cap_mb", "inf", "[0, 1e+06] MB"),
+    ("uncertainty", float("nan"), "[1e-06, 1]"), ("uncertainty", -0.0, "[1e-06, 1]")])
+def test_a_run_number_that_is_not_finite_is_told_its_range(key, value, valid):
+    """A NaN bucket size was told "must be finite and > 0", where 0 is valid (one
+    collective per tensor), and a NaN uncertainty "> 0", where it must be 1e-6 to 1."""
+    run = {"model": "resnet50", "n": 64, "bw": "100Gbps", "scaling_factor": 0.8, key: value}
+    with pytest.raises(sm.InvalidParameterError, match=re.escape(valid)) as exc:
+        sm.fit_cluster([run], fusion="ddp")
+    assert f"runs[0].{key}=" in str(exc.value)
