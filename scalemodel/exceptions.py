@@ -64,7 +64,8 @@ class UnknownNameError(InvalidParameterError):
     The message lists the known names and suggests the closest one.
     """
 
-    def __init__(self, parameter: str, value: object, known, aliases=None, extra=""):
+    def __init__(self, parameter: str, value: object, known, aliases=None, extra="",
+                 reason="unknown name"):
         known = sorted(known)
         aliases = dict(aliases or {})
         pool = {name: name for name in known}
@@ -77,7 +78,7 @@ class UnknownNameError(InvalidParameterError):
             hint += f"; {extra}"
         self.known = known
         self.suggestion = suggestion
-        super().__init__(parameter, value, "unknown name", hint)
+        super().__init__(parameter, value, reason, hint)
 
 
 class HostMemoryError(InvalidParameterError):

@@ -96,8 +96,19 @@ def load_profile(name_or_path) -> WorkloadProfile:
     if text.strip() and os.path.lexists(path):  # a FIFO, a folder or a huge file: a clear error, no hang
         return WorkloadProfile.from_dict(read_json_file(path, what="workload profile"),
                                          str(path))
+    if isinstance(name_or_path, os.PathLike) or _looks_like_path(text):
+        raise UnknownNameError("model", name_or_path, list_profiles(), aliases=ALIASES,
+                               reason=f"no such profile file ({path.absolute()} does not "
+                               "exist) and no built-in name",
+                               extra="or give the path to an existing profile file")
     raise UnknownNameError("model", name_or_path, list_profiles(), aliases=ALIASES,
                            extra="or give the path to a profile file (no such file here)")
+
+
+def _looks_like_path(text: str) -> bool:
+    """A model given as a file (a folder in it, or a .json name), not a profile name."""
+    t = text.strip()
+    return os.sep in t or "/" in t or t.lower().endswith(".json")
 
 
 def save_profile(profile: WorkloadProfile, path) -> Path:

@@ -433,3 +433,15 @@ def test_a_run_number_that_is_not_finite_is_told_its_range(key, value, valid):
     with pytest.raises(sm.InvalidParameterError, match=re.escape(valid)) as exc:
         sm.fit_cluster([run], fusion="ddp")
     assert f"runs[0].{key}=" in str(exc.value)
+
+
+@pytest.mark.parametrize("model", ["/no/such/profile.json", "missing.json",
+                                   Path("also-missing")])
+def test_a_missing_profile_file_is_said_first(model):
+    """A model given as a file that does not exist was answered "unknown name", the list
+    of built-in names, and only at the end "(no such file here)"; the cause comes first."""
+    with pytest.raises(sm.UnknownNameError, match="no such profile file") as exc:
+        sm.scaling_factor(model, 8, 1e9)
+    assert str(Path(model).absolute()) in str(exc.value)
+    with pytest.raises(sm.UnknownNameError, match="unknown name. Did you mean 'resnet50'"):
+        sm.scaling_factor("resnet5", 8, 1e9)  # a name stays a name
