@@ -337,6 +337,10 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
     """The checked :class:`~scalemodel.parallel.ModelParallel`, or None without it."""
     from .parallel import check_config, check_pipeline_layers, resolve_model_parallel
 
+    if (type(tp) is int and tp == 1 and type(pp) is int and pp == 1 and microbatches is None
+            and type(virtual_stages) is int and virtual_stages == 1
+            and sequence_parallel is False):  # the default: none (what the checks find)
+        return None
     if cfg is not None:  # what the model cannot do is said before micro-batches are asked
         _check_pipeline_sharding(pp, strategy)
         check_pipeline_layers(pp, cfg.layers, label)
@@ -536,7 +540,13 @@ def _resolve_model(model, micro_batch, seq):
         changes["seq"] = seq
     if changes:
         cfg = attrs.evolve(cfg, **changes)
-    return cfg, float(cfg.parameter_count), None, cfg.name or "transformer"
+    return cfg, _parameter_count(cfg), None, cfg.name or "transformer"
+
+
+@functools.lru_cache(maxsize=64)
+def _parameter_count(cfg):
+    """``float(cfg.parameter_count)``, once per config (a sum over its tensors) [-]."""
+    return float(cfg.parameter_count)
 
 
 _CONFIGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -792,7 +802,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     est = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns, strategy,
                     spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node, bucket, mode,
                     host_memory, group, mp, view, kind, acc, acts)
-    if suggest and not np.all(est.fits):
+    if suggest and est.fits is not True and not np.all(est.fits):
         check = _model_parallel_checker(tp, pp, microbatches, cfg, ns, label, virtual_stages,
                                         sequence_parallel, ((tp, ck), mp))
 
@@ -1042,11 +1052,19 @@ def _activation_total(cfg, ck, mp, loss, phases, acts=None):
     hit = None if acts is None else acts.get(key)
     if hit is not None:
         return hit
-    act = (activation_bytes(cfg, ck, loss=loss, phases=phases) if mp is None
-           else model_parallel_activations(cfg, ck, mp, loss))
+    act = _activations_of(cfg, ck, mp, loss, phases)
     if acts is not None:
         acts[key] = act
     return act
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _activations_of(cfg, ck, mp, loss, phases):
+    """:func:`~scalemodel.checkpointing.activation_bytes`, or
+    :func:`model_parallel_activations` with ``mp``, once per config and settings (pure
+    functions of them) [bytes]."""
+    return (activation_bytes(cfg, ck, loss=loss, phases=phases) if mp is None
+            else model_parallel_activations(cfg, ck, mp, loss))
 
 
 def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
@@ -1292,17 +1310,30 @@ def _reserved_overheads(cfg, ck, mp, strategy, pb, total, one, fragmentation,
         if blocks is None:
             if act is None:
                 act = _activation_total(cfg, ck, mp, loss, fsdp, acts)
-            blocks = _rounding_bytes(cfg, t, loss, act)
+            blocks = _rounding_of(cfg, t, loss, act)
             if acts is not None:
                 acts[key] = blocks
         rounding = rounding + blocks
         if strategy in ("zero3", "hybrid_shard") or (fsdp and strategy == "zero2"):
-            side = side + side_stream_pool_bytes(cfg, pb / t)
+            side = side + _side_pool_of(cfg, pb / t)
     pool = pool * one
     live = total + rounding + side + pool
     frag = live * (fragmentation / (1.0 - fragmentation))
     return {"rounding": rounding, "side_stream_pool": side, "reduce_scatter_pool": pool,
             "fragmentation": frag}
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _rounding_of(cfg, t, loss, act):
+    """:func:`_rounding_bytes`, once per config and arguments (a pure function of
+    them) [bytes]."""
+    return _rounding_bytes(cfg, t, loss, act)
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _side_pool_of(cfg, param_bytes):
+    """:func:`side_stream_pool_bytes`, once per config and parameter bytes [bytes]."""
+    return side_stream_pool_bytes(cfg, param_bytes)
 
 
 def _rounding_bytes(cfg, t, loss, act):

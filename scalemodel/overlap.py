@@ -683,7 +683,11 @@ class UpperEnvelope:
         """:meth:`_lowest_gap`, computed."""
         if self._py is not None and type(level) in (float, np.float64):
             lv = float(level)
-            gaps = [lv - ci for ci, mi in zip(self._py[0], self._py[1]) if mi > 0]
+            kept = self._gaps_py  # max_x_below's at this level: the same list
+            if kept is not None and kept[0] == lv and kept[1] == math.copysign(1.0, lv):
+                gaps = kept[2]
+            else:
+                gaps = [lv - ci for ci, mi in zip(self._py[0], self._py[1]) if mi > 0]
             if gaps and math.isfinite(sum(gaps)):
                 return min(gaps)
         kept = self._gaps  # max_x_below's at this level, every line growing
@@ -696,9 +700,37 @@ class UpperEnvelope:
     """``(level, its sign, level - intercept)`` of the last :meth:`max_x_below` in numpy
     whose every line grows (read by :meth:`_lowest_gap` at the same level) [s]."""
 
+    _gaps_py = None
+    """``(level, its sign, [level - c_j for the growing lines])`` of the last
+    :meth:`max_x_below` in Python floats (read by :meth:`_lowest_gap` at the same level:
+    the same list it would make) [s]."""
+
     def _max_x_below_py(self, level):
         """:meth:`max_x_below` past its first test, in Python floats (the first smallest
-        crossing, as argmin); None when a crossing is not finite (numpy answers then)."""
+        crossing, as argmin); None when a crossing is not finite, or their sum overflows
+        (numpy answers then). The slopes of :attr:`_py` never fall (the hull's rise, a
+        chain's too, :meth:`_small`, :meth:`_convex_py`), so the growing lines are those
+        after the first that grows: each crossing ``(level - c) / m`` computed in one
+        pass, the gaps ``level - c`` kept for :meth:`_lowest_gap`."""
+        cl, ml, _, index = self._py
+        off, k = 0, len(ml)
+        while off < k and not ml[off] > 0:
+            off += 1
+        if off == k:
+            return float("inf"), -1
+        cs, ms = (cl, ml) if off == 0 else (cl[off:], ml[off:])
+        if not all(map(operator.le, ms, ms[1:])):  # (never: as the loop over each line)
+            return self._max_x_below_loop(level)
+        gaps = [level - ci for ci in cs]
+        xs = list(map(operator.truediv, gaps, ms))
+        self._gaps_py = (level, math.copysign(1.0, level), gaps)
+        if not math.isfinite(sum(xs)):  # one is not finite (or the sum overflows)
+            return None
+        best = min(xs)  # the first smallest, as the loop's strict < keeps it
+        return best, index[off + xs.index(best)]
+
+    def _max_x_below_loop(self, level):
+        """:meth:`_max_x_below_py` line by line, for slopes that fall somewhere."""
         cl, ml, _, index = self._py
         best, at = None, -1
         for i, (ci, mi) in enumerate(zip(cl, ml)):

@@ -316,12 +316,11 @@ def _accounting(accounting, sc=None):
 
 
 def _with_memory(result, sc, n, gpu, loss="unfused", accounting="zero"):
-    result = attrs.evolve(result, settings=dict(sc.settings(), loss=loss,
-                                                accounting=accounting))
+    settings = dict(sc.settings(), loss=loss, accounting=accounting)
     per, fits, name, note = memory_check(sc, n, gpu, loss, accounting)
     if per is None and fits is None:
-        return result
-    return attrs.evolve(result, memory_per_gpu=per, fits=fits, gpu=name,
+        return attrs.evolve(result, settings=settings)
+    return attrs.evolve(result, settings=settings, memory_per_gpu=per, fits=fits, gpu=name,
                         message=result.message + note)
 
 

@@ -519,3 +519,142 @@ def test_corner_clusters_made_once_per_cluster_object():
             assert [id(e) for e in again[0][2]] == [id(e) for e in ref[0][2]]
     assert len(corner_clusters(fitted, swap_efficiency=True)[0][2]) == 4
     assert len(corner_clusters(fitted, swap_efficiency=False)[0][2]) == 2
+
+
+# Python-float envelopes: max_x_below in one pass (the gaps kept for _lowest_gap), against
+# the line-by-line loop it replaced (kept as _max_x_below_loop)
+
+_PY_ENV = st.lists(st.tuples(st.floats(-50, 50),
+                             st.one_of(st.just(0.0), st.floats(1e-3, 20))),
+                   min_size=1, max_size=40)  # (no crossing beyond the floats: numpy's)
+
+
+def _py_envelopes(lines):
+    c = [a for a, _ in lines]
+    m = [b for _, b in lines]
+    env = UpperEnvelope(c, m)
+    out = [env] if env._py is not None else []
+    if len(c) > 2:  # a chain: line 0 flat, slopes rising, breaks ascending (of_convex)
+        slopes = sorted(set(m[1:]))
+        if len(slopes) >= 2:
+            ci = [c[0], c[1]]
+            br = [0.5 * (k + 1) for k in range(len(slopes) - 1)]
+            for k, x in enumerate(br):
+                ci.append(ci[-1] + (slopes[k] - slopes[k + 1]) * x)
+            chain = UpperEnvelope.of_convex(ci, [0.0, *slopes], br)
+            if chain._py is not None:
+                out.append(chain)
+    return out
+
+
+def _fresh(env):
+    fresh = UpperEnvelope.__new__(UpperEnvelope)
+    fresh._py = env._py
+    return fresh
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PY_ENV, st.lists(st.floats(-60, 200), min_size=1, max_size=4))
+def test_max_x_below_in_one_pass_is_the_loop(lines, levels):
+    for env in _py_envelopes(lines):
+        for level in levels + [0.0, -0.0]:
+            got = _fresh(env)
+            one = got.max_x_below(level)
+            ref = _fresh(env)._max_x_below_loop(float(level)) \
+                if not _fresh(env)._py[0][0] > level else (-1.0, env._py[3][0])
+            if ref is None:  # a crossing not finite: numpy's answer
+                ref = UpperEnvelope._max_x_below(
+                    type("E", (), {"_py": None, "intercept": env.intercept,
+                                   "slope": env.slope, "index": env.index,
+                                   "_gaps": None})(), level)
+            assert type(one[0]) is type(ref[0]) and one[1] == ref[1]
+            assert one[0] == ref[0] and math.copysign(1.0, one[0]) == \
+                math.copysign(1.0, ref[0])
+            if not any(mi > 0 for mi in env._py[1]):
+                continue  # no gap to take (_x_star asks none: x is inf)
+            # the gap at the same level: the kept list, as made afresh
+            gap, ref_gap = got._lowest_gap(level), _fresh(env)._lowest_gap(level)
+            assert gap == ref_gap and math.copysign(1.0, gap) == math.copysign(1.0, ref_gap)
+
+
+def test_max_x_below_in_one_pass_edge_cases():
+    # ties (the first smallest crossing), signed zeros, the flat head of a chain
+    env = UpperEnvelope.__new__(UpperEnvelope)
+    env._py = ([1.0, 1.0, 0.0], [0.0, 1.0, 2.0], [0.0, 1.0], [0, 3, 5])
+    assert env.max_x_below(1.0) == (0.0, 3)  # 0.0 / 1 and 1.0 / 2 ...
+    fresh = UpperEnvelope.__new__(UpperEnvelope)
+    fresh._py = env._py
+    assert fresh._max_x_below_loop(1.0) == (0.0, 3)
+    tie = UpperEnvelope.__new__(UpperEnvelope)
+    tie._py = ([0.0, -1.0], [1.0, 2.0], [1.0], [4, 7])  # both cross at x = 1: the first
+    assert tie.max_x_below(1.0) == (1.0, 4)
+    assert tie._lowest_gap(1.0) == 1.0
+    neg = UpperEnvelope.__new__(UpperEnvelope)  # gaps kept per level and sign
+    neg._py = ([0.0, 0.0], [1.0, 2.0], [0.0], [0, 1])
+    x, j = neg.max_x_below(0.0)
+    assert (x, j) == (0.0, 0) and math.copysign(1.0, x) == 1.0
+    assert math.copysign(1.0, neg._lowest_gap(0.0)) == 1.0
+    # the gaps kept at 0.0 are not -0.0's: -0.0 - 0.0 is -0.0
+    assert math.copysign(1.0, neg._lowest_gap(-0.0)) == -1.0
+    x, _ = neg.max_x_below(-0.0)
+    assert math.copysign(1.0, x) == math.copysign(1.0, (-0.0 - 0.0) / 1.0)
+    flat = UpperEnvelope.__new__(UpperEnvelope)  # no line grows
+    flat._py = ([1.0, 2.0], [0.0, 0.0], [0.0], [0, 1])
+    assert flat.max_x_below(3.0) == (math.inf, -1)
+
+
+# memory(): what depends on the config alone made once per config (_parameter_count,
+# _activations_of, _rounding_of, _side_pool_of) and the default model parallelism
+# recognized without its checks: the same estimates as made afresh
+
+def _memory_afresh(monkeypatch, *args, **kw):
+    mem = __import__("scalemodel.memory", fromlist=["x"])
+    for name in ("_parameter_count", "_activations_of", "_rounding_of", "_side_pool_of"):
+        monkeypatch.setattr(mem, name, getattr(mem, name).__wrapped__)
+    try:
+        return sm.memory(*args, **kw)
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("model", ["llama-2-7b", "llama-3-8b", "gpt2", "bert"])
+@pytest.mark.parametrize("kw", [
+    {}, {"sharding": "zero3"}, {"sharding": "hybrid_shard", "gpus_per_node": 8},
+    {"sharding": "zero2", "accounting": "fsdp", "loss": "fused"},
+    {"activation_checkpointing": "full", "sharding": "zero1"},
+    {"tp": 2, "sharding": "zero3"}, {"fragmentation": 0.2, "measure": "reserved"},
+    {"sequence_parallel": False, "virtual_stages": 1, "tp": 1, "pp": 1}])
+def test_memory_made_once_per_config_is_made_afresh(monkeypatch, model, kw):
+    import warnings
+
+    def answer(fn, n):
+        try:
+            m = fn(model, n, **kw)
+        except sm.ScalemodelError as exc:  # (a profile without a config and tp=2)
+            return f"{type(exc).__name__}: {exc}"
+        return repr(m), m.per_gpu, m.fits
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [answer(sm.memory, n) for n in (8, 64)]
+        again = [answer(sm.memory, n) for n in (8, 64)]  # from the caches
+        ref = [answer(lambda *a, **k: _memory_afresh(monkeypatch, *a, **k), n)
+               for n in (8, 64)]
+    assert got == again == ref
+
+
+def test_default_model_parallelism_is_what_the_checks_find():
+    mem = __import__("scalemodel.memory", fromlist=["x"])
+    cfg = sm.llm_config("llama-2-7b")
+    ck = mem.resolve_checkpointing(False, True)
+    ns = np.asarray(8)
+    assert mem._check_model_parallel(1, 1, None, cfg, ns, "zero3", ck, "x") is None
+    # anything else takes the checks: a bool, numpy integers, a pipeline
+    with pytest.raises(sm.ScalemodelError):
+        mem._check_model_parallel(True, 1, None, cfg, ns, "zero3", ck, "x")
+    assert mem._check_model_parallel(np.int64(1), 1, None, cfg, ns, "zero3", ck, "x") is None
+    with pytest.raises(sm.InvalidParameterError, match="microbatches"):
+        mem._check_model_parallel(1, 2, None, cfg, ns, "none", ck, "x")
+    with pytest.raises(sm.ScalemodelError):
+        mem._check_model_parallel(1, 1, None, cfg, ns, "none", ck, "x",
+                                  sequence_parallel="yes")
