@@ -193,7 +193,7 @@ def answer_interval(fn, cluster, value=None, *, swap_efficiency=False) -> Answer
         for row, c in zip(rows[1:], clusters[1:]):
             row[1] = float(fn(c)) if row[2] != row[3] else row[2]
         far = max(rows[1:], key=lambda r: abs(_gap(r[1], value)))
-        run = discriminating_run(rows[0][0], far[0], cluster)
+        run = _kept_discriminating_run(rows[0][0], far[0], cluster)
     per = tuple((alt, None if p is None else _end(p), _end(a), _end(b))
                 for alt, p, a, b in rows) if alts else ()
     prov = cluster.provenance if isinstance(cluster.provenance, dict) else {}
@@ -403,6 +403,24 @@ def _with_bytes(model):
             _BYTES_TEXT.clear()
         _BYTES_TEXT[model] = text
     return text
+
+
+def _kept_discriminating_run(best, other, cluster) -> str:
+    """:func:`discriminating_run`, made once per cluster object and pair of its
+    explanations (compared by identity; kept in the cluster's ``_derived``, as its
+    corners are: what it reads of them does not change) [-]."""
+    derived = getattr(cluster, "_derived", None)
+    if derived is None:
+        return discriminating_run(best, other, cluster)
+    kept = derived.setdefault(("discriminating runs",), {})
+    hit = kept.get((id(best), id(other)))
+    if hit is not None and hit[0] is best and hit[1] is other:
+        return hit[2]
+    run = discriminating_run(best, other, cluster)
+    if len(kept) >= 64:
+        kept.clear()
+    kept[(id(best), id(other))] = (best, other, run)
+    return run
 
 
 def discriminating_run(best, other, cluster) -> str:

@@ -1555,14 +1555,38 @@ def _corner_siblings(root):
     out = {id(cl): root}
     if not (cl.intervals or cl.alternatives):
         return out
-    own = _build_key(cl)
-    raw = root._cache.get(("raw profile",))
-    free = raw is not None and fitted_efficiency(cl, raw) is None  # (none for the best)
     args = _init_args(root)
     at = _SCENARIO_INIT.index("cluster")
+    for c in _sibling_clusters(cl, root._cache.get(("raw profile",))):
+        args[at] = c  # attrs.evolve(root, cluster=c), without its introspection
+        sc = out[id(c)] = Scenario(*args)
+        sc._cache[("root",)] = root
+    return out
+
+
+def _sibling_clusters(cl, raw):
+    """The clusters of :func:`_corner_siblings` for the fitted cluster ``cl`` and the
+    profile ``raw`` that :meth:`Scenario.build` started from (or None), in order: each
+    corner and explanation of :func:`_interval_family` but ``cl`` that builds what ``cl``
+    builds (:func:`_build_key`, :func:`_same_but_efficiency`). What they read of ``cl``,
+    its corners and ``raw`` does not change, so the list is made once per cluster object
+    and profile (kept in the cluster's ``_derived``, as its corners are, with ``raw``
+    compared by identity) [-]."""
+    derived = getattr(cl, "_derived", None)
+    kept = None if derived is None else derived.get(("sibling clusters",))
+    if kept is None:
+        kept = {}
+        if derived is not None:
+            derived[("sibling clusters",)] = kept
+    hit = kept.get(id(raw))
+    if hit is not None and hit[0] is raw:
+        return hit[1]
+    own = _build_key(cl)
+    free = raw is not None and fitted_efficiency(cl, raw) is None  # (none for the best)
+    seen, made = {id(cl)}, []
     no_eff = {}  # _same_but_efficiency's efficiency test, per extra (all it reads of c)
     for c in (x for f, ends in _interval_family(cl) for x in (f, *ends)):
-        if id(c) in out:
+        if id(c) in seen:
             continue
         if (c.extra is cl.extra and c.provenance is cl.provenance
                 and c.reduction is cl.reduction and c.fit_settings == cl.fit_settings
@@ -1579,10 +1603,13 @@ def _corner_siblings(root):
                     same = no_eff[id(c.extra)] = fitted_efficiency(c, raw) is None
                 if not same:
                     continue
-        args[at] = c  # attrs.evolve(root, cluster=c), without its introspection
-        sc = out[id(c)] = Scenario(*args)
-        sc._cache[("root",)] = root
-    return out
+        seen.add(id(c))
+        made.append(c)
+    made = tuple(made)
+    if len(kept) >= 16:  # (many profiles asked of one cluster)
+        kept.clear()
+    kept[id(raw)] = (raw, made)
+    return made
 
 
 def _same_but_efficiency(c, own, raw):

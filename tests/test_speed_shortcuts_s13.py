@@ -658,3 +658,53 @@ def test_default_model_parallelism_is_what_the_checks_find():
     with pytest.raises(sm.ScalemodelError):
         mem._check_model_parallel(1, 1, None, cfg, ns, "none", ck, "x",
                                   sequence_parallel="yes")
+
+
+# the corner scenarios' clusters (_sibling_clusters) and an interval's discriminating run
+# kept per cluster object: per profile and per pair of explanations, as made afresh
+
+def test_sibling_clusters_kept_per_cluster_and_profile(monkeypatch):
+    import attrs
+
+    from scalemodel import model as model_mod
+    from scalemodel.model import _sibling_clusters
+
+    cl = _zero3_fit()
+    eff = {"value": 0.5, "interval": [0.4, 0.6], "gpu": ["V100"], "profiles": ["x"]}
+    cl = attrs.evolve(cl, extra={"efficiency": eff},
+                      intervals=dict(cl.intervals, efficiency=(0.4, 0.6)))
+    # the efficiency applies to one profile only: its siblings are fewer
+    monkeypatch.setattr(model_mod, "fitted_efficiency",
+                        lambda c, p: (0.5, (None, None)) if p is not None and p.name ==
+                        "llama-2-7b" and "efficiency" in c.extra else None)
+    raws = [sm.load_profile(m) for m in ("bert", "llama-2-7b")] + [None]
+    fresh = {}
+    for raw in raws:
+        cl._derived.pop(("sibling clusters",), None)
+        fresh[id(raw)] = [id(c) for c in _sibling_clusters(cl, raw)]
+    assert len(fresh[id(raws[0])]) > len(fresh[id(raws[1])])
+    cl._derived.pop(("sibling clusters",), None)
+    for raw in raws + raws[::-1] + raws:
+        assert [id(c) for c in _sibling_clusters(cl, raw)] == fresh[id(raw)]
+    # the corner scenarios are made of them, each marked with its root
+    for m, raw in zip(("bert", "llama-2-7b"), raws):
+        clear_caches()
+        root = Scenario.build(m, cluster=cl)
+        near = model_mod._corner_siblings(root)
+        assert list(near)[1:] == fresh[id(raw)]
+        assert all(s._cache[("root",)] is root for s in list(near.values())[1:])
+
+
+def test_discriminating_run_kept_per_pair():
+    from scalemodel.intervals import _kept_discriminating_run, discriminating_run
+
+    cl = _zero3_fit()
+    alts = cl.alternatives
+    pairs = [(alts[0], alts[1]), (alts[0], alts[2]), (alts[1], alts[2]), (None, alts[1])]
+    texts = [discriminating_run(a, b, cl) for a, b in pairs]
+    assert len(set(texts)) > 1
+    for _ in range(2):
+        for (a, b), text in zip(pairs, texts):
+            assert _kept_discriminating_run(a, b, cl) == text
+    other = _zero3_fit()  # another cluster object: its own
+    assert _kept_discriminating_run(*pairs[0], other) == discriminating_run(*pairs[0], other)
