@@ -128,6 +128,7 @@ unknown (``None``) and ``per_gpu`` counts the known parts only (``complete`` is 
 from __future__ import annotations
 
 import functools
+import inspect
 import weakref
 import math
 import types
@@ -751,6 +752,33 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``"zero"``, ``"fsdp"``, or ``"fsdp"`` with a strategy other than ``zero2`` /
         ``zero3`` / ``hybrid_shard`` or with offload.
     """
+    return _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
+                   activation_checkpointing, micro_batch, seq, gpus_per_node, bucket_bytes,
+                   flash_attention, offload, host_memory, suggest, shard_group, tp, pp,
+                   microbatches, measure, fragmentation, virtual_stages, loss, accounting,
+                   sequence_parallel)
+
+
+def _memory_lean(model, n, **kw):
+    """:func:`memory` of ``model``, ``n`` and the keywords ``kw`` (the others at its
+    defaults) as ``(estimate, GPUSpec)``: the estimate only ``(per_gpu, fits)`` when it
+    fits (:class:`_Fit`, the same values), what a solver's memory check reads; the full
+    :class:`MemoryEstimate` when it does not [-]."""
+    args = dict(_MEMORY_DEFAULTS, **kw)
+    if len(args) != len(_MEMORY_DEFAULTS):  # (as memory() refuses an unknown keyword)
+        raise TypeError(f"memory() got unexpected keywords "
+                        f"{sorted(set(kw) - set(_MEMORY_DEFAULTS))}")
+    return _memory(model, n, *[args[k] for k in _MEMORY_DEFAULTS], lean=True)
+
+
+def _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
+            activation_checkpointing, micro_batch, seq, gpus_per_node, bucket_bytes,
+            flash_attention, offload, host_memory, suggest, shard_group, tp, pp,
+            microbatches, measure, fragmentation, virtual_stages, loss, accounting,
+            sequence_parallel, lean=False):
+    """:func:`memory` of its arguments, in its order; ``lean``: ``(estimate, GPUSpec)``,
+    the estimate only ``(per_gpu, fits)`` (:class:`_Fit`, the same values) when it fits
+    (the same checks, warnings and errors first; a full estimate when it does not) [-]."""
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
     spec = get_gpu(gpu)
@@ -772,12 +800,12 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
             f"activation_checkpointing={activation_checkpointing!r} is left out of the "
             f"memory of {label}: it has no transformer config, so its activations are "
             "unknown and not counted (pass a TransformerConfig or a built-in LLM)"),
-            stacklevel=2)
+            stacklevel=3)
     if cfg is None and kind != "unfused":
         warnings.warn(ModelWarning(
             f"loss={loss!r} is left out of the memory of {label}: it has no transformer "
             "config, so its activations (the loss among them) are unknown and not counted"),
-            stacklevel=2)
+            stacklevel=3)
     group = _check_shard_group(shard_group, strategy, ns)
     mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
                                virtual_stages, sequence_parallel)
@@ -785,7 +813,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         from .parallel import SEQUENCE_PARALLEL_IGNORED
 
         warnings.warn(ModelWarning(f"sequence_parallel=True has no effect: "
-                                   f"{SEQUENCE_PARALLEL_IGNORED}"), stacklevel=2)
+                                   f"{SEQUENCE_PARALLEL_IGNORED}"), stacklevel=3)
     if mp is not None and strategy != "none":  # the data-parallel group of n / tp GPUs
         dp = np.asarray(mp.dp(ns))
         if group is not None and np.any(dp % group):
@@ -799,6 +827,12 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
             raise InvalidParameterError("accounting", accounting, f"'fsdp' with tp={mp.tp} "
                                         "is not modelled", "Use accounting='zero'")
     acts = {}  # per call: what the suggestions' estimates share with this one
+    if lean:  # (per_gpu, fits) alone: what a solver's memory note needs when it fits
+        fit = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns,
+                        strategy, spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node,
+                        bucket, mode, host_memory, group, mp, view, kind, acc, acts, True)
+        if fit.fits is True:
+            return fit, spec
     est = _estimate(cfg, psi if mp is None else psi / mp.size, prof_elem, label, ns, strategy,
                     spec, optimizer, param_dtype, grad_dtype, ck, gpus_per_node, bucket, mode,
                     host_memory, group, mp, view, kind, acc, acts)
@@ -816,7 +850,13 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
 
         est = attrs.evolve(est, suggestions=_suggestions(
             est, ck, estimate, 1 if mp is None else mp.tp, gpus_per_node or 8))
-    return est
+    return (est, spec) if lean else est
+
+
+_MEMORY_DEFAULTS = {name: par.default for name, par in
+                    inspect.signature(memory).parameters.items()
+                    if par.kind is inspect.Parameter.KEYWORD_ONLY}
+""":func:`memory`'s keywords and their defaults, in its (and :func:`_memory`'s) order."""
 
 
 def _dtypes(cfg, prof_elem, param_dtype, grad_dtype):

@@ -233,7 +233,7 @@ def memory_check(sc, n, gpu=None, loss="unfused", accounting="zero"):
 
 def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
     from .checkpointing import Checkpointing
-    from .memory import memory
+    from .memory import _memory_lean
 
     p = sc.profile
     derived = isinstance(p.provenance.get("config"), dict)
@@ -277,12 +277,14 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
                   sequence_parallel=mp.sequence_parallel)
         n = int(n) * mp.size  # sharded over the replicas (tp with pp=1)
     try:
-        m = memory(p, int(n), sharding=strategy, gpu=gpu, loss=loss, accounting=accounting,
-                   **kw)
+        m, spec = _memory_lean(p, int(n), sharding=strategy, gpu=gpu, loss=loss,
+                               accounting=accounting, **kw)  # memory(), lean when it fits
     except InvalidParameterError as exc:  # the host cannot hold what is offloaded
         if not (isinstance(exc, HostMemoryError) or exc.parameter == "host_memory"):
             raise
         return None, False, None, f"; does not fit: {exc}"
+    if m.fits is True:  # (the lean estimate: per_gpu and fits)
+        return float(m.per_gpu), True, spec.name, ""
     note = "" if m.fits else (f"; does not fit on {m.gpu.name}: {m.per_gpu / 2**30:.1f} GiB "
                               f"per GPU > {m.gpu.hbm_bytes / 2**30:.0f} GiB "
                               f"(sharding={m.sharding!r}"

@@ -708,3 +708,55 @@ def test_discriminating_run_kept_per_pair():
             assert _kept_discriminating_run(a, b, cl) == text
     other = _zero3_fit()  # another cluster object: its own
     assert _kept_discriminating_run(*pairs[0], other) == discriminating_run(*pairs[0], other)
+
+
+# the solvers' memory check through memory._memory_lean: (per_gpu, fits) alone when the
+# estimate fits, the full estimate when not; what memory() answers
+
+def test_memory_lean_is_memory():
+    import inspect
+    import warnings
+
+    mem = __import__("scalemodel.memory", fromlist=["x"])
+    assert list(mem._MEMORY_DEFAULTS) == list(inspect.signature(mem._memory).parameters)[2:-1]
+    cases = [("llama-2-7b", 64, {"sharding": "zero3"}), ("llama-2-7b", 8, {}),
+             ("llama-2-7b", 8, {"gpu": "a100-40gb"}),  # does not fit: the full estimate
+             ("llama-3-8b", 16, {"sharding": "hybrid_shard", "gpus_per_node": 8,
+                                 "loss": "fused", "accounting": "fsdp"}),
+             ("bert", 8, {"gpu": "v100-16gb", "param_dtype": "fp16"}),
+             ("llama-2-7b", 16, {"tp": 2, "sharding": "zero3", "offload": "optimizer"})]
+    seen = set()
+    for model, n, kw in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = sm.memory(model, n, **kw)
+            got, spec = mem._memory_lean(model, n, **kw)
+        seen.add(bool(ref.fits))
+        assert spec == ref.gpu
+        assert got.per_gpu == ref.per_gpu and got.fits is ref.fits
+        if not ref.fits:
+            assert repr(got) == repr(ref)
+    assert seen == {True, False}
+    with pytest.raises(TypeError):
+        mem._memory_lean("llama-2-7b", 8, shardin="zero3")
+
+
+def test_solver_memory_note_is_memory():
+    import itertools
+
+    from scalemodel.solvers import memory_check
+
+    seen = set()
+    for gpu, n, strategy in itertools.product((None, "a100-40gb", "h100-sxm"), (8, 64),
+                                              ("zero3", None)):
+        clear_caches()
+        sc = Scenario.build("llama-2-7b", sharding=strategy)
+        per, fits, name, note = memory_check(sc, n, gpu)
+        kw = {} if strategy is None else dict(param_dtype=sc.sharding.param_dtype,
+                                              grad_dtype=sc.sharding.reduce_dtype)
+        ref = sm.memory(sc.profile, n, sharding=strategy or "none",
+                        gpu=gpu or sc.profile.provenance.get("gpu") or "h100-sxm", **kw)
+        assert (per, fits, name) == (ref.per_gpu, ref.fits, ref.gpu.name)
+        assert (note == "") is ref.fits
+        seen.add(fits)
+    assert seen == {True, False}
