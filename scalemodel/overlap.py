@@ -441,11 +441,21 @@ class UpperEnvelope:
         return env
 
     @classmethod
-    def _convex_py(cls, c, m, br):
+    def of_convex_checked(cls, intercept, slope, breaks):
+        """:meth:`of_convex` of Python lists whose breaks the caller found ascending and
+        whose chain slopes (``slope[1:]``) it found rising strictly, as :meth:`of_convex`
+        checks them (:func:`~scalemodel.sharding._zero3_chains`, for every row at once):
+        the same envelope, without those two checks [-]."""
+        env = cls._convex_py(intercept, slope, breaks, checked=True)
+        return cls.of_convex(intercept, slope, breaks) if env is None else env
+
+    @classmethod
+    def _convex_py(cls, c, m, br, checked=False):
         """:meth:`of_convex` of Python lists of floats, in Python floats: the same
         operations and the same envelope, kept as :attr:`_py` (evaluated without numpy's
         per-call cost); None where the numpy construction must answer (a value that is
-        not finite, a chain not as promised, breaks out of order after rounding) [-]."""
+        not finite, a chain not as promised, breaks out of order after rounding).
+        ``checked``: the breaks' order and the slopes' rise are known [-]."""
         k = len(c) - 1
         if k < 1 or len(m) != k + 1 or len(br) != k - 1 or m[0] != 0.0:
             return None
@@ -453,7 +463,8 @@ class UpperEnvelope:
             return None
         if k > 1 and not br[0] > 0:
             return None
-        if not (all(map(operator.le, br, br[1:])) and all(map(operator.lt, m[1:], m[2:]))):
+        if not checked and not (all(map(operator.le, br, br[1:]))
+                                and all(map(operator.lt, m[1:], m[2:]))):
             return None
         if not m[1] >= 0.0:
             return None

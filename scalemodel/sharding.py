@@ -1751,9 +1751,24 @@ def _zero3_chains(profile, fc, s, sigma, sync, cb):
         if base_m >= 0:  # every slope >= 0, the breaks > 0 and ascending: as made
             return UpperEnvelope._rising_rows(intercept, slope, breaks, count.tolist())
         return UpperEnvelope.of_convex_rows(intercept, slope, breaks, count.tolist())
-    return [UpperEnvelope.of_convex(c[:L + 2], m[:L + 2], br[:L])  # few: Python floats
-            for L, c, m, br in zip(count.tolist(), intercept.tolist(), slope.tolist(),
-                                   breaks.tolist())]
+    # few: Python floats; each row's breaks ascending and chain slopes rising strictly
+    # checked for every row at once (of_convex's two checks, the same comparisons)
+    ok = (_holds_within(slope[:, 2:] > slope[:, 1:-1], count)
+          & _holds_within(breaks[:, 1:] >= breaks[:, :-1], count - 1)).tolist()
+    return [(UpperEnvelope.of_convex_checked if fine else UpperEnvelope.of_convex)(
+        c[:L + 2], m[:L + 2], br[:L])
+        for fine, L, c, m, br in zip(ok, count.tolist(), intercept.tolist(), slope.tolist(),
+                                     breaks.tolist())]
+
+
+def _holds_within(holds, limit):
+    """Per row of the boolean ``holds``, whether its first ``limit[row]`` entries are all
+    true (``limit`` an integer array; at most 0: true) [-]."""
+    if holds.shape[1] == 0:
+        return np.ones(len(holds), dtype=bool)
+    fails = ~holds
+    first = fails.argmax(axis=1)  # (0 where none fails)
+    return ~(fails[np.arange(len(holds)), first] & (first < limit))
 
 
 _PY_PIECES = 128

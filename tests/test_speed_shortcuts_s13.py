@@ -760,3 +760,70 @@ def test_solver_memory_note_is_memory():
         assert (note == "") is ref.fits
         seen.add(fits)
     assert seen == {True, False}
+
+
+# _zero3_chains' short rows (Python floats): the breaks' order and the slopes' rise
+# checked for every row at once (_holds_within), then of_convex_checked: each row's
+# envelope as of_convex makes it, the Python-float representation included
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.booleans(), min_size=0, max_size=8), min_size=1, max_size=5),
+       st.data())
+def test_holds_within_is_all_of_the_first(rows, data):
+    W = max(len(r) for r in rows)
+    holds = np.ones((len(rows), W), dtype=bool)
+    for i, r in enumerate(rows):
+        holds[i, :len(r)] = r
+    limit = np.array([data.draw(st.integers(-1, W + 1)) for _ in rows])
+    got = sharding._holds_within(holds, limit)
+    assert got.tolist() == [all(holds[i, :max(k, 0)]) for i, k in enumerate(limit)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_CHAIN, min_size=1, max_size=6))
+def test_of_convex_checked_is_of_convex(chains):
+    c, m, br, L = _rows(chains)
+    for r, n in enumerate(L):
+        ci, mi, bi = c[r, :n + 2].tolist(), m[r, :n + 2].tolist(), br[r, :n].tolist()
+        fine = all(a <= b for a, b in zip(bi, bi[1:])) and \
+            all(a < b for a, b in zip(mi[1:], mi[2:]))
+        if not fine:
+            continue  # (the caller takes of_convex then)
+        a, b = UpperEnvelope.of_convex_checked(ci, mi, bi), UpperEnvelope.of_convex(ci, mi, bi)
+        assert (a._py is None) == (b._py is None)
+        _same_env(a, b)
+
+
+@pytest.mark.parametrize("model,strategy", [("gpt2", "zero3"), ("bert", "hybrid_shard"),
+                                            ("llama-2-7b", "zero3")])
+def test_zero3_chains_in_python_floats_are_of_convex(monkeypatch, model, strategy):
+    clear_caches()
+    sc = Scenario.build(model, sharding=strategy, fusion="module",
+                        **({"gpus_per_node": 8} if strategy == "hybrid_shard" else {}))
+    seen = []
+    real = sharding._zero3_chains
+    monkeypatch.setattr(sharding, "_PY_PIECES", 10**6)  # Python floats for every length
+    monkeypatch.setattr(sharding, "_zero3_chains", lambda *a: seen.append(a) or real(*a))
+    numbers = [(1.0, 0.0, 0.0, 0.0), (1.3, 0.0, 2e-3, 1e-4), (0.7, 0.0, 0.0, 5e-3),
+               (1.0, 0.0, 0.0, 1.0), (2.5, 0.0, 1.0, 0.0)]
+    zero3_envelopes(sc.profile, 64, numbers, sharding=sc.sharding, wrap=sc.fusion,
+                    algorithm=sc.algorithm, options=sc.options)
+    assert seen
+    profile, fc, s, sigma, sync, cb = seen[0]
+    # a row whose chain slopes tie (a step that adds nothing: of_convex's general case)
+    import attrs
+    tb_m = fc.comm_lines[3].copy()
+    tb_m[1] = tb_m[2] * 1e-17
+    fc2 = attrs.evolve(fc, comm_lines=(*fc.comm_lines[:3], tb_m))
+    for args in seen + [(profile, fc2, s, sigma, sync, cb)]:
+        got = real(*args)
+        ref = _old_zero3_chains(*args)  # numpy rows: the values
+        for a, b in zip(got, ref):
+            _same_env(a, b)
+        # the representation: of_convex of each row's lists, as before
+        monkeypatch.setattr(UpperEnvelope, "of_convex_checked", UpperEnvelope.of_convex)
+        for a, b in zip(got, real(*args)):
+            assert (a._py is None) == (b._py is None)
+            _same_env(a, b)
+        monkeypatch.undo()
+        monkeypatch.setattr(sharding, "_PY_PIECES", 10**6)
