@@ -395,10 +395,27 @@ def _carried_note(cluster, model) -> str:
     efficiency applies to ``model`` but its runs did not show that model, else ``""``."""
     if model is None:
         return ""
-    from .efficiency import EFFICIENCY_TRANSFER, carried_over, fitted_efficiency
     from .profiles import load_profile
 
     profile = load_profile(model)
+    derived = getattr(cluster, "_derived", None)  # once per cluster object and profile
+    kept = None if derived is None else derived.setdefault(("carried notes",), {})
+    hit = None if kept is None else kept.get(id(profile))
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    text = _carried_text(cluster, profile)
+    if kept is not None:
+        if len(kept) >= 64:
+            kept.clear()
+        kept[id(profile)] = (profile, text)
+    return text
+
+
+def _carried_text(cluster, profile) -> str:
+    """:func:`_carried_note` of a loaded ``profile``, computed (what it reads of the
+    cluster and the profile does not change: kept per cluster object and profile) [-]."""
+    from .efficiency import EFFICIENCY_TRANSFER, carried_over, fitted_efficiency
+
     if fitted_efficiency(cluster, profile) is None or not carried_over(cluster, profile):
         return ""
     eff = cluster.extra["efficiency"]

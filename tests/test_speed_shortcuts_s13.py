@@ -827,3 +827,24 @@ def test_zero3_chains_in_python_floats_are_of_convex(monkeypatch, model, strateg
             _same_env(a, b)
         monkeypatch.undo()
         monkeypatch.setattr(sharding, "_PY_PIECES", 10**6)
+
+
+def test_carried_note_kept_per_cluster_and_profile():
+    # the note that a fitted efficiency is carried to another model: kept per cluster
+    # object and profile, as computed afresh (differs between the profiles asked)
+    from scalemodel.efficiency import gpu_name_of, model_key
+    from scalemodel.solvers import _carried_note, _carried_text
+
+    p7 = sm.load_profile("llama-2-7b")
+    eff = {"value": 0.5, "interval": [0.4, 0.6], "gpu": [gpu_name_of(p7)],
+           "profiles": [model_key(p7)]}
+    cl = sm.ClusterProfile(extra={"efficiency": eff}, intervals={"efficiency": (0.4, 0.6)},
+                           provenance={"source": "test"})
+    models = ["llama-2-7b", "llama-2-13b", "bert", "llama-2-13b", "llama-2-7b"]
+    fresh = [_carried_text(cl, sm.load_profile(m)) for m in models]
+    assert fresh[0] == "" and "carried to" in fresh[1] and fresh[2] == ""
+    for _ in range(2):
+        assert [_carried_note(cl, m) for m in models] == fresh
+    assert _carried_note(cl, None) == ""
+    other = sm.ClusterProfile(provenance={"source": "test"})  # its own: no efficiency
+    assert _carried_note(other, "llama-2-13b") == ""
