@@ -309,6 +309,8 @@ def _codec_cost(value, profile):
     if np.ndim(c):
         raise ParameterTypeError("codec_cost", value, "a single number of seconds per byte")
     c = float(c)
+    if c == 0.0 and isinstance(profile, WorkloadProfile):  # no encoding time: its gradient
+        return c  # bytes are finite (at most MAX_GRADIENT_BYTES), 0 x them is within a day
     total = c * profile.total_bytes
     if not total <= MAX_TIME:
         raise InvalidParameterError(

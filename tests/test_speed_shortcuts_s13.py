@@ -848,3 +848,32 @@ def test_carried_note_kept_per_cluster_and_profile():
     assert _carried_note(cl, None) == ""
     other = sm.ClusterProfile(provenance={"source": "test"})  # its own: no efficiency
     assert _carried_note(other, "llama-2-13b") == ""
+
+
+def test_codec_cost_zero_without_the_bytes():
+    # codec_cost 0 on a WorkloadProfile: returned without its gradient bytes (finite, at
+    # most MAX_GRADIENT_BYTES, so 0 x them is within a day), as the long path returns it
+    import types
+
+    from scalemodel.model import _codec_cost
+    from scalemodel.profiles import MAX_GRADIENT_BYTES
+
+    big = sm.WorkloadProfile(name="big", tensor_bytes=np.array([MAX_GRADIENT_BYTES]),
+                             tensor_ready=np.array([0.1]), forward_time=0.1,
+                             backward_time=0.2, update_time=0.0)
+    for profile in (sm.load_profile("llama-2-7b"), big):
+        duck = types.SimpleNamespace(total_bytes=profile.total_bytes)  # the long path
+        for c in (0.0, -0.0, 0, np.float64(0.0), 1e-12, "0"):
+            try:
+                ref = _codec_cost(c, duck)
+            except sm.ScalemodelError as exc:
+                ref = repr(exc)
+            try:
+                got = _codec_cost(c, profile)
+            except sm.ScalemodelError as exc:
+                got = repr(exc)
+            assert got == ref and type(got) is type(ref)
+            if got == 0.0:
+                assert math.copysign(1.0, got) == math.copysign(1.0, ref)
+    with pytest.raises(sm.InvalidParameterError, match="codec_cost"):
+        _codec_cost(1.0, big)  # (the check itself is still made when it costs time)
