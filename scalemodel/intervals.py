@@ -370,7 +370,24 @@ def _explanation(alt) -> str:
     vals = alt.get("values") or {}
     if not vals:
         return "the ideal model"
-    return ", ".join(f"{k}={_fmt_value(k, v)}" for k, v in vals.items())
+    hit = _EXPLAINED.get(id(alt))  # made once per alternative (a cluster's, asked again)
+    if hit is not None and hit[0] is alt:
+        try:
+            same = hit[1] == vals
+        except (TypeError, ValueError):  # (values that do not compare: made again)
+            same = False
+        if same is True:
+            return hit[2]
+    text = ", ".join(f"{k}={_fmt_value(k, v)}" for k, v in vals.items())
+    if len(_EXPLAINED) >= 256:
+        _EXPLAINED.clear()
+    _EXPLAINED[id(alt)] = (alt, dict(vals), text)
+    return text
+
+
+_EXPLAINED: dict = {}
+""":func:`_explanation`'s text per alternative (the dict, by identity, with a copy of its
+values that a later call compares: a changed value is formatted again) [-]."""
 
 
 def _kinds(alt):

@@ -877,3 +877,26 @@ def test_codec_cost_zero_without_the_bytes():
                 assert math.copysign(1.0, got) == math.copysign(1.0, ref)
     with pytest.raises(sm.InvalidParameterError, match="codec_cost"):
         _codec_cost(1.0, big)  # (the check itself is still made when it costs time)
+
+
+def test_explanation_text_kept_per_alternative():
+    # an interval's words for an explanation: kept per alternative dict, made again when
+    # its values changed (as computed afresh)
+    from scalemodel import intervals
+
+    cl = _zero3_fit()
+    alts = list(cl.alternatives)
+    fresh = []
+    for alt in alts:
+        intervals._EXPLAINED.clear()
+        fresh.append(intervals._explanation(alt))
+    assert len(set(fresh)) == len(alts)
+    for _ in range(2):
+        assert [intervals._explanation(a) for a in alts] == fresh
+    changed = {"values": dict(alts[0]["values"])}
+    first = intervals._explanation(changed)
+    changed["values"]["ceiling"] = 1e9  # the same dict, another value: its own words
+    ref = intervals._explanation({"values": dict(changed["values"])})  # (another dict)
+    assert intervals._explanation(changed) == ref != first
+    assert intervals._explanation(None) == "the fit"
+    assert intervals._explanation({"values": {}}) == "the ideal model"
