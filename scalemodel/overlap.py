@@ -555,17 +555,22 @@ class UpperEnvelope:
                 j = np.count_nonzero((ends <= floor[:, None]) & inner, axis=1)
                 head = (floor - c[rows, j + 1]) / m[rows, j + 1]
         out = []
-        for r, n in enumerate(L.tolist()):
+        lines = np.arange(c.shape[1])  # each on-top row's index: a view of these (the values
+        # and dtype of np.arange(1, n + 2))
+        for r, (n, fine, top) in enumerate(zip(L.tolist(), ok.tolist(), on_top.tolist())):
+            if fine and top:  # the chain on top from x = 0: its lines 1 .. n + 1
+                env = cls.__new__(cls)
+                env.index = lines[1:n + 2]
+                env.intercept, env.slope, env.breaks = c[r, 1:n + 2], m[r, 1:n + 2], br[r, :n]
+                out.append(env)
+                continue
             cr, mr, brr = c[r, :n + 2], m[r, :n + 2], br[r, :n]
-            if not ok[r]:
+            if not fine:
                 out.append(cls.of_convex(cr, mr, brr))  # its general construction
                 continue
             env = cls.__new__(cls)
             k = n + 1
-            if on_top[r]:
-                env.index = np.arange(1, k + 1)
-                env.intercept, env.slope, env.breaks = cr[1:], mr[1:], brr[0:]
-            elif flat[r] or not head[r] < np.inf:
+            if flat[r] or not head[r] < np.inf:
                 env.index = np.zeros(1, dtype=np.int64)
                 env.intercept, env.slope, env.breaks = cr[:1], mr[:1], brr[:0]
             else:

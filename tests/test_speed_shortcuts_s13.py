@@ -900,3 +900,15 @@ def test_explanation_text_kept_per_alternative():
     assert intervals._explanation(changed) == ref != first
     assert intervals._explanation(None) == "the fit"
     assert intervals._explanation({"values": {}}) == "the ideal model"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_CHAIN, min_size=1, max_size=6))
+def test_rows_on_top_are_of_convex_with_its_dtypes(chains):
+    # _checked_rows' rows on top from x = 0: views of one arange and of the rows, the
+    # values and dtypes of of_convex's arrays for that row alone
+    c, m, br, L = _rows(chains)
+    for r, env in enumerate(UpperEnvelope._rising_rows(c, m, br, L)):
+        ref = UpperEnvelope.of_convex(c[r, :L[r] + 2], m[r, :L[r] + 2], br[r, :L[r]])
+        _same_env(env, ref)
+        assert env.index.dtype == ref.index.dtype
