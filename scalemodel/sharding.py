@@ -865,12 +865,13 @@ def _maxima(base, a, b, ca, cb, breaks=False, a_sum=None):
     # l+ is on top for every x >= 0 (X_t <= 0); l- when l+ never overtakes it (equal
     # slopes, or a breakpoint beyond the floats); otherwise the term changes at X_t
     live = grows & (cross > 0) & (cross < np.inf)
-    first = base + lo_sum + step[grows & (cross <= 0)].sum(axis=0)
+    # (rows gathered with take: the same rows in the same order as indexing, faster)
+    first = base + lo_sum + step.take((grows & (cross <= 0)).nonzero()[0], axis=0).sum(axis=0)
     at = live.nonzero()[0]  # (live is 1-d: flatnonzero's answer)
     order = at[cross[at].argsort(kind="stable")]
     pieces = np.empty((len(order) + 1, w))
     pieces[0] = first
-    step[order].cumsum(axis=0, out=pieces[1:])
+    step.take(order, axis=0).cumsum(axis=0, out=pieces[1:])
     pieces[1:] += first
     return (pieces, cross[order]) if breaks else pieces
 
