@@ -613,9 +613,11 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         built-in or file profile, or a config [-].
     n : int or array_like of int
         Data-parallel GPUs; an array gives an array of answers [-].
-    sharding : str
-        ``"none"`` (DDP), ``"zero1"``, ``"zero2"`` (``"shard_grad_op"``), ``"zero3"``
-        (``"full_shard"``) or ``"hybrid_shard"`` [-].
+    sharding : str, Sharding or None
+        ``"none"`` (DDP; also None), ``"zero1"``, ``"zero2"`` (``"shard_grad_op"``),
+        ``"zero3"`` (``"full_shard"``) or ``"hybrid_shard"``, or a
+        :class:`~scalemodel.sharding.Sharding` as the time calls take it (its strategy
+        and ``shard_group``) [-].
     gpu : str or GPUSpec
         The GPU whose memory is checked (:func:`~scalemodel.get_gpu`) [-].
     optimizer : str
@@ -771,6 +773,23 @@ def _memory_lean(model, n, **kw):
     return _memory(model, n, *[args[k] for k in _MEMORY_DEFAULTS], lean=True)
 
 
+def _sharding_parts(sharding, shard_group):
+    """``(strategy, shard_group)`` of memory's ``sharding`` as the time calls take it:
+    None is ``"none"``; a :class:`~scalemodel.sharding.Sharding` gives its strategy and
+    its ``shard_group`` (unless the call gives one: a different one is an error)."""
+    from .sharding import Sharding
+
+    if sharding is None:
+        return "none", shard_group
+    if not isinstance(sharding, Sharding):
+        return sharding, shard_group
+    own = sharding.shard_group
+    if own is not None and shard_group is not None and own != shard_group:
+        raise InvalidParameterError("shard_group", shard_group, f"differs from the "
+                                    f"sharding's shard_group={own!r}", "Give it once")
+    return sharding.strategy, own if shard_group is None else shard_group
+
+
 def _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
             activation_checkpointing, micro_batch, seq, gpus_per_node, bucket_bytes,
             flash_attention, offload, host_memory, suggest, shard_group, tp, pp,
@@ -779,6 +798,7 @@ def _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
     """:func:`memory` of its arguments, in its order; ``lean``: ``(estimate, GPUSpec)``,
     the estimate only ``(per_gpu, fits)`` (:class:`_Fit`, the same values) when it fits
     (the same checks, warnings and errors first; a full estimate when it does not) [-]."""
+    sharding, shard_group = _sharding_parts(sharding, shard_group)
     strategy = canonical_sharding(sharding)
     ns = _check_n(n, strategy)
     spec = get_gpu(gpu)

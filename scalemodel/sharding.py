@@ -488,6 +488,14 @@ def _profile_element_bytes(profile) -> int:
 
 # --------------------------------------------------------------------------- wrapping
 
+def _finite_number(v) -> bool:
+    """Whether a number is finite as a float (an integer beyond a float's range is not)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 @attrs.frozen
 class SizeWrap:
     """Size-based wrapping, as FSDP's ``size_based_auto_wrap_policy``: consecutive tensors
@@ -505,7 +513,7 @@ class SizeWrap:
     def __attrs_post_init__(self):
         v = self.min_params
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(v) or v < 1:
+                or not _finite_number(v) or v < 1:
             raise InvalidParameterError("min_params", v, "must be a finite number >= 1 "
                                         "of parameters per unit")
         object.__setattr__(self, "min_params", float(v))

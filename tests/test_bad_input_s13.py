@@ -445,3 +445,23 @@ def test_a_missing_profile_file_is_said_first(model):
     assert str(Path(model).absolute()) in str(exc.value)
     with pytest.raises(sm.UnknownNameError, match="unknown name. Did you mean 'resnet50'"):
         sm.scaling_factor("resnet5", 8, 1e9)  # a name stays a name
+
+
+def test_memory_takes_sharding_as_the_time_calls_do():
+    """memory(sharding=None) was refused ("has type NoneType") and a Sharding object too,
+    while iteration_time takes both; now None is DDP and a Sharding gives its strategy and
+    shard group (a different shard_group given beside it is refused by name)."""
+    assert sm.memory("llama-2-7b", 8, sharding=None).per_gpu == \
+        sm.memory("llama-2-7b", 8).per_gpu
+    got = sm.memory("llama-2-7b", 64, sharding=sm.Sharding("zero3", shard_group=8))
+    want = sm.memory("llama-2-7b", 64, sharding="zero3", shard_group=8)
+    assert got.per_gpu == want.per_gpu and got.settings["shard_group"] == 8
+    with pytest.raises(sm.InvalidParameterError, match="shard_group=16 .*shard_group=8"):
+        sm.memory("llama-2-7b", 64, sharding=sm.Sharding("zero3", shard_group=8),
+                  shard_group=16)
+
+
+def test_a_wrapping_size_beyond_a_float_is_named():
+    # SizeWrap(min_params=10**400) ended in OverflowError from math.isfinite
+    with pytest.raises(sm.InvalidParameterError, match="min_params="):
+        sm.SizeWrap(min_params=10**400)
