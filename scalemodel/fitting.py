@@ -586,9 +586,10 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
                                sharding=getattr(r, "sharding", "none") or "none")
             except (InvalidParameterError, ParameterTypeError) as exc:
                 raise _renamed(exc, f"runs[{i}].{exc.parameter}") from None
-    if not any(r.n > 1 for r in runs):
+    if not any(r.n > 1 or r.wrapped for r in runs):  # a wrapped one sees the framework
         raise InvalidParameterError("runs", [r.label for r in runs],
-                                    "needs at least one run with n > 1")
+                                    "needs at least one run with n > 1 or one wrapped "
+                                    "single-worker run")
     return runs, base, source
 
 
@@ -1115,9 +1116,10 @@ def _pressured_profiles(runs, base):
 def _probe_profiles(runs, settings):
     """Questions far from the runs that tell explanations apart: (text, profile, n, bw,
     fusion) of the largest run's model with 5x its bytes, with 1 MB buckets, and on four
-    times its workers."""
+    times its workers (of 2 workers when every run is a single worker's)."""
     from .fusion import DDPBuckets
-    big = max((r for r in runs if r.n > 1), key=lambda r: (r.n, r.bw))
+    big = max(runs, key=lambda r: (r.n, r.bw))
+    n = big.n if big.n > 1 else 2  # wrapped single-worker runs only: probe 2 workers
     p = big.profile
     fusion = big.fusion or settings["fusion"]
     sharding = getattr(big, "sharding", None) or "none"
@@ -1125,14 +1127,14 @@ def _probe_profiles(runs, settings):
     try:
         heavier = attrs.evolve(p, tensor_bytes=np.asarray(p.tensor_bytes) * 5.0,
                                name=f"{p.name} x5 bytes")
-        probes.append((f"a model with 5x the bytes of {p.name} on {big.n} workers",
-                       heavier, big.n, big.bw, fusion, sharding))
+        probes.append((f"a model with 5x the bytes of {p.name} on {n} workers",
+                       heavier, n, big.bw, fusion, sharding))
     except (TypeError, ValueError, ScalemodelError):
         pass
     if sharding == "none":
-        probes.append((f"{p.name} with 1 MB buckets (bucket_cap_mb=1) on {big.n} workers",
-                       p, big.n, big.bw, DDPBuckets(cap_bytes=2.0**20), sharding))
-    probes.append((f"{p.name} on {4 * big.n} workers", p, 4 * big.n, big.bw, fusion,
+        probes.append((f"{p.name} with 1 MB buckets (bucket_cap_mb=1) on {n} workers",
+                       p, n, big.bw, DDPBuckets(cap_bytes=2.0**20), sharding))
+    probes.append((f"{p.name} on {4 * n} workers", p, 4 * n, big.bw, fusion,
                    sharding))
     return probes
 

@@ -32,6 +32,13 @@ and each rank says why in one line:
    and of the fully fitted cluster, and, as a check of generalization, of the cluster
    fitted on half of the iterations for the other half (and of a ``--cluster`` given
    with fitted terms, which were fitted elsewhere).
+4. ``wrapper`` (only when ``--steps`` names it, in a single process): the model trained
+   on this one worker plain and under DDP at each ``--bucket-caps`` size, in rounds;
+   the line through the wrapped-minus-plain times against DDP's bucket count is the
+   framework's work per iteration and per bucket
+   (:mod:`scalemodel.calibrate.wrapper`), written with the runs that
+   :func:`scalemodel.fit_cluster` takes for the same terms (``<out stem>.wrapper.json``,
+   ``<out stem>.wrapper-runs.csv``, whose ``model`` is the workload profile).
 
 Without torchrun it runs as a single process: the compute step, and a line saying it
 skipped the other two, which need at least two ranks (asking for them with ``--steps``
@@ -59,6 +66,9 @@ from ..units import parse_bandwidth
 from .models import SPEC_HELP
 
 STEPS = ("compute", "transport", "scaling")
+
+OPTIONAL_STEPS = ("wrapper",)
+"""Steps run only when ``--steps`` names them."""
 
 MAX_TIMEOUT = 1e6
 """Largest ``--timeout`` accepted [s] (11.6 days)."""
@@ -89,9 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="use this workload profile instead of the compute step")
     p.add_argument("--cluster", help="use this cluster profile instead of the transport step")
     p.add_argument("--steps", default=None,
-                   help="comma-separated subset of compute,transport,scaling (default: all "
-                   "three under torchrun; a single process runs compute and says it skipped "
-                   "the others, which need at least 2 ranks)")
+                   help="comma-separated subset of compute,transport,scaling,wrapper "
+                   "(default: the first three under torchrun; a single process runs "
+                   "compute and says it skipped the others, which need at least 2 ranks; "
+                   "wrapper, in a single process, measures DDP's own costs on one worker)")
     p.add_argument("--line-rate", help="line rate of one NIC, e.g. 100Gbps (with several "
                    "ranks per node, one of the node's --nics-per-node NICs); needed for "
                    "the utilization and the prediction (default: the fitted bandwidth)")
@@ -105,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=20, help="timed training iterations")
     p.add_argument("--algorithm", default="ring", help="all-reduce model for predictions")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket cap [MiB]")
+    p.add_argument("--bucket-caps", default="0,1,5,25,100",
+                   help="the wrapper step's DDP bucket caps, comma-separated (0: one bucket "
+                   "per tensor) [MiB] (default: %(default)s)")
     p.add_argument("--fit-host-overhead", action=argparse.BooleanOptionalAction, default=None,
                    help="fit how compute and communication share the host (overlap "
                    "efficiency, then a per-byte cost) from the DDP run (default: on CPUs)")
@@ -175,10 +189,18 @@ def _check_args(args):
     from ..exceptions import InvalidParameterError
     given = args.steps
     steps = [s.strip() for s in (given or ",".join(STEPS)).split(",") if s.strip()]
-    bad = [s for s in steps if s not in STEPS]
+    bad = [s for s in steps if s not in STEPS + OPTIONAL_STEPS]
     if bad or not steps:
         raise CalibrationError(f"--steps {given!r}: unknown step(s) {bad}; use a "
-                               f"comma-separated subset of {','.join(STEPS)}")
+                               "comma-separated subset of "
+                               f"{','.join(STEPS + OPTIONAL_STEPS)}")
+    if "wrapper" in steps:
+        if "compute" not in steps and not args.profile:
+            raise CalibrationError("the wrapper step needs the compute step or --profile "
+                                   "(its runs name the workload profile)")
+        from .wrapper import _check_caps
+        args.bucket_caps_list = _check_caps(
+            [c for c in str(args.bucket_caps).split(",") if c.strip()], "--bucket-caps")
     if "scaling" in steps and "compute" not in steps and not args.profile:
         raise CalibrationError("the scaling step needs the compute step or --profile")
     if "scaling" in steps and "transport" not in steps and not args.cluster:
@@ -221,7 +243,7 @@ def _check_args(args):
     if "transport" in steps or "scaling" in steps:
         from ..collectives import resolve_algorithm
         resolve_algorithm(args.algorithm)
-    if "compute" in steps or "scaling" in steps:
+    if "compute" in steps or "scaling" in steps or "wrapper" in steps:
         from .models import check_model_spec
         check_model_spec(args.model)
     return steps
@@ -301,6 +323,11 @@ def run(args) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     skipped = []
     try:
+        if world > 1 and "wrapper" in steps:
+            raise CalibrationError(
+                f"--steps wrapper measures one worker with and without DDP, and this world "
+                f"has {world} ranks: run it as a single process (python -m "
+                "scalemodel.calibrate --steps compute,wrapper), not under torchrun")
         if world < 2:
             need = [s for s in steps if s in NEEDS_RANKS]
             if need and args.steps is not None:
@@ -314,6 +341,9 @@ def run(args) -> int:
         if "compute" in steps:
             outputs.append((profile_path, "--profile-out" if args.profile_out else
                             "the workload profile (--profile-out)"))
+        if "wrapper" in steps:
+            outputs += [(p, f"the wrapper step's output ({p.name})")
+                        for p in _wrapper_paths(out)]
         if "scaling" in steps:
             outputs.append((report_path, "--report-out" if args.report_out else
                             "the report (--report-out)"))
@@ -384,7 +414,45 @@ def _measure(args, steps, dist, timeout, profile, cluster, line_rate, model_name
     if "scaling" in steps:
         _scaling_step(args, world, rank, timeout, profile, compute, cluster, line_rate,
                       progress, staged, out, profile_path, report_path)
+    if "wrapper" in steps:
+        _wrapper_step(args, device, progress, staged, out,
+                      profile_path if "compute" in steps else Path(args.profile), line_rate)
     return staged
+
+
+def _wrapper_paths(out):
+    """The wrapper step's two files beside ``out``."""
+    stem = Path(out).with_suffix("")
+    return Path(f"{stem}.wrapper.json"), Path(f"{stem}.wrapper-runs.csv")
+
+
+def _wrapper_step(args, device, progress, staged, out, profile_path, line_rate):
+    """The wrapper step (a single process): stages the measurement with its fit, and the
+    runs for :func:`scalemodel.fit_cluster` as CSV, ``model`` the profile's path relative
+    to the CSV's folder."""
+    import csv
+    import io
+
+    from .wrapper import measure_wrapper
+    if progress:
+        _log(f"wrapper: {args.model}, batch {args.batch_size}, plain and under DDP at "
+             f"bucket_cap_mb {', '.join(f'{c:g}' for c in args.bucket_caps_list)}")
+    meas = measure_wrapper(args.model, batch_size=args.batch_size,
+                           bucket_caps=args.bucket_caps_list, warmup=max(args.warmup, 1),
+                           iterations=args.iterations, device=device, amp=args.amp,
+                           progress=progress)
+    js, runs_csv = _wrapper_paths(out)
+    _stage(staged, js, "wrapper measurement", meas.to_dict())
+    model = os.path.relpath(os.path.abspath(profile_path),
+                            os.path.dirname(os.path.abspath(runs_csv)))
+    rows = meas.runs(model, bw=line_rate or 100e9)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    staged[runs_csv] = ("runs for fit_cluster", buf.getvalue())
+    if progress:
+        _log(f"wrapper: {meas}")
 
 
 def _stage(staged, path, label, obj):

@@ -1,0 +1,340 @@
+r"""The data-parallel wrapper's own costs, measured on one worker.
+
+The framework terms of a cluster (:ref:`framework-terms`) are work of the compute path:
+DDP's per-iteration work :math:`t_w` (``iteration_overhead``) and its work per bucket
+:math:`c_b` (``bucket_overhead``: the autograd hook, the copy into the bucket, the launch
+of its collective). Neither needs a network to be seen: one worker trained with and
+without DDP, at a few bucket sizes, shows both. With :math:`K` buckets,
+
+.. math::
+   :label: wrapper-fit
+
+   T_1^\text{DDP}(K) - T_1 = t_w + K\,c_b
+
+(eq. :eq:`wrapped-single`), a straight line in :math:`K`. :func:`measure_wrapper` trains
+the model plain and under ``DistributedDataParallel`` on a process group of one rank, at
+each ``bucket_cap_mb`` of a sweep (0, one bucket per tensor, up to a cap that holds the
+whole model), in rounds: every round runs one iteration of each setting, the order
+rotated from round to round, so that drift of the machine falls on all settings alike.
+:math:`K` is what DDP itself reports (``num_buckets_reduced`` of its logging data, after
+it rebuilt its buckets in the first iteration), not a model of it. The paired differences
+:math:`T_1^\text{DDP} - T_1` of each round give, per setting, a median; a least-squares
+line through them gives :math:`t_w` and :math:`c_b`, and a bootstrap over the rounds
+their 95 % intervals (:meth:`WrapperMeasurement.fit`).
+
+The same measurement is also a set of runs for :func:`scalemodel.fit_cluster`
+(:meth:`WrapperMeasurement.runs`: ``n = 1``, ``wrapped``, ``bucket_cap_mb``, the plain
+time as ``single_worker_time``), which fits the two terms with its own bucket model; the
+direct line above is the check of that model's bucket counts.
+
+On one GPU the all-reduce of a one-rank group is a copy on NCCL's stream: what the sweep
+sees is the framework's work, not the network's, which the transport step (or nccl-tests)
+measures. ``python -m scalemodel.calibrate --steps compute,wrapper`` runs it as a single
+process.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+
+import attrs
+import numpy as np
+
+from ..exceptions import CalibrationError, InvalidParameterError
+
+__all__ = ["WrapperMeasurement", "measure_wrapper", "DEFAULT_BUCKET_CAPS"]
+
+DEFAULT_BUCKET_CAPS = (0.0, 1.0, 5.0, 25.0, 100.0)
+"""The ``bucket_cap_mb`` sweep [MiB]: one bucket per tensor, DDP's 25 MiB default, and
+caps on either side of it."""
+
+_BOOTSTRAP = 2000
+"""Bootstrap resamples of the rounds for the intervals of :meth:`WrapperMeasurement.fit`."""
+
+
+def _ols(k, d):
+    """Least-squares ``d = a + b k`` along the last axis: ``(a, b)`` [s]."""
+    k = np.asarray(k, float)
+    km = k.mean()
+    dm = d.mean(axis=-1)
+    b = ((k - km) * (d - dm[..., None])).sum(axis=-1) / ((k - km) ** 2).sum()
+    return dm - b * km, b
+
+
+@attrs.frozen
+class WrapperMeasurement:
+    """What :func:`measure_wrapper` measured.
+
+    Parameters
+    ----------
+    model : str
+        The model spec [-].
+    batch_size : int
+        Samples per iteration [samples].
+    bucket_caps : numpy.ndarray
+        The ``bucket_cap_mb`` of each wrapped setting [MiB].
+    buckets : numpy.ndarray
+        Buckets DDP reduced per iteration at each cap, as it reports them [-].
+    plain : numpy.ndarray
+        Per timed round, the iteration time without the wrapper [s].
+    wrapped : numpy.ndarray
+        Per cap (rows) and timed round (columns), the iteration time under DDP [s].
+    device : str
+        Where it ran [-].
+    backend : str
+        The one-rank process group's backend [-].
+    amp : str or None
+        Mixed-precision dtype of forward and loss [-].
+    provenance : dict
+        Versions, date and timer [-].
+    """
+
+    model: str
+    batch_size: int
+    bucket_caps: np.ndarray
+    buckets: np.ndarray
+    plain: np.ndarray
+    wrapped: np.ndarray
+    device: str
+    backend: str
+    amp: str | None = None
+    provenance: dict = attrs.field(factory=dict)
+
+    @property
+    def differences(self) -> np.ndarray:
+        """Per cap and round, the wrapped minus the plain iteration of the same round [s]."""
+        return self.wrapped - self.plain[None, :]
+
+    def fit(self, confidence=0.95, seed=0) -> dict:
+        """The line of eq. :eq:`wrapper-fit` through the per-cap median differences.
+
+        Parameters
+        ----------
+        confidence : float
+            Level of the bootstrap intervals, in (0, 1) [-].
+        seed : int
+            Seed of the bootstrap [-].
+
+        Returns
+        -------
+        dict
+            ``iteration_overhead`` and ``bucket_overhead`` [s], each with its interval
+            (``*_interval``, a ``(low, high)`` pair [s]), the per-cap median differences
+            ``medians`` [s] and the line's ``residuals`` there [s]; ``bucket_overhead``
+            is None (and so are both intervals) when every cap gave the same bucket count.
+        """
+        if not 0 < confidence < 1:
+            raise InvalidParameterError("confidence", confidence, "a number in (0, 1)")
+        d = self.differences
+        med = np.median(d, axis=1)
+        k = np.asarray(self.buckets, float)
+        out = {"medians": med.tolist(), "buckets": k.astype(int).tolist(),
+               "bucket_caps_mb": np.asarray(self.bucket_caps, float).tolist(),
+               "plain_median": float(np.median(self.plain)), "confidence": confidence}
+        if np.unique(k).size < 2:
+            out.update(iteration_overhead=float(np.median(med)), bucket_overhead=None,
+                       iteration_overhead_interval=None, bucket_overhead_interval=None,
+                       residuals=None)
+            return out
+        a, b = _ols(k, med)
+        rng = np.random.default_rng(seed)
+        rounds = d.shape[1]
+        idx = rng.integers(0, rounds, size=(_BOOTSTRAP, rounds))
+        boot = np.median(d[:, idx], axis=2).T  # (resamples, caps)
+        ab, bb = _ols(k, boot)
+        q = [(1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100]
+        out.update(iteration_overhead=float(a), bucket_overhead=float(b),
+                   iteration_overhead_interval=tuple(float(v) for v in np.percentile(ab, q)),
+                   bucket_overhead_interval=tuple(float(v) for v in np.percentile(bb, q)),
+                   residuals=(med - (a + b * k)).tolist())
+        return out
+
+    def runs(self, model, bw=100e9, uncertainty=None) -> list:
+        """The measurement as runs for :func:`scalemodel.fit_cluster`.
+
+        Parameters
+        ----------
+        model : str
+            What each run's ``model`` names: the profile file of the compute step, or a
+            built-in profile [-].
+        bw : float
+            The runs' line rate; one worker sends nothing, so any valid rate [bits/s].
+        uncertainty : float or None
+            Relative uncertainty of each run's time; None: half the 10-90 % spread of
+            its rounds over their median, at least 0.2 % [-].
+
+        Returns
+        -------
+        list of dict
+            One run per cap: ``n = 1``, ``wrapped``, ``bucket_cap_mb``,
+            ``iteration_time`` and ``single_worker_time`` (medians) [-].
+        """
+        plain = float(np.median(self.plain))
+        rows = []
+        for cap, times in zip(self.bucket_caps, self.wrapped):
+            med = float(np.median(times))
+            lo, hi = np.percentile(times, [10, 90])
+            u = uncertainty if uncertainty is not None else \
+                max(0.002, float((hi - lo) / 2 / med))
+            rows.append({"model": model, "n": 1, "bw": bw, "iteration_time": med,
+                         "single_worker_time": plain, "wrapped": True,
+                         "bucket_cap_mb": float(cap), "fusion": "ddp",
+                         "uncertainty": round(u, 6),
+                         "label": f"DDP on one worker, bucket_cap_mb {cap:g}"})
+        return rows
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the settings, every timed round and the fit [-]."""
+        return {"model": self.model, "batch_size": self.batch_size,
+                "device": self.device, "backend": self.backend, "amp": self.amp,
+                "bucket_caps_mb": np.asarray(self.bucket_caps, float).tolist(),
+                "buckets": np.asarray(self.buckets).astype(int).tolist(),
+                "plain_seconds": np.asarray(self.plain).tolist(),
+                "wrapped_seconds": np.asarray(self.wrapped).tolist(),
+                "fit": self.fit(), "provenance": dict(self.provenance)}
+
+    def __str__(self):
+        f = self.fit()
+        line = (f"{self.model}, batch {self.batch_size} on {self.device}: plain "
+                f"{f['plain_median'] * 1e3:.2f} ms; under DDP +"
+                + ", +".join(f"{m * 1e3:.3f} ms ({k} buckets)"
+                             for m, k in zip(f["medians"], f["buckets"])))
+        if f["bucket_overhead"] is not None:
+            lo, hi = f["bucket_overhead_interval"]
+            wlo, whi = f["iteration_overhead_interval"]
+            line += (f"; per bucket {f['bucket_overhead'] * 1e6:.1f} us [{lo * 1e6:.1f}, "
+                     f"{hi * 1e6:.1f}], per iteration {f['iteration_overhead'] * 1e3:.3f} ms "
+                     f"[{wlo * 1e3:.3f}, {whi * 1e3:.3f}]")
+        return line
+
+
+def _check_caps(bucket_caps, name="bucket_caps"):
+    """The caps as floats; an :class:`~scalemodel.InvalidParameterError` naming ``name``
+    unless they are at least two different sizes in the range DDP takes."""
+    from ..fusion import MAX_BUCKET_CAP_MB
+    try:
+        caps = [float(c) for c in bucket_caps]
+    except (TypeError, ValueError):
+        raise InvalidParameterError(name, bucket_caps,
+                                    "a list of bucket sizes in MiB") from None
+    bad = [c for c in caps if not (0 <= c <= MAX_BUCKET_CAP_MB)]
+    if bad or len(caps) < 2 or len(set(caps)) != len(caps):
+        raise InvalidParameterError(
+            name, bucket_caps,
+            f"at least two different sizes, each in [0, {MAX_BUCKET_CAP_MB:g}] MiB")
+    return caps
+
+
+def _one_rank_group(dist):
+    """A process group of this rank alone (the default one when the world is one rank)."""
+    if dist.get_world_size() == 1:
+        return None
+    raise CalibrationError(
+        "the wrapper step measures one worker with and without DDP: run it as a single "
+        f"process, not in a world of {dist.get_world_size()} ranks (python -m "
+        "scalemodel.calibrate --steps compute,wrapper)")
+
+
+def measure_wrapper(model="mlp", *, batch_size=32, bucket_caps=DEFAULT_BUCKET_CAPS,
+                    warmup=3, iterations=20, device=None, amp=None, lr=0.01,
+                    progress=True) -> WrapperMeasurement:
+    """Train ``model`` on one worker, plain and under DDP at each bucket cap, in rounds.
+
+    Needs an initialised process group of one rank (``python -m scalemodel.calibrate``
+    makes one for a single process).
+
+    Parameters
+    ----------
+    model : str
+        Model spec (see :mod:`scalemodel.calibrate.models`) [-].
+    batch_size : int
+        Samples per iteration [samples].
+    bucket_caps : sequence of float
+        DDP ``bucket_cap_mb`` values, at least two; 0 is one bucket per tensor [MiB].
+    warmup : int
+        Untimed rounds first (DDP rebuilds its buckets in its first iteration) [-].
+    iterations : int
+        Timed rounds, at least 3 [-].
+    device : str or torch.device, optional
+        The device; the rank's GPU under nccl, else the CPU [-].
+    amp : {None, "bf16", "fp16"}
+        Mixed precision for forward and loss [-].
+    lr : float
+        SGD learning rate [-].
+    progress : bool
+        Print a line per round [-].
+
+    Returns
+    -------
+    WrapperMeasurement
+    """
+    from .compute import autocast_context, device_name
+    from .models import load_model, loss_function
+    from .transport import distributed_context
+    caps = _check_caps(bucket_caps)
+    torch, dist, backend, device, sync = distributed_context(
+        "measure_wrapper", None, device, warmup=(warmup, 1), iterations=(iterations, 3))
+    group = _one_rank_group(dist)
+    autocast = autocast_context(amp, device)
+    net, x, y, _ = load_model(model, batch_size)
+    net, x, y = net.to(device), x.to(device), y.to(device)
+    loss_fn = loss_function(y)
+    settings = [("plain", net)]
+    for cap in caps:  # each setting its own copy: DDP's hooks never meet another's
+        twin = copy.deepcopy(net)
+        settings.append((cap, torch.nn.parallel.DistributedDataParallel(
+            twin, device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=cap, process_group=group)))
+    opts = [torch.optim.SGD(m.parameters(), lr=lr) for _, m in settings]
+
+    def step(i):
+        m, opt = settings[i][1], opts[i]
+        sync()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with autocast():
+            loss = loss_fn(m(x), y)
+        loss.backward()
+        opt.step()
+        sync()
+        return time.perf_counter() - t0
+
+    times = _rounds(step, len(settings), warmup, iterations, progress)
+    buckets = [_bucket_count(m) for _, m in settings[1:]]
+    prov = {"torch": torch.__version__, "timer": "time.perf_counter around synchronized "
+            "iterations", "warmup": warmup, "iterations": iterations,
+            "order": "rounds, the settings' order rotated each round",
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return WrapperMeasurement(model=model, batch_size=batch_size,
+                              bucket_caps=np.array(caps), buckets=np.array(buckets),
+                              plain=times[0], wrapped=times[1:],
+                              device=device_name(device), backend=backend, amp=amp,
+                              provenance=prov)
+
+
+def _rounds(step, settings, warmup, iterations, progress):
+    """``warmup`` + ``iterations`` rounds of one iteration per setting, the order rotated
+    each round; the timed rounds' times, ``(settings, iterations)`` [s]."""
+    out = np.empty((settings, iterations))
+    for r in range(warmup + iterations):
+        for j in range(settings):
+            i = (r + j) % settings
+            t = step(i)
+            if r >= warmup:
+                out[i, r - warmup] = t
+        if progress:
+            print(f"[scalemodel.calibrate] wrapper round {r + 1}/{warmup + iterations}"
+                  f"{' (warm-up)' if r < warmup else ''}", file=sys.stderr, flush=True)
+    return out
+
+
+def _bucket_count(ddp) -> int:
+    """Buckets DDP reduced in its last iteration (its logging data)."""
+    data = ddp._get_ddp_logging_data()
+    n = data.get("num_buckets_reduced")
+    if not n:
+        sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes") or ""
+        n = len([s for s in str(sizes).split(",") if s.strip()])
+    return int(n)
