@@ -44,7 +44,7 @@ for entry in $models; do
   echo "== $name $prec batch $batch ($(date -u +%T))"
   $py -m scalemodel.calibrate --steps compute,wrapper --model "$spec" \
     --batch-size "$batch" --warmup 3 --iterations "${ITERATIONS:-20}" \
-    --bucket-caps "${CAPS:-0,1,5,25,100}" "${amp[@]}" --quiet \
+    --bucket-caps "${CAPS:-0,1,5,25,100}" "${amp[@]}" \
     --out "$out/$name-$prec.json" --profile-out "$out/$name-$prec.profile.json" \
     || status=1
 done
