@@ -80,7 +80,7 @@ except ImportError:  # a GPU machine's Python without attrs: the repository venv
     import attrs  # noqa: E402
 
 import scalemodel  # noqa: E402
-from scalemodel.checkpointing import activation_bytes  # noqa: E402
+from scalemodel.checkpointing import activation_bytes, recompute_fraction  # noqa: E402
 from scalemodel.hardware import get_gpu, gpu_of_device  # noqa: E402
 from scalemodel.workloads import TransformerConfig, tensor_flops  # noqa: E402
 
@@ -397,7 +397,10 @@ def expected_memory(cfg, mode, flash, precision, gpu):
             "parts": dict(alloc.parts), "model_state": alloc.model_state,
             "activations_phases": activation_bytes(cfg, mode, flash, "unfused",
                                                    phases=True),
-            "notes": alloc.notes}
+            "notes": alloc.notes,
+            # the time model's recompute: this fraction of each block's forward time is
+            # added to the backward (scalemodel.checkpointing.recompute_fraction)
+            "recompute_fraction": recompute_fraction(cfg, mode, flash)}
 
 
 def memory_kwargs(mode, flash, precision):
@@ -604,6 +607,7 @@ def main(argv=None):
     gpu = env["scalemodel_gpu"] or "h100-sxm"
     flops = tensor_flops(cfg)
     model_flops = flops.forward + flops.backward
+    blocks = (flops.unit >= 0) & (flops.unit < cfg.layers)
     out = {"config": attrs.asdict(cfg), "parameter_count": cfg.parameter_count,
            "environment": env, "flash_attention": args.flash, "precision": args.precision,
            "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
@@ -612,6 +616,8 @@ def main(argv=None):
                                "element forward, attention core 4*b*s^2*d_attn per layer "
                                "(not halved for the causal mask), backward twice "
                                "forward; no recompute",
+           "block_forward_flops_share": float(flops.forward_flops[blocks].sum()
+                                              / flops.forward),
            "memory_gpu": gpu, "modes": {}}
     print(f"llm_memory: {cfg.name} {cfg.parameter_count / 1e9:.3f} B params, seq {cfg.seq} "
           f"x micro-batch {cfg.micro_batch}, flash={args.flash}, precision="
