@@ -50,6 +50,10 @@ DEFAULT_BUCKET_CAPS = (0.0, 1.0, 5.0, 25.0, 100.0)
 """The ``bucket_cap_mb`` sweep [MiB]: one bucket per tensor, DDP's 25 MiB default, and
 caps on either side of it."""
 
+_ONE_BYTE_MB = 2.0 ** -20
+"""The cap DDP is given for 0 [MiB]: one byte, so every tensor is a bucket of its own
+(torch 2.11's DDP refuses ``bucket_cap_mb=0``; 2.13 takes it to mean the same)."""
+
 _BOOTSTRAP = 2000
 """Bootstrap resamples of the rounds for the intervals of :meth:`WrapperMeasurement.fit`."""
 
@@ -286,7 +290,7 @@ def measure_wrapper(model="mlp", *, batch_size=32, bucket_caps=DEFAULT_BUCKET_CA
         twin = copy.deepcopy(net)
         settings.append((cap, torch.nn.parallel.DistributedDataParallel(
             twin, device_ids=[device.index] if device.type == "cuda" else None,
-            bucket_cap_mb=cap, process_group=group)))
+            bucket_cap_mb=cap or _ONE_BYTE_MB, process_group=group)))
     opts = [torch.optim.SGD(m.parameters(), lr=lr) for _, m in settings]
 
     def step(i):
