@@ -93,6 +93,11 @@ class WrapperMeasurement:
         Mixed-precision dtype of forward and loss [-].
     provenance : dict
         Versions, date and timer [-].
+    host : numpy.ndarray or None
+        Per setting (plain first, then each cap) and timed round, the host's time to
+        issue the iteration: from its start to the return of the optimizer step, before
+        the closing synchronisation (on a GPU the work the host queued may still run;
+        on the CPU it is the iteration) [s].
     """
 
     model: str
@@ -105,6 +110,7 @@ class WrapperMeasurement:
     backend: str
     amp: str | None = None
     provenance: dict = attrs.field(factory=dict)
+    host: np.ndarray | None = None
 
     @property
     def differences(self) -> np.ndarray:
@@ -197,6 +203,7 @@ class WrapperMeasurement:
                 "buckets": np.asarray(self.buckets).astype(int).tolist(),
                 "plain_seconds": np.asarray(self.plain).tolist(),
                 "wrapped_seconds": np.asarray(self.wrapped).tolist(),
+                "host_seconds": None if self.host is None else np.asarray(self.host).tolist(),
                 "fit": self.fit(), "provenance": dict(self.provenance)}
 
     def __str__(self):
@@ -302,10 +309,11 @@ def measure_wrapper(model="mlp", *, batch_size=32, bucket_caps=DEFAULT_BUCKET_CA
             loss = loss_fn(m(x), y)
         loss.backward()
         opt.step()
+        issued = time.perf_counter() - t0
         sync()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, issued
 
-    times = _rounds(step, len(settings), warmup, iterations, progress)
+    times, host = _rounds(step, len(settings), warmup, iterations, progress)
     buckets = [_bucket_count(m) for _, m in settings[1:]]
     prov = {"torch": torch.__version__, "timer": "time.perf_counter around synchronized "
             "iterations", "warmup": warmup, "iterations": iterations,
@@ -313,25 +321,27 @@ def measure_wrapper(model="mlp", *, batch_size=32, bucket_caps=DEFAULT_BUCKET_CA
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     return WrapperMeasurement(model=model, batch_size=batch_size,
                               bucket_caps=np.array(caps), buckets=np.array(buckets),
-                              plain=times[0], wrapped=times[1:],
+                              plain=times[0], wrapped=times[1:], host=host,
                               device=device_name(device), backend=backend, amp=amp,
                               provenance=prov)
 
 
 def _rounds(step, settings, warmup, iterations, progress):
     """``warmup`` + ``iterations`` rounds of one iteration per setting, the order rotated
-    each round; the timed rounds' times, ``(settings, iterations)`` [s]."""
+    each round; the timed rounds' iteration times and the host's issue times, each
+    ``(settings, iterations)`` [s]."""
     out = np.empty((settings, iterations))
+    issued = np.empty((settings, iterations))
     for r in range(warmup + iterations):
         for j in range(settings):
             i = (r + j) % settings
             t = step(i)
             if r >= warmup:
-                out[i, r - warmup] = t
+                out[i, r - warmup], issued[i, r - warmup] = t
         if progress:
             print(f"[scalemodel.calibrate] wrapper round {r + 1}/{warmup + iterations}"
                   f"{' (warm-up)' if r < warmup else ''}", file=sys.stderr, flush=True)
-    return out
+    return out, issued
 
 
 def _bucket_count(ddp) -> int:

@@ -1,0 +1,152 @@
+"""The data-parallel wrapper's own costs on one H200: the bucket model and the transfer of
+the framework terms from one model to the others (issue 17, item 3).
+
+Data: ``calibration/results/h200/framework`` (its README): eight models / precisions, each
+trained on one H200 plain and under DDP at ``bucket_cap_mb`` 0, 1, 5, 25 and 100 in 20
+rotated rounds (:mod:`scalemodel.calibrate.wrapper`), with DDP's own bucket counts.
+
+Three checks, printed per measurement:
+
+1. **Bucket counts.** DDP's reported count at every cap against
+   :class:`scalemodel.fusion.DDPBuckets` on the measured profile, with the 1 MiB first
+   bucket (scalemodel's default, torch 1.x's behaviour, which the published DDP data
+   used) and with the first bucket at the cap (torch >= 2.x when ``bucket_cap_mb`` is
+   given: ``BucketCapacityConfig.create`` keeps 1 MiB only for the default).
+2. **The line** :math:`T^\\text{DDP} - T = t_w + K c_b` (eq. ``wrapper-fit``): its two
+   values with bootstrap 95 % intervals and its largest residual; beside it what
+   :func:`scalemodel.fit_cluster` makes of the same runs.
+3. **Transfer.** Calibrated on ONE model's sweep (its :math:`t_w, c_b`), predict every
+   other model's DDP iteration at every cap, :math:`\\tilde T_B + t_w + K_B c_b` (its
+   measured plain time and DDP's bucket count); error = predicted / measured - 1.
+   Baseline "no wrapper cost": the plain time itself (what the model predicted before
+   these terms).
+
+Run from the repository root: ``python benchmarks/validate_framework.py`` (a few seconds;
+writes ``benchmarks/results/validate_framework.txt`` unless ``--no-write``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+
+import scalemodel as sm  # noqa: E402
+from scalemodel.fusion import DDPBuckets  # noqa: E402
+from scalemodel.model import Scenario  # noqa: E402
+
+DATA = ROOT / "calibration" / "results" / "h200" / "framework"
+OUT = ROOT / "benchmarks" / "results" / "validate_framework.txt"
+
+
+def load():
+    """Per measurement: name, the wrapper JSON, the profile."""
+    out = []
+    for path in sorted(DATA.glob("*.wrapper.json")):
+        name = path.name[: -len(".wrapper.json")]
+        out.append((name, json.loads(path.read_text()),
+                    sm.load_profile(DATA / f"{name}.profile.json")))
+    return out
+
+
+def bucket_counts(profile, caps, first_at_cap):
+    ks = []
+    for cap in caps:
+        c = cap * 2.0**20 if cap else 1.0  # 0: one byte, every tensor its own bucket
+        fusion = DDPBuckets(cap_bytes=c, first_bucket_bytes=c if first_at_cap else 2.0**20)
+        ks.append(len(Scenario.build(profile, fusion=fusion).buckets))
+    return ks
+
+
+def fitted(name):
+    """fit_cluster on the measurement's runs: (iteration_overhead, bucket_overhead) [s]."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster(DATA / f"{name}.wrapper-runs.csv")
+    return (fit.cluster.iteration_overhead, fit.cluster.bucket_overhead)
+
+
+def medians(d):
+    return (float(np.median(d["plain_seconds"])),
+            np.median(np.asarray(d["wrapped_seconds"]), axis=1))
+
+
+def transfer(rows):
+    """Per source: |errors| of every other measurement's rows, and the baseline's."""
+    out = {}
+    for src, d_src, _ in rows:
+        t_w, c_b = d_src["fit"]["iteration_overhead"], d_src["fit"]["bucket_overhead"]
+        errs = []
+        for dst, d, _ in rows:
+            if dst == src:
+                continue
+            plain, wrapped = medians(d)
+            pred = plain + t_w + np.asarray(d["buckets"], float) * c_b
+            errs += list(pred / wrapped - 1)
+        out[src] = np.abs(errs)
+    base = []
+    for _, d, _ in rows:
+        plain, wrapped = medians(d)
+        base += list(plain / wrapped - 1)
+    return out, np.abs(base)
+
+
+def main(argv=None):
+    from _report import Report, parser
+    args = parser(__doc__, "print only; do not rewrite benchmarks/results/"
+                  "validate_framework.txt").parse_args(argv)
+    rep = Report()
+    rows = load()
+    rep.say("The data-parallel wrapper on one H200 (PyTorch 2.11, NCCL, one rank): "
+            "calibration/results/h200/framework", "",
+            "1. Bucket counts at bucket_cap_mb 0 / 1 / 5 / 25 / 100: DDP's own, and "
+            "DDPBuckets with a 1 MiB first bucket and with the first bucket at the cap")
+    exact_first, exact_cap = 0, 0
+    for name, d, prof in rows:
+        caps = d["bucket_caps_mb"]
+        one, cap = bucket_counts(prof, caps, False), bucket_counts(prof, caps, True)
+        exact_first += sum(a == b for a, b in zip(one, d["buckets"]))
+        exact_cap += sum(a == b for a, b in zip(cap, d["buckets"]))
+        rep.say(f"  {name:<16} DDP {d['buckets']}  1 MiB first {one}  first at cap {cap}")
+    total = sum(len(d["buckets"]) for _, d, _ in rows)
+    rep.say(f"  exact: {exact_first} of {total} with a 1 MiB first bucket, {exact_cap} of "
+            f"{total} with the first bucket at the cap", "",
+            "2. The line T_DDP - T = t_w + K c_b (bootstrap 95 % intervals) and "
+            "fit_cluster on the same runs",
+            f"  {'measurement':<16} {'plain':>8} {'t_w [ms]':>22} {'c_b [us]':>20} "
+            f"{'max resid':>9} {'fit_cluster t_w, c_b':>24}")
+    for name, d, _ in rows:
+        f = d["fit"]
+        wlo, whi = f["iteration_overhead_interval"]
+        blo, bhi = f["bucket_overhead_interval"]
+        ft_w, fc_b = fitted(name)
+        rep.say(f"  {name:<16} {f['plain_median'] * 1e3:6.1f}ms "
+                f"{f['iteration_overhead'] * 1e3:6.2f} [{wlo * 1e3:5.2f}, {whi * 1e3:5.2f}] "
+                f"{f['bucket_overhead'] * 1e6:6.1f} [{blo * 1e6:5.1f}, {bhi * 1e6:5.1f}] "
+                f"{max(map(abs, f['residuals'])) * 1e3:6.2f}ms "
+                f"{ft_w * 1e3:9.2f} ms, {fc_b * 1e6:5.1f} us")
+    by_src, base = transfer(rows)
+    rep.say("", "3. Transfer: calibrated on one measurement, every other one's DDP "
+            "iterations predicted (35 rows each)",
+            f"  {'calibrated on':<16} {'median |err|':>12} {'largest':>9}")
+    meds = []
+    for src, e in by_src.items():
+        meds.append(np.median(e))
+        rep.say(f"  {src:<16} {100 * np.median(e):11.1f} % {100 * e.max():8.1f} %")
+    rep.say(f"  {'no wrapper cost':<16} {100 * np.median(base):11.1f} % "
+            f"{100 * base.max():8.1f} %  (the plain time as the prediction, all 40 rows)",
+            f"  median over sources of the median |err|: {100 * np.median(meds):.1f} %", "",
+            rep.elapsed_line())
+    if not args.no_write:
+        rep.write(OUT)
+
+
+if __name__ == "__main__":
+    main()
