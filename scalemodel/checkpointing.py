@@ -25,14 +25,43 @@ Three policies, each applied to the transformer blocks (``layers.<i>``) only:
 Memory per layer (Korthikanti et al., "Reducing Activation Recomputation in Large
 Transformer Models", MLSys 2023, arXiv:2205.05198, Sec. 4.1 and 5, no tensor or
 sequence parallelism, 16-bit activations; ``s`` sequence, ``b`` micro-batch, ``h``
-width, ``a`` heads):
+width, ``a`` heads). Their :math:`34\,sbh + 5as^2b` is the count, tensor by tensor, of
+what a GPT layer (LayerNorm, a plain :math:`4h` feed-forward with GeLU, dropout) keeps
+for backward. The same count for the layer the config describes
+(:func:`activation_units`; :math:`\rho` the key/value heads over the heads, :math:`f`
+the feed-forward width, :math:`\delta` = 1 with dropout, else 0) is
+
+.. math::
+   :label: layer-activations
+
+   \underbrace{4}_{\text{norm inputs}} + \underbrace{2}_{QKV\ \text{input}}
+   + \underbrace{2 + 4\rho}_{Q,\,K,\,V} + \underbrace{2}_{\text{attention out}}
+   + \underbrace{2}_{\text{FFN input}}
+   + \underbrace{(8\ \text{gated} \mid 4\ \text{plain})\,f/h}_{\text{FFN}}
+   + \underbrace{2\delta}_{\text{dropout masks}}
+   \quad [sbh] \; + \; (2 + 3\delta)\,as^2b \ \text{without flash attention},
+
+where a plain feed-forward keeps its activation function's input and output (:math:`2f`
+each, 16-bit) and a gated one (SwiGLU) the gate, the up projection, the activation of the
+gate and the product (:math:`4 \times 2f`); without flash attention the softmax output
+(:math:`2as^2b`) and, with dropout, its mask and output (:math:`3as^2b`). For GPT
+(:math:`\rho = 1`, :math:`f = 4h`, plain, dropout) it is Korthikanti et al.'s
+:math:`34\,sbh + 5as^2b` exactly; for Llama-style layers (SwiGLU with :math:`f \approx
+2.69h`, no dropout) :math:`37.5\,sbh + 2as^2b`: the peaks of a measured H200 run without
+checkpointing are then within 0.7 %, with and without flash attention, where GPT's count
+was 5 % low and 23 % high (``calibration/results/h200``; :ref:`the measured peaks
+<memory-measured>`).
+Written :math:`R + S`, the replicated part :math:`R = 8 + 2\delta` (norm, QKV and FFN
+inputs, dropout masks) and the part :math:`S` a tensor-parallel group splits, it is
+their Table 2 with tensor parallelism (:math:`10 + 24/t` for GPT).
 
 ================================= ===========================================================
 policy                            bytes per layer
 ================================= ===========================================================
-none, no flash attention          :math:`sbh\,(34 + 5as/h)` (eq. 1 of the paper)
-none, flash attention             :math:`34\,sbh` (the :math:`5as^2b` score terms are not stored)
-selective, no flash attention     :math:`34\,sbh` (Sec. 5: the :math:`5as^2b` term is recomputed)
+none, no flash attention          :math:`sbh\,(R + S) + (2 + 3\delta)as^2b` (eq. 1 of the
+                                  paper for GPT)
+none, flash attention             :math:`sbh\,(R + S)` (the score terms are not stored)
+selective, no flash attention     :math:`sbh\,(R + S)` (Sec. 5: the score terms are recomputed)
 selective, flash attention        :math:`2sb\,(h + d_{attn} + \sum_{\text{saved mm}} d_{out})`:
                                   the layer's input, the attention output, and the outputs of
                                   the 1st, 3rd, 5th, ... matrix multiply (q, v, gate/up, down
@@ -116,7 +145,8 @@ import numpy as np
 from .exceptions import InvalidParameterError, ParameterTypeError
 
 __all__ = ["Checkpointing", "CHECKPOINTING_MODES", "resolve_checkpointing",
-           "layer_activation_bytes", "activation_bytes", "LOSS_BYTES_PER_LOGIT",
+           "activation_units", "layer_activation_bytes", "activation_bytes",
+           "LOSS_BYTES_PER_LOGIT",
            "LOSS_KERNELS", "FUSED_LOSS_BYTES_PER_LOGIT", "FUSED_LOSS_BYTES_PER_TOKEN",
            "canonical_loss", "loss_tensor_bytes", "loss_bytes", "HELD_LOGIT_BYTES",
            "recompute_fraction", "with_recompute"]
@@ -286,6 +316,27 @@ def _layer_matmuls(cfg):
     return mms
 
 
+def activation_units(cfg) -> tuple:
+    """The per-layer activation count of eq. :eq:`layer-activations`.
+
+    Parameters
+    ----------
+    cfg : TransformerConfig
+        The model [-].
+
+    Returns
+    -------
+    tuple of float
+        ``(R, S, A)``: bytes per :math:`sbh` kept by every tensor-parallel rank (``R``)
+        and split over them (``S``), and bytes per :math:`as^2b` of the attention scores
+        without flash attention (``A``) [bytes].
+    """
+    d = 1.0 if cfg.dropout else 0.0
+    rho = cfg.kv_heads / cfg.heads
+    ffn = (8.0 if cfg.gated_ffn else 4.0) * cfg.ffn / cfg.hidden
+    return 8.0 + 2.0 * d, 4.0 + 4.0 * rho + ffn, 2.0 + 3.0 * d
+
+
 def layer_activation_bytes(cfg, mode, flash_attention=True) -> float:
     """Activation bytes one layer keeps for backward under ``mode``.
 
@@ -305,13 +356,14 @@ def layer_activation_bytes(cfg, mode, flash_attention=True) -> float:
     """
     s, b, h, a = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.heads
     sbh = float(s) * b * h
-    none = sbh * (34.0 + (0.0 if flash_attention else 5.0 * a * s / h))
+    r, split, score = activation_units(cfg)
+    none = sbh * (r + split + (0.0 if flash_attention else score * a * s / h))
     if mode == "none":
         return none
     if mode == "full":
         return ACTIVATION_BYTES * sbh
     if not flash_attention:  # Korthikanti's selective recompute: the score terms go
-        return 34.0 * sbh
+        return (r + split) * sbh
     saved = cfg.hidden + cfg.heads * cfg.head_dim  # the layer input, the attention output
     saved += sum(out for i, (_, out) in enumerate(_layer_matmuls(cfg)) if i % 2 == 0)
     return min(none, ACTIVATION_BYTES * float(s) * b * saved)

@@ -107,6 +107,30 @@ def _flag(config, key, default):
     return value
 
 
+_DROPOUT_KEYS = {  # the block's dropout probabilities of each family, and their defaults
+    "gpt2": (("resid_pdrop", "attn_pdrop"), 0.1),
+    "bert": (("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1),
+    "gpt_neox": (("hidden_dropout", "attention_dropout"), 0.0),
+    "falcon": (("hidden_dropout", "attention_dropout"), 0.0),
+}
+_LLAMA_DROPOUT = (("attention_dropout",), 0.0)
+
+
+def _dropout(config, family) -> bool:
+    """Whether the blocks apply dropout: any of the family's probabilities above 0
+    (absent: the family's default in ``transformers``); a value that is not a number in
+    [0, 1] refused by name [-]."""
+    keys, default = _DROPOUT_KEYS.get(family, _LLAMA_DROPOUT)
+    on = False
+    for key in keys:
+        p = config.get(key, default)
+        p = default if p is None else p
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise InvalidParameterError(f"config.{key}", p, "a dropout probability in [0, 1]")
+        on = on or p > 0
+    return on
+
+
 def _check_head_dim(config, hidden, heads):
     hd = _whole("head_dim", config.get("head_dim"))
     if hd is not None and heads and hd * heads != hidden:
@@ -188,6 +212,7 @@ def config_kwargs(config: dict) -> dict:
                             f"(+{hidden + 2 * kv * (hidden // heads)} parameters per block)")
     if family != "llama" and family != "qwen2" and family != "gemma":
         _check_head_dim(config, kw["hidden"], kw["heads"])
+    kw["dropout"] = _dropout(config, family)
     for key in ("num_experts", "num_local_experts", "moe_num_experts"):
         if config.get(key):
             raise InvalidParameterError(f"config.{key}", config[key], "mixture-of-experts "

@@ -28,8 +28,11 @@
 * **activations**, from the transformer's shape (Korthikanti et al., "Reducing
   Activation Recomputation in Large Transformer Models", MLSys 2023, arXiv:2205.05198,
   Sec. 4.1, no tensor or sequence parallelism): per layer
-  :math:`sbh(34 + 5as/h)` bytes with 16-bit activations (:math:`34 sbh` with
-  ``flash_attention=True``, the default, which keeps no score matrix), where ``s`` is the sequence,
+  :math:`sbh(34 + 5as/h)` bytes with 16-bit activations for their GPT layer, counted
+  tensor by tensor for the layer the config describes (SwiGLU, grouped-query attention,
+  dropout or not: eq. :eq:`layer-activations`, :func:`scalemodel.checkpointing.activation_units`;
+  :math:`37.5 sbh` for a Llama 2 layer); no score term with
+  ``flash_attention=True``, the default, which keeps no score matrix. ``s`` is the sequence,
   ``b`` the micro-batch, ``h`` the width and ``a`` the heads. With full activation
   checkpointing only each layer's input, :math:`2sbh` bytes, is kept, plus one layer's
   full activations while it is recomputed (Sec. 4.2); ``"selective"`` and fractions of
@@ -138,7 +141,8 @@ import warnings
 import attrs
 import numpy as np
 
-from .checkpointing import activation_bytes, canonical_loss, resolve_checkpointing
+from .checkpointing import (activation_bytes, activation_units, canonical_loss,
+                            resolve_checkpointing)
 from .exceptions import (HostMemoryError, InvalidParameterError, ModelWarning,
                          ParameterTypeError, ScalemodelError, UnknownNameError)
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
@@ -422,7 +426,11 @@ def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
     Per layer, 16-bit activations (Korthikanti et al., "Reducing Activation Recomputation
     in Large Transformer Models", MLSys 2023, arXiv:2205.05198, Sec. 4.2.1-4.2.2 and
     Table 2; the score term :math:`5as/(ht)` is dropped under flash attention, which
-    stores no score matrix, as without tensor parallelism):
+    stores no score matrix, as without tensor parallelism). The table's numbers are
+    their GPT layer's; for the layer at hand the :math:`10` is the replicated part
+    :math:`R`, the :math:`24` the split part :math:`S` and the :math:`5` the score bytes
+    :math:`A` of eq. :eq:`layer-activations`
+    (:func:`scalemodel.checkpointing.activation_units`):
 
     ========================== ================================= ===========================
     checkpointing              tensor parallelism :math:`t`      with sequence parallelism
@@ -476,8 +484,10 @@ def model_parallel_activations(cfg, ck, mp, loss="unfused") -> float:
     t = mp.tp
     s, b, h, a = float(cfg.seq), float(cfg.micro_batch), float(cfg.hidden), float(cfg.heads)
     sbh = s * b * h
-    score = 0.0 if ck.flash_attention else 5.0 * a * s / (h * t)
-    kept = 34.0 / t if mp.sequence_parallel else 10.0 + 24.0 / t  # Table 2
+    r, split, per_score = activation_units(cfg)
+    score = 0.0 if ck.flash_attention else per_score * a * s / (h * t)
+    # Table 2 (GPT: 34/t with sequence parallelism, else 10 + 24/t), eq. (layer-activations)
+    kept = (r + split) / t if mp.sequence_parallel else r + split / t
     none = sbh * (kept + score)
     layers = cfg.layers // mp.pp
     if ck.mode == "none":
@@ -1138,19 +1148,22 @@ def _activations_and_buffers(cfg, ck, mp, strategy, pb, gb, one, buffers, notes,
         from .parallel import in_flight_chunks
 
         notes.append(f"tp={mp.tp} x pp={mp.pp}: 1/{mp.size} of the model state per GPU;"
-                     + (" activations sbh(34/t + 5as/(ht)) per layer (Korthikanti et al., "
-                        "Table 2, with sequence parallelism)" if mp.sequence_parallel else
-                        " activations sbh(10 + 24/t + 5as/(ht)) per layer (Korthikanti et "
-                        "al., Table 2, no sequence parallelism)")
+                     + (" activations sbh((R + S)/t + A as/(ht)) per layer (Korthikanti et "
+                        "al., Table 2, with sequence parallelism; GPT: R + S = 34, A = 5)"
+                        if mp.sequence_parallel else
+                        " activations sbh(R + S/t + A as/(ht)) per layer (Korthikanti et "
+                        "al., Table 2, no sequence parallelism; GPT: R = 10, S = 24, A = 5)")
                      + ", the first stage keeping "
                      + (f"{min(mp.pp, mp.microbatches)} micro-batch(es) of its layers"
                         if mp.virtual_stages == 1 else
                         f"{in_flight_chunks(mp)} chunks of "
                         f"{cfg.layers // (mp.pp * mp.virtual_stages)} layers in flight "
                         f"(interleaved 1F1B, {mp.virtual_stages} chunks per stage)"))
-    notes.append("activations: Korthikanti et al. arXiv:2205.05198, sbh(34 + 5as/h) per "
-                 "layer" + (" without the 5as/h score term (flash attention)"
-                            if ck.flash_attention else "")
+    r, split, score = activation_units(cfg)
+    notes.append("activations: Korthikanti et al. arXiv:2205.05198 counted for this layer, "
+                 f"sbh({r + split:g} + {score:g}as/h) per layer"
+                 + (f" without the {score:g}as/h score term (flash attention)"
+                    if ck.flash_attention else "")
                  + f"; checkpointing {ck.describe()} (scalemodel.checkpointing)"
                  + {"unfused": "; loss peak 12sbV (unfused cross_entropy: three fp32 sbV "
                                "tensors)",

@@ -196,6 +196,9 @@ class TransformerConfig:
         A dense layer + norm before the output projection (BERT's MLM head) [-].
     head_bias : bool
         The output projection has a bias (BERT's MLM decoder) [-].
+    dropout : bool
+        The blocks apply dropout (GPT-2 and BERT, p = 0.1): its masks are stored for
+        backward (:mod:`scalemodel.checkpointing`). Llama-style models have none [-].
     name : str
         A label [-].
 
@@ -229,6 +232,7 @@ class TransformerConfig:
     final_norm: bool = attrs.field(default=True, validator=_bool)
     head_transform: bool = attrs.field(default=False, validator=_bool)
     head_bias: bool = attrs.field(default=False, validator=_bool)
+    dropout: bool = attrs.field(default=False, validator=_bool)
     name: str = ""
 
     def __attrs_post_init__(self):
@@ -505,14 +509,15 @@ def _bert(layers, hidden, heads, ffn, batch, seq):
                              seq=seq, micro_batch=batch, dtype="fp32", tied_embeddings=True,
                              gated_ffn=False, norm="layernorm", bias=True, prenorm=False,
                              learned_positions=512, token_types=2, embedding_norm=True,
-                             final_norm=False, head_transform=True, head_bias=True)
+                             final_norm=False, head_transform=True, head_bias=True,
+                             dropout=True)
 
 
 def _gpt2(batch, seq):
     return TransformerConfig(layers=12, hidden=768, heads=12, ffn=3072, vocab=50257, seq=seq,
                              micro_batch=batch, dtype="fp32", tied_embeddings=True,
                              gated_ffn=False, norm="layernorm", bias=True,
-                             learned_positions=1024)
+                             learned_positions=1024, dropout=True)
 
 
 MEASURED_CONFIGS = {

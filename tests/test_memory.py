@@ -5,6 +5,7 @@ import pytest
 
 import scalemodel as sm
 from scalemodel.memory import canonical_sharding
+from helpers_activations import hand_units
 
 PSI = sm.llm_config("llama-2-7b").parameter_count
 
@@ -64,14 +65,16 @@ def test_vectorized_over_n():
 def test_activations_follow_korthikanti_et_al():
     cfg = sm.llm_config("llama-2-13b", seq=2048, micro_batch=2)
     s, b, h, a, L, V = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.heads, cfg.layers, cfg.vocab
-    layer = s * b * h * (34 + 5 * a * s / h)
+    rep, split, score = hand_units(cfg)  # GPT: 10, 24, 5; Llama: no dropout, SwiGLU
+    layer = s * b * h * (rep + split + score * a * s / h)
     plain = sm.memory(cfg, 8, sharding="zero3", flash_attention=False)
     assert plain.parts["activations"] == pytest.approx(L * layer + 12 * s * b * V)
     ckpt = sm.memory(cfg, 8, sharding="zero3", flash_attention=False,
                      activation_checkpointing=True)
     assert ckpt.parts["activations"] == pytest.approx(2 * s * b * h * L + layer + 12 * s * b * V)
     flash = sm.memory(cfg, 8, sharding="zero3")
-    assert flash.parts["activations"] == pytest.approx(L * 34 * s * b * h + 12 * s * b * V)
+    assert flash.parts["activations"] == pytest.approx(L * (rep + split) * s * b * h
+                                                       + 12 * s * b * V)
     assert ckpt.parts["activations"] < flash.parts["activations"] < plain.parts["activations"]
     # micro_batch and seq override the config's
     more = sm.memory(cfg, 8, sharding="zero3", micro_batch=4)

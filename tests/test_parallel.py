@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import scalemodel as sm
+from helpers_activations import hand_units
 
 CONFIG = {"layers": 24, "hidden": 2048, "heads": 16, "seq": 2048, "micro_batch": 2,
           "dtype": "bf16"}
@@ -163,7 +164,8 @@ def test_memory_of_one_gpu_of_the_job():
         est = sm.memory("llama-2-13b", 320, tp=tp, pp=pp, microbatches=m)
         for part in ("parameters", "gradients", "optimizer"):
             assert est.parts[part] == pytest.approx(plain.parts[part] / (tp * pp), rel=1e-12)
-        layer = s * b * h * (10 + 24 / tp)  # Korthikanti et al., flash attention
+        rep, split, _ = hand_units(sm.llm_config("llama-2-13b"))  # GPT: 10, 24
+        layer = s * b * h * (rep + split / tp)  # Korthikanti et al., flash attention
         stage = layer * L / pp
         logits = LOSS_BYTES_PER_LOGIT * s * b * V / tp
         expected = (stage + logits if pp == 1

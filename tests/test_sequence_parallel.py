@@ -6,7 +6,8 @@ Memory: each layer's activations against a hand count from Korthikanti et al.'s 
 arXiv:2205.05198), written out here from the table's rows, not from the library:
 tensor parallelism sbh(10 + 24/t + 5as/(ht)), with sequence parallelism sbh(34/t +
 5as/(ht)), selective recompute sbh(10 + 24/t) / 34 sbh/t, the full checkpoint's stored
-input 2sbh / 2sbh/t. Time: the tensor-parallel collectives of a layer with sequence
+input 2sbh / 2sbh/t; the 10, 24 and 5 for the layer at hand from the tensor-by-tensor
+count of tests/helpers_activations.py (GPT's are those numbers). Time: the tensor-parallel collectives of a layer with sequence
 parallelism are a reduce-scatter and an all-gather, each written out here in the ring
 alpha-beta model ((t - 1) steps of S/t bytes), whose sum is the all-reduce's time.
 """
@@ -35,13 +36,16 @@ def cfg_of(model=MODEL):
 def hand_activations(cfg, t, sp, ck, flash, pp=1, m=1):
     """Korthikanti et al. Table 2 per layer, written out; the unfused loss 12 sbV/t on
     the vocabulary-parallel logits; one layer's difference while it is recomputed."""
+    from helpers_activations import hand_units
     s, b, h, a = cfg.seq, cfg.micro_batch, cfg.hidden, cfg.heads
     sbh = float(s) * b * h
-    score = 0.0 if flash else 5.0 * a * s / (h * t)
+    rep, split, per_score = hand_units(cfg)  # GPT: 10, 24, 5
+    score = 0.0 if flash else per_score * a * s / (h * t)
     if sp:
-        none, selective, stored = sbh * (34 / t + score), sbh * 34 / t, 2 * sbh / t
+        whole = (rep + split) / t
+        none, selective, stored = sbh * (whole + score), sbh * whole, 2 * sbh / t
     else:
-        none, selective = sbh * (10 + 24 / t + score), sbh * (10 + 24 / t)
+        none, selective = sbh * (rep + split / t + score), sbh * (rep + split / t)
         stored = 2 * sbh
     layers = cfg.layers // pp
     loss = 12.0 * s * b * cfg.vocab / t
@@ -99,7 +103,8 @@ def test_interleaved_chunks_scale_the_split_layers():
     # the first stage of interleaved 1F1B keeps p v + p - 1 chunks of L / (p v) layers
     kw = dict(tp=4, pp=4, microbatches=8, virtual_stages=2, activation_checkpointing="none")
     cfg = cfg_of()
-    layer = float(cfg.seq) * cfg.micro_batch * cfg.hidden * 34 / 4
+    from helpers_activations import hand_units
+    layer = float(cfg.seq) * cfg.micro_batch * cfg.hidden * sum(hand_units(cfg)[:2]) / 4
     want = (4 * 2 + 4 - 1) * layer * cfg.layers / 8
     assert act(sequence_parallel=True, **kw) == pytest.approx(want, rel=1e-12)
 

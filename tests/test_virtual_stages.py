@@ -188,8 +188,10 @@ CFG = sm.TransformerConfig(layers=48, hidden=2048, heads=16, ffn=5632, vocab=102
 def layer_bytes(t, checkpointing):
     """Korthikanti et al.'s per-layer bytes with flash attention: sbh(10 + 24/t), or the
     2sbh layer input under full checkpointing (written out here, not imported)."""
+    from helpers_activations import hand_units
     sbh = 2048 * 1 * 2048
-    return 2.0 * sbh if checkpointing == "full" else sbh * (10 + 24 / t)
+    rep, split, _ = hand_units(CFG)  # GPT: 10 and 24
+    return 2.0 * sbh if checkpointing == "full" else sbh * (rep + split / t)
 
 
 @pytest.mark.parametrize("t,p,v,m,ck", [
