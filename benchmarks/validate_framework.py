@@ -98,6 +98,36 @@ def transfer(rows):
     return out, np.abs(base)
 
 
+REPEAT = ROOT / "calibration" / "results" / "h200" / "framework-repeat"
+
+
+def host_transfer(meas):
+    """Per source: |errors| of eq. (host-bound) calibrated on the source's sweep
+    (:meth:`WrapperMeasurement.host_fit`) for every other measurement's DDP iterations,
+    given their plain iteration and host times; and the same for the constant costs."""
+    from scalemodel.framework import wrapped_iteration_time
+    out, const = {}, {}
+    for src, m_src in meas.items():
+        h = m_src.host_fit()
+        line = m_src.fit()
+        e, c = [], []
+        for dst, m in meas.items():
+            if dst == src:
+                continue
+            f = m.host_fit()  # only its measured plain times and counts are used
+            wrapped = np.median(m.wrapped, axis=1)
+            pred = wrapped_iteration_time(f["iteration_plain"], f["host_plain"],
+                                          f["tensors"], m.buckets, per_tensor=h["per_tensor"],
+                                          per_bucket=h["per_bucket"],
+                                          device_time=h["device_time"])
+            e += list(np.abs(pred / wrapped - 1))
+            pc = f["iteration_plain"] + line["iteration_overhead"] \
+                + np.asarray(m.buckets, float) * line["bucket_overhead"]
+            c += list(np.abs(pc / wrapped - 1))
+        out[src], const[src] = np.array(e), np.array(c)
+    return out, const
+
+
 def main(argv=None):
     from _report import Report, parser
     args = parser(__doc__, "print only; do not rewrite benchmarks/results/"
@@ -142,10 +172,50 @@ def main(argv=None):
         rep.say(f"  {src:<16} {100 * np.median(e):11.1f} % {100 * e.max():8.1f} %")
     rep.say(f"  {'no wrapper cost':<16} {100 * np.median(base):11.1f} % "
             f"{100 * base.max():8.1f} %  (the plain time as the prediction, all 40 rows)",
-            f"  median over sources of the median |err|: {100 * np.median(meds):.1f} %", "",
-            rep.elapsed_line())
+            f"  median over sources of the median |err|: {100 * np.median(meds):.1f} %")
+    host_section(rep, rows)
+    rep.say("", rep.elapsed_line())
     if not args.no_write:
         rep.write(OUT)
+
+
+def host_section(rep, rows):
+    """Section 4: the repeat sweep with the host's issue times (eq. host-bound)."""
+    from scalemodel.calibrate.wrapper import WrapperMeasurement
+    meas = {p.name[: -len(".wrapper.json")]:
+            WrapperMeasurement.from_dict(json.loads(p.read_text()))
+            for p in sorted(REPEAT.glob("*.wrapper.json"))}
+    first = {name: d["fit"] for name, d, _ in rows}
+    rep.say("", "4. The repeat sweep (calibration/results/h200/framework-repeat: another "
+            "machine of the same kind, 16 minutes later, with the host's issue times)",
+            "  the line's values in the two sweeps, and the host's share of the plain "
+            "iteration (host-bound near 1)",
+            f"  {'measurement':<16} {'t_w 1st, 2nd [ms]':>18} {'c_b 1st, 2nd [us]':>18} "
+            f"{'H/T':>5} {'h_p [us]':>18} {'h_b [us]':>18} {'g [ms]':>6}")
+    for name, m in meas.items():
+        f, h = m.fit(), m.host_fit()
+        a = first[name]
+        plo, phi = h["per_tensor_interval"]
+        blo, bhi = h["per_bucket_interval"]
+        rep.say(f"  {name:<16} {a['iteration_overhead'] * 1e3:7.2f} {f['iteration_overhead'] * 1e3:6.2f}"
+                f"    {a['bucket_overhead'] * 1e6:6.1f} {f['bucket_overhead'] * 1e6:6.1f}     "
+                f"{h['host_plain'] / h['iteration_plain']:4.2f} "
+                f"{h['per_tensor'] * 1e6:5.1f} [{plo * 1e6:4.1f}, {phi * 1e6:4.1f}] "
+                f"{h['per_bucket'] * 1e6:5.1f} [{blo * 1e6:4.1f}, {bhi * 1e6:4.1f}] "
+                f"{h['device_time'] * 1e3:6.2f}")
+    by_src, const = host_transfer(meas)
+    rep.say("", "  transfer on the repeat sweep: calibrated on one measurement, the 35 DDP "
+            "iterations of the seven others",
+            f"  {'calibrated on':<16} {'host-bound, eq. (host-bound)':>30} "
+            f"{'constant t_w + K c_b':>24}",
+            f"  {'':<16} {'median':>14} {'largest':>15} {'median':>12} {'largest':>11}")
+    for src in by_src:
+        e, c = by_src[src], const[src]
+        rep.say(f"  {src:<16} {100 * np.median(e):13.1f} % {100 * e.max():13.1f} % "
+                f"{100 * np.median(c):10.1f} % {100 * c.max():9.1f} %")
+    rep.say(f"  median over sources of the median: host-bound "
+            f"{100 * np.median([np.median(e) for e in by_src.values()]):.1f} %, constant "
+            f"{100 * np.median([np.median(c) for c in const.values()]):.1f} %")
 
 
 if __name__ == "__main__":

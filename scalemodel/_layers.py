@@ -29,7 +29,7 @@ LAYERS = (
     ("job", ("parallel", "checkpointing", "offload", "memory", "sharding")),
     ("cluster", ("cluster",)),
     ("compression", ("compressors", "codec_costs")),
-    ("model", ("model", "intervals")),
+    ("model", ("model", "intervals", "framework")),
     ("solvers", ("solvers", "sensitivity", "buckets", "whatif")),
     ("planner", ("planner", "plot")),
     ("calibration", ("runs", "fit_problem", "fit_codec", "fit_transport", "fitting",

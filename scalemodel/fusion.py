@@ -12,7 +12,10 @@ Policies
     for the first bucket (``dist._DEFAULT_FIRST_BUCKET_BYTES``), then ``bucket_cap_mb``
     (25 MiB) for the rest; a bucket may exceed its cap by its last tensor
     (``torch/nn/parallel/distributed.py`` and ``compute_bucket_assignment_by_size`` in
-    ``torch/csrc/distributed/c10d/reducer.cpp``).
+    ``torch/csrc/distributed/c10d/reducer.cpp``). PyTorch 2.x keeps the 1 MiB first
+    bucket only when ``bucket_cap_mb`` is not given (``BucketCapacityConfig.create``);
+    with a cap given, ``DDPBuckets(cap, first_bucket_bytes=cap)`` is what it does: 40 of
+    40 bucket counts DDP reported on an H200 (``benchmarks/validate_framework.py``).
 :class:`HorovodFusion`
     Horovod tensor fusion as modelled by Zhang et al. (arXiv:2006.10103): a fused buffer
     is sent once at least ``cycle_time`` (5 ms, ``HOROVOD_CYCLE_TIME``) of backward compute

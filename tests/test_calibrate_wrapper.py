@@ -184,3 +184,51 @@ def test_wrapper_step_bad_options_are_named_before_measuring(tmp_path, args, wor
     out = _calibrate([*args, "--model", "mlp", "--out", "c.json"], tmp_path, timeout=120)
     assert out.returncode == 2 and words in out.stderr, out.stderr[-2000:]
     assert not list(tmp_path.iterdir())
+
+
+def _made_host(h_p, h_b, tensors, buckets, rounds=30, host_share=0.99, g=0.0, seed=2):
+    """A measurement whose host issue times add P h_p + K h_b to the plain one's and
+    whose iteration times follow eq. (host-bound)."""
+    from scalemodel.framework import wrapped_iteration_time
+    rng = np.random.default_rng(seed)
+    plain = 0.03 * (1 + 0.01 * rng.standard_normal(rounds))
+    k = np.asarray(buckets, float)
+    host_plain = plain * host_share
+    added = tensors * h_p + k[:, None] * h_b
+    host = np.vstack([host_plain, host_plain[None, :] + added])
+    wrapped = wrapped_iteration_time(plain[None, :], host_plain[None, :], tensors,
+                                     k[:, None], per_tensor=h_p, per_bucket=h_b,
+                                     device_time=g)
+    return WrapperMeasurement(model="made", batch_size=8, bucket_caps=np.arange(k.size),
+                              buckets=np.asarray(buckets), plain=plain, wrapped=wrapped,
+                              device="none", backend="none", host=host, tensors=tensors)
+
+
+def test_host_fit_recovers_the_host_costs():
+    m = _made_host(40e-6, 35e-6, 161, [161, 35, 13, 4, 1])
+    h = m.host_fit()
+    assert h["per_tensor"] == pytest.approx(40e-6, rel=1e-9)
+    assert h["per_bucket"] == pytest.approx(35e-6, rel=1e-9)
+    assert h["device_time"] == 0.0  # host-bound at every cap: the GPU's part not seen
+    gpu_bound = _made_host(40e-6, 35e-6, 148, [148, 50, 4], host_share=0.3, g=1.4e-3)
+    assert gpu_bound.host_fit()["device_time"] == pytest.approx(1.4e-3, rel=1e-9)
+
+
+def test_host_fit_needs_host_times_and_two_counts():
+    with pytest.raises(sm.CalibrationError, match="no host issue times"):
+        _made(1e-3, 1e-5, [3, 1]).host_fit()
+    with pytest.raises(sm.CalibrationError, match="one bucket count"):
+        _made_host(4e-5, 3e-5, 10, [1, 1]).host_fit()
+
+
+def test_round_trip_and_the_h200_host_costs():
+    """The JSON gives the measurement back; on the repeat H200 sweep every measurement's
+    host costs lie in tens of microseconds (28-50 us per tensor, 25-50 us per bucket)."""
+    m = _made_host(40e-6, 35e-6, 161, [161, 1])
+    back = WrapperMeasurement.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert back.host_fit() == m.host_fit() and back.fit() == m.fit()
+    for path in sorted((H200.parent / "framework-repeat").glob("*.wrapper.json")):
+        h = WrapperMeasurement.from_dict(json.loads(path.read_text())).host_fit()
+        assert 20e-6 < h["per_tensor"] < 60e-6 and 20e-6 < h["per_bucket"] < 60e-6, path
+    with pytest.raises(sm.CalibrationError, match="not a wrapper measurement"):
+        WrapperMeasurement.from_dict({"model": "x"})

@@ -98,6 +98,8 @@ class WrapperMeasurement:
         issue the iteration: from its start to the return of the optimizer step, before
         the closing synchronisation (on a GPU the work the host queued may still run;
         on the CPU it is the iteration) [s].
+    tensors : int or None
+        Parameter tensors with gradients; None: the bucket count at cap 0 [-].
     """
 
     model: str
@@ -111,6 +113,7 @@ class WrapperMeasurement:
     amp: str | None = None
     provenance: dict = attrs.field(factory=dict)
     host: np.ndarray | None = None
+    tensors: int | None = None
 
     @property
     def differences(self) -> np.ndarray:
@@ -161,6 +164,64 @@ class WrapperMeasurement:
                    residuals=(med - (a + b * k)).tolist())
         return out
 
+    def host_fit(self, confidence=0.95, seed=0) -> dict:
+        """The host's costs of eq. :eq:`host-bound` (:mod:`scalemodel.framework`).
+
+        The wrapper's added host time per cap (paired medians of the host's issue times)
+        is a line in the bucket count, :math:`W = P h_p + K h_b`: its intercept over the
+        :math:`P` tensors is the work per tensor, its slope the work per bucket. The
+        wrapper's work on the GPU, :math:`g`, is the median added iteration time of the
+        caps whose host issue time stays below 75 % of the iteration (GPU-bound); 0 when
+        no cap is (not seen).
+
+        Parameters
+        ----------
+        confidence : float
+            Level of the bootstrap intervals, in (0, 1) [-].
+        seed : int
+            Seed of the bootstrap [-].
+
+        Returns
+        -------
+        dict
+            ``per_tensor``, ``per_bucket``, ``device_time`` [s], the first two with
+            ``*_interval`` pairs [s], ``tensors`` [-], ``host_plain`` and
+            ``iteration_plain`` (medians) [s].
+
+        Raises
+        ------
+        CalibrationError
+            The measurement has no host times, or one bucket count only.
+        """
+        if self.host is None:
+            raise CalibrationError("this wrapper measurement has no host issue times "
+                                   "(recorded since the step measures them): measure again")
+        if not 0 < confidence < 1:
+            raise InvalidParameterError("confidence", confidence, "a number in (0, 1)")
+        k = np.asarray(self.buckets, float)
+        if np.unique(k).size < 2:
+            raise CalibrationError("one bucket count at every cap: the per-bucket and "
+                                   "per-tensor host work cannot be told apart")
+        caps = np.asarray(self.bucket_caps, float)
+        p = float(self.tensors if self.tensors is not None else k[np.argmin(caps)])
+        host = np.asarray(self.host, float)
+        added = host[1:] - host[0][None, :]
+        a, b = _ols(k, np.median(added, axis=1))
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, added.shape[1], size=(_BOOTSTRAP, added.shape[1]))
+        ab, bb = _ols(k, np.median(added[:, idx], axis=2).T)
+        q = [(1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100]
+        it = np.median(self.wrapped, axis=1)
+        gpu_bound = np.median(host[1:], axis=1) < 0.75 * it
+        g = float(np.median(it[gpu_bound] - np.median(self.plain))) if gpu_bound.any() \
+            else 0.0
+        return {"per_tensor": float(a / p), "per_bucket": float(b),
+                "per_tensor_interval": tuple(float(v) / p for v in np.percentile(ab, q)),
+                "per_bucket_interval": tuple(float(v) for v in np.percentile(bb, q)),
+                "device_time": max(g, 0.0), "tensors": int(p),
+                "host_plain": float(np.median(host[0])),
+                "iteration_plain": float(np.median(self.plain)), "confidence": confidence}
+
     def runs(self, model, bw=100e9, uncertainty=None) -> list:
         """The measurement as runs for :func:`scalemodel.fit_cluster`.
 
@@ -204,7 +265,33 @@ class WrapperMeasurement:
                 "plain_seconds": np.asarray(self.plain).tolist(),
                 "wrapped_seconds": np.asarray(self.wrapped).tolist(),
                 "host_seconds": None if self.host is None else np.asarray(self.host).tolist(),
-                "fit": self.fit(), "provenance": dict(self.provenance)}
+                "tensors": self.tensors,
+                "fit": self.fit(), "provenance": dict(self.provenance),
+                "host_fit": None if self.host is None or np.unique(self.buckets).size < 2
+                else self.host_fit()}
+
+    @classmethod
+    def from_dict(cls, data) -> "WrapperMeasurement":
+        """The measurement back from :meth:`to_dict`'s JSON (``<stem>.wrapper.json``).
+
+        Parameters
+        ----------
+        data : dict
+            The parsed file [-].
+        """
+        try:
+            host = data.get("host_seconds")
+            return cls(model=str(data["model"]), batch_size=int(data["batch_size"]),
+                       bucket_caps=np.asarray(data["bucket_caps_mb"], float),
+                       buckets=np.asarray(data["buckets"], int),
+                       plain=np.asarray(data["plain_seconds"], float),
+                       wrapped=np.asarray(data["wrapped_seconds"], float),
+                       device=str(data["device"]), backend=str(data["backend"]),
+                       amp=data.get("amp"), provenance=dict(data.get("provenance") or {}),
+                       host=None if host is None else np.asarray(host, float),
+                       tensors=data.get("tensors"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"not a wrapper measurement: {exc}") from None
 
     def __str__(self):
         f = self.fit()
@@ -322,6 +409,7 @@ def measure_wrapper(model="mlp", *, batch_size=32, bucket_caps=DEFAULT_BUCKET_CA
     return WrapperMeasurement(model=model, batch_size=batch_size,
                               bucket_caps=np.array(caps), buckets=np.array(buckets),
                               plain=times[0], wrapped=times[1:], host=host,
+                              tensors=sum(1 for p in net.parameters() if p.requires_grad),
                               device=device_name(device), backend=backend, amp=amp,
                               provenance=prov)
 
