@@ -58,6 +58,19 @@ _BOOTSTRAP = 2000
 """Bootstrap resamples of the rounds for the intervals of :meth:`WrapperMeasurement.fit`."""
 
 
+def _line(k, samples, confidence, seed):
+    """The line through the per-cap medians of ``samples`` (caps x rounds) against the
+    bucket counts ``k``, and bootstrap intervals over the rounds: ``(a, b, (a_lo, a_hi),
+    (b_lo, b_hi))`` [s]."""
+    a, b = _ols(k, np.median(samples, axis=1))
+    rounds = samples.shape[1]
+    idx = np.random.default_rng(seed).integers(0, rounds, size=(_BOOTSTRAP, rounds))
+    ab, bb = _ols(k, np.median(samples[:, idx], axis=2).T)  # (resamples,) each
+    q = [(1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100]
+    return (float(a), float(b), tuple(float(v) for v in np.percentile(ab, q)),
+            tuple(float(v) for v in np.percentile(bb, q)))
+
+
 def _ols(k, d):
     """Least-squares ``d = a + b k`` along the last axis: ``(a, b)`` [s]."""
     k = np.asarray(k, float)
@@ -151,16 +164,9 @@ class WrapperMeasurement:
                        iteration_overhead_interval=None, bucket_overhead_interval=None,
                        residuals=None)
             return out
-        a, b = _ols(k, med)
-        rng = np.random.default_rng(seed)
-        rounds = d.shape[1]
-        idx = rng.integers(0, rounds, size=(_BOOTSTRAP, rounds))
-        boot = np.median(d[:, idx], axis=2).T  # (resamples, caps)
-        ab, bb = _ols(k, boot)
-        q = [(1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100]
-        out.update(iteration_overhead=float(a), bucket_overhead=float(b),
-                   iteration_overhead_interval=tuple(float(v) for v in np.percentile(ab, q)),
-                   bucket_overhead_interval=tuple(float(v) for v in np.percentile(bb, q)),
+        a, b, a_ci, b_ci = _line(k, d, confidence, seed)
+        out.update(iteration_overhead=a, bucket_overhead=b,
+                   iteration_overhead_interval=a_ci, bucket_overhead_interval=b_ci,
                    residuals=(med - (a + b * k)).tolist())
         return out
 
@@ -206,18 +212,13 @@ class WrapperMeasurement:
         p = float(self.tensors if self.tensors is not None else k[np.argmin(caps)])
         host = np.asarray(self.host, float)
         added = host[1:] - host[0][None, :]
-        a, b = _ols(k, np.median(added, axis=1))
-        rng = np.random.default_rng(seed)
-        idx = rng.integers(0, added.shape[1], size=(_BOOTSTRAP, added.shape[1]))
-        ab, bb = _ols(k, np.median(added[:, idx], axis=2).T)
-        q = [(1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100]
+        a, b, a_ci, b_ci = _line(k, added, confidence, seed)
         it = np.median(self.wrapped, axis=1)
         gpu_bound = np.median(host[1:], axis=1) < 0.75 * it
         g = float(np.median(it[gpu_bound] - np.median(self.plain))) if gpu_bound.any() \
             else 0.0
-        return {"per_tensor": float(a / p), "per_bucket": float(b),
-                "per_tensor_interval": tuple(float(v) / p for v in np.percentile(ab, q)),
-                "per_bucket_interval": tuple(float(v) for v in np.percentile(bb, q)),
+        return {"per_tensor": a / p, "per_bucket": b,
+                "per_tensor_interval": (a_ci[0] / p, a_ci[1] / p), "per_bucket_interval": b_ci,
                 "device_time": max(g, 0.0), "tensors": int(p),
                 "host_plain": float(np.median(host[0])),
                 "iteration_plain": float(np.median(self.plain)), "confidence": confidence}
