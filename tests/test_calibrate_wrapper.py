@@ -232,3 +232,19 @@ def test_round_trip_and_the_h200_host_costs():
         assert 20e-6 < h["per_tensor"] < 60e-6 and 20e-6 < h["per_bucket"] < 60e-6, path
     with pytest.raises(sm.CalibrationError, match="not a wrapper measurement"):
         WrapperMeasurement.from_dict({"model": "x"})
+
+
+@pytest.mark.slow
+def test_wrapper_step_refuses_a_world_of_several_ranks(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
+                          "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                          "-m", "scalemodel.calibrate", "--backend", "gloo", "--steps",
+                          "compute,wrapper", "--model", "mlp", "--out", "c.json"],
+                         cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=240)
+    assert out.returncode != 0
+    assert "single process" in out.stderr and "2 ranks" in out.stderr, out.stderr[-2000:]
+    assert not list(tmp_path.glob("*.json"))
