@@ -44,13 +44,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exceptions import InvalidParameterError
+from .exceptions import InvalidParameterError, ParameterTypeError
 
 __all__ = ["wrapped_iteration_time"]
 
 
-def _times(value, name):
-    a = np.asarray(value, dtype=float)
+def _times(value, name, scalar=False):
+    """``value`` as floats, each finite and >= 0 (one number where ``scalar``)."""
+    try:
+        a = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ParameterTypeError(name, value, "a number" if scalar else
+                                 "a number or an array of numbers") from None
+    if scalar and a.ndim:
+        raise ParameterTypeError(name, value, "a single number")
     if not np.all(np.isfinite(a)) or np.any(a < 0):
         raise InvalidParameterError(name, value, "finite numbers >= 0")
     return a
@@ -87,6 +94,8 @@ def wrapped_iteration_time(iteration_time, host_time, tensors, buckets, *, per_t
     InvalidParameterError
         A negative or non-finite value, or a host time above the iteration time; names
         the parameter and the value.
+    ParameterTypeError
+        A value that is not a number (an array for the three costs); names it.
 
     Examples
     --------
@@ -108,8 +117,8 @@ def wrapped_iteration_time(iteration_time, host_time, tensors, buckets, *, per_t
                                     "host has issued it")
     p = _times(tensors, "tensors")
     k = _times(buckets, "buckets")
-    hp = float(_times(per_tensor, "per_tensor"))
-    hb = float(_times(per_bucket, "per_bucket"))
-    g = float(_times(device_time, "device_time"))
+    hp = float(_times(per_tensor, "per_tensor", scalar=True))
+    hb = float(_times(per_bucket, "per_bucket", scalar=True))
+    g = float(_times(device_time, "device_time", scalar=True))
     out = np.maximum(t + g, h + p * hp + k * hb)
     return float(out) if out.ndim == 0 else out

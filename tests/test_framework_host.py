@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scalemodel.exceptions import InvalidParameterError
+from scalemodel.exceptions import InvalidParameterError, ParameterTypeError
 from scalemodel.framework import wrapped_iteration_time
 
 
@@ -92,4 +92,17 @@ def test_bad_input_is_named(kw, name):
                 per_tensor=1e-5, per_bucket=1e-5)
     args.update(kw)
     with pytest.raises(InvalidParameterError, match=name):
+        wrapped_iteration_time(**args)
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(iteration_time="a"), "iteration_time"),
+    (dict(per_tensor=[1e-5, 2e-5]), "per_tensor"),
+    (dict(device_time="1 ms"), "device_time"),
+])
+def test_bad_types_are_named(kw, name):
+    args = dict(iteration_time=0.02, host_time=0.01, tensors=10, buckets=2,
+                per_tensor=1e-5, per_bucket=1e-5)
+    args.update(kw)
+    with pytest.raises(ParameterTypeError, match=name):
         wrapped_iteration_time(**args)
