@@ -18,6 +18,12 @@ falcon                      ``hidden_size``, ``n_head``   Layer      config  no 
 bert                        ``hidden_size`` and the like  Layer      yes     no     tied, transformed  learned
 ==========================  ============================  =========  ======  =====  =================  =========
 
+Dropout (``TransformerConfig.dropout``, whose masks activation memory counts) is on when
+any of the family's block dropout probabilities is above 0: ``resid_pdrop`` /
+``attn_pdrop`` (GPT-2, default 0.1), ``hidden_dropout_prob`` /
+``attention_probs_dropout_prob`` (BERT, 0.1), ``hidden_dropout`` / ``attention_dropout``
+(GPT-NeoX, Falcon, 0), ``attention_dropout`` (the Llama family, 0).
+
 Details a family has that the config cannot express are listed in a
 :class:`~scalemodel.ModelWarning` (never silently dropped): Qwen2's biases on the
 query, key and value projections only (:math:`(h + 2 d_{kv})` parameters per layer
