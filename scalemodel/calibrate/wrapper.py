@@ -306,6 +306,15 @@ class WrapperMeasurement:
             line += (f"; per bucket {f['bucket_overhead'] * 1e6:.1f} us [{lo * 1e6:.1f}, "
                      f"{hi * 1e6:.1f}], per iteration {f['iteration_overhead'] * 1e3:.3f} ms "
                      f"[{wlo * 1e3:.3f}, {whi * 1e3:.3f}]")
+        if self.host is not None and f["bucket_overhead"] is not None:
+            h = self.host_fit()
+            share = h["host_plain"] / h["iteration_plain"]
+            bound = ("host-bound: DDP's host work shows" if share > 0.75 else
+                     "GPU-bound: the GPU hides DDP's host work")
+            line += (f"; the host issues the plain iteration in {100 * share:.0f} % of it "
+                     f"({bound}); DDP's host work {h['per_tensor'] * 1e6:.1f} us per "
+                     f"tensor and {h['per_bucket'] * 1e6:.1f} us per bucket "
+                     "(scalemodel.framework)")
         return line
 
 
