@@ -19,6 +19,12 @@ the result's ``equivalent`` gives the range of the tied candidates.
 
 Without a per-bucket cost (no cluster, or one whose ``bucket_overhead`` is 0) smaller
 buckets are nearly free and the answer leans to the smallest ones; the message says so.
+
+The candidates keep DDP's 1 MiB first bucket, as PyTorch 1.x always did. PyTorch 2.x keeps
+it only when ``bucket_cap_mb`` is not given; a cap that is passed caps the first bucket too
+(``DDPBuckets(cap, first_bucket_bytes=cap)``, which reproduced 40 of 40 bucket counts DDP
+reported on an H200: ``benchmarks/validate_framework.py``), one bucket fewer than the
+candidate here: not modelled.
 """
 
 from __future__ import annotations
