@@ -114,7 +114,10 @@ class _Problem:
             fusion = r.fusion or settings["fusion"]
             cap = getattr(r, "bucket_cap_mb", None)
             if cap is not None:  # 0: one collective per tensor
-                fusion = DDPBuckets(cap_bytes=float(cap) * 2.0**20) if cap > 0 else "none"
+                first = getattr(r, "first_bucket_mb", None)
+                fusion = DDPBuckets(cap_bytes=float(cap) * 2.0**20,
+                                    first_bucket_bytes=2.0**20 if first is None
+                                    else float(first) * 2.0**20) if cap > 0 else "none"
             wrapped = bool(getattr(r, "wrapped", False)) and r.n == 1
             gkey = (id(r.profile), fusion, r.algorithm or settings["algorithm"],
                     _run_sharding(r), r.n, wrapped)

@@ -30,6 +30,11 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     false (a CSV cell ``true``/``false``/``1``/``0``/``yes``/``no``); default false.
 ``bucket_cap_mb`` [MB]
     The DDP bucket size of this run (0: one collective per tensor); default the fusion's.
+``first_bucket_mb`` [MB]
+    With ``bucket_cap_mb``: the cap of DDP's first bucket. Blank: 1 (``dist.
+    _DEFAULT_FIRST_BUCKET_BYTES``, PyTorch 1.x always, 2.x when no cap was passed);
+    PyTorch 2.x with ``bucket_cap_mb`` passed caps the first bucket at it, and the wrapper
+    step of :mod:`scalemodel.calibrate` writes so.
 ``tokens_per_second_per_gpu`` [tokens/s]
     Instead of ``iteration_time``: the step time is the profile's tokens per optimizer
     step per GPU (micro-batch x sequence x ``grad_accum``; a transformer or LLM profile
@@ -120,7 +125,8 @@ MAX_UNCERTAINTY = 1.0
 
 _RUN_KEYS = {"model", "n", "bw", "scaling_factor", "iteration_time", "single_worker_time",
              "compute_time", "fusion", "algorithm", "uncertainty", "label", "sharding",
-             "grad_accum", "wrapped", "bucket_cap_mb", "tokens_per_second_per_gpu", "shard_group",
+             "grad_accum", "wrapped", "bucket_cap_mb", "first_bucket_mb",
+             "tokens_per_second_per_gpu", "shard_group",
              "compressor", "implementation"}
 
 _TRUE = {"true", "yes", "1", "y", "t", "on"}
@@ -172,6 +178,8 @@ class Run:
     bucket_cap_mb : float or None
         DDP bucket size of this run, 0 for one collective per tensor; None: the
         fusion's default [MB].
+    first_bucket_mb : float or None
+        Cap of DDP's first bucket with ``bucket_cap_mb``; None: 1 [MB].
     tokens_per_second_per_gpu : float or None
         The measured throughput the iteration time was derived from [tokens/s].
     compute_known : bool
@@ -198,6 +206,7 @@ class Run:
     grad_accum: int | None = None
     wrapped: bool = False
     bucket_cap_mb: float | None = None
+    first_bucket_mb: float | None = None
     tokens_per_second_per_gpu: float | None = None
     compute_known: bool = True
     efficiency: float | None = None
@@ -348,6 +357,16 @@ def _bucket_cap(i, value):
     return v
 
 
+def _first_bucket(i, raw):
+    value = raw.get("first_bucket_mb")
+    if _blank(value):
+        return None
+    if _blank(raw.get("bucket_cap_mb")):
+        raise InvalidParameterError(f"runs[{i}].first_bucket_mb", value,
+                                    "is given without bucket_cap_mb, the cap it goes with")
+    return _num(i, "first_bucket_mb", value, lo=0.0, hi=MAX_BUCKET_CAP_MB, unit=" MB")
+
+
 # --------------------------------------------------------------------------- profiles
 
 
@@ -494,6 +513,7 @@ def _one_run(i, raw, where) -> Run:
                                         _sharding(i, raw.get("sharding")), n),
                wrapped=_bool(i, "wrapped", raw.get("wrapped")),
                bucket_cap_mb=_bucket_cap(i, raw.get("bucket_cap_mb")),
+               first_bucket_mb=_first_bucket(i, raw),
                compute_known=compute_known, efficiency=efficiency,
                **_compression(i, raw.get("compressor"), raw.get("implementation")))
 

@@ -252,7 +252,9 @@ class WrapperMeasurement:
                 max(0.002, float((hi - lo) / 2 / med))
             rows.append({"model": model, "n": 1, "bw": bw, "iteration_time": med,
                          "single_worker_time": plain, "wrapped": True,
-                         "bucket_cap_mb": float(cap), "fusion": "ddp",
+                         "bucket_cap_mb": float(cap),
+                         "first_bucket_mb": float(cap) if cap > 0 else None,
+                         "fusion": "ddp",
                          "uncertainty": round(u, 6),
                          "label": f"DDP on one worker, bucket_cap_mb {cap:g}"})
         return rows
