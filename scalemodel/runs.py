@@ -34,7 +34,7 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     With ``bucket_cap_mb``: the cap of DDP's first bucket. Blank: 1 (``dist.
     _DEFAULT_FIRST_BUCKET_BYTES``, PyTorch 1.x always, 2.x when no cap was passed);
     PyTorch 2.x with ``bucket_cap_mb`` passed caps the first bucket at it, and the wrapper
-    step of :mod:`scalemodel.calibrate` writes so.
+    step of ``python -m scalemodel.calibrate`` writes so.
 ``tokens_per_second_per_gpu`` [tokens/s]
     Instead of ``iteration_time``: the step time is the profile's tokens per optimizer
     step per GPU (micro-batch x sequence x ``grad_accum``; a transformer or LLM profile
