@@ -916,6 +916,7 @@ def _build_fit(sub):
                    "zero1, zero2, zero3, hybrid_shard), shard_group (GPUs that share one copy of "
                    "the sharded state), grad_accum, wrapped (a single-worker "
                    "run inside the data-parallel wrapper), bucket_cap_mb (0: per tensor), "
+                   "first_bucket_mb (DDP's first bucket with bucket_cap_mb; default 1), "
                    "compressor (e.g. topk:0.01), implementation (pytorch, horovod, grace-tf, "
                    "grace-torch, deepspeed), uncertainty, label [file] (required)")
     _algorithm_options(p, fit=True)
