@@ -6,7 +6,9 @@ bookkeeping -- runs on the host, the CPU thread that issues the GPU's kernels. T
 runs what was issued; it waits only when the host falls behind. So the wrapper delays an
 iteration only by how far its host work pushes the host's issue time past the GPU's
 time. With :math:`T` the iteration without the wrapper, :math:`H` the host's time to issue
-it (both measured: :mod:`scalemodel.calibrate.wrapper` records them), :math:`P` parameter
+it (both measured: :mod:`scalemodel.calibrate.wrapper` records them, and the compute
+step of ``python -m scalemodel.calibrate`` records :math:`H` and :math:`P` in the
+profile's provenance, ``host_issue_time`` and ``gradient_tensors``), :math:`P` parameter
 tensors and :math:`K` buckets,
 
 .. math::

@@ -60,9 +60,14 @@ def test_measure_compute_records_every_gradient(tmp_path):
     assert p.forward_time > 0 and p.update_time > 0
     assert m.forward.shape == (3,) and m.ready.shape == (3, net_params)
     assert p.provenance["model_spec"] == "convnet" and "spread" in p.provenance
+    # the host's issue time (on the CPU the iteration itself) and the tensor count,
+    # which scalemodel.framework's host-bound form takes
+    assert 0 < p.provenance["host_issue_time"] <= 1.5 * p.provenance["spread"]["median"]
+    assert p.provenance["gradient_tensors"] == net_params
     path = sm.save_profile(p, tmp_path / "convnet.json")
     again = sm.load_profile(path)
     np.testing.assert_allclose(again.tensor_ready, p.tensor_ready)
+    assert again.provenance["host_issue_time"] == p.provenance["host_issue_time"]
     s = sm.scaling_factor(str(path), n=8, bw="10Gbps")
     assert 0 < s <= 1
 

@@ -6,7 +6,12 @@ accumulated (``Tensor.register_post_accumulate_grad_hook``; CUDA events on a GPU
 wall clock on the CPU), together with the forward, backward and optimizer-step times.
 Medians over the measured iterations become a :class:`~scalemodel.WorkloadProfile` in
 the same format as the built-in ones; the spread across iterations is kept in its
-provenance (``spread``) and feeds the uncertainty of predictions.
+provenance (``spread``) and feeds the uncertainty of predictions. The provenance also
+keeps the host's time to issue an iteration (``host_issue_time``, the median from the
+iteration's start to the optimizer step's return, before the closing synchronisation;
+the gradient hooks' event records included) and the number of gradient tensors
+(``gradient_tensors``): with them, :func:`scalemodel.framework.wrapped_iteration_time`
+says whether the data-parallel wrapper's host work would show.
 
 It also measures the device's element-wise sum (the reduction in an all-reduce) at a
 few sizes, which becomes the profile's reduction cost table.
@@ -261,9 +266,9 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
     clock = _Clock(dev)
     params = [p for p in net.parameters() if p.requires_grad]
     names = {id(p): n for n, p in net.named_parameters()}
-    fwd, bwd, upd, ready = _record_iterations(model, net, x, y, loss_fn, opt, autocast,
-                                              clock, params, names, warmup, iterations,
-                                              progress)
+    fwd, bwd, upd, ready, host = _record_iterations(model, net, x, y, loss_fn, opt,
+                                                    autocast, clock, params, names, warmup,
+                                                    iterations, progress)
     med_ready = np.median(ready, axis=0)
     order = np.argsort(med_ready, kind="stable")
     nbytes = np.array([p.numel() * p.element_size() for p in params], dtype=float)[order]
@@ -273,6 +278,9 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
     dtype = str(params[0].dtype).replace("torch.", "") if params else "float32"
     provenance = _compute_provenance(torch, dev, model, warmup, iterations, amp,
                                      fwd + bwd + upd)
+    # the host's issue time (scalemodel.framework: DDP's host work shows only past it)
+    provenance["host_issue_time"] = float(np.median(host))
+    provenance["gradient_tensors"] = len(params)
     profile = WorkloadProfile(
         name=name or default_name, tensor_bytes=nbytes, tensor_ready=ready_sorted,
         tensor_names=tuple(names[id(params[i])] for i in order),
@@ -291,20 +299,23 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
 def _record_iterations(model, net, x, y, loss_fn, opt, autocast, clock, params, names,
                        warmup, iterations, progress):
     """Train for ``warmup`` + ``iterations`` iterations; per recorded one its forward,
-    backward and update times and every parameter's gradient ready time [s] (arrays)."""
+    backward and update times, every parameter's gradient ready time and the host's time
+    to issue the iteration (to the optimizer step's return, before the closing
+    synchronisation) [s] (arrays)."""
     marks = {}
 
     def hook(p):
         marks[id(p)] = clock.mark()
 
     handles = [p.register_post_accumulate_grad_hook(hook) for p in params]
-    fwd, bwd, upd, ready = [], [], [], []
+    fwd, bwd, upd, ready, host = [], [], [], [], []
     total = warmup + iterations
     try:
         for it in range(total):
             marks.clear()
             opt.zero_grad(set_to_none=True)
             clock.sync()
+            h0 = time.perf_counter()
             t0 = clock.mark()
             with autocast():
                 loss = loss_fn(net(x), y)
@@ -313,6 +324,7 @@ def _record_iterations(model, net, x, y, loss_fn, opt, autocast, clock, params, 
             t2 = clock.mark()
             opt.step()
             t3 = clock.mark()
+            issued = time.perf_counter() - h0
             clock.sync()
             if it >= warmup:
                 _check_every_gradient(model, params, names, marks)
@@ -320,12 +332,13 @@ def _record_iterations(model, net, x, y, loss_fn, opt, autocast, clock, params, 
                 bwd.append(clock.elapsed(t1, t2))
                 upd.append(clock.elapsed(t2, t3))
                 ready.append([clock.elapsed(t1, marks[id(p)]) for p in params])
+                host.append(issued)
             if progress is not None:
                 progress(it + 1, total)
     finally:
         for h in handles:
             h.remove()
-    return tuple(np.asarray(v, dtype=float) for v in (fwd, bwd, upd, ready))
+    return tuple(np.asarray(v, dtype=float) for v in (fwd, bwd, upd, ready, host))
 
 
 def _check_every_gradient(model, params, names, marks):
