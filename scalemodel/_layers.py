@@ -21,7 +21,7 @@ from __future__ import annotations
 LAYERS = (
     ("foundation", ("exceptions", "units", "_jsonfile", "fit_priors", "derivations",
                     "_layers")),
-    ("hardware and network", ("hardware", "nccl", "topology", "overlap")),
+    ("hardware and network", ("hardware", "nccl", "topology", "overlap", "hostcosts")),
     ("collectives", ("collectives", "fusion", "knobs")),
     ("profile record", ("profile_format",)),
     ("llm", ("efficiency", "hf_configs", "workloads")),

@@ -61,6 +61,11 @@ a field of the cluster and a closed-form term of :mod:`scalemodel.model`:
   per-iteration compute time; synchronous collectives wait for the slowest of the
   :math:`n` workers, whose compute is :math:`1 + s\,e_n` times the mean (:math:`e_n`
   the expected maximum of :math:`n` standard normals, Blom's approximation).
+- ``host`` (:class:`~scalemodel.hostcosts.HostCosts`): the wrapper's work on the host per
+  gradient tensor and per bucket, and on the GPU per iteration, as measured on one GPU;
+  the GPU pays the host work only past the host's lead (eq. :eq:`host-lead`, with the
+  profile's :attr:`~scalemodel.WorkloadProfile.host_time`). In addition to
+  ``bucket_overhead`` and ``iteration_overhead`` (a fit given ``host`` holds them at 0).
 
 File format (JSON): ``format`` = ``"scalemodel-cluster"``, ``format_version`` = 1,
 ``name``, ``provenance`` (object with ``source``), ``alpha`` [s], ``utilization`` [-],
@@ -72,7 +77,8 @@ overlap efficiency :math:`\eta` in [0, 1], eq. :eq:`overlap-efficiency`), option
 intervals of the fitted values), optional ``topology`` (``{"gpus_per_node", "nics_per_node",
 "intra_bw", "intra_alpha"}``), optional ``compute_slowdown`` [-], ``collective_overhead`` [s]
 and ``sync_overhead`` [s], optional ``bucket_overhead`` [s], ``iteration_overhead`` [s]
-and ``straggler_spread`` [-], optional ``codec_costs`` (``{family: {"encode": s/element,
+and ``straggler_spread`` [-], optional ``host`` (``{"per_tensor": s, "per_bucket": s,
+"device_time": s, "source": text}``), optional ``codec_costs`` (``{family: {"encode": s/element,
 "decode": s/element}}``, measured compression costs, see :mod:`scalemodel.compressors`),
 and any extra keys (kept in ``extra``; a key that misspells one of the format's is
 refused, one that nothing reads is kept with a warning: :data:`WRITTEN_EXTRA_KEYS`).
@@ -91,6 +97,7 @@ import numpy as np
 from .collectives import ReductionCost
 from ._jsonfile import check_keys
 from .exceptions import InvalidParameterError, ParameterTypeError, ProfileFormatError
+from .hostcosts import HostCosts
 from .topology import Topology
 from .units import (check_fraction, check_nonnegative, check_positive, format_bandwidth,
                     parse_duration, scalar_converter)
@@ -346,6 +353,10 @@ class ClusterProfile:
     straggler_spread : float
         Relative standard deviation of one worker's per-iteration compute time; the
         n-worker compute is that of the slowest worker [-].
+    host : HostCosts or None
+        The data-parallel wrapper's host work per tensor and per bucket and its GPU work
+        per iteration; the GPU pays the host work past the host's lead only (eq.
+        :eq:`host-lead`). ``None``: not measured [s].
     intervals : dict
         Confidence intervals ``{field: (lo, hi)}`` of fitted values, an end the runs do
         not constrain ``None`` (never inf); for the table,
@@ -392,6 +403,7 @@ class ClusterProfile:
         "iteration_overhead", parse_duration))
     straggler_spread: float = attrs.field(default=0.0,
                                           converter=scalar_converter("straggler_spread"))
+    host: HostCosts | None = None
     intervals: dict = attrs.field(factory=dict)
     codec_costs: dict = attrs.field(factory=dict)
     provenance: dict = attrs.field(factory=dict)
@@ -416,6 +428,8 @@ class ClusterProfile:
             check_nonnegative(getattr(self, name), name)
         if self.topology is not None and not isinstance(self.topology, Topology):
             raise ParameterTypeError("topology", self.topology, "a Topology or None")
+        if self.host is not None and not isinstance(self.host, HostCosts):
+            raise ParameterTypeError("host", self.host, "a HostCosts or None")
         object.__setattr__(self, "ceiling", _opt_rate(self.ceiling, "ceiling"))
         if (self.table_line_rate is None) != (self.table_utilization is None):
             raise ProfileFormatError("<object>", "utilization_table",
@@ -759,6 +773,11 @@ class ClusterProfile:
                 parts.append(f"{name}={v:.4g}{unit}")
         if self.reduction is not None:
             parts.append(f"reduction={self.reduction.name!r}")
+        if self.host is not None:
+            h = self.host
+            parts.append(f"host={h.per_tensor * 1e6:.3g} us/tensor, "
+                         f"{h.per_bucket * 1e6:.3g} us/bucket, {h.device_time * 1e3:.3g} ms "
+                         "on the GPU")
         if self.codec_costs:
             parts.append(f"codec_costs for {sorted(self.codec_costs)}")
         if self.fit_settings:
@@ -788,6 +807,8 @@ class ClusterProfile:
                               ("iteration_overhead", 0.0), ("straggler_spread", 0.0)):
             if getattr(self, name) != default:
                 out[name] = getattr(self, name)
+        if self.host is not None:
+            out["host"] = self.host.to_dict()
         if self.intervals:
             out["intervals"] = _jsonable_intervals(self.intervals)
         if self.alternatives:
@@ -823,7 +844,7 @@ class ClusterProfile:
                  "ceiling", "utilization_table", "reduction", "intervals", "codec_costs",
                  "overlap", "topology", "compute_slowdown", "collective_overhead",
                  "sync_overhead", "bucket_overhead", "iteration_overhead",
-                 "straggler_spread", "alternatives", "fit_settings"}
+                 "straggler_spread", "alternatives", "fit_settings", "host"}
         check_keys(source, data, known, kind="cluster profile", kept=WRITTEN_EXTRA_KEYS)
         topo = data.get("topology")
         if topo is not None:
@@ -857,6 +878,8 @@ class ClusterProfile:
                 bucket_overhead=data.get("bucket_overhead", 0.0),
                 iteration_overhead=data.get("iteration_overhead", 0.0),
                 straggler_spread=data.get("straggler_spread", 0.0),
+                host=(None if data.get("host") is None
+                      else HostCosts.from_dict(data["host"], source)),
                 intervals=_or_empty(data, "intervals", {}),
                 alternatives=_or_empty(data, "alternatives", ()),
                 fit_settings=_or_empty(data, "fit_settings", {}),

@@ -79,6 +79,7 @@ from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_pipeline_layers,
                        model_parallel_profile, resolve_model_parallel)
 from .profiles import WorkloadProfile, load_profile
 from .efficiency import at_fitted_efficiency, fitted_efficiency, gpu_topology
+from .hostcosts import host_delays, tensors_per_bucket
 from .topology import resolve_topology
 from .units import (broadcast_shape, check_count, check_fraction, check_nonnegative,
                     check_ratio, parse_bandwidth, parse_duration)
@@ -99,7 +100,7 @@ framework terms ``bucket_overhead``, ``iteration_overhead`` (both reported as ``
 and ``straggler`` (the wait for the slowest worker, reported as ``slowdown``)."""
 
 _PART_BINDING = {"straggler": "slowdown", "bucket_overhead": "fixed",
-                 "iteration_overhead": "fixed"}
+                 "iteration_overhead": "fixed", "wrapper_host": "fixed"}
 """The binding word of each framework part of the critical path."""
 
 
@@ -597,6 +598,10 @@ class Scenario:
             sharded=shard is not None, tp=mp.tp)
         if sequence_parallel and mp.tp == 1:  # scalemodel.parallel
             ignored += (("sequence_parallel", True, SEQUENCE_PARALLEL_IGNORED),)
+        if shard is not None and cluster is not None and cluster.host is not None:
+            ignored += (("cluster.host", cluster.host.to_dict(), "the wrapper's host "
+                         "costs (eq. host-lead) are not modelled under sharding; the "
+                         "cluster's bucket_overhead is its work per unit"),)
         return cls(
             cluster=cluster,
             profile=profile,
@@ -705,19 +710,57 @@ class Scenario:
 
     def forward(self, n) -> float:
         """Forward time of ``n`` workers, slowdown included, and the wrapper's
-        per-iteration work :math:`t_w` (eq. :eq:`iteration-cluster`) [s]."""
-        return self.slowdown(n) * self.profile.forward_time + self.iteration_overhead(n)
+        per-iteration work :math:`t_w` and GPU work :math:`g` (eqs. :eq:`iteration-cluster`,
+        :eq:`host-lead`) [s]."""
+        out = self.slowdown(n) * self.profile.forward_time + self.iteration_overhead(n)
+        if int(n) > 1 and self.host_delays(n) is not None:
+            out += self.cluster.host.device_time
+        return out
+
+    def host_lead(self, n) -> float:
+        """The host's lead over the GPU on ``n`` workers, :math:`L_n = \\sigma_n G + g - H`
+        of eq. :eq:`host-lead` (the profile's ``host_time`` :math:`H`, or the iteration
+        when not measured); 0 without host costs in the cluster [s]."""
+        cl = self.cluster
+        if cl is None or cl.host is None:
+            return 0.0
+        p = self.profile
+        gpu = (self.slowdown(n) * p.grad_accum * (p.forward_time + p.backward_time)
+               + p.update_time)
+        host = p.iteration_time if p.host_time is None else p.host_time
+        return max(0.0, gpu + cl.host.device_time - host)
+
+    def host_delays(self, n):
+        """Delay of each bucket (communication order) on the compute stream of ``n``
+        workers from the wrapper's host work past the host's lead, :math:`d_k` of eq.
+        :eq:`host-lead`; ``None`` when the cluster has no host costs, and under sharding
+        (not modelled there: the cluster's ``bucket_overhead`` is the per-unit cost) [s]."""
+        cl = self.cluster
+        if cl is None or cl.host is None or self.sharding is not None:
+            return None
+        key = ("host delays", int(n))
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = host_delays(tensors_per_bucket(self.buckets), cl.host,
+                                                 self.host_lead(n))
+        return hit
 
     def wrapped_single_worker_time(self) -> float:
         """Iteration time of one worker run *with* the data-parallel wrapper (DDP on one
         GPU): :math:`T_1 + t_w + K c_b`, the per-bucket work :math:`c_b` once for each of
-        the fusion's :math:`K` buckets (under sharding: units) [s]."""
+        the fusion's :math:`K` buckets (under sharding: units), and with the cluster's
+        host costs :math:`g + d_K` (eq. :eq:`host-lead`: :math:`\\max(T_1 + g, H + P h_p
+        + K h_b)` for the rest) [s]."""
         t1 = self.profile.iteration_time
         cl = self.cluster
         if cl is None:
             return t1
         k = 0 if cl.bucket_overhead == 0 else len(self.buckets)
-        return t1 + cl.iteration_overhead + k * cl.bucket_overhead
+        out = t1 + cl.iteration_overhead + k * cl.bucket_overhead
+        hd = self.host_delays(1)
+        if hd is not None:
+            out += cl.host.device_time + float(hd[-1])
+        return out
 
     def _fixed(self, n, k):
         """Fixed costs of ``k`` buckets: c0 each, t_s on the last [s]."""
@@ -817,6 +860,10 @@ class Scenario:
         cb = self.bucket_overhead(n)
         if cb > 0:  # the framework's work per bucket delays backward and later buckets
             ready = ready + cb * np.arange(1, k + 1)
+        hd = self._host_delays_of(n, k)
+        if hd is not None:  # the wrapper's host work past the host's lead (eq. host-lead)
+            ready = ready + hd
+            backward_extra = backward_extra + float(hd[-1])
         if delay is not None:
             ready = ready + np.asarray(delay, float)
         wire, xmap = _wire(n, cost)
@@ -831,6 +878,14 @@ class Scenario:
         if not (with_fixed and envelope):
             return lines, None, xmap
         return lines, UpperEnvelope(lines.intercept, lines.slope), xmap
+
+    def _host_delays_of(self, n, k):
+        """:meth:`host_delays` of ``n > 1`` workers for lines of ``k`` buckets (the
+        scenario's own), else None [s]."""
+        if n <= 1:
+            return None
+        hd = self.host_delays(n)
+        return hd if hd is not None and len(hd) == k and k > 0 else None
 
     def lines(self, n: int, compressed: bool = False):
         """:class:`~scalemodel.overlap.OverlapLines` and their envelope for ``n`` workers,
@@ -914,8 +969,10 @@ class Scenario:
         ``b`` with costs ``cost``: what :meth:`make_lines` reads without the fixed costs
         [-]."""
         n = key[0]
+        cl = self.cluster
+        host = None if cl is None or cl.host is None else (cl.host, self.host_lead(n))
         return (id(self.profile), id(b), id(cost), key, self.codec_cost, self.slowdown(n),
-                self.compute_slowdown, self.bucket_overhead(n))
+                self.compute_slowdown, self.bucket_overhead(n), host)
 
     def _prime_corner_lines(self, key, asking=None):
         """For the scenarios of the corners of this scenario's fitted cluster
@@ -990,6 +1047,8 @@ class Scenario:
         float value per bucket in every cost [-]."""
         k = len(b.nbytes)
         ready = b.ready
+        if self._host_delays_of(key[0], k) is not None:  # made by make_lines alone
+            return False
         return (type(ready) is np.ndarray and ready.shape == (k,) and k > 0
                 and all(type(v) is np.ndarray and v.shape == (k,) and v.dtype == np.float64
                         for v in (cost.latency, cost.overhead, cost.bits, cost.intra_bits)))
@@ -1341,10 +1400,11 @@ class Scenario:
             wire_time = float(lines.slope[j] * x_eff)
         if j == 0 or value <= lines.intercept[0] * (1 + 1e-12):
             # the backward pass itself ends last (ties included, e.g. n = 1)
+            k = len(lines.intercept) - 1
             parts = self._compute_parts(n, p.grad_accum * (p.forward_time
                                                            + p.backward_time),
-                                        len(lines.intercept) - 1
-                                        if self.sharding is None else self._hooks(n))
+                                        k if self.sharding is None else self._hooks(n),
+                                        host=self._host_part(n, k, k))
             if not parts:
                 return "compute", {}
             name = max(parts, key=parts.get)
@@ -1358,8 +1418,11 @@ class Scenario:
         sigma_n, cb = self.slowdown(n), self.bucket_overhead(n)
         # (under sharding a line's hooks are not told apart from its compute)
         hooks = j if self.sharding is None else 0
+        host = self._host_part(n, len(lines.intercept) - 1, j)
         compute = sigma_n * p.forward_time + float(lines.ready[j]) - hooks * cb
-        parts.update(self._compute_parts(n, compute / sigma_n, hooks))
+        if host:  # the host's delay of bucket j is in its ready time; g is not
+            compute -= host - self.cluster.host.device_time
+        parts.update(self._compute_parts(n, compute / sigma_n, hooks, host=host))
         name = max(parts, key=parts.get)
         return (wire if name == "bandwidth" else _PART_BINDING.get(name, name)), parts
 
@@ -1371,12 +1434,22 @@ class Scenario:
         sched = self.schedule(n)
         return sched.units * sched.gradient_rounds
 
-    def _compute_parts(self, n, unslowed, buckets):
+    def _host_part(self, n, k, j):
+        """The wrapper's host delay on a critical path through bucket ``j`` of ``k``
+        (``j = k``: the end of backward) and its GPU work, :math:`d_j + g` of eq.
+        :eq:`host-lead`; 0 without host costs [s]."""
+        hd = self._host_delays_of(n, k)
+        if hd is None or j == 0:
+            return 0.0 if hd is None else float(self.cluster.host.device_time)
+        return float(hd[j - 1]) + float(self.cluster.host.device_time)
+
+    def _compute_parts(self, n, unslowed, buckets, host=0.0):
         """The framework parts of a critical path whose compute takes ``unslowed``
         seconds on one worker [s] and which holds ``buckets`` buckets' work [-]:
         ``slowdown`` (:math:`\\sigma - 1` of it), ``straggler``
-        (:math:`\\sigma_n - \\sigma`), ``bucket_overhead`` and ``iteration_overhead``,
-        each only when positive [s]."""
+        (:math:`\\sigma_n - \\sigma`), ``bucket_overhead``, ``iteration_overhead`` and
+        the wrapper's host delay and GPU work ``host`` [s] (``wrapper_host``), each only
+        when positive [s]."""
         out = {}
         if n <= 1:
             return out
@@ -1390,6 +1463,8 @@ class Scenario:
             out["bucket_overhead"] = float(buckets * cb)
         if tw > 0:
             out["iteration_overhead"] = float(tw)
+        if host > 0:
+            out["wrapper_host"] = float(host)
         return out
 
 
@@ -2137,6 +2212,10 @@ def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
     update, messages = p.update_time, len(sc.buckets)
     if n > 1:
         bwd += sc._hooks(n) * sc.bucket_overhead(n)  # the per-bucket work delays backward
+        hd = sc._host_delays_of(n, len(sc.buckets))
+        if hd is not None:  # eq. (host-lead): the wrapper's GPU work and host delay
+            fwd += sc.cluster.host.device_time
+            bwd += float(hd[-1])
     if sc.sharding is not None:  # eq. (zero3): forward may wait, the step is sharded
         sched = sc.schedule(n, r > 1)
         busy, update, messages = sched.channel_time(x), sched.update, sched.n_collectives

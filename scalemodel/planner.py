@@ -496,10 +496,15 @@ def _line_terms(sc, n, ready):
     cb = sc.bucket_overhead(n)
     if cb > 0:  # the framework's work per bucket delays backward and later buckets
         r = r + cb * np.arange(1, k + 1)
+    hd = sc._host_delays_of(n, k)
+    if hd is not None:  # the wrapper's host work past the host's lead (eq. host-lead)
+        r = r + hd
     p = sc.profile
     shift = (p.grad_accum - 1) * sigma * (p.forward_time + p.backward_time)
-    hit = sc._cache[key] = (ready, r, shift, r + shift,
-                            sigma * p.backward_time + k * cb + shift, sc._fixed(n, k))
+    backward = sigma * p.backward_time + k * cb + shift
+    if hd is not None:
+        backward = backward + float(hd[-1])
+    hit = sc._cache[key] = (ready, r, shift, r + shift, backward, sc._fixed(n, k))
     return hit
 
 

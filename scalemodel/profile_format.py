@@ -36,7 +36,7 @@ FORMAT_VERSION = 1
 
 _PROFILE_KEYS = ("format", "format_version", "name", "description", "provenance", "device",
                  "framework", "precision", "batch_size", "grad_accum", "forward_time",
-                 "backward_time", "update_time", "tensors", "reduction")
+                 "backward_time", "update_time", "tensors", "reduction", "host_time")
 """The keys of a workload profile file; any other is refused (a misspelt
 ``"forwrd_time"`` would otherwise leave the field at its default without a word)."""
 
@@ -144,6 +144,14 @@ class WorkloadProfile:
         last micro-batch only under DDP and ``zero1`` (``no_sync`` for the others), on
         every micro-batch under ``zero2``, ``zero3`` and ``hybrid_shard``, whose gradients
         are sharded [-].
+    host_time : float or None
+        The host's time to issue one optimizer step without the data-parallel wrapper
+        (the CPU thread that launches the kernels), at most :attr:`iteration_time` (a
+        longer one is taken as the iteration; a file's is refused); ``None`` when not
+        measured. With a cluster's host costs
+        (:class:`~scalemodel.cluster.HostCosts`) it decides how much of the wrapper's host
+        work the GPU's lead hides (:mod:`scalemodel.framework`, eq. :eq:`host-bound`);
+        ``None`` is taken as the host-bound limit, :attr:`iteration_time` [s].
     """
 
     name: str
@@ -163,6 +171,7 @@ class WorkloadProfile:
     provenance: dict = attrs.field(factory=dict)
     source: str = "<object>"
     grad_accum: int = 1
+    host_time: float | None = None
 
     def __attrs_post_init__(self):
         src = self.source
@@ -231,6 +240,10 @@ class WorkloadProfile:
         if not k * (self.forward_time + self.backward_time) + self.update_time <= MAX_TIME:
             raise ProfileFormatError(src, "grad_accum", f"{k} micro-batches make a step longer "
                                      f"than {MAX_TIME:g} s (a day)")
+        if self.host_time is not None:  # a profile derived from another (tensor
+            # parallelism, a faster GPU) may run faster than its host time: capped
+            h = _finite_nonneg(src, "host_time", self.host_time)
+            object.__setattr__(self, "host_time", min(h, self.iteration_time))
         b.setflags(write=False)
         r.setflags(write=False)
         object.__setattr__(self, "tensor_bytes", b)
@@ -256,7 +269,12 @@ class WorkloadProfile:
                                         "must be an integer in [1, 1000000]")
         if int(grad_accum) == self.grad_accum:
             return self
-        return attrs.evolve(self, grad_accum=int(grad_accum))
+        host = None
+        if self.host_time is not None:  # the host issues every micro-batch: same share
+            k = int(grad_accum)
+            host = self.host_time * ((k * (self.forward_time + self.backward_time)
+                                      + self.update_time) / self.iteration_time)
+        return attrs.evolve(self, grad_accum=int(grad_accum), host_time=host)
 
     def scaled_to(self, iteration_time) -> "WorkloadProfile":
         """This profile running at another speed: its single-worker iteration (optimizer
@@ -319,10 +337,14 @@ class WorkloadProfile:
                              "factor": t / orig,
                              "how": "forward, backward, ready times and update multiplied "
                                     "by one factor (WorkloadProfile.scaled_to)"}
+        # the host's issue time is the CPU's: it does not scale with the GPU's speed,
+        # but the iteration cannot end before it is issued
+        host = None if self.host_time is None else min(self.host_time, t)
         return attrs.evolve(self, forward_time=self.forward_time * f,
                             backward_time=self.backward_time * f,
                             update_time=self.update_time * f,
-                            tensor_ready=self.tensor_ready * f, provenance=prov)
+                            tensor_ready=self.tensor_ready * f, provenance=prov,
+                            host_time=host)
 
     @property
     def total_bytes(self) -> float:
@@ -352,6 +374,7 @@ class WorkloadProfile:
                            if self.tensor_shapes is not None else {})},
             "reduction": reduction,
             **({"grad_accum": self.grad_accum} if self.grad_accum != 1 else {}),
+            **({"host_time": self.host_time} if self.host_time is not None else {}),
         }
 
     @classmethod
@@ -396,6 +419,16 @@ class WorkloadProfile:
         if not isinstance(accum, int) or isinstance(accum, bool):
             raise ProfileFormatError(source, "grad_accum", "must be an integer >= 1, got "
                                      f"{_short_repr(accum)}")
+        host = data.get("host_time")
+        if host is not None:  # a file's host time longer than its iteration is an error
+            h = _finite_nonneg(source, "host_time", host)
+            step = sum(_finite_nonneg(source, f, data.get(f, 0.0)) for f in
+                       ("forward_time", "backward_time")) * accum + _finite_nonneg(
+                source, "update_time", data.get("update_time", 0.0))
+            if h > step * (1 + 1e-9):
+                raise ProfileFormatError(source, "host_time", f"{h!r} s is longer than the "
+                                         f"iteration ({step!r} s): the host issues an "
+                                         "iteration before it ends")
         return cls(
             name=data["name"], tensor_bytes=tensor_bytes, tensor_ready=tensor_ready,
             tensor_names=tensors.get("names"), tensor_shapes=tensors.get("shapes"),
@@ -405,7 +438,7 @@ class WorkloadProfile:
             batch_size=batch, description=data.get("description", ""),
             device=data.get("device", ""), framework=data.get("framework", ""),
             precision=data.get("precision", "fp32"), provenance=prov, source=source,
-            grad_accum=accum,
+            grad_accum=accum, host_time=data.get("host_time"),
         )
 
 

@@ -192,29 +192,38 @@ def collective_seconds(algorithm, s, n, bw_eff, alpha, red, *, gpus_per_node=Non
     return sum(lat * alpha + nbytes * 8 / bw_eff + ovh for lat, nbytes, ovh in steps)
 
 
-def _fuse(kind, sizes, ready, params):
-    """Fusion written independently: returns (bucket bytes, bucket ready) lists."""
-    out, cur, cur_ready = [], 0.0, 0.0
+def _fuse(kind, sizes, ready, params, counts=None):
+    """Fusion written independently: returns (bucket bytes, bucket ready) lists; the
+    tensors of each bucket are appended to ``counts`` when given."""
+    out, cur, cur_ready, cur_n = [], 0.0, 0.0, 0
+    counts = [] if counts is None else counts
     if kind == "none":
+        counts.extend([1] * len(sizes))
         return list(zip(sizes, ready))
     if kind == "ddp":
         limit = params.get("first", 2**20)
         for s, t in zip(sizes, ready):
             cur += s
+            cur_n += 1
             cur_ready = max(cur_ready, t)
             if cur >= limit:
                 out.append((cur, cur_ready))
-                cur, cur_ready, limit = 0.0, 0.0, params.get("cap", 25 * 2**20)
+                counts.append(cur_n)
+                cur, cur_ready, cur_n = 0.0, 0.0, 0
+                limit = params.get("cap", 25 * 2**20)
     elif kind == "horovod":
         last = 0.0
         for s, t in zip(sizes, ready):
             cur += s
+            cur_n += 1
             cur_ready = t
             if t - last >= params.get("cycle", 5e-3) or cur >= params.get("threshold", 64 * 2**20):
                 out.append((cur, cur_ready))
-                cur, last = 0.0, t
+                counts.append(cur_n)
+                cur, last, cur_n = 0.0, t, 0
     if cur > 0:
         out.append((cur, cur_ready))
+        counts.append(cur_n)
     return out
 
 
@@ -250,11 +259,27 @@ def _compute_stream(ready, stretch, bucket_overhead):
     return [r for _, r in sorted(out)], hooks
 
 
+def _host_stream(counts, order, lead, per_tensor, per_bucket):
+    """The wrapper's host work, bucket by bucket in communication order: each bucket's
+    work (its tensors' hooks, its launch) is taken from the host's remaining lead over the
+    GPU first; what the lead cannot cover delays the GPU, and every later bucket. Returns
+    each bucket's delay and the total."""
+    delays, late = [0.0] * len(counts), 0.0
+    for k in order:
+        work = counts[k] * per_tensor + per_bucket
+        covered = min(lead, work)
+        lead -= covered
+        late += work - covered
+        delays[k] = late
+    return delays, late
+
+
 def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
                        algorithm="ring", fusion="ddp", alpha=0.0, codec_cost=0.0,
                        fusion_params=None, slowdown=1.0, collective_overhead=0.0,
                        sync_overhead=0.0, grad_accum=1, bucket_overhead=0.0,
-                       iteration_overhead=0.0, straggler_spread=0.0, **topology):
+                       iteration_overhead=0.0, straggler_spread=0.0, host=None,
+                       **topology):
     """Iteration time [s] of ``n`` workers by discrete-event simulation.
 
     With ``grad_accum`` micro-batches per step, those before the last run forward and
@@ -270,14 +295,32 @@ def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
     of n standard normals, every micro-batch; the fusion sees the mean timeline); every
     bucket's work ``bucket_overhead`` runs on the compute stream of the communicating
     micro-batch when the bucket closes, delaying what comes after it; the wrapper's
-    ``iteration_overhead`` runs once before the step's first forward."""
+    ``iteration_overhead`` runs once before the step's first forward.
+
+    ``host = (per_tensor, per_bucket, device_time, host_time)`` (n > 1): the wrapper's
+    host work per tensor and per bucket, spent against the host's lead over the GPU
+    (:func:`_host_stream`; the lead is the GPU's step, ``device_time`` included, minus
+    ``host_time``, the iteration when None), the rest delaying the bucket and all after
+    it; ``device_time`` runs on the GPU once before forward."""
     bw_eff = utilization * bw * compression
     sigma = slowdown if n > 1 else 1.0
     stretch = 1.0 + straggler_spread * blom_expected_maximum(n) if n > 1 else 1.0
+    counts = []
     buckets = _fuse(fusion, list(profile.tensor_bytes),
-                    [sigma * t for t in profile.tensor_ready], fusion_params or {})
+                    [sigma * t for t in profile.tensor_ready], fusion_params or {}, counts)
     ready, hooks = _compute_stream([t for _, t in buckets], stretch,
                                    bucket_overhead if n > 1 else 0.0)
+    device = 0.0
+    if host is not None and n > 1:
+        per_tensor, per_bucket, device, host_time = host
+        step = grad_accum * (profile.forward_time + profile.backward_time)
+        plain = step + profile.update_time
+        lead = sigma * stretch * step + profile.update_time + device - (
+            plain if host_time is None else host_time)
+        order = sorted(range(len(ready)), key=lambda k: ready[k])
+        delays, late = _host_stream(counts, order, max(lead, 0.0), per_tensor, per_bucket)
+        ready = [r + d for r, d in zip(ready, delays)]
+        hooks += late
     buckets = [(s, t) for (s, _), t in zip(buckets, ready)]
     sigma *= stretch
     red = profile.reduction
@@ -309,7 +352,7 @@ def simulate_iteration(profile, n, bw, *, utilization=1.0, compression=1.0,
             heapq.heappush(events, (t + dur, seq, "done", k))
     end = max(sigma * profile.backward_time + hooks, last_end if n > 1 else -math.inf)
     quiet = (grad_accum - 1) * sigma * (profile.forward_time + profile.backward_time)
-    wrapper = iteration_overhead if n > 1 else 0.0
+    wrapper = iteration_overhead + device if n > 1 else 0.0
     return quiet + wrapper + sigma * profile.forward_time + end + profile.update_time
 
 

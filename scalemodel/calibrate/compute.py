@@ -10,8 +10,9 @@ provenance (``spread``) and feeds the uncertainty of predictions. The provenance
 keeps the host's time to issue an iteration (``host_issue_time``, the median from the
 iteration's start to the optimizer step's return, before the closing synchronisation;
 the gradient hooks' event records included) and the number of gradient tensors
-(``gradient_tensors``): with them, :func:`scalemodel.framework.wrapped_iteration_time`
-says whether the data-parallel wrapper's host work would show.
+(``gradient_tensors``), and the profile carries the host time as ``host_time`` (capped at
+the iteration): with a cluster's host costs the model then says how much of the
+data-parallel wrapper's host work shows (:mod:`scalemodel.framework`).
 
 It also measures the device's element-wise sum (the reduction in an all-reduce) at a
 few sizes, which becomes the profile's reduction cost table.
@@ -291,7 +292,10 @@ def measure_compute(model="mlp", *, batch_size=32, warmup=3, iterations=10, devi
                      f"{f', {amp} autocast' if amp else ''}, measured on {device_name(dev)}"),
         device=device_name(dev), framework=f"PyTorch {torch.__version__}",
         precision={"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dtype, dtype),
-        provenance=provenance, source="<measured>")
+        provenance=provenance, source="<measured>",
+        # medians of the parts may sum below the host's median: capped at the iteration
+        host_time=min(float(np.median(host)),
+                      float(np.median(fwd) + backward_time + np.median(upd))))
     return ComputeMeasurement(profile=profile, forward=fwd, backward=bwd, update=upd,
                               ready=ready[:, order])
 

@@ -1,0 +1,173 @@
+r"""The data-parallel wrapper's work on the host, and the delay it puts on the GPU.
+
+DDP's autograd hook of every parameter tensor (marking it ready, copying its gradient into
+its bucket) and the launch of every bucket's collective run on the host, the CPU thread
+that issues the GPU's kernels. The GPU waits for them only when the host falls behind it.
+A cluster's :class:`HostCosts` hold what that work costs: :math:`h_p` per tensor,
+:math:`h_b` per bucket, and :math:`g`, the wrapper's own work on the GPU per iteration
+(measured on one GPU by ``python -m scalemodel.calibrate --steps wrapper``,
+:mod:`scalemodel.calibrate.wrapper`).
+
+On the timeline of one iteration (eq. :eq:`iteration-cluster`) the host's lead over the
+GPU is what the GPU takes for the step without the wrapper, minus what the host takes to
+issue it (:math:`H`, :attr:`~scalemodel.WorkloadProfile.host_time`):
+
+.. math::
+   :label: host-lead
+
+   L_n = \sigma_n\,G + g - H, \qquad
+   d_k = \max\Big(0,\; \sum_{j \le k} (p_j\,h_p + h_b) - L_n\Big),
+
+where :math:`G = g_a (T_f + T_b)` is the GPU's forward and backward of the step's
+:math:`g_a` micro-batches (the update does not scale with :math:`\sigma_n`, so it is left
+out of :math:`G` and counted in :math:`H`'s share: :math:`L_1 = T + g - H` with :math:`T`
+the whole iteration), :math:`p_j` the gradient tensors of bucket :math:`j` (in
+communication order) and :math:`d_k` the delay of bucket :math:`k` and of everything
+after it on the compute stream. The host work is spent first against the lead; what is
+left delays the GPU. Backward then ends :math:`d_K` later and the wrapper's GPU work
+:math:`g` is paid once per iteration, so one worker takes
+
+.. math::
+
+   T + g + d_K = \max\big(T + g,\; H + P h_p + K h_b\big),
+
+eq. :eq:`host-bound` of :mod:`scalemodel.framework`. Every worker pays the same host
+work; a slower GPU (compute slowdown :math:`\sigma_n`, the wait for the slowest worker)
+gives the host more lead. Spending the whole lead before the first bucket is the
+optimistic end (the host's lead is largest at the end of the iteration, when it waits
+for the GPU): a lower bound of the delay, exact where the lead covers all the host work
+and where there is none (``tests/test_framework_host.py`` plays the two streams kernel
+by kernel).
+
+:math:`H` unknown (``host_time=None``) is taken as the host-bound limit :math:`H = T`:
+then :math:`L_1 = g` and the wrapper costs its whole host work, as the cluster's constant
+``bucket_overhead`` and ``iteration_overhead`` do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import numpy as np
+
+from .exceptions import InvalidParameterError, ParameterTypeError, ProfileFormatError
+from .units import parse_duration
+
+__all__ = ["HostCosts", "host_delays", "tensors_per_bucket"]
+
+HOST_COST_MAX = 1.0
+"""Largest host cost per tensor or bucket, and wrapper GPU time per iteration, accepted:
+one second [s] (the measured ones are tens of microseconds; more is a unit slip)."""
+
+
+def _cost(name):
+    def convert(value):
+        if isinstance(value, (bool, np.bool_)) or value is None:
+            raise ParameterTypeError(name, value, "a time in seconds")
+        if isinstance(value, str):
+            value = parse_duration(value, name)
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise ParameterTypeError(name, value, "a time in seconds") from None
+        if not (math.isfinite(v) and 0.0 <= v <= HOST_COST_MAX):
+            raise InvalidParameterError(name, value, f"must be a time in [0, {HOST_COST_MAX:g}] s")
+        return v
+    return convert
+
+
+@attrs.frozen
+class HostCosts:
+    r"""The data-parallel wrapper's work per iteration, on the host and on the GPU.
+
+    Parameters
+    ----------
+    per_tensor : float
+        Host work per gradient tensor, :math:`h_p` (autograd hook, copy into the bucket)
+        [s].
+    per_bucket : float
+        Host work per bucket (launch of its collective), :math:`h_b` [s].
+    device_time : float
+        The wrapper's own work on the GPU per iteration, :math:`g` [s].
+    source : str
+        Where the numbers come from (a measurement file, a fit) [-].
+
+    Examples
+    --------
+    >>> from scalemodel.hostcosts import HostCosts
+    >>> HostCosts(per_tensor="40 us", per_bucket=35e-6).per_tensor
+    4e-05
+    """
+
+    per_tensor: float = attrs.field(converter=_cost("per_tensor"))
+    per_bucket: float = attrs.field(converter=_cost("per_bucket"))
+    device_time: float = attrs.field(default=0.0, converter=_cost("device_time"))
+    source: str = ""
+
+    def __attrs_post_init__(self):
+        if not isinstance(self.source, str):
+            raise ParameterTypeError("source", self.source, "a string")
+
+    def to_dict(self) -> dict:
+        """The costs as the cluster file's ``host`` object [-]."""
+        out = {"per_tensor": self.per_tensor, "per_bucket": self.per_bucket,
+               "device_time": self.device_time}
+        if self.source:
+            out["source"] = self.source
+        return out
+
+    @classmethod
+    def from_dict(cls, data, source="<object>") -> "HostCosts":
+        """From the cluster file's ``host`` object; errors name the field."""
+        keys = {"per_tensor", "per_bucket", "device_time", "source"}
+        if not isinstance(data, dict) or not {"per_tensor", "per_bucket"} <= set(data) \
+                or set(data) - keys:
+            raise ProfileFormatError(source, "host", "must be an object with per_tensor [s] "
+                                     "and per_bucket [s], optional device_time [s] and "
+                                     "source")
+        try:
+            return cls(per_tensor=data["per_tensor"], per_bucket=data["per_bucket"],
+                       device_time=data.get("device_time", 0.0),
+                       source=data.get("source", ""))
+        except (InvalidParameterError, ParameterTypeError) as exc:
+            raise ProfileFormatError(source, f"host.{exc.parameter}", str(exc)) from None
+
+
+def tensors_per_bucket(buckets) -> np.ndarray:
+    """Gradient tensors in each bucket of ``buckets`` (a
+    :class:`~scalemodel.fusion.Buckets`), in communication order [-]."""
+    members = buckets.members
+    ends = getattr(members, "ends", None)
+    if ends is not None:
+        return (np.asarray(ends) - np.asarray(members.starts)).astype(float)
+    return np.array([len(m) for m in members], dtype=float)
+
+
+def host_delays(tensors, costs, lead):
+    """Delay of each bucket on the compute stream, :math:`d_k` of eq. :eq:`host-lead` [s].
+
+    Parameters
+    ----------
+    tensors : array_like
+        Gradient tensors of each bucket, in communication order, :math:`p_k` [-].
+    costs : HostCosts
+        The wrapper's host work per tensor and per bucket [s].
+    lead : float
+        The host's lead over the GPU, :math:`L_n` (negative is taken as 0) [s].
+
+    Returns
+    -------
+    numpy.ndarray
+        Non-decreasing delays, one per bucket [s].
+
+    Examples
+    --------
+    >>> from scalemodel.hostcosts import HostCosts, host_delays
+    >>> c = HostCosts(per_tensor=40e-6, per_bucket=35e-6)
+    >>> [round(float(d) * 1e6) for d in host_delays([10, 10, 5], c, lead=500e-6)]
+    [0, 370, 605]
+    """
+    p = np.asarray(tensors, dtype=float)
+    work = np.cumsum(p * costs.per_tensor + costs.per_bucket)
+    return np.maximum(work - max(float(lead), 0.0), 0.0)

@@ -1,0 +1,207 @@
+"""The wrapper's host work on the n-worker timeline (eq. host-lead of
+scalemodel.hostcosts): the closed form against the discrete-event reference (its host
+stream spends the lead bucket by bucket), its one-worker limit against
+scalemodel.framework's eq. host-bound, the cluster file and profile file round trips, and
+the bad input."""
+
+import json
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import scalemodel as sm
+from des_reference import simulate_iteration
+from scalemodel.exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
+from scalemodel.framework import wrapped_iteration_time
+from scalemodel.hostcosts import HostCosts, host_delays, tensors_per_bucket
+from test_framework_terms import framework_terms
+from test_overlap_reference import profiles, settings_
+
+
+@st.composite
+def host_costs(draw):
+    """Host costs (each zero or not) and a host time as a share of the iteration (None:
+    not measured)."""
+    costs = HostCosts(per_tensor=draw(st.sampled_from([0.0, draw(st.floats(0, 2e-4))])),
+                      per_bucket=draw(st.sampled_from([0.0, draw(st.floats(0, 2e-4))])),
+                      device_time=draw(st.sampled_from([0.0, draw(st.floats(0, 5e-3))])))
+    share = draw(st.one_of(st.none(), st.floats(0.0, 1.0)))
+    return costs, share
+
+
+def _check(profile, cfg, terms, topo, host, k):
+    costs, share = host
+    if cfg["algorithm"] == "hierarchical" or (topo is not None and "gpus_per_node" in cfg):
+        topo = None
+    p = profile.with_grad_accum(k) if k > 1 else profile
+    if share is not None:
+        p = attrs.evolve(p, host_time=share * p.iteration_time)
+    cl = sm.ClusterProfile(topology=topo, host=costs, provenance={"source": "test"}, **terms)
+    des_topo = {} if topo is None else dict(gpus_per_node=topo.gpus_per_node,
+                                            nics_per_node=topo.nics_per_node,
+                                            intra_bw=topo.intra_bw)
+    if topo is not None and cfg["algorithm"] in ("halving-doubling", "ps"):
+        des_topo = {}
+    t_des = simulate_iteration(
+        p, slowdown=terms["compute_slowdown"], grad_accum=k,
+        collective_overhead=terms["collective_overhead"], sync_overhead=terms["sync_overhead"],
+        bucket_overhead=terms["bucket_overhead"], iteration_overhead=terms["iteration_overhead"],
+        straggler_spread=terms["straggler_spread"],
+        host=(costs.per_tensor, costs.per_bucket, costs.device_time, p.host_time),
+        **des_topo, **cfg)
+    it = sm.iteration_time(p, cluster=cl, **cfg)
+    assert it.total == pytest.approx(t_des, rel=1e-9)
+    assert it.total == pytest.approx(it.forward + it.backward + it.exposed_communication
+                                     + it.update, rel=1e-9)
+    assert sm.scaling_factor(p, cluster=cl, **cfg) == pytest.approx(p.iteration_time / t_des,
+                                                                     rel=1e-9)
+    assert it.binding in sm.BINDINGS
+    # one worker with the wrapper: eq. host-bound, with the constant terms beside it
+    sc = sm.Scenario.build(p, cluster=cl, fusion=cfg["fusion"])
+    kb = len(sc.buckets)
+    want = float(wrapped_iteration_time(
+        p.iteration_time, p.iteration_time if p.host_time is None else p.host_time,
+        len(p.tensor_bytes), kb, per_tensor=costs.per_tensor, per_bucket=costs.per_bucket,
+        device_time=costs.device_time))
+    want += terms["iteration_overhead"] + (kb * terms["bucket_overhead"]
+                                           if terms["bucket_overhead"] else 0.0)
+    assert sc.wrapped_single_worker_time() == pytest.approx(want, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profiles(), settings_(), framework_terms(), host_costs(), st.integers(1, 3))
+def test_host_terms_equal_discrete_event_reference(profile, cfg, terms, host, k):
+    _check(profile, cfg, *terms, host, k)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(profiles(), settings_(), framework_terms(), host_costs(), st.integers(1, 4))
+def test_host_terms_equal_discrete_event_reference_many(profile, cfg, terms, host, k):
+    _check(profile, cfg, *terms, host, k)
+
+
+def _resnet(host_share):
+    p = sm.load_profile("resnet50")
+    return attrs.evolve(p, host_time=None if host_share is None
+                        else host_share * p.iteration_time)
+
+
+COSTS = HostCosts(per_tensor=40e-6, per_bucket=35e-6, device_time=1e-3)
+
+
+def test_gpu_bound_hides_host_work_host_bound_pays_it():
+    """ResNet-50 (161 tensors): host work 6.4 ms + 35 us per bucket. A host at 10 % of
+    the iteration hides it (only g shows); the host-bound limit pays it all."""
+    cl = sm.ClusterProfile(host=COSTS, provenance={"source": "test"})
+    free, bound = (sm.Scenario.build(_resnet(s), cluster=cl, fusion="none")
+                   for s in (0.1, None))
+    t1 = free.profile.iteration_time
+    assert free.wrapped_single_worker_time() == pytest.approx(t1 + 1e-3, rel=1e-12)
+    assert bound.wrapped_single_worker_time() == pytest.approx(
+        t1 + 161 * (40e-6 + 35e-6), rel=1e-12)
+    # with communication hidden (fast network, one bucket after backward), n = 8 pays
+    # the same delay at the end of backward, and reports it as wrapper_host
+    it = sm.iteration_time(_resnet(None), 8, 1e13, cluster=cl, fusion="bsp")
+    base = sm.iteration_time(_resnet(None), 8, 1e13, fusion="bsp")
+    # one bucket (all tensors, one launch): the lead g covers g of the host work, the
+    # rest delays backward, and g itself runs on the GPU
+    extra = 161 * 40e-6 + 35e-6
+    assert it.total - base.total == pytest.approx(extra, rel=1e-9)
+    assert it.critical_parts["wrapper_host"] == pytest.approx(extra, rel=1e-9)
+    assert it.binding == "fixed"
+
+
+def test_slowdown_gives_the_host_lead():
+    """A compute slowdown of 10 % on a host-bound profile: the GPU's longer step covers
+    the host work, so the wrapper costs g alone on n workers."""
+    cl = sm.ClusterProfile(host=COSTS, compute_slowdown=1.1, provenance={"source": "test"})
+    sc = sm.Scenario.build(_resnet(None), cluster=cl, fusion="none")
+    assert sc.host_lead(8) == pytest.approx(0.1 * (sc.profile.forward_time
+                                                   + sc.profile.backward_time) + 1e-3)
+    assert float(sc.host_delays(8)[-1]) == 0.0
+    assert float(sc.host_delays(1)[-1]) > 0.0
+
+
+def test_host_delays_closed_form():
+    d = host_delays([10, 10, 5], COSTS, lead=500e-6)
+    assert np.allclose(d, [0.0, 370e-6, 605e-6], rtol=0, atol=1e-12)
+    assert np.allclose(host_delays([3, 4], COSTS, lead=-1.0), [155e-6, 350e-6], rtol=1e-12)
+    p = sm.load_profile("resnet50")
+    b = sm.Scenario.build(p, fusion=sm.DDPBuckets(25 * 2**20)).buckets
+    assert tensors_per_bucket(b).sum() == len(p.tensor_bytes)
+
+
+def test_cluster_and_profile_files_round_trip(tmp_path):
+    cl = sm.ClusterProfile(host=HostCosts(per_tensor="40us", per_bucket=35e-6,
+                                          device_time="1 ms", source="h200 sweep"),
+                           provenance={"source": "test"})
+    path = sm.save_cluster(cl, tmp_path / "c.json")
+    back = sm.load_cluster(path)
+    assert back.host == cl.host
+    assert json.loads(path.read_text())["host"]["per_tensor"] == 40e-6
+    p = _resnet(0.5)
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(p.to_dict()))
+    q = sm.load_profile(f)
+    assert q.host_time == p.host_time
+    assert sm.iteration_time(q, 8, 10e9, cluster=back).total == pytest.approx(
+        sm.iteration_time(p, 8, 10e9, cluster=cl).total, rel=1e-12)
+    # a faster profile keeps its host time, capped at the iteration
+    fast = p.scaled_to(0.1 * p.iteration_time)
+    assert fast.host_time == pytest.approx(0.1 * p.iteration_time)
+    # more micro-batches: the host issues each one
+    assert p.with_grad_accum(2).host_time == pytest.approx(
+        0.5 * p.with_grad_accum(2).iteration_time)
+
+
+@pytest.mark.parametrize("host, field", [
+    ({"per_tensor": -1e-6, "per_bucket": 0.0}, "host.per_tensor"),
+    ({"per_tensor": 1e-6, "per_bucket": "fast"}, "host.per_bucket"),
+    ({"per_tensor": 1e-6, "per_bucket": 0.0, "device_time": 5.0}, "host.device_time"),
+    ({"per_tensor": 1e-6}, "host"),
+    ({"per_tensor": 1e-6, "per_bucket": 0.0, "per_launch": 1.0}, "host"),
+    ([1e-6, 0.0], "host"),
+])
+def test_bad_host_costs_in_a_file_name_the_field(host, field):
+    data = sm.ClusterProfile(provenance={"source": "test"}).to_dict()
+    data["host"] = host
+    with pytest.raises(sm.ProfileFormatError) as exc:
+        sm.ClusterProfile.from_dict(data, "c.json")
+    assert exc.value.field == field and "c.json" in str(exc.value)
+
+
+@pytest.mark.parametrize("kw, exc", [
+    (dict(per_tensor=float("nan"), per_bucket=0.0), InvalidParameterError),
+    (dict(per_tensor=True, per_bucket=0.0), ParameterTypeError),
+    (dict(per_tensor=1e-6, per_bucket=None), ParameterTypeError),
+    (dict(per_tensor=1e-6, per_bucket=0.0, source=3), ParameterTypeError),
+])
+def test_bad_host_costs_name_the_parameter(kw, exc):
+    with pytest.raises(exc):
+        HostCosts(**kw)
+    with pytest.raises(ParameterTypeError, match="host"):
+        sm.ClusterProfile(host={"per_tensor": 1e-6, "per_bucket": 0.0},
+                          provenance={"source": "test"})
+
+
+def test_profile_file_host_time_longer_than_the_iteration_is_refused(tmp_path):
+    p = sm.load_profile("resnet50")
+    data = p.to_dict()
+    for bad, why in ((2 * p.iteration_time, "longer than the iteration"), (-1.0, ">= 0"),
+                     ("1 ms", "number")):
+        data["host_time"] = bad
+        f = tmp_path / "p.json"
+        f.write_text(json.dumps(data))
+        with pytest.raises(sm.ProfileFormatError, match=why) as got:
+            sm.load_profile(f)
+        assert got.value.field == "host_time"
+
+
+def test_sharding_says_the_host_costs_are_not_used():
+    cl = sm.ClusterProfile(host=COSTS, provenance={"source": "test"})
+    with pytest.warns(ModelWarning, match="host costs"):
+        sm.iteration_time("resnet50", 8, 100e9, cluster=cl, sharding="zero3")
