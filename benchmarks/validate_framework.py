@@ -101,16 +101,37 @@ def transfer(rows):
 REPEAT = ROOT / "calibration" / "results" / "h200" / "framework-repeat"
 
 
+def library_prediction(dst, m, f, costs):
+    """The DDP iterations of measurement ``m`` (its :meth:`host_fit` ``f``) as a user
+    gets them from the library: the compute step's profile of ``dst`` at the measured
+    plain iteration and host times, a cluster whose ``host`` is ``costs``, and
+    :meth:`Scenario.wrapped_single_worker_time` with DDP's buckets at each cap (the first
+    bucket at the cap, as torch 2.x makes it) [s]."""
+    import attrs
+    profile = sm.load_profile(DATA / f"{dst}.profile.json").scaled_to(f["iteration_plain"])
+    profile = attrs.evolve(profile, host_time=f["host_plain"])
+    cl = sm.ClusterProfile(host=costs, provenance={"source": "validate_framework"})
+    out = []
+    for cap in m.bucket_caps:
+        c = cap * 2.0**20 if cap else 1.0
+        sc = Scenario.build(profile, cluster=cl,
+                            fusion=DDPBuckets(cap_bytes=c, first_bucket_bytes=c))
+        out.append(sc.wrapped_single_worker_time())
+    return np.array(out)
+
+
 def host_transfer(meas):
     """Per source: |errors| of eq. (host-bound) calibrated on the source's sweep
     (:meth:`WrapperMeasurement.host_fit`) for every other measurement's DDP iterations,
-    given their plain iteration and host times; and the same for the constant costs."""
+    given their plain iteration and host times; the same through the library
+    (:func:`library_prediction`); and the constant costs'."""
     from scalemodel.framework import wrapped_iteration_time
-    out, const = {}, {}
+    out, const, lib = {}, {}, {}
     for src, m_src in meas.items():
         h = m_src.host_fit()
+        costs = m_src.host_costs()
         line = m_src.fit()
-        e, c = [], []
+        e, c, lb = [], [], []
         for dst, m in meas.items():
             if dst == src:
                 continue
@@ -124,8 +145,9 @@ def host_transfer(meas):
             pc = f["iteration_plain"] + line["iteration_overhead"] \
                 + np.asarray(m.buckets, float) * line["bucket_overhead"]
             c += list(np.abs(pc / wrapped - 1))
-        out[src], const[src] = np.array(e), np.array(c)
-    return out, const
+            lb += list(np.abs(library_prediction(dst, m, f, costs) / wrapped - 1))
+        out[src], const[src], lib[src] = np.array(e), np.array(c), np.array(lb)
+    return out, const, lib
 
 
 def main(argv=None):
@@ -203,18 +225,24 @@ def host_section(rep, rows):
                 f"{h['per_tensor'] * 1e6:5.1f} [{plo * 1e6:4.1f}, {phi * 1e6:4.1f}] "
                 f"{h['per_bucket'] * 1e6:5.1f} [{blo * 1e6:4.1f}, {bhi * 1e6:4.1f}] "
                 f"{h['device_time'] * 1e3:6.2f}")
-    by_src, const = host_transfer(meas)
+    by_src, const, lib = host_transfer(meas)
     rep.say("", "  transfer on the repeat sweep: calibrated on one measurement, the 35 DDP "
-            "iterations of the seven others",
+            "iterations of the seven others; 'library' is the same through "
+            "ClusterProfile.host (eq. host-lead) and",
+            "  Scenario.wrapped_single_worker_time on each model's compute-step profile "
+            "(its buckets from DDPBuckets, not DDP's counts)",
             f"  {'calibrated on':<16} {'host-bound, eq. (host-bound)':>30} "
-            f"{'constant t_w + K c_b':>24}",
-            f"  {'':<16} {'median':>14} {'largest':>15} {'median':>12} {'largest':>11}")
+            f"{'library':>18} {'constant t_w + K c_b':>24}",
+            f"  {'':<16} {'median':>14} {'largest':>15} {'median':>9} {'largest':>8} "
+            f"{'median':>12} {'largest':>11}")
     for src in by_src:
-        e, c = by_src[src], const[src]
+        e, c, lb = by_src[src], const[src], lib[src]
         rep.say(f"  {src:<16} {100 * np.median(e):13.1f} % {100 * e.max():13.1f} % "
+                f"{100 * np.median(lb):7.1f} % {100 * lb.max():6.1f} % "
                 f"{100 * np.median(c):10.1f} % {100 * c.max():9.1f} %")
     rep.say(f"  median over sources of the median: host-bound "
-            f"{100 * np.median([np.median(e) for e in by_src.values()]):.1f} %, constant "
+            f"{100 * np.median([np.median(e) for e in by_src.values()]):.1f} % (library "
+            f"{100 * np.median([np.median(x) for x in lib.values()]):.1f} %), constant "
             f"{100 * np.median([np.median(c) for c in const.values()]):.1f} %")
 
 

@@ -928,6 +928,12 @@ def _build_fit(sub):
                         "`python -m scalemodel.calibrate` or from-nccl-tests, or a "
                         "from-trace report; give it after the runs CSV, or end the files "
                         "with -- [files] (default: none; not with --cluster)")
+    p.add_argument("--wrapper", default=None, metavar="FILE",
+                   help="the data-parallel wrapper's costs measured on one GPU (the "
+                        "<stem>.wrapper.json of `python -m scalemodel.calibrate --steps "
+                        "compute,wrapper`): the cluster's host costs; bucket_overhead and "
+                        "iteration_overhead are then held at 0 unless --fit names them "
+                        "[file] (default: none)")
     p.add_argument("--network", default=None, choices=_NETWORK_CHOICES,
                    help="the transport the runs used, which centres the priors of the "
                         "achieved bandwidth without --transport: nccl-ib, nccl-roce, "
@@ -956,7 +962,7 @@ def _build_fit(sub):
 _FIT_OPTIONS = {"fit": "--fit", "hold": "--hold", "cluster": "--cluster",
                 "allow_folder": "--allow-folder", "transport": "--transport",
                 "gpus_per_node": "--gpus-per-node", "nics_per_node": "--nics-per-node",
-                "network": "--network"}
+                "network": "--network", "wrapper": "--wrapper"}
 
 
 def _as_option(exc):
@@ -997,6 +1003,8 @@ def cmd_fit(args):
         kw["transport"] = args.transport[0] if len(args.transport) == 1 else args.transport
     if args.network is not None:
         kw["network"] = args.network
+    if args.wrapper is not None:
+        kw["wrapper"] = args.wrapper
     if args.allow_folder is not None:
         kw["allow_folder"] = args.allow_folder
     if args.out is not None:  # before the fit: a wrong --out is said at once
@@ -1004,7 +1012,8 @@ def cmd_fit(args):
         why = output_problem(args.out)
         if why:
             raise InvalidParameterError("--out", args.out, why)
-        _refuse_overwriting_an_input(args.out, [args.runs, *(args.transport or ())])
+        _refuse_overwriting_an_input(args.out, [args.runs, *(args.transport or ()),
+                                                args.wrapper])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
         try:

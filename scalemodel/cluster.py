@@ -64,7 +64,7 @@ a field of the cluster and a closed-form term of :mod:`scalemodel.model`:
 - ``host`` (:class:`~scalemodel.hostcosts.HostCosts`): the wrapper's work on the host per
   gradient tensor and per bucket, and on the GPU per iteration, as measured on one GPU;
   the GPU pays the host work only past the host's lead (eq. :eq:`host-lead`, with the
-  profile's :attr:`~scalemodel.WorkloadProfile.host_time`). In addition to
+  profile's ``host_time`` (:class:`~scalemodel.WorkloadProfile`)). In addition to
   ``bucket_overhead`` and ``iteration_overhead`` (a fit given ``host`` holds them at 0).
 
 File format (JSON): ``format`` = ``"scalemodel-cluster"``, ``format_version`` = 1,

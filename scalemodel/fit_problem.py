@@ -322,7 +322,7 @@ class _Problem:
                     cache[ckey] = self._scenario(gkey, g, cl, 1.0, values)
                 sc1 = cache[ckey]
                 if sc1.needs_plan or sc1.sharding is not None:
-                    entry[gkey] = ("scenario", sc1)
+                    entry[gkey] = ("scenario", sc1, gkey[5])
                     continue
                 # the buckets form on the timeline of sigma (the straggler wait then
                 # stretches it to sigma_n, as the model does)
@@ -378,8 +378,11 @@ class _Problem:
         ``sigma_n`` [-], in per-unit-slowdown form."""
         n, wrapped = gkey[4], gkey[5]
         sc = self._scenario(gkey, g, cl, sigma_n, values)
-        if sc.needs_plan or sc.sharding is not None:
-            return ("scenario", sc)
+        if sc.needs_plan or sc.sharding is not None or (
+                sc.host_delays(n) is not None and (n > 1 or wrapped)):
+            # the wrapper's host delays (eq. host-lead) depend on the slowdown through
+            # the host's lead: not the lines' linear form; the scenario then answers
+            return ("scenario", sc, wrapped)
         lines = sc.lines(n, False)[0]
         k = len(lines.intercept) - 1
         if n > 1:
@@ -427,7 +430,10 @@ class _Problem:
             n = gkey[4]
             if e[0] == "scenario":
                 sc = attrs.evolve(e[1], cluster=cl)
-                out[idx] = sc.iteration_times(np.full(len(idx), n), x, 1.0)
+                if n == 1 and e[2]:  # one worker inside the wrapper
+                    out[idx] = sc.wrapped_single_worker_time()
+                else:
+                    out[idx] = sc.iteration_times(np.full(len(idx), n), x, 1.0)
                 continue
             (_, compute, rest, slope, count, last, per_bucket, wrapper, forward, update,
              (k1, k2)) = e

@@ -286,7 +286,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
                 gpus_per_node=_GPUS_PER_NODE, nics_per_node=None, intra_bw=None,
                 intra_alpha=None, ps_servers=None, cluster=None, fit=None, hold=None,
                 confidence=0.95, max_free=None, name="fitted", allow_folder=None,
-                implementation=None, **given) -> ClusterFit:
+                implementation=None, wrapper=None, **given) -> ClusterFit:
     """Fit a cluster's real-world terms from measured runs (see the module).
 
     Parameters
@@ -353,6 +353,14 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     implementation : str or None
         Implementation preset of the compressed runs that name none (their wire format
         and the ``codec_costs`` key, :mod:`scalemodel.fit_codec`) [-].
+    wrapper : HostCosts, WrapperMeasurement, str or os.PathLike, optional
+        The data-parallel wrapper's costs measured on one GPU (the ``<stem>.wrapper.json``
+        of ``python -m scalemodel.calibrate --steps compute,wrapper``, or its
+        :class:`~scalemodel.calibrate.wrapper.WrapperMeasurement`, or
+        :class:`~scalemodel.hostcosts.HostCosts`): the cluster's ``host`` (eq.
+        :eq:`host-lead`), which the runs' predictions then include with each profile's
+        ``host_time``; ``bucket_overhead`` and ``iteration_overhead`` are held at 0 unless
+        ``fit=`` names them [-].
     **given
         Values to hold for any parameter of :data:`~scalemodel.fitting.PRIORS`, e.g.
         ``compute_slowdown=1.1`` [unit of the parameter].
@@ -391,6 +399,11 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         runs, cluster=cluster, transport=transport, name=name, algorithm=algorithm,
         fusion=fusion, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
         intra_bw=intra_bw, intra_alpha=intra_alpha, allow_folder=allow_folder)
+    if wrapper is not None:  # the wrapper step sees the wrapper's host work directly
+        from .calibrate.wrapper import load_host_costs
+        base = attrs.evolve(base, host=load_host_costs(wrapper, "wrapper"))
+        hold = [*(hold or ()), *(k for k in ("bucket_overhead", "iteration_overhead")
+                                 if k not in (fit or ()))]
     all_runs, runs = runs, _uncompressed(runs)
     fixed, statuses, sigma = _fixed_values(runs, given, base, source=source)
     settings = dict(algorithm=algorithm, fusion=fusion, ps_servers=ps_servers)

@@ -37,9 +37,10 @@ model's sweep, eq. :eq:`host-bound` predicts the seven others' DDP iterations at
 bucket sizes with a median error of 3.1-6.2 % (largest 9-21 %), where constant
 per-iteration and per-bucket costs (the cluster's ``iteration_overhead`` and
 ``bucket_overhead``, eq. :eq:`wrapped-single`) give 6.5-26 % (largest 20-49 %): the
-constants of the host's work transfer, the time they cost does not. The cluster's terms
-are eq. :eq:`host-bound`'s host-bound limit; the n-worker timeline does not yet use the
-host's time.
+constants of the host's work transfer, the time they cost does not. The cluster's
+constant terms are eq. :eq:`host-bound`'s host-bound limit; a cluster's ``host`` costs
+(:class:`~scalemodel.hostcosts.HostCosts`) put eq. :eq:`host-bound` on the n-worker
+timeline (eq. :eq:`host-lead`), where it is this function on one worker.
 """
 
 from __future__ import annotations

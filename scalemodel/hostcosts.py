@@ -10,7 +10,7 @@ A cluster's :class:`HostCosts` hold what that work costs: :math:`h_p` per tensor
 
 On the timeline of one iteration (eq. :eq:`iteration-cluster`) the host's lead over the
 GPU is what the GPU takes for the step without the wrapper, minus what the host takes to
-issue it (:math:`H`, :attr:`~scalemodel.WorkloadProfile.host_time`):
+issue it (:math:`H`, ``host_time`` (:class:`~scalemodel.WorkloadProfile`)):
 
 .. math::
    :label: host-lead

@@ -149,7 +149,7 @@ class WorkloadProfile:
         (the CPU thread that launches the kernels), at most :attr:`iteration_time` (a
         longer one is taken as the iteration; a file's is refused); ``None`` when not
         measured. With a cluster's host costs
-        (:class:`~scalemodel.cluster.HostCosts`) it decides how much of the wrapper's host
+        (:class:`~scalemodel.hostcosts.HostCosts`) it decides how much of the wrapper's host
         work the GPU's lead hides (:mod:`scalemodel.framework`, eq. :eq:`host-bound`);
         ``None`` is taken as the host-bound limit, :attr:`iteration_time` [s].
     """

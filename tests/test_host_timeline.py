@@ -5,6 +5,8 @@ scalemodel.framework's eq. host-bound, the cluster file and profile file round t
 the bad input."""
 
 import json
+import warnings
+from pathlib import Path
 
 import attrs
 import numpy as np
@@ -205,3 +207,92 @@ def test_sharding_says_the_host_costs_are_not_used():
     cl = sm.ClusterProfile(host=COSTS, provenance={"source": "test"})
     with pytest.warns(ModelWarning, match="host costs"):
         sm.iteration_time("resnet50", 8, 100e9, cluster=cl, sharding="zero3")
+
+
+def _runs_of(truth, profile, tmp_path):
+    """Runs of ``profile`` (saved as a file) on the cluster ``truth``: 8 to 64 workers at
+    two line rates, the single-worker time given."""
+    f = tmp_path / "model.json"
+    f.write_text(json.dumps(profile.to_dict()))
+    return [{"model": str(f), "n": n, "bw": bw, "single_worker_time": profile.iteration_time,
+             "iteration_time": sm.iteration_time(profile, n, bw, cluster=truth).total}
+            for n in (8, 16, 32, 64) for bw in (25e9, 100e9)]
+
+
+def test_fit_cluster_with_the_wrapper_measurement_recovers_the_slowdown(tmp_path):
+    """Runs made with known host costs and a compute slowdown of 1.08 (a profile whose
+    host issues it in half its time, so that the slowdown shows; where the host binds,
+    T = max(sigma G + g, H + W) does not see it): given the wrapper's costs, the fit
+    recovers the slowdown and holds the constant framework terms at 0; without them it
+    pours the wrapper's GPU work into the slowdown."""
+    p = _resnet(0.5)
+    costs = HostCosts(per_tensor=80e-6, per_bucket=60e-6, device_time=2e-3)
+    truth = sm.ClusterProfile(host=costs, compute_slowdown=1.08, provenance={"source": "t"},
+                              topology=sm.Topology(gpus_per_node=8, nics_per_node=1))
+    runs = _runs_of(truth, p, tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster(runs, wrapper=costs, fit=["compute_slowdown"])
+        blind = sm.fit_cluster(runs, fit=["compute_slowdown"])
+    assert fit.cluster.host == costs
+    # (the MAP prior on the slowdown pulls it toward 1 by a hair)
+    assert fit.parameters["compute_slowdown"].value == pytest.approx(1.08, rel=1e-3)
+    assert max(abs(r.error) for r in fit.residuals) < 1e-3
+    assert fit.cluster.bucket_overhead == 0.0 and fit.cluster.iteration_overhead == 0.0
+    assert blind.cluster.host is None
+    assert blind.parameters["compute_slowdown"].value > 1.09  # the host work, as slowdown
+    # the fitted cluster answers with the host costs, saved and loaded
+    back = sm.load_cluster(fit.save(tmp_path / "c.json"))
+    assert back.host == costs
+    assert sm.iteration_time(p, 128, 100e9, cluster=back).total == pytest.approx(
+        sm.iteration_time(p, 128, 100e9, cluster=truth).total, rel=1e-3)
+
+
+WRAPPER_JSON = (Path(__file__).parent.parent / "calibration" / "results" / "h200"
+                / "framework-repeat" / "resnet50-fp32.wrapper.json")
+
+
+def test_wrapper_file_and_cli(tmp_path, capsys):
+    """The wrapper step's JSON (the H200 repeat sweep) as fit_cluster's wrapper= and as
+    `scalemodel fit --wrapper`; the cluster file records the costs."""
+    from scalemodel.calibrate.wrapper import WrapperMeasurement, load_host_costs
+    from scalemodel.cli import main
+    costs = load_host_costs(WRAPPER_JSON)
+    meas = WrapperMeasurement.from_dict(json.loads(WRAPPER_JSON.read_text()))
+    assert costs == meas.host_costs()
+    assert 20e-6 < costs.per_tensor < 80e-6 and 20e-6 < costs.per_bucket < 80e-6
+    truth = sm.ClusterProfile(host=costs, compute_slowdown=1.05, provenance={"source": "t"},
+                              topology=sm.Topology(gpus_per_node=8, nics_per_node=1))
+    runs = _runs_of(truth, _resnet(0.5), tmp_path)
+    csv = tmp_path / "runs.csv"
+    csv.write_text("model,n,bw,iteration_time,single_worker_time\n" + "".join(
+        f"model.json,{r['n']},{r['bw']},{r['iteration_time']!r},{r['single_worker_time']!r}\n"
+        for r in runs))
+    out = tmp_path / "c.json"
+    assert main(["fit", str(csv), "--wrapper", str(WRAPPER_JSON), "--gpus-per-node", "8",
+                 "--fit", "compute_slowdown", "--out", str(out)]) in (0, None)
+    saved = json.loads(out.read_text())
+    assert saved["host"]["per_tensor"] == pytest.approx(costs.per_tensor)
+    assert saved["compute_slowdown"] == pytest.approx(1.05, rel=1e-3)
+
+
+@pytest.mark.parametrize("content, match", [
+    ("{}", "not a wrapper measurement"),
+    ("[1, 2]", "not a wrapper measurement"),
+    ("{\"model\": 1", "JSON"),
+])
+def test_bad_wrapper_file_is_a_calibration_error(tmp_path, content, match):
+    from scalemodel.calibrate.wrapper import load_host_costs
+    f = tmp_path / "w.json"
+    f.write_text(content)
+    with pytest.raises(sm.ScalemodelError, match=match):
+        load_host_costs(f)
+    with pytest.raises(ParameterTypeError, match="wrapper"):
+        load_host_costs(3.5)
+
+
+def test_wrapper_file_without_host_times_says_measure_again(tmp_path):
+    from scalemodel.calibrate.wrapper import load_host_costs
+    old = WRAPPER_JSON.parent.parent / "framework" / "resnet50-fp32.wrapper.json"
+    with pytest.raises(sm.CalibrationError, match="no host issue times"):
+        load_host_costs(old)

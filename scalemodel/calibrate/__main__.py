@@ -453,6 +453,9 @@ def _wrapper_step(args, device, progress, staged, out, profile_path, line_rate):
     staged[runs_csv] = ("runs for fit_cluster", buf.getvalue())
     if progress:
         _log(f"wrapper: {meas}")
+        _log(f"wrapper: give {js.name} to the fit of the multi-worker runs (scalemodel fit "
+             f"RUNS.csv --wrapper {js.name}, or fit_cluster(runs, wrapper=...)): the "
+             "cluster then carries the wrapper's host costs")
 
 
 def _stage(staged, path, label, obj):

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..exceptions import CalibrationError, InvalidParameterError
 
-__all__ = ["WrapperMeasurement", "measure_wrapper", "DEFAULT_BUCKET_CAPS"]
+__all__ = ["WrapperMeasurement", "measure_wrapper", "load_host_costs", "DEFAULT_BUCKET_CAPS"]
 
 DEFAULT_BUCKET_CAPS = (0.0, 1.0, 5.0, 25.0, 100.0)
 """The ``bucket_cap_mb`` sweep [MiB]: one bucket per tensor, DDP's 25 MiB default, and
@@ -222,6 +222,31 @@ class WrapperMeasurement:
                 "device_time": max(g, 0.0), "tensors": int(p),
                 "host_plain": float(np.median(host[0])),
                 "iteration_plain": float(np.median(self.plain)), "confidence": confidence}
+
+    def host_costs(self, confidence=0.95, seed=0):
+        """:meth:`host_fit` as the cluster's :class:`~scalemodel.hostcosts.HostCosts`
+        (a negative fitted cost, noise around 0, is taken as 0).
+
+        Parameters
+        ----------
+        confidence : float
+            Level of the bootstrap intervals, in (0, 1) [-].
+        seed : int
+            Seed of the bootstrap [-].
+
+        Returns
+        -------
+        HostCosts
+            Per tensor, per bucket and on the GPU [s], ``source`` naming the model and
+            device.
+        """
+        from ..hostcosts import HostCosts
+
+        f = self.host_fit(confidence, seed)
+        return HostCosts(per_tensor=max(f["per_tensor"], 0.0),
+                         per_bucket=max(f["per_bucket"], 0.0),
+                         device_time=min(f["device_time"], 1.0),
+                         source=f"wrapper step: {self.model} on {self.device}")
 
     def runs(self, model, bw=100e9, uncertainty=None) -> list:
         """The measurement as runs for :func:`scalemodel.fit_cluster`.
@@ -452,3 +477,56 @@ def _bucket_count(ddp) -> int:
         sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes") or ""
         n = len([s for s in str(sizes).split(",") if s.strip()])
     return int(n)
+
+
+def load_host_costs(source, what="wrapper"):
+    """The wrapper's host costs from ``source``: a
+    :class:`~scalemodel.hostcosts.HostCosts` (returned as it is), a
+    :class:`WrapperMeasurement`, or the path of the wrapper step's
+    ``<stem>.wrapper.json`` (read as untrusted input).
+
+    Parameters
+    ----------
+    source : HostCosts, WrapperMeasurement, str or os.PathLike
+        The measurement [-].
+    what : str
+        The parameter's name, for messages [-].
+
+    Returns
+    -------
+    HostCosts
+        Per tensor, per bucket and on the GPU [s].
+
+    Raises
+    ------
+    CalibrationError
+        A file that is not a wrapper measurement, or one without host times or with one
+        bucket count only (the per-tensor and per-bucket work cannot be told apart).
+    ParameterTypeError
+        ``source`` of another type; names ``what``.
+    """
+    import os
+
+    from .._jsonfile import read_json_file
+    from ..exceptions import ParameterTypeError
+    from ..hostcosts import HostCosts
+
+    if isinstance(source, HostCosts):
+        return source
+    if isinstance(source, WrapperMeasurement):
+        return source.host_costs()
+    if not isinstance(source, (str, os.PathLike)):
+        raise ParameterTypeError(what, source, "a HostCosts, a WrapperMeasurement or the "
+                                 "path of a <stem>.wrapper.json file")
+    data = read_json_file(source, what="wrapper measurement")
+    if not isinstance(data, dict):
+        raise CalibrationError(f"{source}: not a wrapper measurement (a JSON object of "
+                               "python -m scalemodel.calibrate --steps wrapper)")
+    try:
+        return WrapperMeasurement.from_dict(data).host_costs()
+    except CalibrationError as exc:
+        raise CalibrationError(f"{source}: {exc}") from None
+    except (ValueError, IndexError, TypeError, InvalidParameterError) as exc:
+        # arrays of other shapes, or numbers that are not times (NaN, negative)
+        raise CalibrationError(f"{source}: not a usable wrapper measurement ({exc})") \
+            from None
