@@ -558,8 +558,8 @@ class ClusterProfile:
         (the runs do not constrain it) takes the parameter's bound from
         :data:`~scalemodel.cluster.PARAMETER_BOUNDS`; a ceiling's upper end ``None`` gives
         the optimistic corner no ceiling. Fitted codec costs (``intervals["codec.<key>"]``,
-        :mod:`scalemodel.fit_codec`) go to their slow and fast ends. The pair is computed
-        once per cluster object.
+        :mod:`scalemodel.fit_codec`) and the wrapper's host costs (``host.intervals``) go
+        to their slow and fast ends. The pair is computed once per cluster object.
         """
         cached = self._derived.get("corners")
         if cached is None:
@@ -635,6 +635,8 @@ class ClusterProfile:
         codec = self._codec_corners()
         if codec is not None:
             worst["codec_costs"], best["codec_costs"] = codec
+        if self.host is not None and self.host.intervals:  # more host work: slower
+            worst["host"], best["host"] = self.host.ends()
         if not worst:
             return self, self
         return attrs.evolve(self, **worst), attrs.evolve(self, **best)

@@ -77,6 +77,31 @@ def _cost(name):
     return convert
 
 
+_INTERVAL_NAMES = ("per_tensor", "per_bucket", "device_time")
+
+
+def _intervals(value):
+    """``{name: (lo, hi)}`` (or the stored tuple) as a sorted tuple of ``(name, lo, hi)``,
+    each end a time in [0, 1] s with lo <= hi."""
+    if isinstance(value, tuple) and all(isinstance(v, tuple) and len(v) == 3 for v in value):
+        value = {v[0]: (v[1], v[2]) for v in value}
+    if not isinstance(value, dict):
+        raise ParameterTypeError("intervals", value, "a dict {name: (low, high)} of "
+                                 f"{', '.join(_INTERVAL_NAMES)}")
+    out = []
+    for name, pair in sorted(value.items()):
+        if name not in _INTERVAL_NAMES:
+            raise InvalidParameterError("intervals", name, "names one of "
+                                        f"{', '.join(_INTERVAL_NAMES)}")
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ParameterTypeError(f"intervals.{name}", pair, "a (low, high) pair")
+        lo, hi = (_cost(f"intervals.{name}")(v) for v in pair)
+        if lo > hi:
+            raise InvalidParameterError(f"intervals.{name}", pair, "low must not exceed high")
+        out.append((name, lo, hi))
+    return tuple(out)
+
+
 @attrs.frozen
 class HostCosts:
     r"""The data-parallel wrapper's work per iteration, on the host and on the GPU.
@@ -92,6 +117,11 @@ class HostCosts:
         The wrapper's own work on the GPU per iteration, :math:`g` [s].
     source : str
         Where the numbers come from (a measurement file, a fit) [-].
+    intervals : dict
+        Confidence intervals ``{name: (low, high)}`` of ``per_tensor``, ``per_bucket``
+        and ``device_time`` (the wrapper step's bootstrap); an answer's interval on a
+        cluster with them ranges over their ends (:meth:`~scalemodel.ClusterProfile.corners`)
+        [s]. Kept as a tuple of ``(name, low, high)``; :meth:`interval` reads one.
 
     Examples
     --------
@@ -104,10 +134,28 @@ class HostCosts:
     per_bucket: float = attrs.field(converter=_cost("per_bucket"))
     device_time: float = attrs.field(default=0.0, converter=_cost("device_time"))
     source: str = ""
+    intervals: tuple = attrs.field(default=(), converter=_intervals)
 
     def __attrs_post_init__(self):
         if not isinstance(self.source, str):
             raise ParameterTypeError("source", self.source, "a string")
+
+    def interval(self, name):
+        """``(low, high)`` of ``name`` (``"per_tensor"``, ``"per_bucket"``,
+        ``"device_time"``), or None without one [s]."""
+        for n, lo, hi in self.intervals:
+            if n == name:
+                return lo, hi
+        return None
+
+    def ends(self):
+        """``(slowest, fastest)``: these costs at the high and at the low end of every
+        interval (the same object twice without intervals) [-]."""
+        if not self.intervals:
+            return self, self
+        hi = {n: h for n, _, h in self.intervals}
+        lo = {n: low for n, low, _ in self.intervals}
+        return attrs.evolve(self, **hi), attrs.evolve(self, **lo)
 
     def to_dict(self) -> dict:
         """The costs as the cluster file's ``host`` object [-]."""
@@ -115,21 +163,24 @@ class HostCosts:
                "device_time": self.device_time}
         if self.source:
             out["source"] = self.source
+        if self.intervals:
+            out["intervals"] = {n: [lo, hi] for n, lo, hi in self.intervals}
         return out
 
     @classmethod
     def from_dict(cls, data, source="<object>") -> "HostCosts":
         """From the cluster file's ``host`` object; errors name the field."""
-        keys = {"per_tensor", "per_bucket", "device_time", "source"}
+        keys = {"per_tensor", "per_bucket", "device_time", "source", "intervals"}
         if not isinstance(data, dict) or not {"per_tensor", "per_bucket"} <= set(data) \
                 or set(data) - keys:
             raise ProfileFormatError(source, "host", "must be an object with per_tensor [s] "
-                                     "and per_bucket [s], optional device_time [s] and "
-                                     "source")
+                                     "and per_bucket [s], optional device_time [s], "
+                                     "source and intervals")
         try:
             return cls(per_tensor=data["per_tensor"], per_bucket=data["per_bucket"],
                        device_time=data.get("device_time", 0.0),
-                       source=data.get("source", ""))
+                       source=data.get("source", ""),
+                       intervals=data.get("intervals") or {})
         except (InvalidParameterError, ParameterTypeError) as exc:
             raise ProfileFormatError(source, f"host.{exc.parameter}", str(exc)) from None
 

@@ -296,3 +296,42 @@ def test_wrapper_file_without_host_times_says_measure_again(tmp_path):
     old = WRAPPER_JSON.parent.parent / "framework" / "resnet50-fp32.wrapper.json"
     with pytest.raises(sm.CalibrationError, match="no host issue times"):
         load_host_costs(old)
+
+
+def test_host_intervals_give_every_answer_an_interval(tmp_path):
+    """Host costs with intervals (the wrapper step's bootstrap): iteration_time and
+    scaling_factor's intervals range over their ends, and hold the point; the file keeps
+    them."""
+    costs = HostCosts(per_tensor=40e-6, per_bucket=35e-6,
+                      intervals={"per_tensor": (30e-6, 50e-6), "per_bucket": (20e-6, 50e-6)})
+    assert costs.interval("per_tensor") == (30e-6, 50e-6) and costs.interval("device_time") is None
+    slow, fast = costs.ends()
+    assert (slow.per_tensor, fast.per_bucket) == (50e-6, 20e-6)
+    cl = sm.ClusterProfile(host=costs, provenance={"source": "test"})
+    p = _resnet(None)  # host-bound: the host work shows in full
+    it = sm.iteration_time(p, 8, 1e13, cluster=cl, fusion="none")
+    lo, hi = it.total_interval
+    assert lo < it.total < hi
+    w = sm.Scenario.build(p, cluster=attrs.evolve(cl, host=slow), fusion="none")
+    assert hi == pytest.approx(sm.iteration_time(p, 8, 1e13, cluster=w.cluster,
+                                                 fusion="none").total, rel=1e-12)
+    sf_lo, sf_hi = it.scaling_factor_interval
+    assert sf_lo < it.scaling_factor < sf_hi
+    back = sm.load_cluster(sm.save_cluster(cl, tmp_path / "c.json"))
+    assert back.host == costs
+    meas_costs = __import__("scalemodel.calibrate.wrapper", fromlist=["x"]).load_host_costs(
+        WRAPPER_JSON)
+    for name in ("per_tensor", "per_bucket"):
+        lo, hi = meas_costs.interval(name)
+        assert lo <= getattr(meas_costs, name) <= hi
+
+
+@pytest.mark.parametrize("iv, exc", [
+    ({"per_launch": (0, 1e-6)}, InvalidParameterError),
+    ({"per_tensor": (2e-6, 1e-6)}, InvalidParameterError),
+    ({"per_tensor": 1e-6}, ParameterTypeError),
+    ([("per_tensor", 0.0)], ParameterTypeError),
+])
+def test_bad_host_intervals_name_them(iv, exc):
+    with pytest.raises(exc, match="intervals"):
+        HostCosts(per_tensor=1e-6, per_bucket=0.0, intervals=iv)

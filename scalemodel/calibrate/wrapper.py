@@ -238,15 +238,20 @@ class WrapperMeasurement:
         -------
         HostCosts
             Per tensor, per bucket and on the GPU [s], ``source`` naming the model and
-            device.
+            device, with the bootstrap intervals of the first two (widened to hold the
+            value).
         """
         from ..hostcosts import HostCosts
 
         f = self.host_fit(confidence, seed)
+        iv = {k: tuple(sorted(max(float(v), 0.0) for v in f[f"{k}_interval"]))
+              for k in ("per_tensor", "per_bucket")}
         return HostCosts(per_tensor=max(f["per_tensor"], 0.0),
                          per_bucket=max(f["per_bucket"], 0.0),
                          device_time=min(f["device_time"], 1.0),
-                         source=f"wrapper step: {self.model} on {self.device}")
+                         source=f"wrapper step: {self.model} on {self.device}",
+                         intervals={k: (min(lo, max(f[k], 0.0)), max(hi, max(f[k], 0.0)))
+                                    for k, (lo, hi) in iv.items()})
 
     def runs(self, model, bw=100e9, uncertainty=None) -> list:
         """The measurement as runs for :func:`scalemodel.fit_cluster`.
