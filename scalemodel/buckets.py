@@ -17,14 +17,18 @@ the cap (it changes only where a bucket boundary moves), so several caps can tie
 default 25 MB is returned when it is among the fastest, else the smallest of them, and
 the result's ``equivalent`` gives the range of the tied candidates.
 
-Without a per-bucket cost (no cluster, or one whose ``bucket_overhead`` is 0) smaller
-buckets are nearly free and the answer leans to the smallest ones; the message says so.
+Without a per-bucket cost (no cluster, or one whose ``bucket_overhead`` is 0 and that
+has no ``host`` costs) smaller buckets are nearly free and the answer leans to the
+smallest ones; the message says so. With the wrapper's host costs (a cluster's ``host``,
+eq. :eq:`host-lead`) each bucket's launch costs host time, which shows only past the
+host's lead over the GPU: a GPU-bound model can afford more buckets than a host-bound one.
 
-The candidates keep DDP's 1 MiB first bucket, as PyTorch 1.x always did. PyTorch 2.x keeps
-it only when ``bucket_cap_mb`` is not given; a cap that is passed caps the first bucket too
-(``DDPBuckets(cap, first_bucket_bytes=cap)``, which reproduced 40 of 40 bucket counts DDP
-reported on an H200: ``benchmarks/validate_framework.py``), one bucket fewer than the
-candidate here: not modelled.
+By default the candidates keep DDP's 1 MiB first bucket, as PyTorch 1.x always did.
+PyTorch 2.x keeps it only when ``bucket_cap_mb`` is not given; a cap that is passed caps
+the first bucket too (``DDPBuckets(cap, first_bucket_bytes=cap)``, which reproduced 40 of
+40 bucket counts DDP reported on an H200: ``benchmarks/validate_framework.py``):
+``first_bucket_at_cap=True`` evaluates the candidates so (the default 25 MB baseline,
+DDP without ``bucket_cap_mb``, keeps its 1 MiB first bucket).
 """
 
 from __future__ import annotations
@@ -139,7 +143,8 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
                      gpus_per_node=None, nics_per_node=None, intra_bw=None,
                      intra_alpha=None, ps_servers=None, activation_checkpointing=None,
                      offload=None, tp=1, pp=1, microbatches=None,
-                     virtual_stages=1, sequence_parallel=False) -> BucketSizeResult:
+                     virtual_stages=1, sequence_parallel=False,
+                     first_bucket_at_cap=False) -> BucketSizeResult:
     """The DDP ``bucket_cap_mb`` that minimizes the iteration time (see the module).
 
     Parameters
@@ -166,6 +171,10 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
         [micro-batches], [chunks], [-]. With ``tp`` or ``pp``, ``n`` counts all GPUs and the buckets are
         those of the data-parallel all-reduce of one GPU's gradients over ``n / (tp pp)``
         replicas (Megatron's DDP buckets its stage's share; :mod:`scalemodel.parallel`).
+    first_bucket_at_cap : bool
+        The first bucket of a candidate cap is the cap (PyTorch 2.x when
+        ``bucket_cap_mb`` is passed), not 1 MiB (PyTorch 1.x, and 2.x without the
+        argument: the default 25 MB's baseline keeps it) [-].
 
     Returns
     -------
@@ -189,6 +198,8 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
             raise ParameterTypeError(name, v, "a scalar (best_bucket_size answers one "
                                      "configuration)")
     cand, refine = _check_candidates(candidates)
+    if not isinstance(first_bucket_at_cap, (bool, np.bool_)):
+        raise ParameterTypeError("first_bucket_at_cap", first_bucket_at_cap, "True or False")
     check_sequence_parallel(sequence_parallel)  # before _scenario drops a None
     base = _scenario(model, dict(cluster=cluster, algorithm=algorithm, alpha=alpha,
                                  codec_cost=codec_cost, gpus_per_node=gpus_per_node,
@@ -202,8 +213,12 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
     n, bw = base.data_parallel(n, bw)  # scalemodel.parallel: replicas, one ring's rate
     x = 1.0 / (effective_utilization(base, bw, u) * bw * r)
 
-    def times(caps):
-        return np.array([float(attrs.evolve(base, fusion=DDPBuckets(c * MiB))
+    def policy(cap, at_cap=bool(first_bucket_at_cap)):
+        return DDPBuckets(cap * MiB, first_bucket_bytes=cap * MiB) if at_cap \
+            else DDPBuckets(cap * MiB)
+
+    def times(caps, at_cap=bool(first_bucket_at_cap)):
+        return np.array([float(attrs.evolve(base, fusion=policy(c, at_cap))
                                .iteration_times(n, x, r)) for c in caps])
 
     t = times(cand)
@@ -216,19 +231,23 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
         t = np.concatenate((t, times(fine)))
         order = np.argsort(cand)
         cand, t = cand[order], t[order]
-    default = (t[cand == DEFAULT_BUCKET_MB][0] if np.any(cand == DEFAULT_BUCKET_MB)
-               else float(times([DEFAULT_BUCKET_MB])[0]))
-    return _result(base, n_job, bw_job, cand, t, float(default))
+    # the default: DDP without bucket_cap_mb (a 1 MiB first bucket, whatever the version)
+    default = (t[cand == DEFAULT_BUCKET_MB][0]
+               if np.any(cand == DEFAULT_BUCKET_MB) and not first_bucket_at_cap
+               else float(times([DEFAULT_BUCKET_MB], False)[0]))
+    return _result(base, n_job, bw_job, cand, t, float(default), policy,
+                   bool(first_bucket_at_cap))
 
 
-def _result(base, n, bw, cand, t, default):
-    """The result object and its message."""
+def _result(base, n, bw, cand, t, default, policy, at_cap):
+    """The result object and its message (``policy(cap)``: the candidate's fusion;
+    ``at_cap``: whether its first bucket is the cap)."""
     low = float(t.min())
     tied = cand[t <= low * (1 + _TIE)]
     best = DEFAULT_BUCKET_MB if DEFAULT_BUCKET_MB in tied else float(tied[0])
-    t_best = low if best != DEFAULT_BUCKET_MB else default
+    t_best = low if best != DEFAULT_BUCKET_MB or at_cap else default
     t1 = base.profile.iteration_time
-    k = len(attrs.evolve(base, fusion=DDPBuckets(best * MiB)).buckets)
+    k = len(attrs.evolve(base, fusion=policy(best)).buckets)
     where = (f"{base.profile.name} on {n} worker{'s' if n != 1 else ''} at "
              f"{format_bandwidth(bw)}")
     mp = base.model_parallel
@@ -247,7 +266,7 @@ def _result(base, n, bw, cand, t, default):
                f"{(default / t_best - 1) * 100:.2g} % faster than the default 25 MB "
                f"({default * 1e3:.4g} ms)")
     cl = base.cluster
-    if n > 1 and (cl is None or cl.bucket_overhead == 0):
+    if n > 1 and (cl is None or (cl.bucket_overhead == 0 and cl.host is None)):
         msg += ("; without a per-bucket cost (the cluster's bucket_overhead) small buckets "
                 "look free, so calibrate one before shrinking them")
     return BucketSizeResult(

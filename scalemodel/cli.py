@@ -531,8 +531,8 @@ def _build_best_bucket(sub):
     _bw_option(p)
     p.add_argument("--cluster", default=None,
                    help="calibrated or fitted cluster profile; its bucket_overhead (the "
-                        "framework's work per bucket) is what makes small buckets cost "
-                        "[JSON file] (default: none, the ideal network)")
+                        "framework's work per bucket) and host costs are what make small "
+                        "buckets cost [JSON file] (default: none, the ideal network)")
     _add(p, "--utilization", _fraction, default=1.0,
          help="fraction of the line rate the transport achieves, in (0, 1] [-] (default 1)")
     _compression_option(p)
@@ -563,6 +563,10 @@ def _build_best_bucket(sub):
     p.add_argument("--sequence-parallel", action="store_true", default=None,
                    help="Megatron-style sequence parallelism over the --tp ranks (the "
                         "tensor-parallel time is the same) [-] (default off)")
+    p.add_argument("--first-bucket-at-cap", action="store_true", default=None,
+                   help="each candidate's first bucket is the cap, as PyTorch 2.x makes it "
+                        "when bucket_cap_mb is passed (PyTorch 1.x, and 2.x without it: "
+                        "1 MiB) [-] (default off)")
     _json_option(p)
     p.set_defaults(func=cmd_best_bucket)
 
@@ -1056,7 +1060,8 @@ def cmd_best_bucket(args):
     kw = {k: getattr(args, k) for k in ("algorithm", "alpha", "gpus_per_node",
                                          "nics_per_node", "intra_bw", "intra_alpha",
                                          "cluster", "tp", "pp", "microbatches",
-                                         "virtual_stages", "sequence_parallel")
+                                         "virtual_stages", "sequence_parallel",
+                                         "first_bucket_at_cap")
           if getattr(args, k) is not None}
     res = best_bucket_size(args.model, args.n, args.bw, utilization=args.utilization,
                            compression=args.compression, candidates=args.candidates, **kw)

@@ -335,3 +335,27 @@ def test_host_intervals_give_every_answer_an_interval(tmp_path):
 def test_bad_host_intervals_name_them(iv, exc):
     with pytest.raises(exc, match="intervals"):
         HostCosts(per_tensor=1e-6, per_bucket=0.0, intervals=iv)
+
+
+def test_best_bucket_size_with_host_costs_and_first_bucket_at_cap(capsys):
+    """Host-bound ResNet-50 with host costs: per-tensor buckets (0.1 MB) cost more than
+    25 MB; a GPU-bound one (host at 20 %) hides them. With the first bucket at the cap,
+    a candidate has one bucket fewer (or as many) as with DDP's 1 MiB first bucket."""
+    from scalemodel.cli import main
+    costs = HostCosts(per_tensor=40e-6, per_bucket=200e-6)
+    cl = sm.ClusterProfile(host=costs, provenance={"source": "test"})
+    bound = sm.best_bucket_size(_resnet(None), 8, 100e9, cluster=cl, candidates=[0.1, 25])
+    assert bound.times[0] > bound.times[1]
+    assert "look free" not in bound.message
+    free = sm.best_bucket_size(_resnet(0.2), 8, 100e9, cluster=cl, candidates=[0.1, 25])
+    assert free.times[0] - free.times[1] < bound.times[0] - bound.times[1]
+    one = sm.best_bucket_size("resnet50", 8, 100e9, candidates=[5.0])
+    cap = sm.best_bucket_size("resnet50", 8, 100e9, candidates=[5.0], first_bucket_at_cap=True)
+    assert cap.n_buckets in (one.n_buckets - 1, one.n_buckets)
+    assert cap.default_iteration_time == one.default_iteration_time
+    with pytest.raises(ParameterTypeError, match="first_bucket_at_cap"):
+        sm.best_bucket_size("resnet50", 8, 100e9, first_bucket_at_cap="yes")
+    assert main(["best-bucket", "--model", "resnet50", "--n", "8", "--bw", "100Gbps",
+                 "--candidates", "5,25", "--first-bucket-at-cap", "--json"]) in (0, None)
+    got = json.loads(capsys.readouterr().out)
+    assert got["n_buckets"] == cap.n_buckets or got["bucket_cap_mb"] == 25
