@@ -291,6 +291,33 @@ def test_bad_wrapper_file_is_a_calibration_error(tmp_path, content, match):
         load_host_costs(3.5)
 
 
+@pytest.mark.parametrize("change, match", [
+    (dict(plain_seconds=[[0.1, 0.1]]), "plain_seconds"),
+    (dict(wrapped_seconds=[[0.2], [0.3]]), "wrapped_seconds"),
+    (dict(host_seconds=[[0.1], [0.2], [0.3]]), "host_seconds"),
+    (dict(buckets=[10, 2.5]), "buckets"),
+    (dict(wrapped_seconds=[[0.2, float("nan")], [0.3, 0.3]]), "wrapped_seconds"),
+    (dict(plain_seconds=[0.1, -0.1]), "> 0"),
+    (dict(bucket_caps_mb="0,1"), "bucket_caps_mb"),
+])
+def test_wrapper_file_of_other_shapes_is_refused(tmp_path, change, match):
+    """A wrapper file is untrusted input: arrays of other shapes, or times that are not
+    finite and positive, are a CalibrationError naming the key (one such file fitted
+    host costs of a second per tensor)."""
+    from scalemodel.calibrate.wrapper import load_host_costs
+    data = {"model": "x", "batch_size": 1, "bucket_caps_mb": [0, 1], "buckets": [10, 2],
+            "plain_seconds": [0.1, 0.1], "wrapped_seconds": [[0.2, 0.2], [0.3, 0.3]],
+            "host_seconds": [[0.1, 0.1], [0.2, 0.2], [0.15, 0.15]], "device": "d",
+            "backend": "gloo", "tensors": 10}
+    f = tmp_path / "w.json"
+    f.write_text(json.dumps(data))
+    assert load_host_costs(f).per_bucket == pytest.approx(0.05 / 8)
+    data.update(change)
+    f.write_text(json.dumps(data))
+    with pytest.raises(sm.CalibrationError, match=match):
+        load_host_costs(f)
+
+
 def test_wrapper_file_without_host_times_says_measure_again(tmp_path):
     from scalemodel.calibrate.wrapper import load_host_costs
     old = WRAPPER_JSON.parent.parent / "framework" / "resnet50-fp32.wrapper.json"

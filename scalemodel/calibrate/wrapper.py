@@ -314,6 +314,7 @@ class WrapperMeasurement:
         """
         try:
             host = data.get("host_seconds")
+            _check_shapes(data)
             return cls(model=str(data["model"]), batch_size=int(data["batch_size"]),
                        bucket_caps=np.asarray(data["bucket_caps_mb"], float),
                        buckets=np.asarray(data["buckets"], int),
@@ -348,6 +349,44 @@ class WrapperMeasurement:
                      f"tensor and {h['per_bucket'] * 1e6:.1f} us per bucket "
                      "(scalemodel.framework)")
         return line
+
+
+def _check_shapes(data):
+    """A wrapper file's arrays as :meth:`WrapperMeasurement.to_dict` writes them: ``K``
+    caps, ``K`` bucket counts (positive integers), ``R`` plain rounds, ``K x R`` wrapped
+    and ``(K + 1) x R`` host times, every time finite and > 0 (a file is untrusted
+    input); else a CalibrationError naming the key."""
+    def arr(key, ndim):
+        try:
+            a = np.asarray(data[key], dtype=float)
+        except (TypeError, ValueError):
+            raise CalibrationError(f"not a wrapper measurement: {key} is not numbers") \
+                from None
+        if a.ndim != ndim or a.size == 0 or not np.all(np.isfinite(a)):
+            raise CalibrationError(f"not a wrapper measurement: {key} must be a "
+                                   f"{'list' if ndim == 1 else 'table'} of finite numbers")
+        return a
+
+    caps, counts = arr("bucket_caps_mb", 1), arr("buckets", 1)
+    plain, wrapped = arr("plain_seconds", 1), arr("wrapped_seconds", 2)
+    k, r = caps.size, plain.size
+    if counts.shape != (k,) or np.any(counts < 1) or np.any(counts != np.round(counts)):
+        raise CalibrationError(f"not a wrapper measurement: buckets must be {k} whole "
+                               "numbers >= 1, one per cap")
+    if wrapped.shape != (k, r):
+        raise CalibrationError(f"not a wrapper measurement: wrapped_seconds is "
+                               f"{wrapped.shape[0]} x {wrapped.shape[1]}, not {k} caps x "
+                               f"{r} rounds")
+    times = [plain, wrapped]
+    if data.get("host_seconds") is not None:
+        host = arr("host_seconds", 2)
+        if host.shape != (k + 1, r):
+            raise CalibrationError(f"not a wrapper measurement: host_seconds is "
+                                   f"{host.shape[0]} x {host.shape[1]}, not {k + 1} settings "
+                                   f"x {r} rounds")
+        times.append(host)
+    if any(np.any(t <= 0) for t in times):
+        raise CalibrationError("not a wrapper measurement: a time is not > 0")
 
 
 def _check_caps(bucket_caps, name="bucket_caps"):
