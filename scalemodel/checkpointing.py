@@ -128,10 +128,39 @@ Recompute time per checkpointed layer, as a fraction of the layer's forward time
 profile's FLOP-proportional split): 1 for ``full``; for ``selective`` without flash
 attention the attention core's FLOPs :math:`4bs^2 d_{attn}` over the layer's forward
 FLOPs; with flash attention the FLOPs of the recomputed (2nd, 4th, ...) matrix
-multiplies over the layer's forward FLOPs. The element-wise and normalization ops that
-are recomputed are not counted (no FLOPs in the profile; memory-bound and small): an
-assumption. The recompute of a layer runs on the compute stream at the start of that
+multiplies over the layer's forward FLOPs. ``selective`` also re-runs memory-bound
+element-wise ops, which have no FLOPs in the profile: their bytes
+(:func:`elementwise_recompute_bytes`, eager PyTorch, one kernel per op) at the GPU's
+datasheet HBM bandwidth are added (``full`` re-runs the whole forward, whose time holds
+them already). The recompute of a layer runs on the compute stream at the start of that
 layer's backward, before any of its gradients (:func:`with_recompute`).
+
+The bytes of the element-wise ops one selective recompute of a layer re-runs, counted
+from the op list torchtitan's policy recomputes in ``calibration/llm_memory.py``'s
+Llama-style block (recorded on the H200:
+``calibration/results/h200/llm_memory_flash.json``, ``selective_policy_first_block``),
+each op reading its inputs and writing its output once, :math:`e` bytes per element
+(the activation dtype), :math:`T` tokens:
+
+====================================== =====================================================
+policy                                 element reads and writes per layer
+====================================== =====================================================
+op-level, flash attention              :math:`T\,[2 \cdot 2h` (two RMSNorm / LayerNorm)
+                                       :math:`+ 10\,(d_q + d_{kv})` (rotary on Q and K:
+                                       mul, neg of a half, cat, mul, add; not with learned
+                                       positions) :math:`+ 2 \cdot 3h` (two residual adds)
+                                       :math:`+ 5f` (SiLU and the gate's mul; GeLU
+                                       :math:`2f`)]
+Korthikanti, no flash attention        :math:`b\,a\,s^2` scores: the scale (2), the causal
+                                       mask's fill (2, and its 1-byte mask) and the
+                                       softmax (2): :math:`(6e + 1)\,b a s^2` bytes
+====================================== =====================================================
+
+A compiled model (``torch.compile``) fuses these ops and moves fewer bytes: not
+modelled (the time is then an upper end). Measured on one H200 (1.35 B Llama-style,
+eager PyTorch 2.11): the selective recompute took 52.0 ms (flash, 8 x 2048 tokens) and
+28.9 ms (no flash, 2 x 2048); the matrix multiplies' share gives 31.6 and 7.5 ms, the
+element-wise bytes at 4.8 TB/s add 14.6 and 8.7 ms (docs/llm.rst).
 """
 
 from __future__ import annotations
@@ -142,14 +171,14 @@ import math
 import attrs
 import numpy as np
 
-from .exceptions import InvalidParameterError, ParameterTypeError
+from .exceptions import InvalidParameterError, ParameterTypeError, ScalemodelError
 
 __all__ = ["Checkpointing", "CHECKPOINTING_MODES", "resolve_checkpointing",
            "activation_units", "layer_activation_bytes", "activation_bytes",
            "LOSS_BYTES_PER_LOGIT",
            "LOSS_KERNELS", "FUSED_LOSS_BYTES_PER_LOGIT", "FUSED_LOSS_BYTES_PER_TOKEN",
            "canonical_loss", "loss_tensor_bytes", "loss_bytes", "HELD_LOGIT_BYTES",
-           "recompute_fraction", "with_recompute"]
+           "recompute_fraction", "elementwise_recompute_bytes", "with_recompute"]
 
 CHECKPOINTING_MODES = ("none", "selective", "full")
 """The activation checkpointing policies by name (``True`` / ``False`` are aliases of
@@ -564,6 +593,72 @@ def recompute_fraction(cfg, checkpointing, flash_attention=True) -> float:
     return redo / (matmul + core)
 
 
+def elementwise_recompute_bytes(cfg, checkpointing, flash_attention=True) -> float:
+    """Bytes the element-wise ops of one layer's recompute read and write (see the
+    module's table; eager PyTorch, one kernel per op); 0 but for ``"selective"``.
+
+    Parameters
+    ----------
+    cfg : TransformerConfig or None
+        The model; None only for ``"full"`` and ``"none"`` [-].
+    checkpointing : str, bool, float or Checkpointing
+        See :func:`resolve_checkpointing` [-].
+    flash_attention : bool
+        Used unless ``checkpointing`` is a :class:`Checkpointing` [-].
+
+    Returns
+    -------
+    float
+        Per layer and micro-batch [bytes].
+
+    Raises
+    ------
+    InvalidParameterError
+        ``"selective"`` without a transformer config.
+
+    Examples
+    --------
+    >>> from scalemodel import TransformerConfig
+    >>> from scalemodel.checkpointing import elementwise_recompute_bytes
+    >>> cfg = TransformerConfig(layers=24, hidden=2048, heads=16, ffn=5504, vocab=32000,
+    ...                         seq=2048, micro_batch=8, gated_ffn=True)
+    >>> round(elementwise_recompute_bytes(cfg, "selective") / 1e9, 3)
+    2.915
+    """
+    from .hardware import DTYPE_BYTES
+
+    ck = resolve_checkpointing(checkpointing, flash_attention)
+    if ck.mode != "selective":
+        return 0.0
+    if cfg is None:
+        raise InvalidParameterError(
+            "activation_checkpointing", "selective", "selective recompute needs the "
+            "transformer's shape (a profile derived from a TransformerConfig)",
+            "Use 'full' or 'none' for this profile")
+    e = float(DTYPE_BYTES.get(cfg.dtype, 2))
+    if not ck.flash_attention:  # scale, masked_fill (its bool mask), softmax
+        return (6.0 * e + 1.0) * cfg.micro_batch * cfg.heads * float(cfg.seq) ** 2
+    h, f = float(cfg.hidden), float(cfg.ffn)
+    rotary = 0.0 if cfg.learned_positions else 10.0 * (cfg.heads + cfg.kv_heads) \
+        * cfg.head_dim
+    ffn = 5.0 * f if cfg.gated_ffn else 2.0 * f
+    return e * float(cfg.tokens) * (2 * 2 * h + rotary + 2 * 3 * h + ffn)
+
+
+def _elementwise_seconds(profile, cfg, ck):
+    """:func:`elementwise_recompute_bytes` at the HBM bandwidth of the profile's GPU
+    (``provenance["gpu"]``); 0 for a profile without one [s]."""
+    nbytes = elementwise_recompute_bytes(cfg, ck)
+    gpu = profile.provenance.get("gpu") if isinstance(profile.provenance, dict) else None
+    if nbytes == 0.0 or not isinstance(gpu, str):
+        return 0.0
+    from .hardware import get_gpu
+    try:
+        return nbytes / get_gpu(gpu).hbm_bandwidth
+    except ScalemodelError:
+        return 0.0  # a GPU the library does not know: not counted
+
+
 # --------------------------------------------------------------------------- profiles
 
 def _profile_config(profile):
@@ -647,7 +742,9 @@ def _with_recompute(profile, ck, given):
             "activation_checkpointing", given, f"the profile {profile.name!r} has no "
             "numbered blocks in its tensor names (layers.<i>., h.<i>., ...) to checkpoint",
             "Use activation_checkpointing='none'")
-    frac = recompute_fraction(_profile_config(profile), ck)
+    cfg = _profile_config(profile)
+    frac = recompute_fraction(cfg, ck)
+    elementwise = _elementwise_seconds(profile, cfg, ck)  # per layer, memory-bound
     ready = np.asarray(profile.tensor_ready, float)
     k = len(ready)
     starts, block = _block_starts(tuple(names))
@@ -663,7 +760,7 @@ def _with_recompute(profile, ck, given):
     chosen = np.zeros(len(starts), bool)
     picked = np.flatnonzero(block)[::-1][:ck.layers(n_blocks)]
     chosen[picked] = True
-    per_unit = np.where(chosen, frac * fwd, 0.0)
+    per_unit = np.where(chosen, frac * fwd + elementwise, 0.0)
     per_tensor = np.zeros(k)
     per_tensor[starts] = per_unit
     shift = np.cumsum(per_tensor)
@@ -672,6 +769,8 @@ def _with_recompute(profile, ck, given):
     prov["activation_checkpointing"] = ck.describe()
     prov["checkpointing"] = {"mode": ck.mode, "fraction": ck.fraction,
                              "flash_attention": bool(ck.flash_attention)}
+    if elementwise:  # the memory-bound part of each recomputed layer [s]
+        prov["recompute_elementwise_seconds"] = elementwise
     # the ready times stay finite and non-decreasing and the backward time moves with the
     # last of them: the checked profile needs no second check (its shapes are costly)
     return evolve_checked(profile, tensor_ready=ready + shift,

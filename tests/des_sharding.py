@@ -206,7 +206,8 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
     stream at the end of the backward task that issues it (so the reduce-scatter and all
     later compute wait for it).
     ``recompute``: activation checkpointing, a mapping from a block's name (``"layers.3"``)
-    to the fraction of its forward time recomputed at the start of its backward (the
+    to the fraction of its forward time recomputed at the start of its backward, or a
+    pair ``(fraction, seconds)`` with memory-bound work of that many seconds besides (the
     block's forward: the profile's forward time split by the blocks' backward spans, as
     for the units); every gradient of that block and after it is ready that much later.
     ``shard_group``: zero1/2/3 sharded over groups of that many consecutive GPUs and
@@ -252,8 +253,9 @@ def simulate_sharded(profile, n, bw, *, strategy, wrap="block", fusion="ddp",
         for grp, span in zip(blocks, spans):
             m = _BLOCK.match(names[grp[0]])
             frac = recompute.get(m.group(1), 0.0) if m else 0.0
+            frac, extra = frac if isinstance(frac, tuple) else (frac, 0.0)
             share = span / total_span if total_span > 0 else 1.0 / len(blocks)
-            added += frac * profile.forward_time * share
+            added += frac * profile.forward_time * share + extra
             for i in grp:
                 ready[i] += added
         backward_time += added

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import scalemodel as sm
 from des_sharding import simulate_sharded
-from scalemodel.checkpointing import (Checkpointing, activation_bytes, layer_activation_bytes,
+from scalemodel.checkpointing import (Checkpointing, activation_bytes, elementwise_recompute_bytes,
+                                      layer_activation_bytes,
                                       recompute_fraction, resolve_checkpointing, with_recompute)
 from scalemodel.sharding import Sharding
 from test_sharding import ELEM, configurations, profiles
@@ -106,14 +107,45 @@ def test_recompute_fractions_by_hand():
         recompute_fraction(None, "selective")
 
 
+def _elementwise_by_hand(c, flash):
+    """The recomputed element-wise bytes of one layer, op by op (bf16, 2 bytes): the
+    module's table written out from the traced op list."""
+    T, h, f = c.tokens, c.hidden, c.ffn
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    if not flash:
+        scores = c.micro_batch * c.heads * c.seq ** 2
+        return scores * (2 * 2 + 2 * 2 + 1 + 2 * 2)  # scale, masked_fill + mask, softmax
+    norms = 2 * (T * h * 2 + T * h * 2)  # read x, write y
+    rope = sum(n * 2 * (2 + 1 + 2 + 2 + 3) for n in (T * q, T * kv))
+    adds = 2 * (3 * T * h * 2)
+    swiglu = T * f * 2 * 2 + T * f * 2 * 3  # silu, mul
+    return norms + rope + adds + swiglu
+
+
+def test_elementwise_recompute_bytes_by_hand():
+    for flash in (True, False):
+        ck = Checkpointing("selective", flash_attention=flash)
+        assert elementwise_recompute_bytes(LLAMA, ck) == pytest.approx(
+            _elementwise_by_hand(LLAMA, flash), rel=1e-12)
+    assert elementwise_recompute_bytes(LLAMA, "full") == 0.0
+    assert elementwise_recompute_bytes(None, "none") == 0.0
+    with pytest.raises(sm.InvalidParameterError, match="selective"):
+        elementwise_recompute_bytes(None, "selective")
+
+
 def test_recompute_adds_each_blocks_share_of_forward():
     prof = sm.transformer_profile(LLAMA, efficiency=0.4)
     units = sm.transformer_units(LLAMA, efficiency=0.4)
     blocks_fwd = float(units.forward_time[1:-1].sum())
+    hbm = sm.get_gpu(prof.provenance["gpu"]).hbm_bandwidth
     for ck in ("full", "selective", Checkpointing("selective", flash_attention=False)):
         p2 = with_recompute(prof, ck)
         added = p2.backward_time - prof.backward_time
-        assert added == pytest.approx(recompute_fraction(LLAMA, ck) * blocks_fwd, rel=1e-12)
+        flash = getattr(ck, "flash_attention", True)
+        memory = (LLAMA.layers * _elementwise_by_hand(LLAMA, flash) / hbm
+                  if ck != "full" else 0.0)
+        assert added == pytest.approx(recompute_fraction(LLAMA, ck) * blocks_fwd + memory,
+                                      rel=1e-12)
         assert p2.iteration_time == pytest.approx(prof.iteration_time + added)
     assert with_recompute(prof, "none") is prof
     # compute-bound (a very fast network): the iteration grows by the recompute
@@ -179,13 +211,14 @@ def test_recompute_of_a_transformer_equals_discrete_event_reference(ck, strategy
                                micro_batch=2, kv_heads=2, gated_ffn=True, dtype="bf16")
     prof = sm.transformer_profile(cfg, efficiency=0.5)
     frac = recompute_fraction(cfg, ck)  # checked by hand above
+    memory = elementwise_recompute_bytes(cfg, ck) / sm.get_gpu(prof.provenance["gpu"]).hbm_bandwidth
     link = sm.get_gpu(prof.provenance["gpu"]).intra_node_bw
     for bw in (1e9, 1e11, 1e13):
         t_model = sm.iteration_time(prof, n=16, bw=bw, sharding=strategy, fusion="block",
                                     activation_checkpointing=ck).total
         t_des = simulate_sharded(prof, 16, bw, strategy=strategy, wrap="block", fusion=None,
                                  element_bytes=2,
-                                 recompute={f"layers.{i}": frac for i in range(4)},
+                                 recompute={f"layers.{i}": (frac, memory) for i in range(4)},
                                  intra_bw=link)  # the profile's GPU's (hybrid_shard)
         assert t_model == pytest.approx(t_des, rel=1e-9)
 
