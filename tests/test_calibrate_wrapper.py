@@ -275,3 +275,29 @@ def test_first_bucket_mb_is_the_first_buckets_cap():
         load_runs([bad])
     with pytest.raises(sm.InvalidParameterError, match=r"runs\[0\].first_bucket_mb"):
         load_runs([dict(runs[0], first_bucket_mb=-1)])
+
+
+REPEAT_WRAPPER = H200.parent / "framework-repeat" / "resnet50-fp32.wrapper.json"
+
+
+@pytest.mark.slow
+def test_transport_step_with_wrapper_writes_host_costs(tmp_path):
+    """torchrun ... -m scalemodel.calibrate --steps transport --wrapper FILE (2 gloo
+    ranks): the cluster written carries the wrapper step's host costs."""
+    from test_calibrate_run import torchrun
+    out = torchrun(["--steps", "transport", "--out", "cluster.json", "--min-size", "16KiB",
+                    "--max-size", "256KiB", "--repeats", "3", "--warmup", "1",
+                    "--wrapper", str(REPEAT_WRAPPER)], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    from scalemodel.calibrate.wrapper import load_host_costs
+    assert sm.load_cluster(tmp_path / "cluster.json").host == load_host_costs(REPEAT_WRAPPER)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--steps", "transport", "--wrapper", "missing.json"], "missing.json"),
+    (["--steps", "compute", "--wrapper", str(REPEAT_WRAPPER)], "--wrapper goes with"),
+])
+def test_wrapper_option_is_checked_before_measuring(tmp_path, args, words):
+    out = _calibrate([*args, "--model", "mlp", "--out", "c.json"], tmp_path, timeout=120)
+    assert out.returncode == 2 and words in out.stderr, out.stderr[-2000:]
+    assert not list(tmp_path.iterdir())

@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket-caps", default="0,1,5,25,100",
                    help="the wrapper step's DDP bucket caps, comma-separated (0: one bucket "
                    "per tensor) [MiB] (default: %(default)s)")
+    p.add_argument("--wrapper", default=None, metavar="FILE",
+                   help="the <stem>.wrapper.json of an earlier `--steps compute,wrapper` run "
+                   "on one GPU of this cluster: the cluster written here carries its host "
+                   "costs (the DDP wrapper's work per tensor and per bucket; "
+                   "scalemodel.hostcosts), which the scaling step's check then includes "
+                   "(default: none)")
     p.add_argument("--fit-host-overhead", action=argparse.BooleanOptionalAction, default=None,
                    help="fit how compute and communication share the host (overlap "
                    "efficiency, then a per-byte cost) from the DDP run (default: on CPUs)")
@@ -203,6 +209,13 @@ def _check_args(args):
             [c for c in str(args.bucket_caps).split(",") if c.strip()], "--bucket-caps")
     if "scaling" in steps and "compute" not in steps and not args.profile:
         raise CalibrationError("the scaling step needs the compute step or --profile")
+    args.host_costs = None
+    if args.wrapper is not None:  # read (and refused) before anything is measured
+        if "transport" not in steps and "scaling" not in steps:
+            raise CalibrationError("--wrapper goes with the transport or scaling step (it "
+                                   "puts host costs in the cluster they write)")
+        from .wrapper import load_host_costs
+        args.host_costs = load_host_costs(args.wrapper, "--wrapper")
     if "scaling" in steps and "transport" not in steps and not args.cluster:
         raise CalibrationError("the scaling step needs the transport step or --cluster")
     t = args.timeout
@@ -314,6 +327,9 @@ def run(args) -> int:
     # inputs are read before anything is measured
     profile = load_profile_for(args) if args.profile else None
     cluster = load_cluster(args.cluster) if args.cluster else None
+    if cluster is not None and args.host_costs is not None:
+        import attrs
+        cluster = attrs.evolve(cluster, host=args.host_costs)
     if ("scaling" in steps and line_rate is None and "transport" not in steps
             and cluster.extra.get("fitted_bandwidth") is None):
         raise CalibrationError(f"the scaling step needs a line rate for its prediction: pass "
@@ -453,9 +469,10 @@ def _wrapper_step(args, device, progress, staged, out, profile_path, line_rate):
     staged[runs_csv] = ("runs for fit_cluster", buf.getvalue())
     if progress:
         _log(f"wrapper: {meas}")
-        _log(f"wrapper: give {js.name} to the fit of the multi-worker runs (scalemodel fit "
-             f"RUNS.csv --wrapper {js.name}, or fit_cluster(runs, wrapper=...)): the "
-             "cluster then carries the wrapper's host costs")
+        _log(f"wrapper: give {js.name} to the multi-worker calibration (torchrun ... -m "
+             f"scalemodel.calibrate --wrapper {js.name}) or to the fit of measured runs "
+             f"(scalemodel fit RUNS.csv --wrapper {js.name}): the cluster then carries "
+             "the wrapper's host costs")
 
 
 def _stage(staged, path, label, obj):
@@ -525,6 +542,9 @@ def _transport_step(args, world, rank, timeout, line_rate, progress, staged, out
     if rank == 0:
         cluster = _fit_cluster(args, sweep, line_rate, progress, intra=intra,
                                local=local)
+        if args.host_costs is not None:  # --wrapper: measured on one GPU beforehand
+            import attrs
+            cluster = attrs.evolve(cluster, host=args.host_costs)
         _stage(staged, out, "cluster profile", cluster)
     return cluster
 
