@@ -642,7 +642,8 @@ class Scenario:
 
     def settings(self) -> dict:
         """What this scenario assumes: collective, fusion or wrapping, sharding,
-        activation checkpointing, offload, topology and cluster [-].
+        activation checkpointing, offload, topology, the wrapper's host costs and host
+        time (``wrapper_host``, when the cluster has them) and cluster [-].
 
         ``gpus_per_node`` and ``nics_per_node`` are the job's nodes, as given; with tensor
         or pipeline parallelism ``dp_ring_gpus_per_node``, ``dp_ring_nics_per_node`` and
@@ -670,7 +671,24 @@ class Scenario:
                 "activation_checkpointing": prov.get("activation_checkpointing", "none"),
                 "offload": prov.get("offload_mode", "none"),
                 "gpus_per_node": gpn, "nics_per_node": nics, **ring,
+                **self._host_settings(),
                 "cluster": None if self.cluster is None else self.cluster.name}
+
+    def _host_settings(self) -> dict:
+        """``{"wrapper_host": ...}`` when the cluster has host costs and they apply (not
+        under sharding): the host time :math:`H` used, and whether it was measured or
+        taken as the host-bound limit (the iteration) [-]."""
+        cl = self.cluster
+        if cl is None or cl.host is None or self.sharding is not None:
+            return {}
+        p = self.profile
+        measured = p.host_time is not None
+        return {"wrapper_host": {
+            "host_time": float(p.host_time if measured else p.iteration_time),
+            "host_time_source": ("the profile's host_time" if measured else
+                                 "not measured: the host-bound limit (the iteration)"),
+            "per_tensor": cl.host.per_tensor, "per_bucket": cl.host.per_bucket,
+            "device_time": cl.host.device_time}}
 
     # ------------------------------------------------------------------ cluster terms
 

@@ -386,3 +386,13 @@ def test_best_bucket_size_with_host_costs_and_first_bucket_at_cap(capsys):
                  "--candidates", "5,25", "--first-bucket-at-cap", "--json"]) in (0, None)
     got = json.loads(capsys.readouterr().out)
     assert got["n_buckets"] == cap.n_buckets or got["bucket_cap_mb"] == 25
+
+
+def test_settings_say_which_host_time_was_used():
+    cl = sm.ClusterProfile(host=COSTS, provenance={"source": "test"})
+    unknown = sm.iteration_time("resnet50", 8, 100e9, cluster=cl).settings["wrapper_host"]
+    assert "host-bound limit" in unknown["host_time_source"]
+    known = sm.iteration_time(_resnet(0.5), 8, 100e9, cluster=cl).settings["wrapper_host"]
+    assert known["host_time_source"] == "the profile's host_time"
+    assert known["per_tensor"] == COSTS.per_tensor
+    assert "wrapper_host" not in sm.iteration_time("resnet50", 8, 100e9).settings
