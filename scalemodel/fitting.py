@@ -427,9 +427,14 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     fitted = _fitted_cluster(problem, best, params, alternatives, fit_settings)
     notes = _what_tells_them_apart(problem, fitted, runs, settings)
     notes = list(notes) + _efficiency_notes(fitted)
+    message = _message(best, params, residuals, alternatives, notes)
+    if fitted.host is not None and wrapper is not None:  # what wrapper= fixed
+        h = fitted.host
+        message += (f"\n  host costs           {h.per_tensor * 1e6:.3g} us per tensor, "
+                    f"{h.per_bucket * 1e6:.3g} us per bucket, {h.device_time * 1e3:.3g} ms "
+                    f"on the GPU  wrapper ({h.source or 'given'})")
     result = ClusterFit(cluster=fitted, parameters=params, residuals=residuals,
-                        free=tuple(best.free), chi2=best.chi2,
-                        message=_message(best, params, residuals, alternatives, notes),
+                        free=tuple(best.free), chi2=best.chi2, message=message,
                         alternatives=alternatives)
     if len(all_runs) > len(runs):  # the second step: codec costs from the compressed runs
         from .fit_codec import fit_codec

@@ -235,6 +235,8 @@ def test_fit_cluster_with_the_wrapper_measurement_recovers_the_slowdown(tmp_path
         fit = sm.fit_cluster(runs, wrapper=costs, fit=["compute_slowdown"])
         blind = sm.fit_cluster(runs, fit=["compute_slowdown"])
     assert fit.cluster.host == costs
+    assert "host costs           80 us per tensor, 60 us per bucket, 2 ms" in fit.message
+    assert "host costs" not in blind.message
     # (the MAP prior on the slowdown pulls it toward 1 by a hair)
     assert fit.parameters["compute_slowdown"].value == pytest.approx(1.08, rel=1e-3)
     assert max(abs(r.error) for r in fit.residuals) < 1e-3
