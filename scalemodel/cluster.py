@@ -635,7 +635,7 @@ class ClusterProfile:
         codec = self._codec_corners()
         if codec is not None:
             worst["codec_costs"], best["codec_costs"] = codec
-        if self.host is not None and self.host.intervals:  # more host work: slower
+        if self.host is not None:  # more host work (and a host-bound profile): slower
             worst["host"], best["host"] = self.host.ends()
         if not worst:
             return self, self

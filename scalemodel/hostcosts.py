@@ -41,7 +41,9 @@ by kernel).
 
 :math:`H` unknown (``host_time=None``) is taken as the host-bound limit :math:`H = T`:
 then :math:`L_1 = g` and the wrapper costs its whole host work, as the cluster's constant
-``bucket_overhead`` and ``iteration_overhead`` do.
+``bucket_overhead`` and ``iteration_overhead`` do. An answer's interval then reaches down
+to the GPU-bound end, :math:`H = 0` (:meth:`HostCosts.ends`), as far as the runs cannot
+tell.
 """
 
 from __future__ import annotations
@@ -122,6 +124,10 @@ class HostCosts:
         and ``device_time`` (the wrapper step's bootstrap); an answer's interval on a
         cluster with them ranges over their ends (:meth:`~scalemodel.ClusterProfile.corners`)
         [s]. Kept as a tuple of ``(name, low, high)``; :meth:`interval` reads one.
+    gpu_bound_end : bool
+        The optimistic end of an answer's interval (:meth:`ends`): a profile without a
+        measured ``host_time`` is taken as GPU-bound (:math:`H = 0`) instead of
+        host-bound (:math:`H = T`, the point). Not written to files [-].
 
     Examples
     --------
@@ -135,6 +141,7 @@ class HostCosts:
     device_time: float = attrs.field(default=0.0, converter=_cost("device_time"))
     source: str = ""
     intervals: tuple = attrs.field(default=(), converter=_intervals)
+    gpu_bound_end: bool = attrs.field(default=False, repr=False)
 
     def __attrs_post_init__(self):
         if not isinstance(self.source, str):
@@ -150,12 +157,12 @@ class HostCosts:
 
     def ends(self):
         """``(slowest, fastest)``: these costs at the high and at the low end of every
-        interval (the same object twice without intervals) [-]."""
-        if not self.intervals:
-            return self, self
+        interval; the fastest also takes a profile without a measured host time as
+        GPU-bound (``gpu_bound_end``: its host hides what its lead covers) [-]."""
         hi = {n: h for n, _, h in self.intervals}
         lo = {n: low for n, low, _ in self.intervals}
-        return attrs.evolve(self, **hi), attrs.evolve(self, **lo)
+        slow = attrs.evolve(self, **hi) if hi else self
+        return slow, attrs.evolve(self, **lo, gpu_bound_end=True)
 
     def to_dict(self) -> dict:
         """The costs as the cluster file's ``host`` object [-]."""

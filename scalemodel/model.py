@@ -686,7 +686,8 @@ class Scenario:
         return {"wrapper_host": {
             "host_time": float(p.host_time if measured else p.iteration_time),
             "host_time_source": ("the profile's host_time" if measured else
-                                 "not measured: the host-bound limit (the iteration)"),
+                                 "not measured: the host-bound limit (the iteration); "
+                                 "the interval reaches the GPU-bound end"),
             "per_tensor": cl.host.per_tensor, "per_bucket": cl.host.per_bucket,
             "device_time": cl.host.device_time}}
 
@@ -745,7 +746,10 @@ class Scenario:
         p = self.profile
         gpu = (self.slowdown(n) * p.grad_accum * (p.forward_time + p.backward_time)
                + p.update_time)
-        host = p.iteration_time if p.host_time is None else p.host_time
+        if p.host_time is not None:
+            host = p.host_time
+        else:  # not measured: host-bound, or GPU-bound at an interval's optimistic end
+            host = 0.0 if cl.host.gpu_bound_end else p.iteration_time
         return max(0.0, gpu + cl.host.device_time - host)
 
     def host_delays(self, n):

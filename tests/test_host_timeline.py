@@ -398,3 +398,19 @@ def test_settings_say_which_host_time_was_used():
     assert known["host_time_source"] == "the profile's host_time"
     assert known["per_tensor"] == COSTS.per_tensor
     assert "wrapper_host" not in sm.iteration_time("resnet50", 8, 100e9).settings
+
+
+def test_unmeasured_host_time_widens_the_interval_to_the_gpu_bound_end():
+    """Without the profile's host_time the point is host-bound and the interval reaches
+    the GPU-bound end (H = 0); with it, host costs without intervals give a point."""
+    cl = sm.ClusterProfile(host=COSTS, provenance={"source": "test"})
+    slow, fast = COSTS.ends()
+    assert slow == COSTS and fast.gpu_bound_end and fast.per_tensor == COSTS.per_tensor
+    it = sm.iteration_time(_resnet(None), 8, 1e13, cluster=cl, fusion="none")
+    lo, hi = it.total_interval
+    assert hi == pytest.approx(it.total, rel=1e-12) and lo < it.total
+    free = sm.iteration_time(_resnet(1e-9), 8, 1e13, cluster=cl, fusion="none")
+    assert lo == pytest.approx(free.total, rel=1e-9)  # H = 0: the host hides it all
+    known = sm.iteration_time(_resnet(0.5), 8, 1e13, cluster=cl, fusion="none")
+    assert known.total_interval[0] == pytest.approx(known.total, rel=1e-12)
+    assert sm.load_cluster(sm.ClusterProfile.from_dict(cl.to_dict())).host == COSTS
