@@ -1043,6 +1043,67 @@ def fig_transfer(out: Path):
     _save(fig, out / "transfer.png")
 
 
+def fig_host(out: Path):
+    """The H200 repeat sweep (``calibration/results/h200/framework-repeat``): every
+    measurement's DDP iterations predicted from each other measurement's sweep, with the
+    cluster's constant per-iteration and per-bucket costs (left) and with its host costs
+    on the library's timeline (right: :class:`~scalemodel.hostcosts.HostCosts`,
+    :meth:`~scalemodel.Scenario.wrapped_single_worker_time`), coloured by the host's
+    share of the plain iteration. The same pairs as section 4 of
+    ``benchmarks/validate_framework.py``'s output."""
+    import json
+
+    import attrs
+    import matplotlib.pyplot as plt
+
+    import scalemodel as sm
+    from scalemodel.calibrate.wrapper import WrapperMeasurement
+    from scalemodel.fusion import DDPBuckets
+
+    root = Path(__file__).resolve().parents[2] / "calibration" / "results" / "h200"
+    meas = {p.name[: -len(".wrapper.json")]:
+            WrapperMeasurement.from_dict(json.loads(p.read_text()))
+            for p in sorted((root / "framework-repeat").glob("*.wrapper.json"))}
+    prof = {k: sm.load_profile(root / "framework" / f"{k}.profile.json") for k in meas}
+    fits = {k: (m.fit(), m.host_costs(), m.host_fit()) for k, m in meas.items()}
+    points = {"constant": [], "host": []}
+    for src, (line, costs, _) in fits.items():
+        cl = sm.ClusterProfile(host=costs, provenance={"source": "docs"})
+        for dst, m in meas.items():
+            if dst == src:
+                continue
+            f = fits[dst][2]
+            p = attrs.evolve(prof[dst].scaled_to(f["iteration_plain"]),
+                             host_time=f["host_plain"])
+            share = f["host_plain"] / f["iteration_plain"]
+            for cap, k, w in zip(m.bucket_caps, m.buckets, np.median(m.wrapped, axis=1)):
+                c = cap * 2.0**20 if cap else 1.0
+                sc = sm.Scenario.build(p, cluster=cl,
+                                       fusion=DDPBuckets(cap_bytes=c, first_bucket_bytes=c))
+                points["host"].append((w, sc.wrapped_single_worker_time(), share))
+                points["constant"].append((w, f["iteration_plain"] + line["iteration_overhead"]
+                                           + k * line["bucket_overhead"], share))
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.4), sharey=True)
+    titles = {"constant": "constant costs (t_w + K c_b)", "host": "host costs (eq. host-lead)"}
+    for ax, key in zip(axes, ("constant", "host")):
+        a = np.array(points[key])
+        err = 100 * (a[:, 1] / a[:, 0] - 1)
+        sc_ = ax.scatter(a[:, 0] * 1e3, err, c=a[:, 2], cmap="viridis", vmin=0, vmax=1, s=12)
+        ax.axhspan(-5, 5, color="tab:green", alpha=0.12, lw=0)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xscale("log")
+        ticks = [20, 30, 40, 60, 100]
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.set_xticks([], minor=True)
+        ax.set_xlabel("measured DDP iteration on one H200 [ms]")
+        ax.set_title(f"{titles[key]}\nmedian |error| {np.median(np.abs(err)):.1f} %, "
+                     f"largest {np.abs(err).max():.1f} %", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("predicted / measured - 1 [%]")
+    fig.colorbar(sc_, ax=axes, label="host issue time / plain iteration (1: host-bound)")
+    _save(fig, out / "host.png")
+
+
 def inc_sharding_cli(out: Path):
     argv = ["scaling", "--model", "llama-2-7b", "--n", "8,64,512", "--bw", "100Gbps",
             "--sharding", "fsdp", "--gpus-per-node", "8", "--intra-bw", "450GB/s"]
@@ -1067,7 +1128,8 @@ def generate(srcdir: Path, log=print):
              fig_emulated, inc_emulated, inc_p3dn, fig_p3dn,
              inc_whatif,
              inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent),
-             fig_sharding, inc_sharded_validation, inc_sharding_cli, fig_transfer]
+             fig_sharding, inc_sharded_validation, inc_sharding_cli, fig_transfer,
+             fig_host]
     t0 = time.perf_counter()
     for step in steps:
         step(out)
