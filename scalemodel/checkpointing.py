@@ -550,6 +550,15 @@ def activation_bytes(cfg, checkpointing, flash_attention=True, loss="unfused",
     return kept * k + max(none * (L - k), none) + logits
 
 
+def _need_config(cfg):
+    """Refuse ``"selective"`` without a transformer config (``cfg`` None)."""
+    if cfg is None:
+        raise InvalidParameterError(
+            "activation_checkpointing", "selective", "selective recompute needs the "
+            "transformer's shape (a profile derived from a TransformerConfig)",
+            "Use 'full' or 'none' for this profile")
+
+
 def recompute_fraction(cfg, checkpointing, flash_attention=True) -> float:
     """Recompute time of one checkpointed layer over the layer's forward time.
 
@@ -578,11 +587,7 @@ def recompute_fraction(cfg, checkpointing, flash_attention=True) -> float:
         return 0.0
     if ck.mode == "full":
         return 1.0
-    if cfg is None:
-        raise InvalidParameterError(
-            "activation_checkpointing", "selective", "selective recompute needs the "
-            "transformer's shape (a profile derived from a TransformerConfig)",
-            "Use 'full' or 'none' for this profile")
+    _need_config(cfg)
     T = float(cfg.tokens)
     mms = _layer_matmuls(cfg)
     matmul = sum(2.0 * T * i * o for i, o in mms)
@@ -630,11 +635,7 @@ def elementwise_recompute_bytes(cfg, checkpointing, flash_attention=True) -> flo
     ck = resolve_checkpointing(checkpointing, flash_attention)
     if ck.mode != "selective":
         return 0.0
-    if cfg is None:
-        raise InvalidParameterError(
-            "activation_checkpointing", "selective", "selective recompute needs the "
-            "transformer's shape (a profile derived from a TransformerConfig)",
-            "Use 'full' or 'none' for this profile")
+    _need_config(cfg)
     e = float(DTYPE_BYTES.get(cfg.dtype, 2))
     if not ck.flash_attention:  # scale, masked_fill (its bool mask), softmax
         return (6.0 * e + 1.0) * cfg.micro_batch * cfg.heads * float(cfg.seq) ** 2
