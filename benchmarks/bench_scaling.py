@@ -104,6 +104,25 @@ def fitted_grid_speed(profile, fusion, repeat):
     print(f"closed form on a fitted cluster (topology, NCCL 2.4 choice, slowdown, fixed "
           f"costs, ceiling): {dt * 1e3:8.1f} ms per grid -> "
           f"{np.broadcast(bw, n8, u, r).size / dt:12.3e} configurations/s")
+    host = with_host()
+    dt, _ = best_of(lambda: sm.scaling_factor(profile, n8, bw, utilization=u, compression=r,
+                                              fusion="ddp", algorithm="nccl-2.4",
+                                              cluster=host), repeat)
+    print(f"the same with the wrapper's host costs (DDP buckets, eq. host-lead): "
+          f"{dt * 1e3:8.1f} ms per grid -> "
+          f"{np.broadcast(bw, n8, u, r).size / dt:12.3e} configurations/s")
+
+
+def with_host():
+    """:data:`CLUSTER` with the DDP wrapper's host costs measured on an H200
+    (``calibration/results/h200/framework-repeat/resnet50-fp32.wrapper.json``, with their
+    bootstrap intervals): eq. host-lead on every bucket, and an interval over the costs'
+    ends and, for a profile without a host time, down to the GPU-bound end."""
+    import attrs
+    from scalemodel.calibrate.wrapper import load_host_costs
+    path = (Path(__file__).resolve().parent.parent / "calibration" / "results" / "h200"
+            / "framework-repeat" / "resnet50-fp32.wrapper.json")
+    return attrs.evolve(CLUSTER, host=load_host_costs(path))
 
 
 def with_alternatives():
@@ -169,6 +188,8 @@ def solve_speed(fusion):
               dict(fusion=fusion, algorithm="nccl-2.4", cluster=CLUSTER, target=0.7)),
              ("resnet50 on the fitted cluster, interval over 2 alternatives",
               dict(fusion=fusion, algorithm="nccl-2.4", cluster=fitted, target=0.7)),
+             ("resnet50 on the fitted cluster with the wrapper's host costs (interval)",
+              dict(fusion="ddp", algorithm="nccl-2.4", cluster=with_host(), target=0.7)),
              (f"resnet50 on a fit of 10 generated runs, interval over "
               f"{len(generated.alternatives)} alternatives",
               dict(n=64, fusion="ddp", algorithm="ring", cluster=generated, target=0.7)),
