@@ -367,6 +367,8 @@ class _Problem:
         _, fusion, algorithm, sharding, n, wrapped = gkey
         bare = attrs.evolve(cl, **{k: v for k, v in _BARE.items() if k in self._fields})
         bare = attrs.evolve(bare, compute_slowdown=min(max(sigma_n, 1.0), 100.0))
+        if sharding != "none" and getattr(bare, "host", None) is not None:
+            bare = attrs.evolve(bare, host=None)  # not modelled there (fit_cluster says so)
         kw = dict(algorithm=algorithm, fusion=fusion, cluster=bare,
                   ps_servers=self.settings["ps_servers"])
         if sharding != "none":

@@ -404,6 +404,13 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         base = attrs.evolve(base, host=load_host_costs(wrapper, "wrapper"))
         hold = [*(hold or ()), *(k for k in ("bucket_overhead", "iteration_overhead")
                                  if k not in (fit or ()))]
+        sharded = [r.label for r in runs if (getattr(r, "sharding", None) or "none")
+                   != "none"]
+        if sharded:  # said once here, not by every scenario the fit builds
+            warnings.warn(CalibrationWarning(
+                f"wrapper=: the host costs are not modelled under sharding, so the sharded "
+                f"runs ({', '.join(sharded[:3])}{' ...' if len(sharded) > 3 else ''}) do "
+                "not see them; the cluster keeps them for unsharded questions"))
     all_runs, runs = runs, _uncompressed(runs)
     fixed, statuses, sigma = _fixed_values(runs, given, base, source=source)
     settings = dict(algorithm=algorithm, fusion=fusion, ps_servers=ps_servers)
@@ -1171,10 +1178,13 @@ def _what_tells_them_apart(problem, cluster, runs, settings):
     from .model import scaling_factor
     worst = None
     for text, prof, n, bw, fusion, sharding in _probe_profiles(runs, settings):
+        # (host costs are not modelled under sharding: fit_cluster said so once)
+        near = [c if sharding in (None, "none") or c.host is None
+                else attrs.evolve(c, host=None) for c in alts]
         try:
             sf = np.array([scaling_factor(prof, n, bw, fusion=fusion, sharding=sharding,
                                           algorithm=settings["algorithm"], cluster=c)
-                           for c in alts])
+                           for c in near])
         except ScalemodelError:
             continue
         spread = float(sf.max() / sf.min() - 1)

@@ -414,3 +414,16 @@ def test_unmeasured_host_time_widens_the_interval_to_the_gpu_bound_end():
     known = sm.iteration_time(_resnet(0.5), 8, 1e13, cluster=cl, fusion="none")
     assert known.total_interval[0] == pytest.approx(known.total, rel=1e-12)
     assert sm.load_cluster(sm.ClusterProfile.from_dict(cl.to_dict())).host == COSTS
+
+
+def test_fit_with_wrapper_on_sharded_runs_says_so_once():
+    """Host costs are not modelled under sharding: fit_cluster says it once (not once
+    per scenario the fit builds) and keeps them for unsharded questions."""
+    runs = [dict(model="bert", n=16, bw=100e9, scaling_factor=0.8, sharding="zero3"),
+            dict(model="bert", n=64, bw=25e9, scaling_factor=0.6, sharding="zero3")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = sm.fit_cluster(runs, wrapper=COSTS, gpus_per_node=8)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "not modelled under sharding" in said[0], said
+    assert fit.cluster.host == COSTS
