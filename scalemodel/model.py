@@ -885,7 +885,6 @@ class Scenario:
         hd = self._host_delays_of(n, k)
         if hd is not None:  # the wrapper's host work past the host's lead (eq. host-lead)
             ready = ready + hd
-            backward_extra = backward_extra + float(hd[-1])
         if delay is not None:
             ready = ready + np.asarray(delay, float)
         wire, xmap = _wire(n, cost)
@@ -894,8 +893,11 @@ class Scenario:
         # gradient accumulation: the micro-batches before the last one run without
         # communication (DDP's no_sync); they delay the last backward, and its buckets
         shift = (p.grad_accum - 1) * sigma * (p.forward_time + p.backward_time)
+        backward = sigma * p.backward_time + k * cb + shift
+        if hd is not None:  # (in this order, as the planner's lines add it)
+            backward = backward + float(hd[-1])
         lines = overlap_lines(ready + shift, cost.latency, ovh, wire,
-                              sigma * p.backward_time + k * cb + shift + backward_extra,
+                              backward + backward_extra,
                               fixed=self._fixed(n, k) if with_fixed else 0.0)
         if not (with_fixed and envelope):
             return lines, None, xmap

@@ -92,6 +92,8 @@ QUESTIONS = [
     ("bert", 10e9, dict(n=64, cluster="FITTED", fusion="horovod", target=0.8)),
     ("vgg16", 25e9, dict(n=16, cluster="FITTED", implementation="grace-torch")),
     ("gpt2", 10e9, dict(n=64, cluster="PLAIN", algorithm="nccl")),  # no interval
+    ("resnet50", 10e9, dict(n=16, cluster="HOST")),  # the wrapper's host delays
+    ("bert", 10e9, dict(n=64, cluster="HOST", fusion="horovod", target=0.8)),
     ("resnet50", 10e9, dict(n=8, cluster="PLAIN", compressors=["topk", "topk:0.01",
                                                                "powersgd", "fp16"])),
     ("llama-2-7b", 100e9, dict(n=64, tp=2, activation_checkpointing="full",
@@ -107,6 +109,12 @@ def _answers():
             kw = dict(kw, cluster=_fitted())
         elif kw.get("cluster") == "PLAIN":
             kw = dict(kw, cluster=_bare(_fitted()))
+        elif kw.get("cluster") == "HOST":
+            import attrs
+            from scalemodel.hostcosts import HostCosts
+            kw = dict(kw, cluster=attrs.evolve(_fitted(), host=HostCosts(
+                per_tensor=60e-6, per_bucket=80e-6, device_time=1e-3,
+                intervals={"per_tensor": (40e-6, 90e-6)})))
         clear_caches()
         plan = sm.plan_compression(model, bw, **kw)
         out.append((repr(plan), str(plan), plan.snippet()))
