@@ -400,17 +400,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         fusion=fusion, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
         intra_bw=intra_bw, intra_alpha=intra_alpha, allow_folder=allow_folder)
     if wrapper is not None:  # the wrapper step sees the wrapper's host work directly
-        from .calibrate.wrapper import load_host_costs
-        base = attrs.evolve(base, host=load_host_costs(wrapper, "wrapper"))
-        hold = [*(hold or ()), *(k for k in ("bucket_overhead", "iteration_overhead")
-                                 if k not in (fit or ()))]
-        sharded = [r.label for r in runs if (getattr(r, "sharding", None) or "none")
-                   != "none"]
-        if sharded:  # said once here, not by every scenario the fit builds
-            warnings.warn(CalibrationWarning(
-                f"wrapper=: the host costs are not modelled under sharding, so the sharded "
-                f"runs ({', '.join(sharded[:3])}{' ...' if len(sharded) > 3 else ''}) do "
-                "not see them; the cluster keeps them for unsharded questions"))
+        base, hold = _with_wrapper(base, runs, wrapper, hold, fit)
     all_runs, runs = runs, _uncompressed(runs)
     fixed, statuses, sigma = _fixed_values(runs, given, base, source=source)
     settings = dict(algorithm=algorithm, fusion=fusion, ps_servers=ps_servers)
@@ -436,10 +426,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     notes = list(notes) + _efficiency_notes(fitted)
     message = _message(best, params, residuals, alternatives, notes)
     if fitted.host is not None and wrapper is not None:  # what wrapper= fixed
-        h = fitted.host
-        message += (f"\n  host costs           {h.per_tensor * 1e6:.3g} us per tensor, "
-                    f"{h.per_bucket * 1e6:.3g} us per bucket, {h.device_time * 1e3:.3g} ms "
-                    f"on the GPU  wrapper ({h.source or 'given'})")
+        message += _host_line(fitted.host)
     result = ClusterFit(cluster=fitted, parameters=params, residuals=residuals,
                         free=tuple(best.free), chi2=best.chi2, message=message,
                         alternatives=alternatives)
@@ -452,6 +439,31 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
                               "runs, on the fitted cluster):\n  "
                               + codec.message.replace("\n", "\n  "))
     return result
+
+
+def _with_wrapper(base, runs, wrapper, hold, fit):
+    """``(base, hold)`` with the wrapper step's host costs (``wrapper=``, read by
+    :func:`~scalemodel.calibrate.wrapper.load_host_costs`) in the starting cluster and
+    ``bucket_overhead`` and ``iteration_overhead`` held unless ``fit`` names them; one
+    CalibrationWarning when runs are sharded (not modelled there)."""
+    from .calibrate.wrapper import load_host_costs
+    base = attrs.evolve(base, host=load_host_costs(wrapper, "wrapper"))
+    hold = [*(hold or ()), *(k for k in ("bucket_overhead", "iteration_overhead")
+                             if k not in (fit or ()))]
+    sharded = [r.label for r in runs if (getattr(r, "sharding", None) or "none") != "none"]
+    if sharded:  # said once here, not by every scenario the fit builds
+        warnings.warn(CalibrationWarning(
+            f"wrapper=: the host costs are not modelled under sharding, so the sharded "
+            f"runs ({', '.join(sharded[:3])}{' ...' if len(sharded) > 3 else ''}) do "
+            "not see them; the cluster keeps them for unsharded questions"))
+    return base, hold
+
+
+def _host_line(h):
+    """The fit message's line for the host costs ``wrapper=`` fixed."""
+    return (f"\n  host costs           {h.per_tensor * 1e6:.3g} us per tensor, "
+            f"{h.per_bucket * 1e6:.3g} us per bucket, {h.device_time * 1e3:.3g} ms "
+            f"on the GPU  wrapper ({h.source or 'given'})")
 
 
 def _uncompressed(runs):
