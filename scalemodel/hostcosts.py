@@ -15,13 +15,13 @@ issue it (:math:`H`, ``host_time`` (:class:`~scalemodel.WorkloadProfile`)):
 .. math::
    :label: host-lead
 
-   L_n = \sigma_n\,G + g - H, \qquad
+   L_n = \sigma_n\,G + T_u + g - H, \qquad
    d_k = \max\Big(0,\; \sum_{j \le k} (p_j\,h_p + h_b) - L_n\Big),
 
 where :math:`G = g_a (T_f + T_b)` is the GPU's forward and backward of the step's
-:math:`g_a` micro-batches (the update does not scale with :math:`\sigma_n`, so it is left
-out of :math:`G` and counted in :math:`H`'s share: :math:`L_1 = T + g - H` with :math:`T`
-the whole iteration), :math:`p_j` the gradient tensors of bucket :math:`j` (in
+:math:`g_a` micro-batches and :math:`T_u` its update (which the slowdown does not
+stretch; :math:`L_1 = T + g - H` with :math:`T` the whole iteration), :math:`p_j` the
+gradient tensors of bucket :math:`j` (in
 communication order) and :math:`d_k` the delay of bucket :math:`k` and of everything
 after it on the compute stream. The host work is spent first against the lead; what is
 left delays the GPU. Backward then ends :math:`d_K` later and the wrapper's GPU work

@@ -737,9 +737,10 @@ class Scenario:
         return out
 
     def host_lead(self, n) -> float:
-        """The host's lead over the GPU on ``n`` workers, :math:`L_n = \\sigma_n G + g - H`
-        of eq. :eq:`host-lead` (the profile's ``host_time`` :math:`H`, or the iteration
-        when not measured); 0 without host costs in the cluster [s]."""
+        """The host's lead over the GPU on ``n`` workers,
+        :math:`L_n = \\sigma_n G + T_u + g - H` of eq. :eq:`host-lead` (the profile's
+        ``host_time`` :math:`H`, or the iteration when not measured); 0 without host
+        costs in the cluster [s]."""
         cl = self.cluster
         if cl is None or cl.host is None:
             return 0.0

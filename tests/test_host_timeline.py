@@ -222,7 +222,7 @@ def _runs_of(truth, profile, tmp_path):
 def test_fit_cluster_with_the_wrapper_measurement_recovers_the_slowdown(tmp_path):
     """Runs made with known host costs and a compute slowdown of 1.08 (a profile whose
     host issues it in half its time, so that the slowdown shows; where the host binds,
-    T = max(sigma G + g, H + W) does not see it): given the wrapper's costs, the fit
+    T = max(sigma G + T_u + g, H + W) does not see it): given the wrapper's costs, the fit
     recovers the slowdown and holds the constant framework terms at 0; without them it
     pours the wrapper's GPU work into the slowdown."""
     p = _resnet(0.5)
