@@ -782,6 +782,11 @@ def cmd_iteration(args):
         print(f"{'  over the fit':<24}{lo:10.4f} to {hi:.4f}")
     print(f"{'messages':<24}{res.n_buckets:10d}")
     print(f"{'what binds':<24}{res.binding:>10}")
+    host = res.settings.get("wrapper_host")
+    if host is not None:  # the cluster's host costs (scalemodel.hostcosts)
+        part = res.critical_parts.get("wrapper_host", 0.0)
+        print(f"{'DDP host work':<24}{part * 1e3:10.3f} ms on the critical path (host "
+              f"{host['host_time'] * 1e3:.4g} ms per step: {host['host_time_source']})")
     if per is not None:
         print(f"{'memory':<24}{_memory_text(per, fits, gpu)}")
 

@@ -427,3 +427,15 @@ def test_fit_with_wrapper_on_sharded_runs_says_so_once():
     said = [str(w.message) for w in caught]
     assert len(said) == 1 and "not modelled under sharding" in said[0], said
     assert fit.cluster.host == COSTS
+
+
+def test_cli_iteration_says_the_ddp_host_work(tmp_path, capsys):
+    from scalemodel.cli import main
+    path = sm.save_cluster(sm.ClusterProfile(host=COSTS, provenance={"source": "test"}),
+                           tmp_path / "c.json")
+    assert main(["iteration", "--model", "resnet50", "--n", "16", "--bw", "25Gbps",
+                 "--cluster", str(path)]) in (0, None)
+    out = capsys.readouterr().out
+    assert "DDP host work" in out and "host-bound limit" in out
+    assert main(["iteration", "--model", "resnet50", "--n", "16", "--bw", "25Gbps"]) in (0, None)
+    assert "DDP host work" not in capsys.readouterr().out
