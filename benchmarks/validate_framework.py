@@ -124,9 +124,12 @@ def host_transfer(meas):
     """Per source: |errors| of eq. (host-bound) calibrated on the source's sweep
     (:meth:`WrapperMeasurement.host_fit`) for every other measurement's DDP iterations,
     given their plain iteration and host times; the same through the library
-    (:func:`library_prediction`); and the constant costs'."""
+    (:func:`library_prediction`); the constant costs'; and the library interval's
+    coverage (``{"inside": [bool], "width": [relative]}``, between the predictions at the
+    host costs' two ends)."""
     from scalemodel.framework import wrapped_iteration_time
     out, const, lib = {}, {}, {}
+    cover = {"inside": [], "width": []}  # the library's interval: the costs' ends
     for src, m_src in meas.items():
         h = m_src.host_fit()
         costs = m_src.host_costs()
@@ -146,8 +149,12 @@ def host_transfer(meas):
                 + np.asarray(m.buckets, float) * line["bucket_overhead"]
             c += list(np.abs(pc / wrapped - 1))
             lb += list(np.abs(library_prediction(dst, m, f, costs) / wrapped - 1))
+            ends = [library_prediction(dst, m, f, x) for x in costs.ends()]
+            lo, hi = np.minimum(*ends), np.maximum(*ends)
+            cover["inside"] += list((lo <= wrapped) & (wrapped <= hi))
+            cover["width"] += list((hi - lo) / wrapped)
         out[src], const[src], lib[src] = np.array(e), np.array(c), np.array(lb)
-    return out, const, lib
+    return out, const, lib, cover
 
 
 def main(argv=None):
@@ -225,7 +232,7 @@ def host_section(rep, rows):
                 f"{h['per_tensor'] * 1e6:5.1f} [{plo * 1e6:4.1f}, {phi * 1e6:4.1f}] "
                 f"{h['per_bucket'] * 1e6:5.1f} [{blo * 1e6:4.1f}, {bhi * 1e6:4.1f}] "
                 f"{h['device_time'] * 1e3:6.2f}")
-    by_src, const, lib = host_transfer(meas)
+    by_src, const, lib, cover = host_transfer(meas)
     rep.say("", "  transfer on the repeat sweep: calibrated on one measurement, the 35 DDP "
             "iterations of the seven others; 'library' is the same through "
             "ClusterProfile.host (eq. host-lead) and",
@@ -244,6 +251,11 @@ def host_section(rep, rows):
             f"{100 * np.median([np.median(e) for e in by_src.values()]):.1f} % (library "
             f"{100 * np.median([np.median(x) for x in lib.values()]):.1f} %), constant "
             f"{100 * np.median([np.median(c) for c in const.values()]):.1f} %")
+    rep.say(f"  the library's interval (the calibration sweep's bootstrap ends of h_p and "
+            f"h_b): {100 * np.mean(cover['inside']):.1f} % of the "
+            f"{len(cover['inside'])} held-out iterations inside, median width "
+            f"{100 * np.median(cover['width']):.1f} % of the measured time (a sitting's "
+            "rounds, not the spread between models)")
 
 
 if __name__ == "__main__":

@@ -384,10 +384,17 @@ def test_best_bucket_size_with_host_costs_and_first_bucket_at_cap(capsys):
     assert cap.default_iteration_time == one.default_iteration_time
     with pytest.raises(ParameterTypeError, match="first_bucket_at_cap"):
         sm.best_bucket_size("resnet50", 8, 100e9, first_bucket_at_cap="yes")
+    want = sm.best_bucket_size("resnet50", 8, 100e9, candidates=[5.0, 25.0],
+                               first_bucket_at_cap=True)
     assert main(["best-bucket", "--model", "resnet50", "--n", "8", "--bw", "100Gbps",
                  "--candidates", "5,25", "--first-bucket-at-cap", "--json"]) in (0, None)
     got = json.loads(capsys.readouterr().out)
-    assert got["n_buckets"] == cap.n_buckets or got["bucket_cap_mb"] == 25
+    assert (got["bucket_cap_mb"], got["n_buckets"]) == (want.bucket_cap_mb, want.n_buckets)
+    assert got["iteration_time"] == pytest.approx(want.iteration_time, rel=1e-12)
+    # 25 MB buckets of ResNet-50: 5 with DDP's 1 MiB first bucket, 4 with it at the cap
+    assert [sm.best_bucket_size("resnet50", 8, 100e9, candidates=[25.0],
+                                first_bucket_at_cap=at).n_buckets for at in (False, True)] \
+        == [5, 4]
 
 
 def test_settings_say_which_host_time_was_used():
