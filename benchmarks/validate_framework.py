@@ -129,7 +129,7 @@ def host_transfer(meas):
     host costs' two ends)."""
     from scalemodel.framework import wrapped_iteration_time
     out, const, lib = {}, {}, {}
-    cover = {"inside": [], "width": []}  # the library's interval: the costs' ends
+    cover = {}  # per way of widening: the library's interval over the costs' ends
     for src, m_src in meas.items():
         h = m_src.host_fit()
         costs = m_src.host_costs()
@@ -149,12 +149,36 @@ def host_transfer(meas):
                 + np.asarray(m.buckets, float) * line["bucket_overhead"]
             c += list(np.abs(pc / wrapped - 1))
             lb += list(np.abs(library_prediction(dst, m, f, costs) / wrapped - 1))
-            ends = [library_prediction(dst, m, f, x) for x in costs.ends()]
-            lo, hi = np.minimum(*ends), np.maximum(*ends)
-            cover["inside"] += list((lo <= wrapped) & (wrapped <= hi))
-            cover["width"] += list((hi - lo) / wrapped)
+            for key, f_ends in _interval_factors(meas, src, dst).items():
+                ends = [library_prediction(dst, m, f, x) for x in costs.ends(f_ends)]
+                lo, hi = np.minimum(*ends), np.maximum(*ends)
+                c_ = cover.setdefault(key, {"inside": [], "width": []})
+                c_["inside"] += list((lo <= wrapped) & (wrapped <= hi))
+                c_["width"] += list((hi - lo) / wrapped)
         out[src], const[src], lib[src] = np.array(e), np.array(c), np.array(lb)
     return out, const, lib, cover
+
+
+def spread(names, meas):
+    """The largest highest-to-lowest ratio of h_p, h_b and the seen g over the
+    measurements ``names`` (how :data:`scalemodel.hostcosts.HOST_COST_TRANSFER` is
+    defined) [-]."""
+    fits = [meas[k].host_fit() for k in names]
+    ratios = [max(h[key] for h in fits) / min(h[key] for h in fits)
+              for key in ("per_tensor", "per_bucket")]
+    g = [h["device_time"] for h in fits if h["device_time_seen"]]
+    if len(g) > 1:
+        ratios.append(max(g) / min(g))
+    return max(ratios)
+
+
+def _interval_factors(meas, src, dst):
+    """The factors an interval of ``src``'s costs predicting ``dst`` is tried with: the
+    library's (HOST_COST_TRANSFER), the bootstrap alone (1), and the spread of the six
+    measurements that are neither (the pair held out of the factor)."""
+    return {"library": None, "bootstrap only": 1.0,
+            "factor without the pair": spread([k for k in meas if k not in (src, dst)],
+                                              meas)}
 
 
 def main(argv=None):
@@ -251,11 +275,20 @@ def host_section(rep, rows):
             f"{100 * np.median([np.median(e) for e in by_src.values()]):.1f} % (library "
             f"{100 * np.median([np.median(x) for x in lib.values()]):.1f} %), constant "
             f"{100 * np.median([np.median(c) for c in const.values()]):.1f} %")
-    rep.say(f"  the library's interval (the calibration sweep's bootstrap ends of h_p and "
-            f"h_b): {100 * np.mean(cover['inside']):.1f} % of the "
-            f"{len(cover['inside'])} held-out iterations inside, median width "
-            f"{100 * np.median(cover['width']):.1f} % of the measured time (a sitting's "
-            "rounds, not the spread between models)")
+    f_all = spread(list(meas), meas)
+    rep.say(f"  the spread between the eight models (highest / lowest h_p, h_b, seen g): "
+            f"{f_all:.3f}, scalemodel.hostcosts.HOST_COST_TRANSFER = "
+            f"{sm.hostcosts.HOST_COST_TRANSFER:g}",
+            "  the library's interval over the held-out iterations (the costs' ends, "
+            "ClusterProfile.corners), widened three ways:")
+    words = {"library": "by HOST_COST_TRANSFER (measured on these eight)",
+             "bootstrap only": "not at all: the sweep's bootstrap (one sitting's rounds)",
+             "factor without the pair": "by the spread of the six models that are "
+                                        "neither the calibration nor the predicted one"}
+    for key, c in cover.items():
+        rep.say(f"    {words[key]:<86} {100 * np.mean(c['inside']):5.1f} % of "
+                f"{len(c['inside'])} inside, median width "
+                f"{100 * np.median(c['width']):4.1f} % of the measured time")
 
 
 if __name__ == "__main__":

@@ -210,8 +210,25 @@ def test_host_fit_recovers_the_host_costs():
     assert h["per_tensor"] == pytest.approx(40e-6, rel=1e-9)
     assert h["per_bucket"] == pytest.approx(35e-6, rel=1e-9)
     assert h["device_time"] == 0.0  # host-bound at every cap: the GPU's part not seen
+    assert not h["device_time_seen"]
     gpu_bound = _made_host(40e-6, 35e-6, 148, [148, 50, 4], host_share=0.3, g=1.4e-3)
-    assert gpu_bound.host_fit()["device_time"] == pytest.approx(1.4e-3, rel=1e-9)
+    hg = gpu_bound.host_fit()
+    assert hg["device_time"] == pytest.approx(1.4e-3, rel=1e-9) and hg["device_time_seen"]
+    assert hg["device_time_interval"] == pytest.approx((1.4e-3, 1.4e-3), rel=1e-9)
+
+
+def test_unseen_gpu_work_is_bounded_by_the_least_added_time():
+    """Host-bound at every cap, g is not seen; the step's iteration is still at least
+    T + g, so the interval runs from 0 to the least added iteration time, and holds the
+    true g."""
+    m = _made_host(40e-6, 35e-6, 161, [161, 35, 13, 4, 1], g=3e-3)
+    h = m.host_fit()
+    added = np.median(m.wrapped, axis=1) - np.median(m.plain)
+    assert h["device_time"] == 0.0 and not h["device_time_seen"]
+    assert h["device_time_interval"] == (0.0, pytest.approx(added.min(), rel=1e-12))
+    assert h["device_time_interval"][1] >= 3e-3
+    costs = m.host_costs()
+    assert costs.interval("device_time") == h["device_time_interval"]
 
 
 def test_host_fit_needs_host_times_and_two_counts():

@@ -18,7 +18,7 @@ import scalemodel as sm
 from des_reference import simulate_iteration
 from scalemodel.exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 from scalemodel.framework import wrapped_iteration_time
-from scalemodel.hostcosts import HostCosts, host_delays, tensors_per_bucket
+from scalemodel.hostcosts import HOST_COST_TRANSFER, HostCosts, host_delays, tensors_per_bucket
 from test_framework_terms import framework_terms
 from test_overlap_reference import profiles, settings_
 
@@ -334,8 +334,13 @@ def test_host_intervals_give_every_answer_an_interval(tmp_path):
     costs = HostCosts(per_tensor=40e-6, per_bucket=35e-6,
                       intervals={"per_tensor": (30e-6, 50e-6), "per_bucket": (20e-6, 50e-6)})
     assert costs.interval("per_tensor") == (30e-6, 50e-6) and costs.interval("device_time") is None
-    slow, fast = costs.ends()
-    assert (slow.per_tensor, fast.per_bucket) == (50e-6, 20e-6)
+    slow, fast = costs.ends()  # the wider of the interval and the spread between models
+    f = HOST_COST_TRANSFER
+    assert slow.per_tensor == pytest.approx(max(50e-6, 40e-6 * f), rel=1e-12)
+    assert fast.per_bucket == pytest.approx(min(20e-6, 35e-6 / f), rel=1e-12)
+    wide = HostCosts(per_tensor=40e-6, per_bucket=35e-6,
+                     intervals={"per_tensor": (1e-6, 900e-6)})
+    assert wide.ends()[0].per_tensor == 900e-6 and wide.ends()[1].per_tensor == 1e-6
     cl = sm.ClusterProfile(host=costs, provenance={"source": "test"})
     p = _resnet(None)  # host-bound: the host work shows in full
     it = sm.iteration_time(p, 8, 1e13, cluster=cl, fusion="none")
@@ -409,18 +414,45 @@ def test_settings_say_which_host_time_was_used():
 
 def test_unmeasured_host_time_widens_the_interval_to_the_gpu_bound_end():
     """Without the profile's host_time the point is host-bound and the interval reaches
-    the GPU-bound end (H = 0); with it, host costs without intervals give a point."""
+    the GPU-bound end (H = 0) at the costs over HOST_COST_TRANSFER; costs without
+    intervals are still widened by that factor, to another model's spread."""
     cl = sm.ClusterProfile(host=COSTS, provenance={"source": "test"})
     slow, fast = COSTS.ends()
-    assert slow == COSTS and fast.gpu_bound_end and fast.per_tensor == COSTS.per_tensor
+    f = HOST_COST_TRANSFER
+    for name in ("per_tensor", "per_bucket", "device_time"):
+        assert getattr(slow, name) == pytest.approx(getattr(COSTS, name) * f, rel=1e-12)
+        assert getattr(fast, name) == pytest.approx(getattr(COSTS, name) / f, rel=1e-12)
+    assert fast.gpu_bound_end and not slow.gpu_bound_end
     it = sm.iteration_time(_resnet(None), 8, 1e13, cluster=cl, fusion="none")
     lo, hi = it.total_interval
-    assert hi == pytest.approx(it.total, rel=1e-12) and lo < it.total
-    free = sm.iteration_time(_resnet(1e-9), 8, 1e13, cluster=cl, fusion="none")
-    assert lo == pytest.approx(free.total, rel=1e-9)  # H = 0: the host hides it all
+    assert lo < it.total < hi
+    on = {c: attrs.evolve(cl, host=h) for c, h in (("slow", slow), ("fast", fast))}
+    assert hi == pytest.approx(sm.iteration_time(_resnet(None), 8, 1e13, cluster=on["slow"],
+                                                 fusion="none").total, rel=1e-12)
+    free = sm.iteration_time(_resnet(1e-9), 8, 1e13, cluster=on["fast"], fusion="none")
+    assert lo == pytest.approx(free.total, rel=1e-9)  # H = 0: the host hides all but g/f
     known = sm.iteration_time(_resnet(0.5), 8, 1e13, cluster=cl, fusion="none")
-    assert known.total_interval[0] == pytest.approx(known.total, rel=1e-12)
+    k_lo, k_hi = known.total_interval
+    assert k_lo < known.total < k_hi
     assert sm.load_cluster(sm.ClusterProfile.from_dict(cl.to_dict())).host == COSTS
+
+
+def test_host_cost_transfer_is_the_spread_between_the_h200_models():
+    """HOST_COST_TRANSFER is what its docstring says: the largest highest-to-lowest ratio
+    of h_p, h_b and the seen g over the eight models of the committed H200 repeat sweep."""
+    from scalemodel.calibrate.wrapper import WrapperMeasurement
+    fits = [WrapperMeasurement.from_dict(json.loads(p.read_text())).host_fit()
+            for p in sorted(WRAPPER_JSON.parent.glob("*.wrapper.json"))]
+    assert len(fits) == 8
+    ratios = []
+    for key in ("per_tensor", "per_bucket"):
+        v = [h[key] for h in fits]
+        ratios.append(max(v) / min(v))
+    g = [h["device_time"] for h in fits if h["device_time_seen"]]
+    assert len(g) == 3
+    ratios.append(max(g) / min(g))
+    assert np.round(ratios, 2).tolist() == [1.75, 2.0, 1.83]
+    assert HOST_COST_TRANSFER == pytest.approx(max(ratios), abs=0.005)
 
 
 def test_fit_with_wrapper_on_sharded_runs_says_so_once():
@@ -446,3 +478,10 @@ def test_cli_iteration_says_the_ddp_host_work(tmp_path, capsys):
     assert "DDP host work" in out and "host-bound limit" in out
     assert main(["iteration", "--model", "resnet50", "--n", "16", "--bw", "25Gbps"]) in (0, None)
     assert "DDP host work" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", [0.5, float("nan"), float("inf"), True, "2"])
+def test_ends_refuses_a_transfer_factor_below_one(bad):
+    with pytest.raises(InvalidParameterError, match="transfer"):
+        COSTS.ends(bad)
+    assert COSTS.ends(1.0)[0] == COSTS  # 1: the intervals alone (none here)

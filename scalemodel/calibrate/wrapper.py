@@ -58,6 +58,19 @@ _BOOTSTRAP = 2000
 """Bootstrap resamples of the rounds for the intervals of :meth:`WrapperMeasurement.fit`."""
 
 
+def _device_time(wrapped, host, plain):
+    """The wrapper's GPU work :math:`g` from the per-cap median iteration and host issue
+    times of the DDP runs and the plain median [s]: ``(g, (low, high), seen)``
+    (:meth:`WrapperMeasurement.host_fit`)."""
+    added = np.asarray(wrapped, float) - plain
+    gpu_bound = np.asarray(host, float) < 0.75 * np.asarray(wrapped, float)
+    if gpu_bound.any():
+        seen = added[gpu_bound]
+        return (max(float(np.median(seen)), 0.0),
+                (max(float(seen.min()), 0.0), max(float(seen.max()), 0.0)), True)
+    return 0.0, (0.0, max(float(added.min()), 0.0)), False
+
+
 def _line(k, samples, confidence, seed):
     """The line through the per-cap medians of ``samples`` (caps x rounds) against the
     bucket counts ``k``, and bootstrap intervals over the rounds: ``(a, b, (a_lo, a_hi),
@@ -177,8 +190,11 @@ class WrapperMeasurement:
         is a line in the bucket count, :math:`W = P h_p + K h_b`: its intercept over the
         :math:`P` tensors is the work per tensor, its slope the work per bucket. The
         wrapper's work on the GPU, :math:`g`, is the median added iteration time of the
-        caps whose host issue time stays below 75 % of the iteration (GPU-bound); 0 when
-        no cap is (not seen).
+        caps whose host issue time stays below 75 % of the iteration (GPU-bound), its
+        interval the lowest and highest of them. When no cap is GPU-bound, :math:`g` is not
+        seen: 0, with the interval from 0 to the least added iteration time of any cap
+        (a host-bound step still takes at least :math:`T + g`, eq. :eq:`host-bound`), and
+        ``device_time_seen`` False.
 
         Parameters
         ----------
@@ -190,9 +206,9 @@ class WrapperMeasurement:
         Returns
         -------
         dict
-            ``per_tensor``, ``per_bucket``, ``device_time`` [s], the first two with
-            ``*_interval`` pairs [s], ``tensors`` [-], ``host_plain`` and
-            ``iteration_plain`` (medians) [s].
+            ``per_tensor``, ``per_bucket``, ``device_time`` [s], each with an
+            ``*_interval`` pair [s], ``device_time_seen`` [-], ``tensors`` [-],
+            ``host_plain`` and ``iteration_plain`` (medians) [s].
 
         Raises
         ------
@@ -213,13 +229,12 @@ class WrapperMeasurement:
         host = np.asarray(self.host, float)
         added = host[1:] - host[0][None, :]
         a, b, a_ci, b_ci = _line(k, added, confidence, seed)
-        it = np.median(self.wrapped, axis=1)
-        gpu_bound = np.median(host[1:], axis=1) < 0.75 * it
-        g = float(np.median(it[gpu_bound] - np.median(self.plain))) if gpu_bound.any() \
-            else 0.0
+        g, g_ci, seen = _device_time(np.median(self.wrapped, axis=1), np.median(host[1:], axis=1),
+                                     float(np.median(self.plain)))
         return {"per_tensor": a / p, "per_bucket": b,
                 "per_tensor_interval": (a_ci[0] / p, a_ci[1] / p), "per_bucket_interval": b_ci,
-                "device_time": max(g, 0.0), "tensors": int(p),
+                "device_time": g, "device_time_interval": g_ci, "device_time_seen": seen,
+                "tensors": int(p),
                 "host_plain": float(np.median(host[0])),
                 "iteration_plain": float(np.median(self.plain)), "confidence": confidence}
 
@@ -238,19 +253,20 @@ class WrapperMeasurement:
         -------
         HostCosts
             Per tensor, per bucket and on the GPU [s], ``source`` naming the model and
-            device, with the bootstrap intervals of the first two (widened to hold the
-            value).
+            device, with the bootstrap intervals of the first two and the interval of the
+            third (each widened to hold the value).
         """
         from ..hostcosts import HostCosts
 
         f = self.host_fit(confidence, seed)
-        iv = {k: tuple(sorted(max(float(v), 0.0) for v in f[f"{k}_interval"]))
-              for k in ("per_tensor", "per_bucket")}
+        iv = {k: tuple(sorted(min(max(float(v), 0.0), 1.0) for v in f[f"{k}_interval"]))
+              for k in ("per_tensor", "per_bucket", "device_time")}
         return HostCosts(per_tensor=max(f["per_tensor"], 0.0),
                          per_bucket=max(f["per_bucket"], 0.0),
                          device_time=min(f["device_time"], 1.0),
                          source=f"wrapper step: {self.model} on {self.device}",
-                         intervals={k: (min(lo, max(f[k], 0.0)), max(hi, max(f[k], 0.0)))
+                         intervals={k: (min(lo, min(max(f[k], 0.0), 1.0)),
+                                        max(hi, min(max(f[k], 0.0), 1.0)))
                                     for k, (lo, hi) in iv.items()})
 
     def runs(self, model, bw=100e9, uncertainty=None) -> list:
