@@ -380,6 +380,11 @@ class ClusterProfile:
         What the cluster was fitted under: keys among ``"fusion"``, ``"algorithm"``,
         ``"sharding"`` (used by every call that passes none) and ``"transport"`` (a short
         text naming the transport source) [-].
+    ring_share : float
+        The share of each NIC's line rate that one data-parallel ring of a tensor-parallel
+        job gets: 1 for the cluster as fitted, else the view :meth:`ring_view` makes (its
+        ceiling and utilization table scaled to the ring's line rate). Not written to
+        files [-].
     """
 
     name: str = "cluster"
@@ -410,6 +415,8 @@ class ClusterProfile:
     extra: dict = attrs.field(factory=dict)
     alternatives: tuple = attrs.field(default=())
     fit_settings: dict = attrs.field(factory=dict)
+    ring_share: float = attrs.field(default=1.0, repr=False,
+                                    converter=scalar_converter("ring_share"))
     _derived: dict = attrs.field(factory=dict, init=False, repr=False)
 
     def __attrs_post_init__(self):
@@ -422,6 +429,8 @@ class ClusterProfile:
         if not (math.isfinite(self.compute_slowdown) and 1.0 <= self.compute_slowdown <= 100.0):
             raise InvalidParameterError("compute_slowdown", self.compute_slowdown,
                                         "must be in [1, 100] (1 means no slowdown)")
+        if not (math.isfinite(self.ring_share) and self.ring_share > 0.0):
+            raise InvalidParameterError("ring_share", self.ring_share, "must be > 0")
         check_nonnegative(self.collective_overhead, "collective_overhead")
         check_nonnegative(self.sync_overhead, "sync_overhead")
         for name in ("bucket_overhead", "iteration_overhead", "straggler_spread"):
@@ -572,7 +581,7 @@ class ClusterProfile:
         runs = self.provenance.get("runs") if isinstance(self.provenance, dict) else None
         rates = [float(r["bw"]) for r in runs or () if isinstance(r, dict)
                  and isinstance(r.get("bw"), (int, float)) and r["bw"] > 0]
-        top = max(rates) if rates else self.ceiling
+        top = max(rates) * self.ring_share if rates else self.ceiling
         return None if top is None else PARAMETER_BOUNDS["ceiling"][0] * top
 
     def _corners(self):
@@ -661,6 +670,65 @@ class ClusterProfile:
                 if v is not None:
                     out[name] = {f: (x * v / e if f in per else x) for f, x in entry.items()}
         return worst, best
+
+    def ring_view(self, share):
+        """This cluster as one data-parallel ring of a tensor-parallel job sees it.
+
+        The NICs of a node carry the rings of its :math:`t` tensor-parallel ranks at once,
+        so one ring runs at ``share`` (:math:`\\nu/t`) times a NIC's line rate
+        (:func:`~scalemodel.parallel.dp_options`). What the runs fitted is the NIC's: its
+        achieved fraction of its own line rate (the utilization, or the table's at the
+        NIC's rate) and its ceiling, which the rings on it share. In the ring's view the
+        ceiling, the ceilings of the intervals and alternatives, and the line rates of the
+        utilization table are ``share`` times theirs; the other terms (compute slowdown,
+        framework and fixed costs, latency, host costs) are per GPU or per collective and
+        stay. A ceiling that is a limit per connection (TCP sockets: one thread per
+        communicator) rather than per NIC would let each ring reach it alone; that is not
+        modelled.
+
+        Parameters
+        ----------
+        share : float
+            The ring's share of a NIC, :math:`\\nu/t` [-].
+
+        Returns
+        -------
+        ClusterProfile
+            ``self`` when ``share`` is 1 or this is already that view; else the view.
+
+        Raises
+        ------
+        InvalidParameterError
+            ``share`` not a number > 0, or this cluster already the view of another share.
+        """
+        share = float(share)
+        if not (math.isfinite(share) and share > 0.0):
+            raise InvalidParameterError("share", share, "must be a number > 0")
+        if share == self.ring_share:
+            return self
+        if self.ring_share != 1.0:
+            raise InvalidParameterError("share", share, "this cluster is already one "
+                                        f"ring's view at a share of {self.ring_share:g}")
+
+        def scaled(v):
+            return None if v is None else float(v) * share
+
+        intervals = dict(self.intervals)
+        if "ceiling" in intervals:
+            intervals["ceiling"] = tuple(scaled(v) for v in intervals["ceiling"])
+        alts = []
+        for alt in self.alternatives:
+            values, iv = dict(alt.get("values") or {}), dict(alt.get("intervals") or {})
+            if "ceiling" in values:
+                values["ceiling"] = scaled(values["ceiling"])
+            if "ceiling" in iv:
+                iv["ceiling"] = tuple(scaled(v) for v in iv["ceiling"])
+            alts.append(dict(alt, values=values, intervals=iv))
+        return attrs.evolve(
+            self, ceiling=scaled(self.ceiling), intervals=intervals, alternatives=tuple(alts),
+            table_line_rate=(None if self.table_line_rate is None
+                             else self.table_line_rate * share),
+            ring_share=share)
 
     def settings_defaults(self, algorithm=None, fusion=None, sharding=None):
         """``(algorithm, fusion, sharding)`` with each one the caller left ``None`` taken

@@ -582,10 +582,12 @@ class Scenario:
                                                   ps_servers=ps_servers)
         bw_scale, mp_used = 1.0, None
         if mp.active or mp.microbatches != profile.grad_accum:
-            _check_model_parallel_scope(mp, cluster, shard, options)
+            _check_model_parallel_scope(mp, shard, options)
             profile = model_parallel_profile(profile, mp, options)
             options, bw_scale = dp_options(options, mp)
             mp_used = mp
+            if cluster is not None:  # the NIC's fitted terms as one ring sees them
+                cluster = cluster.ring_view(bw_scale)
         if shard.sharded:
             policy = resolve_wrap(fusion, shard.strategy, profile)
         else:
@@ -701,7 +703,9 @@ class Scenario:
     def slowdown(self, n) -> float:
         """Compute slowdown :math:`\\sigma_n` that applies to ``n`` workers (eq.
         :eq:`straggler`: the cluster's slowdown times the wait for the slowest worker);
-        1 for a single worker [-]."""
+        1 for a single worker. With tensor or pipeline parallelism ``n`` counts
+        data-parallel replicas of :math:`t p` GPUs, and the wait is for the slowest of all
+        :math:`n t p` GPUs (a replica's GPUs wait for each other at every layer) [-]."""
         n = int(n)
         if n <= 1:
             return 1.0
@@ -710,7 +714,9 @@ class Scenario:
             return 1.0
         if cl.straggler_spread == 0.0:
             return cl.compute_slowdown
-        return cl.compute_slowdown * (1.0 + cl.straggler_spread * _blom(n))
+        mp = self.model_parallel  # every GPU of the job waits for the slowest one
+        gpus = n if mp is None else n * mp.tp * mp.pp
+        return cl.compute_slowdown * (1.0 + cl.straggler_spread * _blom(gpus))
 
     def bucket_overhead(self, n) -> float:
         """The framework's work per bucket on the compute path, :math:`c_b`, for ``n``
@@ -730,11 +736,28 @@ class Scenario:
     def forward(self, n) -> float:
         """Forward time of ``n`` workers, slowdown included, and the wrapper's
         per-iteration work :math:`t_w` and GPU work :math:`g` (eqs. :eq:`iteration-cluster`,
-        :eq:`host-lead`) [s]."""
-        out = self.slowdown(n) * self.profile.forward_time + self.iteration_overhead(n)
+        :eq:`host-lead`); with a pipeline, also what the slowdown adds to its bubble
+        (:meth:`bubble`) [s]."""
+        sigma = self.slowdown(n)
+        out = sigma * self.profile.forward_time + self.iteration_overhead(n)
         if int(n) > 1 and self.host_delays(n) is not None:
             out += self.cluster.host.device_time
+        if sigma != 1.0:
+            out += (sigma - 1.0) * self.bubble()
         return out
+
+    def bubble(self) -> float:
+        """The pipeline bubble of one step at the profile's compute,
+        :math:`(p-1)/v \\cdot (t_f + t_b)` (eqs. :eq:`pp-iteration`, :eq:`pp-interleaved`),
+        which the per-GPU profile keeps in its update time; 0 without a pipeline [s].
+        The bubble is the other stages' compute, so the slowdown :math:`\\sigma_n`
+        stretches it as it stretches the micro-batches: :meth:`forward` adds
+        :math:`(\\sigma_n - 1)` times it."""
+        mp = self.model_parallel
+        if mp is None or mp.pp == 1:
+            return 0.0
+        p = self.profile
+        return (mp.pp - 1) / mp.virtual_stages * (p.forward_time + p.backward_time)
 
     def host_lead(self, n) -> float:
         """The host's lead over the GPU on ``n`` workers,
@@ -745,8 +768,9 @@ class Scenario:
         if cl is None or cl.host is None:
             return 0.0
         p = self.profile
-        gpu = (self.slowdown(n) * p.grad_accum * (p.forward_time + p.backward_time)
-               + p.update_time)
+        sigma = self.slowdown(n)
+        gpu = (sigma * p.grad_accum * (p.forward_time + p.backward_time) + p.update_time
+               + (sigma - 1.0) * self.bubble())
         if p.host_time is not None:
             host = p.host_time
         else:  # not measured: host-bound, or GPU-bound at an interval's optimistic end
@@ -1616,6 +1640,8 @@ def _sibling(root, cluster):
     sc = near.get(id(cluster))
     if sc is not None and sc.cluster is cluster:
         return sc
+    if root.model_parallel is not None:  # the NIC's terms as one ring sees them, as built
+        cluster = cluster.ring_view(root.bw_scale)
     return attrs.evolve(root, cluster=cluster)
 
 
@@ -1928,18 +1954,12 @@ def _refuse_sharded_pipeline(shard, pp):
             "Use sharding='none' (DDP across the replicas), or pp=1")
 
 
-def _check_model_parallel_scope(mp, cluster, shard, options=None):
+def _check_model_parallel_scope(mp, shard, options=None):
     """Refuse, by name, what tensor and pipeline parallelism are not modelled with:
-    a fitted cluster, sharding with a pipeline, ``hybrid_shard`` with fewer than two
-    data-parallel GPUs per node (:mod:`scalemodel.parallel`)."""
+    sharding with a pipeline, ``hybrid_shard`` with fewer than two data-parallel GPUs per
+    node (:mod:`scalemodel.parallel`)."""
     if not mp.active:
         return
-    name, value = ("tp", mp.tp) if mp.tp > 1 else ("pp", mp.pp)
-    if cluster is not None:
-        raise InvalidParameterError(
-            name, value, "a fitted cluster with tensor or pipeline parallelism is not "
-            "modelled (its fitted terms are those of a plain data-parallel job)",
-            "Ask without cluster=, with the topology and alpha")
     _refuse_sharded_pipeline(shard, mp.pp)
     gpn = None if options is None else options.gpus_per_node
     if shard.strategy == "hybrid_shard" and (gpn is None or gpn % mp.tp
@@ -2246,8 +2266,9 @@ def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
         busy, update, messages = sched.channel_time(x), sched.update, sched.n_collectives
     mp = sc.model_parallel
     if mp is not None and mp.pp > 1:  # eqs. (pp-iteration), (pp-interleaved)
-        stages = (mp.pp - 1) / mp.virtual_stages  # the bubble: compute, not the step
-        fwd, bwd = fwd + stages * p.forward_time, bwd + stages * p.backward_time
+        stages = (mp.pp - 1) / mp.virtual_stages  # the bubble: compute, not the step,
+        fwd = fwd + sigma * stages * p.forward_time  # the other stages' (slowed) compute
+        bwd = bwd + sigma * stages * p.backward_time
         update -= stages * (p.forward_time + p.backward_time)
     return IterationTime(
         forward=fwd, backward=bwd, exposed_communication=max(0.0, total - fwd - bwd - update),

@@ -126,7 +126,20 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   state (:math:`s` the shard group). ``shard_group`` counts data-parallel GPUs (it
   divides :math:`d`) and ``hybrid_shard`` shards over the :math:`q/t` data-parallel GPUs
   of a node (refused below 2). Checked against the discrete-event reference
-  (``tests/test_sharding_tp.py``).
+  (``tests/test_sharding_tp.py``);
+* **on a fitted cluster** (``cluster=``, calibrated on plain data-parallel runs): what
+  the runs fitted of the network is the NIC's (its achieved fraction of its own line
+  rate, its ceiling), which the :math:`t/\nu` rings on it share: one ring achieves
+  :math:`(\nu/t)\,\min(u B, C)` (:meth:`~scalemodel.ClusterProfile.ring_view`: the
+  ceiling, its interval and alternatives and the utilization table's line rates at
+  :math:`\nu/t` of theirs). The compute slowdown stretches every micro-batch and the
+  pipeline bubble (the other stages' compute), and the wait for the slowest worker is
+  for the slowest of all :math:`n` GPUs (eq. :eq:`straggler` at :math:`n`, not at
+  :math:`d`: a replica's GPUs wait for each other at every layer). The framework and
+  fixed costs stay per bucket, collective and iteration of one GPU. Checked against a
+  direct computation (``tests/test_parallel_cluster.py``); validated by transfer on
+  InternLM's tensor-parallel rows, predicted from fits on its tp = 1 rows
+  (``benchmarks/validate_large_n.py``).
 
 Not modelled, and not expressible through these parameters:
 context parallelism, expert parallelism, uneven stages (the embedding and the head on the
@@ -134,8 +147,10 @@ first and last stage), tensor parallelism across nodes (refused), sharded data
 parallelism with a pipeline
 (``pp > 1``; refused by name), asynchronous tensor parallelism (TP communication
 overlapped with the GEMMs, torchtitan's AsyncTP: the TP all-reduces here are on the
-compute path), and a fitted cluster with tensor or pipeline parallelism (refused: its
-fitted terms are per GPU of a plain data-parallel job).
+compute path), a ceiling that limits each connection rather than each NIC (TCP
+sockets: one thread per communicator), which would let each ring reach it alone, and
+runs with tensor or pipeline parallelism as calibration runs (``fit_cluster`` takes
+data-parallel runs).
 """
 
 from __future__ import annotations

@@ -324,13 +324,10 @@ def test_cli_twins(capsys):
     (dict(tp=2, pp=2, microbatches=4, sharding="zero3"), "pp", "pipeline"),
     (dict(tp=8, n=8, sharding="zero1"), "n", "n / tp"),
     (dict(tp=8, sharding="hybrid_shard"), "sharding", "gpus_per_node / tp"),
-    (dict(tp=2, sharding="zero3", cluster="__fitted__"), "tp", "fitted cluster"),
 ])
 def test_refused_by_name(kw, name, words):
     kw = dict(kw)
     n = kw.pop("n", 64)
-    if kw.get("cluster") == "__fitted__":
-        kw["cluster"] = sm.ClusterProfile(compute_slowdown=1.1, provenance={"source": "t"})
     with pytest.raises(sm.InvalidParameterError) as exc:
         sm.iteration_time("llama-2-13b", n, "100Gbps", **NET, **kw)
     assert exc.value.parameter == name and words in str(exc.value)

@@ -1,0 +1,183 @@
+"""A fitted cluster asked about a tensor- or pipeline-parallel job: its NIC's terms as one
+data-parallel ring sees them (ClusterProfile.ring_view), against a direct computation,
+and its intervals without the share applied twice."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import scalemodel as sm
+from scipy.stats import norm
+from test_parallel import direct_bsp, llm_like
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_cluster_terms_on_the_data_parallel_ring_equal_the_direct_computation(data):
+    """Eqs. (tp-compute) and (pp-iteration) with a cluster: the NIC achieves
+    min(u B, C) and one ring gets nu/t of it; the compute of every micro-batch is slowed by
+    sigma (1 + s e_N) with N = n GPUs (the slowest of all of them)."""
+    k_t = data.draw(st.integers(1, 5))
+    sizes = data.draw(st.lists(st.floats(1e5, 5e8), min_size=k_t, max_size=k_t))
+    waits = data.draw(st.lists(st.floats(1e-4, 0.05), min_size=k_t, max_size=k_t))
+    p = llm_like(sizes, waits, forward=data.draw(st.floats(0.01, 1.0)),
+                 update=data.draw(st.floats(0.0, 0.2)))
+    gpn = data.draw(st.sampled_from([2, 4, 8]))
+    tp = data.draw(st.sampled_from([t for t in (1, 2, 4, 8) if gpn % t == 0]))
+    pp = data.draw(st.sampled_from([1, 2, 4]))
+    m = data.draw(st.integers(1, 16)) if pp > 1 else 1
+    n = tp * pp * data.draw(st.integers(1, 16))
+    nics = data.draw(st.sampled_from([1, 2, 4, 8]))
+    bw = data.draw(st.floats(1e9, 4e11))
+    intra_bw = data.draw(st.floats(1e10, 3e12))
+    u = data.draw(st.floats(0.3, 1.0))
+    ceiling = data.draw(st.one_of(st.none(), st.floats(5e8, 5e11)))
+    sigma = data.draw(st.floats(1.0, 1.5))
+    spread = data.draw(st.sampled_from([0.0, 0.05]))
+    cl = sm.ClusterProfile(utilization=u, ceiling=ceiling, compute_slowdown=sigma,
+                           straggler_spread=spread, provenance={"source": "test"})
+    achieved = u * bw if ceiling is None else min(u * bw, ceiling)
+    expected, f, b = direct_bsp(p, n, achieved, tp, pp, m, gpn, nics, intra_bw, 0.0)
+    d = n // (tp * pp)
+    blom = norm.ppf((n - 0.375) / (n + 0.25))  # Blom's expected maximum of n normals
+    sigma_n = 1.0 if d == 1 else sigma * (1 + spread * blom)
+    expected += (sigma_n - 1.0) * (m + pp - 1) * (f + b)
+    kw = dict(fusion="bsp", gpus_per_node=gpn, nics_per_node=nics, intra_bw=intra_bw,
+              intra_alpha=0.0, tp=tp, pp=pp, microbatches=m if pp > 1 else None)
+    it = sm.iteration_time(p, n, bw, cluster=cl, **kw)
+    assert it.total == pytest.approx(expected, rel=1e-9)
+    assert sm.scaling_factor(p, n, bw, cluster=cl, **kw) == pytest.approx(
+        it.scaling_factor, rel=1e-12)
+
+
+def test_ring_view_scales_what_the_nic_shares():
+    table = sm.ClusterProfile(table_line_rate=[1e9, 1e10, 1e11],
+                              table_utilization=[0.9, 0.8, 0.5], ceiling=4e10,
+                              intervals={"ceiling": (3e10, None), "utilization": (0.5, 1.0)},
+                              provenance={"source": "test"})
+    assert table.ring_view(1.0) is table and table.ring_share == 1.0
+    v = table.ring_view(0.25)
+    assert v.ring_share == 0.25 and v.ring_view(0.25) is v
+    assert v.ceiling == pytest.approx(1e10) and v.intervals["ceiling"] == (7.5e9, None)
+    assert v.intervals["utilization"] == (0.5, 1.0)  # a fraction: not scaled
+    assert np.allclose(v.table_line_rate, [2.5e8, 2.5e9, 2.5e10])
+    # the ring at a quarter of a NIC achieves a quarter of what the NIC does, the table
+    # read at the NIC's own line rate
+    for nic in (3e9, 2e10, 9e10, 3e11):
+        assert v.achieved_bandwidth(0.25 * nic) == pytest.approx(
+            0.25 * table.achieved_bandwidth(nic), rel=1e-12)
+        assert v.line_rate_for(float(0.25 * table.achieved_bandwidth(nic))) == pytest.approx(
+            0.25 * table.line_rate_for(float(table.achieved_bandwidth(nic))), rel=1e-9)
+    assert "ring_share" not in table.ring_view(0.5).to_dict()
+    with pytest.raises(sm.InvalidParameterError, match="already"):
+        v.ring_view(0.5)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(sm.InvalidParameterError, match="share"):
+            table.ring_view(bad)
+
+
+def test_ring_view_scales_the_alternatives_ceilings():
+    runs = [dict(model="resnet50", n=n, bw=bw, iteration_time=t)
+            for n, bw, t in ((16, 10e9, 0.2), (32, 10e9, 0.215), (16, 25e9, 0.16))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cl = sm.fit_cluster(runs, fit=["ceiling", "sync_overhead"]).cluster
+    cl = sm.ClusterProfile.from_dict(dict(cl.to_dict(), alternatives=[
+        {"free": ["ceiling"], "values": {"ceiling": 8e9}, "intervals": {"ceiling": [6e9, 9e9]},
+         "score": 0.0}] if not cl.alternatives else cl.to_dict()["alternatives"]))
+    v = cl.ring_view(0.5)
+    for i in range(len(cl.alternatives)):
+        a, b = cl.with_alternative(i), v.with_alternative(i)
+        if a.ceiling is not None:
+            assert b.ceiling == pytest.approx(0.5 * a.ceiling, rel=1e-12)
+        lo, hi = a.intervals.get("ceiling", (None, None))
+        got = b.intervals.get("ceiling", (None, None))
+        assert got == tuple(None if x is None else pytest.approx(0.5 * x) for x in (lo, hi))
+
+
+def test_interval_of_a_tensor_parallel_job_shares_the_nic_once():
+    """On a cluster fitted with an efficiency (FLOP-derived runs), the corners of the
+    interval are built again from the arguments (their efficiencies differ): the ring's
+    share must apply once, so the slow end is the answer on the NIC-level cluster's slow
+    corner (or beyond it by the swapped efficiencies), far from a share applied twice."""
+    import attrs
+
+    cfg = sm.TransformerConfig(layers=8, hidden=2048, heads=16, ffn=8192, vocab=32000,
+                               seq=2048, micro_batch=2, dtype="bf16", name="small")
+    prof = sm.transformer_profile(cfg, "a100-80gb")
+    topo = dict(gpus_per_node=8, nics_per_node=1)
+    truth = sm.ClusterProfile(ceiling=30e9, provenance={"source": "test"})
+    runs = []
+    for n in (16, 64):
+        t = sm.iteration_time(prof, n, 100e9, cluster=truth, **topo).total
+        runs.append(dict(model=prof, n=n, bw=100e9,
+                         tokens_per_second_per_gpu=cfg.tokens / t * (1 + 0.01 * (n == 64))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cl = sm.fit_cluster(runs, fit=["efficiency", "ceiling"], **topo).cluster
+    assert cl.ceiling is not None
+    kw = dict(tp=4, **topo)
+    it = sm.iteration_time(prof, 128, 100e9, cluster=cl, **kw)
+    lo, hi = it.total_interval
+    assert lo <= it.total <= hi and lo < hi
+    ends = [sm.iteration_time(prof, 128, 100e9, cluster=c, **kw).total for c in cl.corners()]
+    assert max(ends) <= hi * (1 + 1e-9) and hi < 1.3 * max(ends)
+    worst = cl.corners()[0]
+    twice = attrs.evolve(worst, ceiling=worst.ceiling * 0.25)  # the share applied again
+    assert sm.iteration_time(prof, 128, 100e9, cluster=twice, **kw).total > 1.5 * hi
+    # a cluster that differs from one already asked in numbers only is built from that
+    # one's scenario (Scenario.build's siblings): the share applies there too
+    bare = attrs.evolve(worst, intervals={})
+    assert sm.iteration_time(prof, 128, 100e9, cluster=bare, **kw).total == pytest.approx(
+        ends[0], rel=1e-12)
+
+
+def test_fitted_cluster_answers_tensor_parallel_questions():
+    cl = sm.ClusterProfile(compute_slowdown=1.1, ceiling=40e9, provenance={"source": "t"})
+    kw = dict(gpus_per_node=8, nics_per_node=4)
+    it = sm.iteration_time("llama-2-13b", 64, 100e9, cluster=cl, tp=2, sharding="zero3",
+                           **kw)
+    assert it.settings["dp_ring_bw_scale"] == 2.0
+    # the same job on a cluster whose NICs reach their line rate is faster
+    free = sm.iteration_time("llama-2-13b", 64, 100e9, tp=2, sharding="zero3", **kw)
+    assert it.total > free.total
+    # the solvers answer for the NIC's line rate through the same view
+    target = 0.5 * (it.scaling_factor + 1.0)
+    r = sm.required_bandwidth("llama-2-13b", n=64, target=target, cluster=cl, tp=2,
+                              sharding="zero3", **kw)
+    # 40 Gbit/s per NIC, 4 NICs over 2 rings: one ring reaches 80 Gbit/s at most
+    assert not r.feasible and "ceiling 80 Gbit/s" in r.message
+    c = sm.min_compression("llama-2-13b", 100e9, n=64, target=target, cluster=cl, tp=2,
+                           sharding="zero3", **kw)
+    assert c.feasible and c.ratio > 1.0
+    assert sm.scaling_factor("llama-2-13b", 64, 100e9, compression=c.ratio, cluster=cl,
+                             tp=2, sharding="zero3", **kw) == pytest.approx(target, rel=1e-6)
+    looser = sm.required_bandwidth("llama-2-13b", n=64, target=it.scaling_factor * 0.9,
+                                   cluster=cl, tp=2, sharding="zero3", **kw)
+    assert looser.feasible and sm.scaling_factor(
+        "llama-2-13b", 64, looser.bw, cluster=cl, tp=2, sharding="zero3",
+        **kw) == pytest.approx(it.scaling_factor * 0.9, rel=1e-6)
+    assert looser.bw < 40e9  # below the ceiling, the NIC's line rate itself
+
+
+def test_plan_and_best_bucket_on_a_fitted_cluster_answer_the_same_job():
+    """The planner's and the bucket search's own evaluation paths give the scaling factor
+    of scaling_factor for a tensor-parallel job on a cluster with a ceiling interval."""
+    cl = sm.ClusterProfile(compute_slowdown=1.1, ceiling=40e9,
+                           intervals={"ceiling": (30e9, 50e9)}, provenance={"source": "t"})
+    kw = dict(gpus_per_node=8, nics_per_node=4, tp=2, cluster=cl)
+    sf = sm.scaling_factor("llama-2-13b", 64, 25e9, **kw)
+    plan = sm.plan_compression("llama-2-13b", 25e9, n=64, target=0.5, **kw)
+    assert plan.uncompressed_scaling_factor == pytest.approx(sf, rel=1e-12)
+    best = sm.best_bucket_size("llama-2-13b", 64, 25e9, **kw)
+    assert best.default_scaling_factor == pytest.approx(sf, rel=1e-12)
+    lo, hi = sm.iteration_time("llama-2-13b", 64, 25e9, **kw).scaling_factor_interval
+    assert lo == hi == pytest.approx(sf, rel=1e-12)  # 25 Gbit/s: below every ceiling
+    sf = sm.scaling_factor("llama-2-13b", 64, 100e9, **kw)  # where the ceiling binds
+    lo, hi = sm.iteration_time("llama-2-13b", 64, 100e9, **kw).scaling_factor_interval
+    assert lo < sf < hi
+    assert sm.plan_compression("llama-2-13b", 100e9, n=64, target=0.5,
+                               **kw).uncompressed_scaling_factor == pytest.approx(sf, rel=1e-12)
