@@ -19,8 +19,11 @@ Series evaluated (the ``series`` column):
   ``-batch`` rows (other micro-batch or accumulation at 512 / 1024 GPUs) predicted from
   the same calibration.
 
-The tensor-parallel series (``tp2-...``) are not evaluated: a fitted cluster with
-``tp=`` is refused by :func:`scalemodel.iteration_time` (``scalemodel.parallel``).
+The tensor-parallel series (``tp2-...``) are predicted by transfer: the clusters fitted
+on the tp=1 series (``tp1-zero1=-1`` for ``tp2-zero1=-1``; ``tp1-zero1=8``, the state
+sharded inside a node, for ``tp2-zero1=4``, whose four data-parallel GPUs are a node)
+answer every tp=2 row with ``tp=2`` (:meth:`scalemodel.ClusterProfile.ring_view`: each
+node's four NICs carry the rings of its two tensor-parallel ranks). No tp=2 row calibrates.
 
 Protocol (fixed before the predictions were compared with the table):
 
@@ -146,12 +149,13 @@ def profile_for(row):
 
 
 def sharding_for(row, param_return="broadcast", channels=None):
-    """The row's ZeRO-1 with its shard group; under ``"broadcast"`` InternLM's
-    broadcasts, one per rank of the group that owns parameters, and (for the
-    sensitivity) a chunk of NCCL's 512 KiB step on ``channels`` channels."""
+    """The row's ZeRO-1 with its shard group (data-parallel GPUs: ``n / tp`` for the
+    whole group); under ``"broadcast"`` InternLM's broadcasts, one per rank of the group
+    that owns parameters, and (for the sensitivity) a chunk of NCCL's 512 KiB step on
+    ``channels`` channels."""
     if param_return == "allgather":
         return Sharding(row["sharding"], shard_group=row["shard_group"])
-    group = row["shard_group"] or row["gpus"]
+    group = row["shard_group"] or row["gpus"] // row["tp"]
     return Sharding(row["sharding"], shard_group=row["shard_group"], param_return="broadcast",
                     broadcasts=broadcast_owners(internlm_tensors(), group),
                     broadcast_chunk=None if channels is None else channels * 512 * 1024)
@@ -181,8 +185,10 @@ def predict(row, cluster, param_return="broadcast", channels=None):
     """Predicted TGS of a row and the (low, high) TGS of its interval [tokens/s]."""
     it = sm.iteration_time(profile_for(row), row["gpus"], BW,
                            sharding=sharding_for(row, param_return, channels),
-                           fusion=FUSION, algorithm="ring", cluster=cluster, **TOPO)
-    tokens = row["micro_batch"] * row["seq"] * row["grad_accum"]
+                           fusion=FUSION, algorithm="ring", cluster=cluster,
+                           tp=row["tp"], **TOPO)
+    # a replica's tokens per step, over its tp GPUs (InternLM's TGS is per GPU)
+    tokens = row["micro_batch"] * row["seq"] * row["grad_accum"] / row["tp"]
     t_lo, t_hi = it.total_interval
     return tokens / float(it.total), (0.0 if t_hi is None else tokens / t_hi, tokens / t_lo)
 
@@ -279,6 +285,55 @@ def report(entries, fits, say):
         _say_summary(say, f"  {name:9s} {'all series':18s}",
                      summary([x for x in entries if x["explanation"] == name
                               and x["held_out"]]))
+
+
+TP_TRANSFER = {"tp2-zero1=-1": "tp1-zero1=-1", "tp2-zero1=4": "tp1-zero1=8"}
+"""The tensor-parallel series, each with the tp=1 series whose fit predicts it."""
+
+
+def tp_transfer(fits, rows, say):
+    """Every row of the tp=2 series predicted from the tp=1 series' fits (each
+    explanation, the broadcasts): the transfer of a calibration to tensor parallelism.
+    'flat' carries the tp=1 series' 64-GPU TGS over."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["series"], []).append(r)
+    say("== tensor parallelism by transfer: the tp=1 fits (8 and 64 GPUs) predict every "
+        "row of the tp=2 series (no tp=2 row calibrates)")
+    out = []
+    for series, cal in TP_TRANSFER.items():
+        flat = next(r["tgs"] for r in by[cal] if r["gpus"] == max(CALIBRATION_N))
+        for name in EXPLANATIONS:
+            cluster = fits[(cal, name, "broadcast")].cluster
+            sel = []
+            for r in by[series]:
+                pred, (lo, hi) = predict(r, cluster)
+                sel.append(dict(series=series, row=r["row"], n=r["gpus"],
+                                micro_batch=r["micro_batch"], grad_accum=r["grad_accum"],
+                                explanation=name, published=r["tgs"], predicted=pred,
+                                low=lo, high=hi, error=pred / r["tgs"] - 1,
+                                flat=flat / r["tgs"] - 1, allgather=float("nan")))
+            say(f"-- {series} from the {cal} fit, explanation '{name}'",
+                *[ln.replace("  all-gather", "") for ln in _table_tp(sel)])
+            s_ = summary([dict(x, allgather=0.0) for x in sel])
+            say(f"   {len(sel)} rows; median |error| {100 * s_['median']:.1f} %, largest "
+                f"{100 * s_['largest']:.1f} %; {s_['inside']}/{s_['rows']} inside the "
+                f"interval; flat: {100 * s_['flat_median']:.1f} / "
+                f"{100 * s_['flat_largest']:.1f} %", "")
+            out += sel
+    return out
+
+
+def _table_tp(entries):
+    head = ["row", "GPUs", "mb x acc", "published", "predicted", "error", "interval",
+            "flat"]
+    body = [[str(x["row"]), str(x["n"]), f"{x['micro_batch']} x {x['grad_accum']}",
+             f"{x['published']:.0f}", f"{x['predicted']:.0f}",
+             f"{100 * x['error']:+.1f} %", f"{x['low']:.0f}-{x['high']:.0f}",
+             f"{100 * x['flat']:+.1f} %"] for x in entries]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    return ["  ".join(h.rjust(w) for h, w in zip(head, widths))] + [
+        "  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
 
 
 NCCL_BCAST_LATENCY = 8.4e-6 + 14e-6
@@ -460,8 +515,9 @@ def main(argv=None):
     broadcast_diagnosis(fits, load_rows(), say)
     say("zero1=-1, sensitivity to NCCL's channel count (auto; not a prediction):")
     channel_sensitivity(load_rows(), say)
-    say("", "not evaluated: the tp=2 series (a fitted cluster with tp= is refused)",
-        printed.elapsed_line())
+    say("")
+    tp_transfer(fits, load_rows(), say)
+    say(printed.elapsed_line())
     if not args.no_write:
         printed.write(RESULTS / "validate_large_n.txt")
     return 0
