@@ -53,9 +53,12 @@ Protocol (stated before looking at the errors):
    iteration by the source's formula over (TFLOP/s per GPU x GPUs), MFU x the H100's dense
    bf16 peak where only MFU is given (the peak cancels inside a series).
 2. **One row calibrates a series**: ``eta`` is solved (bisection) so that the predicted
-   iteration time of that row equals its published one; fit_cluster does not take
-   tp/pp runs, so the efficiency of the profile is the one knob. The calibration row is
-   the series' row with the fewest GPUs.
+   iteration time of that row equals its published one; the efficiency of the profile
+   is the one knob. The calibration row is the series' row with the fewest GPUs. Beside
+   it, the library's own path: :func:`scalemodel.fit_cluster` on that row as a run with
+   its ``tp``, ``pp`` and ``microbatches`` (the profile started at MFU 0.3), which must
+   find about the same efficiency (its prior pulls a one-run fit slightly towards the
+   start); interleaved rows are skipped (runs do not take ``virtual_stages``).
 3. **The other rows are predicted** at that ``eta``; error = predicted / published
    throughput - 1 = published / predicted time - 1.
 4. **Baseline**: constant MFU, the calibration row's per-GPU TFLOP/s (or MFU) carried to
@@ -94,6 +97,7 @@ import csv
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import scalemodel as sm
@@ -509,8 +513,32 @@ def evaluate():
         pairs = [entry(r, c, etas[c["row"]], bare[c["row"]]) for c in rs for r in rs
                  if r is not c]
         out[name] = dict(calibration=cal["row"], eta=etas[cal["row"]], etas=etas,
-                         rows=main, pairs=pairs)
+                         rows=main, pairs=pairs, fit=fit_check(cal))
     return out, refused
+
+
+FIT_START = 0.3
+"""MFU the profile of :func:`fit_check`'s run starts at [-]."""
+
+
+def fit_check(r):
+    """:func:`scalemodel.fit_cluster` on row ``r`` as a tensor- and pipeline-parallel
+    run: ``(efficiency, miss)`` [-], or None for an interleaved row."""
+    if virtual_stages(r) != 1:
+        return None
+    from scalemodel.checkpointing import with_recompute
+
+    _, recompute, nic, _ = ASSUMED[r["series"]]
+    prof = profile(r, FIT_START)
+    if recompute not in (None, "none"):
+        prof = with_recompute(prof, recompute)
+    run = dict(model=prof, n=r["gpus"], bw=nic, iteration_time=published_time(r),
+               tp=r["tp"], pp=r["pp"], microbatches=microbatches(r))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster([run], fit=["efficiency"], fusion=None, gpus_per_node=8,
+                             nics_per_node=8, intra_bw=sm.get_gpu(r["gpu"]).intra_node_bw)
+    return fit.cluster.extra["efficiency"]["value"]
 
 
 def sensitivity():
@@ -582,8 +610,11 @@ def report(res, refused, sens):
     for name, s in res.items():
         if name == TWO_D:
             continue
+        fit = s.get("fit")
         lines += [f"== {name} (assumed: {ASSUMED[name][3]})",
-                  f"calibration: row {s['calibration']}, efficiency {s['eta']:.3f}; "
+                  f"calibration: row {s['calibration']}, efficiency {s['eta']:.3f}"
+                  + ("" if fit is None else f" (fit_cluster on it as a tp/pp run, from "
+                     f"{FIT_START:g}: {fit:.3f})") + "; "
                   "efficiency each row would need: " + ", ".join(
                       f"{k}: {v:.3f}" for k, v in s["etas"].items()),
                   *table(s["rows"]), "", _line(f"{name}, from row {s['calibration']}",

@@ -119,8 +119,10 @@ class _Problem:
                                     first_bucket_bytes=2.0**20 if first is None
                                     else float(first) * 2.0**20) if cap > 0 else "none"
             wrapped = bool(getattr(r, "wrapped", False)) and r.n == 1
+            mp = getattr(r, "model_parallel", None)
             gkey = (id(r.profile), fusion, r.algorithm or settings["algorithm"],
-                    _run_sharding(r), r.n, wrapped)
+                    _run_sharding(r), r.n, wrapped,
+                    None if mp is None else (mp.tp, mp.pp, mp.microbatches))
             if gkey not in groups:
                 groups[gkey] = {"profile": r.profile, "configs": []}
             ckey = (gkey, r.bw)
@@ -321,7 +323,7 @@ class _Problem:
                     cl = self.cluster(values) if cl is None else cl
                     cache[ckey] = self._scenario(gkey, g, cl, 1.0, values)
                 sc1 = cache[ckey]
-                if sc1.needs_plan or sc1.sharding is not None:
+                if sc1.needs_plan or sc1.sharding is not None or gkey[6] is not None:
                     entry[gkey] = ("scenario", sc1, gkey[5])
                     continue
                 # the buckets form on the timeline of sigma (the straggler wait then
@@ -364,7 +366,7 @@ class _Problem:
         return p.scaled_to(p.iteration_time * f)
 
     def _scenario(self, gkey, g, cl, sigma_n, values=None):
-        _, fusion, algorithm, sharding, n, wrapped = gkey
+        _, fusion, algorithm, sharding, n, wrapped, mp = gkey
         bare = attrs.evolve(cl, **{k: v for k, v in _BARE.items() if k in self._fields})
         bare = attrs.evolve(bare, compute_slowdown=min(max(sigma_n, 1.0), 100.0))
         if sharding != "none" and getattr(bare, "host", None) is not None:
@@ -373,6 +375,8 @@ class _Problem:
                   ps_servers=self.settings["ps_servers"])
         if sharding != "none":
             kw["sharding"] = sharding
+        if mp is not None:  # a tensor- and pipeline-parallel run (scalemodel.parallel)
+            kw.update(tp=mp[0], pp=mp[1], microbatches=mp[2])
         return Scenario.build(self._profile(g, values or {}), **kw)
 
     def _group_lines(self, gkey, g, cl, sigma_n, values):
@@ -380,7 +384,7 @@ class _Problem:
         ``sigma_n`` [-], in per-unit-slowdown form."""
         n, wrapped = gkey[4], gkey[5]
         sc = self._scenario(gkey, g, cl, sigma_n, values)
-        if sc.needs_plan or sc.sharding is not None or (
+        if sc.needs_plan or sc.sharding is not None or gkey[6] is not None or (
                 sc.host_delays(n) is not None and (n > 1 or wrapped)):
             # the wrapper's host delays (eq. host-lead) depend on the slowdown through
             # the host's lead: not the lines' linear form; the scenario then answers
@@ -431,6 +435,9 @@ class _Problem:
             e = entry[gkey]
             n = gkey[4]
             if e[0] == "scenario":
+                if gkey[6] is not None:  # the data-parallel dimension of its replicas
+                    out[idx] = _model_parallel_times(e[1], cl, n, self.config_bw[idx])
+                    continue
                 sc = attrs.evolve(e[1], cluster=cl)
                 if n == 1 and e[2]:  # one worker inside the wrapper
                     out[idx] = sc.wrapped_single_worker_time()
@@ -462,6 +469,17 @@ class _Problem:
 
     def residuals(self, values):
         return (np.log(self.predicted(values)) - np.log(self.measured_t)) / self.sigma_t
+
+
+def _model_parallel_times(sc, cl, n, bw):
+    """Iteration times [s] of a tensor- and pipeline-parallel run's scenario ``sc`` on
+    the cluster ``cl`` (the NIC's terms, :meth:`~scalemodel.ClusterProfile.ring_view` for
+    one data-parallel ring) for ``n`` GPUs at the line rates ``bw`` [bits/s]."""
+    sc = attrs.evolve(sc, cluster=cl.ring_view(sc.bw_scale))
+    dp, ring = sc.data_parallel(n, np.asarray(bw, float))
+    with np.errstate(divide="ignore"):
+        x = 1.0 / (np.asarray(sc.cluster.utilization_at(ring), float) * ring)
+    return sc.iteration_times(np.full(np.shape(ring), dp), x, 1.0)
 
 
 def _solve(problem, free):

@@ -1132,8 +1132,10 @@ def _pressured_profiles(runs, base):
         prov = r.profile.provenance if isinstance(r.profile.provenance, dict) else {}
         gpu, config = gpu_name_of(r.profile), prov.get("config")
         sharding = getattr(r.sharding, "strategy", r.sharding) or "none"
+        mp = getattr(r, "model_parallel", None)  # a GPU holds 1/(tp pp) of the model,
+        k = 1 if mp is None else mp.size  # sharded over the data-parallel GPUs
         group = (getattr(r, "shard_group", None) or getattr(r.sharding, "shard_group", None)
-                 or r.n)
+                 or r.n // k)
         if sharding == "hybrid_shard":  # sharded inside a node (module sharding)
             g = base.topology.gpus_per_node if base.topology is not None else None
             sharding, group = "zero3", min(r.n, g or r.n)
@@ -1141,7 +1143,7 @@ def _pressured_profiles(runs, base):
                 "none", "zero1", "zero2", "zero3"):
             continue
         try:
-            params = TransformerConfig(**config).parameter_count
+            params = TransformerConfig(**config).parameter_count / k
             get_gpu(gpu)
         except (TypeError, ValueError, ScalemodelError):
             continue  # a GPU of the user's own (GPUSpec): its memory is not known here

@@ -147,10 +147,10 @@ first and last stage), tensor parallelism across nodes (refused), sharded data
 parallelism with a pipeline
 (``pp > 1``; refused by name), asynchronous tensor parallelism (TP communication
 overlapped with the GEMMs, torchtitan's AsyncTP: the TP all-reduces here are on the
-compute path), a ceiling that limits each connection rather than each NIC (TCP
-sockets: one thread per communicator), which would let each ring reach it alone, and
-runs with tensor or pipeline parallelism as calibration runs (``fit_cluster`` takes
-data-parallel runs).
+compute path), and a ceiling that limits each connection rather than each NIC (TCP
+sockets: one thread per communicator), which would let each ring reach it alone. Runs of
+tensor- and pipeline-parallel jobs calibrate a cluster as plain ones do (a run's ``tp``,
+``pp`` and ``microbatches``, :mod:`scalemodel.runs`).
 """
 
 from __future__ import annotations

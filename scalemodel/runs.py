@@ -39,6 +39,12 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     Instead of ``iteration_time``: the step time is the profile's tokens per optimizer
     step per GPU (micro-batch x sequence x ``grad_accum``; a transformer or LLM profile
     knows them) over this rate.
+``tp``, ``pp``, ``microbatches``
+    A tensor- and pipeline-parallel run (:mod:`scalemodel.parallel`): integers >= 1,
+    ``n`` a multiple of ``tp x pp``, ``microbatches`` required with ``pp > 1``. The
+    profile is the whole model's (one micro-batch); the run gives ``iteration_time`` or
+    ``tokens_per_second_per_gpu`` (a replica's tokens per step over its ``tp x pp``
+    GPUs), not a scaling factor.
 
 ``compressor``
     The gradient compressor the run used: a name, a spec string such as ``"topk:0.01"``
@@ -127,7 +133,7 @@ _RUN_KEYS = {"model", "n", "bw", "scaling_factor", "iteration_time", "single_wor
              "compute_time", "fusion", "algorithm", "uncertainty", "label", "sharding",
              "grad_accum", "wrapped", "bucket_cap_mb", "first_bucket_mb",
              "tokens_per_second_per_gpu", "shard_group",
-             "compressor", "implementation"}
+             "compressor", "implementation", "tp", "pp", "microbatches"}
 
 _TRUE = {"true", "yes", "1", "y", "t", "on"}
 _FALSE = {"false", "no", "0", "n", "f", "off"}
@@ -170,6 +176,10 @@ class Run:
     shard_group : int or None
         GPUs per shard group of a ``zero1`` / ``zero2`` / ``zero3`` run; None: all ``n``
         [GPUs].
+    model_parallel : ModelParallel or None
+        The run's tensor and pipeline parallelism
+        (:func:`~scalemodel.parallel.resolve_model_parallel`); None for a plain
+        data-parallel run [-].
     grad_accum : int or None
         Micro-batches per optimizer step the run gave; None: the profile's
         (``profile.grad_accum`` is the one in effect either way) [-].
@@ -213,6 +223,7 @@ class Run:
     compressor: object = None
     implementation: str | None = None
     shard_group: int | None = None
+    model_parallel: object = None
 
     @property
     def measured_sf(self):
@@ -499,13 +510,14 @@ def _one_run(i, raw, where) -> Run:
     if accum is not None and not isinstance(accum, int):
         raise ParameterTypeError(f"runs[{i}].grad_accum", raw.get("grad_accum"), "one integer")
     profile = _accumulating(i, base, accum, where.memo)
-    t = _measured(i, raw, label, profile)
+    mp = _model_parallel(i, raw, profile, n)
+    t = _measured(i, raw, label, profile, mp)
     efficiency = _profile_efficiency(profile)
     if t["single_worker_time"] is not None:
         profile = profile.scaled_to(t["single_worker_time"])
     compute_known = not (_is_flop_derived(base) and t["single_worker_time"] is None)
     _check_against_compute(i, raw, t, profile,
-                           None if compute_known else (efficiency or 1.0))
+                           None if compute_known else (efficiency or 1.0), mp)
     return Run(label=label, profile=profile, n=n, bw=bw, **t,
                fusion=_setting(raw.get("fusion")), algorithm=_setting(raw.get("algorithm")),
                sharding=_sharding(i, raw.get("sharding")), grad_accum=accum,
@@ -514,8 +526,43 @@ def _one_run(i, raw, where) -> Run:
                wrapped=_bool(i, "wrapped", raw.get("wrapped")),
                bucket_cap_mb=_bucket_cap(i, raw.get("bucket_cap_mb")),
                first_bucket_mb=_first_bucket(i, raw),
-               compute_known=compute_known, efficiency=efficiency,
+               compute_known=compute_known, efficiency=efficiency, model_parallel=mp,
                **_compression(i, raw.get("compressor"), raw.get("implementation")))
+
+
+def _model_parallel(i, raw, profile, n):
+    """The run's tensor and pipeline parallelism, or None for a plain data-parallel run;
+    errors name ``runs[i].<key>``."""
+    from .parallel import resolve_model_parallel
+
+    keys = ("tp", "pp", "microbatches")
+    if all(_blank(raw.get(k)) for k in keys):
+        return None
+    given = {}
+    for key in keys:
+        if not _blank(raw.get(key)):
+            v = _int(i, key, raw.get(key), what="GPUs" if key == "tp" else
+                     "stages" if key == "pp" else "micro-batches per step")
+            if not isinstance(v, int):
+                raise ParameterTypeError(f"runs[{i}].{key}", raw.get(key), "one integer")
+            given[key] = v
+    try:
+        mp = resolve_model_parallel(given.get("tp", 1), given.get("pp", 1),
+                                    given.get("microbatches"), profile.grad_accum)
+    except (InvalidParameterError, ParameterTypeError) as exc:
+        raise _renamed(exc, f"runs[{i}].{exc.parameter}") from None
+    if not mp.active and mp.microbatches == profile.grad_accum:
+        return None
+    if n % mp.size:
+        raise InvalidParameterError(f"runs[{i}].n", n, f"must be a multiple of tp x pp = "
+                                    f"{mp.size} (whole replicas)")
+    for key in ("scaling_factor", "single_worker_time"):
+        if not _blank(raw.get(key)):
+            raise InvalidParameterError(
+                f"runs[{i}].{key}", raw.get(key), "is not taken from a tensor- or "
+                "pipeline-parallel run (its single-worker reference would be one replica "
+                "of tp x pp GPUs)", "Give iteration_time [s] or tokens_per_second_per_gpu")
+    return mp
 
 
 def _compression(i, compressor, implementation) -> dict:
@@ -564,7 +611,7 @@ def _accumulating(i, profile, accum, memo):
     return memo[key]
 
 
-def _measured(i, raw, label, profile) -> dict:
+def _measured(i, raw, label, profile, mp=None) -> dict:
     """The run's measured numbers, checked against each other; the iteration time from
     ``tokens_per_second_per_gpu`` when that is what the run gives."""
     sf = _num(i, "scaling_factor", raw.get("scaling_factor"))
@@ -581,7 +628,7 @@ def _measured(i, raw, label, profile) -> dict:
                                         raw.get("tokens_per_second_per_gpu"),
                                         "is given together with iteration_time",
                                         "Give one of the two")
-        it = _from_tokens(i, raw, label, profile, tps)
+        it = _from_tokens(i, raw, label, profile, tps, mp)
     if sf is not None and it is not None:
         # the cluster fit would take the scaling factor and the codec fit the time
         key = "iteration_time" if tps is None else "tokens_per_second_per_gpu"
@@ -607,8 +654,10 @@ def _measured(i, raw, label, profile) -> dict:
             "compute_time": tc, "uncertainty": unc, "tokens_per_second_per_gpu": tps}
 
 
-def _from_tokens(i, raw, label, profile, tps):
+def _from_tokens(i, raw, label, profile, tps, mp=None):
     tokens = _tokens_per_step(profile)
+    if tokens is not None and mp is not None:  # a replica's step over its tp x pp GPUs
+        tokens = tokens / profile.grad_accum * mp.microbatches / mp.size
     name = f"runs[{i}].tokens_per_second_per_gpu"
     if tokens is None:
         raise InvalidParameterError(
@@ -654,17 +703,19 @@ def _faster_than_single(i, label, key, value, ratio, what):
         stacklevel=5)
 
 
-def _check_against_compute(i, raw, t, profile, efficiency):
+def _check_against_compute(i, raw, t, profile, efficiency, mp=None):
     """A run with only an iteration time may not be faster than the profile's compute;
     with a FLOP-derived profile (``efficiency`` given), than that compute at 100 %
-    utilisation."""
+    utilisation; with tensor and pipeline parallelism (``mp``), than one GPU's share of
+    the step's micro-batches (its collectives and bubble only add)."""
     it = t["iteration_time"]
     if it is None or t["single_worker_time"] is not None or t["scaling_factor"] is not None:
         return
     key = "iteration_time" if t["tokens_per_second_per_gpu"] is None \
         else "tokens_per_second_per_gpu"
     value = raw.get(key)
-    compute = profile.grad_accum * (profile.forward_time + profile.backward_time)
+    steps = profile.grad_accum if mp is None else mp.microbatches / mp.size
+    compute = steps * (profile.forward_time + profile.backward_time)
     if efficiency is None:
         if it < compute * (1 - 1e-9):
             raise InvalidParameterError(

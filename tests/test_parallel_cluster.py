@@ -181,3 +181,117 @@ def test_plan_and_best_bucket_on_a_fitted_cluster_answer_the_same_job():
     assert lo < sf < hi
     assert sm.plan_compression("llama-2-13b", 100e9, n=64, target=0.5,
                                **kw).uncompressed_scaling_factor == pytest.approx(sf, rel=1e-12)
+
+
+def _tp_runs(truth, cases, **kw):
+    runs = []
+    for n, tp, pp, m, bw in cases:
+        t = sm.iteration_time("llama-2-13b", n, bw, cluster=truth, tp=tp, pp=pp,
+                              microbatches=m, **kw).total
+        runs.append(dict(model="llama-2-13b", n=n, bw=bw, iteration_time=t, tp=tp, pp=pp,
+                         microbatches=m, label=f"{n} GPUs tp={tp} pp={pp}"))
+    return runs
+
+
+CASES = ((16, 2, 1, None, 10e9), (64, 2, 1, None, 100e9), (32, 2, 2, 8, 25e9),
+         (64, 4, 1, None, 100e9))
+
+
+def test_fit_cluster_recovers_a_cluster_from_tensor_and_pipeline_parallel_runs():
+    """Runs generated with a known slowdown and ceiling on TP x PP jobs (the runs' own
+    tp, pp and microbatches) give them back, and the fitted cluster predicts them."""
+    truth = sm.ClusterProfile(compute_slowdown=1.08, ceiling=30e9,
+                              provenance={"source": "truth"})
+    kw = dict(gpus_per_node=8, nics_per_node=4)
+    runs = _tp_runs(truth, CASES, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster(runs, fit=["compute_slowdown", "ceiling"], **kw)
+    cl = fit.cluster
+    assert cl.ceiling == pytest.approx(30e9, rel=0.01)
+    lo, hi = cl.intervals["compute_slowdown"]
+    assert lo <= 1.08 <= hi and cl.compute_slowdown == pytest.approx(1.08, rel=0.01)
+    for r in runs:
+        got = sm.iteration_time("llama-2-13b", r["n"], r["bw"], cluster=cl, tp=r["tp"],
+                                pp=r["pp"], microbatches=r["microbatches"], **kw).total
+        assert got == pytest.approx(r["iteration_time"], rel=0.01)
+
+
+def test_tokens_of_a_tensor_parallel_run_are_a_replicas_over_its_gpus():
+    """tokens_per_second_per_gpu of a tp x pp run: a replica's tokens per step
+    (micro-batch x sequence x microbatches) over its tp x pp GPUs; an efficiency fitted
+    from it gives the run back."""
+    from scalemodel.runs import load_runs
+
+    cfg = sm.TransformerConfig(layers=8, hidden=2048, heads=16, ffn=8192, vocab=32000,
+                               seq=2048, micro_batch=2, dtype="bf16", name="small")
+    prof = sm.transformer_profile(cfg, "a100-80gb")
+    kw = dict(gpus_per_node=8, nics_per_node=8)
+    it = sm.iteration_time(prof, 64, 100e9, tp=2, pp=2, microbatches=8, **kw).total
+    tps = 2 * 2048 * 8 / (2 * 2) / it
+    run = dict(model=prof, n=64, bw=100e9, tokens_per_second_per_gpu=tps, tp=2, pp=2,
+               microbatches=8)
+    (r,) = load_runs([run])
+    assert r.iteration_time == pytest.approx(it, rel=1e-12)
+    from scalemodel.efficiency import profile_efficiency
+
+    it32 = sm.iteration_time(prof, 32, 100e9, tp=2, pp=2, microbatches=8, **kw).total
+    runs = [run, dict(run, n=32, tokens_per_second_per_gpu=2 * 2048 * 8 / 4 / it32)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster(runs, fit=["efficiency"], **kw)
+    # made at the profile's own efficiency: the fit finds it again
+    eff = fit.cluster.extra["efficiency"]["value"]
+    assert eff == pytest.approx(profile_efficiency(prof), rel=1e-3)
+    assert sm.iteration_time(prof, 64, 100e9, cluster=fit.cluster, tp=2, pp=2,
+                             microbatches=8, **kw).total == pytest.approx(it, rel=1e-3)
+
+
+@pytest.mark.parametrize("change, key, words", [
+    (dict(tp=3), "runs[0].n", "multiple of tp x pp"),
+    (dict(pp=2), "runs[0].microbatches", "micro-batches"),
+    (dict(tp=0), "runs[0].tp", ""),
+    (dict(tp="two"), "runs[0].tp", "integer"),
+    (dict(tp=2.5), "runs[0].tp", ""),
+    (dict(tp=2, iteration_time=None, scaling_factor=0.8), "runs[0].scaling_factor",
+     "tensor- or pipeline-parallel"),
+    (dict(tp=2, single_worker_time=1.0), "runs[0].single_worker_time", "replica"),
+    (dict(tp=2, iteration_time=1e-6), "runs[0].iteration_time", "shorter"),
+])
+def test_bad_tensor_parallel_runs_are_named(change, key, words):
+    from scalemodel.runs import load_runs
+
+    run = dict(model="llama-2-13b", n=64, bw=100e9, iteration_time=2.0)
+    run.update(change)
+    run = {k: v for k, v in run.items() if v is not None}
+    with pytest.raises(sm.ScalemodelError) as exc:
+        load_runs([run])
+    assert exc.value.parameter == key and words in str(exc.value)
+
+
+def test_a_run_list_file_takes_tp_pp_and_microbatches_columns(tmp_path, capsys):
+    """The CSV columns tp, pp and microbatches (blank for a plain run) reach the fit, and
+    the CLI fits and answers with them."""
+    from scalemodel.cli import main
+    from scalemodel.runs import load_runs
+
+    truth = sm.ClusterProfile(compute_slowdown=1.08, ceiling=30e9,
+                              provenance={"source": "truth"})
+    kw = dict(gpus_per_node=8, nics_per_node=4)
+    runs = _tp_runs(truth, CASES, **kw)
+    plain = sm.iteration_time("llama-2-13b", 32, 25e9, cluster=truth, **kw).total
+    lines = ["model,n,bw,iteration_time,tp,pp,microbatches"]
+    lines += [f"llama-2-13b,{r['n']},{r['bw']:g},{r['iteration_time']!r},{r['tp']},{r['pp']},"
+              f"{'' if r['microbatches'] is None else r['microbatches']}" for r in runs]
+    lines.append(f"llama-2-13b,32,25e9,{plain!r},,,")
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join(lines) + "\n")
+    got = load_runs(path)
+    assert [None if r.model_parallel is None else (r.model_parallel.tp, r.model_parallel.pp)
+            for r in got] == [(2, 1), (2, 1), (2, 2), (4, 1), None]
+    out = tmp_path / "c.json"
+    assert main(["fit", str(path), "--gpus-per-node", "8", "--nics-per-node", "4",
+                 "--fit", "compute_slowdown,ceiling", "--out", str(out)]) == 0
+    cl = sm.load_cluster(out)
+    assert cl.ceiling == pytest.approx(30e9, rel=0.01)
+    capsys.readouterr()
