@@ -1,7 +1,8 @@
 """Speed of the answers for the data-parallel dimension of TP x PP jobs (issue 20 item 10).
 
-For a few jobs with ``tp=`` / ``pp=`` / ``microbatches=`` (and one with activation
-checkpointing and offload), the time of one question: *first* (every cache of questions
+For a few jobs with ``tp=`` / ``pp=`` / ``microbatches=`` (one with activation
+checkpointing and offload, one on a fitted cluster whose answers carry intervals), the
+time of one question: *first* (every cache of questions
 and arguments emptied by :func:`scalemodel.model.clear_caches`, the profile loaded, as
 ``bench_scaling.py`` counts it), *warm* (the scenario cached), and *cold profile* (also the
 loaded and derived profiles forgotten: ``clear_caches(profiles=True)``, so the LLM's
@@ -35,9 +36,37 @@ JOBS = (
 BW = 100e9
 
 
+def fitted_cluster():
+    """A cluster fitted (slowdown and ceiling) to four TP x PP runs generated with a
+    known one (as ``tests/test_parallel_cluster.py`` does): its answers carry intervals
+    over the fit's corners."""
+    import warnings
+
+    truth = sm.ClusterProfile(compute_slowdown=1.08, ceiling=30e9,
+                              provenance={"source": "bench_parallel"})
+    runs = []
+    for n, tp, pp, m, bw in ((16, 2, 1, None, 10e9), (64, 2, 1, None, 100e9),
+                             (32, 2, 2, 8, 25e9), (64, 4, 1, None, 100e9)):
+        t = sm.iteration_time("llama-2-13b", n, bw, cluster=truth, tp=tp, pp=pp,
+                              microbatches=m, **NET).total
+        runs.append(dict(model="llama-2-13b", n=n, bw=bw, iteration_time=t, tp=tp, pp=pp,
+                         microbatches=m))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sm.fit_cluster(runs, fit=["compute_slowdown", "ceiling"], **NET).cluster
+
+
+JOBS = JOBS + (
+    ("llama-2-13b, 256 GPUs, tp=2 pp=4, 8 micro-batches, on a fitted cluster (interval)",
+     "llama-2-13b", 256, dict(tp=2, pp=4, microbatches=8, cluster="fitted")),
+)
+
+
 def questions(model, n, kw):
     plan = not ({"activation_checkpointing", "offload"} & kw.keys())  # (not on the plan)
     kw = dict(NET, **kw)
+    if kw.get("cluster") == "fitted":
+        kw["cluster"] = fitted_cluster()
     out = {
         "scaling_factor": lambda: sm.scaling_factor(model, n, BW, **kw),
         "iteration_time": lambda: sm.iteration_time(model, n, BW, **kw),
