@@ -1120,14 +1120,14 @@ def _efficiency_notes(cluster):
 
 def _pressured_profiles(runs, base):
     """Models (:func:`scalemodel.efficiency.model_key`) whose every run was memory-pressured
-    (:func:`scalemodel.efficiency.check_calibration_memory` warns for each such run);
+    (one :class:`~scalemodel.CalibrationWarning` per distinct state, naming its runs);
     their fitted efficiency is carried to other runs of them with a wider interval
     (:func:`scalemodel.efficiency.carried_over`)."""
-    from .efficiency import check_calibration_memory, gpu_name_of, model_key
+    from .efficiency import gpu_name_of, memory_pressure, model_key
     from .hardware import get_gpu
     from .workloads import TransformerConfig
 
-    pressured, relieved = set(), set()
+    pressured, relieved, full = set(), set(), {}
     for r in runs:
         prov = r.profile.provenance if isinstance(r.profile.provenance, dict) else {}
         gpu, config = gpu_name_of(r.profile), prov.get("config")
@@ -1147,8 +1147,15 @@ def _pressured_profiles(runs, base):
             get_gpu(gpu)
         except (TypeError, ValueError, ScalemodelError):
             continue  # a GPU of the user's own (GPUSpec): its memory is not known here
-        p = check_calibration_memory(params, int(group), gpu, sharding, label=r.label)
+        p = memory_pressure(params, int(group), gpu, sharding)
         (pressured if p.pressured else relieved).add(model_key(r.profile))
+        if p.pressured:
+            full.setdefault(p.text, []).append(r.label)
+    for text, labels in full.items():  # one warning per state, not one per run
+        more = f" and {len(labels) - 3} more" if len(labels) > 3 else ""
+        warnings.warn(f"calibration run{'s' if len(labels) > 1 else ''} "
+                      f"{', '.join(labels[:3])}{more}: {text}", CalibrationWarning,
+                      stacklevel=3)
     return sorted(pressured - relieved)
 
 
