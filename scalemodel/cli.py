@@ -927,7 +927,9 @@ def _build_fit(sub):
                    "run inside the data-parallel wrapper), bucket_cap_mb (0: per tensor), "
                    "first_bucket_mb (DDP's first bucket with bucket_cap_mb; default 1), "
                    "compressor (e.g. topk:0.01), implementation (pytorch, horovod, grace-tf, "
-                   "grace-torch, deepspeed), uncertainty, label [file] (required)")
+                   "grace-torch, deepspeed), tp, pp, microbatches (a tensor- and "
+                   "pipeline-parallel run: iteration_time or tokens_per_second_per_gpu), "
+                   "uncertainty, label [file] (required)")
     _algorithm_options(p, fit=True)
     _topology_options(p, fit=True)
     p.add_argument("--transport", nargs="+", default=None, metavar="FILE",
@@ -995,6 +997,23 @@ def _refuse_overwriting_an_input(out, inputs):
                                         "Name another file")
 
 
+def _fit_progress(after=2.0):
+    """A ``progress(done, total)`` for :func:`~scalemodel.fit_cluster` that prints, to
+    stderr, how many explanations a fit has tried, once it has run ``after`` seconds and
+    then at most every ``after`` seconds."""
+    import time
+
+    start, shown = time.monotonic(), [0.0]
+
+    def progress(done, total):
+        now = time.monotonic() - start
+        if now > after and now - shown[0] >= after:
+            shown[0] = now
+            print(f"  fitting: {done} of {total} explanations tried ({now:.0f} s)",
+                  file=sys.stderr, flush=True)
+    return progress
+
+
 def cmd_fit(args):
     import warnings
 
@@ -1028,7 +1047,7 @@ def cmd_fit(args):
         try:
             fit = fit_cluster(args.runs, algorithm=args.algorithm, fusion=args.fusion,
                               cluster=args.cluster, fit=names(args.fit),
-                              hold=names(args.hold), **kw)
+                              hold=names(args.hold), progress=_fit_progress(), **kw)
         except (InvalidParameterError, ParameterTypeError) as exc:
             raise _as_option(exc) from None
     notes = [str(w.message) for w in caught if issubclass(w.category, CalibrationWarning)]

@@ -286,7 +286,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
                 gpus_per_node=_GPUS_PER_NODE, nics_per_node=None, intra_bw=None,
                 intra_alpha=None, ps_servers=None, cluster=None, fit=None, hold=None,
                 confidence=0.95, max_free=None, name="fitted", allow_folder=None,
-                implementation=None, wrapper=None, **given) -> ClusterFit:
+                implementation=None, wrapper=None, progress=None, **given) -> ClusterFit:
     """Fit a cluster's real-world terms from measured runs (see the module).
 
     Parameters
@@ -361,6 +361,9 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         :eq:`host-lead`), which the runs' predictions then include with each profile's
         ``host_time``; ``bucket_overhead`` and ``iteration_overhead`` are held at 0 unless
         ``fit=`` names them [-].
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each candidate explanation is fitted
+        (``scalemodel fit`` prints from it when a fit takes more than 2 s) [-].
     **given
         Values to hold for any parameter of :data:`~scalemodel.fitting.PRIORS`, e.g.
         ``compute_slowdown=1.1`` [unit of the parameter].
@@ -410,7 +413,7 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     if fit is not None and "efficiency" in fit:
         problem.efficiency_everywhere()
     try:
-        solutions = _solve_each(problem, subsets)
+        solutions = _solve_each(problem, subsets, progress)
     except InvalidParameterError as exc:
         raise _naming_the_run(exc, all_runs) from None
     best = solutions[0]
@@ -713,7 +716,7 @@ def _check_one_gpu_class(runs):
             "each), or give those runs their single_worker_time")
 
 
-def _solve_each(problem, subsets):
+def _solve_each(problem, subsets, progress=None):
     """Every candidate set fitted, best (lowest score) first; ties go to fewer parameters,
     then to :data:`_ORDER`.
 
@@ -733,7 +736,9 @@ def _solve_each(problem, subsets):
     held_buckets = (any("bucket_overhead" in s for s in subsets)
                     and problem.sees_bucket_counts())
     solutions = []
-    for subset in subsets:
+    for k, subset in enumerate(subsets):
+        if progress is not None and k:
+            progress(k, len(subsets))
         if not subset:
             chi2 = float(np.sum(problem.residuals({}) ** 2))
             solutions.append(_Solution(chi2 + 2.0 * (unknown_rate + held_buckets), (), {},
