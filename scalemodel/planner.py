@@ -2381,10 +2381,11 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
         elif math.isinf(x):
             bw = 0.0
         else:
-            needed = 1.0 / (u * x) / float(scale)  # a NIC's rate, not one ring's
+            needed = 1.0 / (u * x)  # one ring's achieved bandwidth (its cluster's view)
             bw = float(_line_rate_for(sc, needed))
             if math.isinf(bw):  # above the ceiling: let the achieved bandwidth move
                 bw, basis = _beyond_ceiling(sc.cluster, needed, calibrated)
+            bw = bw / float(scale)  # a NIC's line rate, not one ring's
         if detail:
             res = _breakeven_result(bw, nv, calibrated, basis, sc.cluster)
             if _interval_clusters(sc.cluster):  # the same answer over the fit's intervals
@@ -2451,20 +2452,26 @@ class Breakeven:
 
 
 def _outside_calibration(cluster, bw) -> str:
-    """A note when ``bw`` [bits/s] lies above a cluster's calibrated line rates while its
-    fitted ceiling binds there, else ``""``."""
-    if cluster is None or cluster.ceiling is None or not cluster.ceiling_binds(bw):
+    """A note when ``bw`` [bits/s] (a NIC's line rate) lies above a cluster's calibrated
+    line rates while its fitted ceiling binds there, else ``""``. A tensor-parallel ring's
+    view of the cluster (:meth:`~scalemodel.ClusterProfile.ring_view`) is read at the
+    ring's rate and spoken of in the NIC's."""
+    if cluster is None or cluster.ceiling is None or \
+            not cluster.ceiling_binds(bw * cluster.ring_share):
         return ""
     rates = _calibrated_rates(cluster)
     if rates is None or bw <= rates[1] * (1 + 1e-9):
         return ""
-    return (f"at {format_bandwidth(bw)} the fitted ceiling ({format_bandwidth(cluster.ceiling)} "
+    ceiling = cluster.ceiling / cluster.ring_share
+    return (f"at {format_bandwidth(bw)} the fitted ceiling ({format_bandwidth(ceiling)} "
             f"achieved) holds the bandwidth as measured up to {format_bandwidth(rates[1])}: "
             "whether a faster link achieves more is outside what this calibration can tell")
 
 
 def _calibrated_rates(cluster):
-    """``(lo, hi)`` line rates [bits/s] a cluster's calibration measured, or None."""
+    """``(lo, hi)`` line rates [bits/s] of a NIC that a cluster's calibration measured,
+    or None (a ring's view, :meth:`~scalemodel.ClusterProfile.ring_view`, gives the
+    NIC's)."""
     if cluster is None:
         return None
     rates = []
@@ -2473,7 +2480,7 @@ def _calibrated_rates(cluster):
         if isinstance(run, dict) and isinstance(run.get("bw"), (int, float)):
             rates.append(float(run["bw"]))
     if cluster.table_line_rate is not None:
-        rates += [float(r) for r in np.atleast_1d(cluster.table_line_rate)]
+        rates += [float(r) / cluster.ring_share for r in np.atleast_1d(cluster.table_line_rate)]
     for f in (cluster.extra or {}).get("fits", ()) or ():
         if isinstance(f, dict) and isinstance(f.get("line_rate"), (int, float)):
             rates.append(float(f["line_rate"]))
@@ -2485,7 +2492,8 @@ def _calibrated_rates(cluster):
 
 def _beyond_ceiling(cluster, needed, calibrated):
     """The line rate achieving ``needed`` [bits/s] when the ceiling is read as what the
-    calibration saw, not as a limit of faster links: ``(line rate, basis)``."""
+    calibration saw, not as a limit of faster links: ``(line rate, basis)``, in the
+    cluster's view (a ring's, :meth:`~scalemodel.ClusterProfile.ring_view`: its rate)."""
     from .solvers import _NUDGE
 
     if cluster.table_line_rate is not None:
@@ -2493,7 +2501,7 @@ def _beyond_ceiling(cluster, needed, calibrated):
         return float(free.line_rate_for(needed)) * _NUDGE, "table"
     if calibrated is None:
         return math.inf, "ceiling"
-    hi = calibrated[1]
+    hi = calibrated[1] * cluster.ring_share  # the NIC's highest rate, as the ring sees it
     u_cal = float(cluster.achieved_bandwidth(hi)) / hi
     return needed / u_cal * _NUDGE, "utilization"
 
@@ -2510,7 +2518,7 @@ def _breakeven_result(bw, n, calibrated, basis, cluster):
         msg = f"wins {text}" + ("" if inside or not span else
                                 f"; outside what this calibration can tell ({span})")
         return Breakeven(bw, n, basis, calibrated, inside, msg)
-    ceiling = format_bandwidth(cluster.ceiling)
+    ceiling = format_bandwidth(cluster.ceiling / cluster.ring_share)  # a NIC's
     if basis == "ceiling":
         msg = (f"wins at every line rate up to the ceiling ({ceiling} achieved); whether it "
                "stops winning on faster links is outside what this calibration can tell "

@@ -313,3 +313,19 @@ def test_memory_pressured_runs_are_warned_once_per_state():
     assert len(full) == 1
     text = str(full[0].message)
     assert "r0, r1, r2 and 7 more" in text and "48.5 GiB" in text  # 13 B / 4 x 16 bytes
+
+
+def test_breakeven_of_a_tensor_parallel_job_is_a_nic_rate_on_the_table():
+    """On a cluster with a utilization table, the break-even line rate of a TP x PP job
+    is the NIC's: there the compressed and uncompressed scaling factors meet; the
+    message speaks of the NIC's calibrated rates."""
+    cl = sm.ClusterProfile(table_line_rate=[1e9, 1e10, 1e11],
+                           table_utilization=[0.95, 0.7, 0.4], compute_slowdown=1.05,
+                           provenance={"source": "t"})
+    comp = sm.get_compressor("signsgd")  # (its break-even falls inside the table)
+    kw = dict(gpus_per_node=8, nics_per_node=4, tp=2, pp=2, microbatches=8, cluster=cl)
+    b = sm.breakeven_bandwidth("llama-2-13b", comp, n=64, detail=True, **kw)
+    assert 1e9 < b.bw < 1e11 and b.within
+    plain = sm.scaling_factor("llama-2-13b", 64, b.bw, **kw)
+    compressed = sm.compressed_scaling_factor("llama-2-13b", comp, 64, b.bw, **kw)
+    assert compressed == pytest.approx(plain, rel=1e-6)
