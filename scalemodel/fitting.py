@@ -1166,27 +1166,33 @@ def _pressured_profiles(runs, base):
 
 def _probe_profiles(runs, settings):
     """Questions far from the runs that tell explanations apart: (text, profile, n, bw,
-    fusion) of the largest run's model with 5x its bytes, with 1 MB buckets, and on four
-    times its workers (of 2 workers when every run is a single worker's)."""
+    fusion, sharding, job) of the largest run's model with 5x its bytes, with 1 MB
+    buckets, and on four times its workers (of 2 workers when every run is a single
+    worker's); ``job`` the run's tensor and pipeline parallelism as keywords (empty for a
+    plain data-parallel run)."""
     from .fusion import DDPBuckets
     big = max(runs, key=lambda r: (r.n, r.bw))
     n = big.n if big.n > 1 else 2  # wrapped single-worker runs only: probe 2 workers
     p = big.profile
     fusion = big.fusion or settings["fusion"]
     sharding = getattr(big, "sharding", None) or "none"
+    mp = getattr(big, "model_parallel", None)
+    job = {} if mp is None else dict(tp=mp.tp, pp=mp.pp, microbatches=mp.microbatches)
+    on = "workers" if mp is None else (f"GPUs (tp={mp.tp}, pp={mp.pp}, "
+                                       f"{mp.microbatches} micro-batches)")
     probes = []
     try:
         heavier = attrs.evolve(p, tensor_bytes=np.asarray(p.tensor_bytes) * 5.0,
                                name=f"{p.name} x5 bytes")
-        probes.append((f"a model with 5x the bytes of {p.name} on {n} workers",
-                       heavier, n, big.bw, fusion, sharding))
+        probes.append((f"a model with 5x the bytes of {p.name} on {n} {on}",
+                       heavier, n, big.bw, fusion, sharding, job))
     except (TypeError, ValueError, ScalemodelError):
         pass
     if sharding == "none":
-        probes.append((f"{p.name} with 1 MB buckets (bucket_cap_mb=1) on {n} workers",
-                       p, n, big.bw, DDPBuckets(cap_bytes=2.0**20), sharding))
-    probes.append((f"{p.name} on {4 * n} workers", p, 4 * n, big.bw, fusion,
-                   sharding))
+        probes.append((f"{p.name} with 1 MB buckets (bucket_cap_mb=1) on {n} {on}",
+                       p, n, big.bw, DDPBuckets(cap_bytes=2.0**20), sharding, job))
+    probes.append((f"{p.name} on {4 * n} {on}", p, 4 * n, big.bw, fusion,
+                   sharding, job))
     return probes
 
 
@@ -1203,13 +1209,14 @@ def _what_tells_them_apart(problem, cluster, runs, settings):
         return []
     from .model import scaling_factor
     worst = None
-    for text, prof, n, bw, fusion, sharding in _probe_profiles(runs, settings):
+    for text, prof, n, bw, fusion, sharding, job in _probe_profiles(runs, settings):
         # (host costs are not modelled under sharding: fit_cluster said so once)
         near = [c if sharding in (None, "none") or c.host is None
                 else attrs.evolve(c, host=None) for c in alts]
         try:
             sf = np.array([scaling_factor(prof, n, bw, fusion=fusion, sharding=sharding,
-                                          algorithm=settings["algorithm"], cluster=c)
+                                          algorithm=settings["algorithm"], cluster=c,
+                                          **job)
                            for c in near])
         except ScalemodelError:
             continue

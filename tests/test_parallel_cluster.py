@@ -329,3 +329,18 @@ def test_breakeven_of_a_tensor_parallel_job_is_a_nic_rate_on_the_table():
     plain = sm.scaling_factor("llama-2-13b", 64, b.bw, **kw)
     compressed = sm.compressed_scaling_factor("llama-2-13b", comp, 64, b.bw, **kw)
     assert compressed == pytest.approx(plain, rel=1e-6)
+
+
+def test_the_run_that_would_tell_explanations_apart_keeps_the_runs_parallelism():
+    """The probes of a fit of TP x PP runs ask TP x PP questions (and say so)."""
+    from scalemodel.fitting import _probe_profiles
+    from scalemodel.runs import load_runs
+
+    truth = sm.ClusterProfile(ceiling=30e9, provenance={"source": "truth"})
+    runs = load_runs(_tp_runs(truth, CASES, gpus_per_node=8, nics_per_node=4))
+    probes = _probe_profiles(runs, dict(fusion=None, algorithm="ring"))
+    assert probes and all(job == dict(tp=2, pp=1, microbatches=1) for *_, job in probes)
+    assert all("tp=2" in text for text, *_ in probes)
+    for text, prof, n, bw, fusion, sharding, job in probes:  # each is a question it can ask
+        assert 0 < sm.scaling_factor(prof, n, bw, fusion=fusion, cluster=truth,
+                                     gpus_per_node=8, nics_per_node=4, **job) <= 1
