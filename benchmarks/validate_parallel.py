@@ -58,7 +58,7 @@ Protocol (stated before looking at the errors):
    it, the library's own path: :func:`scalemodel.fit_cluster` on that row as a run with
    its ``tp``, ``pp`` and ``microbatches`` (the profile started at MFU 0.3), which must
    find about the same efficiency (its prior pulls a one-run fit slightly towards the
-   start); interleaved rows are skipped (runs do not take ``virtual_stages``).
+   start); an interleaved row's run gives its ``virtual_stages``.
 3. **The other rows are predicted** at that ``eta``; error = predicted / published
    throughput - 1 = published / predicted time - 1.
 4. **Baseline**: constant MFU, the calibration row's per-GPU TFLOP/s (or MFU) carried to
@@ -523,9 +523,7 @@ FIT_START = 0.3
 
 def fit_check(r):
     """:func:`scalemodel.fit_cluster` on row ``r`` as a tensor- and pipeline-parallel
-    run: ``(efficiency, miss)`` [-], or None for an interleaved row."""
-    if virtual_stages(r) != 1:
-        return None
+    run: the efficiency it finds [-]."""
     from scalemodel.checkpointing import with_recompute
 
     _, recompute, nic, _ = ASSUMED[r["series"]]
@@ -533,7 +531,8 @@ def fit_check(r):
     if recompute not in (None, "none"):
         prof = with_recompute(prof, recompute)
     run = dict(model=prof, n=r["gpus"], bw=nic, iteration_time=published_time(r),
-               tp=r["tp"], pp=r["pp"], microbatches=microbatches(r))
+               tp=r["tp"], pp=r["pp"], microbatches=microbatches(r),
+               virtual_stages=virtual_stages(r))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = sm.fit_cluster([run], fit=["efficiency"], fusion=None, gpus_per_node=8,

@@ -927,8 +927,9 @@ def _build_fit(sub):
                    "run inside the data-parallel wrapper), bucket_cap_mb (0: per tensor), "
                    "first_bucket_mb (DDP's first bucket with bucket_cap_mb; default 1), "
                    "compressor (e.g. topk:0.01), implementation (pytorch, horovod, grace-tf, "
-                   "grace-torch, deepspeed), tp, pp, microbatches (a tensor- and "
-                   "pipeline-parallel run: iteration_time or tokens_per_second_per_gpu), "
+                   "grace-torch, deepspeed), tp, pp, microbatches, virtual_stages, "
+                   "sequence_parallel (a tensor- and pipeline-parallel run: "
+                   "iteration_time or tokens_per_second_per_gpu), "
                    "uncertainty, label [file] (required)")
     _algorithm_options(p, fit=True)
     _topology_options(p, fit=True)

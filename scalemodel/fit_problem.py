@@ -122,7 +122,8 @@ class _Problem:
             mp = getattr(r, "model_parallel", None)
             gkey = (id(r.profile), fusion, r.algorithm or settings["algorithm"],
                     _run_sharding(r), r.n, wrapped,
-                    None if mp is None else (mp.tp, mp.pp, mp.microbatches))
+                    None if mp is None else (mp.tp, mp.pp, mp.microbatches,
+                                             mp.virtual_stages, mp.sequence_parallel))
             if gkey not in groups:
                 groups[gkey] = {"profile": r.profile, "configs": []}
             ckey = (gkey, r.bw)
@@ -376,7 +377,8 @@ class _Problem:
         if sharding != "none":
             kw["sharding"] = sharding
         if mp is not None:  # a tensor- and pipeline-parallel run (scalemodel.parallel)
-            kw.update(tp=mp[0], pp=mp[1], microbatches=mp[2])
+            kw.update(tp=mp[0], pp=mp[1], microbatches=mp[2], virtual_stages=mp[3],
+                      sequence_parallel=mp[4])
         return Scenario.build(self._profile(g, values or {}), **kw)
 
     def _group_lines(self, gkey, g, cl, sigma_n, values):

@@ -1177,7 +1177,9 @@ def _probe_profiles(runs, settings):
     fusion = big.fusion or settings["fusion"]
     sharding = getattr(big, "sharding", None) or "none"
     mp = getattr(big, "model_parallel", None)
-    job = {} if mp is None else dict(tp=mp.tp, pp=mp.pp, microbatches=mp.microbatches)
+    job = {} if mp is None else dict(tp=mp.tp, pp=mp.pp, microbatches=mp.microbatches,
+                                     virtual_stages=mp.virtual_stages,
+                                     sequence_parallel=mp.sequence_parallel)
     on = "workers" if mp is None else (f"GPUs (tp={mp.tp}, pp={mp.pp}, "
                                        f"{mp.microbatches} micro-batches)")
     probes = []

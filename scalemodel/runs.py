@@ -39,10 +39,12 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     Instead of ``iteration_time``: the step time is the profile's tokens per optimizer
     step per GPU (micro-batch x sequence x ``grad_accum``; a transformer or LLM profile
     knows them) over this rate.
-``tp``, ``pp``, ``microbatches``
+``tp``, ``pp``, ``microbatches``, ``virtual_stages``, ``sequence_parallel``
     A tensor- and pipeline-parallel run (:mod:`scalemodel.parallel`): integers >= 1,
-    ``n`` a multiple of ``tp x pp``, ``microbatches`` required with ``pp > 1``. The
-    profile is the whole model's (one micro-batch); the run gives ``iteration_time`` or
+    ``n`` a multiple of ``tp x pp``, ``microbatches`` required with ``pp > 1``;
+    ``virtual_stages`` the model chunks per stage of Megatron's interleaved 1F1B (default
+    1), ``sequence_parallel`` true or false (default false). The profile is the whole
+    model's (one micro-batch); the run gives ``iteration_time`` or
     ``tokens_per_second_per_gpu`` (a replica's tokens per step over its ``tp x pp``
     GPUs), not a scaling factor.
 
@@ -133,7 +135,8 @@ _RUN_KEYS = {"model", "n", "bw", "scaling_factor", "iteration_time", "single_wor
              "compute_time", "fusion", "algorithm", "uncertainty", "label", "sharding",
              "grad_accum", "wrapped", "bucket_cap_mb", "first_bucket_mb",
              "tokens_per_second_per_gpu", "shard_group",
-             "compressor", "implementation", "tp", "pp", "microbatches"}
+             "compressor", "implementation", "tp", "pp", "microbatches",
+             "virtual_stages", "sequence_parallel"}
 
 _TRUE = {"true", "yes", "1", "y", "t", "on"}
 _FALSE = {"false", "no", "0", "n", "f", "off"}
@@ -535,20 +538,22 @@ def _model_parallel(i, raw, profile, n):
     errors name ``runs[i].<key>``."""
     from .parallel import resolve_model_parallel
 
-    keys = ("tp", "pp", "microbatches")
-    if all(_blank(raw.get(k)) for k in keys):
+    keys = ("tp", "pp", "microbatches", "virtual_stages")
+    if all(_blank(raw.get(k)) for k in (*keys, "sequence_parallel")):
         return None
     given = {}
-    for key in keys:
+    for key, what in zip(keys, ("GPUs", "stages", "micro-batches per step",
+                                "model chunks per stage")):
         if not _blank(raw.get(key)):
-            v = _int(i, key, raw.get(key), what="GPUs" if key == "tp" else
-                     "stages" if key == "pp" else "micro-batches per step")
+            v = _int(i, key, raw.get(key), what=what)
             if not isinstance(v, int):
                 raise ParameterTypeError(f"runs[{i}].{key}", raw.get(key), "one integer")
             given[key] = v
+    sequence_parallel = _bool(i, "sequence_parallel", raw.get("sequence_parallel"))
     try:
         mp = resolve_model_parallel(given.get("tp", 1), given.get("pp", 1),
-                                    given.get("microbatches"), profile.grad_accum)
+                                    given.get("microbatches"), profile.grad_accum,
+                                    given.get("virtual_stages", 1), sequence_parallel)
     except (InvalidParameterError, ParameterTypeError) as exc:
         raise _renamed(exc, f"runs[{i}].{exc.parameter}") from None
     if not mp.active and mp.microbatches == profile.grad_accum:

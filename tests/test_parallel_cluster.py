@@ -339,8 +339,42 @@ def test_the_run_that_would_tell_explanations_apart_keeps_the_runs_parallelism()
     truth = sm.ClusterProfile(ceiling=30e9, provenance={"source": "truth"})
     runs = load_runs(_tp_runs(truth, CASES, gpus_per_node=8, nics_per_node=4))
     probes = _probe_profiles(runs, dict(fusion=None, algorithm="ring"))
-    assert probes and all(job == dict(tp=2, pp=1, microbatches=1) for *_, job in probes)
+    assert probes and all(job == dict(tp=2, pp=1, microbatches=1, virtual_stages=1,
+                                      sequence_parallel=False) for *_, job in probes)
     assert all("tp=2" in text for text, *_ in probes)
     for text, prof, n, bw, fusion, sharding, job in probes:  # each is a question it can ask
         assert 0 < sm.scaling_factor(prof, n, bw, fusion=fusion, cluster=truth,
                                      gpus_per_node=8, nics_per_node=4, **job) <= 1
+
+
+def test_interleaved_and_sequence_parallel_runs_calibrate():
+    """A run's virtual_stages and sequence_parallel reach its scenario: runs made with an
+    interleaved schedule give the slowdown back only when the fit knows the schedule."""
+    truth = sm.ClusterProfile(compute_slowdown=1.1, ceiling=30e9,
+                              provenance={"source": "truth"})
+    kw = dict(gpus_per_node=8, nics_per_node=4)
+    job = dict(tp=2, pp=4, microbatches=8, virtual_stages=2, sequence_parallel=True)
+    runs = [dict(model="llama-2-13b", n=n, bw=bw, **job, iteration_time=sm.iteration_time(
+        "llama-2-13b", n, bw, cluster=truth, **job, **kw).total) for n, bw in
+        ((32, 10e9), (64, 100e9), (128, 25e9))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        told = sm.fit_cluster(runs, fit=["compute_slowdown", "ceiling"], **kw).cluster
+        plain = sm.fit_cluster([{k: v for k, v in r.items() if k != "virtual_stages"}
+                                for r in runs], fit=["compute_slowdown", "ceiling"],
+                               **kw).cluster
+    assert told.compute_slowdown == pytest.approx(1.1, rel=0.01)
+    assert abs(plain.compute_slowdown - 1.1) > 0.02  # 1F1B's larger bubble absorbs it
+
+
+def test_bad_virtual_stages_and_sequence_parallel_are_named():
+    from scalemodel.runs import load_runs
+
+    base = dict(model="llama-2-13b", n=64, bw=100e9, iteration_time=2.0, tp=2, pp=2,
+                microbatches=8)
+    with pytest.raises(sm.ScalemodelError) as exc:
+        load_runs([dict(base, virtual_stages=0)])
+    assert exc.value.parameter == "runs[0].virtual_stages"
+    with pytest.raises(sm.ScalemodelError) as exc:
+        load_runs([dict(base, sequence_parallel="maybe")])
+    assert exc.value.parameter == "runs[0].sequence_parallel"
