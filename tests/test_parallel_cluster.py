@@ -378,3 +378,25 @@ def test_bad_virtual_stages_and_sequence_parallel_are_named():
     with pytest.raises(sm.ScalemodelError) as exc:
         load_runs([dict(base, sequence_parallel="maybe")])
     assert exc.value.parameter == "runs[0].sequence_parallel"
+
+
+@pytest.mark.parametrize("bw", [10e9, 100e9])
+def test_every_answer_of_a_pipeline_job_on_a_slowed_cluster_agrees(bw):
+    """With a pipeline, a slowdown and a straggler spread (the bubble stretched,
+    Scenario.bubble), the planner, the bucket search, the sensitivities and the
+    compression solver start from scaling_factor's number."""
+    cl = sm.ClusterProfile(compute_slowdown=1.2, straggler_spread=0.05, ceiling=40e9,
+                           intervals={"ceiling": (30e9, 50e9)}, provenance={"source": "t"})
+    kw = dict(gpus_per_node=8, nics_per_node=4, tp=2, pp=4, microbatches=8, cluster=cl)
+    sf = sm.scaling_factor("llama-2-13b", 64, bw, **kw)
+    assert sm.plan_compression("llama-2-13b", bw, n=64, target=0.9,
+                               **kw).uncompressed_scaling_factor == pytest.approx(sf, rel=1e-12)
+    assert sm.best_bucket_size("llama-2-13b", 64, bw,
+                               **kw).default_scaling_factor == pytest.approx(sf, rel=1e-12)
+    assert sm.sensitivities("llama-2-13b", 64, bw, **kw).scaling_factor == pytest.approx(
+        sf, rel=1e-12)
+    assert sm.min_compression("llama-2-13b", bw, n=64, target=0.9,
+                              **kw).uncompressed_scaling_factor == pytest.approx(sf, rel=1e-12)
+    it = sm.iteration_time("llama-2-13b", 64, bw, **kw)
+    assert it.forward + it.backward + it.exposed_communication + it.update == pytest.approx(
+        it.total, rel=1e-12)
