@@ -295,6 +295,13 @@ def test_a_run_list_file_takes_tp_pp_and_microbatches_columns(tmp_path, capsys):
     cl = sm.load_cluster(out)
     assert cl.ceiling == pytest.approx(30e9, rel=0.01)
     capsys.readouterr()
+    # and the CLI answers a tensor-parallel question on it, as the API does
+    assert main(["iteration", "--model", "llama-2-13b", "--n", "128", "--bw", "100Gbps",
+                 "--cluster", str(out), "--tp", "4", "--gpus-per-node", "8",
+                 "--nics-per-node", "4", "--json"]) == 0
+    got = __import__("json").loads(capsys.readouterr().out)
+    want = sm.iteration_time("llama-2-13b", 128, 100e9, cluster=cl, tp=4, **kw)
+    assert got["total"] == pytest.approx(want.total, rel=1e-12)
 
 
 def test_memory_pressured_runs_are_warned_once_per_state():
