@@ -407,3 +407,22 @@ def test_every_answer_of_a_pipeline_job_on_a_slowed_cluster_agrees(bw):
     it = sm.iteration_time("llama-2-13b", 64, bw, **kw)
     assert it.forward + it.backward + it.exposed_communication + it.update == pytest.approx(
         it.total, rel=1e-12)
+
+
+def test_sharded_tensor_parallel_runs_calibrate():
+    """FSDP x TP runs (sharding and tp together) fit the NIC's ceiling back, and the fit
+    predicts a larger job as the cluster that made the runs does."""
+    truth = sm.ClusterProfile(compute_slowdown=1.06, ceiling=50e9,
+                              provenance={"source": "truth"})
+    kw = dict(gpus_per_node=8, nics_per_node=8)
+    job = dict(tp=2, sharding="zero3")
+    runs = [dict(model="llama-2-13b", n=n, bw=bw, **job, iteration_time=sm.iteration_time(
+        "llama-2-13b", n, bw, cluster=truth, **job, **kw).total)
+        for n, bw in ((32, 25e9), (64, 100e9), (128, 50e9))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cl = sm.fit_cluster(runs, fit=["compute_slowdown", "ceiling"], **kw).cluster
+    assert cl.ceiling == pytest.approx(50e9, rel=0.01)
+    assert sm.iteration_time("llama-2-13b", 256, 100e9, cluster=cl, **job, **kw).total == \
+        pytest.approx(sm.iteration_time("llama-2-13b", 256, 100e9, cluster=truth, **job,
+                                        **kw).total, rel=0.01)
