@@ -998,6 +998,10 @@ def _refuse_overwriting_an_input(out, inputs):
                                         "Name another file")
 
 
+FIT_TABLE_ROWS = 30
+"""Runs ``scalemodel fit`` prints in its table at most: the largest misses [-]."""
+
+
 def _fit_progress(after=2.0):
     """A ``progress(done, total)`` for :func:`~scalemodel.fit_cluster` that prints, to
     stderr, how many explanations a fit has tried, once it has run ``after`` seconds and
@@ -1070,9 +1074,18 @@ def cmd_fit(args):
         return _print_json(dict(fit.to_dict(), warnings=notes, out=args.out))
     print(fit.message)
     print(f"{'run':<24}{'measured':>10}{'fitted':>10}{'error':>9}")
-    for r in fit.residuals:
+    shown = fit.residuals
+    if len(shown) > FIT_TABLE_ROWS:  # the largest misses, in the runs' order
+        keep = sorted(sorted(range(len(shown)), key=lambda i: -abs(shown[i].error))
+                      [:FIT_TABLE_ROWS])
+        rest = max(abs(shown[i].error) for i in range(len(shown)) if i not in set(keep))
+        shown = [shown[i] for i in keep]
+    for r in shown:
         print(f"{r.label[:23]:<24}{r.measured * 1e3:8.1f}ms{r.fitted * 1e3:8.1f}ms"
               f"{100 * r.error:+8.1f}%")
+    if len(shown) < len(fit.residuals):
+        print(f"({len(fit.residuals) - len(shown)} more runs, each within "
+              f"{100 * rest:.1f} %; --json lists every run)")
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     if args.out:

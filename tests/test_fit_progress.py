@@ -33,3 +33,32 @@ def test_cli_progress_prints_after_its_delay(capsys):
     loud(2, 5)
     err = capsys.readouterr().err
     assert "fitting: 2 of 5 explanations tried" in err
+
+
+def test_a_long_run_list_prints_its_largest_misses_and_how_many_more(tmp_path, capsys):
+    """More runs than FIT_TABLE_ROWS: the table lists the largest misses (the one run 10 %
+    off among them) and says how many more there are and within what; --json keeps all."""
+    import json
+
+    from scalemodel.cli import FIT_TABLE_ROWS, main
+
+    truth = sm.ClusterProfile(compute_slowdown=1.05, provenance={"source": "truth"})
+    lines = ["model,n,bw,iteration_time,label"]
+    k = 0
+    for n in (8, 16, 32, 64):
+        for bw in (5e9, 10e9, 25e9, 40e9, 100e9):
+            for rep in range(2):
+                t = sm.iteration_time("resnet50", n, bw, cluster=truth,
+                                      gpus_per_node=8).total * (1.10 if k == 7 else 1.0)
+                lines.append(f"resnet50,{n},{bw:g},{t!r},r{k}")
+                k += 1
+    assert k > FIT_TABLE_ROWS
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["fit", str(path), "--fit", "compute_slowdown"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("r") and "ms" in ln]
+    assert len(rows) == FIT_TABLE_ROWS and any(ln.split()[0] == "r7" for ln in rows)
+    assert f"({k - FIT_TABLE_ROWS} more runs, each within" in out
+    assert main(["fit", str(path), "--fit", "compute_slowdown", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["residuals"]) == k
