@@ -671,6 +671,79 @@ def zeropp_source():
                 carried=lambda r, c: r["tflops"] / c["tflops"] - 1)
 
 
+def internlm_tp_sources():
+    """InternLM-7B's tensor-parallel series (validate_large_n's rows, imported): a
+    cluster fitted on the tp = 1 series' rows at 8 and 64 GPUs predicts every row of the
+    tp = 2 series (8 to 1024 GPUs) with ``tp=2``: the transfer of a calibration to tensor
+    parallelism on the same cluster."""
+    import validate_large_n as vl
+
+    rows = vl.load_rows()
+    out = []
+    for tp2, tp1 in vl.TP_TRANSFER.items():
+        cal = [r for r in rows if r["series"] == tp1 and r["gpus"] in vl.CALIBRATION_N]
+        held = [r for r in rows if r["series"] == tp2]
+        for r in cal + held:  # a replica's step: its tokens over its tp GPUs' rate
+            r.update(label=f"{r['series']} {r['gpus']} GPUs", n=r["gpus"],
+                     time=r["micro_batch"] * r["seq"] * r["grad_accum"] / (r["tgs"] * r["tp"]))
+        notes = ["setup (validate_large_n): InternLM-7B, InternLM's hybrid ZeRO-1 (updated "
+                 "parameters broadcast by their owners), 1 GiB buckets, 8 A100-80GB and 4 x "
+                 "100 Gbit/s RoCE per node (network priors nccl-roce); profiles derived from "
+                 "FLOPs",
+                 f"calibration: {tp1} (tp = 1) on " + " and ".join(
+                     str(r["gpus"]) for r in cal) + " GPUs (measured tokens/s per GPU)",
+                 f"held out: every row of {tp2} (tp = 2, 8 to 1024 GPUs), asked with tp=2",
+                 "baselines: 'ideal' = no cluster, efficiency solved on the 64-GPU "
+                 "calibration run; 'carried' = that run's tokens/s per GPU"]
+        out.append(dict(key=f"internlm-{tp2}", title=f"InternLM-7B {tp2} from {tp1} "
+                        "(A100 80GB, 4 x 100 Gbit/s RoCE; exact)", rows=held,
+                        calibration=cal, notes=notes, evaluate=evaluate_internlm_tp))
+    return out
+
+
+def evaluate_internlm_tp(src, feats, say):
+    """The fit of a tp = 1 series (validate_large_n's protocol, its 'auto' explanation)
+    and its predictions of the tp = 2 rows, with the interval and the baselines."""
+    import validate_large_n as vl
+    from scalemodel.efficiency import profile_efficiency
+
+    t0 = time.perf_counter()
+    fit = vl.calibrate(src["calibration"], None)
+    say(f"  fitted in {time.perf_counter() - t0:.1f} s: " + fit.message.splitlines()[0])
+    for line in fit.message.splitlines()[1:]:
+        say("  " + line)
+    big = max(src["calibration"], key=lambda r: r["gpus"])
+
+    def ideal_time(r, factor):
+        prof = vl.profile_for(r)
+        prof = prof.scaled_to(prof.iteration_time * factor)
+        return sm.iteration_time(prof, r["gpus"], vl.BW, sharding=vl.sharding_for(r),
+                                 fusion=vl.FUSION, algorithm="ring", tp=r["tp"],
+                                 **vl.TOPO).total
+
+    lo, hi = 0.2, 5.0  # the compute factor at which the ideal model meets the big run
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if ideal_time(big, mid) < big["time"] else (lo, mid)
+    factor = (lo * hi) ** 0.5
+    assert profile_efficiency(vl.profile_for(big)) is not None
+    rows = []
+    for r in src["rows"]:
+        it = sm.iteration_time(vl.profile_for(r), r["gpus"], vl.BW, sharding=vl.sharding_for(r),
+                               fusion=vl.FUSION, algorithm="ring", cluster=fit.cluster,
+                               tp=r["tp"], **vl.TOPO)
+        t, (t_lo, t_hi) = it.total, it.total_interval
+        t_hi = math.inf if t_hi is None else t_hi
+        m = r["time"]
+        rows.append(dict(label=r["label"], n=r["gpus"], measured=m, predicted=t,
+                         error=t / m - 1, low=t_lo, high=t_hi,
+                         inside=bool(t_lo * (1 - 1e-12) <= m <= t_hi * (1 + 1e-12)),
+                         width=(t_hi - t_lo) / m if math.isfinite(t_hi) else math.inf,
+                         ideal=ideal_time(r, factor) / m - 1,
+                         carried=r["tgs"] / big["tgs"] - 1))
+    return fit, rows, []
+
+
 def evaluate_llm(src, feats, say):
     """An LLM source's fit, rows and baselines; ``None`` rows when the library cannot
     calibrate from sharded runs (said why)."""
@@ -897,13 +970,13 @@ def row_lines(rows):
 
 def table(results):
     """The cross-workload table, one line per source."""
-    head = (f"{'source':14s} {'runs':>4s} {'median':>7s} {'largest':>8s} {'inside':>7s} "
+    head = (f"{'source':21s} {'runs':>4s} {'median':>7s} {'largest':>8s} {'inside':>7s} "
             f"{'width':>6s} | {'ideal med/max':>15s} | {'carried med/max':>15s} | "
             f"{'bucket sign':>11s}")
     out = [head, "-" * len(head)]
     for key, s in results.items():
         sign = f"{s['sign_right']}/{s['sign_pairs']}" if "sign_pairs" in s else "-"
-        out.append(f"{key:14s} {s['runs']:4d} {_pct(s['median']):>7s} "
+        out.append(f"{key:21s} {s['runs']:4d} {_pct(s['median']):>7s} "
                    f"{_pct(s['largest']):>8s} {_pct(s['inside']):>7s} "
                    f"{_pct(s['median_width']):>6s} | "
                    f"{_pct(s['ideal_median']) + ' / ' + _pct(s['ideal_largest']):>15s} | "
@@ -966,7 +1039,7 @@ def rotations(sources, feats, say):
 
 SOURCES = {"ddp-benchmark": lambda: [ddp_benchmark_source()], "vldb": vldb_sources,
            "p3dn": lambda: [p3dn_source()], "llm-foundry": lambda: [llm_source()],
-           "zero++": lambda: [zeropp_source()]}
+           "zero++": lambda: [zeropp_source()], "internlm-tp": internlm_tp_sources}
 
 
 def run(keys=None, say=print):
@@ -979,7 +1052,7 @@ def run(keys=None, say=print):
             if isinstance(source, dict):  # the LLM source: its own runs and profiles
                 say("", f"== {source['key']}: {source['title']}",
                     *["  " + t for t in source["notes"]])
-                fit, rows, signs = evaluate_llm(source, feats, say)
+                fit, rows, signs = source.get("evaluate", evaluate_llm)(source, feats, say)
                 source = Source(source["key"], source["title"], {}, [], [], source["notes"])
                 if fit is None:
                     record["sources"][source.key] = {"title": source.title,
