@@ -705,7 +705,6 @@ def evaluate_internlm_tp(src, feats, say):
     """The fit of a tp = 1 series (validate_large_n's protocol, its 'auto' explanation)
     and its predictions of the tp = 2 rows, with the interval and the baselines."""
     import validate_large_n as vl
-    from scalemodel.efficiency import profile_efficiency
 
     t0 = time.perf_counter()
     fit = vl.calibrate(src["calibration"], None)
@@ -726,7 +725,6 @@ def evaluate_internlm_tp(src, feats, say):
         mid = (lo * hi) ** 0.5
         lo, hi = (mid, hi) if ideal_time(big, mid) < big["time"] else (lo, mid)
     factor = (lo * hi) ** 0.5
-    assert profile_efficiency(vl.profile_for(big)) is not None
     rows = []
     for r in src["rows"]:
         it = sm.iteration_time(vl.profile_for(r), r["gpus"], vl.BW, sharding=vl.sharding_for(r),
