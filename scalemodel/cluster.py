@@ -710,6 +710,13 @@ class ClusterProfile:
             raise InvalidParameterError("share", share, "this cluster is already one "
                                         f"ring's view at a share of {self.ring_share:g}")
 
+        kept = self._derived.get(("ring_view", share))  # one view per share and object
+        if kept is None:  # (with its own corners, computed once)
+            kept = self._derived[("ring_view", share)] = self._ring_view(share)
+        return kept
+
+    def _ring_view(self, share):
+        """:meth:`ring_view`, computed."""
         def scaled(v):
             return None if v is None else float(v) * share
 

@@ -67,7 +67,7 @@ import numpy as np
 from .collectives import CollectiveOptions, collective_cost, resolve_algorithm
 from .cluster import ClusterProfile, load_cluster
 from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
-from .fusion import MGWFBP, PLANNED_MGWFBP, resolve_fusion
+from .fusion import MGWFBP, PLANNED_MGWFBP, Buckets, DDPBuckets, resolve_fusion
 from .overlap import (UpperEnvelope, _envelopes, _lines_shared, _lines_stacked, _with_fixed,
                       overlap_lines)
 from .sharding import (resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets,
@@ -881,6 +881,12 @@ class Scenario:
             if self.sharding is not None and not hasattr(self.fusion, "buckets"):
                 # a wrapping policy: each unit's gradients are one reduce-scatter
                 made = unit_buckets(p, self.fusion, sigma)
+            elif type(self.fusion) is DDPBuckets and key is not None and sigma != 1.0:
+                # DDP's boundaries follow the sizes alone: the buckets at slowdown sigma
+                # are those at 1 with each ready time times sigma (the latest tensor's,
+                # exactly: rounding keeps the order)
+                base = self._buckets_at(1.0)
+                made = Buckets(base.nbytes, sigma * base.ready, base.members)
             else:
                 made = self.fusion.buckets(p.tensor_bytes, sigma * p.tensor_ready)
             if key is not None:

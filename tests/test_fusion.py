@@ -45,3 +45,22 @@ def test_fusion_objects_validate():
         sm.DDPBuckets(cap_bytes=0)
     with pytest.raises(sm.InvalidParameterError, match="cycle_time=-1"):
         sm.HorovodFusion(cycle_time=-1)
+
+
+def test_ddp_buckets_at_a_slowdown_are_the_policys_own_exactly():
+    """Scenario._buckets_at stretches the buckets made at slowdown 1 for DDP (whose
+    boundaries follow the sizes alone); the same as the policy applied to the stretched
+    ready times, to the bit."""
+    from scalemodel.fusion import DDPBuckets
+    from scalemodel.model import Scenario, clear_caches
+
+    clear_caches(profiles=True)
+    for name in ("resnet50", "bert-large", "llama-2-7b"):
+        sc = Scenario.build(name, fusion="ddp")
+        p = sc.profile
+        for sigma in (1.0, 1.07, 1.3, 2.5):
+            got = sc._buckets_at(sigma)
+            want = DDPBuckets().buckets(p.tensor_bytes, sigma * p.tensor_ready)
+            assert np.array_equal(got.nbytes, want.nbytes)
+            assert np.array_equal(got.ready, want.ready)
+            assert np.array_equal(got.starts, want.starts)
