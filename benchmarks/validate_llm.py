@@ -85,6 +85,11 @@ from scalemodel.checkpointing import with_recompute  # noqa: E402
 from scalemodel.efficiency import memory_pressure  # noqa: E402
 from scalemodel.workloads import tensor_flops, transformer_profile  # noqa: E402
 
+# memory pressure is reported in this script's own output; the library's warning of it
+# (a ModelWarning for each memory-pressured job predicted) would repeat it on stderr
+warnings.filterwarnings("ignore", message=r".* GPUs: model state .* at or above",
+                        category=sm.ModelWarning)
+
 RESULTS = HERE / "results"
 TORCHTITAN = HERE / "data" / "published_llm_scaling.csv"
 TARGET_N = (0.05, 0.15)

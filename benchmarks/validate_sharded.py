@@ -66,12 +66,18 @@ from __future__ import annotations
 import csv
 import statistics
 import sys
+import warnings
 from pathlib import Path
 
 import attrs
 
 import scalemodel as sm
 from scalemodel.workloads import transformer_profile
+
+# memory pressure is reported in this script's own output; the library's warning of it
+# (a ModelWarning for each memory-pressured job predicted) would repeat it on stderr
+warnings.filterwarnings("ignore", message=r".* GPUs: model state .* at or above",
+                        category=sm.ModelWarning)
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "published_sharded.csv"

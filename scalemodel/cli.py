@@ -769,17 +769,19 @@ def cmd_iteration(args):
         if per is not None:
             data.update(memory_per_gpu=per, fits=fits, gpu=gpu)
         return _print_json(data)
+    over = ("  over the fit" if not res.memory_pressure else "  with memory pressure"
+            if res.settings.get("cluster") is None else "  fit, memory pressure")
     for field in ("forward", "backward", "exposed_communication", "update", "total",
                   "communication"):
         print(f"{field:<24}{getattr(res, field) * 1e3:10.3f} ms")
         if field == "total" and res.total_interval != (res.total, res.total):
             t_lo, t_hi = res.total_interval
             high = "unbounded" if t_hi is None else f"{t_hi * 1e3:.3f} ms"
-            print(f"{'  over the fit':<24}{t_lo * 1e3:10.3f} ms to {high}")
+            print(f"{over:<24}{t_lo * 1e3:10.3f} ms to {high}")
     print(f"{'scaling factor':<24}{res.scaling_factor:10.4f}")
     lo, hi = res.scaling_factor_interval
     if (lo, hi) != (res.scaling_factor, res.scaling_factor):
-        print(f"{'  over the fit':<24}{lo:10.4f} to {hi:.4f}")
+        print(f"{over:<24}{lo:10.4f} to {hi:.4f}")
     print(f"{'messages':<24}{res.n_buckets:10d}")
     print(f"{'what binds':<24}{res.binding:>10}")
     host = res.settings.get("wrapper_host")

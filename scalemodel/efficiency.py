@@ -52,7 +52,9 @@ Foundry's tables (the rows above, ``benchmarks/data/published_sharded.csv``): th
 37.8 % (MPT-70B on 64 A100 40GB, on 32 A100 80GB and on 32 H100) and 60 % (MPT-13B on 8
 A100 40GB) reach 9 to 27 % less MFU than the same model on more GPUs, the runs at 34.9 %
 or less (MPT-30B on 32 A100 40GB, MPT-7B on 8) the MFU of their series. It is a warning
-of what is not modelled, not a correction: nothing is rescaled.
+of what is not modelled, not a correction: nothing is rescaled. A prediction for a
+memory-pressured job (:func:`job_memory_pressure`) warns too, and the slow side of its
+interval reaches :data:`MEMORY_PRESSURE_SLOWDOWN` times its point answer.
 
 A cluster fitted on runs of a FLOP-derived profile (:func:`~scalemodel.fit_cluster`)
 keeps the fitted efficiency with the GPU it was fitted on
@@ -80,6 +82,8 @@ __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_effici
            "gpu_topology",
            "SIXTEEN_BIT", "MEMORY_PRESSURE_SHARE", "STATE_BYTES_PER_PARAMETER",
            "MemoryPressure", "memory_pressure", "check_calibration_memory",
+           "MEMORY_PRESSURE_SLOWDOWN", "job_memory_pressure", "CALIBRATION_PRESSURE_NOTE",
+           "PRESSURE_SHARDINGS",
            "EFFICIENCY_TRANSFER", "carried_over", "model_key"]
 
 SIXTEEN_BIT = ("bf16", "fp16")
@@ -339,13 +343,14 @@ def _device_names(gpus):
 _DEVICE_NAMES: dict = {}  # _device_names' answers
 
 
-def fitted_efficiency(cluster, profile):
+def fitted_efficiency(cluster, profile, *, tp=1):
     """The efficiency ``cluster`` was fitted at for ``profile``'s GPU, or None.
 
     It applies when the profile is derived from FLOPs (its compute time is FLOPs over
     peak x efficiency) and computes on a GPU the fit's FLOP-derived runs used (the same
-    GPU name, or the device name the fit recorded). Carried to another model, or from
-    memory-pressured runs (:func:`carried_over`), its interval is widened by
+    GPU name, or the device name the fit recorded). Carried to another model or
+    tensor-parallel degree, or from memory-pressured runs (:func:`carried_over`), its
+    interval is widened by
     :data:`EFFICIENCY_TRANSFER` at both ends, and so is the value at a corner of the
     cluster (:meth:`~scalemodel.ClusterProfile.corners`).
 
@@ -355,6 +360,8 @@ def fitted_efficiency(cluster, profile):
         A cluster, fitted or not [-].
     profile : WorkloadProfile
         The workload [-].
+    tp : int
+        The job's tensor-parallel degree [GPUs].
 
     Returns
     -------
@@ -383,7 +390,7 @@ def fitted_efficiency(cluster, profile):
     lo, hi = (list(iv) + [None, None])[:2]
     lo, hi = (None if lo is None else float(lo)), (None if hi is None else float(hi))
     value = float(eff["value"])
-    if not carried_over(cluster, profile):
+    if not carried_over(cluster, profile, tp):
         return value, (lo, hi)
     # another workload than the runs showed: the spread of efficiency between models
     top, bottom = EFFICIENCY_BOUNDS[1], EFFICIENCY_BOUNDS[0]
@@ -420,11 +427,13 @@ tables of LLM Foundry (``published_llm_mfu.csv``, the source of :data:`PUBLISHED
 carried efficiency (``benchmarks/validate_llm.py``) and are not used here [-]."""
 
 
-def carried_over(cluster, profile) -> bool:
+def carried_over(cluster, profile, tp=1) -> bool:
     """Whether ``cluster``'s fitted efficiency is carried to a workload its runs did not
-    show as it is: another model than the fit's FLOP-derived runs (:func:`model_key`), or
-    a model whose every calibration run was memory-pressured (:func:`memory_pressure`,
-    recorded by :func:`~scalemodel.fit_cluster` in ``extra["efficiency"]["pressured"]``).
+    show as it is: another model than the fit's FLOP-derived runs, or the same model at
+    another tensor-parallel degree (:func:`model_key`: each GPU then multiplies matrices
+    ``tp`` times narrower), or a model whose every calibration run was memory-pressured
+    (:func:`memory_pressure`, recorded by :func:`~scalemodel.fit_cluster` in
+    ``extra["efficiency"]["pressured"]``).
 
     Parameters
     ----------
@@ -432,6 +441,8 @@ def carried_over(cluster, profile) -> bool:
         A cluster carrying a fitted efficiency [-].
     profile : WorkloadProfile
         The workload asked about [-].
+    tp : int
+        Its tensor-parallel degree [GPUs].
 
     Returns
     -------
@@ -441,22 +452,25 @@ def carried_over(cluster, profile) -> bool:
     eff = _fitted_entry(cluster) or {}
     seen = set(eff.get("models") or eff.get("profiles") or ()) \
         - set(eff.get("pressured") or ())
-    return model_key(profile) not in seen
+    return model_key(profile, tp) not in seen
 
 
 _NOT_THE_MODEL = ("micro_batch", "name")
 
 
-def model_key(profile) -> str:
+def model_key(profile, tp=1) -> str:
     """What makes a FLOP-derived profile the same model for :func:`carried_over`: its
     transformer configuration without the micro-batch and the name (layers, widths,
-    heads, vocabulary, sequence length, dtype, ...), as text; the profile's name when it
-    records no configuration.
+    heads, vocabulary, sequence length, dtype, ...), as text, with ``", tp=k"`` for a
+    tensor-parallel degree k above 1; the profile's name when it records no
+    configuration.
 
     Parameters
     ----------
     profile : WorkloadProfile
         A profile [-].
+    tp : int
+        The tensor-parallel degree it runs at [GPUs].
 
     Returns
     -------
@@ -465,12 +479,14 @@ def model_key(profile) -> str:
     """
     prov = profile.provenance if isinstance(profile.provenance, dict) else {}
     config = prov.get("config")
+    tail = f", tp={int(tp)}" if int(tp) > 1 else ""
     if not isinstance(config, dict):
-        return str(profile.name)
-    return ", ".join(f"{k}={config[k]}" for k in sorted(config) if k not in _NOT_THE_MODEL)
+        return str(profile.name) + tail
+    return ", ".join(f"{k}={config[k]}" for k in sorted(config)
+                     if k not in _NOT_THE_MODEL) + tail
 
 
-def at_fitted_efficiency(profile, cluster):
+def at_fitted_efficiency(profile, cluster, *, tp=1):
     """``profile`` computing at the efficiency ``cluster`` was fitted at for its GPU
     (:func:`fitted_efficiency`): forward, backward, ready times and update multiplied by
     its own efficiency over the fitted one (:meth:`~scalemodel.WorkloadProfile.scaled_to`,
@@ -483,6 +499,8 @@ def at_fitted_efficiency(profile, cluster):
         The workload [-].
     cluster : ClusterProfile or None
         The cluster the prediction is made on [-].
+    tp : int
+        The job's tensor-parallel degree (:func:`carried_over`) [GPUs].
 
     Returns
     -------
@@ -490,7 +508,7 @@ def at_fitted_efficiency(profile, cluster):
         The rescaled profile (``provenance["scaled_to"]`` records the factor), or
         ``profile``.
     """
-    fit = fitted_efficiency(cluster, profile)
+    fit = fitted_efficiency(cluster, profile, tp=tp)
     if fit is None:
         return profile
     own = profile_efficiency(profile)
@@ -505,6 +523,18 @@ or above which a calibration run is flagged as memory-pressured [-]. Between 34.
 highest share of an LLM Foundry run at its series' MFU: MPT-30B on 32 A100 40GB) and
 37.8 % (the lowest of a run 9 to 27 % below it: MPT-70B on 64 A100 40GB, 32 A100 80GB,
 32 H100); read from those rows after their errors were seen (module docstring)."""
+
+PRESSURE_SHARDINGS = ("zero3",)
+"""Shardings whose runs are flagged as memory-pressured: those that gather each unit's
+parameters before it runs and free them after (``zero3``: FSDP ``FULL_SHARD``, DeepSpeed
+ZeRO-3, and a hybrid shard inside its group), allocating and freeing a unit's worth of
+memory per unit and micro-batch. The evidence of a slowdown is LLM Foundry's, all FSDP
+``FULL_SHARD``. Runs that keep their parameters and gradients in place are not flagged:
+InternLM-7B's ZeRO-1 runs with the optimizer sharded over 8 GPUs (``zero1=8``,
+``benchmarks/data/published_large_n.csv`` rows 9-16) keep the state at 46.9 % of an A100
+80GB at every count and reach 4,078 tokens/s/GPU on 8 GPUs and 3,919-3,944 from 32 to
+256, above the fully sharded series (rows 1-8, 46.9 % on 8 GPUs down to 34.2 % on 1024:
+4,062 on 8, 3,752-3,209 from 32 to 256) [-]."""
 
 STATE_BYTES_PER_PARAMETER = {"params": 2.0, "grads": 2.0, "optimizer": 12.0}
 """Bytes per parameter of the model state the pressure is counted at: bf16 parameters and
@@ -530,7 +560,7 @@ class MemoryPressure:
     threshold : float
         :data:`MEMORY_PRESSURE_SHARE` [-].
     pressured : bool
-        ``share >= threshold`` [-].
+        ``share >= threshold`` and a sharding of :data:`PRESSURE_SHARDINGS` [-].
     text : str
         One sentence saying so.
     """
@@ -560,7 +590,8 @@ def memory_pressure(parameters, n, gpu, sharding="zero3") -> MemoryPressure:
     Returns
     -------
     MemoryPressure
-        State, share, and whether it reaches :data:`MEMORY_PRESSURE_SHARE`.
+        State, share, and whether it reaches :data:`MEMORY_PRESSURE_SHARE` under a
+        sharding that gathers parameters per unit (:data:`PRESSURE_SHARDINGS`).
 
     Raises
     ------
@@ -580,6 +611,8 @@ def memory_pressure(parameters, n, gpu, sharding="zero3") -> MemoryPressure:
     (0.378, True)
     >>> memory_pressure(64_862_437_376, 128, "a100-40gb").pressured
     False
+    >>> memory_pressure(7_322_783_744, 8, "a100-80gb", "zero1").pressured  # InternLM-7B
+    False
     """
     if isinstance(parameters, bool) or not isinstance(parameters, numbers.Real):
         raise ParameterTypeError("parameters", parameters, "a number of parameters")
@@ -597,16 +630,106 @@ def memory_pressure(parameters, n, gpu, sharding="zero3") -> MemoryPressure:
     state = sum(b * parameters / (int(n) if part in _SHARDED[sharding] else 1)
                 for part, b in STATE_BYTES_PER_PARAMETER.items())
     share = state / spec.hbm_bytes
-    pressured = share >= MEMORY_PRESSURE_SHARE
+    pressured = share >= MEMORY_PRESSURE_SHARE and sharding in PRESSURE_SHARDINGS
     text = (f"model state {state / 2**30:.1f} GiB per GPU ({sharding}, {int(n)} workers, "
             f"16 bytes per parameter) is {share:.1%} of the {spec.name}'s memory"
-            + (f", at or above {MEMORY_PRESSURE_SHARE:.0%}: a run this full was 9 to 27 % "
-               "slower per FLOP than the same model on more GPUs in LLM Foundry's tables "
-               "(allocator retries, throttled all-gathers, a small micro-batch), which the "
-               "model does not represent; an efficiency fitted on it is too low for "
-               "runs with more room" if pressured else ""))
+            + (f", at or above {MEMORY_PRESSURE_SHARE:.0%}: runs this full took 1.10 to "
+               f"{MEMORY_PRESSURE_SLOWDOWN:.2f} times the time per FLOP of the same model on "
+               "more GPUs in LLM Foundry's tables (allocator retries, throttled "
+               "all-gathers, a small micro-batch), which the model does not represent"
+               if pressured else ""))
     return MemoryPressure(state, float(spec.hbm_bytes), float(share),
                           MEMORY_PRESSURE_SHARE, bool(pressured), text)
+
+
+CALIBRATION_PRESSURE_NOTE = ("; an efficiency fitted on it is too low for runs with "
+                             "more room")
+"""What a memory-pressured calibration run's warning adds to the ``text`` of its
+:class:`MemoryPressure` [-]."""
+
+MEMORY_PRESSURE_SLOWDOWN = 1.364
+"""How much slower per FLOP a memory-pressured run may be than the model says, as a factor
+on its iteration time: the largest ratio, over LLM Foundry's memory-pressured rows
+(``benchmarks/data/published_sharded.csv``), of the MFU of the same model on the same GPU
+at the next larger GPU count (no longer pressured) to the row's own -- MPT-13B on 8 ->
+16 A100 40GB 1.195, MPT-70B on 64 -> 128 A100 40GB 1.364, on 32 -> 64 A100 80GB 1.098,
+on 32 -> 64 H100 1.178. A prediction for a memory-pressured job (:func:`job_memory_pressure`)
+keeps its point value and widens the slow end of its interval by this factor, with a
+:class:`~scalemodel.exceptions.ModelWarning` saying why (:func:`scalemodel.iteration_time`)
+[-]."""
+
+
+def job_memory_pressure(profile, n, sharding="none", *, shard_group=None, tp=1, pp=1,
+                        gpus_per_node=None, offload="none"):
+    """:func:`memory_pressure` of a job on a transformer profile: the model state one GPU
+    holds, its parameters divided by ``tp * pp`` and sharded as ``sharding`` shards them.
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The workload; counted only when it is derived from a transformer configuration on
+        a built-in GPU (its provenance's ``config`` and ``gpu``) [-].
+    n : int
+        GPUs of the job (all of them, ``tp * pp`` per replica) [GPUs].
+    sharding : str or Sharding
+        ``"none"``, ``"zero1"``, ``"zero2"``, ``"zero3"`` or ``"hybrid_shard"`` (sharded
+        over a node's GPUs), or a :class:`~scalemodel.Sharding` (its strategy and shard
+        group) [-].
+    shard_group : int or None
+        GPUs the state is sharded over, when not all the data-parallel ones [GPUs].
+    tp, pp : int
+        Tensor- and pipeline-parallel degrees [GPUs], [stages].
+    gpus_per_node : int or None
+        GPUs per node, for ``"hybrid_shard"`` [GPUs].
+    offload : str
+        The job's offload; state offloaded to the host is not counted, so a job with
+        offload is not assessed [-].
+
+    Returns
+    -------
+    MemoryPressure or None
+        As :func:`memory_pressure` returns it; None when the profile is not a transformer
+        configuration on a built-in GPU, the job offloads, or the sharding is one it does
+        not count.
+
+    Examples
+    --------
+    >>> import scalemodel as sm
+    >>> from scalemodel.efficiency import job_memory_pressure
+    >>> p = sm.load_profile("llama-2-70b")   # on H100 80GB
+    >>> round(job_memory_pressure(p, 32, "zero3").share, 3)
+    0.401
+    >>> job_memory_pressure(p, 64, "zero3").pressured
+    False
+    >>> job_memory_pressure(p, 32, "zero3", offload="optimizer") is None
+    True
+    """
+    gpu = gpu_name_of(profile)
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    config = prov.get("config")
+    strategy = getattr(sharding, "strategy", sharding) or "none"
+    group = getattr(sharding, "shard_group", None) or shard_group
+    k = int(tp) * int(pp)
+    if (gpu is None or not isinstance(config, dict) or (offload or "none") != "none"
+            or k < 1 or int(n) < k):
+        return None
+    if strategy == "hybrid_shard":  # sharded inside a node (FSDP HYBRID_SHARD)
+        strategy, group = "zero3", min(int(n) // k, gpus_per_node or int(n) // k)
+    if strategy not in _SHARDED:
+        return None
+    try:
+        params = _parameter_count(tuple(sorted(config.items()))) / k
+        get_gpu(gpu)
+    except (TypeError, ValueError, InvalidParameterError, ParameterTypeError):
+        return None  # a configuration or GPU of the user's own: not counted here
+    return memory_pressure(params, int(group or int(n) // k), gpu, strategy)
+
+
+@functools.lru_cache(maxsize=64)
+def _parameter_count(items):
+    from .workloads import TransformerConfig
+
+    return TransformerConfig(**dict(items)).parameter_count
 
 
 def check_calibration_memory(parameters, n, gpu, sharding="zero3", label="the run"):
@@ -638,5 +761,6 @@ def check_calibration_memory(parameters, n, gpu, sharding="zero3", label="the ru
     """
     p = memory_pressure(parameters, n, gpu, sharding)
     if p.pressured:
-        warnings.warn(f"calibration run {label}: {p.text}", CalibrationWarning, stacklevel=2)
+        warnings.warn(f"calibration run {label}: {p.text}{CALIBRATION_PRESSURE_NOTE}",
+                      CalibrationWarning, stacklevel=2)
     return p

@@ -1098,7 +1098,7 @@ def _fitted_cluster(problem, best, params, alternatives, fit_settings):
         extra["extra"] = dict(base.extra, efficiency={
             "value": p.value, "interval": list(p.interval), "gpu": gpus,
             "profiles": sorted({r.profile.name for r in flop_runs}),
-            "models": sorted({model_key(r.profile) for r in flop_runs}),
+            "models": sorted({model_key(r.profile, _run_tp(r)) for r in flop_runs}),
             "pressured": _pressured_profiles(flop_runs, base)})
     return attrs.evolve(problem.cluster(best.values), intervals=intervals,
                         provenance=provenance, **extra)
@@ -1112,8 +1112,9 @@ def _efficiency_notes(cluster):
         return []
     from .efficiency import EFFICIENCY_TRANSFER
     out = [f"  the fitted efficiency applies to FLOP-derived profiles on "
-           f"{', '.join(eff.get('gpu') or ()) or 'the same GPU'}; for another model its "
-           f"interval widens by a factor {EFFICIENCY_TRANSFER:g} either way (the spread of "
+           f"{', '.join(eff.get('gpu') or ()) or 'the same GPU'}; for another model or "
+           f"tensor-parallel degree its interval widens by a factor "
+           f"{EFFICIENCY_TRANSFER:g} either way (the spread of "
            "MFU between models in published tables, efficiency.EFFICIENCY_TRANSFER)"]
     if eff.get("pressured"):
         out.append("  memory-pressured calibration runs (model state >= "
@@ -1123,44 +1124,38 @@ def _efficiency_notes(cluster):
     return out
 
 
+def _run_tp(run):
+    """A run's tensor-parallel degree (1 for a plain data-parallel run) [GPUs]."""
+    mp = getattr(run, "model_parallel", None)
+    return 1 if mp is None else int(mp.tp)
+
+
 def _pressured_profiles(runs, base):
     """Models (:func:`scalemodel.efficiency.model_key`) whose every run was memory-pressured
     (one :class:`~scalemodel.CalibrationWarning` per distinct state, naming its runs);
     their fitted efficiency is carried to other runs of them with a wider interval
     (:func:`scalemodel.efficiency.carried_over`)."""
-    from .efficiency import gpu_name_of, memory_pressure, model_key
-    from .hardware import get_gpu
-    from .workloads import TransformerConfig
+    from .efficiency import CALIBRATION_PRESSURE_NOTE, job_memory_pressure, model_key
 
+    gpn = base.topology.gpus_per_node if base.topology is not None else None
     pressured, relieved, full = set(), set(), {}
     for r in runs:
-        prov = r.profile.provenance if isinstance(r.profile.provenance, dict) else {}
-        gpu, config = gpu_name_of(r.profile), prov.get("config")
-        sharding = getattr(r.sharding, "strategy", r.sharding) or "none"
         mp = getattr(r, "model_parallel", None)  # a GPU holds 1/(tp pp) of the model,
-        k = 1 if mp is None else mp.size  # sharded over the data-parallel GPUs
-        group = (getattr(r, "shard_group", None) or getattr(r.sharding, "shard_group", None)
-                 or r.n // k)
-        if sharding == "hybrid_shard":  # sharded inside a node (module sharding)
-            g = base.topology.gpus_per_node if base.topology is not None else None
-            sharding, group = "zero3", min(r.n, g or r.n)
-        if gpu is None or not isinstance(config, dict) or sharding not in (
-                "none", "zero1", "zero2", "zero3"):
-            continue
-        try:
-            params = TransformerConfig(**config).parameter_count / k
-            get_gpu(gpu)
-        except (TypeError, ValueError, ScalemodelError):
-            continue  # a GPU of the user's own (GPUSpec): its memory is not known here
-        p = memory_pressure(params, int(group), gpu, sharding)
-        (pressured if p.pressured else relieved).add(model_key(r.profile))
+        p = job_memory_pressure(  # sharded over the data-parallel GPUs
+            r.profile, r.n, r.sharding or "none",
+            shard_group=getattr(r, "shard_group", None),
+            tp=1 if mp is None else mp.tp, pp=1 if mp is None else mp.pp,
+            gpus_per_node=gpn)
+        if p is None:
+            continue  # not a transformer configuration on a built-in GPU
+        (pressured if p.pressured else relieved).add(model_key(r.profile, _run_tp(r)))
         if p.pressured:
             full.setdefault(p.text, []).append(r.label)
     for text, labels in full.items():  # one warning per state, not one per run
         more = f" and {len(labels) - 3} more" if len(labels) > 3 else ""
         warnings.warn(f"calibration run{'s' if len(labels) > 1 else ''} "
-                      f"{', '.join(labels[:3])}{more}: {text}", CalibrationWarning,
-                      stacklevel=3)
+                      f"{', '.join(labels[:3])}{more}: {text}{CALIBRATION_PRESSURE_NOTE}",
+                      CalibrationWarning, stacklevel=3)
     return sorted(pressured - relieved)
 
 

@@ -558,7 +558,8 @@ class Scenario:
             if cluster.reduction is not None:
                 profile = attrs.evolve(profile, reduction=cluster.reduction)
             # a FLOP-derived profile computes at the efficiency fitted for its GPU
-            profile = at_fitted_efficiency(profile, cluster)
+            profile = at_fitted_efficiency(profile, cluster,
+                                           tp=1 if mp is None else mp.tp)
             if cluster.overlap < 1.0 and shard.sharded:
                 raise InvalidParameterError(
                     "sharding", shard.strategy, f"the cluster {cluster.name!r} has an "
@@ -2108,10 +2109,20 @@ class IterationTime:
         ``(low, high)`` of the iteration time over the same intervals and alternatives
         and the cluster's fitted efficiency, the corners also taken with their
         efficiencies swapped (:func:`~scalemodel.intervals.iteration_time_interval`); an
-        unbounded end is None; ``(total, total)`` without a fitted cluster [s].
+        unbounded end is None; ``(total, total)`` without a fitted cluster [s]. A
+        memory-pressured job widens the slow ends of both intervals (see
+        ``memory_pressure``).
     settings : dict
         What the answer assumed (:meth:`Scenario.settings`): collective, fusion or
         wrapping, sharding, activation checkpointing, offload, topology, cluster.
+    memory_pressure : str
+        Empty, or why the job is memory-pressured: its model state per GPU reaches
+        :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SHARE` of the GPU's memory
+        (:func:`~scalemodel.efficiency.job_memory_pressure`), a slowdown the model does
+        not represent. The point answer stays; the slow end of ``total_interval`` is at
+        least ``total`` times :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SLOWDOWN`
+        and that of ``scaling_factor_interval`` at most ``scaling_factor`` over it, and
+        a :class:`~scalemodel.exceptions.ModelWarning` says so [-].
     """
 
     forward: float
@@ -2131,6 +2142,7 @@ class IterationTime:
     settings: dict = attrs.field(factory=dict)
     total_interval: tuple = attrs.field(
         default=attrs.Factory(lambda self: (self.total, self.total), takes_self=True))
+    memory_pressure: str = ""
 
 
 def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
@@ -2179,7 +2191,32 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     cl = sc.cluster
     if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):
         res = _with_intervals(res, model, n, bw, sc, asked)
-    return res
+    return _with_memory_pressure(res, sc, n)
+
+
+def _with_memory_pressure(res, sc, n):
+    """``res`` with the slow ends of its intervals widened by
+    :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SLOWDOWN` and a
+    :class:`~scalemodel.exceptions.ModelWarning`, when the job of ``n`` GPUs is
+    memory-pressured (:func:`~scalemodel.efficiency.job_memory_pressure`)."""
+    from .efficiency import MEMORY_PRESSURE_SLOWDOWN, job_memory_pressure
+
+    mp, st = sc.model_parallel, res.settings
+    p = job_memory_pressure(sc.profile, int(n), sc.sharding or "none",
+                            tp=1 if mp is None else mp.tp, pp=1 if mp is None else mp.pp,
+                            gpus_per_node=st.get("gpus_per_node"),
+                            offload=st.get("offload", "none"))
+    if p is None or not p.pressured:
+        return res
+    f = MEMORY_PRESSURE_SLOWDOWN
+    warn_model(f"{sc.profile.name} on {int(n)} GPUs: {p.text}; the iteration time's "
+               f"interval reaches {f:g} times the point answer on its slow side "
+               "(efficiency.MEMORY_PRESSURE_SLOWDOWN)")
+    lo, hi = res.total_interval
+    slo, shi = res.scaling_factor_interval
+    return attrs.evolve(res, total_interval=(lo, None if hi is None else max(hi, res.total * f)),
+                        scaling_factor_interval=(min(slo, res.scaling_factor / f), shi),
+                        memory_pressure=p.text)
 
 
 def _with_intervals(res, model, n, bw, sc, asked):

@@ -387,12 +387,19 @@ def _with_interval(result, sc, solve, field, what, model=None):
         fmt, why = _bw_text, "no line rate reaches the target"
     return attrs.evolve(result, interval=iv.pair,
                         message=f"{result.message}; {iv.describe(fmt, why)}"
-                        + _carried_note(cl, model))
+                        + _carried_note(cl, model, _tp_of(sc)))
 
 
-def _carried_note(cluster, model) -> str:
+def _tp_of(sc):
+    """The tensor-parallel degree of a scenario's job [GPUs]."""
+    mp = getattr(sc, "model_parallel", None)
+    return 1 if mp is None else int(mp.tp)
+
+
+def _carried_note(cluster, model, tp=1) -> str:
     """``"; the efficiency fitted on ... is carried to ..."`` when ``cluster``'s fitted
-    efficiency applies to ``model`` but its runs did not show that model, else ``""``."""
+    efficiency applies to ``model`` but its runs did not show that model at that
+    tensor-parallel degree ``tp``, else ``""``."""
     if model is None:
         return ""
     from .profiles import load_profile
@@ -400,27 +407,30 @@ def _carried_note(cluster, model) -> str:
     profile = load_profile(model)
     derived = getattr(cluster, "_derived", None)  # once per cluster object and profile
     kept = None if derived is None else derived.setdefault(("carried notes",), {})
-    hit = None if kept is None else kept.get(id(profile))
+    hit = None if kept is None else kept.get((id(profile), tp))
     if hit is not None and hit[0] is profile:
         return hit[1]
-    text = _carried_text(cluster, profile)
+    text = _carried_text(cluster, profile, tp)
     if kept is not None:
         if len(kept) >= 64:
             kept.clear()
-        kept[id(profile)] = (profile, text)
+        kept[(id(profile), tp)] = (profile, text)
     return text
 
 
-def _carried_text(cluster, profile) -> str:
-    """:func:`_carried_note` of a loaded ``profile``, computed (what it reads of the
-    cluster and the profile does not change: kept per cluster object and profile) [-]."""
+def _carried_text(cluster, profile, tp=1) -> str:
+    """:func:`_carried_note` of a loaded ``profile`` at ``tp``, computed (what it reads of
+    the cluster and the profile does not change: kept per cluster object, profile and
+    tp) [-]."""
     from .efficiency import EFFICIENCY_TRANSFER, carried_over, fitted_efficiency
 
-    if fitted_efficiency(cluster, profile) is None or not carried_over(cluster, profile):
+    if (fitted_efficiency(cluster, profile) is None
+            or not carried_over(cluster, profile, tp)):
         return ""
     eff = cluster.extra["efficiency"]
+    at = f" at tp={tp}" if tp > 1 else ""
     return (f"; the efficiency fitted on {', '.join(eff.get('profiles') or ()) or 'other runs'}"
-            f" is carried to {profile.name}, its interval widened by a factor "
+            f" is carried to {profile.name}{at}, its interval widened by a factor "
             f"{EFFICIENCY_TRANSFER:g} either way (efficiency.EFFICIENCY_TRANSFER)")
 
 

@@ -180,3 +180,42 @@ def test_a_gpu_of_the_users_own_fits_without_a_pressure_check():
                              fusion=None, intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
     eff = fit.cluster.extra["efficiency"]
     assert eff["pressured"] == [] and eff["gpu"] == ["My GPU 80GB"]
+
+
+def test_another_tensor_parallel_degree_is_carried_over(fit8):
+    """Fitted on tp = 1 runs of MPT-13B, the same model at tp = 2 multiplies matrices half
+    as wide: carried over (model_key has tp), its efficiency interval widened by the
+    factor, the iteration time's interval wider than at tp = 1, and the solvers say so."""
+    prof, fit = fit8
+    eff = fit.cluster.extra["efficiency"]
+    assert model_key(prof, 2) == model_key(prof) + ", tp=2"
+    assert not carried_over(fit.cluster, prof) and carried_over(fit.cluster, prof, 2)
+    lo, hi = fitted_efficiency(fit.cluster, prof, tp=2)[1]
+    assert (lo, hi) == (pytest.approx(eff["interval"][0] / EFFICIENCY_TRANSFER, rel=1e-12),
+                        pytest.approx(min(1.0, eff["interval"][1] * EFFICIENCY_TRANSFER),
+                                      rel=1e-12))
+    kw = dict(sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    one = sm.iteration_time(prof, 64, "400Gbps", cluster=fit.cluster, **kw)
+    two = sm.iteration_time(prof, 64, "400Gbps", cluster=fit.cluster, tp=2, **kw)
+    width = [(t.total_interval[1] - t.total_interval[0]) / t.total for t in (one, two)]
+    assert width[1] > 1.3 * width[0]
+    r = sm.min_compression(prof, "25Gbps", n=64, tp=2, cluster=fit.cluster, **kw)
+    assert "is carried to mpt-13b at tp=2" in r.message
+    assert "is carried to" not in sm.min_compression(prof, "25Gbps", n=64,
+                                                     cluster=fit.cluster, **kw).message
+
+
+def test_a_fit_on_tensor_parallel_runs_knows_their_degree():
+    """Runs at tp = 2 record the model at tp = 2: not carried there, carried to tp = 1."""
+    prof = _profile(MPT13)
+    truth = sm.ClusterProfile(ceiling=100e9, provenance={"source": "truth"})
+    kw = dict(sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    t = sm.iteration_time(prof, 16, "400Gbps", cluster=truth, tp=2, **kw).total
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster([dict(model=prof, n=16, bw="400Gbps", tp=2, iteration_time=t,
+                                   sharding="zero3")],
+                             fit=["efficiency"], fusion=None,
+                             intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    assert fit.cluster.extra["efficiency"]["models"] == [model_key(prof, 2)]
+    assert not carried_over(fit.cluster, prof, 2) and carried_over(fit.cluster, prof)

@@ -306,12 +306,16 @@ def test_a_run_list_file_takes_tp_pp_and_microbatches_columns(tmp_path, capsys):
 
 def test_memory_pressured_runs_are_warned_once_per_state():
     """Many runs with the same full GPU give one CalibrationWarning naming some of them
-    and how many more, not one warning a run; a tp run's state is its 1/tp share."""
+    and how many more, not one warning a run; a tp run's state is its 1/tp share,
+    sharded over its data-parallel GPUs."""
     truth = sm.ClusterProfile(ceiling=30e9, provenance={"source": "truth"})
     kw = dict(gpus_per_node=8, nics_per_node=4)
-    t = sm.iteration_time("llama-2-13b", 64, 100e9, cluster=truth, tp=4, **kw).total
-    runs = [dict(model="llama-2-13b", n=64, bw=100e9, iteration_time=t * (1 + 1e-3 * k),
-                 tp=4, label=f"r{k}") for k in range(10)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.ModelWarning)  # (the same pressure, predicted)
+        t = sm.iteration_time("llama-2-70b", 32, 100e9, cluster=truth, tp=2,
+                              sharding="zero3", **kw).total
+    runs = [dict(model="llama-2-70b", n=32, bw=100e9, iteration_time=t * (1 + 1e-3 * k),
+                 tp=2, sharding="zero3", label=f"r{k}") for k in range(10)]
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
         sm.fit_cluster(runs, fit=["efficiency"], **kw)
@@ -319,7 +323,7 @@ def test_memory_pressured_runs_are_warned_once_per_state():
             and "model state" in str(w.message)]
     assert len(full) == 1
     text = str(full[0].message)
-    assert "r0, r1, r2 and 7 more" in text and "48.5 GiB" in text  # 13 B / 4 x 16 bytes
+    assert "r0, r1, r2 and 7 more" in text and "32.1 GiB" in text  # 69 B / 2 / 16 x 16 bytes
 
 
 def test_breakeven_of_a_tensor_parallel_job_is_a_nic_rate_on_the_table():
