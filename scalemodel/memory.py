@@ -116,7 +116,8 @@ each term listed in ``MemoryEstimate.overheads``:
 * ``fragmentation``: free space inside reserved segments. It depends on the allocation
   order and the allocator settings, so it is a fraction of reserved memory given by the
   user (``fragmentation=``, 0 by default, as with ``expandable_segments:True``, which
-  torchtitan's launcher sets); Guo et al. (GMLake, ASPLOS'24, arXiv:2401.08156) removed
+  torchtitan's launcher sets; or the setting by name,
+  :data:`~scalemodel.memory.FRAGMENTATION`); Guo et al. (GMLake, ASPLOS'24, arXiv:2401.08156) removed
   on average 15 % (at most 33 %) of the memory of eight LLM training runs with PyTorch's
   default (non-expandable) segments by defragmenting, a range for this fraction.
 
@@ -151,12 +152,23 @@ from .units import MAX_COUNT
 
 __all__ = ["memory", "MemoryEstimate", "canonical_sharding", "SHARDING_STRATEGIES",
            "SHARDING_ALIASES", "OPTIMIZER_STATES", "MEASURES", "ACCOUNTINGS",
-           "allocator_block_bytes", "side_stream_pool_bytes", "reduce_scatter_pool_bytes"]
+           "allocator_block_bytes", "side_stream_pool_bytes", "reduce_scatter_pool_bytes",
+           "FRAGMENTATION"]
 
 MEASURES = ("allocated", "reserved")
 """What ``memory(measure=...)`` reports: the live tensors' peak
 (``torch.cuda.max_memory_allocated``) or the caching allocator's reserved peak
 (``torch.cuda.max_memory_reserved``, what torchtitan logs)."""
+
+FRAGMENTATION = {"expandable_segments": 0.0, "default_segments": 0.15}
+"""``memory(fragmentation=...)`` by the allocator's setting [-]: with
+``PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"`` a segment grows in place, so no
+free space is stranded inside segments (0); with PyTorch's default segments, the mean
+that Guo et al. (GMLake, ASPLOS'24, arXiv:2401.08156) removed by defragmenting eight LLM
+training runs, 15 % of the memory (at most 33 %). torchtitan's runs on default segments
+(``benchmarks/data/published_memory.md``, rows 14-16) hold 8.3 GiB more reserved than
+active at row 16's peak, of which the allocator's rounding and the two stream pools
+counted here are 4.05 GiB: the rest, 13.5 % of the reserved peak, is of that order."""
 
 ACCOUNTINGS = ("zero", "fsdp")
 """How ``memory(accounting=...)`` counts the model state and the peak: ZeRO's persistent
@@ -704,10 +716,12 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         first), the allocated peak plus the allocator's ``overheads`` (module docstring);
         ``"allocated"``: the live tensors at the peak (``max_memory_allocated``).
         ``per_gpu`` and ``fits`` follow it; both views are in the result [-].
-    fragmentation : float
+    fragmentation : float or str
         Fraction of the reserved memory that is free space inside segments, for
         ``measure="reserved"``: 0 (``expandable_segments:True``) to about 0.33 (GMLake's
-        largest with default segments; 0.15 its mean) [-].
+        largest with default segments; 0.15 its mean); or the allocator's setting by name,
+        ``"expandable_segments"`` (0) or ``"default_segments"`` (0.15,
+        :data:`~scalemodel.memory.FRAGMENTATION`) [-].
     loss : str
         How the cross-entropy loss is computed, which sets its backward peak
         (:func:`scalemodel.checkpointing.loss_bytes`): ``"unfused"`` (the default,
@@ -1284,9 +1298,14 @@ def _block_and_root(cfg):
 
 
 def _check_measure(measure, fragmentation):
-    """(measure, fragmentation) checked [-]."""
+    """(measure, fragmentation) checked, a named allocator setting as its fraction [-]."""
     if not isinstance(measure, str) or measure.strip().lower() not in MEASURES:
         raise UnknownNameError("measure", measure, MEASURES)
+    if isinstance(fragmentation, str):
+        key = fragmentation.strip().lower().replace("-", "_")
+        if key not in FRAGMENTATION:
+            raise UnknownNameError("fragmentation", fragmentation, tuple(FRAGMENTATION))
+        fragmentation = FRAGMENTATION[key]
     f = _real(fragmentation)
     if f is None or not 0.0 <= f < 1.0:
         raise InvalidParameterError("fragmentation", fragmentation, "must be a fraction of "

@@ -233,3 +233,19 @@ def test_reserved_suggestions_are_reserved_estimates():
     assert label == "activation_checkpointing='selective'"
     alt = sm.memory("llama-3-8b", 8, activation_checkpointing="selective", **kw)
     assert value == pytest.approx(alt.per_gpu) and alt.per_gpu > alt.allocated_per_gpu
+
+
+def test_fragmentation_by_the_allocators_setting():
+    """The allocator setting by name: expandable segments strand nothing, default segments
+    GMLake's mean 0.15 (memory.FRAGMENTATION); spelled with '-' or '_', any case; an
+    unknown name lists the known ones."""
+    from scalemodel.memory import FRAGMENTATION
+
+    assert FRAGMENTATION == {"expandable_segments": 0.0, "default_segments": 0.15}
+    kw = dict(sharding="zero3", measure="reserved")
+    for name, f in (("default_segments", 0.15), ("Default-Segments", 0.15),
+                    ("expandable_segments", 0.0)):
+        got = sm.memory("llama-2-7b", 8, fragmentation=name, **kw)
+        assert got.per_gpu == sm.memory("llama-2-7b", 8, fragmentation=f, **kw).per_gpu
+    with pytest.raises(sm.UnknownNameError, match="expandable_segments"):
+        sm.memory("llama-2-7b", 8, fragmentation="defragmented", **kw)
