@@ -76,6 +76,7 @@ import attrs
 
 from .exceptions import CalibrationWarning, InvalidParameterError, ParameterTypeError
 from .hardware import GPUSpec, canonical_dtype, get_gpu, list_gpus
+from .units import check_count
 
 __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_efficiency",
            "fitted_efficiency", "at_fitted_efficiency", "profile_efficiency", "gpu_name_of",
@@ -689,8 +690,15 @@ def job_memory_pressure(profile, n, sharding="none", *, shard_group=None, tp=1, 
     -------
     MemoryPressure or None
         As :func:`memory_pressure` returns it; None when the profile is not a transformer
-        configuration on a built-in GPU, the job offloads, or the sharding is one it does
-        not count.
+        configuration on a built-in GPU, the job offloads, or ``n`` is below ``tp * pp``.
+
+    Raises
+    ------
+    InvalidParameterError
+        ``n``, ``tp``, ``pp`` or ``shard_group`` not an integer >= 1, or an unknown
+        ``sharding``.
+    ParameterTypeError
+        One of them not a single number.
 
     Examples
     --------
@@ -704,25 +712,36 @@ def job_memory_pressure(profile, n, sharding="none", *, shard_group=None, tp=1, 
     >>> job_memory_pressure(p, 32, "zero3", offload="optimizer") is None
     True
     """
+    n, tp, pp = _count(n, "n"), _count(tp, "tp"), _count(pp, "pp")
+    strategy = getattr(sharding, "strategy", sharding) or "none"
+    if strategy not in (*_SHARDED, "hybrid_shard"):
+        raise InvalidParameterError("sharding", sharding, "must be one of "
+                                    f"{', '.join((*_SHARDED, 'hybrid_shard'))}")
+    group = getattr(sharding, "shard_group", None) or shard_group
+    group = None if group is None else _count(group, "shard_group")
     gpu = gpu_name_of(profile)
     prov = profile.provenance if isinstance(profile.provenance, dict) else {}
     config = prov.get("config")
-    strategy = getattr(sharding, "strategy", sharding) or "none"
-    group = getattr(sharding, "shard_group", None) or shard_group
-    k = int(tp) * int(pp)
+    k = tp * pp
     if (gpu is None or not isinstance(config, dict) or (offload or "none") != "none"
-            or k < 1 or int(n) < k):
+            or n < k):
         return None
     if strategy == "hybrid_shard":  # sharded inside a node (FSDP HYBRID_SHARD)
-        strategy, group = "zero3", min(int(n) // k, gpus_per_node or int(n) // k)
-    if strategy not in _SHARDED:
-        return None
+        strategy, group = "zero3", min(n // k, gpus_per_node or n // k)
     try:
         params = _parameter_count(tuple(sorted(config.items()))) / k
         get_gpu(gpu)
     except (TypeError, ValueError, InvalidParameterError, ParameterTypeError):
         return None  # a configuration or GPU of the user's own: not counted here
-    return memory_pressure(params, int(group or int(n) // k), gpu, strategy)
+    return memory_pressure(params, int(group or n // k), gpu, strategy)
+
+
+def _count(value, name):
+    """A positive integer count, checked (:func:`~scalemodel.units.check_count`) [-]."""
+    v = check_count(value, name)
+    if not isinstance(v, int):
+        raise ParameterTypeError(name, value, "a single integer >= 1")
+    return v
 
 
 @functools.lru_cache(maxsize=64)

@@ -1141,11 +1141,14 @@ def _pressured_profiles(runs, base):
     pressured, relieved, full = set(), set(), {}
     for r in runs:
         mp = getattr(r, "model_parallel", None)  # a GPU holds 1/(tp pp) of the model,
-        p = job_memory_pressure(  # sharded over the data-parallel GPUs
-            r.profile, r.n, r.sharding or "none",
-            shard_group=getattr(r, "shard_group", None),
-            tp=1 if mp is None else mp.tp, pp=1 if mp is None else mp.pp,
-            gpus_per_node=gpn)
+        try:
+            p = job_memory_pressure(  # sharded over the data-parallel GPUs
+                r.profile, r.n, r.sharding or "none",
+                shard_group=getattr(r, "shard_group", None),
+                tp=1 if mp is None else mp.tp, pp=1 if mp is None else mp.pp,
+                gpus_per_node=gpn)
+        except ScalemodelError:
+            p = None  # a sharding it does not count
         if p is None:
             continue  # not a transformer configuration on a built-in GPU
         (pressured if p.pressured else relieved).add(model_key(r.profile, _run_tp(r)))

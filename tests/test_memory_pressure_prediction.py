@@ -71,7 +71,7 @@ def test_what_it_cannot_count_is_none():
     prof = _profile(MPT70)
     assert job_memory_pressure(prof, 32, "zero3", offload="optimizer") is None
     assert job_memory_pressure(sm.load_profile("resnet50"), 8, "zero3") is None
-    assert job_memory_pressure(prof, 32, "ddp-buckets") is None
+    assert job_memory_pressure(prof, 4, "zero3", tp=8) is None  # not one replica
 
 
 def test_a_pressured_job_keeps_its_point_and_widens_its_slow_ends():
@@ -126,3 +126,19 @@ def test_the_cli_labels_the_interval_and_warns(capsys, tmp_path):
     assert "with memory pressure" in out
     assert "1.364 times the point answer" in err
 
+
+
+@pytest.mark.parametrize("kw, exc, name", [
+    (dict(n="x"), sm.ParameterTypeError, "n"),
+    (dict(n=0), sm.InvalidParameterError, "n"),
+    (dict(n=32.5), sm.InvalidParameterError, "n"),
+    (dict(n=True), sm.ParameterTypeError, "n"),
+    (dict(tp=0), sm.InvalidParameterError, "tp"),
+    (dict(pp="2"), sm.ParameterTypeError, "pp"),
+    (dict(shard_group=[8]), sm.ParameterTypeError, "shard_group"),
+    (dict(sharding="bogus"), sm.InvalidParameterError, "sharding"),
+])
+def test_bad_input_names_the_value(kw, exc, name):
+    args = dict(n=32, sharding="zero3") | kw
+    with pytest.raises(exc, match=name):
+        job_memory_pressure(_profile(MPT70), args.pop("n"), args.pop("sharding"), **args)
