@@ -217,6 +217,39 @@ def _accounting(text, option):
         raise InvalidParameterError(option, text, exc.requirement) from None
 
 
+def _fragmentation_arg(text, option):
+    """``--fragmentation``: a fraction or the allocator setting's name, checked now as
+    :func:`scalemodel.memory` checks it."""
+    from .memory import FRAGMENTATION, _check_measure
+
+    key = text.strip().lower().replace("-", "_")
+    value = key if key in FRAGMENTATION else text
+    if value is text:
+        try:
+            value = float(text)
+        except ValueError:
+            raise InvalidParameterError(
+                option, text, "must be a fraction in [0, 1) or one of "
+                + ", ".join(FRAGMENTATION)) from None
+    try:
+        return _check_measure("reserved", value)[1]
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(option, text, exc.requirement) from None
+
+
+def _fragmentation_option(p):
+    """``--fragmentation`` of the commands that print memory."""
+    from .memory import FRAGMENTATION
+
+    _add(p, "--fragmentation", _fragmentation_arg, default=None,
+         metavar="{FRACTION," + ",".join(FRAGMENTATION) + "}",
+         help="free space inside the caching allocator's segments, for the memory check "
+              "only: a fraction of the reserved memory in [0, 1), or the allocator's "
+              "setting: expandable_segments (0; PYTORCH_CUDA_ALLOC_CONF="
+              "expandable_segments:True) or default_segments (0.15, GMLake's mean; "
+              "scalemodel.memory.FRAGMENTATION) [-] (default 0)")
+
+
 def _accounting_option(p):
     """``--accounting`` of the commands that print memory (the time model does not use
     it)."""
@@ -443,6 +476,7 @@ def _build_scaling(sub):
     _compression_option(p, many=True)
     _loss_option(p)
     _accounting_option(p)
+    _fragmentation_option(p)
     p.set_defaults(func=cmd_scaling)
 
 
@@ -453,6 +487,7 @@ def _build_min_compression(sub):
     _target_options(p)
     _loss_option(p)
     _accounting_option(p)
+    _fragmentation_option(p)
     p.set_defaults(func=cmd_min_compression)
 
 
@@ -463,6 +498,7 @@ def _build_required_bandwidth(sub):
     _compression_option(p)
     _loss_option(p)
     _accounting_option(p)
+    _fragmentation_option(p)
     p.set_defaults(func=cmd_required_bandwidth)
 
 
@@ -474,6 +510,7 @@ def _build_iteration(sub):
     _compression_option(p)
     _loss_option(p)
     _accounting_option(p)
+    _fragmentation_option(p)
     p.set_defaults(func=cmd_iteration)
 
 
@@ -493,6 +530,7 @@ def _build_plan(sub):
     _implementation_option(p)
     _loss_option(p)
     _accounting_option(p)
+    _fragmentation_option(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -659,7 +697,7 @@ def _memory(args, n):
 def _memory_kw(args):
     """``loss=`` and ``accounting=`` where ``--loss`` and ``--accounting`` were given (the
     API's defaults otherwise)."""
-    kw = {k: getattr(args, k, None) for k in ("loss", "accounting")}
+    kw = {k: getattr(args, k, None) for k in ("loss", "accounting", "fragmentation")}
     return {k: v for k, v in kw.items() if v is not None}
 
 

@@ -96,10 +96,9 @@ from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import _FLOATS, Scenario, effective_utilization
 from .overlap import OverlapLines, UpperEnvelope, _with_fixed, overlap_lines
 from .sharding import SHARDING_COMPRESSORS
-from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _for_the_job, _line_rate_for,
-                      _corner_ratio, _loss, _min_compression, _scalar, below, memory_check,
-                      memory_text,
-                      min_compression)
+from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _corner_ratio, _for_the_job,
+                      _fragmentation, _line_rate_for, _loss, _min_compression, _scalar,
+                      below, memory_check, memory_text, min_compression)
 from .units import check_count, check_fraction, format_bandwidth, parse_bandwidth
 
 __all__ = ["plan_compression", "CompressionPlan", "PlanRow", "breakeven_bandwidth", "Breakeven",
@@ -1837,7 +1836,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                      gpu=None, implementation=None, activation_checkpointing=None,
                      offload=None, shard_group=None, tp=1, pp=1,
                      microbatches=None, virtual_stages=1, loss="unfused",
-                     accounting="zero", sequence_parallel=False) -> CompressionPlan:
+                     accounting="zero", sequence_parallel=False,
+                     fragmentation=0.0) -> CompressionPlan:
     """Rank compressors by what they achieve on this network, each at the least aggressive
     setting that reaches ``target``; eq. :eq:`compressed-bucket`.
 
@@ -1928,6 +1928,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
         ``settings`` record it. Anything else, or ``"fsdp"`` with another strategy or
         with offload, raises :class:`~scalemodel.InvalidParameterError` naming the value
         and the valid ones, as :func:`~scalemodel.memory` does [-].
+    fragmentation : float or str
+        The allocator's free space inside segments, for the memory check only, as in
+        :func:`~scalemodel.min_compression` [-].
 
     Returns
     -------
@@ -1947,6 +1950,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     loss = _loss(loss)
     accounting = _accounting(accounting)
+    fragmentation = _fragmentation(fragmentation)
     impl, explicit = _implementation(implementation)
     comps = _compressor_list(compressors, impl, explicit)
     job = dict(activation_checkpointing=activation_checkpointing, offload=offload,
@@ -1997,7 +2001,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                         sc.sharding is not None)
     outside = _outside_calibration(sc.cluster, bw)
     msg = _message_caveats(msg, rows, needed, _strategy(sc), views, outside)
-    per, fits, gpu_name, note = memory_check(sc, n, gpu, loss, accounting)
+    per, fits, gpu_name, note = memory_check(sc, n, gpu, loss, accounting, fragmentation)
     best_interval, said = _best_interval(model, best, sc, n, bw, dict(
         utilization=u, **options, implementation=implementation, gpu=gpu))
     plan = CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
@@ -2010,7 +2014,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                            sharding=_strategy(sc), memory_per_gpu=per, fits=fits,
                            gpu=gpu_name, implementation=impl.name,
                            outside_calibration=bool(outside),
-                           settings=dict(sc.settings(), loss=loss, accounting=accounting))
+                           settings=dict(sc.settings(), loss=loss, accounting=accounting,
+                                         fragmentation=fragmentation))
     return _for_the_job(plan, sc, n_job, bw_job)  # said in the job's GPUs and line rate
 
 

@@ -187,7 +187,7 @@ def memory_text(per, fits, gpu) -> str:
             + ("fits on " if fits else "does NOT fit on ") + str(gpu))
 
 
-def memory_check(sc, n, gpu=None, loss="unfused", accounting="zero"):
+def memory_check(sc, n, gpu=None, loss="unfused", accounting="zero", fragmentation=0.0):
     """Memory per GPU of a scenario on ``n`` workers: ``(per_gpu [bytes], fits, gpu name,
     note)``, where the note is empty when it fits; all None when unknown (a profile without
     a transformer configuration and no ``gpu``; a ``loss`` other than ``"unfused"`` or an
@@ -210,10 +210,15 @@ def memory_check(sc, n, gpu=None, loss="unfused", accounting="zero"):
     accounting : str
         How the model state and the peak are counted, ``"zero"`` or ``"fsdp"``, as in
         :func:`~scalemodel.memory` [-].
+    fragmentation : float or str
+        Free space inside the allocator's segments, a fraction of the reserved memory or
+        the allocator's setting by name (``"expandable_segments"``,
+        ``"default_segments"``), as in :func:`~scalemodel.memory` [-].
 
     Raises
     ------
     InvalidParameterError
+        ``fragmentation`` outside [0, 1) or an unknown name;
         ``loss`` outside ``"unfused"``, ``"fused"``, ``"unfused+logits"``; ``accounting``
         outside ``"zero"``, ``"fsdp"``, or ``"fsdp"`` with a sharding strategy other than
         zero2, zero3, hybrid_shard or with offload (the message names the value and the
@@ -223,15 +228,16 @@ def memory_check(sc, n, gpu=None, loss="unfused", accounting="zero"):
 
     loss = canonical_loss(loss)
     accounting = _accounting(accounting, sc)
+    frag = _fragmentation(fragmentation)
     if gpu is not None and not isinstance(gpu, str):  # a GPUSpec object: not cached
-        return _memory_check(sc, n, gpu, loss, accounting)
-    key = ("memory", int(n), gpu, loss, accounting)
+        return _memory_check(sc, n, gpu, loss, accounting, frag)
+    key = ("memory", int(n), gpu, loss, accounting, frag)
     if key not in sc._cache:  # a scenario's memory does not change: ask once
-        sc._cache[key] = _memory_check(sc, n, gpu, loss, accounting)
+        sc._cache[key] = _memory_check(sc, n, gpu, loss, accounting, frag)
     return sc._cache[key]
 
 
-def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
+def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0.0):
     from .checkpointing import Checkpointing
     from .memory import _memory_lean
 
@@ -254,6 +260,14 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
                 f"accounting={accounting!r} is ignored for {p.name}: it has no transformer "
                 "config and no gpu= was given, so no memory is checked (the time model does "
                 "not use the accounting)"), stacklevel=4)
+        if fragmentation != 0.0:  # and the allocator's fragmentation
+            import warnings
+
+            from .exceptions import ModelWarning
+            warnings.warn(ModelWarning(
+                f"fragmentation={fragmentation:g} is ignored for {p.name}: it has no "
+                "transformer config and no gpu= was given, so no memory is checked (the "
+                "time model does not use the fragmentation)"), stacklevel=4)
         return None, None, None, ""
     if gpu is None:
         gpu = p.provenance.get("gpu") or "h100-sxm"
@@ -271,6 +285,8 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero"):
     if isinstance(ck, dict):
         kw["activation_checkpointing"] = Checkpointing(**ck)
     kw["offload"] = p.provenance.get("offload_mode", "none")  # scalemodel.offload
+    if fragmentation:
+        kw["fragmentation"] = fragmentation
     if mp is not None and mp.active:  # n counts replicas; memory() the job's GPUs
         kw.update(tp=mp.tp, pp=mp.pp, microbatches=mp.microbatches,
                   virtual_stages=mp.virtual_stages,
@@ -303,6 +319,15 @@ def _loss(loss):
     return canonical_loss(loss)
 
 
+def _fragmentation(fragmentation):
+    """``fragmentation`` as a fraction, checked before any work as
+    :func:`~scalemodel.memory` checks it (a name is the allocator setting's fraction,
+    :data:`~scalemodel.memory.FRAGMENTATION`) [-]."""
+    from .memory import _check_measure
+
+    return _check_measure("reserved", fragmentation)[1]
+
+
 def _accounting(accounting, sc=None):
     """``accounting``, checked before any work as :func:`~scalemodel.memory` checks it,
     with its own error (``memory._check_accounting``): the value alone without a scenario;
@@ -317,9 +342,10 @@ def _accounting(accounting, sc=None):
                              sc.profile.provenance.get("offload_mode", "none"))
 
 
-def _with_memory(result, sc, n, gpu, loss="unfused", accounting="zero"):
-    settings = dict(sc.settings(), loss=loss, accounting=accounting)
-    per, fits, name, note = memory_check(sc, n, gpu, loss, accounting)
+def _with_memory(result, sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0.0):
+    settings = dict(sc.settings(), loss=loss, accounting=accounting,
+                    fragmentation=fragmentation)
+    per, fits, name, note = memory_check(sc, n, gpu, loss, accounting, fragmentation)
     if per is None and fits is None:
         return attrs.evolve(result, settings=settings)
     return attrs.evolve(result, settings=settings, memory_per_gpu=per, fits=fits, gpu=name,
@@ -538,7 +564,8 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                     gpu=None, activation_checkpointing=None,
                     offload=None, shard_group=None, tp=1, pp=1,
                     microbatches=None, virtual_stages=1, loss="unfused",
-                    accounting="zero", sequence_parallel=False) -> CompressionResult:
+                    accounting="zero", sequence_parallel=False,
+                    fragmentation=0.0) -> CompressionResult:
     """Smallest compression ratio whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -589,6 +616,11 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
         ``"fsdp"`` with another strategy or with offload, raises
         :class:`~scalemodel.InvalidParameterError` naming the value and the valid ones, as
         :func:`~scalemodel.memory` does [-].
+    fragmentation : float or str
+        Free space inside the allocator's segments, for the memory check only: a
+        fraction of the reserved memory in [0, 1) or the allocator's setting by name
+        (``"expandable_segments"``, 0, the default; ``"default_segments"``, 0.15), as in
+        :func:`~scalemodel.memory`; the result's ``settings`` record the fraction [-].
 
     Returns
     -------
@@ -614,6 +646,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     loss = _loss(loss)
     accounting = _accounting(accounting)
+    fragmentation = _fragmentation(fragmentation)
     build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
                      nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha,
@@ -628,7 +661,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                          lambda cl: _corner_ratio(_corner(sc, cl, build), bw_dp, n_dp,
                                                   target, u),
                          "ratio", "ratio", model)
-    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting), sc, n, bw)
+    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n, bw)
 
 
 def _reach_exactly(sf_of, lo, hi, target):
@@ -747,7 +780,8 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                        gpu=None, activation_checkpointing=None,
                        offload=None, shard_group=None, tp=1, pp=1,
                        microbatches=None, virtual_stages=1, loss="unfused",
-                       accounting="zero", sequence_parallel=False) -> BandwidthResult:
+                       accounting="zero", sequence_parallel=False,
+                       fragmentation=0.0) -> BandwidthResult:
     """Smallest line rate whose scaling factor reaches ``target``, eq. :eq:`inverses`.
 
     Parameters
@@ -784,6 +818,9 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     accounting : str
         As in :func:`min_compression`: how the model state and the peak are counted,
         for the memory check only [-].
+    fragmentation : float or str
+        As in :func:`min_compression`: the allocator's free space inside segments, for the
+        memory check only [-].
 
     Returns
     -------
@@ -807,6 +844,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     u = _scalar("utilization", check_fraction(utilization, "utilization"))
     loss = _loss(loss)
     accounting = _accounting(accounting)
+    fragmentation = _fragmentation(fragmentation)
     warn_unused_codec_cost(codec_cost, r)
     build = _builder(model, algorithm=algorithm, fusion=fusion, alpha=alpha,
                      codec_cost=codec_cost, gpus_per_node=gpus_per_node,
@@ -821,7 +859,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
                          lambda cl: _corner_bw(_corner(sc, cl, build), n_dp, target, r, u),
                          "bw", "bw", model)
-    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting), sc, n)
+    return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n)
 
 
 def _solve_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
