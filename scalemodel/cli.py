@@ -222,9 +222,8 @@ def _fragmentation_arg(text, option):
     :func:`scalemodel.memory` checks it."""
     from .memory import FRAGMENTATION, _check_measure
 
-    key = text.strip().lower().replace("-", "_")
-    value = key if key in FRAGMENTATION else text
-    if value is text:
+    value = text.strip().lower().replace("-", "_")
+    if value not in FRAGMENTATION:
         try:
             value = float(text)
         except ValueError:
