@@ -85,7 +85,8 @@ __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_effici
            "MemoryPressure", "memory_pressure", "check_calibration_memory",
            "MEMORY_PRESSURE_SLOWDOWN", "job_memory_pressure", "CALIBRATION_PRESSURE_NOTE",
            "PRESSURE_SHARDINGS",
-           "EFFICIENCY_TRANSFER", "carried_over", "model_key"]
+           "EFFICIENCY_TRANSFER", "carried_over", "model_key", "micro_batch_side",
+           "micro_batch_of"]
 
 SIXTEEN_BIT = ("bf16", "fp16")
 """Compute dtypes the published defaults are for (tensor-core 16-bit training)."""
@@ -353,7 +354,9 @@ def fitted_efficiency(cluster, profile, *, tp=1):
     tensor-parallel degree, or from memory-pressured runs (:func:`carried_over`), its
     interval is widened by
     :data:`EFFICIENCY_TRANSFER` at both ends, and so is the value at a corner of the
-    cluster (:meth:`~scalemodel.ClusterProfile.corners`).
+    cluster (:meth:`~scalemodel.ClusterProfile.corners`). Carried to the same model at a
+    micro-batch above (below) every micro-batch of its runs (:func:`micro_batch_side`),
+    only the upper (lower) end is widened.
 
     Parameters
     ----------
@@ -391,17 +394,23 @@ def fitted_efficiency(cluster, profile, *, tp=1):
     lo, hi = (list(iv) + [None, None])[:2]
     lo, hi = (None if lo is None else float(lo)), (None if hi is None else float(hi))
     value = float(eff["value"])
-    if not carried_over(cluster, profile, tp):
+    if carried_over(cluster, profile, tp):  # another model: either way
+        down = up = True
+    else:  # the same model at a micro-batch the runs did not reach: one way
+        side = micro_batch_side(cluster, profile, tp)
+        down, up = side == "smaller", side == "larger"
+    if not (down or up):
         return value, (lo, hi)
-    # another workload than the runs showed: the spread of efficiency between models
     top, bottom = EFFICIENCY_BOUNDS[1], EFFICIENCY_BOUNDS[0]
-    lo = bottom if lo is None else max(bottom, lo / EFFICIENCY_TRANSFER)
-    hi = top if hi is None else min(top, hi * EFFICIENCY_TRANSFER)
     end = eff.get("end")  # a corner of the cluster (ClusterProfile.corners)
-    if end == "high":
-        value = min(top, value * EFFICIENCY_TRANSFER)
-    elif end == "low":
-        value = max(bottom, value / EFFICIENCY_TRANSFER)
+    if down:
+        lo = bottom if lo is None else max(bottom, lo / EFFICIENCY_TRANSFER)
+        if end == "low":
+            value = max(bottom, value / EFFICIENCY_TRANSFER)
+    if up:
+        hi = top if hi is None else min(top, hi * EFFICIENCY_TRANSFER)
+        if end == "high":
+            value = min(top, value * EFFICIENCY_TRANSFER)
     return value, (lo, hi)
 
 
@@ -454,6 +463,82 @@ def carried_over(cluster, profile, tp=1) -> bool:
     seen = set(eff.get("models") or eff.get("profiles") or ()) \
         - set(eff.get("pressured") or ())
     return model_key(profile, tp) not in seen
+
+
+def micro_batch_side(cluster, profile, tp=1):
+    """Where ``profile``'s micro-batch lies against the micro-batches of the runs
+    ``cluster``'s efficiency was fitted on for the same model (:func:`model_key`, which
+    leaves the micro-batch out; ``extra["efficiency"]["micro_batches"]``, recorded by
+    :func:`~scalemodel.fit_cluster` for the runs that were not memory-pressured).
+
+    The efficiency of one model is not one number across micro-batches: a smaller one
+    multiplies matrices with fewer rows (``micro_batch x seq`` tokens) and pays each
+    per-micro-batch cost -- kernel launches, a sharded model's gathers of every unit --
+    over fewer tokens, so the model FLOPs utilisation does not fall as the micro-batch
+    grows and does not rise as it shrinks. Measured: InternLM-7B on 512-1024 A100 at
+    micro-batch 4 and 2 where its series ran 8 (``benchmarks/data/published_large_n.csv``
+    rows 41-43) reaches 7 to 22 % fewer tokens per second than the model gives at the
+    efficiency fitted at micro-batch 8 (``benchmarks/validate_large_n.py``). So a
+    prediction above every micro-batch the runs showed widens the fast end of the
+    efficiency's interval by :data:`EFFICIENCY_TRANSFER` and one below every micro-batch
+    widens the slow end; one between them (or at one) is not widened. (LLM Foundry's
+    series change the micro-batch at a steady MFU where the GPU has room, within 5 %,
+    ``published_sharded.csv``; where they do not, the memory pressure is flagged on its
+    own, :func:`memory_pressure`.)
+
+    Parameters
+    ----------
+    cluster : ClusterProfile
+        A cluster carrying a fitted efficiency [-].
+    profile : WorkloadProfile
+        The workload asked about [-].
+    tp : int
+        Its tensor-parallel degree [GPUs].
+
+    Returns
+    -------
+    str or None
+        ``"larger"``, ``"smaller"``, or None (within the runs' micro-batches, or either
+        side unrecorded: a profile without a configuration, a fit that predates the
+        record).
+
+    Raises
+    ------
+    InvalidParameterError
+        The cluster's recorded micro-batches are not lists of positive numbers.
+    """
+    eff = _fitted_entry(cluster) or {}
+    record = eff.get("micro_batches")
+    if record is None:
+        return None
+    if not isinstance(record, dict):
+        raise InvalidParameterError("cluster.extra['efficiency']['micro_batches']", record,
+                                    "must map each model to the micro-batches of its runs")
+    seen = record.get(model_key(profile, tp))
+    mb = micro_batch_of(profile)
+    if seen is None or mb is None:
+        return None
+    if not isinstance(seen, list) or not seen or not all(
+            type(v) in (int, float) and math.isfinite(v) and v > 0 for v in seen):
+        raise InvalidParameterError("cluster.extra['efficiency']['micro_batches']", seen,
+                                    "each model's entry must be a list of positive "
+                                    "micro-batch sizes [sequences]")
+    if mb > max(seen):
+        return "larger"
+    if mb < min(seen):
+        return "smaller"
+    return None
+
+
+def micro_batch_of(profile):
+    """The micro-batch a FLOP-derived profile was built for (its transformer
+    configuration's ``micro_batch``), or None [sequences]."""
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    config = prov.get("config")
+    mb = config.get("micro_batch") if isinstance(config, dict) else None
+    if type(mb) not in (int, float) or not (math.isfinite(mb) and mb > 0):
+        return None
+    return mb
 
 
 _NOT_THE_MODEL = ("micro_batch", "name")

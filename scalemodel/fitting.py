@@ -1099,6 +1099,7 @@ def _fitted_cluster(problem, best, params, alternatives, fit_settings):
             "value": p.value, "interval": list(p.interval), "gpu": gpus,
             "profiles": sorted({r.profile.name for r in flop_runs}),
             "models": sorted({model_key(r.profile, _run_tp(r)) for r in flop_runs}),
+            "micro_batches": _micro_batches(flop_runs),
             "pressured": _pressured_profiles(flop_runs, base)})
     return attrs.evolve(problem.cluster(best.values), intervals=intervals,
                         provenance=provenance, **extra)
@@ -1115,13 +1116,29 @@ def _efficiency_notes(cluster):
            f"{', '.join(eff.get('gpu') or ()) or 'the same GPU'}; for another model or "
            f"tensor-parallel degree its interval widens by a factor "
            f"{EFFICIENCY_TRANSFER:g} either way (the spread of "
-           "MFU between models in published tables, efficiency.EFFICIENCY_TRANSFER)"]
+           "MFU between models in published tables, efficiency.EFFICIENCY_TRANSFER); for "
+           "the same model at a larger (smaller) micro-batch than its runs', its fast "
+           "(slow) end only (efficiency.micro_batch_side)"]
     if eff.get("pressured"):
         out.append("  memory-pressured calibration runs (model state >= "
                    "efficiency.MEMORY_PRESSURE_SHARE of the GPU): their model's "
                    "predictions get the same wider interval; a run with more room "
                    "(more GPUs, or a smaller model state) would calibrate it better")
     return out
+
+
+def _micro_batches(runs):
+    """The micro-batches of the runs of each model (:func:`scalemodel.efficiency.model_key`),
+    sorted; a run whose profile records none is left out
+    (:func:`scalemodel.efficiency.micro_batch_side` reads them) [sequences]."""
+    from .efficiency import micro_batch_of, model_key
+
+    out = {}
+    for r in runs:
+        mb = micro_batch_of(r.profile)
+        if mb is not None:
+            out.setdefault(model_key(r.profile, _run_tp(r)), set()).add(mb)
+    return {k: sorted(v) for k, v in sorted(out.items())}
 
 
 def _run_tp(run):

@@ -448,12 +448,21 @@ def _carried_text(cluster, profile, tp=1) -> str:
     """:func:`_carried_note` of a loaded ``profile`` at ``tp``, computed (what it reads of
     the cluster and the profile does not change: kept per cluster object, profile and
     tp) [-]."""
-    from .efficiency import EFFICIENCY_TRANSFER, carried_over, fitted_efficiency
+    from .efficiency import (EFFICIENCY_TRANSFER, carried_over, fitted_efficiency,
+                             micro_batch_of, micro_batch_side)
 
-    if (fitted_efficiency(cluster, profile) is None
-            or not carried_over(cluster, profile, tp)):
+    if fitted_efficiency(cluster, profile) is None:
         return ""
     eff = cluster.extra["efficiency"]
+    if not carried_over(cluster, profile, tp):
+        side = micro_batch_side(cluster, profile, tp)
+        if side is None:
+            return ""
+        end = "fast" if side == "larger" else "slow"
+        return (f"; the efficiency fitted at other micro-batches of {profile.name} is "
+                f"carried to micro-batch {micro_batch_of(profile):g}, {side} than its "
+                f"runs', the {end} end of its interval widened by a factor "
+                f"{EFFICIENCY_TRANSFER:g} (efficiency.micro_batch_side)")
     at = f" at tp={tp}" if tp > 1 else ""
     return (f"; the efficiency fitted on {', '.join(eff.get('profiles') or ()) or 'other runs'}"
             f" is carried to {profile.name}{at}, its interval widened by a factor "

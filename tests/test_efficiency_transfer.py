@@ -12,7 +12,7 @@ import pytest
 
 import scalemodel as sm
 from scalemodel.efficiency import (EFFICIENCY_TRANSFER, carried_over, fitted_efficiency,
-                                   model_key)
+                                   micro_batch_of, micro_batch_side, model_key)
 from scalemodel.exceptions import CalibrationWarning
 from scalemodel.intervals import iteration_time_interval
 
@@ -46,12 +46,76 @@ def test_the_same_model_keeps_the_fitted_interval(fit8):
     prof, fit = fit8
     eff = fit.cluster.extra["efficiency"]
     assert eff["models"] == [model_key(prof)] and eff["pressured"] == []
-    # another micro-batch and name: still the same model
-    other_batch = _profile(dict(MPT13, micro_batch=4, name="mpt-13b-row18"))
-    assert model_key(other_batch) == model_key(prof)
-    assert not carried_over(fit.cluster, other_batch)
-    value, (lo, hi) = fitted_efficiency(fit.cluster, other_batch)
+    assert eff["micro_batches"] == {model_key(prof): [2]}
+    # another name, the same micro-batch: the same model, the fitted interval
+    renamed = _profile(dict(MPT13, name="mpt-13b-row18"))
+    assert model_key(renamed) == model_key(prof)
+    assert not carried_over(fit.cluster, renamed)
+    assert micro_batch_side(fit.cluster, renamed) is None
+    value, (lo, hi) = fitted_efficiency(fit.cluster, renamed)
     assert (value, [lo, hi]) == (eff["value"], eff["interval"])
+
+
+@pytest.mark.parametrize("mb, side", [(4, "larger"), (1, "smaller")])
+def test_another_micro_batch_widens_one_end(fit8, mb, side):
+    """The same model at a micro-batch its runs did not reach: the fast end widens for a
+    larger one, the slow end for a smaller one; the point and the other end stay."""
+    prof, fit = fit8
+    eff = fit.cluster.extra["efficiency"]
+    other = _profile(dict(MPT13, micro_batch=mb))
+    assert model_key(other) == model_key(prof) and not carried_over(fit.cluster, other)
+    assert micro_batch_of(other) == mb and micro_batch_side(fit.cluster, other) == side
+    value, (lo, hi) = fitted_efficiency(fit.cluster, other)
+    assert value == eff["value"]
+    f_lo, f_hi = eff["interval"]
+    if side == "larger":
+        assert (lo, hi) == (f_lo, pytest.approx(f_hi * EFFICIENCY_TRANSFER, rel=1e-12))
+    else:
+        assert (lo, hi) == (pytest.approx(f_lo / EFFICIENCY_TRANSFER, rel=1e-12), f_hi)
+    worst, best = fit.cluster.corners()  # only the widened corner moves
+    assert fitted_efficiency(worst, other)[0] == pytest.approx(hi, rel=1e-12)
+    assert fitted_efficiency(best, other)[0] == pytest.approx(lo, rel=1e-12)
+    # and so does the step time's interval, on that side only
+    base = sm.iteration_time(_profile(dict(MPT13, micro_batch=mb)), 64, "400Gbps",
+                             sharding="zero3", cluster=attrs.evolve(
+                                 fit.cluster, extra=dict(fit.cluster.extra, efficiency=dict(
+                                     eff, micro_batches={model_key(prof): [mb]}))))
+    it = sm.iteration_time(other, 64, "400Gbps", sharding="zero3", cluster=fit.cluster)
+    assert float(it.total) == pytest.approx(float(base.total), rel=1e-12)
+    fast, slow = it.total_interval
+    if side == "larger":
+        assert fast < base.total_interval[0] and slow == pytest.approx(
+            base.total_interval[1], rel=1e-12)
+    else:
+        assert slow > base.total_interval[1] and fast == pytest.approx(
+            base.total_interval[0], rel=1e-12)
+
+
+def test_micro_batches_between_the_runs_and_old_fits_are_not_widened(fit8):
+    prof, fit = fit8
+    eff = fit.cluster.extra["efficiency"]
+    key = model_key(prof)
+    wide = attrs.evolve(fit.cluster, extra={"efficiency": dict(eff, micro_batches={key: [1, 4]})})
+    assert micro_batch_side(wide, _profile(dict(MPT13, micro_batch=2))) is None
+    assert micro_batch_side(wide, _profile(dict(MPT13, micro_batch=8))) == "larger"
+    old = attrs.evolve(fit.cluster, extra={"efficiency": {
+        k: v for k, v in eff.items() if k != "micro_batches"}})
+    assert micro_batch_side(old, _profile(dict(MPT13, micro_batch=8))) is None
+
+
+@pytest.mark.parametrize("record", [[2], {"x": 2}, {"KEY": []}, {"KEY": ["2"]},
+                                    {"KEY": [float("nan")]}, {"KEY": [0]}])
+def test_a_bad_micro_batch_record_is_named(fit8, record):
+    prof, fit = fit8
+    eff = fit.cluster.extra["efficiency"]
+    if isinstance(record, dict) and "KEY" in record:
+        record = {model_key(prof): record["KEY"]}
+    bad = attrs.evolve(fit.cluster, extra={"efficiency": dict(eff, micro_batches=record)})
+    if record == {"x": 2}:  # another model's entry: not read
+        assert micro_batch_side(bad, prof) is None
+        return
+    with pytest.raises(sm.InvalidParameterError, match="micro_batches"):
+        micro_batch_side(bad, prof)
 
 
 def test_another_model_gets_the_interval_widened_by_the_factor(fit8):
@@ -137,10 +201,14 @@ def test_answers_say_when_the_efficiency_is_carried_to_another_model(fit8):
     _, fit = fit8
     kw = dict(n=64, sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
     other = sm.min_compression(_profile(MPT7), "25Gbps", cluster=fit.cluster, **kw)
-    same = sm.min_compression(_profile(dict(MPT13, micro_batch=4)), "25Gbps",
+    same = sm.min_compression(_profile(dict(MPT13, name="mpt-13b-row18")), "25Gbps",
                               cluster=fit.cluster, **kw)
+    bigger = sm.min_compression(_profile(dict(MPT13, micro_batch=4)), "25Gbps",
+                                cluster=fit.cluster, **kw)
     assert "is carried to mpt-7b" in other.message and "1.21" in other.message
     assert "is carried to" not in same.message
+    assert ("is carried to micro-batch 4, larger than its runs', the fast end"
+            in bigger.message)
     bw = sm.required_bandwidth(_profile(MPT7), cluster=fit.cluster, **kw)
     assert "is carried to mpt-7b" in bw.message
 
