@@ -959,7 +959,10 @@ _NETWORK_CHOICES = ("nccl-ib", "nccl-roce", "nccl-socket", "gloo", "mpi")
 def _build_fit(sub):
     p = _sub(sub, "fit", "fit a cluster from measured runs (CSV) and write it")
     p.add_argument("runs", help="CSV of measured runs, header: model,n,bw and one of "
-                   "scaling_factor, iteration_time or tokens_per_second_per_gpu; optional "
+                   "scaling_factor, iteration_time or tokens_per_second_per_gpu (model: a "
+                   "built-in name, a profile file, or a Hugging Face config.json with "
+                   "optional seq, micro_batch and gpu columns, as --seq, --micro-batch and "
+                   "--gpu build it for a prediction); optional "
                    "single_worker_time, compute_time, fusion, algorithm, sharding (none, "
                    "zero1, zero2, zero3, hybrid_shard), shard_group (GPUs that share one copy of "
                    "the sharded state), grad_accum, wrapped (a single-worker "

@@ -60,6 +60,14 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     (:func:`~scalemodel.compressors.for_implementation`); blank: the call's, else the
     compressor as given.
 
+``seq`` [tokens], ``micro_batch`` [sequences], ``gpu``
+    With a Hugging Face ``config.json`` as ``model`` (Llama, GPT-2, GPT-NeoX, Falcon,
+    Qwen, Gemma, ... key names, :mod:`scalemodel.hf_configs`): the sequence length
+    (default the config's context length), sequences per GPU per micro-batch (default
+    1) and the GPU (a :func:`~scalemodel.list_gpus` name, default ``"h100-sxm"``) the
+    FLOP-derived profile is built for, as the CLI's ``--seq``, ``--micro-batch`` and
+    ``--gpu`` build it for a prediction. With any other model they are refused by name.
+
 ``fusion``, ``algorithm``, ``uncertainty`` [-] (default 2 %) and ``label`` keep their meaning.
 
 Every number must be finite and inside a documented range (``MIN_RUN_TIME`` to
@@ -89,7 +97,7 @@ import attrs
 
 from ._jsonfile import read_text_file
 from .exceptions import (CalibrationWarning, InvalidParameterError, ParameterTypeError,
-                         ProfileFormatError, ScalemodelError)
+                         ProfileFormatError, ScalemodelError, UnknownNameError)
 from .fusion import MAX_BUCKET_CAP_MB
 from .profiles import MAX_TIME, WorkloadProfile, load_profile
 from .units import check_count, parse_bandwidth
@@ -136,7 +144,7 @@ _RUN_KEYS = {"model", "n", "bw", "scaling_factor", "iteration_time", "single_wor
              "grad_accum", "wrapped", "bucket_cap_mb", "first_bucket_mb",
              "tokens_per_second_per_gpu", "shard_group",
              "compressor", "implementation", "tp", "pp", "microbatches",
-             "virtual_stages", "sequence_parallel"}
+             "virtual_stages", "sequence_parallel", "seq", "micro_batch", "gpu"}
 
 _TRUE = {"true", "yes", "1", "y", "t", "on"}
 _FALSE = {"false", "no", "0", "n", "f", "off"}
@@ -424,25 +432,82 @@ class _Where:
         self.memo = {}  # (profile key, grad_accum) -> profile: runs share one object
 
 
-def _base_profile(i, model, where):
-    """The run's profile as named; a path confined to ``where.allowed`` when given."""
+def _base_profile(i, model, where, raw=None):
+    """The run's profile as named; a path confined to ``where.allowed`` when given; a
+    Hugging Face ``config.json`` built with the run's ``seq``, ``micro_batch`` and ``gpu``
+    (:func:`_config_options`)."""
     if _blank(model):
         raise InvalidParameterError(f"runs[{i}].model", model, "is required")
     if where.allowed is not None and isinstance(model, (str, os.PathLike)):
         model = _confined(i, model, where)
+    options = _config_options(i, raw or {})
     key = ("path", os.fspath(model)) if isinstance(model, Path) else ("obj", id(model)) \
         if isinstance(model, WorkloadProfile) else ("name", model)
     try:
         hash(key)
     except TypeError:  # a list or a dict: load_profile names it, a memo lookup raised
         key = ("obj", id(model))
+    key = key + options
     if key in where.memo:
         return where.memo[key]
+    where.memo[key] = _load_model(i, model, options)
+    return where.memo[key]
+
+
+_CONFIG_KEYS = ("seq", "micro_batch", "gpu")
+"""Run keys that build a Hugging Face ``config.json`` given as ``model``."""
+
+
+def _config_options(i, raw):
+    """``(seq, micro_batch, gpu)`` of a run, each None when blank: integers >= 1 and a
+    GPU name (checked when the profile is built) [tokens, sequences, -]."""
+    seq, mb, gpu = (raw.get(k) for k in _CONFIG_KEYS)
+    seq = None if _blank(seq) else _int(i, "seq", seq, what="tokens per sequence")
+    mb = None if _blank(mb) else _int(i, "micro_batch", mb, what="sequences per GPU")
+    if _blank(gpu):
+        gpu = None
+    elif not isinstance(gpu, str):
+        raise ParameterTypeError(f"runs[{i}].gpu", gpu, "a GPU name (scalemodel.list_gpus())")
+    else:
+        gpu = gpu.strip()
+    return seq, mb, gpu
+
+
+def _load_model(i, model, options):
+    """The run's profile: a Hugging Face ``config.json`` derived from FLOPs with the run's
+    ``seq``, ``micro_batch`` and ``gpu`` (:func:`~scalemodel.hf_configs.load_hf_profile`),
+    else :func:`~scalemodel.load_profile`, which those keys do not apply to (refused by
+    the key's name)."""
+    from ._jsonfile import read_json_file
+    from .hf_configs import is_hf_config, load_hf_profile
+
+    path = model if isinstance(model, (str, os.PathLike)) else None
     try:
-        where.memo[key] = load_profile(model)
+        config = path is not None and os.fspath(path).endswith(".json") \
+            and os.path.isfile(path) \
+            and is_hf_config(read_json_file(path, what="workload profile or config.json"))
     except (InvalidParameterError, ParameterTypeError, ProfileFormatError) as exc:
         raise _renamed(exc, f"runs[{i}].model") from None
-    return where.memo[key]
+    if config:
+        seq, mb, gpu = options
+        try:
+            return load_hf_profile(path, seq=seq, micro_batch=mb, gpu=gpu)
+        except UnknownNameError as exc:
+            raise _renamed(exc, f"runs[{i}].{'gpu' if exc.parameter == 'gpu' else 'model'}") \
+                from None
+        except (InvalidParameterError, ParameterTypeError, ProfileFormatError) as exc:
+            raise _renamed(exc, f"runs[{i}].model") from None
+    given = [k for k, v in zip(_CONFIG_KEYS, options) if v is not None]
+    if given:
+        raise InvalidParameterError(
+            f"runs[{i}].{given[0]}", options[_CONFIG_KEYS.index(given[0])],
+            f"applies only when the run's model is a Hugging Face config.json (model "
+            f"{os.fspath(model) if path is not None else type(model).__name__!r} is not)",
+            "Leave the cell blank, or give the config.json's path as model")
+    try:
+        return load_profile(model)
+    except (InvalidParameterError, ParameterTypeError, ProfileFormatError) as exc:
+        raise _renamed(exc, f"runs[{i}].model") from None
 
 
 def _confined(i, model, where):
@@ -503,7 +568,7 @@ def _one_run(i, raw, where) -> Run:
                                         "run needs model, n and bw (in a CSV, a short row "
                                         "or an empty cell)")
     label = str(raw.get("label") or f"run {i}")
-    base = _base_profile(i, raw.get("model"), where)
+    base = _base_profile(i, raw.get("model"), where, raw)
     n = _int(i, "n", raw.get("n"), what="a worker count")
     if not isinstance(n, int):
         raise ParameterTypeError(f"runs[{i}].n", raw.get("n"), "one integer")

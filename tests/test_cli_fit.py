@@ -157,3 +157,57 @@ def test_help_lists_the_run_keys_and_the_new_options(capsys):
     from scalemodel.runs import _RUN_KEYS
     for key in _RUN_KEYS:  # every key a run list may have is named in the help
         assert key in text, key
+
+
+LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+            "vocab_size": 128256, "max_position_embeddings": 131072,
+            "tie_word_embeddings": False}
+
+
+def test_a_hugging_face_config_calibrates_from_the_csv(tmp_path, capsys):
+    """A config.json as the run's model, built with the row's seq, micro_batch and gpu:
+    the same fit as the API's on load_hf_profile, and the CLI's prediction with --seq,
+    --micro-batch and --gpu finds the fitted efficiency (torchtitan's Llama 3.1 8B with
+    FSDP on 8 H100: 5,762 tokens/s per GPU, benchmarks/data/published_llm_scaling.csv)."""
+    from scalemodel.hf_configs import load_hf_profile
+
+    cfg = tmp_path / "llama.json"
+    cfg.write_text(json.dumps(LLAMA_8B))
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,n,bw,tokens_per_second_per_gpu,sharding,seq,micro_batch,gpu\n"
+                    "llama.json,8,400Gbps,5762,zero3,8192,2,h100-sxm\n")
+    code, out, err = _fit_cli(capsys, runs, "--nics-per-node", NICS, "--out",
+                              tmp_path / "c.json")
+    assert code == 0, err
+    prof = load_hf_profile(cfg, seq=8192, micro_batch=2, gpu="h100-sxm")
+    api = _quiet_fit([dict(model=prof, n=8, bw=400e9, tokens_per_second_per_gpu=5762,
+                           sharding="zero3")], nics_per_node=NICS)
+    saved = sm.load_cluster(tmp_path / "c.json")
+    eff = saved.extra["efficiency"]
+    assert eff["value"] == pytest.approx(api.cluster.extra["efficiency"]["value"], rel=1e-9)
+    assert list(eff["micro_batches"].values()) == [[2]]
+    code = main(["iteration", "--model", str(cfg), "--seq", "8192", "--micro-batch", "4",
+                 "--gpu", "h100-sxm", "--n", "128", "--bw", "400Gbps", "--sharding",
+                 "zero3", "--cluster", str(tmp_path / "c.json"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    it = sm.iteration_time(load_hf_profile(cfg, seq=8192, micro_batch=4, gpu="h100-sxm"),
+                           128, 400e9, sharding="zero3", cluster=saved)
+    assert out["total"] == pytest.approx(float(it.total), rel=1e-9)
+
+
+@pytest.mark.parametrize("row, name, text", [
+    ("bert,8,100Gbps,0.9,,2,,", "runs[0].micro_batch",
+     "applies only when the run's model is a Hugging Face config.json"),
+    ("llama.json,8,100Gbps,0.9,0,,,", "runs[0].seq", "must be an integer in [1,"),
+    ("llama.json,8,100Gbps,0.9,2048,1.5,,", "runs[0].micro_batch", "must be an integer"),
+    ("llama.json,8,100Gbps,0.9,2048,1,h900,", "runs[0].gpu", "h900"),
+])
+def test_config_columns_are_checked_by_name(tmp_path, capsys, row, name, text):
+    (tmp_path / "llama.json").write_text(json.dumps(LLAMA_8B))
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,n,bw,scaling_factor,seq,micro_batch,gpu,label\n" + row + "\n")
+    code, out, err = _fit_cli(capsys, runs)
+    assert code != 0 and name in err and text in err, err
+    assert len(err.strip().splitlines()) == 1, err
