@@ -469,7 +469,8 @@ def micro_batch_side(cluster, profile, tp=1):
     """Where ``profile``'s micro-batch lies against the micro-batches of the runs
     ``cluster``'s efficiency was fitted on for the same model (:func:`model_key`, which
     leaves the micro-batch out; ``extra["efficiency"]["micro_batches"]``, recorded by
-    :func:`~scalemodel.fit_cluster` for the runs that were not memory-pressured).
+    :func:`~scalemodel.fit_cluster` for every FLOP-derived run; a model whose every run
+    was memory-pressured is carried either way, :func:`carried_over`).
 
     The efficiency of one model is not one number across micro-batches: a smaller one
     multiplies matrices with fewer rows (``micro_batch x seq`` tokens) and pays each
