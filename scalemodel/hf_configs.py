@@ -7,22 +7,34 @@ The family comes from ``model_type`` when the file has it, else from the key nam
 architecture implies (norm kind, biases, gated feed-forward, tied output projection,
 learned positions) is taken from its modelling code in ``transformers``:
 
-==========================  ============================  =========  ======  =====  =================  =========
-family                      key names                     norm       biases  gated  output projection  positions
-==========================  ============================  =========  ======  =====  =================  =========
-llama, mistral, qwen2       ``hidden_size`` and the like  RMS        no      yes    as configured      rotary
-gemma                       ``hidden_size`` and the like  RMS        no      yes    tied               rotary
-gpt2                        ``n_embd``, ``n_layer``       Layer      yes     no     tied               learned
-gpt_neox                    ``hidden_size`` and the like  Layer      yes     no     as configured      rotary
-falcon                      ``hidden_size``, ``n_head``   Layer      config  no     tied               rotary
-bert                        ``hidden_size`` and the like  Layer      yes     no     tied, transformed  learned
-==========================  ============================  =========  ======  =====  =================  =========
+==========================  ============================  =========  ======  ======  =================  =========
+family                      key names                     norm       biases  gated   output projection  positions
+==========================  ============================  =========  ======  ======  =================  =========
+llama, mistral, qwen2       ``hidden_size`` and the like  RMS        no      yes     as configured      rotary
+gemma                       ``hidden_size`` and the like  RMS        no      yes     tied               rotary
+gpt2                        ``n_embd``, ``n_layer``       Layer      yes     no      tied               learned
+gpt_neox                    ``hidden_size`` and the like  Layer      yes     no      as configured      rotary
+falcon                      ``hidden_size``, ``n_head``   Layer      config  no      tied               rotary
+mpt                         ``d_model``, ``n_layers``     config     config  config  as configured      config
+bert                        ``hidden_size`` and the like  Layer      yes     no      tied, transformed  learned
+==========================  ============================  =========  ======  ======  =================  =========
+
+MosaicML's MPT (``MPTConfig`` of ``llm-foundry``, ``llmfoundry/models/mpt/configuration_mpt.py``,
+whose defaults apply to a key the file leaves out): the feed-forward is
+``expansion_ratio x d_model`` wide (default 4), gated for ``ffn_config.ffn_type`` =
+``"mptglu"``; biases unless ``no_bias``; RMS norm for a ``norm_type`` naming rmsnorm, else
+layer norm; a learned position table of ``max_seq_len`` rows unless ``learned_pos_emb`` is
+false or ``attn_config`` turns on ALiBi or rotary embeddings (``MPTConfig`` then turns
+the table off); ``kv_n_heads`` key-value heads for grouped-query attention, one for
+multi-query; the output projection tied unless ``tie_word_embeddings`` is false. Layer
+norms without their bias (``no_bias`` with a layer norm) count the bias here and say so.
 
 Dropout (``TransformerConfig.dropout``, whose masks activation memory counts) is on when
 any of the family's block dropout probabilities is above 0: ``resid_pdrop`` /
 ``attn_pdrop`` (GPT-2, default 0.1), ``hidden_dropout_prob`` /
 ``attention_probs_dropout_prob`` (BERT, 0.1), ``hidden_dropout`` / ``attention_dropout``
-(GPT-NeoX, Falcon, 0), ``attention_dropout`` (the Llama family, 0).
+(GPT-NeoX, Falcon, 0), ``attention_dropout`` (the Llama family, 0), ``resid_pdrop`` /
+``attn_config.attn_pdrop`` (MPT, 0).
 
 Details a family has that the config cannot express are listed in a
 :class:`~scalemodel.ModelWarning` (never silently dropped): Qwen2's biases on the
@@ -34,18 +46,22 @@ since every projection's shape would be wrong.
 Checked against published parameter counts in ``tests/test_hf_configs.py``: GPT-2
 124,439,808 (torchvision-style exact count of the released model), Pythia-160M (GPT-NeoX)
 162,322,944 (Biderman et al., 2023, Table 1), Falcon-7B 6,921,720,704 (its model card's
-count; ours counts one extra norm per block, 290,816 parameters, and says so).
+count; ours counts one extra norm per block, 290,816 parameters, and says so), and
+MPT-1B to MPT-70B as LLM Foundry's pretraining YAMLs write them, against the parameter
+counts of its benchmark tables (``benchmarks/data/published_sharded.csv``).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 
 from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 
 __all__ = ["FAMILIES", "family_of", "config_kwargs", "is_hf_config", "load_hf_profile"]
 
-FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gpt2", "gpt_neox", "falcon", "bert")
+FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gpt2", "gpt_neox", "falcon", "bert",
+            "mpt")
 """Families :meth:`~scalemodel.TransformerConfig.from_hf_config` maps [-]."""
 
 _LLAMA_LIKE = {"llama", "mistral", "mixtral_dense", "qwen2", "gemma", "qwen", "yi",
@@ -65,7 +81,7 @@ def family_of(config: dict) -> str:
     if kind in _LLAMA_LIKE:
         return "gemma" if kind == "gemma" else ("qwen2" if kind.startswith("qwen")
                                                 else "llama")
-    if kind in ("gpt2", "gpt_neox", "falcon", "bert"):
+    if kind in ("gpt2", "gpt_neox", "falcon", "bert", "mpt"):
         return kind
     if kind in ("refinedweb", "refinedwebmodel", "rw"):
         return "falcon"
@@ -75,6 +91,8 @@ def family_of(config: dict) -> str:
             "maps", f"Known: {', '.join(FAMILIES)}; or build a TransformerConfig by hand")
     if "n_embd" in config:
         return "gpt2"
+    if "d_model" in config and "n_layers" in config:
+        return "mpt"
     if "hidden_size" in config:
         return "llama"
     raise InvalidParameterError("config", "<no model_type, hidden_size or n_embd>",
@@ -118,6 +136,7 @@ _DROPOUT_KEYS = {  # the block's dropout probabilities of each family, and their
     "bert": (("hidden_dropout_prob", "attention_probs_dropout_prob"), 0.1),
     "gpt_neox": (("hidden_dropout", "attention_dropout"), 0.0),
     "falcon": (("hidden_dropout", "attention_dropout"), 0.0),
+    "mpt": (("resid_pdrop",), 0.0),
 }
 _LLAMA_DROPOUT = (("attention_dropout",), 0.0)
 
@@ -144,6 +163,78 @@ def _check_head_dim(config, hidden, heads):
             "config.head_dim", hd, f"times num_attention_heads={heads} is not "
             f"hidden_size={hidden}", "Projections wider than the model (Gemma-7B) are not "
             "modelled; build a TransformerConfig whose heads x head_dim is the width")
+
+
+def _mpt_attn(config) -> dict:
+    """MPT's ``attn_config`` (absent: MPTConfig's defaults, an empty mapping here)."""
+    attn = config.get("attn_config")
+    if attn is None:
+        return {}
+    if not isinstance(attn, dict):
+        raise ParameterTypeError("config.attn_config", attn, "a mapping (MPT's attention "
+                                 "settings)")
+    return attn
+
+
+def _mpt_attn_dropout(config) -> bool:
+    p = _mpt_attn(config).get("attn_pdrop", 0.0)
+    p = 0.0 if p is None else p
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+        raise InvalidParameterError("config.attn_config.attn_pdrop", p,
+                                    "a dropout probability in [0, 1]")
+    return p > 0
+
+
+def _mpt_kwargs(config, unmapped) -> dict:
+    """MPT's keys (module docstring), defaults as ``MPTConfig`` has them; a
+    mixture-of-experts feed-forward refused by name."""
+    hidden = _get(config, "d_model")
+    heads = _get(config, "n_heads")
+    attn = _mpt_attn(config)
+    ffn_cfg = config.get("ffn_config") or {}
+    if not isinstance(ffn_cfg, dict):
+        raise ParameterTypeError("config.ffn_config", ffn_cfg, "a mapping (MPT's "
+                                 "feed-forward settings)")
+    kind = ffn_cfg.get("ffn_type", "mptmlp")
+    if kind not in ("mptmlp", "mptglu", "te_ln_mlp"):
+        raise InvalidParameterError("config.ffn_config.ffn_type", kind, "is not a dense "
+                                    "feed-forward scalemodel maps (mixture-of-experts "
+                                    "layers are not modelled)",
+                                    "Known: mptmlp, mptglu, te_ln_mlp")
+    ratio = config.get("expansion_ratio", 4)
+    ratio = 4 if ratio is None else ratio
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) \
+            or not (math.isfinite(ratio) and ratio > 0) \
+            or not float(ratio * hidden).is_integer():
+        raise InvalidParameterError("config.expansion_ratio", ratio, f"times d_model="
+                                    f"{hidden} must be a whole, positive width")
+    ffn = _whole("ffn_config.ffn_hidden_size", ffn_cfg.get("ffn_hidden_size")) \
+        or int(ratio * hidden)
+    kind_attn = attn.get("attn_type", "multihead_attention")
+    kv = {"multihead_attention": None, "multiquery_attention": 1}.get(kind_attn, -1)
+    if kv == -1:
+        if kind_attn != "grouped_query_attention":
+            raise InvalidParameterError("config.attn_config.attn_type", kind_attn,
+                                        "is not an attention scalemodel maps",
+                                        "Known: multihead_attention, multiquery_attention, "
+                                        "grouped_query_attention")
+        kv = _whole("attn_config.kv_n_heads", attn.get("kv_n_heads"))
+    no_bias = _flag(config, "no_bias", False)
+    norm = "rmsnorm" if "rms" in str(config.get("norm_type", "low_precision_layernorm")
+                                     ).lower() else "layernorm"
+    positional = _flag(config, "learned_pos_emb", True) \
+        and not _flag(attn, "alibi", False) and not _flag(attn, "rope", False)
+    if norm == "layernorm" and no_bias:
+        unmapped.append(f"layer norms without their bias (no_bias), counted with it "
+                        f"(+{hidden} parameters per norm)")
+    if _flag(attn, "qk_ln", False):
+        unmapped.append("query and key layer norms (qk_ln)")
+    return dict(layers=_get(config, "n_layers"), hidden=hidden, heads=heads, ffn=ffn,
+                vocab=_get(config, "vocab_size"), kv_heads=kv,
+                gated_ffn=kind == "mptglu", norm=norm, bias=not no_bias,
+                learned_positions=_get(config, "max_seq_len", default=2048)
+                if positional else 0,
+                tied_embeddings=_flag(config, "tie_word_embeddings", True))
 
 
 def config_kwargs(config: dict) -> dict:
@@ -203,6 +294,8 @@ def config_kwargs(config: dict) -> dict:
         if _flag(config, "parallel_attn", True) and not new_arch:
             unmapped.append(f"parallel_attn: one norm per block, counted as two "
                             f"(+{2 * hidden} parameters per block)")
+    elif family == "mpt":
+        kw = _mpt_kwargs(config, unmapped)
     else:  # llama, mistral, qwen2, gemma
         hidden = _get(config, "hidden_size")
         heads = _get(config, "num_attention_heads")
@@ -218,7 +311,8 @@ def config_kwargs(config: dict) -> dict:
                             f"(+{hidden + 2 * kv * (hidden // heads)} parameters per block)")
     if family != "llama" and family != "qwen2" and family != "gemma":
         _check_head_dim(config, kw["hidden"], kw["heads"])
-    kw["dropout"] = _dropout(config, family)
+    kw["dropout"] = _dropout(config, family) or (
+        family == "mpt" and _mpt_attn_dropout(config))
     for key in ("num_experts", "num_local_experts", "moe_num_experts"):
         if config.get(key):
             raise InvalidParameterError(f"config.{key}", config[key], "mixture-of-experts "
@@ -239,7 +333,7 @@ def is_hf_config(data) -> bool:
         Parsed JSON [-].
     """
     return (isinstance(data, dict) and "format" not in data
-            and any(k in data for k in ("model_type", "hidden_size", "n_embd")))
+            and any(k in data for k in ("model_type", "hidden_size", "n_embd", "d_model")))
 
 
 def _context_length(data):

@@ -62,7 +62,7 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
 
 ``seq`` [tokens], ``micro_batch`` [sequences], ``gpu``
     With a Hugging Face ``config.json`` as ``model`` (Llama, GPT-2, GPT-NeoX, Falcon,
-    Qwen, Gemma, ... key names, :mod:`scalemodel.hf_configs`): the sequence length
+    Qwen, Gemma, MPT, ... key names, :mod:`scalemodel.hf_configs`): the sequence length
     (default the config's context length), sequences per GPU per micro-batch (default
     1) and the GPU (a :func:`~scalemodel.list_gpus` name, default ``"h100-sxm"``) the
     FLOP-derived profile is built for, as the CLI's ``--seq``, ``--micro-batch`` and

@@ -82,9 +82,9 @@ may have [-]: far beyond any model (the widest published are about 10^5); a larg
 is a typo and ended in an OverflowError, not an answer."""
 
 
-_HF_KEYS = {"layers": ("num_hidden_layers", "n_layer", "num_layers"),
+_HF_KEYS = {"layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
             "hidden": ("hidden_size", "n_embd", "d_model", "n_embed"),
-            "heads": ("num_attention_heads", "n_head"),
+            "heads": ("num_attention_heads", "n_head", "n_heads"),
             "ffn": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
             "vocab": ("vocab_size",),
             "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv"),
@@ -262,7 +262,8 @@ class TransformerConfig:
         Llama / Mistral / Qwen2 / Gemma (``hidden_size``, ``num_hidden_layers``,
         ``num_attention_heads``, ``intermediate_size``, ``vocab_size``, optionally
         ``num_key_value_heads``, ``tie_word_embeddings``), GPT-2 (``n_embd``, ``n_layer``,
-        ``n_head``, ``n_inner``, ``n_positions``), GPT-NeoX, Falcon and BERT; the family
+        ``n_head``, ``n_inner``, ``n_positions``), GPT-NeoX, Falcon, BERT and MosaicML's
+        MPT (``d_model``, ``n_layers``, ``n_heads``, ``expansion_ratio``); the family
         comes from ``model_type`` or the key names. See :mod:`scalemodel.hf_configs` for
         what each family implies and what it cannot express (said in a
         :class:`~scalemodel.ModelWarning`).

@@ -105,3 +105,70 @@ def test_cli_takes_a_config_json(tmp_path, capsys):
     assert "--seq" in capsys.readouterr().err
     path.write_text(json.dumps({"something": 1}))
     assert main(["min-compression", "--model", str(path), "--bw", "10Gbps"]) == 2
+
+
+MPT_SHAPES = {"mpt-1b": (24, 2048, 16), "mpt-3b": (32, 2560, 20), "mpt-7b": (32, 4096, 32),
+              "mpt-13b": (40, 5120, 40), "mpt-30b": (48, 7168, 56),
+              "mpt-70b": (80, 8192, 64)}
+
+
+def _mpt(layers, hidden, heads, **more):
+    # llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml: MPTConfig defaults elsewhere
+    return {"model_type": "mpt", "d_model": hidden, "n_heads": heads, "n_layers": layers,
+            "expansion_ratio": 4, "max_seq_len": 2048, "vocab_size": 50368, **more}
+
+
+@pytest.mark.parametrize("model", sorted(MPT_SHAPES))
+def test_mpt_keys_give_llm_foundrys_counts(model):
+    """MPT-1B to 70B as LLM Foundry's pretraining YAMLs write them: the parameter counts
+    of its benchmark tables (benchmarks/data/published_sharded.csv), and the same
+    configuration as validate_sharded builds by hand."""
+    import csv
+    from pathlib import Path
+    rows = Path(__file__).parents[1] / "benchmarks" / "data" / "published_sharded.csv"
+    counts = {r["model"]: int(r["parameters"])
+              for r in csv.DictReader(rows.read_text().splitlines())}
+    cfg = TransformerConfig.from_hf_config(_mpt(*MPT_SHAPES[model]), seq=2048)
+    assert cfg.parameter_count == counts[model]
+    layers, hidden, heads = MPT_SHAPES[model]
+    assert attrs.evolve(cfg, name="") == TransformerConfig(
+        layers=layers, hidden=hidden, heads=heads, ffn=4 * hidden, vocab=50368, seq=2048,
+        gated_ffn=False, norm="layernorm", bias=True, learned_positions=2048,
+        tied_embeddings=True)
+    # without model_type the key names say MPT
+    no_type = {k: v for k, v in _mpt(*MPT_SHAPES[model]).items() if k != "model_type"}
+    assert TransformerConfig.from_hf_config(no_type).parameter_count == counts[model]
+
+
+def test_mpt_options_map_or_say_what_they_leave_out():
+    base = _mpt(32, 4096, 32)
+    released = dict(base, no_bias=True, attn_config={"alibi": True})  # MPT-7B's release
+    with pytest.warns(ModelWarning, match=r"no_bias.*\+4096 parameters per norm"):
+        cfg = TransformerConfig.from_hf_config(released)
+    assert (cfg.bias, cfg.learned_positions) == (False, 0)
+    glu = TransformerConfig.from_hf_config(dict(base, ffn_config={"ffn_type": "mptglu"},
+                                                norm_type="rmsnorm",
+                                                attn_config={"rope": True,
+                                                             "attn_type":
+                                                             "grouped_query_attention",
+                                                             "kv_n_heads": 8}))
+    assert (glu.gated_ffn, glu.norm, glu.kv_heads, glu.learned_positions) == \
+        (True, "rmsnorm", 8, 0)
+    mqa = TransformerConfig.from_hf_config(dict(base, resid_pdrop=0.1, attn_config={
+        "attn_type": "multiquery_attention"}))
+    assert (mqa.kv_heads, mqa.dropout) == (1, True)
+
+
+@pytest.mark.parametrize("change, name", [
+    (dict(expansion_ratio=0), "config.expansion_ratio"),
+    (dict(expansion_ratio=1.0001), "config.expansion_ratio"),
+    (dict(expansion_ratio="4"), "config.expansion_ratio"),
+    (dict(ffn_config={"ffn_type": "mb_dmoe"}), "config.ffn_config.ffn_type"),
+    (dict(attn_config={"attn_type": "sparse"}), "config.attn_config.attn_type"),
+    (dict(attn_config=[1]), "config.attn_config"),
+    (dict(n_layers=0), "config.n_layers"),
+    (dict(no_bias="true"), "config.no_bias"),
+])
+def test_bad_mpt_keys_are_named(change, name):
+    with pytest.raises(sm.ScalemodelError, match=name.replace(".", r"\.")):
+        TransformerConfig.from_hf_config(dict(_mpt(32, 4096, 32), **change))
