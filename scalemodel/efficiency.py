@@ -53,8 +53,9 @@ Foundry's tables (the rows above, ``benchmarks/data/published_sharded.csv``): th
 A100 40GB) reach 9 to 27 % less MFU than the same model on more GPUs, the runs at 34.9 %
 or less (MPT-30B on 32 A100 40GB, MPT-7B on 8) the MFU of their series. It is a warning
 of what is not modelled, not a correction: nothing is rescaled. A prediction for a
-memory-pressured job (:func:`job_memory_pressure`) warns too, and the slow side of its
-interval reaches :data:`MEMORY_PRESSURE_SLOWDOWN` times its point answer.
+memory-pressured job (:func:`job_memory_pressure`) warns too, and the slow end of its
+interval (the slowest step the fit allows it without pressure, the point without a fit)
+is taken :data:`MEMORY_PRESSURE_SLOWDOWN` times.
 
 A cluster fitted on runs of a FLOP-derived profile (:func:`~scalemodel.fit_cluster`)
 keeps the fitted efficiency with the GPU it was fitted on
@@ -741,7 +742,8 @@ on its iteration time: the largest ratio, over LLM Foundry's memory-pressured ro
 at the next larger GPU count (no longer pressured) to the row's own -- MPT-13B on 8 ->
 16 A100 40GB 1.195, MPT-70B on 64 -> 128 A100 40GB 1.364, on 32 -> 64 A100 80GB 1.098,
 on 32 -> 64 H100 1.178. A prediction for a memory-pressured job (:func:`job_memory_pressure`)
-keeps its point value and widens the slow end of its interval by this factor, with a
+keeps its point value and multiplies the slow end of its interval (the slowest step
+the fit allows it, at least the point) by this factor, with a
 :class:`~scalemodel.exceptions.ModelWarning` saying why (:func:`scalemodel.iteration_time`)
 [-]."""
 

@@ -2198,7 +2198,10 @@ def _with_memory_pressure(res, sc, n):
     """``res`` with the slow ends of its intervals widened by
     :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SLOWDOWN` and a
     :class:`~scalemodel.exceptions.ModelWarning`, when the job of ``n`` GPUs is
-    memory-pressured (:func:`~scalemodel.efficiency.job_memory_pressure`)."""
+    memory-pressured (:func:`~scalemodel.efficiency.job_memory_pressure`). The factor
+    multiplies the slow end the interval already had (the slowest step the fit allows
+    an unpressured job, e.g. at an efficiency carried from another model): the factor was
+    measured against the same model on more GPUs, so the two doubts compound."""
     from .efficiency import MEMORY_PRESSURE_SLOWDOWN, job_memory_pressure
 
     mp, st = sc.model_parallel, res.settings
@@ -2212,10 +2215,10 @@ def _with_memory_pressure(res, sc, n):
     warn_model(f"{sc.profile.name} on {int(n)} GPUs: {p.text}; the iteration time's "
                f"interval reaches {f:g} times the point answer on its slow side "
                "(efficiency.MEMORY_PRESSURE_SLOWDOWN)")
-    lo, hi = res.total_interval
-    slo, shi = res.scaling_factor_interval
-    return attrs.evolve(res, total_interval=(lo, None if hi is None else max(hi, res.total * f)),
-                        scaling_factor_interval=(min(slo, res.scaling_factor / f), shi),
+    lo, hi = res.total_interval  # the slowdown comes on top of the slowest unpressured
+    slo, shi = res.scaling_factor_interval  # step the interval allows: the doubts compound
+    return attrs.evolve(res, total_interval=(lo, None if hi is None else max(hi, res.total) * f),
+                        scaling_factor_interval=(min(slo, res.scaling_factor) / f, shi),
                         memory_pressure=p.text)
 
 

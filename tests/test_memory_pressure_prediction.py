@@ -98,8 +98,10 @@ def test_a_pressured_job_keeps_its_point_and_widens_its_slow_ends():
     assert roomy.total_interval == (roomy.total, roomy.total)
 
 
-def test_on_a_fitted_cluster_the_wider_end_wins(fit8):
-    """The fit's own interval and the pressure's: the slow end is the larger of the two."""
+def test_on_a_fitted_cluster_the_doubts_compound(fit8, monkeypatch):
+    """The fit's own interval and the pressure's: the slowdown multiplies the slowest
+    step the fit allows the job without pressure (the factor was measured against the
+    same model on more GPUs, not against the model's point)."""
     _, fit = fit8
     prof = _profile(MPT70)
     kw = dict(sharding="zero3", activation_checkpointing="full",
@@ -110,8 +112,15 @@ def test_on_a_fitted_cluster_the_wider_end_wins(fit8):
         warnings.simplefilter("ignore")
         roomy = sm.iteration_time(prof, 64, "400Gbps", cluster=fit.cluster, **kw)
     assert roomy.total_interval[1] > roomy.total  # the fit's own (carried efficiency)
-    assert it.total_interval[1] >= it.total * MEMORY_PRESSURE_SLOWDOWN * (1 - 1e-12)
-    assert it.total_interval[0] < it.total  # the fast end is the fit's
+    monkeypatch.setattr(sm.efficiency, "MEMORY_PRESSURE_SHARE", 1.0)  # as if unpressured
+    bare = sm.iteration_time(prof, 32, "400Gbps", cluster=fit.cluster, **kw)
+    assert bare.memory_pressure == "" and bare.total == it.total
+    assert bare.total_interval[1] > bare.total
+    assert it.total_interval == (bare.total_interval[0], pytest.approx(
+        bare.total_interval[1] * MEMORY_PRESSURE_SLOWDOWN, rel=1e-12))
+    assert it.scaling_factor_interval == (pytest.approx(
+        bare.scaling_factor_interval[0] / MEMORY_PRESSURE_SLOWDOWN, rel=1e-12),
+        bare.scaling_factor_interval[1])
 
 
 def test_the_cli_labels_the_interval_and_warns(capsys, tmp_path):
