@@ -87,7 +87,7 @@ __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_effici
            "MEMORY_PRESSURE_SLOWDOWN", "job_memory_pressure", "CALIBRATION_PRESSURE_NOTE",
            "PRESSURE_SHARDINGS",
            "EFFICIENCY_TRANSFER", "carried_over", "model_key", "micro_batch_side",
-           "micro_batch_of"]
+           "micro_batch_of", "carried_ends", "tp_side"]
 
 SIXTEEN_BIT = ("bf16", "fp16")
 """Compute dtypes the published defaults are for (tensor-core 16-bit training)."""
@@ -356,8 +356,9 @@ def fitted_efficiency(cluster, profile, *, tp=1):
     interval is widened by
     :data:`EFFICIENCY_TRANSFER` at both ends, and so is the value at a corner of the
     cluster (:meth:`~scalemodel.ClusterProfile.corners`). Carried to the same model at a
-    micro-batch above (below) every micro-batch of its runs (:func:`micro_batch_side`),
-    only the upper (lower) end is widened.
+    tensor-parallel degree above (below) every degree of its runs, or at a micro-batch
+    above (below) every micro-batch of its runs, only the lower (upper) or upper (lower)
+    end is widened (:func:`carried_ends`).
 
     Parameters
     ----------
@@ -395,11 +396,7 @@ def fitted_efficiency(cluster, profile, *, tp=1):
     lo, hi = (list(iv) + [None, None])[:2]
     lo, hi = (None if lo is None else float(lo)), (None if hi is None else float(hi))
     value = float(eff["value"])
-    if carried_over(cluster, profile, tp):  # another model: either way
-        down = up = True
-    else:  # the same model at a micro-batch the runs did not reach: one way
-        side = micro_batch_side(cluster, profile, tp)
-        down, up = side == "smaller", side == "larger"
+    down, up = carried_ends(cluster, profile, tp)
     if not (down or up):
         return value, (lo, hi)
     top, bottom = EFFICIENCY_BOUNDS[1], EFFICIENCY_BOUNDS[0]
@@ -464,6 +461,83 @@ def carried_over(cluster, profile, tp=1) -> bool:
     seen = set(eff.get("models") or eff.get("profiles") or ()) \
         - set(eff.get("pressured") or ())
     return model_key(profile, tp) not in seen
+
+
+def carried_ends(cluster, profile, tp=1) -> tuple:
+    r"""Which ends of ``cluster``'s fitted efficiency interval a prediction for ``profile``
+    at ``tp`` widens by :data:`EFFICIENCY_TRANSFER`: ``(slow, fast)``, the lower and the
+    upper end.
+
+    * Another model than the runs showed, or one whose every run was memory-pressured
+      (:func:`carried_over`): both.
+    * The same model at a tensor-parallel degree above every degree its runs had: the
+      lower end only; below every one: the upper end only (between two: neither). Each
+      GPU of a larger degree multiplies matrices ``tp`` times narrower and, without
+      sequence parallelism, repeats the layer's element-wise work (its norms and
+      dropouts, Korthikanti et al.'s :math:`10\,sbh` that every rank keeps), so its
+      model FLOPs utilisation is not higher; measured, InternLM-7B's 16 rows at tp = 2
+      (``benchmarks/data/published_large_n.csv``) all run slower than the efficiency of
+      its tp = 1 rows gives (``benchmarks/validate_transfer.py``, ``internlm-tp2-*``).
+    * The same model at its runs' degree, at another micro-batch
+      (:func:`micro_batch_side`): the lower end for a smaller one, the upper for a larger.
+
+    Parameters
+    ----------
+    cluster : ClusterProfile
+        A cluster carrying a fitted efficiency [-].
+    profile : WorkloadProfile
+        The workload asked about [-].
+    tp : int
+        Its tensor-parallel degree [GPUs].
+
+    Returns
+    -------
+    tuple of bool
+        ``(slow, fast)`` [-].
+    """
+    if carried_over(cluster, profile, tp):
+        side = tp_side(cluster, profile, tp)
+        return (True, True) if side is None else (side == "larger", side == "smaller")
+    side = micro_batch_side(cluster, profile, tp)
+    return side == "smaller", side == "larger"
+
+
+def tp_side(cluster, profile, tp=1):
+    """Where ``tp`` lies against the tensor-parallel degrees of the runs of ``profile``'s
+    model (:func:`model_key` without the degree) that ``cluster``'s efficiency was fitted
+    on and that were not all memory-pressured: ``"larger"``, ``"smaller"``,
+    ``"between"``, or None when no such run was of this model or its runs at this degree
+    were memory-pressured (:func:`carried_ends`) [-].
+
+    Parameters
+    ----------
+    cluster : ClusterProfile
+        A cluster carrying a fitted efficiency [-].
+    profile : WorkloadProfile
+        The workload asked about [-].
+    tp : int
+        Its tensor-parallel degree [GPUs].
+    """
+    eff = _fitted_entry(cluster) or {}
+    pressured = set(eff.get("pressured") or ())
+    if model_key(profile, tp) in pressured:
+        return None
+    base = model_key(profile)
+    seen = []
+    for key in set(eff.get("models") or eff.get("profiles") or ()) - pressured:
+        if key == base:
+            seen.append(1)
+        elif isinstance(key, str) and key.startswith(base + ", tp="):
+            tail = key[len(base) + len(", tp="):]
+            if tail.isdigit():
+                seen.append(int(tail))
+    if not seen:
+        return None
+    if tp > max(seen):
+        return "larger"
+    if tp < min(seen):
+        return "smaller"
+    return "between"
 
 
 def micro_batch_side(cluster, profile, tp=1):

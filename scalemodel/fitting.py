@@ -1113,12 +1113,12 @@ def _efficiency_notes(cluster):
         return []
     from .efficiency import EFFICIENCY_TRANSFER
     out = [f"  the fitted efficiency applies to FLOP-derived profiles on "
-           f"{', '.join(eff.get('gpu') or ()) or 'the same GPU'}; for another model or "
-           f"tensor-parallel degree its interval widens by a factor "
-           f"{EFFICIENCY_TRANSFER:g} either way (the spread of "
+           f"{', '.join(eff.get('gpu') or ()) or 'the same GPU'}; for another model its "
+           f"interval widens by a factor {EFFICIENCY_TRANSFER:g} either way (the spread of "
            "MFU between models in published tables, efficiency.EFFICIENCY_TRANSFER); for "
-           "the same model at a larger (smaller) micro-batch than its runs', its fast "
-           "(slow) end only (efficiency.micro_batch_side)"]
+           "the same model at a larger (smaller) tensor-parallel degree than its runs', its "
+           "slow (fast) end only, at a larger (smaller) micro-batch its fast (slow) end "
+           "only (efficiency.carried_ends)"]
     if eff.get("pressured"):
         out.append("  memory-pressured calibration runs (model state >= "
                    "efficiency.MEMORY_PRESSURE_SHARE of the GPU): their model's "

@@ -11,8 +11,9 @@ import attrs
 import pytest
 
 import scalemodel as sm
-from scalemodel.efficiency import (EFFICIENCY_TRANSFER, carried_over, fitted_efficiency,
-                                   micro_batch_of, micro_batch_side, model_key)
+from scalemodel.efficiency import (EFFICIENCY_TRANSFER, carried_ends, carried_over,
+                                   fitted_efficiency, micro_batch_of, micro_batch_side,
+                                   model_key, tp_side)
 from scalemodel.exceptions import CalibrationWarning
 from scalemodel.intervals import iteration_time_interval
 
@@ -252,23 +253,26 @@ def test_a_gpu_of_the_users_own_fits_without_a_pressure_check():
 
 def test_another_tensor_parallel_degree_is_carried_over(fit8):
     """Fitted on tp = 1 runs of MPT-13B, the same model at tp = 2 multiplies matrices half
-    as wide: carried over (model_key has tp), its efficiency interval widened by the
-    factor, the iteration time's interval wider than at tp = 1, and the solvers say so."""
+    as wide: carried over (model_key has tp), the slow end of its efficiency interval
+    widened by the factor (a larger degree is not more efficient), the iteration time's
+    interval wider than at tp = 1 on its slow side, and the solvers say so."""
     prof, fit = fit8
     eff = fit.cluster.extra["efficiency"]
     assert model_key(prof, 2) == model_key(prof) + ", tp=2"
     assert not carried_over(fit.cluster, prof) and carried_over(fit.cluster, prof, 2)
+    assert tp_side(fit.cluster, prof, 2) == "larger"
+    assert carried_ends(fit.cluster, prof, 2) == (True, False)
     lo, hi = fitted_efficiency(fit.cluster, prof, tp=2)[1]
     assert (lo, hi) == (pytest.approx(eff["interval"][0] / EFFICIENCY_TRANSFER, rel=1e-12),
-                        pytest.approx(min(1.0, eff["interval"][1] * EFFICIENCY_TRANSFER),
-                                      rel=1e-12))
+                        eff["interval"][1])
     kw = dict(sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
     one = sm.iteration_time(prof, 64, "400Gbps", cluster=fit.cluster, **kw)
     two = sm.iteration_time(prof, 64, "400Gbps", cluster=fit.cluster, tp=2, **kw)
-    width = [(t.total_interval[1] - t.total_interval[0]) / t.total for t in (one, two)]
-    assert width[1] > 1.3 * width[0]
+    slow = [t.total_interval[1] / t.total - 1 for t in (one, two)]
+    assert slow[1] > 1.3 * slow[0]
     r = sm.min_compression(prof, "25Gbps", n=64, tp=2, cluster=fit.cluster, **kw)
-    assert "is carried to mpt-13b at tp=2" in r.message
+    assert ("is carried to tp=2, the slow end of its interval widened by a factor 1.21"
+            in r.message)
     assert "is carried to" not in sm.min_compression(prof, "25Gbps", n=64,
                                                      cluster=fit.cluster, **kw).message
 
@@ -287,3 +291,12 @@ def test_a_fit_on_tensor_parallel_runs_knows_their_degree():
                              intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
     assert fit.cluster.extra["efficiency"]["models"] == [model_key(prof, 2)]
     assert not carried_over(fit.cluster, prof, 2) and carried_over(fit.cluster, prof)
+    # down to tp = 1 the fast end widens, up to tp = 4 the slow end; another model both
+    assert carried_ends(fit.cluster, prof, 1) == (False, True)
+    assert carried_ends(fit.cluster, prof, 4) == (True, False)
+    assert carried_ends(fit.cluster, _profile(MPT7), 2) == (True, True)
+    assert tp_side(fit.cluster, _profile(MPT7), 2) is None
+    wide = attrs.evolve(fit.cluster, extra={"efficiency": dict(
+        fit.cluster.extra["efficiency"], models=[model_key(prof), model_key(prof, 4)])})
+    assert tp_side(wide, prof, 2) == "between" and carried_ends(wide, prof, 2) == (False,
+                                                                                   False)
