@@ -731,7 +731,9 @@ def cmd_scaling(args):
                     iv = scaling_factor_interval(args.model, n, bw, compression=r, value=sf,
                                                  **dict(_common(args), cluster=fitted))
                     row["scaling_factor_interval"] = [iv.low, iv.high]
-                    if iv.from_alternatives and not notes:
+                    if iv.memory_pressure:
+                        row["memory_pressure"] = iv.memory_pressure
+                    if (iv.from_alternatives or iv.memory_pressure) and not notes:
                         notes.append(f"n={n}, {format_bandwidth(bw)}, ratio {r:g}: "
                                      + iv.describe(lambda v: f"{v:.4f}"))
                 if per is not None:

@@ -33,6 +33,7 @@ import math
 
 import attrs
 
+from .efficiency import MEMORY_PRESSURE_SLOWDOWN
 from .units import _format_one, format_bandwidth
 
 __all__ = ["AnswerInterval", "answer_interval", "scaling_factor_interval",
@@ -71,6 +72,9 @@ class AnswerInterval:
         Parameters whose interval on the cluster is its network prior's range, not seen
         by the calibration runs (``cluster.provenance["prior_intervals"]``,
         :data:`~scalemodel.fitting.UNSEEN`); the interval spans them [-].
+    memory_pressure : str
+        Why the slow end is :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SLOWDOWN` times
+        the fit's, when the job is memory-pressured; empty otherwise [-].
     """
 
     value: float
@@ -80,6 +84,7 @@ class AnswerInterval:
     per_alternative: tuple = ()
     discriminating_run: str = ""
     unseen: tuple = ()
+    memory_pressure: str = ""
 
     @property
     def pair(self):
@@ -120,6 +125,9 @@ class AnswerInterval:
                      + "; ".join(parts[:-1]) + " and " + parts[-1])
             if self.discriminating_run:
                 text += f"; to tell them apart, measure {self.discriminating_run}"
+        if self.memory_pressure:
+            text += (f"; its slow end taken {MEMORY_PRESSURE_SLOWDOWN:g} times for memory pressure "
+                     "(efficiency.MEMORY_PRESSURE_SLOWDOWN)")
         if self.unseen and self.low != self.high:
             text += (f"; it spans the network prior's range of {', '.join(self.unseen)}, "
                      "which the calibration runs did not see (a run where the network "
@@ -295,7 +303,7 @@ def scaling_factor_interval(model, n, bw, *, cluster, utilization=1.0, compressi
         return scaling_factor(model, n, bw, utilization=utilization,
                               compression=compression, cluster=c, **kwargs)
 
-    return answer_interval(fn, cl, value)
+    return _pressured(answer_interval(fn, cl, value), model, n, cl, kwargs, slow="low")
 
 
 def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
@@ -329,7 +337,29 @@ def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compressi
         return _iteration_total(model, n, bw, utilization=utilization,
                                 compression=compression, cluster=c, **kwargs)
 
-    return answer_interval(fn, cl, value, swap_efficiency=True)
+    return _pressured(answer_interval(fn, cl, value, swap_efficiency=True), model, n, cl,
+                      kwargs, slow="high")
+
+
+def _pressured(iv, model, n, cluster, kwargs, *, slow):
+    """``iv`` with its slow end (``"low"`` for a scaling factor, ``"high"`` for a time)
+    taken :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SLOWDOWN` times when the job is
+    memory-pressured (``scalemodel.model._job_pressure``, which warns), as
+    :func:`~scalemodel.iteration_time` takes its intervals' [-]."""
+    from .model import Scenario, _job_pressure
+
+    f = MEMORY_PRESSURE_SLOWDOWN
+
+    sc = Scenario.build(model, cluster=cluster, warn=False, **{
+        k: v for k, v in kwargs.items() if k not in ("utilization", "compression")})
+    p = _job_pressure(sc, n)
+    if p is None:
+        return iv
+    if slow == "low":
+        low = None if iv.low is None else min(iv.low, iv.value) / f
+        return attrs.evolve(iv, low=low, memory_pressure=p.text)
+    high = None if iv.high is None else max(iv.high, iv.value) * f
+    return attrs.evolve(iv, high=high, memory_pressure=p.text)
 
 
 # ------------------------------------------------------------------ which run tells them apart

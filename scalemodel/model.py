@@ -2202,24 +2202,39 @@ def _with_memory_pressure(res, sc, n):
     multiplies the slow end the interval already had (the slowest step the fit allows
     an unpressured job, e.g. at an efficiency carried from another model): the factor was
     measured against the same model on more GPUs, so the two doubts compound."""
-    from .efficiency import MEMORY_PRESSURE_SLOWDOWN, job_memory_pressure
+    from .efficiency import MEMORY_PRESSURE_SLOWDOWN
 
-    mp, st = sc.model_parallel, res.settings
-    p = job_memory_pressure(sc.profile, int(n), sc.sharding or "none",
-                            tp=1 if mp is None else mp.tp, pp=1 if mp is None else mp.pp,
-                            gpus_per_node=st.get("gpus_per_node"),
-                            offload=st.get("offload", "none"))
-    if p is None or not p.pressured:
+    p = _job_pressure(sc, n)
+    if p is None:
         return res
     f = MEMORY_PRESSURE_SLOWDOWN
-    warn_model(f"{sc.profile.name} on {int(n)} GPUs: {p.text}; the iteration time's "
-               f"interval reaches {f:g} times the point answer on its slow side "
-               "(efficiency.MEMORY_PRESSURE_SLOWDOWN)")
     lo, hi = res.total_interval  # the slowdown comes on top of the slowest unpressured
     slo, shi = res.scaling_factor_interval  # step the interval allows: the doubts compound
     return attrs.evolve(res, total_interval=(lo, None if hi is None else max(hi, res.total) * f),
                         scaling_factor_interval=(min(slo, res.scaling_factor) / f, shi),
                         memory_pressure=p.text)
+
+
+def _job_pressure(sc, n):
+    """The :class:`~scalemodel.efficiency.MemoryPressure` of the job of scenario ``sc``
+    on ``n`` GPUs when it is memory-pressured
+    (:func:`~scalemodel.efficiency.job_memory_pressure` of its profile, sharding,
+    tensor- and pipeline-parallel degrees, nodes and offload), with a
+    :class:`~scalemodel.exceptions.ModelWarning` saying what its intervals then do;
+    None when it is not (or cannot be assessed) [-]."""
+    from .efficiency import MEMORY_PRESSURE_SLOWDOWN, job_memory_pressure
+
+    mp, st = sc.model_parallel, sc.settings()
+    p = job_memory_pressure(sc.profile, int(n), sc.sharding or "none",
+                            tp=1 if mp is None else mp.tp, pp=1 if mp is None else mp.pp,
+                            gpus_per_node=st.get("gpus_per_node"),
+                            offload=st.get("offload", "none"))
+    if p is None or not p.pressured:
+        return None
+    warn_model(f"{sc.profile.name} on {int(n)} GPUs: {p.text}; the slow end of the "
+               f"iteration time's and the scaling factor's intervals is taken "
+               f"{MEMORY_PRESSURE_SLOWDOWN:g} times (efficiency.MEMORY_PRESSURE_SLOWDOWN)")
+    return p
 
 
 def _with_intervals(res, model, n, bw, sc, asked):

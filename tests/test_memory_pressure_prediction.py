@@ -81,7 +81,7 @@ def test_a_pressured_job_keeps_its_point_and_widens_its_slow_ends():
     prof = _profile(MPT70)
     kw = dict(sharding="zero3", activation_checkpointing="full", **NODE)
     with pytest.warns(ModelWarning, match=r"mpt-70b on 32 GPUs: model state .* 37\.8%.*"
-                                          r"1\.364 times the point answer"):
+                                          r"intervals is taken 1\.364 times"):
         it = sm.iteration_time(prof, 32, "400Gbps", **kw)
     assert "37.8%" in it.memory_pressure
     assert float(sm.scaling_factor(prof, 32, "400Gbps", **kw)) == pytest.approx(
@@ -133,7 +133,46 @@ def test_the_cli_labels_the_interval_and_warns(capsys, tmp_path):
     out, err = capsys.readouterr()
     assert rc in (0, None)
     assert "with memory pressure" in out
-    assert "1.364 times the point answer" in err
+    assert "intervals is taken 1.364 times" in err
+
+
+def test_the_interval_functions_agree_with_iteration_time(fit8, capsys, tmp_path):
+    """scaling_factor_interval and iteration_time_interval, and so the CLI's scaling
+    table, take a pressured job's slow end as iteration_time does; a roomy job's are
+    the fit's alone."""
+    from scalemodel.cli import main
+    from scalemodel.intervals import iteration_time_interval, scaling_factor_interval
+
+    _, fit = fit8
+    prof = _profile(MPT70)
+    kw = dict(sharding="zero3", activation_checkpointing="full",
+              intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    for n, pressured in ((32, True), (64, False)):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            it = sm.iteration_time(prof, n, "400Gbps", cluster=fit.cluster, **kw)
+            sf = scaling_factor_interval(prof, n, "400Gbps", cluster=fit.cluster, **kw)
+            t = iteration_time_interval(prof, n, "400Gbps", cluster=fit.cluster, **kw)
+        said = [str(w.message) for w in seen if issubclass(w.category, ModelWarning)]
+        assert bool(said) is pressured and bool(sf.memory_pressure) is pressured
+        assert sf.pair == pytest.approx(it.scaling_factor_interval, rel=1e-12)
+        assert t.pair == pytest.approx(it.total_interval, rel=1e-12)
+        assert ("for memory pressure" in sf.describe(str)) is pressured
+    sm.save_cluster(fit.cluster, tmp_path / "c.json")
+    sm.save_profile(prof, tmp_path / "mpt-70b.json")
+    rc = main(["scaling", "--model", str(tmp_path / "mpt-70b.json"), "--n", "32",
+               "--bw", "400Gbps", "--sharding", "zero3", "--activation-checkpointing",
+               "full", "--gpus-per-node", "8", "--nics-per-node", "8", "--intra-bw",
+               repr(sm.get_gpu("h100").intra_node_bw), "--cluster", str(tmp_path / "c.json"),
+               "--json"])
+    out, err = capsys.readouterr()
+    assert rc in (0, None) and "intervals is taken 1.364 times" in err
+    import json
+    row = json.loads(out)["results"][0]
+    with pytest.warns(ModelWarning, match="memory"):
+        api = scaling_factor_interval(prof, 32, "400Gbps", cluster=fit.cluster, **kw)
+    assert row["memory_pressure"] and row["scaling_factor_interval"] == pytest.approx(
+        list(api.pair), rel=1e-9)
 
 
 
