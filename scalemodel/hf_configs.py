@@ -222,12 +222,14 @@ def _mpt_kwargs(config, unmapped) -> dict:
     no_bias = _flag(config, "no_bias", False)
     norm = "rmsnorm" if "rms" in str(config.get("norm_type", "low_precision_layernorm")
                                      ).lower() else "layernorm"
+    inner = {f"attn_config.{k}": attn.get(k) for k in ("alibi", "rope", "qk_ln")}
     positional = _flag(config, "learned_pos_emb", True) \
-        and not _flag(attn, "alibi", False) and not _flag(attn, "rope", False)
+        and not _flag(inner, "attn_config.alibi", False) \
+        and not _flag(inner, "attn_config.rope", False)
     if norm == "layernorm" and no_bias:
         unmapped.append(f"layer norms without their bias (no_bias), counted with it "
                         f"(+{hidden} parameters per norm)")
-    if _flag(attn, "qk_ln", False):
+    if _flag(inner, "attn_config.qk_ln", False):
         unmapped.append("query and key layer norms (qk_ln)")
     return dict(layers=_get(config, "n_layers"), hidden=hidden, heads=heads, ffn=ffn,
                 vocab=_get(config, "vocab_size"), kv_heads=kv,

@@ -168,6 +168,7 @@ def test_mpt_options_map_or_say_what_they_leave_out():
     (dict(attn_config=[1]), "config.attn_config"),
     (dict(n_layers=0), "config.n_layers"),
     (dict(no_bias="true"), "config.no_bias"),
+    (dict(attn_config={"alibi": 1}), "config.attn_config.alibi"),
 ])
 def test_bad_mpt_keys_are_named(change, name):
     with pytest.raises(sm.ScalemodelError, match=name.replace(".", r"\.")):
