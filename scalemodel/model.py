@@ -2215,13 +2215,14 @@ def _with_memory_pressure(res, sc, n):
                         memory_pressure=p.text)
 
 
-def _job_pressure(sc, n):
+def _job_pressure(sc, n, effect=None):
     """The :class:`~scalemodel.efficiency.MemoryPressure` of the job of scenario ``sc``
     on ``n`` GPUs when it is memory-pressured
     (:func:`~scalemodel.efficiency.job_memory_pressure` of its profile, sharding,
     tensor- and pipeline-parallel degrees, nodes and offload), with a
-    :class:`~scalemodel.exceptions.ModelWarning` saying what its intervals then do;
-    None when it is not (or cannot be assessed) [-]."""
+    :class:`~scalemodel.exceptions.ModelWarning` saying what the answer then does
+    (``effect``; default: what the intervals of the iteration time and scaling factor
+    do); None when it is not (or cannot be assessed) [-]."""
     from .efficiency import MEMORY_PRESSURE_SLOWDOWN, job_memory_pressure
 
     mp, st = sc.model_parallel, sc.settings()
@@ -2231,9 +2232,11 @@ def _job_pressure(sc, n):
                             offload=st.get("offload", "none"))
     if p is None or not p.pressured:
         return None
-    warn_model(f"{sc.profile.name} on {int(n)} GPUs: {p.text}; the slow end of the "
-               f"iteration time's and the scaling factor's intervals is taken "
-               f"{MEMORY_PRESSURE_SLOWDOWN:g} times (efficiency.MEMORY_PRESSURE_SLOWDOWN)")
+    if effect is None:
+        effect = (f"the slow end of the iteration time's and the scaling factor's "
+                  f"intervals is taken {MEMORY_PRESSURE_SLOWDOWN:g} times "
+                  "(efficiency.MEMORY_PRESSURE_SLOWDOWN)")
+    warn_model(f"{sc.profile.name} on {int(n)} GPUs: {p.text}; {effect}")
     return p
 
 

@@ -676,7 +676,18 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
                          lambda cl: _corner_ratio(_corner(sc, cl, build), bw_dp, n_dp,
                                                   target, u),
                          "ratio", "ratio", model)
+    _pressure_unanswered(sc, n, "compression ratio")
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n, bw)
+
+
+def _pressure_unanswered(sc, n, what):
+    """A :class:`~scalemodel.exceptions.ModelWarning` when the job is memory-pressured
+    (``scalemodel.model._job_pressure``): the solved ``what`` and its interval leave that
+    slowdown out, since no compression or line rate buys back a slower compute."""
+    from .model import _job_pressure
+
+    _job_pressure(sc, n, effect=f"the {what} and its interval leave that slowdown out: "
+                                f"no compression or line rate buys back a slower compute")
 
 
 def _reach_exactly(sf_of, lo, hi, target):
@@ -874,6 +885,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
                          lambda cl: _corner_bw(_corner(sc, cl, build), n_dp, target, r, u),
                          "bw", "bw", model)
+    _pressure_unanswered(sc, n, "required line rate")
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n)
 
 

@@ -190,3 +190,20 @@ def test_bad_input_names_the_value(kw, exc, name):
     args = dict(n=32, sharding="zero3") | kw
     with pytest.raises(exc, match=name):
         job_memory_pressure(_profile(MPT70), args.pop("n"), args.pop("sharding"), **args)
+
+
+def test_the_solvers_warn_that_they_leave_the_slowdown_out():
+    """min_compression and required_bandwidth of a memory-pressured job: the answer is the
+    model's, and a ModelWarning says the slowdown is not in it; a roomy job: no warning."""
+    prof = _profile(MPT70)
+    kw = dict(sharding="zero3", activation_checkpointing="full", **NODE)
+    with pytest.warns(ModelWarning, match=r"mpt-70b on 32 GPUs: .*37\.8%.*the compression "
+                                          r"ratio and its interval leave that slowdown out"):
+        c = sm.min_compression(prof, "100Gbps", n=32, **kw)
+    with pytest.warns(ModelWarning, match="the required line rate and its interval leave"):
+        b = sm.required_bandwidth(prof, n=32, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelWarning)
+        assert sm.min_compression(prof, "100Gbps", n=64, **kw).feasible
+        sm.required_bandwidth(prof, n=64, **kw)
+    assert c.feasible and b.bw > 0
