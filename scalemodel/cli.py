@@ -821,6 +821,8 @@ def cmd_iteration(args):
     lo, hi = res.scaling_factor_interval
     if (lo, hi) != (res.scaling_factor, res.scaling_factor):
         print(f"{over:<24}{lo:10.4f} to {hi:.4f}")
+    if res.efficiency_carried:
+        print(f"  ({res.efficiency_carried})")
     print(f"{'messages':<24}{res.n_buckets:10d}")
     print(f"{'what binds':<24}{res.binding:>10}")
     host = res.settings.get("wrapper_host")

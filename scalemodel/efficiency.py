@@ -87,7 +87,7 @@ __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_effici
            "MEMORY_PRESSURE_SLOWDOWN", "job_memory_pressure", "CALIBRATION_PRESSURE_NOTE",
            "PRESSURE_SHARDINGS",
            "EFFICIENCY_TRANSFER", "carried_over", "model_key", "micro_batch_side",
-           "micro_batch_of", "carried_ends", "tp_side"]
+           "micro_batch_of", "carried_ends", "tp_side", "carried_note"]
 
 SIXTEEN_BIT = ("bf16", "fp16")
 """Compute dtypes the published defaults are for (tensor-core 16-bit training)."""
@@ -500,6 +500,44 @@ def carried_ends(cluster, profile, tp=1) -> tuple:
         return (True, True) if side is None else (side == "larger", side == "smaller")
     side = micro_batch_side(cluster, profile, tp)
     return side == "smaller", side == "larger"
+
+
+def carried_note(cluster, profile, tp=1) -> str:
+    """What :func:`carried_ends` does for ``profile`` at ``tp`` on ``cluster``, in words
+    (``"the efficiency fitted on ... is carried to ..."``); empty when the fitted
+    efficiency applies as fitted or not at all [-].
+
+    Parameters
+    ----------
+    cluster : ClusterProfile or None
+        The cluster [-].
+    profile : WorkloadProfile
+        The workload asked about [-].
+    tp : int
+        Its tensor-parallel degree [GPUs].
+    """
+    if fitted_efficiency(cluster, profile) is None:
+        return ""
+    eff = cluster.extra["efficiency"]
+    slow, fast = carried_ends(cluster, profile, tp)
+    one_end = f"the {'slow' if slow else 'fast'} end of its interval widened by a factor " \
+        f"{EFFICIENCY_TRANSFER:g} (efficiency.carried_ends)"
+    if not carried_over(cluster, profile, tp):
+        if not (slow or fast):
+            return ""
+        return (f"the efficiency fitted at other micro-batches of {profile.name} is "
+                f"carried to micro-batch {micro_batch_of(profile):g}, "
+                f"{'smaller' if slow else 'larger'} than its runs', {one_end}")
+    at = f" at tp={tp}" if tp > 1 else ""
+    if slow != fast:
+        return (f"the efficiency fitted at other tensor-parallel degrees of "
+                f"{profile.name} is carried to tp={tp}, {one_end}")
+    if not slow:
+        return (f"the efficiency fitted at tensor-parallel degrees of {profile.name} "
+                f"above and below tp={tp} is carried to it as fitted")
+    return (f"the efficiency fitted on {', '.join(eff.get('profiles') or ()) or 'other runs'}"
+            f" is carried to {profile.name}{at}, its interval widened by a factor "
+            f"{EFFICIENCY_TRANSFER:g} either way (efficiency.EFFICIENCY_TRANSFER)")
 
 
 def tp_side(cluster, profile, tp=1):

@@ -78,7 +78,7 @@ from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_pipeline_layers,
                        check_sequence_parallel, dp_options,
                        model_parallel_profile, resolve_model_parallel)
 from .profiles import WorkloadProfile, load_profile
-from .efficiency import at_fitted_efficiency, fitted_efficiency, gpu_topology
+from .efficiency import at_fitted_efficiency, carried_note, fitted_efficiency, gpu_topology
 from .hostcosts import host_delays, tensors_per_bucket
 from .topology import resolve_topology
 from .units import (broadcast_shape, check_count, check_fraction, check_nonnegative,
@@ -2119,10 +2119,16 @@ class IterationTime:
         Empty, or why the job is memory-pressured: its model state per GPU reaches
         :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SHARE` of the GPU's memory
         (:func:`~scalemodel.efficiency.job_memory_pressure`), a slowdown the model does
-        not represent. The point answer stays; the slow end of ``total_interval`` is at
-        least ``total`` times :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SLOWDOWN`
-        and that of ``scaling_factor_interval`` at most ``scaling_factor`` over it, and
-        a :class:`~scalemodel.exceptions.ModelWarning` says so [-].
+        not represent. The point answer stays; the slow end of ``total_interval`` (the
+        fit's, at least ``total``) is taken
+        :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SLOWDOWN` times and that of
+        ``scaling_factor_interval`` (at most ``scaling_factor``) divided by it, and a
+        :class:`~scalemodel.exceptions.ModelWarning` says so [-].
+    efficiency_carried : str
+        Empty, or how the cluster's fitted efficiency is carried to this job when its
+        runs were of another model, tensor-parallel degree or micro-batch
+        (:func:`~scalemodel.efficiency.carried_note`): which ends of the intervals it
+        widens [-].
     """
 
     forward: float
@@ -2143,6 +2149,7 @@ class IterationTime:
     total_interval: tuple = attrs.field(
         default=attrs.Factory(lambda self: (self.total, self.total), takes_self=True))
     memory_pressure: str = ""
+    efficiency_carried: str = ""
 
 
 def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
@@ -2191,6 +2198,11 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     cl = sc.cluster
     if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):
         res = _with_intervals(res, model, n, bw, sc, asked)
+    if cl is not None and "efficiency" in cl.extra:
+        note = carried_note(cl, load_profile(model), 1 if sc.model_parallel is None
+                            else int(sc.model_parallel.tp))
+        if note:
+            res = attrs.evolve(res, efficiency_carried=note)
     return _with_memory_pressure(res, sc, n)
 
 

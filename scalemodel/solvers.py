@@ -445,34 +445,12 @@ def _carried_note(cluster, model, tp=1) -> str:
 
 
 def _carried_text(cluster, profile, tp=1) -> str:
-    """:func:`_carried_note` of a loaded ``profile`` at ``tp``, computed (what it reads of
-    the cluster and the profile does not change: kept per cluster object, profile and
-    tp) [-]."""
-    from .efficiency import (EFFICIENCY_TRANSFER, carried_ends, carried_over,
-                             fitted_efficiency, micro_batch_of)
+    """:func:`_carried_note` of a loaded ``profile`` at ``tp``, computed
+    (:func:`~scalemodel.efficiency.carried_note`, with ``"; "`` before it) [-]."""
+    from .efficiency import carried_note
 
-    if fitted_efficiency(cluster, profile) is None:
-        return ""
-    eff = cluster.extra["efficiency"]
-    slow, fast = carried_ends(cluster, profile, tp)
-    one_end = f"the {'slow' if slow else 'fast'} end of its interval widened by a factor " \
-        f"{EFFICIENCY_TRANSFER:g} (efficiency.carried_ends)"
-    if not carried_over(cluster, profile, tp):
-        if not (slow or fast):
-            return ""
-        return (f"; the efficiency fitted at other micro-batches of {profile.name} is "
-                f"carried to micro-batch {micro_batch_of(profile):g}, "
-                f"{'smaller' if slow else 'larger'} than its runs', {one_end}")
-    at = f" at tp={tp}" if tp > 1 else ""
-    if slow != fast:
-        return (f"; the efficiency fitted at other tensor-parallel degrees of "
-                f"{profile.name} is carried to tp={tp}, {one_end}")
-    if not slow:
-        return (f"; the efficiency fitted at tensor-parallel degrees of {profile.name} "
-                f"above and below tp={tp} is carried to it as fitted")
-    return (f"; the efficiency fitted on {', '.join(eff.get('profiles') or ()) or 'other runs'}"
-            f" is carried to {profile.name}{at}, its interval widened by a factor "
-            f"{EFFICIENCY_TRANSFER:g} either way (efficiency.EFFICIENCY_TRANSFER)")
+    text = carried_note(cluster, profile, tp)
+    return f"; {text}" if text else ""
 
 
 def _scalar(name, value):

@@ -300,3 +300,27 @@ def test_a_fit_on_tensor_parallel_runs_knows_their_degree():
         fit.cluster.extra["efficiency"], models=[model_key(prof), model_key(prof, 4)])})
     assert tp_side(wide, prof, 2) == "between" and carried_ends(wide, prof, 2) == (False,
                                                                                    False)
+
+
+def test_iteration_time_says_how_the_efficiency_is_carried(fit8, capsys, tmp_path):
+    """IterationTime.efficiency_carried is efficiency.carried_note of the job: empty for
+    the runs' own model and micro-batch, one end for another micro-batch or degree, both
+    for another model; the CLI prints it under the intervals."""
+    from scalemodel.cli import main
+    from scalemodel.efficiency import carried_note
+
+    prof, fit = fit8
+    kw = dict(sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    cases = [(prof, 1, ""), (_profile(dict(MPT13, micro_batch=4)), 1, "fast end"),
+             (prof, 2, "slow end"), (_profile(MPT7), 1, "either way")]
+    for p, tp, says in cases:
+        it = sm.iteration_time(p, 64, "400Gbps", cluster=fit.cluster, tp=tp, **kw)
+        assert it.efficiency_carried == carried_note(fit.cluster, p, tp)
+        assert (says in it.efficiency_carried) if says else it.efficiency_carried == ""
+    sm.save_cluster(fit.cluster, tmp_path / "c.json")
+    sm.save_profile(_profile(MPT7), tmp_path / "mpt-7b.json")
+    rc = main(["iteration", "--model", str(tmp_path / "mpt-7b.json"), "--n", "64", "--bw",
+               "400Gbps", "--sharding", "zero3", "--gpus-per-node", "8", "--nics-per-node",
+               "8", "--cluster", str(tmp_path / "c.json")])
+    out = capsys.readouterr().out
+    assert rc in (0, None) and "is carried to mpt-7b, its interval widened" in out
