@@ -141,7 +141,9 @@ def predict(row, cluster):
     """Predicted tokens per second per GPU of a row on a fitted cluster [tokens/s], and
     the (low, high) ends of the iteration-time interval (``total_interval``: the fit's
     intervals and alternatives and its efficiency, widened where it is carried to
-    another model, :data:`scalemodel.efficiency.EFFICIENCY_TRANSFER`) [tokens/s]."""
+    another model, :data:`scalemodel.efficiency.EFFICIENCY_TRANSFER`, and at its fast end
+    where the calibration run was memory-pressured,
+    :func:`scalemodel.efficiency.calibration_pressured`) [tokens/s]."""
     bw, _ = _topology(row["gpu"])
     it = sm.iteration_time(profile_for(row), row["n"], bw, sharding="zero3",
                            fusion=None, algorithm="ring", cluster=cluster)

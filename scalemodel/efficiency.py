@@ -85,6 +85,7 @@ __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_effici
            "SIXTEEN_BIT", "MEMORY_PRESSURE_SHARE", "STATE_BYTES_PER_PARAMETER",
            "MemoryPressure", "memory_pressure", "check_calibration_memory",
            "MEMORY_PRESSURE_SLOWDOWN", "job_memory_pressure", "CALIBRATION_PRESSURE_NOTE",
+           "calibration_pressured",
            "PRESSURE_SHARDINGS",
            "EFFICIENCY_TRANSFER", "carried_over", "model_key", "micro_batch_side",
            "micro_batch_of", "carried_ends", "tp_side", "carried_note"]
@@ -397,7 +398,8 @@ def fitted_efficiency(cluster, profile, *, tp=1):
     lo, hi = (None if lo is None else float(lo)), (None if hi is None else float(hi))
     value = float(eff["value"])
     down, up = carried_ends(cluster, profile, tp)
-    if not (down or up):
+    relief = calibration_pressured(cluster)
+    if not (down or up or relief):
         return value, (lo, hi)
     top, bottom = EFFICIENCY_BOUNDS[1], EFFICIENCY_BOUNDS[0]
     end = eff.get("end")  # a corner of the cluster (ClusterProfile.corners)
@@ -409,7 +411,52 @@ def fitted_efficiency(cluster, profile, *, tp=1):
         hi = top if hi is None else min(top, hi * EFFICIENCY_TRANSFER)
         if end == "high":
             value = min(top, value * EFFICIENCY_TRANSFER)
+    if relief:  # fitted where memory was short: up to that slowdown too slow elsewhere
+        hi = top if hi is None else min(top, hi * MEMORY_PRESSURE_SLOWDOWN)
+        if end == "high":
+            value = min(top, value * MEMORY_PRESSURE_SLOWDOWN)
     return value, (lo, hi)
+
+
+def calibration_pressured(cluster) -> bool:
+    """Whether every FLOP-derived run ``cluster``'s efficiency was fitted on was
+    memory-pressured (:func:`memory_pressure`; the models are recorded by
+    :func:`~scalemodel.fit_cluster` in ``extra["efficiency"]["models"]`` and the pressured
+    ones in ``["pressured"]``).
+
+    Such a fit's efficiency carries the slowdown of a GPU short of memory (the caching
+    allocator freeing and retrying, less room to prefetch), which a job with more room does
+    not pay: :func:`fitted_efficiency` multiplies the upper (fast) end of its interval by
+    :data:`MEMORY_PRESSURE_SLOWDOWN`, the factor measured between the same model's
+    pressured and unpressured runs, on top of any widening of :func:`carried_ends`. It is
+    the mirror of the slow end a memory-pressured *job* gets
+    (:func:`scalemodel.iteration_time`), and like it moves no point answer.
+
+    Parameters
+    ----------
+    cluster : ClusterProfile or None
+        A cluster, fitted or not [-].
+
+    Returns
+    -------
+    bool
+        True when the fit recorded pressured models and every model it fitted is one.
+
+    Raises
+    ------
+    InvalidParameterError
+        The cluster's record of pressured models is not a list of names.
+    """
+    eff = None if cluster is None else _fitted_entry(cluster)
+    if not eff:
+        return False
+    pressured = eff.get("pressured") or []
+    if not isinstance(pressured, list) or not all(isinstance(k, str) for k in pressured):
+        raise InvalidParameterError("cluster.extra['efficiency']['pressured']", pressured,
+                                    "must be a list of the fit's model names whose every "
+                                    "run was memory-pressured")
+    models = eff.get("models") or eff.get("profiles") or []
+    return bool(pressured) and set(models) <= set(pressured)
 
 
 EFFICIENCY_BOUNDS = (0.05, 1.0)
@@ -537,7 +584,10 @@ def carried_note(cluster, profile, tp=1) -> str:
                 f"above and below tp={tp} is carried to it as fitted")
     return (f"the efficiency fitted on {', '.join(eff.get('profiles') or ()) or 'other runs'}"
             f" is carried to {profile.name}{at}, its interval widened by a factor "
-            f"{EFFICIENCY_TRANSFER:g} either way (efficiency.EFFICIENCY_TRANSFER)")
+            f"{EFFICIENCY_TRANSFER:g} either way (efficiency.EFFICIENCY_TRANSFER)"
+            + (f", and its fast end {MEMORY_PRESSURE_SLOWDOWN:g} times more: every "
+               "calibration run was memory-pressured (efficiency.calibration_pressured)"
+               if calibration_pressured(cluster) else ""))
 
 
 def tp_side(cluster, profile, tp=1):

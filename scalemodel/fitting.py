@@ -1111,7 +1111,7 @@ def _efficiency_notes(cluster):
     eff = cluster.extra.get("efficiency") if isinstance(cluster.extra, dict) else None
     if not isinstance(eff, dict):
         return []
-    from .efficiency import EFFICIENCY_TRANSFER
+    from .efficiency import EFFICIENCY_TRANSFER, calibration_pressured
     out = [f"  the fitted efficiency applies to FLOP-derived profiles on "
            f"{', '.join(eff.get('gpu') or ()) or 'the same GPU'}; for another model its "
            f"interval widens by a factor {EFFICIENCY_TRANSFER:g} either way (the spread of "
@@ -1122,8 +1122,13 @@ def _efficiency_notes(cluster):
     if eff.get("pressured"):
         out.append("  memory-pressured calibration runs (model state >= "
                    "efficiency.MEMORY_PRESSURE_SHARE of the GPU): their model's "
-                   "predictions get the same wider interval; a run with more room "
-                   "(more GPUs, or a smaller model state) would calibrate it better")
+                   "predictions get the same wider interval"
+                   + (", and, as every run was, every prediction's fast end is "
+                      "widened efficiency.MEMORY_PRESSURE_SLOWDOWN times more "
+                      "(efficiency.calibration_pressured)"
+                      if calibration_pressured(cluster) else "")
+                   + "; a run with more room (more GPUs, or a smaller model state) "
+                   "would calibrate it better")
     return out
 
 

@@ -11,7 +11,8 @@ import attrs
 import pytest
 
 import scalemodel as sm
-from scalemodel.efficiency import (EFFICIENCY_TRANSFER, carried_ends, carried_over,
+from scalemodel.efficiency import (EFFICIENCY_TRANSFER, MEMORY_PRESSURE_SLOWDOWN,
+                                   calibration_pressured, carried_ends, carried_over,
                                    fitted_efficiency, micro_batch_of, micro_batch_side,
                                    model_key, tp_side)
 from scalemodel.exceptions import CalibrationWarning
@@ -181,9 +182,56 @@ def test_a_pressured_calibration_run_warns_and_widens_its_own_model():
     eff = fit.cluster.extra["efficiency"]
     assert eff["pressured"] == [model_key(prof)]
     later = _profile(dict(MPT13, micro_batch=10), "a100-40gb")  # row 7, 16 GPUs
-    assert carried_over(fit.cluster, later)
-    assert fitted_efficiency(fit.cluster, later)[1][1] == pytest.approx(
-        min(1.0, eff["interval"][1] * EFFICIENCY_TRANSFER), rel=1e-12)
+    assert carried_over(fit.cluster, later) and calibration_pressured(fit.cluster)
+    value, (lo, hi) = fitted_efficiency(fit.cluster, later)
+    assert value == eff["value"]  # the point stays
+    assert lo == pytest.approx(eff["interval"][0] / EFFICIENCY_TRANSFER, rel=1e-12)
+    # the fast end: carried, and then the slowdown a pressured run may have paid
+    assert hi == pytest.approx(min(1.0, eff["interval"][1] * EFFICIENCY_TRANSFER
+                                   * MEMORY_PRESSURE_SLOWDOWN), rel=1e-12)
+    assert hi > eff["value"] * MEMORY_PRESSURE_SLOWDOWN  # row 7's MFU is 1.195 x row 6's
+
+
+def test_a_pressured_calibration_widens_the_fast_end_of_the_step_time():
+    """iteration_time on a fit whose every run was pressured: the point is the one the
+    fitted efficiency gives, the fast end of the step time comes down by the slowdown too,
+    and the note says so; a fit that also had a model with room does not."""
+    prof = _profile(dict(MPT13, micro_batch=4), "a100-40gb", grad_accum=16)
+    with pytest.warns(CalibrationWarning, match="memory"):
+        fit = _fit_quietly_but_pressure(prof)
+    later = _profile(dict(MPT13, micro_batch=10), "a100-40gb")
+    kw = dict(sharding="zero3", fusion=None, intra_bw=sm.get_gpu("a100-40gb").intra_node_bw,
+              **NODE)
+    it = sm.iteration_time(later, 16, "1600Gbps", cluster=fit.cluster, **kw)
+    eff = fit.cluster.extra["efficiency"]  # carried as far, but one model had room:
+    plain = attrs.evolve(fit.cluster, extra=dict(fit.cluster.extra, efficiency=dict(
+        eff, models=eff["models"] + ["another model"])))
+    assert carried_over(plain, later) and not calibration_pressured(plain)
+    it0 = sm.iteration_time(later, 16, "1600Gbps", cluster=plain, **kw)
+    assert it.total == it0.total
+    assert it.total_interval[1] == pytest.approx(it0.total_interval[1], rel=1e-12)
+    assert it.total_interval[0] < it0.total_interval[0] / 1.3  # nearly all compute
+    assert "1.364 times more: every calibration run was memory-pressured" \
+        in it.efficiency_carried
+    assert "1.364" not in it0.efficiency_carried
+
+
+def test_calibration_pressured_needs_every_model_pressured_and_a_sound_record(fit8):
+    _, fit = fit8
+    eff = fit.cluster.extra["efficiency"]
+
+    def with_(**kw):
+        return attrs.evolve(fit.cluster, extra=dict(fit.cluster.extra,
+                                                    efficiency=dict(eff, **kw)))
+
+    assert not calibration_pressured(fit.cluster) and not calibration_pressured(None)
+    assert calibration_pressured(with_(pressured=list(eff["models"])))
+    assert not calibration_pressured(with_(models=eff["models"] + ["other"],
+                                           pressured=list(eff["models"])))
+    for bad in ("mpt-13b", [1], {"a": 1}):
+        with pytest.raises(sm.InvalidParameterError,
+                           match=r"cluster\.extra\['efficiency'\]\['pressured'\]"):
+            calibration_pressured(with_(pressured=bad))
 
 
 def _fit_quietly_but_pressure(prof):
