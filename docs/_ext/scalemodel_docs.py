@@ -1043,6 +1043,67 @@ def fig_transfer(out: Path):
     _save(fig, out / "transfer.png")
 
 
+def fig_llm(out: Path):
+    """``benchmarks/validate_llm.py``'s committed run
+    (``benchmarks/results/validate_llm.json``): each prediction's error in tokens per
+    second per GPU against the published one, with its interval and, beside it, the
+    constant-MFU rule's; scaling with n (left) and across model sizes (right), the
+    predictions from memory-pressured calibration runs apart. The figure shows that run's
+    numbers, it recomputes nothing."""
+    import json
+
+    import matplotlib.pyplot as plt
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / \
+        "validate_llm.json"
+    res = json.loads(path.read_text())
+    panels = (("scaling with n: one run of each series calibrates",
+               res["with_n"] + res["torchtitan"]),
+              ("across model sizes: one model's run predicts the others on its GPU",
+               res["sizes"]))
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.2),
+                             gridspec_kw={"width_ratios": [1, 2.2]})
+    for ax, (title, rows) in zip(axes, panels):
+        rows = sorted(rows, key=lambda r: (bool(r.get("calibration_pressured")),
+                                           r["error"]))
+        x = np.arange(len(rows))
+        err = np.array([100 * r["error"] for r in rows])
+        # the interval is in tokens/s: error of its ends, capped where unbounded
+        lo = np.array([100 * (r["low"] / r["published"] - 1) for r in rows])
+        hi = np.array([100 * (r["high"] / r["published"] - 1) if r["high"] else 200.0
+                       for r in rows])
+        rule = np.array([100 * r["rule"] for r in rows])
+        inside = (lo <= 0) & (hi >= 0)
+        pressured = np.array([bool(r.get("calibration_pressured")) for r in rows])
+        ax.vlines(x, lo, np.minimum(hi, 200), color="0.65", lw=1.2)
+        ax.axhspan(-5, 5, color="tab:green", alpha=0.12, lw=0)
+        ax.axhline(0, color="k", lw=0.6)
+        for band in (-15, 15):
+            ax.axhline(band, color="tab:green", lw=0.6, ls="--")
+        ax.plot(x, rule, "_", ms=7, color="tab:orange", label="constant-MFU rule")
+        for mask, colour, label in ((~pressured, "tab:blue", "calibration run with room"),
+                                    (pressured, "tab:purple",
+                                     "calibration run memory-pressured")):
+            ax.plot(x[mask & inside], err[mask & inside], "o", ms=3.5, color=colour,
+                    label=f"{label}, inside")
+            ax.plot(x[mask & ~inside], err[mask & ~inside], "x", ms=5, color=colour,
+                    label=f"{label}, outside")
+        if pressured.any():
+            ax.axvline(np.argmax(pressured) - 0.5, color="0.4", lw=0.6, ls=":")
+        ax.set_ylim(-60, 80)
+        ax.set_title(f"{title}\n{int(inside.sum())} of {len(rows)} inside, median "
+                     f"|error| {np.median(np.abs(err)):.1f} % (rule "
+                     f"{np.median(np.abs(rule)):.1f} %)", fontsize=8)
+        ax.set_xlabel("predictions, by calibration run's pressure and error", fontsize=7)
+        ax.set_ylabel("predicted / published tokens/s - 1 [%]", fontsize=7)
+        ax.set_xticks([])
+        ax.grid(True, axis="y", alpha=0.3)
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="lower center", ncol=5, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    _save(fig, out / "llm_validation.png")
+
+
 def fig_host(out: Path):
     """The H200 repeat sweep (``calibration/results/h200/framework-repeat``): every
     measurement's DDP iterations predicted from each other measurement's sweep, with the
@@ -1129,7 +1190,7 @@ def generate(srcdir: Path, log=print):
              inc_whatif,
              inc_derivations, inc_cli, lambda o: inc_des(o, srcdir.parent),
              fig_sharding, inc_sharded_validation, inc_sharding_cli, fig_transfer,
-             fig_host]
+             fig_llm, fig_host]
     t0 = time.perf_counter()
     for step in steps:
         step(out)
