@@ -1100,6 +1100,7 @@ def _fitted_cluster(problem, best, params, alternatives, fit_settings):
             "profiles": sorted({r.profile.name for r in flop_runs}),
             "models": sorted({model_key(r.profile, _run_tp(r)) for r in flop_runs}),
             "micro_batches": _micro_batches(flop_runs),
+            "recompute_shares": _recompute_shares(flop_runs),
             "pressured": _pressured_profiles(flop_runs, base)})
     return attrs.evolve(problem.cluster(best.values), intervals=intervals,
                         provenance=provenance, **extra)
@@ -1118,7 +1119,8 @@ def _efficiency_notes(cluster):
            "MFU between models in published tables, efficiency.EFFICIENCY_TRANSFER); for "
            "the same model at a larger (smaller) tensor-parallel degree than its runs', its "
            "slow (fast) end only, at a larger (smaller) micro-batch its fast (slow) end "
-           "only (efficiency.carried_ends)"]
+           "only (efficiency.carried_ends), with more (less) activation recompute than "
+           "its runs' its fast (slow) end only (efficiency.recompute_factor)"]
     if eff.get("pressured"):
         out.append("  memory-pressured calibration runs (model state >= "
                    "efficiency.MEMORY_PRESSURE_SHARE of the GPU): their model's "
@@ -1144,6 +1146,15 @@ def _micro_batches(runs):
         if mb is not None:
             out.setdefault(model_key(r.profile, _run_tp(r)), set()).add(mb)
     return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def _recompute_shares(runs):
+    """The distinct shares of activation recompute in the runs' compute
+    (:func:`scalemodel.efficiency.recompute_share`, rounded to 1e-6), sorted: what
+    :func:`scalemodel.efficiency.recompute_factor` compares a job's with [-]."""
+    from .efficiency import recompute_share
+
+    return sorted({round(recompute_share(r.profile), 6) for r in runs})
 
 
 def _run_tp(run):

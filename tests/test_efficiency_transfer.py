@@ -12,8 +12,9 @@ import pytest
 
 import scalemodel as sm
 from scalemodel.efficiency import (EFFICIENCY_TRANSFER, MEMORY_PRESSURE_SLOWDOWN,
-                                   calibration_pressured, carried_ends, carried_over,
-                                   fitted_efficiency, micro_batch_of, micro_batch_side,
+                                   calibration_pressured, carried_ends, carried_note,
+                                   carried_over, fitted_efficiency, recompute_factor,
+                                   recompute_share, micro_batch_of, micro_batch_side,
                                    model_key, tp_side)
 from scalemodel.exceptions import CalibrationWarning
 from scalemodel.intervals import iteration_time_interval
@@ -372,3 +373,89 @@ def test_iteration_time_says_how_the_efficiency_is_carried(fit8, capsys, tmp_pat
                "8", "--cluster", str(tmp_path / "c.json")])
     out = capsys.readouterr().out
     assert rc in (0, None) and "is carried to mpt-7b, its interval widened" in out
+
+
+# --------------------------------------------------------------------------- recompute
+
+
+def _ckpt(prof, mode="full"):
+    from scalemodel.checkpointing import with_recompute
+    return with_recompute(prof, mode)
+
+
+def test_the_recompute_share_is_what_with_recompute_adds():
+    prof = _profile(MPT13)
+    assert recompute_share(prof) == 0.0
+    full = _ckpt(prof)
+    redo = sum(full.provenance["recompute"])
+    assert recompute_share(full) == pytest.approx(
+        redo / (full.forward_time + full.backward_time), rel=1e-12)
+    # a second forward beside a forward and a backward of twice its FLOPs, less the
+    # embeddings and output projection that MPT does not checkpoint
+    assert 0.2 < recompute_share(full) < 0.25
+    assert 0 < recompute_share(_ckpt(prof, 0.5)) < recompute_share(full)
+
+
+def _recompute_by_hand(e, rho_c, rho_t):
+    """Time per unit of FLOPs of a job with recompute share rho_t when the runs (share
+    rho_c) measured 1/e and the recompute ran at the peak: 1/e = (1 - rho_c) x + rho_c,
+    the job (1 - rho_t) x + rho_t."""
+    x = (1 / e - rho_c) / (1 - rho_c)
+    return (1 - rho_t) * x + rho_t
+
+
+def test_more_recompute_than_the_runs_widens_the_fast_end_as_the_peak_bounds_it(fit8):
+    prof, fit = fit8
+    eff = fit.cluster.extra["efficiency"]
+    assert eff["recompute_shares"] == [0.0]
+    job = _ckpt(prof)
+    rho, e = recompute_share(job), eff["value"]
+    side, g = recompute_factor(fit.cluster, job)
+    assert side == "fast"
+    assert 1 / g == pytest.approx(_recompute_by_hand(e, 0.0, rho) * e, rel=1e-12)
+    value, (lo, hi) = fitted_efficiency(fit.cluster, job)
+    assert value == e and lo == eff["interval"][0]  # the point and the slow end stay
+    assert hi == pytest.approx(min(1.0, eff["interval"][1] * g), rel=1e-12)
+    assert recompute_factor(fit.cluster, prof) is None  # as the runs: nothing
+    note = carried_note(fit.cluster, job)
+    assert "more activation recompute than the calibration runs, so the fast end" in note
+
+
+def test_less_recompute_than_the_runs_widens_the_slow_end():
+    prof = _ckpt(_profile(MPT13))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster([dict(model=prof, n=8, bw="400Gbps", sharding="zero3",
+                                   tokens_per_second_per_gpu=4000)],
+                             fusion=None, intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    eff = fit.cluster.extra["efficiency"]
+    rho_c, e = recompute_share(prof), eff["value"]
+    assert eff["recompute_shares"] == [round(rho_c, 6)]
+    plain = _profile(MPT13)
+    side, g = recompute_factor(fit.cluster, plain)
+    assert side == "slow"
+    assert g == pytest.approx(_recompute_by_hand(e, round(rho_c, 6), 0.0) * e, rel=1e-9)
+    value, (lo, hi) = fitted_efficiency(fit.cluster, plain)
+    assert value == e and hi == eff["interval"][1]
+    assert lo == pytest.approx(eff["interval"][0] / g, rel=1e-12)
+    # iteration_time: the same point, a slower slow end, the same fast end
+    kw = dict(sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    it = sm.iteration_time(plain, 16, "400Gbps", cluster=fit.cluster, **kw)
+    bare = attrs.evolve(fit.cluster, extra=dict(fit.cluster.extra, efficiency={
+        k: v for k, v in eff.items() if k != "recompute_shares"}))
+    it0 = sm.iteration_time(plain, 16, "400Gbps", cluster=bare, **kw)
+    assert it.total == it0.total
+    assert it.total_interval[0] == pytest.approx(it0.total_interval[0], rel=1e-12)
+    assert it.total_interval[1] > it0.total_interval[1] * 1.1
+    assert "less activation recompute" in it.efficiency_carried
+
+
+@pytest.mark.parametrize("bad", ["0.2", [], [0.2, 1.0], [-0.1], [float("nan")], [True]])
+def test_a_tampered_recompute_record_is_refused_by_name(fit8, bad):
+    _, fit = fit8
+    eff = fit.cluster.extra["efficiency"]
+    cl = attrs.evolve(fit.cluster, extra=dict(fit.cluster.extra,
+                                              efficiency=dict(eff, recompute_shares=bad)))
+    with pytest.raises(sm.InvalidParameterError,
+                       match=r"cluster\.extra\['efficiency'\]\['recompute_shares'\]"):
+        recompute_factor(cl, _profile(MPT13))
