@@ -347,7 +347,7 @@ def _device_names(gpus):
 _DEVICE_NAMES: dict = {}  # _device_names' answers
 
 
-def fitted_efficiency(cluster, profile, *, tp=1):
+def fitted_efficiency(cluster, profile, *, tp=1, recompute=None):
     """The efficiency ``cluster`` was fitted at for ``profile``'s GPU, or None.
 
     It applies when the profile is derived from FLOPs (its compute time is FLOPs over
@@ -372,6 +372,10 @@ def fitted_efficiency(cluster, profile, *, tp=1):
         The workload [-].
     tp : int
         The job's tensor-parallel degree [GPUs].
+    recompute : float or None
+        The job's share of activation recompute in its compute (None: the profile's own,
+        :func:`recompute_share`; the model passes the share of the checkpointing asked
+        for, which it applies after the efficiency) [-].
 
     Returns
     -------
@@ -402,7 +406,7 @@ def fitted_efficiency(cluster, profile, *, tp=1):
     value = float(eff["value"])
     down, up = carried_ends(cluster, profile, tp)
     relief = calibration_pressured(cluster)
-    redo = recompute_factor(cluster, profile, value)
+    redo = recompute_factor(cluster, profile, value, share=recompute)
     if not (down or up or relief or redo):
         return value, (lo, hi)
     top, bottom = EFFICIENCY_BOUNDS[1], EFFICIENCY_BOUNDS[0]
@@ -456,7 +460,7 @@ def recompute_share(profile) -> float:
     return min(max(r / total, 0.0), 1.0) if math.isfinite(r) else 0.0
 
 
-def recompute_factor(cluster, profile, efficiency=None):
+def recompute_factor(cluster, profile, efficiency=None, share=None):
     r"""How far the efficiency's interval widens, and on which side, for a job with more
     or less activation recompute than the runs ``cluster``'s efficiency was fitted on
     (their shares, :func:`recompute_share`, recorded by :func:`~scalemodel.fit_cluster`
@@ -494,6 +498,9 @@ def recompute_factor(cluster, profile, efficiency=None):
         The job's profile [-].
     efficiency : float or None
         The fitted efficiency :math:`e` (None: the cluster's) [-].
+    share : float or None
+        The job's recompute share :math:`\rho_t` (None: ``profile``'s own,
+        :func:`recompute_share`) [-].
 
     Returns
     -------
@@ -518,7 +525,7 @@ def recompute_factor(cluster, profile, efficiency=None):
                                     shares, "must be a list of the runs' recompute shares "
                                     "of their compute, each in [0, 1)")
     e = float(eff["value"] if efficiency is None else efficiency)
-    rho = recompute_share(profile)
+    rho = recompute_share(profile) if share is None else float(share)
     hi, lo = max(shares), min(shares)
     tol = 1e-6
     if rho > hi + tol:
@@ -661,7 +668,7 @@ def carried_ends(cluster, profile, tp=1) -> tuple:
     return side == "smaller", side == "larger"
 
 
-def carried_note(cluster, profile, tp=1) -> str:
+def carried_note(cluster, profile, tp=1, recompute=None) -> str:
     """What :func:`carried_ends` (and :func:`recompute_factor`) do for ``profile`` at
     ``tp`` on ``cluster``, in words (``"the efficiency fitted on ... is carried to
     ..."``); empty when the fitted efficiency applies as fitted or not at all [-].
@@ -674,10 +681,12 @@ def carried_note(cluster, profile, tp=1) -> str:
         The workload asked about [-].
     tp : int
         Its tensor-parallel degree [GPUs].
+    recompute : float or None
+        Its share of activation recompute (None: the profile's own) [-].
     """
     if fitted_efficiency(cluster, profile) is None:
         return ""
-    redo = recompute_factor(cluster, profile)
+    redo = recompute_factor(cluster, profile, share=recompute)
     text = _carried_text(cluster, profile, tp)
     if redo is None:
         return text
@@ -861,7 +870,7 @@ def model_key(profile, tp=1) -> str:
                      if k not in _NOT_THE_MODEL) + tail
 
 
-def at_fitted_efficiency(profile, cluster, *, tp=1):
+def at_fitted_efficiency(profile, cluster, *, tp=1, recompute=None):
     """``profile`` computing at the efficiency ``cluster`` was fitted at for its GPU
     (:func:`fitted_efficiency`): forward, backward, ready times and update multiplied by
     its own efficiency over the fitted one (:meth:`~scalemodel.WorkloadProfile.scaled_to`,
@@ -876,6 +885,9 @@ def at_fitted_efficiency(profile, cluster, *, tp=1):
         The cluster the prediction is made on [-].
     tp : int
         The job's tensor-parallel degree (:func:`carried_over`) [GPUs].
+    recompute : float or None
+        The job's share of activation recompute (:func:`recompute_factor`; None: the
+        profile's own) [-].
 
     Returns
     -------
@@ -883,7 +895,7 @@ def at_fitted_efficiency(profile, cluster, *, tp=1):
         The rescaled profile (``provenance["scaled_to"]`` records the factor), or
         ``profile``.
     """
-    fit = fitted_efficiency(cluster, profile, tp=tp)
+    fit = fitted_efficiency(cluster, profile, tp=tp, recompute=recompute)
     if fit is None:
         return profile
     own = profile_efficiency(profile)

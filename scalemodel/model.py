@@ -78,7 +78,8 @@ from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_pipeline_layers,
                        check_sequence_parallel, dp_options,
                        model_parallel_profile, resolve_model_parallel)
 from .profiles import WorkloadProfile, load_profile
-from .efficiency import at_fitted_efficiency, carried_note, fitted_efficiency, gpu_topology
+from .efficiency import (at_fitted_efficiency, carried_note, fitted_efficiency,
+                         gpu_topology, recompute_share)
 from .hostcosts import host_delays, tensors_per_bucket
 from .topology import resolve_topology
 from .units import (broadcast_shape, check_count, check_fraction, check_nonnegative,
@@ -418,6 +419,16 @@ def warn_unused_codec_cost(codec_cost, compression):
                    "compression ratio exceeds 1, and compression=1 here")
 
 
+def _recompute_share_of(profile, activation_checkpointing):
+    """The share of activation recompute in ``profile``'s compute once
+    ``activation_checkpointing`` is applied (:func:`~scalemodel.efficiency.recompute_share`
+    of :func:`~scalemodel.checkpointing.with_recompute`; the profile's own without it),
+    or None when nothing is asked [-]."""
+    if activation_checkpointing is None:
+        return None
+    return recompute_share(with_recompute(profile, activation_checkpointing))
+
+
 @attrs.frozen(eq=False)
 class Scenario:
     """A workload with its fusion, collective and network constants, ready to evaluate.
@@ -557,9 +568,12 @@ class Scenario:
             topology = cluster.topology
             if cluster.reduction is not None:
                 profile = attrs.evolve(profile, reduction=cluster.reduction)
-            # a FLOP-derived profile computes at the efficiency fitted for its GPU
-            profile = at_fitted_efficiency(profile, cluster,
-                                           tp=1 if mp is None else mp.tp)
+            # a FLOP-derived profile computes at the efficiency fitted for its GPU (its
+            # interval by the recompute the job will have, applied below)
+            profile = at_fitted_efficiency(
+                profile, cluster, tp=1 if mp is None else mp.tp,
+                recompute=_recompute_share_of(profile, activation_checkpointing)
+                if "efficiency" in cluster.extra else None)
             if cluster.overlap < 1.0 and shard.sharded:
                 raise InvalidParameterError(
                     "sharding", shard.strategy, f"the cluster {cluster.name!r} has an "
@@ -2200,7 +2214,8 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
         res = _with_intervals(res, model, n, bw, sc, asked)
     if cl is not None and "efficiency" in cl.extra:
         note = carried_note(cl, load_profile(model), 1 if sc.model_parallel is None
-                            else int(sc.model_parallel.tp))
+                            else int(sc.model_parallel.tp),
+                            recompute=recompute_share(sc.profile))
         if note:
             res = attrs.evolve(res, efficiency_carried=note)
     return _with_memory_pressure(res, sc, n)

@@ -413,7 +413,7 @@ def _with_interval(result, sc, solve, field, what, model=None):
         fmt, why = _bw_text, "no line rate reaches the target"
     return attrs.evolve(result, interval=iv.pair,
                         message=f"{result.message}; {iv.describe(fmt, why)}"
-                        + _carried_note(cl, model, _tp_of(sc)))
+                        + _carried_note(cl, model, _tp_of(sc), _recompute_of(sc)))
 
 
 def _tp_of(sc):
@@ -422,10 +422,19 @@ def _tp_of(sc):
     return 1 if mp is None else int(mp.tp)
 
 
-def _carried_note(cluster, model, tp=1) -> str:
+def _recompute_of(sc):
+    """The share of activation recompute in a scenario's job
+    (:func:`~scalemodel.efficiency.recompute_share` of its profile), or None [-]."""
+    from .efficiency import recompute_share
+
+    p = getattr(sc, "profile", None)
+    return None if p is None else recompute_share(p)
+
+
+def _carried_note(cluster, model, tp=1, recompute=None) -> str:
     """``"; the efficiency fitted on ... is carried to ..."`` when ``cluster``'s fitted
     efficiency applies to ``model`` but its runs did not show that model at that
-    tensor-parallel degree ``tp``, else ``""``."""
+    tensor-parallel degree ``tp`` (or its recompute share ``recompute``), else ``""``."""
     if model is None:
         return ""
     from .profiles import load_profile
@@ -433,23 +442,24 @@ def _carried_note(cluster, model, tp=1) -> str:
     profile = load_profile(model)
     derived = getattr(cluster, "_derived", None)  # once per cluster object and profile
     kept = None if derived is None else derived.setdefault(("carried notes",), {})
-    hit = None if kept is None else kept.get((id(profile), tp))
+    key = (id(profile), tp, None if recompute is None else round(float(recompute), 9))
+    hit = None if kept is None else kept.get(key)
     if hit is not None and hit[0] is profile:
         return hit[1]
-    text = _carried_text(cluster, profile, tp)
+    text = _carried_text(cluster, profile, tp, recompute)
     if kept is not None:
         if len(kept) >= 64:
             kept.clear()
-        kept[(id(profile), tp)] = (profile, text)
+        kept[key] = (profile, text)
     return text
 
 
-def _carried_text(cluster, profile, tp=1) -> str:
+def _carried_text(cluster, profile, tp=1, recompute=None) -> str:
     """:func:`_carried_note` of a loaded ``profile`` at ``tp``, computed
     (:func:`~scalemodel.efficiency.carried_note`, with ``"; "`` before it) [-]."""
     from .efficiency import carried_note
 
-    text = carried_note(cluster, profile, tp)
+    text = carried_note(cluster, profile, tp, recompute=recompute)
     return f"; {text}" if text else ""
 
 

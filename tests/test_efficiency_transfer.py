@@ -459,3 +459,26 @@ def test_a_tampered_recompute_record_is_refused_by_name(fit8, bad):
     with pytest.raises(sm.InvalidParameterError,
                        match=r"cluster\.extra\['efficiency'\]\['recompute_shares'\]"):
         recompute_factor(cl, _profile(MPT13))
+
+
+def test_checkpointing_asked_as_a_keyword_is_carried_as_a_checkpointed_profile(fit8):
+    """iteration_time(..., activation_checkpointing="full") and the solvers on a fit
+    without recompute: the same intervals and notes as the profile checkpointed first."""
+    prof, fit = fit8
+    kw = dict(sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    asked = sm.iteration_time(prof, 16, "400Gbps", cluster=fit.cluster,
+                              activation_checkpointing="full", **kw)
+    given = sm.iteration_time(_ckpt(prof), 16, "400Gbps", cluster=fit.cluster, **kw)
+    assert asked.total == pytest.approx(given.total, rel=1e-12)
+    assert asked.total_interval == pytest.approx(given.total_interval, rel=1e-12)
+    assert "more activation recompute" in asked.efficiency_carried
+    bare = attrs.evolve(fit.cluster, extra=dict(fit.cluster.extra, efficiency={
+        k: v for k, v in fit.cluster.extra["efficiency"].items()
+        if k != "recompute_shares"}))
+    before = sm.iteration_time(prof, 16, "400Gbps", cluster=bare,
+                               activation_checkpointing="full", **kw)
+    assert asked.total_interval[0] < before.total_interval[0] / 1.1
+    assert asked.total_interval[1] == pytest.approx(before.total_interval[1], rel=1e-12)
+    res = sm.min_compression(prof, "25Gbps", n=64, cluster=fit.cluster,
+                             activation_checkpointing="full", **kw)
+    assert "more activation recompute than the calibration runs" in res.message
