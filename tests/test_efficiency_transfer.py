@@ -291,11 +291,7 @@ def test_a_gpu_of_the_users_own_fits_without_a_pressure_check():
     efficiency (no memory-pressure check: its memory is not looked up by name)."""
     spec = attrs.evolve(sm.get_gpu("h100-sxm"), name="my-gpu", full_name="My GPU 80GB")
     prof = _profile(MPT13, spec)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit = sm.fit_cluster([dict(model=prof, n=8, bw="400Gbps", sharding="zero3",
-                                   tokens_per_second_per_gpu=4792)],
-                             fusion=None, intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    fit = _fit_one(prof, 4792)
     eff = fit.cluster.extra["efficiency"]
     assert eff["pressured"] == [] and eff["gpu"] == ["My GPU 80GB"]
 
@@ -378,6 +374,17 @@ def test_iteration_time_says_how_the_efficiency_is_carried(fit8, capsys, tmp_pat
 # --------------------------------------------------------------------------- recompute
 
 
+def _fit_one(prof, tokens):
+    """fit_cluster on ONE run of ``prof`` on 8 GPUs of a 400 Gbit/s node at ``tokens``
+    per second per GPU, its warnings silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sm.fit_cluster([dict(model=prof, n=8, bw="400Gbps", sharding="zero3",
+                                    tokens_per_second_per_gpu=tokens)],
+                              fusion=None, intra_bw=sm.get_gpu("h100").intra_node_bw,
+                              **NODE)
+
+
 def _ckpt(prof, mode="full"):
     from scalemodel.checkpointing import with_recompute
     return with_recompute(prof, mode)
@@ -423,11 +430,7 @@ def test_more_recompute_than_the_runs_widens_the_fast_end_as_the_peak_bounds_it(
 
 def test_less_recompute_than_the_runs_widens_the_slow_end():
     prof = _ckpt(_profile(MPT13))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit = sm.fit_cluster([dict(model=prof, n=8, bw="400Gbps", sharding="zero3",
-                                   tokens_per_second_per_gpu=4000)],
-                             fusion=None, intra_bw=sm.get_gpu("h100").intra_node_bw, **NODE)
+    fit = _fit_one(prof, 4000)
     eff = fit.cluster.extra["efficiency"]
     rho_c, e = recompute_share(prof), eff["value"]
     assert eff["recompute_shares"] == [round(rho_c, 6)]
