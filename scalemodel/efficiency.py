@@ -409,30 +409,22 @@ def fitted_efficiency(cluster, profile, *, tp=1, recompute=None):
     redo = recompute_factor(cluster, profile, value, share=recompute)
     if not (down or up or relief or redo):
         return value, (lo, hi)
+    # the factors each end widens by: carried, a pressured fit, the recompute's bracket
+    slow = (EFFICIENCY_TRANSFER if down else 1.0) * \
+        (redo[1] if redo and redo[0] == "slow" else 1.0)
+    fast = (EFFICIENCY_TRANSFER if up else 1.0) * \
+        (MEMORY_PRESSURE_SLOWDOWN if relief else 1.0) * \
+        (redo[1] if redo and redo[0] == "fast" else 1.0)
     top, bottom = EFFICIENCY_BOUNDS[1], EFFICIENCY_BOUNDS[0]
     end = eff.get("end")  # a corner of the cluster (ClusterProfile.corners)
-    if down:
-        lo = bottom if lo is None else max(bottom, lo / EFFICIENCY_TRANSFER)
+    if slow > 1.0:
+        lo = bottom if lo is None else max(bottom, lo / slow)
         if end == "low":
-            value = max(bottom, value / EFFICIENCY_TRANSFER)
-    if up:
-        hi = top if hi is None else min(top, hi * EFFICIENCY_TRANSFER)
+            value = max(bottom, value / slow)
+    if fast > 1.0:
+        hi = top if hi is None else min(top, hi * fast)
         if end == "high":
-            value = min(top, value * EFFICIENCY_TRANSFER)
-    if relief:  # fitted where memory was short: up to that slowdown too slow elsewhere
-        hi = top if hi is None else min(top, hi * MEMORY_PRESSURE_SLOWDOWN)
-        if end == "high":
-            value = min(top, value * MEMORY_PRESSURE_SLOWDOWN)
-    if redo:  # more (less) recompute than the runs had: it may run nearer the peak
-        side, g = redo
-        if side == "fast":
-            hi = top if hi is None else min(top, hi * g)
-            if end == "high":
-                value = min(top, value * g)
-        else:
-            lo = bottom if lo is None else max(bottom, lo / g)
-            if end == "low":
-                value = max(bottom, value / g)
+            value = min(top, value * fast)
     return value, (lo, hi)
 
 
