@@ -419,6 +419,42 @@ def warn_unused_codec_cost(codec_cost, compression):
                    "compression ratio exceeds 1, and compression=1 here")
 
 
+def _on_cluster(profile, cluster, mp, shard, activation_checkpointing):
+    """The profile as the fitted cluster runs it: its reduction, the efficiency fitted for
+    its GPU (a FLOP-derived profile; its interval by the recompute the job will have) and
+    the cluster's overlap efficiency (eq. overlap-efficiency of :mod:`scalemodel.cluster`)."""
+    if cluster.reduction is not None:
+        profile = attrs.evolve(profile, reduction=cluster.reduction)
+    profile = at_fitted_efficiency(
+        profile, cluster, tp=1 if mp is None else mp.tp,
+        recompute=_recompute_share_of(profile, activation_checkpointing)
+        if "efficiency" in cluster.extra else None)
+    if cluster.overlap < 1.0 and shard.sharded:
+        raise InvalidParameterError(
+            "sharding", shard.strategy, f"the cluster {cluster.name!r} has an "
+            f"overlap efficiency of {cluster.overlap:g} < 1, which is not modelled "
+            "under sharding", "Use sharding='none', or a cluster calibrated on GPUs")
+    if cluster.overlap < 1.0:
+        eta, r = cluster.overlap, profile.tensor_ready
+        late = np.maximum.accumulate(eta * r + (1.0 - eta) * profile.backward_time)
+        profile = attrs.evolve(profile, tensor_ready=np.minimum(late, profile.backward_time))
+    return profile
+
+
+def _ignored(given, algorithm, topology, shard, mp, sequence_parallel, cluster):
+    """The settings given that the scenario ignores, each ``(name, value, why)``."""
+    ignored = ignored_settings(given, algorithm=algorithm,
+                               flat=topology.gpus_per_node is None,
+                               sharded=shard is not None, tp=mp.tp)
+    if sequence_parallel and mp.tp == 1:  # scalemodel.parallel
+        ignored += (("sequence_parallel", True, SEQUENCE_PARALLEL_IGNORED),)
+    if shard is not None and cluster is not None and cluster.host is not None:
+        ignored += (("cluster.host", cluster.host.to_dict(), "the wrapper's host "
+                     "costs (eq. host-lead) are not modelled under sharding; the "
+                     "cluster's bucket_overhead is its work per unit"),)
+    return ignored
+
+
 def _recompute_share_of(profile, activation_checkpointing):
     """The share of activation recompute in ``profile``'s compute once
     ``activation_checkpointing`` is applied (:func:`~scalemodel.efficiency.recompute_share`
@@ -566,24 +602,7 @@ class Scenario:
             if alpha is None:
                 alpha = cluster.alpha
             topology = cluster.topology
-            if cluster.reduction is not None:
-                profile = attrs.evolve(profile, reduction=cluster.reduction)
-            # a FLOP-derived profile computes at the efficiency fitted for its GPU (its
-            # interval by the recompute the job will have, applied below)
-            profile = at_fitted_efficiency(
-                profile, cluster, tp=1 if mp is None else mp.tp,
-                recompute=_recompute_share_of(profile, activation_checkpointing)
-                if "efficiency" in cluster.extra else None)
-            if cluster.overlap < 1.0 and shard.sharded:
-                raise InvalidParameterError(
-                    "sharding", shard.strategy, f"the cluster {cluster.name!r} has an "
-                    f"overlap efficiency of {cluster.overlap:g} < 1, which is not modelled "
-                    "under sharding", "Use sharding='none', or a cluster calibrated on GPUs")
-            if cluster.overlap < 1.0:  # eq. (overlap-efficiency) of scalemodel.cluster
-                eta, r = cluster.overlap, profile.tensor_ready
-                late = np.maximum.accumulate(eta * r + (1.0 - eta) * profile.backward_time)
-                profile = attrs.evolve(profile, tensor_ready=np.minimum(
-                    late, profile.backward_time))
+            profile = _on_cluster(profile, cluster, mp, shard, activation_checkpointing)
         # scalemodel.checkpointing / scalemodel.offload: recompute in each checkpointed
         # block's backward, the offloaded optimizer step in place of the GPU's
         profile = with_recompute(profile, activation_checkpointing)
@@ -608,17 +627,10 @@ class Scenario:
         else:
             policy, shard = resolve_fusion("ddp" if fusion is None else fusion), None
         algorithm = resolve_algorithm("ring" if algorithm is None else algorithm)
-        ignored = ignored_settings(
-            dict(ps_servers=ps_servers, gpus_per_node=gpus_per_node,
-                 nics_per_node=nics_per_node, intra_bw=intra_bw, intra_alpha=intra_alpha),
-            algorithm=algorithm, flat=topology.gpus_per_node is None,
-            sharded=shard is not None, tp=mp.tp)
-        if sequence_parallel and mp.tp == 1:  # scalemodel.parallel
-            ignored += (("sequence_parallel", True, SEQUENCE_PARALLEL_IGNORED),)
-        if shard is not None and cluster is not None and cluster.host is not None:
-            ignored += (("cluster.host", cluster.host.to_dict(), "the wrapper's host "
-                         "costs (eq. host-lead) are not modelled under sharding; the "
-                         "cluster's bucket_overhead is its work per unit"),)
+        ignored = _ignored(dict(ps_servers=ps_servers, gpus_per_node=gpus_per_node,
+                                nics_per_node=nics_per_node, intra_bw=intra_bw,
+                                intra_alpha=intra_alpha),
+                           algorithm, topology, shard, mp, sequence_parallel, cluster)
         return cls(
             cluster=cluster,
             profile=profile,
