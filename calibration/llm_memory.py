@@ -141,20 +141,25 @@ def _check_buildable(cfg):
 
 # --------------------------------------------------------------------------- model
 
-def build_model(cfg, flash=True, device="cpu", dtype=None, seed=0):
-    """A decoder in plain PyTorch with exactly ``cfg.parameter_count`` parameters."""
+def _norm_factory(cfg):
+    """A callable building the config's normalization layer (RMSNorm or LayerNorm)."""
+    from torch import nn
+
+    def norm():
+        if cfg.norm == "rmsnorm":
+            return nn.RMSNorm(cfg.hidden, eps=1e-5)
+        return nn.LayerNorm(cfg.hidden, eps=1e-5)
+    return norm
+
+
+def _attention_class(cfg, flash):
+    """The attention module of ``cfg``: q, k, v, o projections, rotary embeddings and the
+    core by SDPA (``flash``) or written out (a causal softmax), optionally checkpointed."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
-    _check_buildable(cfg)
     h, heads, kvh, hd = cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim
-
-    def norm():
-        if cfg.norm == "rmsnorm":
-            return nn.RMSNorm(h, eps=1e-5)
-        return nn.LayerNorm(h, eps=1e-5)
-
     masks = {}
 
     def rotate_half(x):
@@ -202,6 +207,16 @@ def build_model(cfg, flash=True, device="cpu", dtype=None, seed=0):
                 out = self.core(q, k, v)
             return self.o(out.transpose(1, 2).reshape(b, s, heads * hd))
 
+    return Attention
+
+
+def _block_class(cfg, flash):
+    """A pre-norm transformer block of ``cfg``: attention and a (gated) MLP."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    h, norm, Attention = cfg.hidden, _norm_factory(cfg), _attention_class(cfg, flash)
+
     class MLP(nn.Module):
         def __init__(self):
             super().__init__()
@@ -224,6 +239,18 @@ def build_model(cfg, flash=True, device="cpu", dtype=None, seed=0):
         def forward(self, x, cos, sin):
             x = x + self.attn(self.attn_norm(x), cos, sin)
             return x + self.mlp(self.mlp_norm(x))
+
+    return Block
+
+
+def _decoder_class(cfg, flash):
+    """The decoder of ``cfg``: embeddings, its blocks, final norm and (tied) head."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    h, hd, norm = cfg.hidden, cfg.head_dim, _norm_factory(cfg)
+    Block = _block_class(cfg, flash)
 
     class Decoder(nn.Module):
         def __init__(self):
@@ -259,6 +286,15 @@ def build_model(cfg, flash=True, device="cpu", dtype=None, seed=0):
             weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
             return F.linear(x, weight)
 
+    return Decoder
+
+
+def build_model(cfg, flash=True, device="cpu", dtype=None, seed=0):
+    """A decoder in plain PyTorch with exactly ``cfg.parameter_count`` parameters."""
+    import torch
+
+    _check_buildable(cfg)
+    Decoder = _decoder_class(cfg, flash)
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     with torch.device(device):
@@ -422,18 +458,13 @@ def _stats(values):
             "n": len(values)}
 
 
-def run_mode(cfg, mode, *, flash, precision, steps, warmup, device, seed=0, lr=1e-4):
-    """Train ``warmup + steps`` steps of a fresh model under ``mode``; the record."""
+def _training_setup(cfg, mode, *, flash, precision, device, seed, lr):
+    """A fresh model under ``mode``, its optimizer, the synthetic batch and the autocast
+    context (None unless ``precision == "autocast"``), and how it is checkpointed."""
     import torch
-    import torch.nn.functional as F
 
     cuda = device.startswith("cuda")
     dtype = torch.bfloat16 if precision == "bf16" else None
-    if cuda:
-        gc.collect()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated() if cuda else None
     model = build_model(cfg, flash=flash, device=device, dtype=dtype, seed=seed)
     how, trace = apply_checkpointing(model, mode, flash)
     if precision == "bf16":
@@ -447,96 +478,125 @@ def run_mode(cfg, mode, *, flash, precision, steps, warmup, device, seed=0, lr=1
                             generator=gen).to(device)
     autocast = (torch.autocast(device_type="cuda" if cuda else "cpu", dtype=torch.bfloat16)
                 if precision == "autocast" else None)
+    return model, opt, ids, targets, autocast, how, trace
 
+
+def _max_memory():
+    import torch
+    return torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+
+
+def _train_step(step, model, opt, ids, targets, autocast, cuda, base, rec, peaks):
+    """One step (forward, loss, backward, optimizer); the peaks of its phases recorded
+    into ``rec`` (first step) or ``peaks`` (later ones). Returns the loss and the forward,
+    backward and optimizer times [s] (CUDA events on a GPU)."""
+    import torch
+    import torch.nn.functional as F
+
+    if cuda:
+        if step == 1:
+            rec["model_state_bytes"] = torch.cuda.memory_allocated() - base
+        if step >= 1:
+            torch.cuda.reset_peak_memory_stats()
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        ev[0].record()
+    t0 = time.perf_counter()
+    if autocast is not None:
+        with autocast:
+            logits = model(ids)
+    else:
+        logits = model(ids)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), targets)
+    del logits  # torchtitan: free the 16-bit logits before backward
+    if cuda:
+        ev[1].record()
+    t1 = time.perf_counter()
+    loss.backward()
+    if cuda:
+        ev[2].record()
+        if step >= 1:
+            a, r = _max_memory()
+            peaks["fwd_bwd_allocated"].append(a)
+            peaks["fwd_bwd_reserved"].append(r)
+            torch.cuda.reset_peak_memory_stats()
+    t2 = time.perf_counter()
+    opt.step()
+    opt.zero_grad(set_to_none=False)  # gradients persistent, as ZeRO counts them
+    if cuda:
+        ev[3].record()
+        torch.cuda.synchronize()
+        a, r = _max_memory()
+        if step == 0:
+            rec["first_step_peak_allocated"] = a - base
+            rec["first_step_peak_reserved"] = r
+        else:
+            peaks["optimizer_allocated"].append(a)
+            peaks["optimizer_reserved"].append(r)
+        parts = [ev[i].elapsed_time(ev[i + 1]) / 1e3 for i in range(3)]
+    else:
+        parts = [t1 - t0, t2 - t1, time.perf_counter() - t2]
+    return float(loss.detach()), parts
+
+
+MEMORY_KEYS = ("base_allocated_bytes", "model_state_bytes", "first_step_peak_allocated",
+               "first_step_peak_reserved", "peak_fwd_bwd_allocated", "peak_fwd_bwd_reserved",
+               "peak_optimizer_allocated", "peak_optimizer_reserved", "max_memory_allocated",
+               "max_memory_reserved")
+"""The record's memory fields [bytes] (null on the CPU)."""
+
+
+def _memory_fields(rec, peaks, base):
+    """The record's memory fields from the phases' peaks (``base``: allocated before the
+    model was built) [bytes]."""
+    rec["base_allocated_bytes"] = base
+    rec["peak_fwd_bwd_allocated"] = (max(peaks["fwd_bwd_allocated"]) - base
+                                     if peaks["fwd_bwd_allocated"] else None)
+    rec["peak_fwd_bwd_reserved"] = max(peaks["fwd_bwd_reserved"], default=None)
+    rec["peak_optimizer_allocated"] = (max(peaks["optimizer_allocated"]) - base
+                                       if peaks["optimizer_allocated"] else None)
+    rec["peak_optimizer_reserved"] = max(peaks["optimizer_reserved"], default=None)
+    rec["max_memory_allocated"] = max(
+        [rec["first_step_peak_allocated"] + base] + peaks["fwd_bwd_allocated"]
+        + peaks["optimizer_allocated"])
+    rec["max_memory_reserved"] = max(
+        [rec["first_step_peak_reserved"]] + peaks["fwd_bwd_reserved"]
+        + peaks["optimizer_reserved"])
+
+
+def run_mode(cfg, mode, *, flash, precision, steps, warmup, device, seed=0, lr=1e-4):
+    """Train ``warmup + steps`` steps of a fresh model under ``mode``; the record."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    if cuda:
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated() if cuda else None
+    model, opt, ids, targets, autocast, how, trace = _training_setup(
+        cfg, mode, flash=flash, precision=precision, device=device, seed=seed, lr=lr)
     rec = {"mode": mode, "checkpointing": how, "losses": [], "oom": None}
     times = {"step": [], "forward": [], "backward": [], "optimizer": []}
     peaks = {"fwd_bwd_allocated": [], "fwd_bwd_reserved": [], "optimizer_allocated": [],
              "optimizer_reserved": []}
-    total = warmup + steps
-
-    def mem():
-        return (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
-
-    for step in range(total):
-        timed = step >= warmup
-        if cuda:
-            if step == 1:
-                rec["model_state_bytes"] = torch.cuda.memory_allocated() - base
-            if step >= 1:
-                torch.cuda.reset_peak_memory_stats()
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-            ev[0].record()
-        t0 = time.perf_counter()
-        if autocast is not None:
-            with autocast:
-                logits = model(ids)
-        else:
-            logits = model(ids)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets)
-        del logits  # torchtitan: free the 16-bit logits before backward
-        if cuda:
-            ev[1].record()
-        t1 = time.perf_counter()
-        loss.backward()
-        if cuda:
-            ev[2].record()
-            if step >= 1:
-                a, r = mem()
-                peaks["fwd_bwd_allocated"].append(a)
-                peaks["fwd_bwd_reserved"].append(r)
-                torch.cuda.reset_peak_memory_stats()
-        t2 = time.perf_counter()
-        opt.step()
-        opt.zero_grad(set_to_none=False)  # gradients persistent, as ZeRO counts them
-        if cuda:
-            ev[3].record()
-            torch.cuda.synchronize()
-            a, r = mem()
-            if step == 0:
-                rec["first_step_peak_allocated"] = a - base
-                rec["first_step_peak_reserved"] = r
-            else:
-                peaks["optimizer_allocated"].append(a)
-                peaks["optimizer_reserved"].append(r)
-        t3 = time.perf_counter()
-        rec["losses"].append(float(loss.detach()))
-        if timed:
-            if cuda:
-                parts = [ev[i].elapsed_time(ev[i + 1]) / 1e3 for i in range(3)]
-            else:
-                parts = [t1 - t0, t2 - t1, t3 - t2]
-            times["forward"].append(parts[0])
-            times["backward"].append(parts[1])
-            times["optimizer"].append(parts[2])
+    for step in range(warmup + steps):
+        loss, parts = _train_step(step, model, opt, ids, targets, autocast, cuda, base,
+                                  rec, peaks)
+        rec["losses"].append(loss)
+        if step >= warmup:
+            for key, value in zip(("forward", "backward", "optimizer"), parts):
+                times[key].append(value)
             times["step"].append(sum(parts))
-        del loss
     rec["times_s"] = {k: _stats(v) for k, v in times.items()}
     if trace.get("ops"):
         rec["selective_policy_first_block"] = trace["ops"]
     del model, opt, ids, targets
     if cuda:
-        rec["base_allocated_bytes"] = base
-        fb_a = max(peaks["fwd_bwd_allocated"]) - base if peaks["fwd_bwd_allocated"] else None
-        rec["peak_fwd_bwd_allocated"] = fb_a
-        rec["peak_fwd_bwd_reserved"] = max(peaks["fwd_bwd_reserved"], default=None)
-        rec["peak_optimizer_allocated"] = (max(peaks["optimizer_allocated"]) - base
-                                           if peaks["optimizer_allocated"] else None)
-        rec["peak_optimizer_reserved"] = max(peaks["optimizer_reserved"], default=None)
-        rec["max_memory_allocated"] = max(
-            [rec["first_step_peak_allocated"] + base] + peaks["fwd_bwd_allocated"]
-            + peaks["optimizer_allocated"])
-        rec["max_memory_reserved"] = max(
-            [rec["first_step_peak_reserved"]] + peaks["fwd_bwd_reserved"]
-            + peaks["optimizer_reserved"])
+        _memory_fields(rec, peaks, base)
         gc.collect()
         torch.cuda.empty_cache()
     else:
-        for key in ("base_allocated_bytes", "model_state_bytes", "first_step_peak_allocated",
-                    "first_step_peak_reserved", "peak_fwd_bwd_allocated",
-                    "peak_fwd_bwd_reserved", "peak_optimizer_allocated",
-                    "peak_optimizer_reserved", "max_memory_allocated",
-                    "max_memory_reserved"):
-            rec[key] = None
+        rec.update(dict.fromkeys(MEMORY_KEYS))
     return rec
 
 
@@ -575,8 +635,7 @@ def _gib(x):
     return "n/a" if x is None else f"{x / GIB:.2f}"
 
 
-def main(argv=None):
-    """Run the measurement; returns the JSON-ready record (also written to ``--out``)."""
+def _parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--config", default="llama-1.3b",
@@ -591,6 +650,75 @@ def main(argv=None):
     p.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--precision", choices=("bf16", "autocast"), default="bf16")
     p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def _header(cfg, args, env, gpu):
+    """The record's fields before any mode runs (config, environment, model FLOPs)."""
+    flops = tensor_flops(cfg)
+    blocks = (flops.unit >= 0) & (flops.unit < cfg.layers)
+    return {"config": attrs.asdict(cfg), "parameter_count": cfg.parameter_count,
+            "environment": env, "flash_attention": args.flash, "precision": args.precision,
+            "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
+            "model_flops_per_step": flops.forward + flops.backward,
+            "model_flops_note": "scalemodel.workloads.tensor_flops: 2*T per weight "
+                                "element forward, attention core 4*b*s^2*d_attn per layer "
+                                "(not halved for the causal mask), backward twice "
+                                "forward; no recompute",
+            "block_forward_flops_share": float(flops.forward_flops[blocks].sum()
+                                               / flops.forward),
+            "memory_gpu": gpu, "modes": {}}
+
+
+def _measure(cfg, mode, args, device, out):
+    """One mode's record: the run (or its out-of-memory error), memory()'s expectation
+    for it, tokens/s and MFU."""
+    import torch
+
+    exp = expected_memory(cfg, mode, args.flash, args.precision, out["memory_gpu"])
+    try:
+        rec = run_mode(cfg, mode, flash=args.flash, precision=args.precision,
+                       steps=args.steps, warmup=args.warmup, device=device, seed=args.seed)
+    except torch.cuda.OutOfMemoryError as exc:
+        rec = {"mode": mode, "oom": str(exc).splitlines()[0][:500]}
+    if rec.get("oom"):  # the failed mode's frame is gone: free its tensors
+        gc.collect()
+        torch.cuda.empty_cache()
+    # the built model's parameter count was asserted equal to scalemodel's
+    rec["built_parameter_count"] = cfg.parameter_count if rec.get("oom") is None else None
+    rec["memory_kwargs"] = memory_kwargs(mode, args.flash, args.precision)
+    rec["expected"] = exp
+    step = (rec.get("times_s") or {}).get("step")
+    peak = out["environment"]["bf16_peak_flops"]
+    if step:
+        rec["tokens_per_s"] = cfg.tokens / step["median"]
+        rec["mfu"] = out["model_flops_per_step"] / step["median"] / peak if peak else None
+    else:
+        rec["tokens_per_s"] = rec["mfu"] = None
+    return rec
+
+
+def _say(mode, rec):
+    exp = rec["expected"]
+    if rec.get("oom"):
+        print(f"  {mode:9s} OOM ({rec['oom'][:120]}); memory() expects "
+              f"{_gib(exp['allocated'])} GiB allocated", flush=True)
+        return
+    mfu = f"{rec['mfu']:.1%}" if rec.get("mfu") else "n/a"
+    step = rec["times_s"]["step"]
+    print(f"  {mode:9s} peak fwd+bwd {_gib(rec['peak_fwd_bwd_allocated'])} GiB "
+          f"(memory() {_gib(exp['allocated'])}), max allocated "
+          f"{_gib(rec['max_memory_allocated'])}, reserved "
+          f"{_gib(rec['max_memory_reserved'])} (memory() {_gib(exp['reserved'])}), "
+          f"model state {_gib(rec['model_state_bytes'])} "
+          f"(memory() {_gib(exp['model_state'])}); step "
+          f"{step['median'] * 1e3:.1f} ms, {rec['tokens_per_s']:.0f} tok/s, MFU {mfu}; "
+          f"loss {rec['losses'][-1]:.4f}", flush=True)
+
+
+def main(argv=None):
+    """Run the measurement; returns the JSON-ready record (also written to ``--out``)."""
+    p = _parser()
     args = p.parse_args(argv)
 
     import torch
@@ -604,61 +732,14 @@ def main(argv=None):
                 "state)")
     cfg = load_config(args.config, args.seq, args.micro_batch)
     env = environment(device)
-    gpu = env["scalemodel_gpu"] or "h100-sxm"
-    flops = tensor_flops(cfg)
-    model_flops = flops.forward + flops.backward
-    blocks = (flops.unit >= 0) & (flops.unit < cfg.layers)
-    out = {"config": attrs.asdict(cfg), "parameter_count": cfg.parameter_count,
-           "environment": env, "flash_attention": args.flash, "precision": args.precision,
-           "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
-           "model_flops_per_step": model_flops,
-           "model_flops_note": "scalemodel.workloads.tensor_flops: 2*T per weight "
-                               "element forward, attention core 4*b*s^2*d_attn per layer "
-                               "(not halved for the causal mask), backward twice "
-                               "forward; no recompute",
-           "block_forward_flops_share": float(flops.forward_flops[blocks].sum()
-                                              / flops.forward),
-           "memory_gpu": gpu, "modes": {}}
+    out = _header(cfg, args, env, env["scalemodel_gpu"] or "h100-sxm")
     print(f"llm_memory: {cfg.name} {cfg.parameter_count / 1e9:.3f} B params, seq {cfg.seq} "
           f"x micro-batch {cfg.micro_batch}, flash={args.flash}, precision="
           f"{args.precision}, {device} {env['gpu_name'] or ''}", flush=True)
     for mode in modes:
-        exp = expected_memory(cfg, mode, args.flash, args.precision, gpu)
-        try:
-            rec = run_mode(cfg, mode, flash=args.flash, precision=args.precision,
-                           steps=args.steps, warmup=args.warmup, device=device,
-                           seed=args.seed)
-        except torch.cuda.OutOfMemoryError as exc:
-            rec = {"mode": mode, "oom": str(exc).splitlines()[0][:500]}
-        if rec.get("oom"):  # the failed mode's frame is gone: free its tensors
-            gc.collect()
-            torch.cuda.empty_cache()
-        # the built model's parameter count was asserted equal to scalemodel's
-        rec["built_parameter_count"] = cfg.parameter_count if rec.get("oom") is None else None
-        rec["memory_kwargs"] = memory_kwargs(mode, args.flash, args.precision)
-        rec["expected"] = exp
-        step = (rec.get("times_s") or {}).get("step")
-        if step:
-            rec["tokens_per_s"] = cfg.tokens / step["median"]
-            rec["mfu"] = (model_flops / step["median"] / env["bf16_peak_flops"]
-                          if env["bf16_peak_flops"] else None)
-        else:
-            rec["tokens_per_s"] = rec["mfu"] = None
-        out["modes"][mode] = rec
+        out["modes"][mode] = _measure(cfg, mode, args, device, out)
         _write_atomic(args.out, out)
-        if rec.get("oom"):
-            print(f"  {mode:9s} OOM ({rec['oom'][:120]}); memory() expects "
-                  f"{_gib(exp['allocated'])} GiB allocated", flush=True)
-            continue
-        mfu = f"{rec['mfu']:.1%}" if rec.get("mfu") else "n/a"
-        print(f"  {mode:9s} peak fwd+bwd {_gib(rec['peak_fwd_bwd_allocated'])} GiB "
-              f"(memory() {_gib(exp['allocated'])}), max allocated "
-              f"{_gib(rec['max_memory_allocated'])}, reserved "
-              f"{_gib(rec['max_memory_reserved'])} (memory() {_gib(exp['reserved'])}), "
-              f"model state {_gib(rec['model_state_bytes'])} "
-              f"(memory() {_gib(exp['model_state'])}); step "
-              f"{step['median'] * 1e3:.1f} ms, {rec['tokens_per_s']:.0f} tok/s, MFU {mfu}; "
-              f"loss {rec['losses'][-1]:.4f}", flush=True)
+        _say(mode, out["modes"][mode])
     return out
 
 
