@@ -35,17 +35,19 @@ the feed-forward width, :math:`\delta` = 1 with dropout, else 0) is
    :label: layer-activations
 
    \underbrace{4}_{\text{norm inputs}} + \underbrace{2}_{QKV\ \text{input}}
-   + \underbrace{2 + 4\rho}_{Q,\,K,\,V} + \underbrace{2}_{\text{attention out}}
+   + \underbrace{(2 + 4\rho)\,\alpha}_{Q,\,K,\,V} + \underbrace{2\alpha}_{\text{attention out}}
    + \underbrace{2}_{\text{FFN input}}
    + \underbrace{(8\ \text{gated} \mid 4\ \text{plain})\,f/h}_{\text{FFN}}
    + \underbrace{2\delta}_{\text{dropout masks}}
    \quad [sbh] \; + \; (2 + 3\delta)\,as^2b \ \text{without flash attention},
 
-where a plain feed-forward keeps its activation function's input and output (:math:`2f`
+where :math:`\alpha = d_{attn}/h` is the attention width over the model width (1 unless
+the config's ``head_dim`` makes :math:`\text{heads} \cdot d_{head} \ne h`, Gemma-7B:
+4/3), a plain feed-forward keeps its activation function's input and output (:math:`2f`
 each, 16-bit) and a gated one (SwiGLU) the gate, the up projection, the activation of the
 gate and the product (:math:`4 \times 2f`); without flash attention the softmax output
 (:math:`2as^2b`) and, with dropout, its mask and output (:math:`3as^2b`). For GPT
-(:math:`\rho = 1`, :math:`f = 4h`, plain, dropout) it is Korthikanti et al.'s
+(:math:`\rho = 1`, :math:`\alpha = 1`, :math:`f = 4h`, plain, dropout) it is Korthikanti et al.'s
 :math:`34\,sbh + 5as^2b` exactly; for Llama-style layers (SwiGLU with :math:`f \approx
 2.69h`, no dropout) :math:`37.5\,sbh + 2as^2b`: the peaks of a measured H200 run without
 checkpointing are then within 0.7 %, with and without flash attention, where GPT's count
@@ -362,8 +364,9 @@ def activation_units(cfg) -> tuple:
     """
     d = 1.0 if cfg.dropout else 0.0
     rho = cfg.kv_heads / cfg.heads
+    attn = cfg.heads * cfg.head_dim / cfg.hidden  # 1 unless heads x head_dim != hidden
     ffn = (8.0 if cfg.gated_ffn else 4.0) * cfg.ffn / cfg.hidden
-    return 8.0 + 2.0 * d, 4.0 + 4.0 * rho + ffn, 2.0 + 3.0 * d
+    return 8.0 + 2.0 * d, (4.0 + 4.0 * rho) * attn + ffn, 2.0 + 3.0 * d
 
 
 def layer_activation_bytes(cfg, mode, flash_attention=True) -> float:

@@ -10,8 +10,9 @@ learned positions) is taken from its modelling code in ``transformers``:
 ==========================  ============================  =========  ======  ======  =================  =========
 family                      key names                     norm       biases  gated   output projection  positions
 ==========================  ============================  =========  ======  ======  =================  =========
-llama, mistral, qwen2       ``hidden_size`` and the like  RMS        no      yes     as configured      rotary
-gemma                       ``hidden_size`` and the like  RMS        no      yes     tied               rotary
+llama, mistral, phi3        ``hidden_size`` and the like  RMS        no      yes     as configured      rotary
+qwen2, qwen3                ``hidden_size`` and the like  RMS        no      yes     as configured      rotary
+gemma, gemma2, gemma3_text  ``hidden_size`` and the like  RMS        no      yes     tied               rotary
 gpt2                        ``n_embd``, ``n_layer``       Layer      yes     no      tied               learned
 gpt_neox                    ``hidden_size`` and the like  Layer      yes     no      as configured      rotary
 falcon                      ``hidden_size``, ``n_head``   Layer      config  no      tied               rotary
@@ -36,19 +37,31 @@ any of the family's block dropout probabilities is above 0: ``resid_pdrop`` /
 (GPT-NeoX, Falcon, 0), ``attention_dropout`` (the Llama family, 0), ``resid_pdrop`` /
 ``attn_config.attn_pdrop`` (MPT, 0).
 
+A ``head_dim`` whose heads are not ``hidden / heads`` wide (Gemma-7B: 16 heads of 256 on
+a width of 3072; Mistral-NeMo, Qwen3-4B) becomes the config's ``head_dim``: the query and
+output projections are ``hidden x heads * head_dim``.
+
 Details a family has that the config cannot express are listed in a
 :class:`~scalemodel.ModelWarning` (never silently dropped): Qwen2's biases on the
 query, key and value projections only (:math:`(h + 2 d_{kv})` parameters per layer
-missing), Falcon's parallel block with one norm (counted as two: :math:`2h` extra per
-layer), and a ``head_dim`` that differs from ``hidden / heads`` (Gemma-7B) is refused,
-since every projection's shape would be wrong.
+missing), Qwen3's and Gemma-3's RMS norms of the queries and keys (:math:`2 d_{head}`
+per layer), Gemma-2's and Gemma-3's norms before and after the feed-forward's output
+(:math:`2h` per layer) and their sliding-window layers (attention core counted over the
+whole sequence), Falcon's parallel block with one norm (counted as two: :math:`2h` extra
+per layer). Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` hold the same parameters as
+Llama's separate projections.
 
 Checked against published parameter counts in ``tests/test_hf_configs.py``: GPT-2
 124,439,808 (torchvision-style exact count of the released model), Pythia-160M (GPT-NeoX)
 162,322,944 (Biderman et al., 2023, Table 1), Falcon-7B 6,921,720,704 (its model card's
 count; ours counts one extra norm per block, 290,816 parameters, and says so), and
 MPT-1B to MPT-70B as LLM Foundry's pretraining YAMLs write them, against the parameter
-counts of its benchmark tables (``benchmarks/data/published_sharded.csv``).
+counts of its benchmark tables (``benchmarks/data/published_sharded.csv``); and, with
+``head_dim`` or a family's own details, against the counts the released weights'
+safetensors metadata give (the Hugging Face Hub's ``safetensors.total``, the same figures
+as Keras-Hub's preset metadata): Gemma-7B 8,537,680,896, Mistral-NeMo-12B 12,247,782,400,
+Phi-3-mini 3,821,079,552, and, less what the warning names, Qwen3-8B 8,190,735,360,
+Qwen3-4B 4,022,468,096 and Gemma-2-9B 9,241,705,984.
 """
 
 from __future__ import annotations
@@ -60,12 +73,14 @@ from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 
 __all__ = ["FAMILIES", "family_of", "config_kwargs", "is_hf_config", "load_hf_profile"]
 
-FAMILIES = ("llama", "mistral", "qwen2", "gemma", "gpt2", "gpt_neox", "falcon", "bert",
-            "mpt")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text",
+            "gpt2", "gpt_neox", "falcon", "bert", "mpt")
 """Families :meth:`~scalemodel.TransformerConfig.from_hf_config` maps [-]."""
 
-_LLAMA_LIKE = {"llama", "mistral", "mixtral_dense", "qwen2", "gemma", "qwen", "yi",
-               "internlm2"}
+_LLAMA_LIKE = {"llama", "mistral", "mixtral_dense", "qwen2", "qwen3", "phi3", "gemma",
+               "gemma2", "gemma3_text", "qwen", "yi", "internlm2"}
+_OWN_NAME = {"qwen3", "gemma", "gemma2", "gemma3_text"}
+"""Llama-like families whose details differ from Llama's (read under their own name)."""
 
 
 def family_of(config: dict) -> str:
@@ -79,8 +94,9 @@ def family_of(config: dict) -> str:
     """
     kind = str(config.get("model_type", "")).lower().replace("-", "_")
     if kind in _LLAMA_LIKE:
-        return "gemma" if kind == "gemma" else ("qwen2" if kind.startswith("qwen")
-                                                else "llama")
+        if kind in _OWN_NAME:
+            return kind
+        return "qwen2" if kind.startswith("qwen") else "llama"
     if kind in ("gpt2", "gpt_neox", "falcon", "bert", "mpt"):
         return kind
     if kind in ("refinedweb", "refinedwebmodel", "rw"):
@@ -156,13 +172,35 @@ def _dropout(config, family) -> bool:
     return on
 
 
-def _check_head_dim(config, hidden, heads):
+def _head_dim(config, hidden, heads):
+    """The config's ``head_dim`` when its heads are not ``hidden / heads`` wide (Gemma-7B,
+    Mistral-NeMo, Qwen3-4B), else None (TransformerConfig's default) [-]."""
     hd = _whole("head_dim", config.get("head_dim"))
-    if hd is not None and heads and hd * heads != hidden:
-        raise InvalidParameterError(
-            "config.head_dim", hd, f"times num_attention_heads={heads} is not "
-            f"hidden_size={hidden}", "Projections wider than the model (Gemma-7B) are not "
-            "modelled; build a TransformerConfig whose heads x head_dim is the width")
+    if hd is None or (heads and hd * heads == hidden):
+        return None
+    return hd
+
+
+def _llama_like_unmapped(config, family, kw):
+    """What a Llama-like family has that TransformerConfig cannot express."""
+    heads = kw["heads"]
+    hd = kw.get("head_dim") or (kw["hidden"] // heads if heads else 0)
+    kv = kw["kv_heads"] or heads
+    out = []
+    if family == "qwen2" and not kw["bias"]:
+        out.append(f"biases of the query, key and value projections "
+                   f"(+{(heads + 2 * kv) * hd} parameters per block)")
+    if family in ("gemma2", "gemma3_text"):
+        out.append(f"the norms before and after the feed-forward's output "
+                   f"(+{2 * kw['hidden']} parameters per block)")
+    if family in ("qwen3", "gemma3_text"):
+        out.append(f"the RMS norms of the queries and keys (+{2 * hd} parameters per "
+                   "block)")
+    if config.get("sliding_window") is not None and family in ("gemma2", "gemma3_text"):
+        out.append(f"sliding-window attention (window {config['sliding_window']}) on "
+                   "some layers: their attention core is counted over the whole causal "
+                   "sequence")
+    return out
 
 
 def _mpt_attn(config) -> dict:
@@ -298,21 +336,20 @@ def config_kwargs(config: dict) -> dict:
                             f"(+{2 * hidden} parameters per block)")
     elif family == "mpt":
         kw = _mpt_kwargs(config, unmapped)
-    else:  # llama, mistral, qwen2, gemma
+    else:  # llama, mistral, phi3, qwen2, qwen3, gemma, gemma2, gemma3_text
         hidden = _get(config, "hidden_size")
         heads = _get(config, "num_attention_heads")
-        _check_head_dim(config, hidden, heads)
         kw = dict(layers=_get(config, "num_hidden_layers"), hidden=hidden, heads=heads,
                   ffn=_get(config, "intermediate_size"), vocab=_get(config, "vocab_size"),
                   kv_heads=_whole("num_key_value_heads", config.get("num_key_value_heads")),
-                  tied_embeddings=_flag(config, "tie_word_embeddings", family == "gemma"),
+                  tied_embeddings=_flag(config, "tie_word_embeddings",
+                                        family.startswith("gemma")),
                   bias=_flag(config, "attention_bias", False))
-        if family == "qwen2" and not kw["bias"] and heads > 0:  # else refused by name
-            kv = kw["kv_heads"] or heads
-            unmapped.append(f"biases of the query, key and value projections "
-                            f"(+{hidden + 2 * kv * (hidden // heads)} parameters per block)")
-    if family != "llama" and family != "qwen2" and family != "gemma":
-        _check_head_dim(config, kw["hidden"], kw["heads"])
+    head_dim = _head_dim(config, kw["hidden"], kw["heads"])
+    if head_dim is not None:
+        kw["head_dim"] = head_dim
+    if family not in ("gpt2", "bert", "gpt_neox", "falcon", "mpt") and kw["heads"] > 0:
+        unmapped += _llama_like_unmapped(config, family, kw)  # (heads < 1: refused by name)
     kw["dropout"] = _dropout(config, family) or (
         family == "mpt" and _mpt_attn_dropout(config))
     for key in ("num_experts", "num_local_experts", "moe_num_experts"):

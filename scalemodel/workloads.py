@@ -88,6 +88,7 @@ _HF_KEYS = {"layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
             "ffn": ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
             "vocab": ("vocab_size",),
             "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv"),
+            "head_dim": ("head_dim",),
             "learned_positions": ("n_positions", "max_position_embeddings"),
             "token_types": ("type_vocab_size",)}
 
@@ -160,7 +161,7 @@ class TransformerConfig:
     hidden : int
         Model width d [-].
     heads : int
-        Attention (query) heads; must divide ``hidden`` [-].
+        Attention (query) heads; must divide ``hidden`` unless ``head_dim`` is given [-].
     ffn : int
         Feed-forward inner width [-].
     vocab : int
@@ -168,6 +169,12 @@ class TransformerConfig:
     kv_heads : int or None
         Key/value heads (grouped-query attention); must divide ``heads``. None: equal to
         ``heads`` [-].
+    head_dim : int or None
+        Width of one attention head. None: ``hidden / heads``. Models whose
+        ``heads x head_dim`` is not the width (Gemma-7B: 16 x 256 = 4096 on a width of
+        3072; Mistral-NeMo, Qwen3-4B) give it: the query and output projections are then
+        ``hidden x heads * head_dim``, the key and value ones ``hidden x kv_heads *
+        head_dim`` [-].
     seq : int
         Sequence length [tokens].
     micro_batch : int
@@ -206,8 +213,8 @@ class TransformerConfig:
     ------
     InvalidParameterError
         A size < 1 or above 2**31 - 1, more than 100,000 layers, heads not dividing
-        hidden, kv_heads not dividing heads, an unknown norm; the message names the
-        parameter and the value.
+        hidden (without ``head_dim``), kv_heads not dividing heads, an unknown norm; the
+        message names the parameter and the value.
     ParameterTypeError
         A size that is not an integer, a flag that is not a bool.
     """
@@ -234,6 +241,7 @@ class TransformerConfig:
     head_bias: bool = attrs.field(default=False, validator=_bool)
     dropout: bool = attrs.field(default=False, validator=_bool)
     name: str = ""
+    head_dim: int | None = attrs.field(default=None)
 
     def __attrs_post_init__(self):
         if self.layers > MAX_LAYERS:
@@ -242,12 +250,17 @@ class TransformerConfig:
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         _int_ge(1)(self, attrs.fields(TransformerConfig).kv_heads, self.kv_heads)
-        if self.hidden % self.heads:
+        if self.head_dim is not None:  # given: any width (heads x head_dim != hidden)
+            _int_ge(1)(self, attrs.fields(TransformerConfig).head_dim, self.head_dim)
+        elif self.hidden % self.heads:
             valid = _divisors(self.hidden)
             shown = ", ".join(map(str, valid[:24])) + (", ..." if len(valid) > 24 else "")
             raise InvalidParameterError("heads", self.heads,
                                         f"must divide hidden={self.hidden} (valid: {shown})",
-                                        "The head dimension is hidden / heads")
+                                        "The head dimension is hidden / heads; give "
+                                        "head_dim= for a model whose heads are not")
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
         if self.heads % self.kv_heads:
             raise InvalidParameterError("kv_heads", self.kv_heads,
                                         f"must divide heads={self.heads}",
@@ -299,11 +312,6 @@ class TransformerConfig:
             raise _as_config_key(exc, config, kw) from None
 
     @property
-    def head_dim(self) -> int:
-        """Width of one attention head, hidden / heads [-]."""
-        return self.hidden // self.heads
-
-    @property
     def tokens(self) -> int:
         """Tokens per GPU per step, micro_batch x seq [tokens]."""
         return self.micro_batch * self.seq
@@ -337,6 +345,7 @@ def _tensors(cfg: TransformerConfig):
 
 def _tensor_list(cfg: TransformerConfig):
     h, kvd, f = cfg.hidden, cfg.kv_heads * cfg.head_dim, cfg.ffn
+    qd = cfg.heads * cfg.head_dim  # the attention width (hidden unless head_dim says)
     out = [("embed.weight", (cfg.vocab, h), "embedding", -1)]
     if cfg.learned_positions:
         out.append(("embed.position", (cfg.learned_positions, h), "embedding", -1))
@@ -359,8 +368,8 @@ def _tensor_list(cfg: TransformerConfig):
         out += norm("embed.norm", -1)
     for i in range(cfg.layers):
         p = f"layers.{i}"
-        attn = (linear(f"{p}.attn.q", h, h, i) + linear(f"{p}.attn.k", h, kvd, i)
-                + linear(f"{p}.attn.v", h, kvd, i) + linear(f"{p}.attn.o", h, h, i))
+        attn = (linear(f"{p}.attn.q", h, qd, i) + linear(f"{p}.attn.k", h, kvd, i)
+                + linear(f"{p}.attn.v", h, kvd, i) + linear(f"{p}.attn.o", qd, h, i))
         mlp = (linear(f"{p}.mlp.gate", h, f, i) if cfg.gated_ffn else []) \
             + linear(f"{p}.mlp.up", h, f, i) + linear(f"{p}.mlp.down", f, h, i)
         if cfg.prenorm:

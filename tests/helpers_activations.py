@@ -10,10 +10,11 @@ score term 5 (arXiv:2205.05198, Sec. 4.1 and Table 2).
 
 def saved_tensors(cfg):
     h, f = cfg.hidden, cfg.ffn
-    kv = cfg.kv_heads / cfg.heads
+    q = cfg.heads * cfg.head_dim / h  # query and attention-output widths over h
+    kv = cfg.kv_heads * cfg.head_dim / h  # key and value widths over h
     rows = [("attention norm input", 2, True), ("QKV projection input", 2, True),
-            ("Q (rotary applied)", 2, False), ("K", 2 * kv, False), ("V", 2 * kv, False),
-            ("attention output = output projection input", 2, False),
+            ("Q (rotary applied)", 2 * q, False), ("K", 2 * kv, False), ("V", 2 * kv, False),
+            ("attention output = output projection input", 2 * q, False),
             ("FFN norm input", 2, True), ("FFN input", 2, True)]
     if cfg.gated_ffn:
         rows += [("gate output (activation input)", 2 * f / h, False),

@@ -28,11 +28,17 @@ def test_gpt_layer_is_korthikantis_34_and_5():
     assert hand_units(GPT) == (10.0, 24.0, 5)
 
 
+GEMMA_7B = sm.TransformerConfig(layers=28, hidden=3072, heads=16, head_dim=256, ffn=24576,
+                                vocab=256000, tied_embeddings=True)
+"""Heads wider than the model (16 x 256 on 3072): Q and the attention output 4/3 sbh."""
+
+
 @pytest.mark.parametrize("model", ["llama-2-7b", "llama-3-8b", "llama-2-70b",
-                                   "gpt2-h100", "bert-large-h100"])
+                                   "gpt2-h100", "bert-large-h100", "gemma-7b"])
 def test_every_config_matches_the_hand_count(model):
     from scalemodel.workloads import MEASURED_CONFIGS
-    cfg = MEASURED_CONFIGS[model]() if model in MEASURED_CONFIGS else sm.llm_config(model)
+    cfg = (GEMMA_7B if model == "gemma-7b" else MEASURED_CONFIGS[model]()
+           if model in MEASURED_CONFIGS else sm.llm_config(model))
     assert activation_units(cfg) == pytest.approx(hand_units(cfg), rel=1e-12)
     if model in MEASURED_CONFIGS:  # GPT-2 and BERT: 4h GeLU feed-forward with dropout
         assert activation_units(cfg) == (10.0, 24.0, 5.0)

@@ -70,12 +70,82 @@ def test_llama_family_unchanged_and_quiet():
     assert got.parameter_count == sm.llm_config("llama-2-7b").parameter_count
 
 
+# Released configs (their config.json keys that matter) and the parameter count of the
+# released weights (the Hugging Face Hub's safetensors metadata, ``safetensors.total``;
+# the same figures in Keras-Hub's preset metadata), less what the family's warning says
+# is left out: per block, Qwen3's query and key norms (2 x 128), Gemma-2's norms around
+# the feed-forward's output (2 x 3584).
+HEAD_DIM_CONFIGS = {
+    "gemma-7b": ({"model_type": "gemma", "hidden_size": 3072, "num_hidden_layers": 28,
+                  "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+                  "intermediate_size": 24576, "vocab_size": 256000},
+                 8_537_680_896, 0, None),
+    "mistral-nemo-12b": ({"model_type": "mistral", "hidden_size": 5120,
+                          "num_hidden_layers": 40, "num_attention_heads": 32,
+                          "num_key_value_heads": 8, "head_dim": 128,
+                          "intermediate_size": 14336, "vocab_size": 131072,
+                          "tie_word_embeddings": False},
+                         12_247_782_400, 0, None),
+    "phi-3-mini": ({"model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 32,
+                    "num_attention_heads": 32, "num_key_value_heads": 32,
+                    "intermediate_size": 8192, "vocab_size": 32064,
+                    "tie_word_embeddings": False},
+                   3_821_079_552, 0, None),
+    "qwen3-8b": ({"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                  "intermediate_size": 12288, "vocab_size": 151936,
+                  "tie_word_embeddings": False, "attention_bias": False},
+                 8_190_735_360, 36 * 2 * 128, "queries and keys"),
+    "qwen3-4b": ({"model_type": "qwen3", "hidden_size": 2560, "num_hidden_layers": 36,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                  "intermediate_size": 9728, "vocab_size": 151936,
+                  "tie_word_embeddings": True},
+                 4_022_468_096, 36 * 2 * 128, "queries and keys"),
+    "gemma-2-9b": ({"model_type": "gemma2", "hidden_size": 3584, "num_hidden_layers": 42,
+                    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+                    "intermediate_size": 14336, "vocab_size": 256000,
+                    "sliding_window": 4096},
+                   9_241_705_984, 42 * 2 * 3584, "feed-forward's output"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEAD_DIM_CONFIGS))
+def test_released_counts_with_head_dim_and_new_families(name):
+    config, published, left_out, said = HEAD_DIM_CONFIGS[name]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = TransformerConfig.from_hf_config(config)
+    assert cfg.parameter_count + left_out == published
+    messages = [str(w.message) for w in caught if issubclass(w.category, sm.ModelWarning)]
+    if said is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and said in messages[0]
+        assert f"+{left_out // config['num_hidden_layers']} parameters per block" \
+            in messages[0]
+    hd = config.get("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    assert cfg.head_dim == hd
+    if name == "gemma-2-9b":
+        assert "sliding-window attention (window 4096)" in messages[0]
+
+
+def test_a_head_dim_equal_to_the_width_is_the_default():
+    qwen3_8b = HEAD_DIM_CONFIGS["qwen3-8b"][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = TransformerConfig.from_hf_config(qwen3_8b)
+        plain = TransformerConfig.from_hf_config({k: v for k, v in qwen3_8b.items()
+                                                  if k != "head_dim"})
+    assert cfg == plain and cfg.head_dim == 128
+
+
 def test_what_cannot_be_mapped_is_refused_by_name():
-    gemma7 = {"model_type": "gemma", "hidden_size": 3072, "num_hidden_layers": 28,
-              "num_attention_heads": 16, "head_dim": 256, "intermediate_size": 24576,
-              "vocab_size": 256000}
+    with pytest.raises(sm.ParameterTypeError, match="config.head_dim"):
+        TransformerConfig.from_hf_config({**HEAD_DIM_CONFIGS["gemma-7b"][0],
+                                          "head_dim": 256.0})
     with pytest.raises(sm.InvalidParameterError, match="config.head_dim"):
-        TransformerConfig.from_hf_config(gemma7)
+        TransformerConfig.from_hf_config({**HEAD_DIM_CONFIGS["gemma-7b"][0],
+                                          "head_dim": 0})
     with pytest.raises(sm.InvalidParameterError, match="config.model_type"):
         TransformerConfig.from_hf_config({"model_type": "t5", "d_model": 512})
     with pytest.raises(sm.InvalidParameterError, match="num_local_experts"):

@@ -106,3 +106,24 @@ def test_unbuildable_config_is_refused(script):
     bert = TransformerConfig(layers=1, hidden=32, heads=2, ffn=64, vocab=10, prenorm=False)
     with pytest.raises(ValueError, match="prenorm"):
         script.build_model(bert)
+
+
+def test_heads_wider_than_the_model_build_and_train(script, tmp_path):
+    """A config whose heads x head_dim is not the width (Gemma-7B-like, grouped keys):
+    the PyTorch model built from it has scalemodel's parameter count (build_model asserts
+    it) and trains; its JSON config (head_dim included) is read back."""
+    fields = dict(layers=2, hidden=64, heads=4, head_dim=24, kv_heads=2, ffn=176, vocab=256,
+                  seq=32, micro_batch=2, name="wide-heads")
+    cfg = TransformerConfig(**fields)
+    model = script.build_model(cfg)
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    assert shapes["layers.0.attn.q.weight"] == (96, 64)
+    assert shapes["layers.0.attn.k.weight"] == (48, 64)
+    assert shapes["layers.0.attn.o.weight"] == (64, 96)
+    out = tmp_path / "wide.json"
+    data = script.main(["--out", str(out), "--config", json.dumps(fields), "--modes",
+                        "none,full", "--steps", "1", "--warmup", "1", "--device", "cpu"])
+    assert data["config"]["head_dim"] == 24
+    assert data["parameter_count"] == cfg.parameter_count
+    assert all(rec["built_parameter_count"] == cfg.parameter_count
+               for rec in data["modes"].values())

@@ -86,6 +86,44 @@ def test_flops_are_two_per_parameter_per_token_plus_attention():
     assert 3 * fl.forward == pytest.approx(6 * cfg.parameter_count * T, rel=0.1)
 
 
+GEMMA_7B = dict(layers=28, hidden=3072, heads=16, head_dim=256, ffn=24576, vocab=256000,
+                tied_embeddings=True)
+"""Gemma-7B: 16 heads of 256 on a width of 3072 (config.json of google/gemma-7b)."""
+
+
+def test_head_dim_widens_the_attention_projections_and_core():
+    cfg = TransformerConfig(**GEMMA_7B, seq=2048, micro_batch=2)
+    assert cfg.head_dim == 256 and cfg.parameter_count == 8_537_680_896
+    fl = tensor_flops(cfg)
+    shapes = dict(zip(fl.names, fl.shapes))
+    assert shapes["layers.0.attn.q.weight"] == (16 * 256, 3072)
+    assert shapes["layers.0.attn.k.weight"] == (16 * 256, 3072)
+    assert shapes["layers.0.attn.o.weight"] == (3072, 16 * 256)
+    # by hand: 2 T per weight element of the blocks, the attention core over 16 x 256,
+    # the tied output projection 2 T h V
+    T, h, d = cfg.tokens, 3072, 16 * 256
+    block = 4 * h * d + 3 * h * 24576
+    want = (2 * T * block + 4 * 2 * 2048**2 * d) * 28 + 2 * T * h * 256000
+    assert fl.forward == pytest.approx(want, rel=1e-12)
+    # the default is hidden / heads; given equal to it, the same config
+    plain = TransformerConfig(layers=2, hidden=64, heads=4, ffn=176, vocab=256)
+    assert plain.head_dim == 16 and attrs.evolve(plain, head_dim=16) == plain
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(head_dim=0), sm.InvalidParameterError),
+    (dict(head_dim=-4), sm.InvalidParameterError),
+    (dict(head_dim=64.0), sm.ParameterTypeError),
+    (dict(head_dim="64"), sm.ParameterTypeError)])
+def test_bad_head_dim_is_named(kwargs, error):
+    with pytest.raises(error) as exc:
+        TransformerConfig(**(GEMMA_7B | kwargs))
+    assert exc.value.parameter == "head_dim"
+    # without head_dim, heads must still divide the width, and the message says head_dim
+    with pytest.raises(sm.InvalidParameterError, match="head_dim="):
+        TransformerConfig(layers=2, hidden=3072, heads=40, ffn=64, vocab=10)
+
+
 def test_profile_backward_order_ready_times_and_bytes():
     cfg = sm.llm_config("llama-3-8b")
     prof = sm.transformer_profile(cfg, "h100-sxm", efficiency=0.5)
