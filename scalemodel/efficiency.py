@@ -859,7 +859,18 @@ def model_key(profile, tp=1) -> str:
     if not isinstance(config, dict):
         return str(profile.name) + tail
     return ", ".join(f"{k}={config[k]}" for k in sorted(config)
-                     if k not in _NOT_THE_MODEL) + tail
+                     if k not in _NOT_THE_MODEL and not _default_head_dim(config, k)) + tail
+
+
+def _default_head_dim(config, key):
+    """Whether ``key`` is a ``head_dim`` equal to ``hidden / heads``, which configurations
+    recorded before the field existed leave out (their keys stay the same) [-]."""
+    if key != "head_dim":
+        return False
+    try:
+        return config["head_dim"] * config["heads"] == config["hidden"]
+    except (KeyError, TypeError):
+        return False
 
 
 def at_fitted_efficiency(profile, cluster, *, tp=1, recompute=None):

@@ -485,3 +485,17 @@ def test_checkpointing_asked_as_a_keyword_is_carried_as_a_checkpointed_profile(f
     res = sm.min_compression(prof, "25Gbps", n=64, cluster=fit.cluster,
                              activation_checkpointing="full", **kw)
     assert "more activation recompute than the calibration runs" in res.message
+
+
+def test_model_key_is_unchanged_by_a_default_head_dim():
+    """A cluster fitted before TransformerConfig had ``head_dim`` recorded its models'
+    keys without it: a profile of the same model (head_dim = hidden / heads) has the
+    same key, so it is not carried as another model; heads of another width are."""
+    import attrs
+    prof = _profile(MPT13)
+    old = dict(prof.provenance["config"])
+    assert old.pop("head_dim") == MPT13["hidden"] // MPT13["heads"]
+    before = attrs.evolve(prof, provenance=dict(prof.provenance, config=old))
+    assert model_key(prof) == model_key(before) and "head_dim" not in model_key(prof)
+    wide = _profile(dict(MPT13, head_dim=2 * MPT13["hidden"] // MPT13["heads"]))
+    assert "head_dim=" in model_key(wide) and model_key(wide) != model_key(prof)
