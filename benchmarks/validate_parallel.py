@@ -42,12 +42,15 @@ published peak of the calibration row, with the estimate without it beside (not 
 
 What the model is asked (scalemodel as a user would call it): the row's GPT configuration
 (``TransformerConfig``: plain 4h MLP, LayerNorm with biases, learned positions; the
-source's heads, hidden size, layers, vocabulary and sequence) as a profile at efficiency
-``eta`` (``transformer_profile(cfg, gpu, efficiency=eta)``), then ``iteration_time(profile,
-n, bw, tp=, pp=, microbatches=B / (dp b), gpus_per_node=8, nics_per_node=8,
-intra_bw=<the GPU's NVLink rate>, activation_checkpointing=...)``.
+source's heads, hidden size, layers, vocabulary and sequence; for the A100 series of 2021
+dropout and no flash attention, :data:`NO_FLASH`) as a profile at efficiency ``eta``
+(``transformer_profile(cfg, gpu, efficiency=eta, flash_attention=...)``), then
+``iteration_time(profile, n, bw, tp=, pp=, microbatches=B / (dp b), gpus_per_node=8,
+nics_per_node=8, intra_bw=<the GPU's NVLink rate>, activation_checkpointing=...)``.
 
-Protocol (stated before looking at the errors):
+Protocol (stated before looking at the errors; the A100 series' attention without flash
+attention was added after, from the kernels' byte counts, no factor fitted: the
+sensitivity "flash attention everywhere" keeps the figures before it):
 
 1. **Published iteration time** of a row from its own numbers: the source's FLOPs per
    iteration by the source's formula over (TFLOP/s per GPU x GPUs), MFU x the H100's dense
@@ -136,6 +139,15 @@ ASSUMED = {
                                    "micro-batch 1 (stated), 1F1B, full recomputation, Selene; "
                                    "tp=8, pp=35 for the stated model-parallel size 280"),
 }
+
+NO_FLASH = ("narayanan-a100", "narayanan-a100-175b-strong", "narayanan-a100-530b-strong")
+"""Series run before flash attention (Megatron-LM in 2021: FlashAttention is Dao et al.,
+2022): the profile is asked with ``flash_attention=False`` and Megatron-LM's dropout
+(``--attention-dropout`` and ``--hidden-dropout`` default 0.1, which
+``examples/sc21/run_table_1.sh`` leaves), so each layer's score passes (its fused
+scale-mask-softmax and the attention dropout) move their bytes at the A100's HBM
+bandwidth (scalemodel.workloads.SCORE_PASS_BYTES). The H100 series of 2024 run
+Transformer Engine's fused attention: flash attention, the default."""
 
 TARGET_N = (0.05, 0.15)
 """Scaling with n at a fixed model (the series named ``*-strong``): median and largest
@@ -235,7 +247,8 @@ VARIANT = {}
 ``micro_batch`` [sequences], ``grad_dtype`` [-]; empty for the main results."""
 
 SENSITIVITY = (("micro-batch 2", dict(micro_batch=2)),
-               ("fp32 gradients", dict(grad_dtype="fp32")))
+               ("fp32 gradients", dict(grad_dtype="fp32")),
+               ("flash attention everywhere", dict(flash_attention=True)))
 
 
 def micro_batch(r):
@@ -290,14 +303,17 @@ def flags(r):
 def profile(r, eta):
     """The row's single-GPU profile of the whole model, one micro-batch, at ``eta``."""
     b = micro_batch(r)
+    no_flash = r["series"] in NO_FLASH
     cfg = sm.TransformerConfig(layers=r["layers"], hidden=r["hidden"], heads=r["heads"],
                                ffn=4 * r["hidden"], vocab=r["vocab"], seq=r["seq"],
                                micro_batch=b, gated_ffn=False, norm="layernorm",
                                bias=True, learned_positions=r["seq"],
                                tied_embeddings=r["series"] == "narayanan-a100",
-                               name=r["model"])
+                               dropout=no_flash, name=r["model"])
     return sm.transformer_profile(cfg, r["gpu"], efficiency=eta, name=r["model"],
-                                  grad_dtype=VARIANT.get("grad_dtype"))
+                                  grad_dtype=VARIANT.get("grad_dtype"),
+                                  flash_attention=VARIANT.get("flash_attention",
+                                                              not no_flash))
 
 
 def iteration(r, eta):

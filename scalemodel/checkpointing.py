@@ -674,7 +674,7 @@ def _profile_config(profile):
     return _config_from(cfg)
 
 
-def with_recompute(profile, checkpointing, flash_attention=True):
+def with_recompute(profile, checkpointing, flash_attention=None):
     """The profile with each checkpointed block's recompute in its backward pass.
 
     The recompute of block ``u`` (``recompute_fraction`` times its forward time, the
@@ -692,8 +692,10 @@ def with_recompute(profile, checkpointing, flash_attention=True):
         ``checkpointing`` is ``"none"`` [-].
     checkpointing : str, bool, float or Checkpointing
         See :func:`resolve_checkpointing` [-].
-    flash_attention : bool
-        Used unless ``checkpointing`` is a :class:`Checkpointing` [-].
+    flash_attention : bool or None
+        Used unless ``checkpointing`` is a :class:`Checkpointing`; None: the profile's own
+        (False for one built with ``transformer_profile(..., flash_attention=False)``,
+        else True) [-].
 
     Returns
     -------
@@ -705,6 +707,9 @@ def with_recompute(profile, checkpointing, flash_attention=True):
     InvalidParameterError
         A profile without numbered blocks; ``"selective"`` without a transformer config.
     """
+    if flash_attention is None:
+        prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+        flash_attention = "attention_scores" not in prov
     ck = resolve_checkpointing(checkpointing, flash_attention)
     if ck.mode == "none":
         return profile
@@ -775,6 +780,13 @@ def _with_recompute(profile, ck, given):
                              "flash_attention": bool(ck.flash_attention)}
     if elementwise:  # the memory-bound part of each recomputed layer [s]
         prov["recompute_elementwise_seconds"] = elementwise
+    scores = prov.get("attention_scores")
+    if isinstance(scores, dict) and cfg is not None and "scaled_to" not in prov:
+        # without flash attention: the recomputed share of each chosen layer's score
+        # passes and its element-wise recompute, memory-bound (efficiency.score_seconds)
+        per_layer = float(scores.get("forward_time", 0.0)) / cfg.layers
+        prov["attention_scores"] = dict(scores, recompute_time=len(picked) * (
+            frac * per_layer + elementwise))
     # the ready times stay finite and non-decreasing and the backward time moves with the
     # last of them: the checked profile needs no second check (its shapes are costly)
     return evolve_checked(profile, tensor_ready=ready + shift,

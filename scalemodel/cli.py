@@ -313,6 +313,13 @@ def _model_options(p):
     _add(p, "--micro-batch", _count, default=None,
          help="sequences per GPU per step when --model is a Hugging Face config.json "
               "[samples] (default 1)")
+    p.add_argument("--no-flash-attention", dest="flash_attention", action="store_false",
+                   default=True,
+                   help="when --model is a Hugging Face config.json: its attention writes "
+                        "the a*s^2*b scores to memory (no flash attention, SDPA or fused "
+                        "attention): their element-wise passes at the GPU's HBM bandwidth "
+                        "in the time, the score matrix in the memory check [-] (default: "
+                        "flash attention)")
     _add(p, "--grad-accum", _count, default=None,
          help="micro-batches per optimizer step (gradient accumulation): DDP and zero1 "
               "reduce on the last one only, zero2, zero3 and hybrid_shard on every one [-] "
@@ -1255,11 +1262,17 @@ def _config_model(args):
             from .exceptions import InvalidParameterError
             raise InvalidParameterError("--seq/--micro-batch", model, "apply only when "
                                         "--model is a Hugging Face config.json")
+        if getattr(args, "flash_attention", True) is False:
+            from .exceptions import InvalidParameterError
+            raise InvalidParameterError("--no-flash-attention", model, "applies only when "
+                                        "--model is a Hugging Face config.json (a built-in "
+                                        "or saved profile fixes its attention)")
         return
     if is_hf_config(read_json_file(model, what="workload profile or config.json")):
         args.model_name = model
         args.model = load_hf_profile(model, seq=args.seq, micro_batch=args.micro_batch,
-                                     gpu=getattr(args, "gpu", None))
+                                     gpu=getattr(args, "gpu", None),
+                                     flash_attention=getattr(args, "flash_attention", True))
 
 
 @contextlib.contextmanager

@@ -81,6 +81,7 @@ from .units import check_count
 
 __all__ = ["PUBLISHED_MFU", "PublishedMFU", "DefaultEfficiency", "default_efficiency",
            "fitted_efficiency", "at_fitted_efficiency", "profile_efficiency", "gpu_name_of",
+           "score_seconds", "rescaled",
            "gpu_topology",
            "SIXTEEN_BIT", "MEMORY_PRESSURE_SHARE", "STATE_BYTES_PER_PARAMETER",
            "MemoryPressure", "memory_pressure", "check_calibration_memory",
@@ -873,11 +874,60 @@ def _default_head_dim(config, key):
         return False
 
 
+def score_seconds(profile) -> float:
+    """Seconds per optimizer step of a FLOP-derived profile's element-wise passes over the
+    attention scores (``transformer_profile(..., flash_attention=False)``: memory-bound,
+    so no efficiency scales them); 0 for any other profile, and for one already rescaled
+    to a measured time [s].
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        A profile [-].
+    """
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    rec = prov.get("attention_scores")
+    if not isinstance(rec, dict) or "scaled_to" in prov:
+        return 0.0
+    try:
+        f, b = float(rec["forward_time"]), float(rec["backward_time"])
+        r = float(rec.get("recompute_time", 0.0))  # with_recompute's memory-bound share
+    except (KeyError, TypeError, ValueError):
+        f = b = r = math.nan
+    if not (math.isfinite(f) and math.isfinite(b) and math.isfinite(r)
+            and 0 <= f <= profile.forward_time and 0 <= b + r <= profile.backward_time):
+        raise InvalidParameterError("provenance['attention_scores']", rec, "must hold the "
+                                    "score passes' forward_time and backward_time (and "
+                                    "recompute_time), each within the profile's own [s]")
+    return profile.grad_accum * (f + b + r)
+
+
+def rescaled(profile, factor):
+    r"""``profile`` with its FLOP-bound time multiplied by ``factor`` (an efficiency ratio)
+    and its memory-bound score passes (:func:`score_seconds`) kept: scaled, with
+    :meth:`~scalemodel.WorkloadProfile.scaled_to`, to :math:`S + (T - S) \cdot` factor,
+    :math:`T` its iteration time and :math:`S` the score passes' share of it [-].
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        A FLOP-derived profile [-].
+    factor : float
+        Its own efficiency over the one it is to run at, > 0 [-].
+    """
+    if factor == 1.0:
+        return profile
+    t = profile.iteration_time
+    s = score_seconds(profile)
+    return profile.scaled_to(s + (t - s) * factor)
+
+
 def at_fitted_efficiency(profile, cluster, *, tp=1, recompute=None):
     """``profile`` computing at the efficiency ``cluster`` was fitted at for its GPU
     (:func:`fitted_efficiency`): forward, backward, ready times and update multiplied by
-    its own efficiency over the fitted one (:meth:`~scalemodel.WorkloadProfile.scaled_to`,
-    as :func:`~scalemodel.fit_cluster` scaled it while fitting); ``profile`` itself when
+    its own efficiency over the fitted one (:func:`rescaled`: the score passes of a
+    profile without flash attention are kept, as :func:`~scalemodel.fit_cluster` kept them
+    while fitting); ``profile`` itself when
     the cluster carries no efficiency for it.
 
     Parameters
@@ -902,7 +952,7 @@ def at_fitted_efficiency(profile, cluster, *, tp=1, recompute=None):
     if fit is None:
         return profile
     own = profile_efficiency(profile)
-    return profile.scaled_to(profile.iteration_time * own / fit[0])
+    return rescaled(profile, own / fit[0])
 
 
 # --------------------------------------------------------------------------- memory pressure

@@ -14,6 +14,7 @@ import attrs
 import numpy as np
 
 from .collectives import ReductionCost
+from .efficiency import rescaled
 from .exceptions import CalibrationError, ScalemodelError
 from .fit_priors import PRIORS, UNIT_PRIORS
 from .model import Scenario
@@ -364,7 +365,7 @@ class _Problem:
         p = g["profile"]
         if f == 1.0 or not g["flop"]:
             return p
-        return p.scaled_to(p.iteration_time * f)
+        return rescaled(p, f)  # the score passes of a non-flash attention kept
 
     def _scenario(self, gkey, g, cl, sigma_n, values=None):
         _, fusion, algorithm, sharding, n, wrapped, mp = gkey

@@ -395,7 +395,8 @@ def _context_length(data):
     return 4096
 
 
-def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None):
+def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None,
+                    flash_attention=True):
     """A workload profile, derived from FLOPs, for a Hugging Face ``config.json`` file.
 
     Parameters
@@ -411,6 +412,9 @@ def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None):
         GPU the profile is timed on; None: ``"h100-sxm"`` [-].
     dtype : str or None
         Compute dtype; None: ``"bf16"`` [-].
+    flash_attention : bool
+        False: the attention writes its scores to memory (eq. score-passes of the guide;
+        :func:`~scalemodel.transformer_profile`) [-].
 
     Returns
     -------
@@ -431,4 +435,4 @@ def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None):
     cfg = TransformerConfig.from_hf_config(data, seq=seq, micro_batch=micro_batch or 1,
                                            dtype=dtype or "bf16",
                                            name=data.get("_name_or_path") or Path(path).stem)
-    return transformer_profile(cfg, gpu or "h100-sxm")
+    return transformer_profile(cfg, gpu or "h100-sxm", flash_attention=flash_attention)

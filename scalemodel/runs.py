@@ -96,6 +96,7 @@ from pathlib import Path
 import attrs
 
 from ._jsonfile import read_text_file
+from .efficiency import score_seconds
 from .exceptions import (CalibrationWarning, InvalidParameterError, ParameterTypeError,
                          ProfileFormatError, ScalemodelError, UnknownNameError)
 from .fusion import MAX_BUCKET_CAP_MB
@@ -786,6 +787,8 @@ def _check_against_compute(i, raw, t, profile, efficiency, mp=None):
     value = raw.get(key)
     steps = profile.grad_accum if mp is None else mp.microbatches / mp.size
     compute = steps * (profile.forward_time + profile.backward_time)
+    # the score passes of a non-flash attention are memory-bound: no efficiency speeds them
+    scores = score_seconds(profile) / profile.grad_accum * steps
     if efficiency is None:
         if it < compute * (1 - 1e-9):
             raise InvalidParameterError(
@@ -793,11 +796,12 @@ def _check_against_compute(i, raw, t, profile, efficiency, mp=None):
                 f"makes a step shorter than the profile's single-worker compute "
                 f"{compute:g} s", "Give single_worker_time, or a profile measured on this "
                 "hardware")
-    elif it < compute * efficiency * (1 - 1e-9):
+    elif it < (scores + (compute - scores) * efficiency) * (1 - 1e-9):
         raise InvalidParameterError(
             f"runs[{i}].{key}", value,
             f"makes a step shorter than the profile's compute at 100 % of the GPU's peak "
-            f"({compute * efficiency:g} s): a model FLOPs utilisation above 1",
+            f"({scores + (compute - scores) * efficiency:g} s): a model FLOPs utilisation "
+            "above 1",
             "Check the units, the GPU and the profile's sequence length and micro-batch")
 
 

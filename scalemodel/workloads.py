@@ -48,6 +48,7 @@ from .profile_format import MAX_TIME, WorkloadProfile, load_builtin
 
 __all__ = ["TransformerConfig", "TensorFlops", "TransformerUnits", "EfficiencyMeasurement",
            "tensor_flops", "transformer_profile", "transformer_units", "measured_efficiency",
+           "attention_score_seconds", "SCORE_PASS_BYTES",
            "ADAM_UPDATE_BYTES_PER_PARAM", "llm_names", "llm_config", "llm_profile",
            "PUBLISHED_LLM_EFFICIENCY"]
 
@@ -471,6 +472,58 @@ def tensor_flops(config: TransformerConfig) -> TensorFlops:
                        forward_flops=fwd, backward_flops=2.0 * fwd)
 
 
+SCORE_PASS_BYTES = {"forward": (4, 5), "backward": (6, 5)}
+r"""Bytes moved per attention-score element (each of the :math:`a s^2 b` entries of a
+layer's :math:`QK^T`) by the element-wise passes over the score matrix that flash
+attention fuses away, as ``(without dropout, added by dropout)``, 16-bit scores and a
+1-byte dropout mask: forward, a fused scale-mask-softmax (Megatron-LM's
+``FusedScaleMaskSoftmax``: read the scores, write the probabilities, 2 + 2) and, with
+dropout, its mask and output (read 2, write 1 + 2); backward, the softmax's gradient
+(read the incoming gradient and the probabilities, write the gradient: 2 + 2 + 2) and
+the dropout's (read 2 and the mask 1, write 2). Each pass reads its inputs and writes its
+outputs once, at the GPU's HBM bandwidth: the fewest bytes these passes can move, so
+the term is a lower bound for eager implementations that scale, mask and soften in
+separate kernels (:func:`attention_score_seconds`). The matrix multiplies that make and
+consume the scores (:math:`QK^T`, :math:`PV`) are model FLOPs, charged at the
+efficiency like the others [bytes]."""
+
+
+def attention_score_seconds(config: TransformerConfig, gpu) -> tuple:
+    r"""Time of one micro-batch's element-wise passes over the attention scores without
+    flash attention, per layer: ``(forward, backward)`` [s].
+
+    Parameters
+    ----------
+    config : TransformerConfig
+        The model and its batch [-].
+    gpu : str or GPUSpec
+        The GPU, whose HBM bandwidth moves the bytes [-].
+
+    Returns
+    -------
+    tuple of float
+        :math:`k\,a s^2 b / B_\text{HBM}` with :math:`k` the forward and backward bytes
+        per score element of :data:`SCORE_PASS_BYTES` (dropout's added when
+        ``config.dropout``) [s].
+
+    Examples
+    --------
+    >>> from scalemodel.workloads import TransformerConfig, attention_score_seconds
+    >>> gpt = TransformerConfig(layers=24, hidden=2304, heads=24, ffn=9216, vocab=51200,
+    ...                         seq=2048, micro_batch=16, dropout=True)
+    >>> f, b = attention_score_seconds(gpt, "a100-80gb")
+    >>> round(f * 1e3, 2), round(b * 1e3, 2)  # per layer [ms]
+    (7.11, 8.69)
+    """
+    if not isinstance(config, TransformerConfig):
+        raise ParameterTypeError("config", config, "a TransformerConfig")
+    bw = get_gpu(gpu).hbm_bandwidth
+    elements = float(config.micro_batch) * config.heads * float(config.seq) ** 2
+    d = 1 if config.dropout else 0
+    return tuple(elements * (base + d * drop) / bw
+                 for base, drop in (SCORE_PASS_BYTES["forward"], SCORE_PASS_BYTES["backward"]))
+
+
 # --------------------------------------------------------------------------- efficiency
 
 @attrs.frozen(eq=False)
@@ -769,7 +822,7 @@ def _reduction_for(gpu: GPUSpec) -> ReductionCost:
 
 def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency=None,
                         dtype=None, grad_dtype=None, update_time=None, name=None,
-                        grad_accum=1):
+                        grad_accum=1, flash_attention=True):
     """A workload profile for training ``config`` on one ``gpu``, derived from FLOPs.
 
     Parameters
@@ -796,12 +849,20 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
     grad_accum : int
         Micro-batches of ``config.micro_batch`` sequences per optimizer step (gradient
         accumulation; see :class:`~scalemodel.WorkloadProfile`) [-].
+    flash_attention : bool
+        The attention is a fused kernel that never writes the score matrix (flash
+        attention, PyTorch's SDPA, Transformer Engine). False: each layer also moves its
+        :math:`a s^2 b` scores through memory in element-wise passes
+        (:func:`~scalemodel.workloads.attention_score_seconds`), time added to its forward and backward at the
+        GPU's HBM bandwidth, not scaled by the efficiency; ``provenance["attention_scores"]``
+        records it (Megatron-LM before flash attention: Narayanan et al. 2021) [-].
 
     Returns
     -------
     WorkloadProfile
         Gradients in backward order (output projection first, embeddings last), ready
-        times proportional to the backward FLOPs done so far, shapes, and provenance.
+        times proportional to the backward FLOPs done so far (and the score passes of
+        each layer, charged where its attention core is), shapes, and provenance.
 
     Raises
     ------
@@ -810,6 +871,8 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
         dtype without a default (tf32, fp8, fp64).
     """
     config, gpu, fl, rate, eff, how = _timing(config, gpu, efficiency, dtype)
+    if not isinstance(flash_attention, (bool, np.bool_)):
+        raise ParameterTypeError("flash_attention", flash_attention, "True or False")
     if efficiency is not None and not (fl.forward + fl.backward) / rate <= MAX_TIME:
         raise InvalidParameterError(  # the profile would refuse it, naming forward_time
             "efficiency", efficiency, f"makes a forward + backward of "
@@ -818,7 +881,9 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
             "is 40 %)")
     gd = _grad_dtype(config, grad_dtype)
     order = np.arange(len(fl.names))[::-1]
-    ready = np.cumsum(fl.backward_flops[order]) / rate
+    fwd_s, bwd_s, scores = _score_passes(config, gpu, fl, bool(flash_attention))
+    ready = (np.cumsum(fl.backward_flops[order]) / rate if scores is None
+             else np.cumsum(fl.backward_flops[order] / rate + bwd_s[order]))
     n_params = float(fl.numel.sum())
     if update_time is None:
         upd = ADAM_UPDATE_BYTES_PER_PARAM * n_params / gpu.hbm_bandwidth
@@ -835,9 +900,12 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
         upd, upd_how = float(update_time), "given"
     label = name or config.name or "transformer"
     eff_how = how
+    extra = {} if scores is None else {"attention_scores": scores}
     return WorkloadProfile(
         name=label, tensor_bytes=fl.numel[order] * DTYPE_BYTES[gd], tensor_ready=ready,
-        forward_time=fl.forward / rate, backward_time=fl.backward / rate, update_time=upd,
+        forward_time=fl.forward / rate + fwd_s,
+        backward_time=fl.backward / rate + (scores or {}).get("backward_time", 0.0),
+        update_time=upd,
         reduction=_reduction_for(gpu), batch_size=config.micro_batch,
         tensor_names=tuple(fl.names[i] for i in order),
         tensor_shapes=tuple(fl.shapes[i] for i in order),
@@ -854,7 +922,30 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
                     "derivation": "matmul 2*T*in*out forward, attention 4*b*s^2*d forward "
                                   "per layer, backward 2x forward; time = FLOPs / (peak x "
                                   "efficiency); ready = cumulative backward FLOPs in reverse "
-                                  "forward order"}).with_grad_accum(grad_accum)
+                                  "forward order", **extra}).with_grad_accum(grad_accum)
+
+
+def _score_passes(config, gpu, fl, flash_attention):
+    """Without flash attention, the score passes (:func:`attention_score_seconds`): their
+    forward time for the whole model, their backward time per tensor (each layer's on its
+    value projection, where :func:`tensor_flops` charges the attention core) and the
+    provenance record; with it, zeros and None [s]."""
+    per_tensor = np.zeros(len(fl.names))
+    if flash_attention:
+        return 0.0, per_tensor, None
+    f, b = attention_score_seconds(config, gpu)
+    index = {n: i for i, n in enumerate(fl.names)}
+    for i in range(config.layers):
+        per_tensor[index[f"layers.{i}.attn.v.weight"]] = b
+    d = 1 if config.dropout else 0
+    record = {"forward_time": f * config.layers, "backward_time": b * config.layers,
+              "bytes_per_score": [SCORE_PASS_BYTES[k][0] + d * SCORE_PASS_BYTES[k][1]
+                                  for k in ("forward", "backward")],
+              "derivation": "no flash attention: element-wise passes over the a*s^2*b "
+                            "scores of every layer at the HBM bandwidth "
+                            "(scalemodel.workloads.SCORE_PASS_BYTES), not scaled by the "
+                            "efficiency"}
+    return f * config.layers, per_tensor, record
 
 
 # --------------------------------------------------------------------------- built-in LLMs
