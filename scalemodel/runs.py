@@ -66,7 +66,9 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     (default the config's context length), sequences per GPU per micro-batch (default
     1) and the GPU (a :func:`~scalemodel.list_gpus` name, default ``"h100-sxm"``) the
     FLOP-derived profile is built for, as the CLI's ``--seq``, ``--micro-batch`` and
-    ``--gpu`` build it for a prediction. With any other model they are refused by name.
+    ``--gpu`` build it for a prediction; ``flash_attention`` false for a run whose
+    attention writes its scores to memory (``--no-flash-attention``; default true). With
+    any other model they are refused by name.
 
 ``fusion``, ``algorithm``, ``uncertainty`` [-] (default 2 %) and ``label`` keep their meaning.
 
@@ -145,7 +147,8 @@ _RUN_KEYS = {"model", "n", "bw", "scaling_factor", "iteration_time", "single_wor
              "grad_accum", "wrapped", "bucket_cap_mb", "first_bucket_mb",
              "tokens_per_second_per_gpu", "shard_group",
              "compressor", "implementation", "tp", "pp", "microbatches",
-             "virtual_stages", "sequence_parallel", "seq", "micro_batch", "gpu"}
+             "virtual_stages", "sequence_parallel", "seq", "micro_batch", "gpu",
+             "flash_attention"}
 
 _TRUE = {"true", "yes", "1", "y", "t", "on"}
 _FALSE = {"false", "no", "0", "n", "f", "off"}
@@ -455,14 +458,16 @@ def _base_profile(i, model, where, raw=None):
     return where.memo[key]
 
 
-_CONFIG_KEYS = ("seq", "micro_batch", "gpu")
+_CONFIG_KEYS = ("seq", "micro_batch", "gpu", "flash_attention")
 """Run keys that build a Hugging Face ``config.json`` given as ``model``."""
 
 
 def _config_options(i, raw):
-    """``(seq, micro_batch, gpu)`` of a run, each None when blank: integers >= 1 and a
-    GPU name (checked when the profile is built) [tokens, sequences, -]."""
-    seq, mb, gpu = (raw.get(k) for k in _CONFIG_KEYS)
+    """``(seq, micro_batch, gpu, flash_attention)`` of a run, each None when blank:
+    integers >= 1, a GPU name (checked when the profile is built) and a true/false
+    [tokens, sequences, -, -]."""
+    seq, mb, gpu, flash = (raw.get(k) for k in _CONFIG_KEYS)
+    flash = None if _blank(flash) else _bool(i, "flash_attention", flash)
     seq = None if _blank(seq) else _int(i, "seq", seq, what="tokens per sequence")
     mb = None if _blank(mb) else _int(i, "micro_batch", mb, what="sequences per GPU")
     if _blank(gpu):
@@ -471,7 +476,7 @@ def _config_options(i, raw):
         raise ParameterTypeError(f"runs[{i}].gpu", gpu, "a GPU name (scalemodel.list_gpus())")
     else:
         gpu = gpu.strip()
-    return seq, mb, gpu
+    return seq, mb, gpu, flash
 
 
 def _load_model(i, model, options):
@@ -490,9 +495,10 @@ def _load_model(i, model, options):
     except (InvalidParameterError, ParameterTypeError, ProfileFormatError) as exc:
         raise _renamed(exc, f"runs[{i}].model") from None
     if config:
-        seq, mb, gpu = options
+        seq, mb, gpu, flash = options
         try:
-            return load_hf_profile(path, seq=seq, micro_batch=mb, gpu=gpu)
+            return load_hf_profile(path, seq=seq, micro_batch=mb, gpu=gpu,
+                                   flash_attention=True if flash is None else flash)
         except UnknownNameError as exc:
             raise _renamed(exc, f"runs[{i}].{'gpu' if exc.parameter == 'gpu' else 'model'}") \
                 from None

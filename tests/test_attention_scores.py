@@ -195,3 +195,28 @@ def test_cli_no_flash_attention(tmp_path, capsys):
     assert main(["iteration", "--model", "resnet50", "--n", "16", "--bw", "100e9",
                  "--no-flash-attention"]) == 2
     assert "--no-flash-attention" in capsys.readouterr().err
+
+
+def test_a_run_list_names_the_attention(tmp_path):
+    """A run of a config.json calibrates with its attention as run (``flash_attention``
+    column); with a built-in model the column is refused by name."""
+    import json
+
+    from scalemodel.runs import load_runs
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_layer": 12,
+                                "n_head": 12, "n_positions": 1024, "vocab_size": 50257}))
+    csv = tmp_path / "runs.csv"
+    csv.write_text("model,n,bw,iteration_time,seq,micro_batch,gpu,flash_attention\n"
+                   f"{path},16,100e9,0.2,1024,8,a100-80gb,false\n"
+                   f"{path},16,100e9,0.2,1024,8,a100-80gb,\n")
+    plain, flash = load_runs(csv)
+    assert "attention_scores" in plain.profile.provenance
+    assert "attention_scores" not in flash.profile.provenance
+    with pytest.raises(sm.InvalidParameterError, match=r"runs\[0\].flash_attention"):
+        load_runs([dict(model="resnet50", n=16, bw=100e9, iteration_time=0.2,
+                        flash_attention=False)])
+    with pytest.raises(sm.InvalidParameterError, match=r"runs\[0\].flash_attention"):
+        load_runs([dict(model=str(path), n=16, bw=100e9, iteration_time=0.2,
+                        flash_attention="maybe")])
