@@ -155,7 +155,11 @@ op-level, flash attention              :math:`T\,[2 \cdot 2h` (two RMSNorm / Lay
                                        :math:`2f`)]
 Korthikanti, no flash attention        :math:`b\,a\,s^2` scores: the scale (2), the causal
                                        mask's fill (2, and its 1-byte mask) and the
-                                       softmax (2): :math:`(6e + 1)\,b a s^2` bytes
+                                       softmax (2): :math:`(6e + 1)\,b a s^2` bytes (eager
+                                       PyTorch's kernels); a profile built with
+                                       ``flash_attention=False`` replays its own forward
+                                       score passes instead (eq. score-passes of the guide,
+                                       ``scalemodel.workloads.SCORE_PASS_BYTES``)
 ====================================== =====================================================
 
 A compiled model (``torch.compile``) fuses these ops and moves fewer bytes: not
@@ -651,7 +655,15 @@ def elementwise_recompute_bytes(cfg, checkpointing, flash_attention=True) -> flo
 
 def _elementwise_seconds(profile, cfg, ck):
     """:func:`elementwise_recompute_bytes` at the HBM bandwidth of the profile's GPU
-    (``provenance["gpu"]``); 0 for a profile without one [s]."""
+    (``provenance["gpu"]``); 0 for a profile without one. A profile built without flash
+    attention (``transformer_profile(..., flash_attention=False)``) replays its own
+    score passes instead under Korthikanti's selective recompute: one layer's forward
+    share of them (eq. score-passes of the guide), the same kernels as its forward [s]."""
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    scores = prov.get("attention_scores")
+    if (ck.mode == "selective" and not ck.flash_attention and isinstance(scores, dict)
+            and "scaled_to" not in prov and cfg is not None):
+        return float(scores.get("forward_time", 0.0)) / cfg.layers
     nbytes = elementwise_recompute_bytes(cfg, ck)
     gpu = profile.provenance.get("gpu") if isinstance(profile.provenance, dict) else None
     if nbytes == 0.0 or not isinstance(gpu, str):

@@ -220,3 +220,22 @@ def test_a_run_list_names_the_attention(tmp_path):
     with pytest.raises(sm.InvalidParameterError, match=r"runs\[0\].flash_attention"):
         load_runs([dict(model=str(path), n=16, bw=100e9, iteration_time=0.2,
                         flash_attention="maybe")])
+
+
+def test_selective_recompute_replays_the_profiles_own_score_passes():
+    """Korthikanti's selective recompute of a non-flash profile replays the attention core:
+    its matrix multiplies (their share of the layer's forward) and the same score passes
+    as its forward, not another kernel count."""
+    from scalemodel.checkpointing import recompute_fraction
+    _, plain = _pair(efficiency=0.4)
+    sel = with_recompute(plain, "selective")
+    f_layer = plain.provenance["attention_scores"]["forward_time"] / GPT.layers
+    frac = recompute_fraction(GPT, "selective", flash_attention=False)
+    per_block = [r for r in sel.provenance["recompute"] if r > 0]
+    assert len(per_block) == GPT.layers
+    fwd_block = (per_block[0] - f_layer) / frac  # the block's forward share
+    assert 0 < fwd_block < plain.forward_time / GPT.layers * 1.01
+    assert sel.provenance["recompute_elementwise_seconds"] == pytest.approx(f_layer,
+                                                                           rel=1e-12)
+    assert sel.provenance["attention_scores"]["recompute_time"] == pytest.approx(
+        GPT.layers * (frac * f_layer + f_layer), rel=1e-12)
