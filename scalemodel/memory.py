@@ -32,7 +32,8 @@
   tensor by tensor for the layer the config describes (SwiGLU, grouped-query attention,
   dropout or not: eq. :eq:`layer-activations`, :func:`scalemodel.checkpointing.activation_units`;
   :math:`37.5 sbh` for a Llama 2 layer); no score term with
-  ``flash_attention=True``, the default, which keeps no score matrix. ``s`` is the sequence,
+  ``flash_attention=True``, the default (unless the profile was built without flash
+  attention), which keeps no score matrix. ``s`` is the sequence,
   ``b`` the micro-batch, ``h`` the width and ``a`` the heads. With full activation
   checkpointing only each layer's input, :math:`2sbh` bytes, is kept, plus one layer's
   full activations while it is recomputed (Sec. 4.2); ``"selective"`` and fractions of
@@ -622,7 +623,7 @@ def _nonneg_bytes(value, name):
 def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param_dtype=None,
            grad_dtype=None, activation_checkpointing=False, micro_batch=None, seq=None,
            gpus_per_node=None, bucket_bytes=DEFAULT_BUCKET_BYTES,
-           flash_attention=True, offload="none", host_memory=None,
+           flash_attention=None, offload="none", host_memory=None,
            suggest=True, shard_group=None, tp=1, pp=1, microbatches=None,
            measure="reserved", fragmentation=0.0, virtual_stages=1,
            loss="unfused", accounting="zero", sequence_parallel=False) -> MemoryEstimate:
@@ -662,11 +663,12 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         the GPU's usual server [-].
     bucket_bytes : float
         One communication bucket [bytes].
-    flash_attention : bool
+    flash_attention : bool or None
         Attention that does not store the ``s x s`` score matrix (FlashAttention, PyTorch's
-        ``scaled_dot_product_attention``): drops the ``5as/h`` term. True by default, as
-        in current LLM training code; False gives Korthikanti et al.'s formula as printed
-        [-].
+        ``scaled_dot_product_attention``): drops the ``5as/h`` term. None (the default):
+        the profile's own (False for one built with ``transformer_profile(...,
+        flash_attention=False)``), else True, as in current LLM training code; False gives
+        Korthikanti et al.'s formula as printed [-].
     offload : str or None
         ``"none"``, ``"optimizer"`` (ZeRO-Offload) or ``"optimizer+parameters"`` (FSDP
         ``CPUOffload``; ``zero3`` / ``hybrid_shard`` only); see :mod:`scalemodel.offload`
@@ -828,6 +830,9 @@ def _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
     spec = get_gpu(gpu)
     if not isinstance(optimizer, str) or optimizer.strip().lower() not in OPTIMIZER_STATES:
         raise UnknownNameError("optimizer", optimizer, OPTIMIZER_STATES)
+    if flash_attention is None:  # the profile's own attention, else flash attention
+        prov = getattr(model, "provenance", None)
+        flash_attention = not (isinstance(prov, dict) and "attention_scores" in prov)
     for name, flag in (("flash_attention", flash_attention), ("suggest", suggest)):
         if not isinstance(flag, (bool, np.bool_)):  # "no" would be read as True
             raise ParameterTypeError(name, flag, "True or False")

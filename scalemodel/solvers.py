@@ -284,8 +284,6 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0
     ck = p.provenance.get("checkpointing")  # scalemodel.checkpointing.with_recompute
     if isinstance(ck, dict):
         kw["activation_checkpointing"] = Checkpointing(**ck)
-    if "attention_scores" in p.provenance:  # transformer_profile(flash_attention=False)
-        kw["flash_attention"] = False
     kw["offload"] = p.provenance.get("offload_mode", "none")  # scalemodel.offload
     if fragmentation:
         kw["fragmentation"] = fragmentation

@@ -239,3 +239,16 @@ def test_selective_recompute_replays_the_profiles_own_score_passes():
                                                                            rel=1e-12)
     assert sel.provenance["attention_scores"]["recompute_time"] == pytest.approx(
         GPT.layers * (frac * f_layer + f_layer), rel=1e-12)
+
+
+def test_memory_follows_the_profiles_attention():
+    flash, plain = _pair(efficiency=0.4)
+    assert sm.memory(plain, 16, gpu=GPU).reserved_per_gpu == pytest.approx(
+        sm.memory(GPT, 16, gpu=GPU, flash_attention=False).reserved_per_gpu, rel=1e-12)
+    assert sm.memory(flash, 16, gpu=GPU).reserved_per_gpu == pytest.approx(
+        sm.memory(GPT, 16, gpu=GPU).reserved_per_gpu, rel=1e-12)
+    # said explicitly, the call wins
+    assert sm.memory(plain, 16, gpu=GPU, flash_attention=True).reserved_per_gpu == \
+        pytest.approx(sm.memory(GPT, 16, gpu=GPU).reserved_per_gpu, rel=1e-12)
+    with pytest.raises(sm.ParameterTypeError, match="flash_attention"):
+        sm.memory(GPT, 16, gpu=GPU, flash_attention="no")
