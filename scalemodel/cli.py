@@ -301,12 +301,8 @@ def _json_option(p):
                    help="print JSON for scripts instead of text [-] (default: text)")
 
 
-def _model_options(p):
-    """The workload and the network model, shared by every model command."""
-    p.add_argument("--model", required=True,
-                   help="workload: a built-in profile name (resnet50, bert...; see "
-                        "`scalemodel profiles`) or a profile JSON file [name or path] "
-                        "(required)")
+def _hf_config_options(p):
+    """How a Hugging Face ``config.json`` given as ``--model`` is built."""
     _add(p, "--seq", _count, default=None,
          help="sequence length when --model is a Hugging Face config.json [tokens] "
               "(default: the config's max_position_embeddings)")
@@ -320,6 +316,15 @@ def _model_options(p):
                         "attention): their element-wise passes at the GPU's HBM bandwidth "
                         "in the time, the score matrix in the memory check [-] (default: "
                         "flash attention)")
+
+
+def _model_options(p):
+    """The workload and the network model, shared by every model command."""
+    p.add_argument("--model", required=True,
+                   help="workload: a built-in profile name (resnet50, bert...; see "
+                        "`scalemodel profiles`) or a profile JSON file [name or path] "
+                        "(required)")
+    _hf_config_options(p)
     _add(p, "--grad-accum", _count, default=None,
          help="micro-batches per optimizer step (gradient accumulation): DDP and zero1 "
               "reduce on the last one only, zero2, zero3 and hybrid_shard on every one [-] "
@@ -588,6 +593,7 @@ def _build_best_bucket(sub):
          help="per-message network latency, seconds or with a unit (5us) [s] (default: "
               "the cluster's, else 0)")
     _topology_options(p)
+    _hf_config_options(p)  # (a config.json is timed on an H100 SXM here: no --gpu)
     _add(p, "--candidates", _bucket_caps, default=None,
          help="bucket caps to try, comma-separated (5,10,25,50) [MB] (default 1, 2, ..., "
               "200, refined to 0.1 around the best)")
@@ -1271,7 +1277,8 @@ def _config_model(args):
         return
     if is_hf_config(read_json_file(model, what="workload profile or config.json")):
         args.model_name = model
-        args.model = load_hf_profile(model, seq=args.seq, micro_batch=args.micro_batch,
+        args.model = load_hf_profile(model, seq=getattr(args, "seq", None),
+                                     micro_batch=getattr(args, "micro_batch", None),
                                      gpu=getattr(args, "gpu", None),
                                      flash_attention=getattr(args, "flash_attention", True))
 

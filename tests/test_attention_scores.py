@@ -252,3 +252,24 @@ def test_memory_follows_the_profiles_attention():
         pytest.approx(sm.memory(GPT, 16, gpu=GPU).reserved_per_gpu, rel=1e-12)
     with pytest.raises(sm.ParameterTypeError, match="flash_attention"):
         sm.memory(GPT, 16, gpu=GPU, flash_attention="no")
+
+
+def test_cli_best_bucket_takes_a_config_json(tmp_path, capsys):
+    """best-bucket builds a config.json model as the other commands do (it crashed with an
+    AttributeError on --seq before), flash attention or not."""
+    import json
+
+    from scalemodel.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_layer": 12,
+                                "n_head": 12, "n_positions": 1024, "vocab_size": 50257}))
+    out = {}
+    for extra in ([], ["--no-flash-attention"]):
+        assert main(["best-bucket", "--model", str(path), "--seq", "1024", "--micro-batch",
+                     "8", "--n", "16", "--bw", "100e9", "--json"] + extra) == 0
+        out[bool(extra)] = json.loads(capsys.readouterr().out)
+    assert out[True]["iteration_time"] > out[False]["iteration_time"]
+    assert main(["best-bucket", "--model", "resnet50", "--n", "16", "--bw", "100e9",
+                 "--seq", "5"]) == 2
+    assert "--seq" in capsys.readouterr().err
