@@ -802,12 +802,11 @@ def _check_against_compute(i, raw, t, profile, efficiency, mp=None):
                 f"makes a step shorter than the profile's single-worker compute "
                 f"{compute:g} s", "Give single_worker_time, or a profile measured on this "
                 "hardware")
-    elif it < (scores + (compute - scores) * efficiency) * (1 - 1e-9):
+    elif it < (at_peak := scores + (compute - scores) * efficiency) * (1 - 1e-9):
         raise InvalidParameterError(
             f"runs[{i}].{key}", value,
             f"makes a step shorter than the profile's compute at 100 % of the GPU's peak "
-            f"({scores + (compute - scores) * efficiency:g} s): a model FLOPs utilisation "
-            "above 1",
+            f"({at_peak:g} s): a model FLOPs utilisation above 1",
             "Check the units, the GPU and the profile's sequence length and micro-batch")
 
 
