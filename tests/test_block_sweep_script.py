@@ -1,0 +1,74 @@
+"""``calibration/block_sweep.py`` (one transformer block's training time on one GPU, as the
+difference of two layer counts) runs end to end on the CPU with a tiny shape."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from scalemodel.workloads import tensor_flops  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    spec = importlib.util.spec_from_file_location("block_sweep",
+                                                  ROOT / "calibration" / "block_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_block_flops_are_the_difference_of_two_models(sweep):
+    """A block's FLOPs equal the whole model's FLOPs at 4 layers less those at 2, halved
+    (the embeddings and head cancel), forward and backward."""
+    small = sweep.block_config((64, 4), 2, seq=32, micro_batch=2)
+    large = sweep.block_config((64, 4), 4, seq=32, micro_batch=2)
+    fwd, bwd = sweep.block_flops(small)
+    diff = (tensor_flops(large).forward - tensor_flops(small).forward) / 2
+    assert fwd == pytest.approx(diff, rel=1e-12)
+    assert bwd == pytest.approx(2 * diff, rel=1e-12)
+    assert small.gated_ffn is False and small.ffn == 4 * 64
+
+
+def test_sweep_runs_on_the_cpu(sweep, tmp_path):
+    out = tmp_path / "blocks.json"
+    rec = sweep.main(["--out", str(out), "--shapes", "tiny", "--micro-batches", "1",
+                      "--modes", "none,full", "--seq", "16", "--steps", "1",
+                      "--warmup", "1", "--device", "cpu", "--gemm",
+                      "--seq-sweep", "64x4:32:8,16", "--fsdp", "tiny:1"])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(rec))
+    assert [(p["mode"], p["seq"], p["micro_batch"]) for p in rec["blocks"]] == [
+        ("none", 16, 1), ("full", 16, 1), ("none", 8, 4), ("none", 16, 2)]
+    for p in rec["blocks"]:
+        runs = p["runs"]
+        assert p["block_forward"] == pytest.approx(
+            (runs["4"]["forward"] - runs["2"]["forward"]) / 2)
+        assert p["block_step"] == pytest.approx(p["block_forward"] + p["block_backward"])
+        assert p["hfu"] is None  # no GPU peak on the CPU
+    (gemm,) = rec["gemms"]
+    assert set(gemm["products"]) == {"qkv", "out", "up", "down"}
+    assert gemm["products"]["up"]["flops"] == 2.0 * 16 * 64 * 256
+    (fsdp,) = rec["fsdp"]
+    assert "error" not in fsdp, fsdp.get("error")
+    assert fsdp["fsdp_block_overhead"] == pytest.approx(
+        fsdp["fsdp"]["block_forward"] + fsdp["fsdp"]["block_backward"]
+        - fsdp["plain"]["block_forward"] - fsdp["plain"]["block_backward"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layers", "4,2"], "two increasing counts"),
+    (["--shapes", "gpt-9"], "neither one of"),
+    (["--micro-batches", "0"], "integers >= 1"),
+    (["--modes", "half"], "is not one of"),
+    (["--seq-sweep", "64x4:30:8"], "does not divide"),
+])
+def test_bad_arguments_name_the_option(sweep, tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        sweep.main(["--out", str(tmp_path / "x.json"), "--device", "cpu", "--shapes",
+                    "tiny", *argv])
+    assert not (tmp_path / "x.json").exists()
