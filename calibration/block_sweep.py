@@ -213,6 +213,84 @@ def _fwd_bwd(model, ids, targets, *, steps, warmup, cuda):
     return statistics.median(fwd), statistics.median(bwd)
 
 
+KERNEL_CLASSES = (("flash", ("flash", "fmha", "attention")),
+                  ("matmul", ("gemm", "xmma", "cutlass", "nvjet", "wgmma", "matmul",
+                              "addmm", "aten::mm", "aten::bmm", "cublas")))
+"""Kernel-name substrings of each class (lower case, first match wins); every other
+kernel is ``other`` (element-wise, normalisation, reductions, copies)."""
+
+
+def kernel_class(name):
+    """``flash``, ``matmul`` or ``other`` for a kernel (or, on the CPU, an op) name."""
+    low = name.lower()
+    for cls, keys in KERNEL_CLASSES:
+        if any(k in low for k in keys):
+            return cls
+    return "other"
+
+
+def _kernel_times(model, ids, targets, *, steps, cuda):
+    """Per-step device time of every kernel of ``steps`` forward-backward passes under
+    the PyTorch profiler [s] (on the CPU: the ops' self CPU time)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    activity = ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
+        for _ in range(steps):
+            loss = F.cross_entropy(model(ids).flatten(0, 1).float(), targets)
+            loss.backward()
+        if cuda:
+            torch.cuda.synchronize()
+    times = {}
+    for ev in prof.key_averages():
+        if cuda:
+            t = getattr(ev, "self_device_time_total", None)
+            if t is None:
+                t = getattr(ev, "self_cuda_time_total", 0.0)
+        else:
+            t = ev.self_cpu_time_total
+        if t:
+            times[ev.key] = times.get(ev.key, 0.0) + t * 1e-6 / steps
+    return times
+
+
+def measure_kernels(shape, mode, *, seq, micro_batch, layers, args, device):
+    """One block's device time by kernel and by class (the difference of the two layer
+    counts' profiles) [s], after ``--warmup`` unprofiled steps."""
+    import gc
+
+    import torch
+
+    cuda = device.startswith("cuda")
+    prof = {}
+    for n in layers:
+        cfg = block_config(shape, n, seq=seq, micro_batch=micro_batch, vocab=args.vocab)
+        model = lm.build_model(cfg, flash=True, device=device, dtype=torch.bfloat16)
+        lm.apply_checkpointing(model, mode, True)
+        gen = torch.Generator().manual_seed(1)
+        ids = torch.randint(0, cfg.vocab, (micro_batch, seq), generator=gen).to(device)
+        targets = torch.randint(0, cfg.vocab, (micro_batch * seq,), generator=gen).to(device)
+        _fwd_bwd(model, ids, targets, steps=1, warmup=args.warmup, cuda=cuda)
+        prof[n] = _kernel_times(model, ids, targets, steps=args.steps, cuda=cuda)
+        del model, ids, targets
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    lo, hi = layers
+    names = set(prof[lo]) | set(prof[hi])
+    per = {k: (prof[hi].get(k, 0.0) - prof[lo].get(k, 0.0)) / (hi - lo) for k in names}
+    classes = {}
+    for k, t in per.items():
+        classes[kernel_class(k)] = classes.get(kernel_class(k), 0.0) + t
+    top = dict(sorted(per.items(), key=lambda kv: -abs(kv[1]))[:40])
+    return {"hidden": shape[0], "heads": shape[1], "mode": mode, "seq": seq,
+            "micro_batch": micro_batch, "block_by_class": classes,
+            "block_total": sum(per.values()), "block_top_kernels": top,
+            "kernels_per_layer_count": {str(n): len(prof[n]) for n in layers}}
+
+
 def _process_group(device):
     """A one-rank process group (NCCL on a GPU, Gloo on the CPU), made once."""
     import os
@@ -285,6 +363,9 @@ def _parser():
                    help="WIDTHxHEADS:TOKENS:SEQ1,SEQ2,... (mode none), e.g. "
                         "4096x32:16384:512,1024,4096,8192,16384")
     p.add_argument("--gemm", action="store_true", help="also time the plain matmuls")
+    p.add_argument("--kernels", default="",
+                   help="SHAPES:MICRO_BATCHES, e.g. mpt-13b,mpt-70b:2,8: each block's "
+                        "device time by kernel under the profiler, modes of --modes")
     p.add_argument("--fsdp", default="",
                    help="SHAPES:MICRO_BATCHES, e.g. mpt-7b,mpt-13b:1,2,4 (mode none): each "
                         "block plain and with FSDP2 fully_shard on a one-rank group")
@@ -350,6 +431,38 @@ def _line(name, point):
     return (f"  {name:8s} {point['mode']:5s} seq {point['seq']:6d} mb "
             f"{point['micro_batch']:3d}: block fwd {point['block_forward'] * 1e3:8.3f} ms "
             f"bwd {point['block_backward'] * 1e3:8.3f} ms  HFU {hfu}")
+
+
+def _kernel_sweep(args, layers, device, out):
+    """``--kernels``' points, appended to ``out["kernels"]``."""
+    try:
+        shape_text, mbs = args.kernels.split(":")
+    except ValueError:
+        raise SystemExit(f"--kernels: {args.kernels!r} is not SHAPES:MICRO_BATCHES") \
+            from None
+    out["kernels"] = []
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for text in shape_text.split(","):
+        name, shape = _shape(text.strip())
+        for mb in _ints(mbs, "--kernels"):
+            for mode in modes:
+                try:
+                    point = measure_kernels(shape, mode, seq=args.seq, micro_batch=mb,
+                                            layers=layers, args=args, device=device)
+                except Exception as exc:  # recorded; the other results stay
+                    point = {"hidden": shape[0], "micro_batch": mb, "mode": mode,
+                             "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                point["shape"] = name
+                out["kernels"].append(point)
+                lm._write_atomic(args.out, out)
+                if "error" in point:
+                    print(f"  {name:8s} kernels {mode} mb {mb}: failed "
+                          f"({point['error'][:160]})", flush=True)
+                    continue
+                parts = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in
+                                  sorted(point["block_by_class"].items()))
+                print(f"  {name:8s} kernels {mode:5s} mb {mb:3d}: block "
+                      f"{point['block_total'] * 1e3:8.3f} ms ({parts} ms)", flush=True)
 
 
 def _fsdp_sweep(args, layers, device, out):
@@ -430,6 +543,8 @@ def main(argv=None):
                 eff = f"{g['efficiency']:.1%}" if g["efficiency"] else "n/a"
                 print(f"  {name:8s} gemm mb {mb:3d}: fwd {g['forward'] * 1e3:8.3f} ms bwd "
                       f"{g['backward'] * 1e3:8.3f} ms ({eff} of peak)", flush=True)
+    if args.kernels:
+        _kernel_sweep(args, layers, device, out)
     if args.fsdp:
         _fsdp_sweep(args, layers, device, out)
     steps = [p["block_step"] for p in out["blocks"] if p.get("block_step")]

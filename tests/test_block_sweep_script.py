@@ -40,7 +40,8 @@ def test_sweep_runs_on_the_cpu(sweep, tmp_path):
     rec = sweep.main(["--out", str(out), "--shapes", "tiny", "--micro-batches", "1",
                       "--modes", "none,full", "--seq", "16", "--steps", "1",
                       "--warmup", "1", "--device", "cpu", "--gemm",
-                      "--seq-sweep", "64x4:32:8,16", "--fsdp", "tiny:1"])
+                      "--seq-sweep", "64x4:32:8,16", "--fsdp", "tiny:1",
+                      "--kernels", "tiny:1"])
     assert json.loads(out.read_text()) == json.loads(json.dumps(rec))
     assert [(p["mode"], p["seq"], p["micro_batch"]) for p in rec["blocks"]] == [
         ("none", 16, 1), ("full", 16, 1), ("none", 8, 4), ("none", 16, 2)]
@@ -53,11 +54,29 @@ def test_sweep_runs_on_the_cpu(sweep, tmp_path):
     (gemm,) = rec["gemms"]
     assert set(gemm["products"]) == {"qkv", "out", "up", "down"}
     assert gemm["products"]["up"]["flops"] == 2.0 * 16 * 64 * 256
+    none, full = rec["kernels"]
+    assert (none["mode"], full["mode"]) == ("none", "full")
+    for k in (none, full):
+        assert "error" not in k, k.get("error")
+        assert sum(k["block_by_class"].values()) == pytest.approx(k["block_total"])
+        assert set(k["block_by_class"]) <= {"flash", "matmul", "other"}
     (fsdp,) = rec["fsdp"]
     assert "error" not in fsdp, fsdp.get("error")
     assert fsdp["fsdp_block_overhead"] == pytest.approx(
         fsdp["fsdp"]["block_forward"] + fsdp["fsdp"]["block_backward"]
         - fsdp["plain"]["block_forward"] - fsdp["plain"]["block_backward"])
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", "matmul"),
+    ("nvjet_hsh_128x256_64x4_2x1_v_bz_coopB_TNN", "matmul"),
+    ("void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<...>", "flash"),
+    ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", "flash"),
+    ("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", "other"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel", "other"),
+])
+def test_kernel_classes(sweep, name, cls):
+    assert sweep.kernel_class(name) == cls
 
 
 @pytest.mark.parametrize("argv, message", [
