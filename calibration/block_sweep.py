@@ -372,6 +372,9 @@ def _parser():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default=None)
+    p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
+                   help="--no-early-stop: full checkpointing replays the whole block "
+                        "(torch.utils.checkpoint.set_checkpoint_early_stop(False))")
     return p
 
 
@@ -520,11 +523,20 @@ def main(argv=None):
     peak = env["bf16_peak_flops"]
     out = {"environment": env, "argv": sys.argv[1:] if argv is None else list(argv),
            "steps": args.steps, "warmup": args.warmup, "layers": layers,
+           "checkpoint_early_stop": args.early_stop,
            "flops_note": "scalemodel.workloads.tensor_flops per block; hfu counts full "
                          "checkpointing's recompute as one more forward",
            "blocks": [], "gemms": []}
     print(f"block_sweep: {len(points)} points on {device} {env['gpu_name'] or ''}",
           flush=True)
+    from torch.utils.checkpoint import set_checkpoint_early_stop
+    with set_checkpoint_early_stop(args.early_stop):
+        _sweep(args, shapes, points, layers, device, peak, out)
+    return out
+
+
+def _sweep(args, shapes, points, layers, device, peak, out):
+    """Every part of the sweep that ``args`` asks for, appended to ``out``."""
     for name, shape, mode, seq, mb in points:
         point = measure_block(shape, mode, seq=seq, micro_batch=mb, layers=layers,
                               args=args, device=device, peak=peak)
@@ -551,7 +563,6 @@ def main(argv=None):
     print(f"block_sweep: {len(steps)} of {len(points)} points measured "
           f"(median block step {statistics.median(steps) * 1e3:.2f} ms)" if steps else
           "block_sweep: nothing measured", flush=True)
-    return out
 
 
 if __name__ == "__main__":

@@ -650,6 +650,11 @@ def _parser():
     p.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--precision", choices=("bf16", "autocast"), default="bf16")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
+                   help="PyTorch's non-reentrant checkpoint stops recomputing a block once "
+                        "the tensors its backward needs exist (the default); "
+                        "--no-early-stop replays the whole block "
+                        "(torch.utils.checkpoint.set_checkpoint_early_stop(False))")
     return p
 
 
@@ -660,6 +665,7 @@ def _header(cfg, args, env, gpu):
     return {"config": attrs.asdict(cfg), "parameter_count": cfg.parameter_count,
             "environment": env, "flash_attention": args.flash, "precision": args.precision,
             "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
+            "checkpoint_early_stop": args.early_stop,
             "model_flops_per_step": flops.forward + flops.backward,
             "model_flops_note": "scalemodel.workloads.tensor_flops: 2*T per weight "
                                 "element forward, attention core 4*b*s^2*d_attn per layer "
@@ -736,10 +742,12 @@ def main(argv=None):
     print(f"llm_memory: {cfg.name} {cfg.parameter_count / 1e9:.3f} B params, seq {cfg.seq} "
           f"x micro-batch {cfg.micro_batch}, flash={args.flash}, precision="
           f"{args.precision}, {device} {env['gpu_name'] or ''}", flush=True)
-    for mode in modes:
-        out["modes"][mode] = _measure(cfg, mode, args, device, out)
-        _write_atomic(args.out, out)
-        _say(mode, out["modes"][mode])
+    from torch.utils.checkpoint import set_checkpoint_early_stop
+    with set_checkpoint_early_stop(args.early_stop):
+        for mode in modes:
+            out["modes"][mode] = _measure(cfg, mode, args, device, out)
+            _write_atomic(args.out, out)
+            _say(mode, out["modes"][mode])
     return out
 
 
