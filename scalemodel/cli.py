@@ -350,7 +350,10 @@ def _model_options(p):
                         "--cluster was fitted under, else none)")
     p.add_argument("--activation-checkpointing", default=None, type=_checkpointing,
                    help="none, selective (the attention core; with flash attention "
-                        "torchtitan's op-level policy), full, or a fraction of the layers "
+                        "torchtitan's op-level policy), full (the whole block replayed: "
+                        "Megatron-LM, DeepSpeed, reentrant PyTorch), full-early-stop "
+                        "(PyTorch's non-reentrant checkpoint: the block's last product "
+                        "not replayed), or a fraction of the layers "
                         "checkpointed fully (0.5): the recompute in each block's backward "
                         "and the activation memory (scalemodel.checkpointing) [-] (default "
                         "none)")

@@ -41,6 +41,21 @@ def test_bad_values_name_the_value_and_the_valid_ones(bad):
         sm.scaling_factor("llama-2-7b", 8, 1e11, activation_checkpointing=bad)
 
 
+def test_full_early_stop_is_full_with_early_stopping():
+    ck = resolve_checkpointing("Full-Early-Stop", flash_attention=False)
+    assert (ck.mode, ck.fraction, ck.early_stop, ck.flash_attention) == (
+        "full", 1.0, True, False)
+    assert ck.describe() == "full (early stop)"
+    assert Checkpointing("full", 0.5, early_stop=True).describe() == \
+        "full on 50% of layers (early stop)"
+    assert resolve_checkpointing("full").early_stop is False
+    assert Checkpointing("full", 0.0, early_stop=True) == Checkpointing("none")
+    with pytest.raises(sm.InvalidParameterError, match="early_stop=True.*'selective'"):
+        Checkpointing("selective", early_stop=True)
+    with pytest.raises(sm.ParameterTypeError, match="early_stop"):
+        Checkpointing("full", early_stop="yes")
+
+
 def test_a_fraction_applies_to_full_only():
     with pytest.raises(sm.InvalidParameterError, match="fraction=0.5.*'full'"):
         Checkpointing("selective", 0.5)
@@ -105,6 +120,13 @@ def test_recompute_fractions_by_hand():
     assert recompute_fraction(c, "selective") == pytest.approx(redo / (mm + core))
     with pytest.raises(sm.InvalidParameterError, match="selective"):
         recompute_fraction(None, "selective")
+    # early stop: the down projection (the last product) is not recomputed
+    down = 2 * T * c.ffn * h
+    assert recompute_fraction(c, "full-early-stop") == pytest.approx(1 - down / (mm + core))
+    import attrs
+    assert recompute_fraction(attrs.evolve(c, dropout=True), "full-early-stop") == 1.0
+    with pytest.raises(sm.InvalidParameterError, match="full-early-stop"):
+        recompute_fraction(None, "full-early-stop")
 
 
 def _elementwise_by_hand(c, flash):
@@ -204,7 +226,7 @@ def test_recompute_closed_form_equals_discrete_event_reference(data):
 
 
 @pytest.mark.parametrize("ck", ["selective", Checkpointing("selective", flash_attention=False),
-                                "full"])
+                                "full", "full-early-stop"])
 @pytest.mark.parametrize("strategy", ["zero2", "zero3", "hybrid_shard"])
 def test_recompute_of_a_transformer_equals_discrete_event_reference(ck, strategy):
     cfg = sm.TransformerConfig(layers=4, hidden=512, heads=8, ffn=1536, vocab=1000, seq=1024,
@@ -383,3 +405,28 @@ def test_recompute_under_ddp_equals_the_discrete_event_reference(data):
     t_des = simulate_iteration(shifted, grad_accum=profile.grad_accum, **cfg)
     assert it.total == pytest.approx(t_des, rel=1e-9)
     assert it.scaling_factor == pytest.approx(shifted.iteration_time / t_des, rel=1e-9)
+
+
+def test_early_stop_skips_flop_bound_time_only():
+    """Without flash attention a layer's score passes are memory-bound and replayed
+    whole by an early-stopping recompute; only the FLOP-bound rest is cut to frac."""
+    cfg = sm.TransformerConfig(layers=4, hidden=512, heads=8, ffn=2048, vocab=1000,
+                               seq=1024, micro_batch=2, dtype="bf16")
+    prof = sm.transformer_profile(cfg, "h100-sxm", efficiency=0.5, flash_attention=False)
+    scores = prof.provenance["attention_scores"]["forward_time"] / cfg.layers
+    full = with_recompute(prof, Checkpointing("full", flash_attention=False))
+    stop = with_recompute(prof, "full-early-stop", flash_attention=False)
+    frac = recompute_fraction(cfg, "full-early-stop")
+    assert 0.5 < frac < 1.0
+    added_full = full.backward_time - prof.backward_time
+    added_stop = stop.backward_time - prof.backward_time
+    # full adds each layer's forward F_u; early stop frac (F_u - S) + S per layer
+    assert added_stop == pytest.approx(frac * added_full + (1 - frac) * cfg.layers * scores,
+                                       rel=1e-12)
+    for p in (full, stop):
+        assert p.provenance["attention_scores"]["recompute_time"] == pytest.approx(
+            cfg.layers * scores, rel=1e-12)
+    assert stop.provenance["checkpointing"]["early_stop"] is True
+    assert sm.iteration_time(prof, n=1, bw=1e11, activation_checkpointing="full-early-stop"
+                             ).total < sm.iteration_time(
+        prof, n=1, bw=1e11, activation_checkpointing="full").total
