@@ -389,7 +389,11 @@ def two_d_scenario(r, eta):
     kw = dict(tp=r["tp"], sharding=sm.Sharding("zero3", param_dtype="bf16",
                                                reduce_dtype="fp32"),
               gpus_per_node=r["gpus_per_node"], nics_per_node=r["nics_per_node"],
-              intra_bw=sm.get_gpu(r["gpu"]).intra_node_bw, activation_checkpointing="full")
+              intra_bw=sm.get_gpu(r["gpu"]).intra_node_bw,
+              # torchtitan's full AC (parallelize_llama.py at eaea6f6: ptd_checkpoint_wrapper
+              # (module, preserve_rng_state=False)): checkpoint_wrapper's default is the
+              # non-reentrant checkpoint, which stops early (eq. early-stop)
+              activation_checkpointing="full-early-stop")
     return prof, kw
 
 

@@ -8,6 +8,13 @@ warm-up steps, without checkpointing, with selective (torchtitan's op-level poli
 flash attention; Korthikanti's attention-core recompute without) and with full
 checkpointing; flash attention at 8 x 2048 tokens, without it at 2 x 2048.
 
+The full-checkpointing steps of those runs used PyTorch's non-reentrant checkpoint with
+its default early stopping (the block's last product is not recomputed: asked as
+``"full-early-stop"``); ``llm_memory_flash_no_early_stop.json`` and
+``llm_memory_noflash_no_early_stop.json`` (``--no-early-stop``, recorded 2026-11-27 on
+another H200 machine, the same code otherwise) replay the whole block (asked as
+``"full"``), measured against the first runs' steps without checkpointing.
+
 Protocol (the library as a user gets it, nothing fitted to these steps): the run's
 configuration as a FLOP-derived profile on the H200 (:func:`scalemodel.transformer_profile`),
 scaled so that its forward time is the measured forward time of the run without
@@ -42,12 +49,36 @@ DATA = ROOT / "calibration" / "results" / "h200"
 OUT = ROOT / "benchmarks" / "results" / "validate_recompute.txt"
 
 
+RUNS = (("llm_memory_flash.json", True, "llm_memory_flash_no_early_stop.json"),
+        ("llm_memory_noflash.json", False, "llm_memory_noflash_no_early_stop.json"))
+"""Each run without flash attention or with it, and its full-checkpointing step recorded
+with early stopping off (``--no-early-stop``, 2026-11-27, another machine of the kind)."""
+
+
+def _modes(d, flash, replay):
+    """(policy label, Checkpointing, the measured times) of a run: its selective step,
+    its full step (PyTorch 2.11's non-reentrant checkpoint, early stopping on by
+    default: ``"full-early-stop"``) and the replaying full step of ``replay``."""
+    return (("selective", Checkpointing("selective", flash_attention=flash),
+             d["modes"]["selective"]["times_s"]),
+            ("full, early stop", Checkpointing("full", flash_attention=flash,
+                                               early_stop=True),
+             d["modes"]["full"]["times_s"]),
+            ("full, replay", Checkpointing("full", flash_attention=flash),
+             replay["modes"]["full"]["times_s"]))
+
+
 def rows():
     """Per run and mode: the label, measured and modelled recompute [s], the modelled
     one without the element-wise term [s], the measured steps [s]."""
     out = []
-    for name, flash in (("llm_memory_flash.json", True), ("llm_memory_noflash.json", False)):
+    for name, flash, replay_name in RUNS:
         d = json.loads((DATA / name).read_text())
+        replay = json.loads((DATA / replay_name).read_text())
+        c0 = {k: v for k, v in d["config"].items() if k != "name"}
+        assert replay["checkpoint_early_stop"] is False
+        assert sm.TransformerConfig(**c0) == sm.TransformerConfig(**{
+            k: v for k, v in replay["config"].items() if k != "name"})  # fields added since
         c = {k: v for k, v in d["config"].items() if k != "name"}
         cfg = sm.TransformerConfig(**c)
         base = d["modes"]["none"]["times_s"]
@@ -56,9 +87,7 @@ def rows():
                               / prof.forward_time)
         label = (f"{'flash' if flash else 'no flash'}, {cfg.micro_batch} x {cfg.seq} "
                  "tokens")
-        for mode in ("selective", "full"):
-            ck = Checkpointing(mode, flash_attention=flash)
-            t = d["modes"][mode]["times_s"]
+        for mode, ck, t in _modes(d, flash, replay):
             measured = t["backward"]["median"] - base["backward"]["median"]
             model = with_recompute(prof, ck).backward_time - prof.backward_time
             blocks = prof.forward_time * d["block_forward_flops_share"]
@@ -76,7 +105,7 @@ def main(argv=None):
     rep = Report()
     rep.say("Recompute time against the H200's measured steps (Llama-style 1.35 B, eager "
             "PyTorch 2.11; calibration/results/h200)", "",
-            f"{'run':<26} {'policy':<10} {'measured':>9} {'model':>9} {'step error':>11} "
+            f"{'run':<26} {'policy':<17} {'measured':>9} {'model':>9} {'step error':>11} "
             f"{'matmuls only':>13} {'step error':>11}")
     errs, before = [], []
     for r in rows():
@@ -84,7 +113,7 @@ def main(argv=None):
         b = (r["step_none"] + r["flops_only"]) / r["step"] - 1
         errs.append(e)
         before.append(b)
-        rep.say(f"{r['label']:<26} {r['mode']:<10} {r['measured'] * 1e3:7.1f}ms "
+        rep.say(f"{r['label']:<26} {r['mode']:<17} {r['measured'] * 1e3:7.1f}ms "
                 f"{r['model'] * 1e3:7.1f}ms {100 * e:+10.1f}% {r['flops_only'] * 1e3:11.1f}ms "
                 f"{100 * b:+10.1f}%")
     rep.say("", f"largest |step error|: {100 * max(map(abs, errs)):.1f} % (matmuls only: "

@@ -115,7 +115,7 @@ def test_two_d_rows_calibrate_and_predict_as_fsdp_x_tp(vp, rows):
         sm.transformer_profile(cfg, "h100-sxm", efficiency=s["eta"]), 256, 400e9, tp=8,
         sharding=sm.Sharding("zero3", param_dtype="bf16", reduce_dtype="fp32"),
         gpus_per_node=8, nics_per_node=8, intra_bw=sm.get_gpu("h100-sxm").intra_node_bw,
-        activation_checkpointing="full")
+        activation_checkpointing="full-early-stop")  # torchtitan's non-reentrant wrapper
     assert held["error"] == pytest.approx(512 * 8192 / (876 * 256) / it.total - 1,
                                           rel=1e-9)
     assert held["error"] == pytest.approx(829 / 876 - 1, rel=1e-6)  # no TP overlap

@@ -1,0 +1,203 @@
+"""One transformer block on one H200: the recompute the library charges against the
+measured one, and what a block's efficiency does with width, micro-batch and sequence.
+
+Data: ``calibration/results/h200/blocks`` (its README): ``calibration/block_sweep.py`` on
+one H200 (PyTorch 2.11, bf16, SDPA flash attention, MPT-style blocks: GELU MLP of 4 x
+width, LayerNorm, no bias, sequence 2048). A block's time is the difference of two models
+of 2 and 4 blocks (the embeddings, head, loss and optimizer drop out); ``blocks.json`` is
+the sweep, ``blocks-repeat.json`` a second sweep on a fresh machine with the kernels
+profiled, ``blocks-no-early-stop.json`` full checkpointing with PyTorch's early stopping
+off.
+
+Protocol (nothing fitted): the measured recompute of a block is its backward under full
+checkpointing minus its backward without (same sweep, same machine); the library's is
+``recompute_fraction(cfg, mode)`` of the block's measured forward, ``mode``
+``"full-early-stop"`` (PyTorch's non-reentrant checkpoint, its default) or ``"full"``
+(early stopping off: the whole block replayed). The kernel profile splits the same
+difference into matrix products, flash attention and the rest.
+
+Run from the repository root: ``python benchmarks/validate_blocks.py`` (a second; writes
+``benchmarks/results/validate_blocks.txt`` unless ``--no-write``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+
+import scalemodel as sm  # noqa: E402
+from scalemodel.checkpointing import recompute_fraction  # noqa: E402
+
+DATA = ROOT / "calibration" / "results" / "h200" / "blocks"
+OUT = ROOT / "benchmarks" / "results" / "validate_blocks.txt"
+NAMES = {2048: "mpt-1b", 2560: "mpt-3b", 4096: "mpt-7b", 5120: "mpt-13b", 7168: "mpt-30b",
+         8192: "mpt-70b"}
+
+
+def load(name):
+    return json.loads((DATA / name).read_text())
+
+
+def config(p):
+    """The measured block's shape as a one-layer TransformerConfig (the sweep's)."""
+    h = p["hidden"]
+    return sm.TransformerConfig(layers=1, hidden=h, heads=p["heads"], ffn=4 * h, vocab=8192,
+                                seq=p["seq"], micro_batch=p["micro_batch"],
+                                gated_ffn=False, norm="layernorm", bias=False)
+
+
+def _index(blocks):
+    return {(p["hidden"], p["seq"], p["micro_batch"], p["mode"]): p for p in blocks
+            if p.get("block_step") is not None}
+
+
+def recompute_rows():
+    """Measured and modelled recompute per block [s]: early stopping (both sweeps) and
+    replay (no-early-stop sweep, against the repeat sweep's blocks without
+    checkpointing; both recorded on the same day, the replay on a third machine)."""
+    rows = []
+    sweeps = (("sweep", load("blocks.json")["blocks"], None),
+              ("repeat", load("blocks-repeat.json")["blocks"], None),
+              ("replay", load("blocks-no-early-stop.json")["blocks"],
+               load("blocks-repeat.json")["blocks"]))
+    for label, blocks, base_blocks in sweeps:
+        full = _index(blocks)
+        base = _index(base_blocks if base_blocks is not None else blocks)
+        for (h, s, mb, mode), p in sorted(full.items()):
+            none = base.get((h, s, mb, "none"))
+            if mode != "full" or none is None:
+                continue
+            ck = "full" if label == "replay" else "full-early-stop"
+            frac = recompute_fraction(config(p), ck)
+            measured = p["block_backward"] - none["block_backward"]
+            rows.append(dict(sweep=label, name=NAMES.get(h, str(h)), mb=mb, mode=ck,
+                             forward=none["block_forward"], measured=measured,
+                             model=frac * none["block_forward"],
+                             step=none["block_step"]))
+    return rows
+
+
+def kernel_rows():
+    """Recomputed matrix-product time over the forward's (the profile's matmul class:
+    a forward's products are a third of the block's), against the library's count."""
+    rows = []
+    prof = {(k["hidden"], k["micro_batch"], k["mode"]): k
+            for k in load("blocks-repeat.json")["kernels"] if "error" not in k}
+    replay = {(k["hidden"], k["micro_batch"]): k
+              for k in load("blocks-no-early-stop.json")["kernels"] if "error" not in k}
+    for (h, mb, mode), k in sorted(prof.items()):
+        if mode != "none":
+            continue
+        fwd_mm = k["block_by_class"]["matmul"] / 3.0
+        p = {"hidden": h, "heads": k["heads"], "seq": k["seq"], "micro_batch": mb}
+        cfg = config(p)
+        core = 4.0 * mb * p["seq"] ** 2 * h
+        layer = sum(2.0 * cfg.tokens * i * o for i, o in sm.checkpointing._layer_matmuls(cfg))
+        for label, other, ck in (("early stop", prof.get((h, mb, "full")), "full-early-stop"),
+                                 ("replay", replay.get((h, mb)), "full")):
+            if other is None:
+                continue
+            measured = (other["block_by_class"]["matmul"] - k["block_by_class"]["matmul"]) \
+                / fwd_mm
+            model = (recompute_fraction(cfg, ck) * (layer + core) - core) / layer
+            rows.append(dict(name=NAMES.get(h, str(h)), mb=mb, mode=label, measured=measured,
+                             model=model, other=k["block_by_class"]["other"]
+                             / k["block_total"], flash=k["block_by_class"]["flash"]
+                             / k["block_total"]))
+    return rows
+
+
+def efficiency_table(rep):
+    """Block HFU by width and micro-batch (sweep), and the plain products' efficiency."""
+    d = load("blocks.json")
+    idx = _index(d["blocks"])
+    gemm = {(g["hidden"], g["micro_batch"]): g["efficiency"] for g in d["gemms"]}
+    mbs = sorted({k[2] for k in idx if k[1] == 2048})
+    rep.say("", "== a block's hardware FLOPs utilisation (H200 bf16 peak 989.5 TFLOP/s; "
+            "full with early stopping counts its recompute's FLOPs; sweep, 5 steps)",
+            f"{'model':<8} {'width':>6} " + " ".join(
+                f"{'mb ' + str(m) + ' none/full/mm':>22}" for m in mbs))
+    for h in sorted({k[0] for k in idx}):
+        cells = []
+        for m in mbs:
+            a, b = idx.get((h, 2048, m, "none")), idx.get((h, 2048, m, "full"))
+            g = gemm.get((h, m))
+            cells.append(f"{_pct(a and a['hfu'])}/{_pct(b and b['hfu'])}/{_pct(g)}"
+                         .rjust(22))
+        rep.say(f"{NAMES.get(h, h):<8} {h:>6} " + " ".join(cells))
+    seq = sorted((k[1], k[2], p) for k, p in idx.items()
+                 if k[0] == 4096 and k[3] == "none" and k[1] * k[2] == 16384)
+    rep.say("", "sequence sweep (width 4096, 32 heads, 16,384 tokens a step, none):",
+            "  " + ", ".join(f"seq {s}: {_pct(p['hfu'])}" for s, _, p in seq))
+    return idx
+
+
+def _pct(x):
+    return "  -  " if x is None else f"{100 * x:.1f}"
+
+
+def main(argv=None):
+    from _report import Report, parser
+    args = parser(__doc__, "print only; do not rewrite benchmarks/results/"
+                  "validate_blocks.txt").parse_args(argv)
+    rep = Report()
+    env = load("blocks.json")["environment"]
+    rep.say(f"One MPT-style block on one {env['gpu_name']} (PyTorch {env['torch']}; "
+            "calibration/results/h200/blocks)", "",
+            "== recompute per block under full checkpointing: measured (backward with "
+            "minus without) against recompute_fraction x the measured forward",
+            f"{'sweep':<7} {'model':<8} {'mb':>3} {'library mode':<16} {'forward':>9} "
+            f"{'measured':>9} {'model':>9} {'error':>7} {'of step':>8}")
+    errs = {"full-early-stop": [], "full": []}
+    for r in recompute_rows():
+        e = r["model"] / r["measured"] - 1
+        step = (r["model"] - r["measured"]) / (r["step"] + r["measured"])
+        errs[r["mode"]].append(step)
+        rep.say(f"{r['sweep']:<7} {r['name']:<8} {r['mb']:>3} {r['mode']:<16} "
+                f"{1e3 * r['forward']:7.2f}ms {1e3 * r['measured']:7.2f}ms "
+                f"{1e3 * r['model']:7.2f}ms {100 * e:+6.1f}% {100 * step:+7.1f}%")
+    for mode, v in errs.items():
+        if v:
+            rep.say(f"{mode}: {len(v)} blocks, median error of the checkpointed step "
+                    f"{100 * statistics.median(v):+.1f} %, largest "
+                    f"{100 * max(map(abs, v)):.1f} %")
+    skipped = 1.0 - recompute_fraction(config({"hidden": 8192, "heads": 64, "seq": 2048,
+                                                "micro_batch": 2}), "full-early-stop")
+    rep.say(f"(the two counts differ by {100 * skipped:.0f} % of a forward on the mpt-70b "
+            "block: the down projection's share of its FLOPs)")
+    rep.say("", "== the recomputed matrix products over the forward's (kernel profile, "
+            "repeat sweep; matmul = the block's products, 'other' = element-wise, norms, "
+            "copies)",
+            f"{'model':<8} {'mb':>3} {'recompute':<11} {'measured':>9} {'library':>8} "
+            f"{'flash share':>12} {'other share':>12}")
+    for r in kernel_rows():
+        rep.say(f"{r['name']:<8} {r['mb']:>3} {r['mode']:<11} {r['measured']:9.3f} "
+                f"{r['model']:8.3f} {100 * r['flash']:11.1f}% {100 * r['other']:11.1f}%")
+    efficiency_table(rep)
+    fsdp = [f for f in load("blocks-repeat.json").get("fsdp", []) if "error" not in f]
+    fsdp += [f for f in load("blocks.json").get("fsdp", []) if "error" not in f]
+    if fsdp:
+        rep.say("", "== FSDP2's own work per block (fully_shard on every block, one-rank "
+                "NCCL group: its collectives are copies), none, both sweeps:")
+        for f in sorted(fsdp, key=lambda f: (f["hidden"], f["micro_batch"])):
+            plain = f["plain"]["block_forward"] + f["plain"]["block_backward"]
+            rep.say(f"  {NAMES.get(f['hidden'], f['hidden']):<8} mb {f['micro_batch']}: "
+                    f"plain block {1e3 * plain:7.2f} ms, FSDP2 adds "
+                    f"{1e3 * f['fsdp_block_overhead']:+6.2f} ms")
+        extra = [f["fsdp_block_overhead"] for f in fsdp]
+        rep.say(f"  median {1e3 * statistics.median(extra):+.2f} ms per block and "
+                f"micro-batch ({len(extra)} points, from {1e3 * min(extra):+.2f} to "
+                f"{1e3 * max(extra):+.2f} ms)")
+    rep.say("", rep.elapsed_line())
+    if not args.no_write:
+        rep.write(OUT)
+
+
+if __name__ == "__main__":
+    main()

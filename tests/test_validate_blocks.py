@@ -1,0 +1,46 @@
+"""benchmarks/validate_blocks.py: the recorded H200 block sweep is read as documented
+(every full-checkpointing block has its block without checkpointing; the early-stop
+and replay counts are the library's), and the script runs."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def vb():
+    spec = importlib.util.spec_from_file_location("validate_blocks",
+                                                  ROOT / "benchmarks" / "validate_blocks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_checkpointed_block_is_compared(vb):
+    rows = vb.recompute_rows()
+    assert {r["sweep"] for r in rows} == {"sweep", "repeat", "replay"}
+    assert len([r for r in rows if r["sweep"] == "sweep"]) == 24  # 6 widths x 4 mb
+    for r in rows:
+        assert r["mode"] == ("full" if r["sweep"] == "replay" else "full-early-stop")
+        assert r["measured"] > 0 and r["forward"] > 0
+    replay = [r for r in rows if r["sweep"] == "replay"]
+    assert all(r["model"] == pytest.approx(r["forward"]) for r in replay)
+
+
+def test_the_kernel_counts_are_the_librarys(vb):
+    rows = vb.kernel_rows()
+    assert {(r["mode"], round(r["model"], 3)) for r in rows} == {
+        ("early stop", 0.667), ("replay", 1.0)}
+    # the measured ratios bracket the counts (an MPT block skips 4 of its 12 h^2)
+    stop = [r["measured"] for r in rows if r["mode"] == "early stop"]
+    replay = [r["measured"] for r in rows if r["mode"] == "replay"]
+    assert max(stop) < min(replay)
+
+
+def test_the_script_runs(vb, capsys):
+    vb.main(["--no-write"])
+    out = capsys.readouterr().out
+    assert "full-early-stop: 32 blocks" in out and "FSDP2" in out
