@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
 import scalemodel as sm  # noqa: E402
+from _report import Report, parser  # noqa: E402  (main()'s parser and output)
 from scalemodel.checkpointing import recompute_fraction  # noqa: E402
 
 DATA = ROOT / "calibration" / "results" / "h200" / "blocks"
@@ -143,7 +144,6 @@ def _pct(x):
 
 
 def main(argv=None):
-    from _report import Report, parser
     args = parser(__doc__, "print only; do not rewrite benchmarks/results/"
                   "validate_blocks.txt").parse_args(argv)
     rep = Report()

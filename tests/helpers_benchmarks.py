@@ -1,4 +1,5 @@
-"""Loading a script of benchmarks/ as a module, for the tests of that script."""
+"""Loading a script of benchmarks/ or calibration/ as a module, for the tests of that
+script."""
 
 import importlib.util
 import sys
@@ -7,8 +8,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_benchmark(stem, name=None):
-    """``benchmarks/<stem>.py`` executed as the module ``name`` (default: ``stem``).
+def load_benchmark(stem, name=None, folder="benchmarks"):
+    """``<folder>/<stem>.py`` executed as the module ``name`` (default: ``stem``).
 
     The module is registered in ``sys.modules`` under ``name`` (dataclasses look their
     module up there; a distinct name gives a test file its own copy) and removed again
@@ -16,7 +17,7 @@ def load_benchmark(stem, name=None):
     first to import their neighbours).
     """
     name = name or stem
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{stem}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{stem}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     path = list(sys.path)
@@ -28,3 +29,8 @@ def load_benchmark(stem, name=None):
     finally:
         sys.path[:] = path
     return mod
+
+
+def load_calibration(stem, name=None):
+    """``calibration/<stem>.py`` executed as a module (see :func:`load_benchmark`)."""
+    return load_benchmark(stem, name, folder="calibration")

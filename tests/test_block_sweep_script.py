@@ -1,26 +1,19 @@
 """``calibration/block_sweep.py`` (one transformer block's training time on one GPU, as the
 difference of two layer counts) runs end to end on the CPU with a tiny shape."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers_benchmarks import load_calibration  # noqa: E402
 from scalemodel.workloads import tensor_flops  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    spec = importlib.util.spec_from_file_location("block_sweep",
-                                                  ROOT / "calibration" / "block_sweep.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_calibration("block_sweep")
 
 
 def test_block_flops_are_the_difference_of_two_models(sweep):

@@ -3,26 +3,18 @@ matrix products its recompute runs are the ones ``recompute_fraction(cfg,
 "full-early-stop")`` counts (all but each block's last), and all of them with early
 stopping off (``"full"``)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import scalemodel as sm  # noqa: E402
+from helpers_benchmarks import load_calibration  # noqa: E402
 from scalemodel.checkpointing import _layer_matmuls, recompute_fraction  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def lm():
-    spec = importlib.util.spec_from_file_location("llm_memory",
-                                                  ROOT / "calibration" / "llm_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_calibration("llm_memory", "llm_memory_early_stop")
 
 
 def _mm_flops(lm, cfg, mode, early_stop):

@@ -2,21 +2,14 @@
 (every full-checkpointing block has its block without checkpointing; the early-stop
 and replay counts are the library's), and the script runs."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers_benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def vb():
-    spec = importlib.util.spec_from_file_location("validate_blocks",
-                                                  ROOT / "benchmarks" / "validate_blocks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("validate_blocks")
 
 
 def test_every_checkpointed_block_is_compared(vb):
