@@ -515,7 +515,11 @@ def main(argv=None):
         raise SystemExit(f"--layers: {args.layers!r} must be two increasing counts, e.g. 2,4")
     if args.steps < 1 or args.warmup < 1:
         raise SystemExit("--steps and --warmup must be >= 1")
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("block_sweep needs PyTorch: pip install -e '.[calibrate]' (the "
+                         "README's calibration extra), or run it where torch is") from None
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     shapes, points = _plan(args)
@@ -566,4 +570,9 @@ def _sweep(args, shapes, points, layers, device, peak, out):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # what was measured is in --out already (written whole)
+        print("block_sweep: interrupted; the points measured so far are in --out",
+              file=sys.stderr)
+        sys.exit(130)
