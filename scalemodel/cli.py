@@ -993,6 +993,8 @@ def _build_fit(sub):
                    "grace-torch, deepspeed), tp, pp, microbatches, virtual_stages, "
                    "sequence_parallel (a tensor- and pipeline-parallel run: "
                    "iteration_time or tokens_per_second_per_gpu), "
+                   "activation_checkpointing (none, selective, full, full-early-stop or a "
+                   "fraction of layers: the run's recompute is added to its profile), "
                    "uncertainty, label [file] (required)")
     _algorithm_options(p, fit=True)
     _topology_options(p, fit=True)

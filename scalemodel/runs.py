@@ -70,6 +70,16 @@ and line rate ``bw`` [bits/s] and one of ``scaling_factor``, ``iteration_time`` 
     attention writes its scores to memory (``--no-flash-attention``; default true). With
     any other model they are refused by name.
 
+``activation_checkpointing``
+    The run's activation checkpointing, as every question takes it (``none``,
+    ``selective``, ``full``, ``full-early-stop``, true/false, or a fraction of the
+    layers checkpointed fully; :func:`~scalemodel.checkpointing.resolve_checkpointing`):
+    each checkpointed block's recompute is added to the run's profile
+    (:func:`~scalemodel.checkpointing.with_recompute`, following the profile's attention)
+    before anything is fitted, so a fitted efficiency is the one of the blocks' model
+    FLOPs and a prediction asked with its own checkpointing charges its own recompute.
+    Blank: none (a profile that already holds its recompute stays as it is).
+
 ``fusion``, ``algorithm``, ``uncertainty`` [-] (default 2 %) and ``label`` keep their meaning.
 
 Every number must be finite and inside a documented range (``MIN_RUN_TIME`` to
@@ -148,7 +158,7 @@ _RUN_KEYS = {"model", "n", "bw", "scaling_factor", "iteration_time", "single_wor
              "tokens_per_second_per_gpu", "shard_group",
              "compressor", "implementation", "tp", "pp", "microbatches",
              "virtual_stages", "sequence_parallel", "seq", "micro_batch", "gpu",
-             "flash_attention"}
+             "flash_attention", "activation_checkpointing"}
 
 _TRUE = {"true", "yes", "1", "y", "t", "on"}
 _FALSE = {"false", "no", "0", "n", "f", "off"}
@@ -584,7 +594,8 @@ def _one_run(i, raw, where) -> Run:
         _int(i, "grad_accum", raw.get("grad_accum"), what="micro-batches per step")
     if accum is not None and not isinstance(accum, int):
         raise ParameterTypeError(f"runs[{i}].grad_accum", raw.get("grad_accum"), "one integer")
-    profile = _accumulating(i, base, accum, where.memo)
+    profile = _recomputing(i, _accumulating(i, base, accum, where.memo),
+                           raw.get("activation_checkpointing"), where.memo)
     mp = _model_parallel(i, raw, profile, n)
     t = _measured(i, raw, label, profile, mp)
     efficiency = _profile_efficiency(profile)
@@ -686,6 +697,31 @@ def _accumulating(i, profile, accum, memo):
         except (InvalidParameterError, ProfileFormatError) as exc:
             raise InvalidParameterError(f"runs[{i}].grad_accum", accum, str(exc)) from None
     return memo[key]
+
+
+def _recomputing(i, profile, value, memo):
+    """``profile`` with the run's ``activation_checkpointing`` recompute (itself when
+    blank or none); errors name ``runs[i].activation_checkpointing``."""
+    from .checkpointing import resolve_checkpointing, with_recompute
+
+    if _blank(value):
+        return profile
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = float(text)
+        except ValueError:
+            value = text if text.lower() not in _TRUE | _FALSE else text.lower() in _TRUE
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    flash = "attention_scores" not in prov  # the profile's own attention
+    try:
+        ck = resolve_checkpointing(value, flash)
+        key = ("recompute", id(profile), ck)
+        if ck.mode != "none" and key not in memo:
+            memo[key] = with_recompute(profile, value, flash)  # its errors name value
+    except (InvalidParameterError, ParameterTypeError) as exc:
+        raise _renamed(exc, f"runs[{i}].activation_checkpointing") from None
+    return profile if ck.mode == "none" else memo[key]
 
 
 def _measured(i, raw, label, profile, mp=None) -> dict:

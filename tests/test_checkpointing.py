@@ -430,3 +430,58 @@ def test_early_stop_skips_flop_bound_time_only():
     assert sm.iteration_time(prof, n=1, bw=1e11, activation_checkpointing="full-early-stop"
                              ).total < sm.iteration_time(
         prof, n=1, bw=1e11, activation_checkpointing="full").total
+
+
+def test_a_run_names_its_checkpointing(tmp_path):
+    """A run's ``activation_checkpointing`` adds its recompute to the run's profile before
+    the fit (as the profile with_recompute makes would), CSV cells included, following the
+    profile's attention; bad values and profiles without blocks are named by the run."""
+    import json
+    import warnings
+
+    from scalemodel.runs import load_runs
+
+    cfg = sm.TransformerConfig(layers=8, hidden=1024, heads=8, ffn=4096, vocab=32000,
+                               seq=2048, micro_batch=4, name="m")
+    prof = sm.transformer_profile(cfg, "h100-sxm", name="m")
+    t = sm.iteration_time(sm.transformer_profile(cfg, "h100-sxm", efficiency=0.45, name="m"),
+                          8, 100e9, sharding="zero3",
+                          activation_checkpointing="full-early-stop").total
+    run = dict(model=prof, n=8, bw=100e9, iteration_time=t, sharding="zero3")
+    (given,) = load_runs([dict(run, activation_checkpointing="full-early-stop")])
+    expected = with_recompute(prof, "full-early-stop")
+    assert given.profile.backward_time == pytest.approx(expected.backward_time, rel=1e-12)
+    assert given.profile.provenance["checkpointing"]["early_stop"] is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fits = [str(sm.fit_cluster([r], gpus_per_node=8, nics_per_node=8,
+                                   fit=("efficiency",))).splitlines()[1]
+                for r in (dict(run, model=expected),
+                          dict(run, activation_checkpointing="full-early-stop"))]
+    assert fits[0] == fits[1]
+    (none,) = load_runs([dict(run, activation_checkpointing="none")])
+    assert none.profile is prof
+    # CSV cells: names, booleans and fractions; a config.json follows its attention
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_layer": 12,
+                                "n_head": 12, "n_positions": 1024, "vocab_size": 50257}))
+    csv = tmp_path / "runs.csv"
+    csv.write_text("model,n,bw,iteration_time,seq,micro_batch,flash_attention,"
+                   "activation_checkpointing\n"
+                   f"{path},16,100e9,0.5,1024,8,,full\n"
+                   f"{path},16,100e9,0.5,1024,8,,true\n"
+                   f"{path},16,100e9,0.5,1024,8,,0.5\n"
+                   f"{path},16,100e9,0.5,1024,8,false,selective\n"
+                   f"{path},16,100e9,0.5,1024,8,,\n")
+    full, true, half, selective, plain = load_runs(csv)
+    assert full.profile.backward_time == true.profile.backward_time
+    assert plain.profile.backward_time < half.profile.backward_time \
+        < full.profile.backward_time
+    assert selective.profile.provenance["checkpointing"]["flash_attention"] is False
+    with pytest.raises(sm.InvalidParameterError,
+                       match=r"runs\[0\].activation_checkpointing='sometimes'"):
+        load_runs([dict(run, activation_checkpointing="sometimes")])
+    with pytest.raises(sm.InvalidParameterError,
+                       match=r"runs\[0\].activation_checkpointing='full'.*numbered blocks"):
+        load_runs([dict(model="resnet50", n=8, bw=100e9, iteration_time=0.5,
+                        activation_checkpointing="full")])
