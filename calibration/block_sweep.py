@@ -349,6 +349,156 @@ def measure_fsdp(shape, mode, *, seq, micro_batch, layers, args, device):
                                     - per["plain"]["block_backward"])}
 
 
+def _pressure_step(model, opt, ids, targets, cuda):
+    """One training step (forward, backward, optimizer) [s]."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    if cuda:
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+        ev[0].record()
+    t0 = time.perf_counter()
+    F.cross_entropy(model(ids).flatten(0, 1).float(), targets).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if cuda:
+        ev[1].record()
+        torch.cuda.synchronize()
+        return ev[0].elapsed_time(ev[1]) / 1e3
+    return time.perf_counter() - t0
+
+
+def _pressure_level(model, opt, ids, targets, cap, args, cuda):
+    """Median step and the allocator's retries per step with the caching allocator
+    capped at ``cap`` bytes (None: no cap); an out-of-memory error is recorded."""
+    import torch
+
+    rec = {"cap_bytes": cap}
+    if cuda:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(1.0 if cap is None else
+                                                   min(1.0, cap / total))
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_stats().get("num_alloc_retries", 0)
+    try:
+        for _ in range(args.warmup):
+            _pressure_step(model, opt, ids, targets, cuda)
+        times = [_pressure_step(model, opt, ids, targets, cuda) for _ in range(args.steps)]
+    except torch.cuda.OutOfMemoryError as exc:
+        opt.zero_grad(set_to_none=True)
+        rec["oom"] = str(exc).splitlines()[0][:200]
+        return rec
+    rec["step"] = statistics.median(times)
+    if cuda:
+        stats = torch.cuda.memory_stats()
+        rec["alloc_retries_per_step"] = (stats.get("num_alloc_retries", 0) - before) \
+            / (args.warmup + args.steps)
+        rec["max_allocated"] = torch.cuda.max_memory_allocated()
+        rec["max_reserved"] = torch.cuda.max_memory_reserved()
+    return rec
+
+
+def measure_pressure(shape, *, seq, micro_batch, layers, headrooms, wrapped, args, device):
+    """Memory pressure: one model of ``layers`` blocks (FSDP2 on every block and the root
+    on a one-rank group when ``wrapped``), bf16 AdamW, trained first without a cap and then
+    with PyTorch's caching allocator capped at each of ``headrooms`` times the uncapped
+    run's allocated peak (``torch.cuda.set_per_process_memory_fraction``): the step time
+    and the allocator's retries (cache flushes) per step at each cap."""
+    import gc
+
+    import torch
+
+    cuda = device.startswith("cuda")
+    cfg = block_config(shape, layers, seq=seq, micro_batch=micro_batch, vocab=args.vocab)
+    model = lm.build_model(cfg, flash=True, device=device, dtype=torch.bfloat16)
+    if wrapped:
+        from torch.distributed.fsdp import fully_shard
+        _process_group(device)
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, cfg.vocab, (micro_batch, seq), generator=gen).to(device)
+    targets = torch.randint(0, cfg.vocab, (micro_batch * seq,), generator=gen).to(device)
+    free = _pressure_level(model, opt, ids, targets, None, args, cuda)
+    levels = []
+    peak = free.get("max_allocated")
+    for h in headrooms:
+        if peak is None:  # the CPU: no allocator to cap
+            break
+        levels.append(dict(headroom=h, **_pressure_level(model, opt, ids, targets,
+                                                         h * peak, args, cuda)))
+    if cuda:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    del model, opt, ids, targets
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return {"hidden": shape[0], "heads": shape[1], "seq": seq, "micro_batch": micro_batch,
+            "layers": layers, "fsdp": wrapped, "uncapped": free, "capped": levels}
+
+
+def _pressure_plan(args):
+    """``--pressure`` read and checked before anything runs: (name, shape, micro-batch,
+    layers, headrooms), or None."""
+    if not args.pressure:
+        return None
+    try:
+        shape_text, mb, layers, heads = args.pressure.split(":")
+        name, shape = _shape(shape_text)
+        mb, layers = int(mb), int(layers)
+        headrooms = [float(h) for h in heads.split(",") if h.strip()]
+    except ValueError:
+        raise SystemExit(f"--pressure: {args.pressure!r} is not SHAPE:MICRO_BATCH:LAYERS:"
+                         "HEADROOM1,HEADROOM2,...") from None
+    if mb < 1 or layers < 1 or not headrooms or min(headrooms) < 1.0:
+        raise SystemExit(f"--pressure: {args.pressure!r}: the micro-batch and layers must "
+                         "be >= 1 and every headroom >= 1 (a cap at that many times the "
+                         "uncapped run's allocated peak)")
+    return name, shape, mb, layers, headrooms
+
+
+def _pressure_sweep(plan, args, device, out):
+    """``--pressure``'s points, appended to ``out["pressure"]``; a failure is recorded."""
+    name, shape, mb, layers, headrooms = plan
+    out["pressure"] = []
+    try:
+        _pressure_points(shape, name, mb, layers, headrooms, args, device, out)
+    finally:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _pressure_points(shape, name, mb, layers, headrooms, args, device, out):
+    for wrapped in (True, False):
+        try:
+            point = measure_pressure(shape, seq=args.seq, micro_batch=mb, layers=layers,
+                                     headrooms=headrooms, wrapped=wrapped, args=args,
+                                     device=device)
+        except Exception as exc:  # recorded; the other results stay
+            point = {"fsdp": wrapped, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        point["shape"] = name
+        out["pressure"].append(point)
+        lm._write_atomic(args.out, out)
+        if "error" in point:
+            print(f"  pressure fsdp={wrapped}: failed ({point['error'][:160]})", flush=True)
+            continue
+        free = point["uncapped"]
+        print(f"  {name:8s} pressure fsdp={wrapped}: uncapped step "
+              f"{free['step'] * 1e3:.1f} ms, retries/step "
+              f"{free.get('alloc_retries_per_step')}", flush=True)
+        for lv in point["capped"]:
+            what = (f"OOM" if lv.get("oom") else
+                    f"step {lv['step'] * 1e3:.1f} ms ({lv['step'] / free['step'] - 1:+.1%}), "
+                    f"retries/step {lv['alloc_retries_per_step']:.1f}")
+            print(f"    cap {lv['headroom']:.2f} x allocated peak: {what}", flush=True)
+
+
 def _parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
@@ -366,6 +516,10 @@ def _parser():
     p.add_argument("--kernels", default="",
                    help="SHAPES:MICRO_BATCHES, e.g. mpt-13b,mpt-70b:2,8: each block's "
                         "device time by kernel under the profiler, modes of --modes")
+    p.add_argument("--pressure", default="",
+                   help="SHAPE:MICRO_BATCH:LAYERS:HEADROOMS, e.g. mpt-13b:4:8:1.3,1.1,1.02: "
+                        "a model trained with FSDP2 (one rank) and plain, the caching "
+                        "allocator capped at each headroom x the uncapped allocated peak")
     p.add_argument("--fsdp", default="",
                    help="SHAPES:MICRO_BATCHES, e.g. mpt-7b,mpt-13b:1,2,4 (mode none): each "
                         "block plain and with FSDP2 fully_shard on a one-rank group")
@@ -523,6 +677,7 @@ def main(argv=None):
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     shapes, points = _plan(args)
+    _pressure_plan(args)  # its errors before anything runs
     env = lm.environment(device)
     peak = env["bf16_peak_flops"]
     out = {"environment": env, "argv": sys.argv[1:] if argv is None else list(argv),
@@ -563,6 +718,8 @@ def _sweep(args, shapes, points, layers, device, peak, out):
         _kernel_sweep(args, layers, device, out)
     if args.fsdp:
         _fsdp_sweep(args, layers, device, out)
+    if args.pressure:
+        _pressure_sweep(_pressure_plan(args), args, device, out)
     steps = [p["block_step"] for p in out["blocks"] if p.get("block_step")]
     print(f"block_sweep: {len(steps)} of {len(points)} points measured "
           f"(median block step {statistics.median(steps) * 1e3:.2f} ms)" if steps else

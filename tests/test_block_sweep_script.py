@@ -60,6 +60,21 @@ def test_sweep_runs_on_the_cpu(sweep, tmp_path):
         - fsdp["plain"]["block_forward"] - fsdp["plain"]["block_backward"])
 
 
+def test_pressure_runs_on_the_cpu(sweep, tmp_path):
+    """On the CPU there is no caching allocator to cap: the uncapped steps of the FSDP2
+    and the plain model are recorded, no capped level."""
+    rec = sweep.main(["--out", str(tmp_path / "p.json"), "--shapes", "tiny",
+                      "--micro-batches", "1", "--modes", "none", "--seq", "16", "--steps",
+                      "1", "--warmup", "1", "--device", "cpu",
+                      "--pressure", "tiny:2:2:1.5,1.1"])
+    fsdp, plain = rec["pressure"]
+    assert (fsdp["fsdp"], plain["fsdp"]) == (True, False)
+    for p in (fsdp, plain):
+        assert "error" not in p, p.get("error")
+        assert p["uncapped"]["step"] > 0 and p["capped"] == []
+        assert (p["layers"], p["micro_batch"], p["hidden"]) == (2, 2, 64)
+
+
 @pytest.mark.parametrize("name, cls", [
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", "matmul"),
     ("nvjet_hsh_128x256_64x4_2x1_v_bz_coopB_TNN", "matmul"),
@@ -78,6 +93,8 @@ def test_kernel_classes(sweep, name, cls):
     (["--micro-batches", "0"], "integers >= 1"),
     (["--modes", "half"], "is not one of"),
     (["--seq-sweep", "64x4:30:8"], "does not divide"),
+    (["--pressure", "tiny:2:2"], "is not SHAPE:MICRO_BATCH"),
+    (["--pressure", "tiny:2:2:0.9"], "every headroom >= 1"),
 ])
 def test_bad_arguments_name_the_option(sweep, tmp_path, argv, message):
     with pytest.raises(SystemExit, match=message):
