@@ -139,6 +139,34 @@ def efficiency_table(rep):
     return idx
 
 
+def pressure_table(rep):
+    """The allocator capped near the allocated peak (``calibration/results/h200/pressure``):
+    step time and retries per step, FSDP2 on one rank and plain."""
+    folder = DATA.parent / "pressure"
+    files = sorted(folder.glob("pressure-*.json"))
+    if not files:
+        return
+    rep.say("", "== memory pressure on one GPU: the caching allocator capped at a multiple of "
+            "the uncapped step's allocated peak (set_per_process_memory_fraction; "
+            "calibration/results/h200/pressure)",
+            f"{'model':<8} {'layers':>6} {'mb':>3} {'wrapper':<6} {'allocated':>10} "
+            f"{'reserved':>9} {'cap':>5} {'step':>8} {'retries/step':>13}")
+    for f in files:
+        for p in json.loads(f.read_text())["pressure"]:
+            if "error" in p:
+                continue
+            u = p["uncapped"]
+            head = (f"{NAMES.get(p['hidden'], p['hidden']):<8} {p['layers']:>6} "
+                    f"{p['micro_batch']:>3} {'FSDP2' if p['fsdp'] else 'plain':<6} "
+                    f"{u['max_allocated'] / 2 ** 30:8.1f}Gi {u['max_reserved'] / 2 ** 30:7.1f}Gi")
+            rep.say(f"{head} {'none':>5} {1e3 * u['step']:6.1f}ms "
+                    f"{u['alloc_retries_per_step']:13.1f}")
+            for c in p["capped"]:
+                step = "OOM" if c.get("oom") else f"{100 * (c['step'] / u['step'] - 1):+5.1f} %"
+                retries = "" if c.get("oom") else f"{c['alloc_retries_per_step']:13.1f}"
+                rep.say(f"{'':<{len(head)}} {c['headroom']:5.2f} {step:>8} {retries}".rstrip())
+
+
 def _pct(x):
     return "  -  " if x is None else f"{100 * x:.1f}"
 
@@ -194,6 +222,7 @@ def main(argv=None):
         rep.say(f"  median {1e3 * statistics.median(extra):+.2f} ms per block and "
                 f"micro-batch ({len(extra)} points, from {1e3 * min(extra):+.2f} to "
                 f"{1e3 * max(extra):+.2f} ms)")
+    pressure_table(rep)
     rep.say("", rep.elapsed_line())
     if not args.no_write:
         rep.write(OUT)

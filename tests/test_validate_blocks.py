@@ -37,3 +37,4 @@ def test_the_script_runs(vb, capsys):
     vb.main(["--no-write"])
     out = capsys.readouterr().out
     assert "full-early-stop: 32 blocks" in out and "FSDP2" in out
+    assert "memory pressure on one GPU" in out and out.count("OOM") == 8
