@@ -888,7 +888,9 @@ def load_runs(runs, *, allow_folder=None) -> list[Run]:
         A bad run: names ``runs[i].<key>`` and the value.
     ProfileFormatError
         The CSV is unreadable, empty, without a header naming model, n or bw, or without
-        rows, or a row has more cells than the header; names the row.
+        rows, a row has more cells than the header, or the last line looks cut off
+        (fewer cells than the header and no line break after it, or a quoted cell that
+        never closes); names the row.
     """
     extra = _allowed_folders(allow_folder)
     if isinstance(runs, (str, os.PathLike)):
@@ -925,6 +927,20 @@ def _allowed_folders(allow_folder):
     return out
 
 
+def _check_not_cut(source, text, rows, width):
+    """Refuse a run list whose last line looks cut off: fewer cells than the header and
+    no line break after it (a file still being written, or copied in part). A short row
+    that ends its line is a row with blank trailing cells, as before."""
+    line, cells = rows[-1]
+    if text.endswith(("\n", "\r")) or len(rows) < 2 or len(cells) >= width:
+        return
+    raise ProfileFormatError(source, f"row {line}", f"the last line {','.join(cells)!r} has "
+                             f"{len(cells)} of the header's {width} cells and no line break "
+                             "after it: the file looks truncated (still being written, or "
+                             "copied in part); copy the whole file again, or end the line with a line break if its "
+                             "missing cells are meant to be blank", kind="run list")
+
+
 def _read_csv(path) -> list[dict]:
     """The rows of a run-list CSV as mappings (empty cells None)."""
     if not os.path.lexists(path):
@@ -933,7 +949,8 @@ def _read_csv(path) -> list[dict]:
     text = read_text_file(path, what="run list", max_bytes=16 * 2**20)
     text = text.removeprefix("\ufeff")  # Excel's "CSV UTF-8"
     try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
+        # strict: a quoted cell that never closes (a file cut inside it) is refused
+        rows = list(csv.reader(io.StringIO(text, newline=""), strict=True))
     except csv.Error as exc:
         raise ProfileFormatError(source, "<csv>", f"not a readable CSV: {exc}",
                                  kind="run list") from None
@@ -957,6 +974,7 @@ def _read_csv(path) -> list[dict]:
             raise ProfileFormatError(source, "<header>", f"column {col!r} appears twice",
                                      kind="run list")
         seen.add(col)
+    _check_not_cut(source, text, rows, len(header))
     out = []
     for k, (line, cells) in enumerate(rows[1:]):
         if len(cells) > len(header) and any(c.strip() for c in cells[len(header):]):

@@ -11,7 +11,7 @@ import pytest
 
 import scalemodel as sm
 from scalemodel.cli import main
-from scalemodel.runs import MAX_RUN_TIME, NOISE_TOLERANCE, load_runs
+from scalemodel.runs import DEFAULT_UNCERTAINTY, MAX_RUN_TIME, NOISE_TOLERANCE, load_runs
 from scalemodel.workloads import TransformerConfig, llm_config, transformer_profile
 
 TOPO = sm.Topology(gpus_per_node=8)
