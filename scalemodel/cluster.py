@@ -186,6 +186,14 @@ def _end(value, where):
     return None if math.isinf(v) else v
 
 
+def _check_spread(value, where):
+    """A relative standard deviation of iteration times above 1 has no meaning here (the
+    order-statistics form would give negative times); refuse it, whatever its source."""
+    if value is not None and np.any(np.asarray(value) > PARAMETER_BOUNDS["straggler_spread"][1]):
+        raise InvalidParameterError(where, value, "must be in [0, 1] (a relative standard "
+                                    "deviation of one worker's iteration time: 0.05 is 5 %)")
+
+
 def _pair_of_ends(pair, where):
     try:
         lo, hi = pair
@@ -195,6 +203,8 @@ def _pair_of_ends(pair, where):
     lo, hi = _end(lo, f"{where}[0]"), _end(hi, f"{where}[1]")
     if lo is not None and hi is not None and lo > hi:
         raise InvalidParameterError(where, pair, "needs lo <= hi")
+    if "'straggler_spread'" in where:
+        _check_spread(hi, f"{where}[1]")
     return lo, hi
 
 
@@ -271,8 +281,12 @@ def _validate_alternatives(alternatives) -> tuple:
             if v is None and k != "ceiling":
                 raise InvalidParameterError(f"{where}.values[{k!r}]", values[k],
                                             "must be a finite number")
+            if k == "straggler_spread":
+                _check_spread(v, f"{where}.values[{k!r}]")
             vals[str(k)] = v
         score = alt["score"]
+        if isinstance(score, int) and not isinstance(score, bool) and abs(score) > 2**1023:
+            score = math.inf  # an integer beyond a float (a JSON file can hold one)
         if (isinstance(score, bool) or not isinstance(score, (int, float, np.floating))
                 or not (math.isfinite(score) and score >= 0)):
             raise InvalidParameterError(f"{where}.score", score, "must be a finite number "
@@ -435,6 +449,7 @@ class ClusterProfile:
         check_nonnegative(self.sync_overhead, "sync_overhead")
         for name in ("bucket_overhead", "iteration_overhead", "straggler_spread"):
             check_nonnegative(getattr(self, name), name)
+        _check_spread(self.straggler_spread, "straggler_spread")
         if self.topology is not None and not isinstance(self.topology, Topology):
             raise ParameterTypeError("topology", self.topology, "a Topology or None")
         if self.host is not None and not isinstance(self.host, HostCosts):

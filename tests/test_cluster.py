@@ -72,3 +72,27 @@ def test_utilization_table_of_the_wrong_type_names_the_field():
         data["utilization_table"] = bad
         with pytest.raises(sm.ProfileFormatError, match="utilization_table"):
             sm.ClusterProfile.from_dict(data)
+
+
+def test_straggler_spread_and_scores_out_of_range_name_the_field():
+    """A spread above 1 made every time inf and the scaling factor NaN, printed with rc 0;
+    a score too large for a float crashed the reader with OverflowError."""
+    with pytest.raises(sm.InvalidParameterError, match=r"straggler_spread=1\.5.*\[0, 1\]"):
+        sm.ClusterProfile(straggler_spread=1.5)
+    assert sm.ClusterProfile(straggler_spread=1.0).straggler_spread == 1.0
+    base = sm.ClusterProfile(straggler_spread=0.05, intervals={"straggler_spread": (0.04, 0.06)},
+                             alternatives=[{"free": ["straggler_spread"], "score": 0.0,
+                                            "values": {"straggler_spread": 0.05}}],
+                             provenance={"source": "test"}).to_dict()
+    for edit, field in (
+            (lambda d: d.update(straggler_spread=1e308), r"'straggler_spread'"),
+            (lambda d: d["intervals"].update(straggler_spread=[0.0, 1e308]),
+             r"intervals\['straggler_spread'\]\[1\]"),
+            (lambda d: d["alternatives"][0]["values"].update(straggler_spread=2.0),
+             r"alternatives\[0\]\.values\['straggler_spread'\]"),
+            (lambda d: d["alternatives"][0].update(score=10 ** 400),
+             r"alternatives\[0\]\.score")):
+        data = json.loads(json.dumps(base))
+        edit(data)
+        with pytest.raises(sm.ProfileFormatError, match=field):
+            sm.ClusterProfile.from_dict(data)
