@@ -348,7 +348,7 @@ def _model_options(p):
                         "(full_shard, fsdp) or hybrid_shard (full shard inside a node, "
                         "replicas across nodes); needs --n >= 2 [-] (default: the one the "
                         "--cluster was fitted under, else none)")
-    p.add_argument("--activation-checkpointing", default=None, type=_checkpointing,
+    _add(p, "--activation-checkpointing", _checkpointing, default=None,
                    help="none, selective (the attention core; with flash attention "
                         "torchtitan's op-level policy), full (the whole block replayed: "
                         "Megatron-LM, DeepSpeed, reentrant PyTorch), full-early-stop "
@@ -669,12 +669,20 @@ def _common(args):
     return out
 
 
-def _checkpointing(text):
-    """``--activation-checkpointing``: a name, or a fraction of the layers [-]."""
+def _checkpointing(text, option):
+    """``--activation-checkpointing``: a name, or a fraction of the layers [-]; a value
+    that is neither is refused naming the option and the text given."""
+    from .checkpointing import resolve_checkpointing
+
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        return text
+        value = text
+    try:
+        resolve_checkpointing(value, True)  # the profile's attention is checked later
+    except InvalidParameterError as exc:
+        raise InvalidParameterError(option, text, exc.requirement) from None
+    return value
 
 
 def _jsonable(obj):
@@ -1343,7 +1351,24 @@ def main(argv=None):
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # e.g. standard output on a full disk (> /dev/full)
+        _drop_unwritable_stdout()
+        where = exc.filename if exc.filename is not None else "standard output"
+        print(f"scalemodel: error: {where}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     return 0
+
+
+def _drop_unwritable_stdout():
+    """Point standard output at the null device when it cannot take what is buffered,
+    so that the interpreter's flush at exit does not print a second error."""
+    import os
+
+    try:
+        sys.stdout.flush()
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":  # pragma: no cover

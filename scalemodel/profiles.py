@@ -182,8 +182,8 @@ def atomic_write_files(files) -> None:
     rename fails, those already made are undone (a replaced file comes back, from a hard
     link taken before), so a failure part-way leaves the folder as it was; concurrent
     writers of the same names each write their whole set in turn, so the files left are
-    all one writer's. A destination that is a folder or not a regular file is refused
-    before anything is written. No temporary file, backup or lock file remains.
+    all one writer's. A destination that is a folder, not a regular file or a path
+    ending in a separator (``"new/"``, a folder) is refused before anything is written. No temporary file, backup or lock file remains.
 
     Parameters
     ----------
@@ -197,9 +197,9 @@ def atomic_write_files(files) -> None:
         A destination is a folder or not a regular file (``IsADirectoryError``, with
         ``filename``), or a write failed; nothing was changed.
     """
-    items = [(Path(path), text) for path, text in files.items()]
-    for path, _ in items:
+    for path in files:  # as given: Path("new/") drops the separator that says "folder"
         _check_destination(path)
+    items = [(Path(path), text) for path, text in files.items()]
     staged = []
     with _signals_held():
         try:
@@ -241,11 +241,21 @@ def output_problem(path):
     str or None
         The reason, in words, or None.
     """
-    p = Path(path)
-    if not os.fspath(path).strip():
+    text = os.fspath(path)
+    if not str(text).strip():
         return "is empty; name a file"
+    try:
+        return _output_problem(Path(path), text)
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, a loop of links
+        return f"cannot be written ({getattr(exc, 'strerror', None) or exc})"
+
+
+def _output_problem(p, text):
     if p.is_dir():
         return "is a folder; name a file in it, e.g. " + str(p / "cluster.json")
+    if str(text).endswith(("/", os.sep)):  # "new/": a folder that does not exist yet
+        return "ends with a path separator but is no folder; name a file, e.g. " + \
+            str(p / "cluster.json")
     if os.path.lexists(p) and not p.is_file():
         return "exists and is not a regular file"
     ancestor = p.absolute().parent
@@ -265,6 +275,9 @@ def _check_destination(path):
     if "\x00" in os.fsdecode(path):
         raise InvalidParameterError("path", os.fspath(path), "contains a NUL byte (\\x00), "
                                     "which no file name can hold")
+    if os.fsdecode(path).endswith(("/", os.sep)):  # "new/" would write a file "new"
+        raise IsADirectoryError(errno.EISDIR, "ends with a path separator; name a file",
+                                str(path))
     try:
         st = os.stat(path)
     except OSError:
