@@ -365,7 +365,7 @@ def resolve_checkpointing(value, flash_attention=True) -> Checkpointing:
             return Checkpointing("full", None, flash_attention, early_stop=True)
         return Checkpointing(value, None, flash_attention)
     if isinstance(value, (int, float, np.integer, np.floating)):
-        if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        if not 0.0 <= value <= 1.0 or not math.isfinite(value):  # 10**400 fails the range
             raise InvalidParameterError("activation_checkpointing", value, f"must be {_VALID}")
         return Checkpointing("full", float(value), flash_attention)
     raise InvalidParameterError("activation_checkpointing", value, f"must be {_VALID}")

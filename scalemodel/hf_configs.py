@@ -126,6 +126,18 @@ def _get(config, *keys, default=KeyError):
     return default
 
 
+def _whole_width(width) -> bool:
+    """Whether ``width`` (a product of config values) is a whole number of at most
+    :data:`~scalemodel.workloads.MAX_DIMENSION` (no float overflow on 10**400) [-]."""
+    from .workloads import MAX_DIMENSION
+
+    try:
+        width = float(width)
+    except OverflowError:
+        return False
+    return width <= MAX_DIMENSION and width.is_integer()
+
+
 def _whole(key, value):
     """``value`` of ``config.<key>`` when it is a JSON integer (the family's arithmetic,
     ``4 * hidden`` or ``hidden // heads``, runs before TransformerConfig checks it); any
@@ -227,6 +239,9 @@ def _mpt_kwargs(config, unmapped) -> dict:
     """MPT's keys (module docstring), defaults as ``MPTConfig`` has them; a
     mixture-of-experts feed-forward refused by name."""
     hidden = _get(config, "d_model")
+    if not _whole_width(hidden):  # refused here, before expansion_ratio multiplies it
+        raise InvalidParameterError("config.d_model", hidden, "must be a whole width of at "
+                                    "most 2**31 - 1")
     heads = _get(config, "n_heads")
     attn = _mpt_attn(config)
     ffn_cfg = config.get("ffn_config") or {}
@@ -242,8 +257,7 @@ def _mpt_kwargs(config, unmapped) -> dict:
     ratio = config.get("expansion_ratio", 4)
     ratio = 4 if ratio is None else ratio
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) \
-            or not (math.isfinite(ratio) and ratio > 0) \
-            or not float(ratio * hidden).is_integer():
+            or not 0 < ratio or not _whole_width(ratio * hidden):
         raise InvalidParameterError("config.expansion_ratio", ratio, f"times d_model="
                                     f"{hidden} must be a whole, positive width")
     ffn = _whole("ffn_config.ffn_hidden_size", ffn_cfg.get("ffn_hidden_size")) \

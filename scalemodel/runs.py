@@ -324,6 +324,8 @@ def _int(i, key, value, *, what):
         if not re.fullmatch(r"[+]?[0-9]{1,12}", text):
             raise InvalidParameterError(name, value, f"must be an integer >= 1 ({what})")
         value = int(text)
+    elif not isinstance(value, numbers.Real):  # a list would come back as an array
+        raise ParameterTypeError(name, value, f"an integer >= 1 ({what})")
     try:
         return check_count(value, name)
     except (TypeError, ValueError) as exc:
@@ -584,7 +586,8 @@ def _one_run(i, raw, where) -> Run:
             raise InvalidParameterError(f"runs[{i}].{key}", raw.get(key), "is missing: every "
                                         "run needs model, n and bw (in a CSV, a short row "
                                         "or an empty cell)")
-    label = str(raw.get("label") or f"run {i}")
+    label = raw.get("label")
+    label = f"run {i}" if _blank(label) else str(label)
     base = _base_profile(i, raw.get("model"), where, raw)
     n = _int(i, "n", raw.get("n"), what="a worker count")
     if not isinstance(n, int):

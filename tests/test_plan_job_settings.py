@@ -291,7 +291,7 @@ def test_bad_values_are_iteration_times_error(call, param, value, extra):
     assert repr(value) in str(exc) or str(value) in str(exc)
 
 
-CLI_BAD = [(["--activation-checkpointing", "partial"], "activation_checkpointing"),
+CLI_BAD = [(["--activation-checkpointing", "partial"], "--activation-checkpointing='partial'"),
            (["--offload", "gpu"], "offload"),
            (["--sharding", "zero1", "--shard-group", "12"], "shard_group=12")]
 

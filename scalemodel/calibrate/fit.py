@@ -66,7 +66,6 @@ import warnings
 
 import attrs
 import numpy as np
-from scipy import optimize, stats
 
 from ..cluster import ClusterProfile
 from ..collectives import CollectiveOptions, ReductionCost, collective_cost, resolve_algorithm
@@ -565,6 +564,8 @@ def _intervals(p, cov, fixed, free, lower, upper, points, confidence):
     """Student-t confidence intervals {alpha [s], bandwidth [bits/s]} and that of gamma
     [s/byte] from the covariance of the free unknowns (a held one's is its value)."""
     dof = max(1, points - len(free))
+    from scipy import stats  # imported on use: scipy.stats takes ~1 s to import
+
     q = float(stats.t.ppf(0.5 + confidence / 2, dof))
     se = np.sqrt(np.maximum(np.diag(cov), 0.0))
     iv = {}
@@ -611,6 +612,8 @@ def _solve(t, X, fixed, free, start, lower, upper, loss, f_scale, known=None):
     linear in ``p = (alpha, 1/B, gamma)`` (``known`` [s] is the part of the times that
     does not depend on them); returns ``p``, the covariance of the free parameters, the
     residuals and the f_scale used."""
+    from scipy import optimize  # imported on use, as scipy.stats is
+
     base = sum((X[:, i] * v for i, v in fixed.items()), np.zeros_like(t))
     if known is not None:
         base = base + known

@@ -49,13 +49,15 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 
 import attrs
 import numpy as np
 
 from .._jsonfile import read_text_file
-from ..exceptions import CalibrationError, InvalidParameterError, ProfileFormatError
+from ..exceptions import (CalibrationError, CalibrationWarning, InvalidParameterError,
+                          ProfileFormatError)
 
 __all__ = ["NcclTestsResult", "read_nccl_tests", "BUS_FACTOR"]
 
@@ -360,7 +362,25 @@ def _table_columns(header, rows, name):
         bus.append(_cell(tok, -k_out + 2, name, lineno, "busbw") * 8e9)
         t_in.append(_cell(tok, -k_in, name, lineno, "time (in-place)", MAX_TIME_US, " us") * 1e-6
                     if k_in else np.nan)
+    _warn_wrong(header, rows, name)
     return size, t_out, t_in, alg, bus
+
+
+def _warn_wrong(header, rows, name):
+    """A CalibrationWarning naming the lines whose ``#wrong`` cells count wrong results
+    (nccl-tests' check of the reduced data, run with ``-c 1``): the times are still
+    fitted, but such a run had a fault."""
+    offsets = [len(header) - i for i, h in enumerate(header) if h == "#wrong"]
+    bad = [lineno for lineno, tok in rows
+           if any(len(tok) >= k and tok[-k].isdigit() and int(tok[-k]) > 0 for k in offsets)]
+    if bad:
+        lines = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5
+                                                 else "")
+        warnings.warn(CalibrationWarning(
+            f"{name}: nccl-tests counted wrong results (#wrong > 0) on line(s) {lines}: "
+            "the reduced data were corrupted, so that run had a fault (a bad link, GPU or "
+            "NCCL setting); its times are fitted as they are, but measure again once "
+            "nccl-tests reports 0"), stacklevel=4)
 
 
 def _collective_of(found, hint, name):

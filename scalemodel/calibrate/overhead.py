@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 
 import attrs
-from scipy.optimize import brentq
 
 from ..collectives import ReductionCost
 from ..exceptions import InvalidParameterError
@@ -117,6 +116,8 @@ def fit_host_overhead(model, n, bw, measured, *, cluster, algorithm="ring", fusi
         raise InvalidParameterError("measured", measured,
                                     f"even {gamma_max} s/byte of host overhead does not "
                                     "explain it; is the run's line rate right?")
+    from scipy.optimize import brentq  # imported on use: the package loads faster
+
     gamma = brentq(lambda g: total(g) - measured, 0.0, gamma_max, xtol=1e-15, rtol=1e-10)
     return HostOverheadFit(float(gamma), float(measured), base, False)
 
@@ -195,6 +196,8 @@ def fit_overlap(model, n, bw, measured, *, cluster, algorithm="ring",
         return OverlapFit(1.0, float(measured), full, none, measured > full)
     if measured <= none:
         return OverlapFit(0.0, float(measured), full, none, measured < none)
+    from scipy.optimize import brentq  # imported on use: the package loads faster
+
     eta = brentq(lambda e: s(e) - measured, 0.0, 1.0, xtol=1e-6)
     return OverlapFit(float(eta), float(measured), full, none, False)
 

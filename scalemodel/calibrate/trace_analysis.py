@@ -267,14 +267,19 @@ def _shape_bytes_or_raise(dims, types):
     return total if seen else None
 
 
+_MAX_NELEMS = 2**53
+"""Largest element count a trace's collective may give (beyond it the size is unknown:
+no collective moves 9e15 elements, and the bytes must stay exact in a float) [-]."""
+
+
 def _nelems_bytes(args, key):
     n = args.get(key)
     size = _dtype_bytes(args.get("dtype"))
     try:
         n = int(n)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(inf) overflows
         return None
-    if size is None or n < 0:
+    if size is None or not 0 <= n <= _MAX_NELEMS:  # an absurd count is an unknown size
         return None
     return n * size
 
@@ -669,9 +674,10 @@ def _calls_from_rows(rows, order, ann, rpc, step_start, step_end) -> _Calls:
         size_source.append(src if b is not None else None)
         g = ka.get("Group size", ra.get("Group size"))
         try:
-            group[j] = int(g) if g is not None else 0
-        except (TypeError, ValueError):
-            group[j] = 0
+            g = int(g) if g is not None else 0
+        except (TypeError, ValueError, OverflowError):
+            g = 0
+        group[j] = g if 0 < g < 2**31 else 0  # an absurd group size is an unknown one
     step = _step_index(issue, step_start, step_end)
     return _Calls(kind=kind, issue=issue, start=start, end=end, dur=dur, nbytes=nbytes,
                   out_bytes=out_bytes, size_source=size_source, group=group, algo=algo,

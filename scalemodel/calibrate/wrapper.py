@@ -340,7 +340,7 @@ class WrapperMeasurement:
                        amp=data.get("amp"), provenance=dict(data.get("provenance") or {}),
                        host=None if host is None else np.asarray(host, float),
                        tensors=data.get("tensors"))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise CalibrationError(f"not a wrapper measurement: {exc}") from None
 
     def __str__(self):
@@ -375,7 +375,7 @@ def _check_shapes(data):
     def arr(key, ndim):
         try:
             a = np.asarray(data[key], dtype=float)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # an integer beyond a float
             raise CalibrationError(f"not a wrapper measurement: {key} is not numbers") \
                 from None
         if a.ndim != ndim or a.size == 0 or not np.all(np.isfinite(a)):
