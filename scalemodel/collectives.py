@@ -55,8 +55,9 @@ import numpy as np
 from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
 from .nccl import NCCL_ARCHS
 from .topology import DEFAULT_INTRA_BW, HIERARCHICAL_GPUS_PER_NODE, Topology
-from .units import (_TINY, MAX_COUNT, check_count, check_fraction, check_nonnegative,
-                    check_ratio, parse_bandwidth, parse_duration, scalar_converter)
+from .units import (MAX_COUNT, MIN_TEXT_BANDWIDTH, broadcast_shape, check_count,
+                    check_fraction, check_nonnegative, check_ratio, parse_bandwidth,
+                    parse_duration, scalar_converter)
 
 __all__ = [
     "ReductionCost",
@@ -83,6 +84,16 @@ def _as_1d_float(value, name):
     if arr.ndim != 1:
         raise InvalidParameterError(name, value, "must be a one-dimensional sequence")
     return arr
+
+
+MAX_BYTES = 1e18
+"""Largest message a collective takes [bytes]: an exabyte, the limit of a profile's
+gradients (:data:`scalemodel.profiles.MAX_GRADIENT_BYTES`); 1e308 overflowed to inf."""
+
+MAX_GAMMA = 1e-3
+"""Largest :attr:`ReductionCost.gamma` accepted [s/byte]: summing at 1 kB/s, eight
+orders of magnitude slower than a GPU's vector add (about 1e-11 s/byte); more is a unit
+slip, and 1e308 made every answer inf or 0."""
 
 
 @attrs.frozen(eq=False)
@@ -145,6 +156,10 @@ class ReductionCost:
             raise ParameterTypeError("per_step", self.per_step, "True or False")
         object.__setattr__(self, "per_step", bool(self.per_step))
         check_nonnegative(self.gamma, "gamma")
+        if np.any(np.asarray(self.gamma) > MAX_GAMMA):
+            raise InvalidParameterError("gamma", self.gamma, f"must be at most {MAX_GAMMA:g} "
+                                        "s/byte (a sum at 1 kB/s); a GPU sums about 1e-11 "
+                                        "s/byte: a unit slip?")
         check_nonnegative(self.latency, "latency")
         if (self.table_bytes is None) != (self.table_seconds is None):
             raise InvalidParameterError("table_seconds", self.table_seconds,
@@ -334,7 +349,7 @@ def _canonical_topology(o) -> bool:
     g, k, bw, a = o.gpus_per_node, o.nics_per_node, o.intra_bw, o.intra_alpha
     return ((g is None or (type(g) is int and 1 <= g <= MAX_COUNT))
             and type(k) is int and 1 <= k <= MAX_COUNT
-            and type(bw) is float and _TINY <= bw < math.inf
+            and type(bw) is float and MIN_TEXT_BANDWIDTH <= bw < math.inf
             and type(a) is float and 0.0 <= a < math.inf
             and o.arch in NCCL_ARCHS and o.intra_link in ("nvlink", "pci"))
 
@@ -698,6 +713,10 @@ def collective_cost(algorithm, nbytes, n, *, reduction=None, options=None,
     if isinstance(n, np.ndarray):
         raise ParameterTypeError("n", n, "a single integer here")
     s = check_nonnegative(nbytes, "nbytes")
+    if not (s <= MAX_BYTES if type(s) is float else np.all(np.less_equal(s, MAX_BYTES))):
+        raise InvalidParameterError("nbytes", nbytes, f"must be at most {MAX_BYTES:g} bytes "
+                                    "(an exabyte, the largest gradient a profile may hold): "
+                                    "a unit slip?")
     s = np.asarray(s, dtype=float)
     if n == 1:
         return _zeros_like(s)
@@ -716,6 +735,8 @@ def collective_time(algorithm, nbytes, n, bw, *, alpha=0.0, utilization=1.0,
     bw = parse_bandwidth(bw)
     u = check_fraction(utilization, "utilization")
     r = check_ratio(compression)
+    if sum(type(v) is not float for v in (bw, u, r)) + (np.ndim(nbytes) > 0) > 1:
+        broadcast_shape(nbytes=nbytes, bw=bw, utilization=u, compression=r)  # names a mismatch
     cost = collective_cost(algorithm, nbytes, n, reduction=reduction,
                            options=_options(alpha, topology))
     t = cost.time(bw, u, r)

@@ -464,6 +464,9 @@ def _check_bool(name):
 
 def _check_choice(name, choices):
     def check(instance, attribute, value):
+        if isinstance(value, np.ndarray) and value.ndim:  # `in` would ask its truth value
+            raise ParameterTypeError(name, value, f"one of {[str(c) for c in choices]}, not "
+                                     "an array")
         if value not in choices:
             raise UnknownNameError(name, value, [str(c) for c in choices])
     return check
@@ -1117,9 +1120,11 @@ class PowerSGD(Compressor):
     calls_per_bucket = 2
 
     def __attrs_post_init__(self):
-        if not (math.isfinite(self.min_compression_rate) and self.min_compression_rate >= 0):
+        if not 0 <= self.min_compression_rate <= 1e12:  # NaN fails too
             raise InvalidParameterError("min_compression_rate", self.min_compression_rate,
-                                        "must be finite and >= 0")
+                                        "must be in [0, 1e12] (no matrix compresses more than "
+                                        "1e12 times; a larger threshold leaves every tensor "
+                                        "uncompressed, as 1e12 does)")
 
     def _matrices(self, numel, shapes):
         # per profile: the same tensors are viewed again at every rank the planner tries

@@ -73,6 +73,16 @@ def _scaled_time(value) -> float:
     return t
 
 
+def _own_array(values):
+    """``values`` as a float array the profile owns: a caller's array is copied (freezing
+    it in place would make the caller's own array read-only, and a view's base could still
+    change it after the checks); an array a profile already froze is shared [-]."""
+    a = np.asarray(values, dtype=float)
+    if a.flags.writeable or not a.flags.owndata:
+        a = a.copy()
+    return a
+
+
 def _finite_nonneg(source, field, value):
     if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
         # JSON true is not 1 s, and "0.1" is not a number
@@ -176,8 +186,8 @@ class WorkloadProfile:
     def __attrs_post_init__(self):
         src = self.source
         try:
-            b = np.asarray(self.tensor_bytes, dtype=float)
-            r = np.asarray(self.tensor_ready, dtype=float)
+            b = _own_array(self.tensor_bytes)
+            r = _own_array(self.tensor_ready)
         except (TypeError, ValueError):
             raise ProfileFormatError(src, "tensors", "sizes and ready times must be numbers") \
                 from None
@@ -207,9 +217,11 @@ class WorkloadProfile:
             raise ProfileFormatError(src, "backward_time",
                                      f"{self.backward_time} s ends before the last gradient is "
                                      f"ready ({r[-1]} s)")
-        if self.forward_time + self.backward_time + self.update_time <= 0:
+        if not self.forward_time + self.backward_time + self.update_time >= MIN_SCALED_TIME:
             raise ProfileFormatError(src, "forward_time", "the iteration must take some time: "
-                                     "forward + backward + update is 0")
+                                     "forward + backward + update is "
+                                     f"{self.forward_time + self.backward_time + self.update_time!r}"
+                                     f" s, below {MIN_SCALED_TIME:g} s (a nanosecond)")
         if not self.forward_time + self.backward_time + self.update_time <= MAX_TIME:
             raise ProfileFormatError(src, "forward_time", f"forward + backward + update must "
                                      f"be at most {MAX_TIME:g} s (a day): got "
@@ -232,6 +244,10 @@ class WorkloadProfile:
             object.__setattr__(self, "tensor_shapes", _check_shapes(src, self.tensor_shapes, b))
         if not isinstance(self.reduction, ReductionCost):
             raise ProfileFormatError(src, "reduction", "must be a ReductionCost")
+        if not self.reduction.gamma * total <= MAX_TIME:
+            raise ProfileFormatError(src, "reduction", f"gamma={self.reduction.gamma:g} s/byte "
+                                     f"makes summing the {total:.3g} gradient bytes once take "
+                                     "more than a day (a GPU sums about 1e-11 s/byte)")
         k = self.grad_accum
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= 10**6:
             raise ProfileFormatError(src, "grad_accum", "micro-batches per optimizer step "

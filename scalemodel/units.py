@@ -266,6 +266,10 @@ def format_bandwidth(bits_per_second):
                                                            dtype=object).reshape(-1))):
         bits_per_second = parse_bandwidth(bits_per_second, "bits_per_second")
     arr = as_array(bits_per_second, "bits_per_second")
+    bad = ~(arr >= 0)  # NaN or negative; inf (an infeasible answer) and 0 have their words
+    if bad.any():
+        raise InvalidParameterError("bits_per_second", _first_bad(arr, bad), "must be >= 0 "
+                                    "(inf for 'no line rate reaches it')")
     if arr.ndim == 0:
         return _format_one(float(arr))
     return np.array([_format_one(float(v)) for v in arr.reshape(-1)],

@@ -868,7 +868,8 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
     ------
     InvalidParameterError
         The GPU lacks the dtype, the efficiency is outside (0, 1], or it is None for a
-        dtype without a default (tf32, fp8, fp64).
+        dtype without a default (tf32, fp8, fp64); a forward and backward pass longer than
+        a day (names the efficiency, or the config's ``seq`` and ``micro_batch``).
     """
     config, gpu, fl, rate, eff, how = _timing(config, gpu, efficiency, dtype)
     if not isinstance(flash_attention, (bool, np.bool_)):
@@ -879,6 +880,12 @@ def transformer_profile(config: TransformerConfig, gpu="h100-sxm", *, efficiency
             f"{(fl.forward + fl.backward) / rate:.4g} s on {gpu.name}, longer than a day "
             f"({MAX_TIME:g} s); it is the fraction of the GPU's peak FLOP/s reached (0.4 "
             "is 40 %)")
+    if not (fl.forward + fl.backward) / rate <= MAX_TIME:  # the default efficiency: the size
+        raise InvalidParameterError(
+            "config", f"seq={config.seq}, micro_batch={config.micro_batch}", "makes a forward "
+            f"+ backward of {(fl.forward + fl.backward) / rate:.4g} s on {gpu.name} at the "
+            f"default efficiency {eff:g}, longer than a day ({MAX_TIME:g} s): the sequence "
+            "length (tokens) or the micro-batch (sequences per GPU) is too large")
     gd = _grad_dtype(config, grad_dtype)
     order = np.arange(len(fl.names))[::-1]
     fwd_s, bwd_s, scores = _score_passes(config, gpu, fl, bool(flash_attention))

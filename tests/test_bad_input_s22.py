@@ -140,3 +140,81 @@ def test_cli_standard_output_that_cannot_be_written():
                               stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.strip() == "scalemodel: error: standard output: No space left on device"
+
+
+# --------------------------------------------------------------------------- the API
+
+
+def test_profile_keeps_its_own_copy_of_the_callers_arrays():
+    """The profile froze the caller's own array in place (a later tb[0] = ... raised), and
+    a view's base could put a NaN into a checked profile."""
+    import attrs
+    import numpy as np
+
+    tb, tr = np.full(10, 1e6), np.linspace(0.01, 0.1, 10)
+    p = sm.WorkloadProfile(name="x", tensor_bytes=tb, tensor_ready=tr, forward_time=0.05,
+                           backward_time=0.1)
+    tb[0] = 2e6  # the caller's array stays theirs
+    assert p.tensor_bytes[0] == 1e6 and not p.tensor_bytes.flags.writeable
+    base = np.full(10, 1e6)
+    q = sm.WorkloadProfile(name="x", tensor_bytes=base[:], tensor_ready=tr, forward_time=0.05,
+                           backward_time=0.1)
+    base[3] = np.nan
+    assert q.total_bytes == 1e7
+    assert attrs.evolve(q, forward_time=0.06).tensor_bytes is q.tensor_bytes  # no copy
+
+
+def test_profile_times_below_a_nanosecond_and_reductions_beyond_a_day():
+    import attrs
+    import numpy as np
+
+    with pytest.raises(sm.ProfileFormatError, match="forward_time.*1e-320 s, below 1e-09 s"):
+        sm.WorkloadProfile(name="t", tensor_bytes=np.array([1e8]), tensor_ready=np.array([0.0]),
+                           forward_time=0.0, backward_time=1e-320)  # ZeroDivisionError later
+    with pytest.raises(InvalidParameterError, match=r"gamma=1e\+308 .*at most 0\.001 s/byte"):
+        sm.ReductionCost(gamma=1e308)  # scaling factor 0.0 and a step of inf
+    with pytest.raises(sm.ProfileFormatError, match="reduction.*more than a day"):
+        attrs.evolve(sm.load_profile("resnet50"), reduction=sm.ReductionCost(gamma=1e-3))
+
+
+def test_collective_times_name_shapes_sizes_and_the_intra_node_rate():
+    import numpy as np
+
+    with pytest.raises(InvalidParameterError, match=r"bw=.*shape \(3,\) does not broadcast "
+                                                    r"with nbytes of shape \(2,\)"):
+        sm.ring_allreduce_time(np.array([1e8, 2e8]), 64, np.array([1e9, 2e9, 3e9]))
+    with pytest.raises(InvalidParameterError, match="^compression="):
+        sm.ring_allreduce_time(np.array([1e8, 2e8]), 64, 1e10, compression=np.ones(3))
+    with pytest.raises(InvalidParameterError, match=r"nbytes=1e\+308.*at most 1e\+18"):
+        sm.ring_allreduce_time(1e308, 64, 1e10)  # inf and an overflow RuntimeWarning
+    with pytest.raises(InvalidParameterError, match="intra_bw=1.0 .*at least 1 Mbit/s"):
+        sm.hierarchical_allreduce_time(1e8, 64, 1e10, gpus_per_node=8, intra_bw=1.0)
+    grid = sm.ring_allreduce_time(np.array([1e8, 2e8]), 64, np.array([[1e9], [2e9]]))
+    assert grid.shape == (2, 2) and grid[0, 1] == sm.ring_allreduce_time(2e8, 64, 1e9)
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda a: sm.IntQuantizer(scale_bytes=a), "scale_bytes"),
+    (lambda a: sm.TopK(index_bytes=a), "index_bytes"),
+    (lambda a: sm.SignSGD(sign_bits=a), "sign_bits")])
+def test_compressor_choices_given_an_array(make, name):
+    import numpy as np
+
+    with pytest.raises(sm.ParameterTypeError, match=f"^{name}=.*not an array"):
+        make(np.array([4, 8]))  # ValueError: the truth value of an array is ambiguous
+
+
+def test_extreme_compressor_threshold_and_transformer_sizes():
+    with pytest.raises(InvalidParameterError, match=r"min_compression_rate=1e\+308"):
+        sm.PowerSGD(min_compression_rate=1e308)  # an overflow RuntimeWarning
+    for kw in (dict(seq=10 ** 7), dict(micro_batch=10 ** 6)):
+        with pytest.raises(InvalidParameterError, match="^config=.*longer than a day") as err:
+            sm.transformer_profile(sm.llm_config("llama-2-7b", **kw))
+        assert str(next(iter(kw.values()))) in str(err.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), -1.0, [1e9, float("nan")]])
+def test_format_bandwidth_refuses_what_is_no_rate(value):
+    with pytest.raises(InvalidParameterError, match="^bits_per_second="):
+        sm.format_bandwidth(value)
+    assert sm.format_bandwidth(float("inf")) == "inf bit/s"

@@ -96,6 +96,11 @@ def _coefficients(collective, algorithm, nbytes, n):
     return _columns(collective, algorithm, nbytes, n)[:3]
 
 
+_UNIT_SUM = ReductionCost(gamma=2.0 ** -10)
+"""A reduction whose cost divided by its gamma is the bytes summed [s/byte]: a power of
+two, so the division is exact, within :data:`scalemodel.collectives.MAX_GAMMA`."""
+
+
 def _columns(collective, algorithm, nbytes, n, topology=None):
     """Per-size coefficients ``(L, bits, R, offset)`` of eq. :eq:`fit-model`: sequential
     network messages [-], bits on each network link [bit], bytes summed [bytes] and the
@@ -110,15 +115,15 @@ def _columns(collective, algorithm, nbytes, n, topology=None):
     if topology is None or topology.flat:
         lat = collective_cost(algorithm, m, n, options=CollectiveOptions(alpha=1.0)).latency
         bits = collective_cost(algorithm, m, n).bits
-        red = collective_cost(algorithm, m, n, reduction=ReductionCost(gamma=1.0)).overhead
+        red = collective_cost(algorithm, m, n, reduction=_UNIT_SUM).overhead / _UNIT_SUM.gamma
         return (np.broadcast_to(np.asarray(lat, float), m.shape).copy(),
                 np.asarray(bits, float), np.asarray(red, float), zero.copy())
     opt = CollectiveOptions.from_topology(topology, alpha=0.0)
     unit = attrs.evolve(opt, alpha=1.0, intra_alpha=0.0)
     lat = collective_cost(algorithm, m, n, options=unit).latency
     known = collective_cost(algorithm, m, n, options=opt)  # intra-node steps, copies
-    red = collective_cost(algorithm, m, n, options=opt,
-                          reduction=ReductionCost(gamma=1.0)).overhead - known.overhead
+    red = (collective_cost(algorithm, m, n, options=opt, reduction=_UNIT_SUM).overhead
+           - known.overhead) / _UNIT_SUM.gamma
     offset = np.asarray(known.latency, float) + np.asarray(known.overhead, float)
     return (np.broadcast_to(np.asarray(lat, float), m.shape).copy(),
             np.asarray(known.bits, float), np.asarray(red, float),
