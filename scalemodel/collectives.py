@@ -107,7 +107,8 @@ class ReductionCost:
     Parameters
     ----------
     gamma : float
-        Time per byte of the linear form, at most :data:`MAX_GAMMA` [s/byte].
+        Time per byte of the linear form, at most 1e-3 (``collectives.MAX_GAMMA``)
+        [s/byte].
     latency : float
         Fixed time per reduction call (kernel launch) of the linear form [s].
     table_bytes, table_seconds : numpy.ndarray or None
