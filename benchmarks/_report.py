@@ -18,7 +18,7 @@ import scalemodel as sm
 def parser(doc, no_write_help):
     """The script's argument parser: described by the first line of its docstring
     ``doc``, with the flag ``--no-write`` (help text ``no_write_help``)."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap = argparse.ArgumentParser(description=first_paragraph(doc))
     ap.add_argument("--no-write", action="store_true", help=no_write_help)
     return ap
 
@@ -48,3 +48,35 @@ class Report:
 
         Path(path).parent.mkdir(exist_ok=True)
         atomic_write_files({path: "\n".join(self.lines) + "\n", **(others or {})})
+
+
+def plain_parser(doc, writes=None):
+    """The parser of a script with no options of its own: ``--help`` prints what it does
+    (the first paragraph of ``doc``) and runs nothing, an unknown option is a usage
+    error (exit status 2); with ``writes`` (the results file it rewrites, for the help
+    text) the flag ``--no-write``."""
+    ap = argparse.ArgumentParser(description=first_paragraph(doc))
+    if writes:
+        ap.add_argument("--no-write", action="store_true",
+                        help=f"print the figures without rewriting {writes}")
+    return ap
+
+
+def first_paragraph(doc):
+    """The first paragraph of a docstring, joined into one line (a ``--help``
+    description that does not stop mid-sentence)."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
+def run_script(main, name):
+    """``main()``'s exit status; Ctrl-C is one line on stderr and status 130 (the results
+    are written as one set at the end, :meth:`Report.write`, so a file is either the old
+    one or the new one)."""
+    import sys
+
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted (a results file is either the old one or complete)",
+              file=sys.stderr)
+        return 130

@@ -12,8 +12,10 @@ seconds") can be read off. No assertion: this is a measurement.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -44,7 +46,7 @@ def generated_runs(count, seed=0, noise=0.01):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     p.add_argument("--sizes", default="10,100,1000,10000")
     p.add_argument("--repeat", type=int, default=1)
     args = p.parse_args(argv)
@@ -63,4 +65,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "bench_fit"))

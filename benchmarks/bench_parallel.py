@@ -14,6 +14,7 @@ beside them. Run: ``python benchmarks/bench_parallel.py``; it writes
 """
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -90,7 +91,10 @@ def best_of(fn, repeat, before=None):
     return min(times)
 
 
-def main(repeat=20):
+def main(argv=None, repeat=20):
+    from _report import plain_parser
+
+    args = plain_parser(__doc__, "results/bench_parallel.txt").parse_args(argv)
     import datetime
     import platform
 
@@ -117,10 +121,14 @@ def main(repeat=20):
                  f"({'within' if worst <= 1e-3 else 'over'} the 1 ms target)")
     for line in lines:
         print(line)
+    if args.no_write:
+        return 0
     out = Path(__file__).resolve().parent / "results" / "bench_parallel.txt"
     from scalemodel.profiles import atomic_write_text
     atomic_write_text(out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "bench_parallel"))

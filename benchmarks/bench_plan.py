@@ -12,6 +12,7 @@ one worker count). One core (the BLAS threads pinned). Run:
 """
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -97,7 +98,10 @@ def grids(repeat=3):
             f"bw x n x u (10^6), {1e6 / best1:10.3e}/s over 10^6 line rates at n=8")
 
 
-def main():
+def main(argv=None):
+    from _report import plain_parser
+
+    args = plain_parser(__doc__, "results/bench_plan.txt").parse_args(argv)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     say(f"bench_plan on {os.cpu_count()} cores (one used), numpy {np.__version__}, load "
         f"average {load:.2f} at the start (other processes on the cores slow every figure)")
@@ -107,6 +111,8 @@ def main():
     grids()
     if hasattr(os, "getloadavg"):
         say(f"load average {os.getloadavg()[0]:.2f} at the end")
+    if args.no_write:
+        return 0
     out = Path(__file__).resolve().parent / "results" / "bench_plan.txt"
     out.parent.mkdir(exist_ok=True)
     from scalemodel.profiles import atomic_write_text
@@ -114,4 +120,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "bench_plan"))

@@ -220,7 +220,10 @@ def solve_speed(fusion):
               f"iteration_time {dt_time * 1e3:.3f} ms first")
 
 
-def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
+def main(argv=None, model="resnet50", fusion="horovod", repeat=5, des_samples=300):
+    from _report import plain_parser
+
+    args = plain_parser(__doc__, "results/bench_scaling.txt").parse_args(argv)
     import datetime
     import platform
     print(f"measured {datetime.date.today().isoformat()} on {platform.machine()} "
@@ -231,6 +234,8 @@ def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
     reference_check(profile, fusion, sf, dt, des_samples)
     fitted_grid_speed(profile, fusion, repeat)
     solve_speed(fusion)
+    if args.no_write:
+        return 0
     out = Path(__file__).resolve().parent / "results" / "bench_scaling.txt"
     out.parent.mkdir(exist_ok=True)
     from scalemodel.profiles import atomic_write_text
@@ -238,4 +243,6 @@ def main(model="resnet50", fusion="horovod", repeat=5, des_samples=300):
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "bench_scaling"))

@@ -54,7 +54,10 @@ def best_of(fn, calls=40, repeats=5):
     return best
 
 
-def main():
+def main(argv=None):
+    from _report import plain_parser
+
+    args = plain_parser(__doc__, "results/bench_sharding.txt").parse_args(argv)
     import datetime
     import os
     import platform
@@ -101,10 +104,14 @@ def main():
     print(f"llama-2-7b zero3 on 64 GPUs: closed form {t_closed * 1e3:.3f} ms per call, "
           f"discrete-event reference {des * 1e3:.0f} ms; relative difference "
           f"{abs(closed / t_des - 1):.1e}")
+    if args.no_write:
+        return 0
     out = Path(__file__).resolve().parent / "results" / "bench_sharding.txt"
     from scalemodel.profiles import atomic_write_text
     atomic_write_text(out, "\n".join(LINES) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "bench_sharding"))

@@ -145,7 +145,7 @@ print(before, status("VmHWM"), rep.step_count)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     p.add_argument("--size-mb", type=float, default=100.0)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--adversarial-mb", type=float, nargs="*", default=[20.0, 40.0])
@@ -206,4 +206,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "bench_trace"))

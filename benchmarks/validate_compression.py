@@ -627,7 +627,7 @@ def lines_of(rec):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--data", default=None, help="a GRACE CSV in this format (default: the "
                     "copy in benchmarks/data/compression, else ../shared); results of "
@@ -657,4 +657,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "validate_compression"))

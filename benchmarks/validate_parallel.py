@@ -685,7 +685,7 @@ def report(res, refused, sens):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     ap.add_argument("--no-write", action="store_true",
                     help="print only; do not write benchmarks/results/validate_parallel.txt")
     args = ap.parse_args(argv)
@@ -702,4 +702,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "validate_parallel"))

@@ -197,7 +197,7 @@ def all_pairs(say, runs, single, record):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     ap.add_argument("--all-pairs", action="store_true",
                     help="also calibrate from every pair of runs (105 fits, minutes)")
     ap.add_argument("--no-write", action="store_true", help="print only")
@@ -233,4 +233,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "validate_published"))

@@ -477,6 +477,9 @@ def _print_table(head, body):
 
 
 def main(argv=None):
+    from _report import plain_parser
+
+    plain_parser(__doc__).parse_args(argv)
     results, stats = evaluate()
     _print_table(*table(results))
     m, f = stats["model"], stats["flat"]
@@ -524,4 +527,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "validate_sharded"))

@@ -1152,4 +1152,6 @@ def _json_default(o):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _report import run_script
+    sys.exit(run_script(main, "validate_transfer"))
