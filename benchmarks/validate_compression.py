@@ -94,6 +94,7 @@ import csv
 import inspect
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -163,12 +164,34 @@ def _setting(text, key):
     return m.group(1).strip() if m else None
 
 
+GRACE_COLUMNS = frozenset({"network", "setting", "compressor", "gpus_total", "model",
+                           "value"})
+"""The columns of a GRACE CSV that :func:`read_configs` reads."""
+
+
+def data_problem(path):
+    """Why ``--data`` cannot be read as a CSV (missing, a folder, unreadable), or None."""
+    p = Path(path)
+    if not p.exists():
+        return "no such file"
+    if not p.is_file():
+        return "is not a regular file"
+    if not os.access(p, os.R_OK):
+        return "is not readable"
+    return None
+
+
 def read_configs(path):
     """Rows merged by configuration: ``{method, ratio, ef, n, backend, throughput,
     repeats}`` with the median throughput [images/s]."""
     groups = {}
     with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        missing = sorted(GRACE_COLUMNS - set(reader.fieldnames or ()))
+        if missing:
+            raise SystemExit(f"{path}: not a GRACE CSV (no column {', '.join(missing)}; "
+                             f"it needs {', '.join(sorted(GRACE_COLUMNS))})")
+        for row in reader:
             backend = "nccl" if "over NCCL" in row["network"] else "mpi"
             ratio = _setting(row["setting"], "compress_ratio")
             ef = _setting(row["setting"], "error_feedback_memory")
@@ -635,6 +658,8 @@ def main(argv=None):
     ap.add_argument("--model", default=None, help="profile name or file to use instead of "
                     "the file's model column")
     args = ap.parse_args(argv)
+    if args.data is not None and data_problem(args.data):
+        ap.error(f"--data {args.data!r}: {data_problem(args.data)}")
     t0 = time.perf_counter()
     rec = run(args.data, model=args.model)
     lines = [f"Compression advice on measured runs: GRACE, {rec['model']}, V100, "

@@ -453,10 +453,10 @@ def _pressure_plan(args):
         mb, layers = int(mb), int(layers)
         headrooms = [float(h) for h in heads.split(",") if h.strip()]
     except ValueError:
-        raise SystemExit(f"--pressure: {args.pressure!r} is not SHAPE:MICRO_BATCH:LAYERS:"
+        raise lm.UsageError(f"--pressure: {args.pressure!r} is not SHAPE:MICRO_BATCH:LAYERS:"
                          "HEADROOM1,HEADROOM2,...") from None
     if mb < 1 or layers < 1 or not headrooms or min(headrooms) < 1.0:
-        raise SystemExit(f"--pressure: {args.pressure!r}: the micro-batch and layers must "
+        raise lm.UsageError(f"--pressure: {args.pressure!r}: the micro-batch and layers must "
                          "be >= 1 and every headroom >= 1 (a cap at that many times the "
                          "uncapped run's allocated peak)")
     return name, shape, mb, layers, headrooms
@@ -500,15 +500,15 @@ def _pressure_points(shape, name, mb, layers, headrooms, args, device, out):
 
 
 def _parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     p.add_argument("--out", required=True)
     p.add_argument("--shapes", default=",".join(MPT_SHAPES),
                    help="comma-separated names of MPT_SHAPES (or 'tiny'), or WIDTHxHEADS")
     p.add_argument("--micro-batches", default="1,2,4,8")
     p.add_argument("--modes", default="none,full")
-    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--seq", type=lm.positive_int, default=2048, help="tokens per sequence")
     p.add_argument("--layers", default="2,4", help="the two layer counts, e.g. 2,4")
-    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--vocab", type=lm.positive_int, default=8192, help="vocabulary size")
     p.add_argument("--seq-sweep", default="",
                    help="WIDTHxHEADS:TOKENS:SEQ1,SEQ2,... (mode none), e.g. "
                         "4096x32:16384:512,1024,4096,8192,16384")
@@ -539,7 +539,7 @@ def _shape(text):
     try:
         hidden, heads = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise SystemExit(f"--shapes: {text!r} is neither one of {', '.join(table)} nor "
+        raise lm.UsageError(f"--shapes: {text!r} is neither one of {', '.join(table)} nor "
                          "WIDTHxHEADS") from None
     return text, (hidden, heads)
 
@@ -548,10 +548,10 @@ def _ints(text, what):
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise SystemExit(f"{what}: {text!r} is not a comma-separated list of integers") \
+        raise lm.UsageError(f"{what}: {text!r} is not a comma-separated list of integers") \
             from None
     if not values or min(values) < 1:
-        raise SystemExit(f"{what}: {text!r} must list integers >= 1")
+        raise lm.UsageError(f"{what}: {text!r} must list integers >= 1")
     return values
 
 
@@ -561,7 +561,7 @@ def _plan(args):
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for m in modes:
         if m not in lm.MODES:
-            raise SystemExit(f"--modes: {m!r} is not one of {', '.join(lm.MODES)}")
+            raise lm.UsageError(f"--modes: {m!r} is not one of {', '.join(lm.MODES)}")
     points = [(name, shape, mode, args.seq, mb) for name, shape in shapes
               for mb in _ints(args.micro_batches, "--micro-batches") for mode in modes]
     if args.seq_sweep:
@@ -569,12 +569,12 @@ def _plan(args):
             shape_text, tokens, seqs = args.seq_sweep.split(":")
             tokens = int(tokens)
         except ValueError:
-            raise SystemExit(f"--seq-sweep: {args.seq_sweep!r} is not "
+            raise lm.UsageError(f"--seq-sweep: {args.seq_sweep!r} is not "
                              "WIDTHxHEADS:TOKENS:SEQ1,SEQ2,...") from None
         name, shape = _shape(shape_text)
         for seq in _ints(seqs, "--seq-sweep"):
             if tokens % seq:
-                raise SystemExit(f"--seq-sweep: sequence {seq} does not divide {tokens} "
+                raise lm.UsageError(f"--seq-sweep: sequence {seq} does not divide {tokens} "
                                  "tokens")
             points.append((name, shape, "none", seq, tokens // seq))
     return shapes, points
@@ -584,19 +584,32 @@ def _line(name, point):
     if point.get("block_step") is None:
         why = "; ".join(str(r["oom"]) for r in point["runs"].values() if r["oom"])
         return f"  {name:8s} {point['mode']:5s} seq {point['seq']:6d} mb {point['micro_batch']:3d}: failed ({why[:160]})"
+    if not point["block_step"] > 0:  # a difference of two runs, lost in their noise
+        return (f"  {name:8s} {point['mode']:5s} seq {point['seq']:6d} mb "
+                f"{point['micro_batch']:3d}: not resolved (the larger model ran "
+                f"{-point['block_step'] * 1e3:.3f} ms a block faster: noise; raise --steps)")
     hfu = f"{point['hfu']:.1%}" if point.get("hfu") else "n/a"
     return (f"  {name:8s} {point['mode']:5s} seq {point['seq']:6d} mb "
             f"{point['micro_batch']:3d}: block fwd {point['block_forward'] * 1e3:8.3f} ms "
             f"bwd {point['block_backward'] * 1e3:8.3f} ms  HFU {hfu}")
 
 
+def _shape_batches(text, option):
+    """``SHAPES:MICRO_BATCHES`` of ``--kernels`` or ``--fsdp``, checked (before the sweep
+    runs: a typo found after it would cost the GPU time spent)."""
+    try:
+        shape_text, mbs = text.split(":")
+    except ValueError:
+        raise lm.UsageError(f"{option}: {text!r} is not SHAPES:MICRO_BATCHES") from None
+    for t in shape_text.split(","):
+        _shape(t.strip())
+    _ints(mbs, option)
+    return shape_text, mbs
+
+
 def _kernel_sweep(args, layers, device, out):
     """``--kernels``' points, appended to ``out["kernels"]``."""
-    try:
-        shape_text, mbs = args.kernels.split(":")
-    except ValueError:
-        raise SystemExit(f"--kernels: {args.kernels!r} is not SHAPES:MICRO_BATCHES") \
-            from None
+    shape_text, mbs = _shape_batches(args.kernels, "--kernels")
     out["kernels"] = []
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for text in shape_text.split(","):
@@ -625,10 +638,7 @@ def _kernel_sweep(args, layers, device, out):
 def _fsdp_sweep(args, layers, device, out):
     """``--fsdp``'s points, appended to ``out["fsdp"]``; a failure is recorded, not
     raised (the block sweep before it is kept)."""
-    try:
-        shape_text, mbs = args.fsdp.split(":")
-    except ValueError:
-        raise SystemExit(f"--fsdp: {args.fsdp!r} is not SHAPES:MICRO_BATCHES") from None
+    shape_text, mbs = _shape_batches(args.fsdp, "--fsdp")
     out["fsdp"] = []
     try:
         _fsdp_points(shape_text, mbs, args, layers, device, out)
@@ -666,18 +676,22 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     layers = _ints(args.layers, "--layers")
     if len(layers) != 2 or layers[0] >= layers[1]:
-        raise SystemExit(f"--layers: {args.layers!r} must be two increasing counts, e.g. 2,4")
+        raise lm.UsageError(f"--layers: {args.layers!r} must be two increasing counts, e.g. 2,4")
     if args.steps < 1 or args.warmup < 1:
-        raise SystemExit("--steps and --warmup must be >= 1")
+        raise lm.UsageError("--steps and --warmup must be >= 1")
     try:
         import torch
     except ImportError:
         raise SystemExit("block_sweep needs PyTorch: pip install -e '.[calibrate]' (the "
                          "README's calibration extra), or run it where torch is") from None
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    lm.check_out(args.out)
+    device = lm.check_device(args.device)
     shapes, points = _plan(args)
     _pressure_plan(args)  # its errors before anything runs
+    for option, text in (("--kernels", args.kernels), ("--fsdp", args.fsdp)):
+        if text:
+            _shape_batches(text, option)
     env = lm.environment(device)
     peak = env["bf16_peak_flops"]
     out = {"environment": env, "argv": sys.argv[1:] if argv is None else list(argv),
@@ -720,16 +734,13 @@ def _sweep(args, shapes, points, layers, device, peak, out):
         _fsdp_sweep(args, layers, device, out)
     if args.pressure:
         _pressure_sweep(_pressure_plan(args), args, device, out)
-    steps = [p["block_step"] for p in out["blocks"] if p.get("block_step")]
+    steps = [p["block_step"] for p in out["blocks"] if (p.get("block_step") or 0) > 0]
     print(f"block_sweep: {len(steps)} of {len(points)} points measured "
           f"(median block step {statistics.median(steps) * 1e3:.2f} ms)" if steps else
           "block_sweep: nothing measured", flush=True)
+    if points and all(p.get("block_step") is None for p in out["blocks"]):
+        raise SystemExit(1)  # every point failed (out of memory, an error): no success
 
 
-if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:  # what was measured is in --out already (written whole)
-        print("block_sweep: interrupted; the points measured so far are in --out",
-              file=sys.stderr)
-        sys.exit(130)
+if __name__ == "__main__":  # what was measured is in --out already (written whole)
+    lm.run_cli(main, "block_sweep", "the points measured so far are in --out")

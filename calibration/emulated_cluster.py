@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import math
 import os
 import signal
 import statistics
@@ -104,7 +105,7 @@ def crash_line(rank, code, err, workdir, cmd=()):
 
 def arguments(argv):
     """The command line's flags (unchanged: the tests and the docs use them)."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     ap.add_argument("--models", default="mlp:128,convnet:64",
                     help="comma-separated MODEL:BATCH, MODEL a built-in name (mlp, convnet) "
                     "or package.module:function (e.g. scalemodel.calibrate.models:mlp:64; "
@@ -128,6 +129,35 @@ def arguments(argv):
     ap.add_argument("--quick", action="store_true", help="two rates, few iterations")
     ap.add_argument("--timeout", type=float, default=120.0, help="per collective [s]")
     return ap.parse_args(argv)
+
+
+def _rate(text, option):
+    """A link rate in Mbit/s: finite and > 0 (ValueError naming ``option``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{option}: {text!r} is not a number (Mbit/s)") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{option}: {text!r} must be a rate > 0 (Mbit/s)")
+    return value
+
+
+def check_options(args):
+    """Every option checked before the namespaces are probed (that needs root) or the
+    machine's lock is taken; a ValueError names the option and the value."""
+    rates = [_rate(r, "--rates") for r in args.rates.split(",") if r.strip()]
+    if not rates:
+        raise ValueError(f"--rates: {args.rates!r} names no rate")
+    _rate(str(args.calibrate_rate), "--calibrate-rate")
+    if not 1 <= args.hosts <= 200:
+        raise ValueError(f"--hosts: {args.hosts} must be from 1 to 200")
+    if args.iterations < 1:
+        raise ValueError(f"--iterations: {args.iterations} must be >= 1")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout: {args.timeout} must be a time > 0 [s]")
+    if os.path.lexists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(f"--out: {args.out!r} exists and is not a folder (it is the output "
+                         "folder: JSON and a table)")
 
 
 def take_turns():
@@ -220,6 +250,7 @@ def main(argv=None):
     try:
         models = parse_models(args.models)
         cal_model = calibration_model(models, args.calibrate_model)
+        check_options(args)
     except ValueError as exc:
         print(f"emulated_cluster: error: {exc}", file=sys.stderr)
         return 2
@@ -337,12 +368,21 @@ def summarize(records, cluster, r0, cal_model) -> str:
 
 
 def main_one_line(argv=None):
-    """:func:`main`, a failed rank said in one line (exit status 1)."""
+    """:func:`main`, a failed rank said in one line (exit status 1), a scalemodel error
+    in one line (status 2), Ctrl-C in one line (status 130, after the namespaces are
+    torn down)."""
     try:
         return main(argv)
+    except sm.ScalemodelError as exc:
+        print(f"emulated_cluster: error: {exc}", file=sys.stderr)
+        return 2
     except RuntimeError as exc:
         print(f"emulated_cluster: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("emulated_cluster: interrupted (the namespaces are removed on the way out)",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

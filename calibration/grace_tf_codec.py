@@ -181,11 +181,16 @@ def lines_of(table):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     ap.add_argument("--workers", type=int, default=8, help="the ONE worker count used")
     ap.add_argument("--data", type=Path, default=DATA, help="the GRACE CSV")
     ap.add_argument("--write", action="store_true", help=f"write {TABLE.relative_to(ROOT)}")
     args = ap.parse_args(argv)
+    if args.workers < 1:
+        ap.error(f"--workers {args.workers}: must be >= 1")
+    problem = _validation_module().data_problem(args.data)
+    if problem:
+        ap.error(f"--data {str(args.data)!r}: {problem}")
     table, message = measure(args.data.resolve(), args.workers)
     print(message)
     print("\n".join(lines_of(table)))

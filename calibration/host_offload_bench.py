@@ -25,24 +25,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
-import tempfile
+import sys
 import time
 
 
-def _atomic_write(path, text):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".host_offload.", suffix=".tmp")
+def _count(text):
+    """An ``argparse`` type: a whole number >= 1 (``2.5e8`` is accepted) [-]."""
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1")
+    return int(value)
+
+
+def _sizes(text):
+    """``--sizes-mib``: positive sizes, comma-separated [MiB]."""
+    try:
+        sizes = [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers") from None
+    if not sizes or not all(math.isfinite(s) and s > 0 for s in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r} must list sizes > 0")
+    return sizes
 
 
 def copy_rates(torch, sizes, repeats):
@@ -115,15 +125,22 @@ def adam_rates(torch, params, repeats):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     ap.add_argument("--out", required=True, help="JSON to write")
-    ap.add_argument("--sizes-mib", default="16,64,256,1024",
+    ap.add_argument("--sizes-mib", type=_sizes, default=_sizes("16,64,256,1024"),
                     help="copy sizes, comma-separated [MiB]")
-    ap.add_argument("--repeats", type=int, default=10, help="timed repeats per point")
-    ap.add_argument("--adam-params", type=float, default=2.5e8,
-                    help="parameters of the CPU AdamW step [-]")
-    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    ap.add_argument("--repeats", type=_count, default=10, help="timed repeats per point")
+    ap.add_argument("--adam-params", type=_count, default=250_000_000,
+                    help="parameters of the CPU AdamW step, at least 64 (one per tensor) [-]")
+    ap.add_argument("--threads", type=_count, help="torch CPU threads (default: torch's)")
     args = ap.parse_args(argv)
+    from scalemodel.profiles import atomic_write_text, output_problem
+
+    problem = output_problem(args.out)
+    if problem:
+        ap.error(f"--out {args.out!r} {problem}")
+    if args.adam_params < 64:
+        ap.error(f"--adam-params {args.adam_params}: at least 64 (64 tensors of one or more)")
     import torch
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -132,13 +149,17 @@ def main(argv=None):
               "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
               "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
     if torch.cuda.is_available():
-        sizes = [int(float(s) * 2**20) for s in args.sizes_mib.split(",") if s.strip()]
+        sizes = [int(s * 2**20) for s in args.sizes_mib]
         result["copies"] = copy_rates(torch, sizes, args.repeats)
-    result["adam"] = adam_rates(torch, int(args.adam_params), max(3, args.repeats // 2))
-    result["adam_params"] = int(args.adam_params)
-    _atomic_write(args.out, json.dumps(result, indent=1) + "\n")
+    result["adam"] = adam_rates(torch, args.adam_params, max(3, args.repeats // 2))
+    result["adam_params"] = args.adam_params
+    atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the JSON is written once, at the end, atomically
+        print("host_offload_bench: interrupted; --out not written", file=sys.stderr)
+        sys.exit(130)

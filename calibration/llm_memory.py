@@ -64,7 +64,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -622,13 +621,79 @@ def environment(device):
 
 
 def _write_atomic(path, data):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
+    """``data`` as JSON at ``path``, through the library's atomic writer (never half
+    written, whatever signal arrives; no temporary file left; the umask's mode)."""
+    from scalemodel.profiles import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+class UsageError(SystemExit):
+    """A bad option of a calibration script: its message (``str``) goes to stderr with
+    the script's name and the exit status is 2, argparse's (:func:`run_cli`)."""
+
+    def __init__(self, message):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+def check_out(path):
+    """``--out`` checked before anything is measured (a folder, a path ending in a
+    separator, an unwritable folder: :func:`scalemodel.profiles.output_problem`)."""
+    from scalemodel.profiles import output_problem
+
+    problem = output_problem(path)
+    if problem:
+        raise UsageError(f"--out {path!r} {problem}")
+    return path
+
+
+def check_device(text):
+    """The torch device of ``--device`` (None: cuda when present, else cpu), refused in
+    one line when torch does not know it or has no CUDA."""
+    import torch
+
+    if text is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, TypeError) as exc:
+        raise UsageError(f"--device {text!r} is not a torch device "
+                         f"({str(exc).splitlines()[0][:120]})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {text!r}: this torch ({torch.__version__}) sees no CUDA "
+                         "device; run where a GPU is, or give --device cpu")
+    return text
+
+
+def positive_int(text):
+    """An ``argparse`` type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def run_cli(main, prog, interrupted):
+    """Run a calibration script's ``main()`` as a command: a usage error or a scalemodel
+    error is one line and status 2, Ctrl-C one line (``interrupted``) and status 130."""
+    try:
+        main()
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except scalemodel.ScalemodelError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; {interrupted}", file=sys.stderr)
+        sys.exit(130)
 
 
 def _gib(x):
@@ -636,13 +701,15 @@ def _gib(x):
 
 
 def _parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     p.add_argument("--out", required=True)
     p.add_argument("--config", default="llama-1.3b",
                    help="a name (llama-1.3b, tiny, a scalemodel built-in LLM), a JSON "
                         "string or file of TransformerConfig fields or an HF config.json")
-    p.add_argument("--seq", type=int)
-    p.add_argument("--micro-batch", type=int)
+    p.add_argument("--seq", type=positive_int, help="tokens per sequence (default: the "
+                   "config's)")
+    p.add_argument("--micro-batch", type=positive_int, help="sequences per step (default: "
+                   "the config's)")
     p.add_argument("--modes", default="none,selective,full")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -727,8 +794,8 @@ def main(argv=None):
     p = _parser()
     args = p.parse_args(argv)
 
-    import torch
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_out(args.out)
+    device = check_device(args.device)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for m in modes:
         if m not in MODES:
@@ -752,4 +819,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main, "llm_memory", "the modes measured so far are in --out (written whole "
+            "after each)")
