@@ -62,6 +62,29 @@ def plain_parser(doc, writes=None):
     return ap
 
 
+def positive(kind):
+    """An ``argparse`` type: a ``kind`` (int or float) that is finite and > 0; a list of
+    them, comma-separated, with ``positive((int,))`` [-]."""
+    import math
+
+    one = kind[0] if isinstance(kind, tuple) else kind
+
+    def convert(text):
+        try:
+            values = [one(v) for v in text.split(",")] if isinstance(kind, tuple) \
+                else [one(text)]
+        except ValueError:
+            what = f"a list of {one.__name__}s" if isinstance(kind, tuple) else \
+                f"an {one.__name__}" if one is int else f"a {one.__name__}"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not all(math.isfinite(v) and v > 0 for v in values):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {'every value' if isinstance(kind, tuple) else 'it'} must be > 0")
+        return values if isinstance(kind, tuple) else values[0]
+    convert.__name__ = one.__name__
+    return convert
+
+
 def first_paragraph(doc):
     """The first paragraph of a docstring, joined into one line (a ``--help``
     description that does not stop mid-sentence)."""

@@ -21,6 +21,9 @@ import numpy as np
 
 import scalemodel as sm
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import positive  # noqa: E402  (the option types the scripts share)
+
 MODELS = ("resnet50", "bert", "vgg16")
 NS = (2, 4, 8, 16, 32, 64)
 BWS = (1e9, 10e9, 25e9, 40e9, 100e9)
@@ -47,11 +50,14 @@ def generated_runs(count, seed=0, noise=0.01):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
-    p.add_argument("--sizes", default="10,100,1000,10000")
-    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--sizes", type=positive((int,)), default=[10, 100, 1000, 10000],
+                   help="numbers of generated runs, comma-separated (default: "
+                        "10,100,1000,10000)")
+    p.add_argument("--repeat", type=positive(int), default=1,
+                   help="fits per size; the best time is printed (default: 1)")
     args = p.parse_args(argv)
     print(f"{'runs':>7} {'fit [s]':>9} {'per run [ms]':>13}  fitted")
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in args.sizes:
         runs = generated_runs(size)
         best = float("inf")
         for _ in range(args.repeat):

@@ -38,6 +38,9 @@ DATA = ROOT / "tests" / "data" / "traces"
 from scalemodel.calibrate import read_trace  # noqa: E402
 from scalemodel.exceptions import ProfileFormatError  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import positive  # noqa: E402  (the option types the scripts share)
+
 
 def json_bytes(path):
     """Size of the trace's JSON text [bytes] (decompressed)."""
@@ -146,9 +149,12 @@ print(before, status("VmHWM"), rep.step_count)
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
-    p.add_argument("--size-mb", type=float, default=100.0)
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--adversarial-mb", type=float, nargs="*", default=[20.0, 40.0])
+    p.add_argument("--size-mb", type=positive(float), default=100.0,
+                   help="size of the generated large trace [MB] (default: 100)")
+    p.add_argument("--repeat", type=positive(int), default=3,
+                   help="reads per trace; the best time is printed (default: 3)")
+    p.add_argument("--adversarial-mb", type=positive(float), nargs="*", default=[20.0, 40.0],
+                   help="sizes of the adversarial traces [MB] (default: 20 40)")
     args = p.parse_args(argv)
     print(f"{'trace':36} {'file MB':>8} {'JSON MB':>8} {'seconds':>9} {'MB/s':>7} "
           f"{'json.load s':>11} {'ratio':>6}")

@@ -1106,7 +1106,9 @@ def main(argv=None):
     ap.add_argument("--sources", default=None,
                     help=f"comma-separated subset of {', '.join(SOURCES)}")
     args = ap.parse_args(argv)
-    keys = args.sources.split(",") if args.sources else None
+    keys = args.sources.split(",") if args.sources is not None else None
+    if keys is not None and not any(k.strip() for k in keys):
+        ap.error(f"--sources: {args.sources!r} names no source; known: {', '.join(SOURCES)}")
     if keys and set(keys) - set(SOURCES):
         ap.error(f"--sources: unknown {', '.join(sorted(set(keys) - set(SOURCES)))}; "
                  f"known: {', '.join(SOURCES)}")

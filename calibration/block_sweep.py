@@ -501,11 +501,15 @@ def _pressure_points(shape, name, mb, layers, headrooms, args, device, out):
 
 def _parser():
     p = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="the JSON to write (rewritten whole after "
+                   "each point)")
     p.add_argument("--shapes", default=",".join(MPT_SHAPES),
                    help="comma-separated names of MPT_SHAPES (or 'tiny'), or WIDTHxHEADS")
-    p.add_argument("--micro-batches", default="1,2,4,8")
-    p.add_argument("--modes", default="none,full")
+    p.add_argument("--micro-batches", default="1,2,4,8",
+                   help="sequences per step, comma-separated (default: %(default)s)")
+    p.add_argument("--modes", default="none,full",
+                   help="activation checkpointing modes: none, selective, full "
+                        "(default: %(default)s)")
     p.add_argument("--seq", type=lm.positive_int, default=2048, help="tokens per sequence")
     p.add_argument("--layers", default="2,4", help="the two layer counts, e.g. 2,4")
     p.add_argument("--vocab", type=lm.positive_int, default=8192, help="vocabulary size")
@@ -523,9 +527,12 @@ def _parser():
     p.add_argument("--fsdp", default="",
                    help="SHAPES:MICRO_BATCHES, e.g. mpt-7b,mpt-13b:1,2,4 (mode none): each "
                         "block plain and with FSDP2 fully_shard on a one-rank group")
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--device", default=None)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per run (default: "
+                   "%(default)s)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default: "
+                   "%(default)s)")
+    p.add_argument("--device", default=None, help="a torch device (default: cuda if "
+                   "present, else cpu)")
     p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-early-stop: full checkpointing replays the whole block "
                         "(torch.utils.checkpoint.set_checkpoint_early_stop(False))")

@@ -702,7 +702,8 @@ def _gib(x):
 
 def _parser():
     p = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="the JSON to write (rewritten whole after "
+                   "each mode)")
     p.add_argument("--config", default="llama-1.3b",
                    help="a name (llama-1.3b, tiny, a scalemodel built-in LLM), a JSON "
                         "string or file of TransformerConfig fields or an HF config.json")
@@ -710,13 +711,20 @@ def _parser():
                    "config's)")
     p.add_argument("--micro-batch", type=positive_int, help="sequences per step (default: "
                    "the config's)")
-    p.add_argument("--modes", default="none,selective,full")
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--modes", default="none,selective,full",
+                   help="activation checkpointing modes to run (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per mode (default: "
+                   "%(default)s)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: "
+                   "%(default)s)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
-    p.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--precision", choices=("bf16", "autocast"), default="bf16")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--flash", action=argparse.BooleanOptionalAction, default=True,
+                   help="flash attention (scaled_dot_product_attention); --no-flash: the "
+                        "attention core in eager PyTorch")
+    p.add_argument("--precision", choices=("bf16", "autocast"), default="bf16",
+                   help="bf16 weights, or fp32 weights under bf16 autocast (default: "
+                        "%(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="PyTorch's non-reentrant checkpoint stops recomputing a block once "
                         "the tensors its backward needs exist (the default); "

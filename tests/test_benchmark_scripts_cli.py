@@ -54,3 +54,22 @@ def test_help_descriptions_are_whole_paragraphs():
     report = load_benchmark("_report", "_report_for_paragraph_test")
     assert report.first_paragraph("One line\ncontinued.\n\nSecond paragraph.") == \
         "One line continued."
+
+
+def test_shared_option_types_refuse_what_would_crash_later():
+    """bench_fit --repeat 0 ended in UnboundLocalError, --sizes 0 in an error of
+    fit_cluster; bench_trace --size-mb -1 ran a 1-copy trace."""
+    import argparse
+
+    report = load_benchmark("_report", "_report_for_types_test")
+    assert report.positive((int,))("10,100") == [10, 100]
+    assert report.positive(float)("2.5") == 2.5
+    for kind, text in (((int,), "0"), ((int,), "x"), (int, "0"), (float, "-1"),
+                       (float, "nan")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            report.positive(kind)(text)
+
+
+def test_an_empty_source_list_is_refused():
+    done = _run("benchmarks/validate_transfer.py", "--no-write", "--sources", "")
+    assert done.returncode == 2 and "names no source" in done.stderr
