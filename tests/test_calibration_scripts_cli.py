@@ -116,3 +116,15 @@ def test_grace_data_that_is_no_csv(tmp_path):
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(SystemExit, match="not a GRACE CSV .*no column compressor"):
         vc.read_configs(bad)
+
+
+def test_codec_bench_checks_before_measuring(tmp_path, capsys):
+    from scalemodel.calibrate.codec_bench import main
+
+    for argv, message in ((["--out", str(tmp_path)], "is a folder"),
+                          (["--out", "c.json", "--device", "nope"], "is not a torch device"),
+                          (["--out", "c.json", "--repeats", "0"], "must be >= 1")):
+        with pytest.raises(SystemExit) as err:
+            main(argv)
+        assert err.value.code == 2 and message in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []

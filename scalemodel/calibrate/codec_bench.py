@@ -444,6 +444,21 @@ def _sizes(text):
                                          "counts, e.g. 65536,1048576,16777216") from None
 
 
+def _check_device(ap, text):
+    """``--device`` refused in one line (status 2) when torch does not know it or has no
+    CUDA, before anything is measured."""
+    if text is None:
+        return
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, TypeError):
+        ap.error(f"--device {text!r} is not a torch device")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device {text!r}: this torch ({torch.__version__}) sees no CUDA device")
+
+
 def main(argv=None) -> int:
     """Measure and write a cluster profile with ``codec_costs``; returns the exit status.
 
@@ -472,6 +487,14 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="torch device (default: cuda if any)")
     ap.add_argument("--rank", type=int, default=4, help="PowerSGD rank of the 2nd point")
     args = ap.parse_args(argv)
+    from ..profiles import output_problem
+
+    problem = output_problem(args.out)
+    if problem:  # before the measurement, not after it
+        ap.error(f"--out={args.out!r} {problem}")
+    if args.repeats < 1 or (args.numel is not None and args.numel < 1):
+        ap.error("--repeats and --numel must be >= 1")
+    _check_device(ap, args.device)
     try:
         base = (load_cluster(args.cluster) if args.cluster else
                 ClusterProfile(name="codec-bench", provenance={"source": "codec benchmark"}))
@@ -499,6 +522,10 @@ def main(argv=None) -> int:
     except ScalemodelError as exc:
         print(f"codec_bench: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("codec_bench: interrupted; --out not written (it is written once, at the "
+              "end)", file=sys.stderr)
+        return 130
     width = max(len(f) for f in costs)
     worst = extra.get("codec_sweep", {}).get("worst_relative_error", {})
     print(f"{'family':<{width}}  {'encode [ns/el]':>14}  {'decode [ns/el]':>14}  "
