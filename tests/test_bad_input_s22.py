@@ -218,3 +218,20 @@ def test_format_bandwidth_refuses_what_is_no_rate(value):
     with pytest.raises(InvalidParameterError, match="^bits_per_second="):
         sm.format_bandwidth(value)
     assert sm.format_bandwidth(float("inf")) == "inf bit/s"
+
+
+def test_calibrate_out_with_a_trailing_separator(tmp_path, capsys):
+    """python -m scalemodel.calibrate --out new/ wrote new.<model>.json (Path drops the
+    separator that says 'a folder')."""
+    from scalemodel.calibrate.__main__ import main as calibrate
+
+    log = str(DATA / "nccl_tests_all_reduce_2x8_h100.txt")
+    out = f"{tmp_path}/new/"
+    assert calibrate(["from-nccl-tests", log, "--line-rate", "400Gbps", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "ends with a path separator" in err and "nothing was read" in err
+    pytest.importorskip("torch")  # the measuring form builds its model first
+    assert calibrate(["--model", "mlp", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "ends with a path separator" in err and "nothing was measured" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -268,6 +268,9 @@ def _unwritable(path, option):
     p = Path(path)
     if p.is_dir():
         return f"{option} {path} is a folder; name a file, e.g. {p / 'cluster.json'}"
+    if os.fspath(path).endswith(("/", os.sep)):  # Path("new/") would drop the separator
+        return (f"{option} {path} ends with a path separator but is no folder; name a "
+                f"file, e.g. {p / 'cluster.json'}")
     if os.path.lexists(p) and not p.is_file():
         return f"{option} {path} exists and is not a regular file"
     ancestor = p.absolute().parent
@@ -353,7 +356,9 @@ def run(args) -> int:
                     "--steps compute")
             skipped = need
             steps = [s for s in steps if s not in need]
-        outputs = [(out, "--out")]  # checked even where only its stem names the others
+        # --out as typed (its Path drops a final separator), checked even where only its
+        # stem names the others
+        outputs = [(args.out, "--out")]
         if "compute" in steps:
             outputs.append((profile_path, "--profile-out" if args.profile_out else
                             "the workload profile (--profile-out)"))
