@@ -183,7 +183,8 @@ def atomic_write_files(files) -> None:
     link taken before), so a failure part-way leaves the folder as it was; concurrent
     writers of the same names each write their whole set in turn, so the files left are
     all one writer's. A destination that is a folder, not a regular file or a path
-    ending in a separator (``"new/"``, a folder) is refused before anything is written. No temporary file, backup or lock file remains.
+    ending in a separator (``"new/"``, a folder) is refused before anything is written.
+    No temporary file, backup or lock file remains.
 
     Parameters
     ----------
@@ -253,7 +254,7 @@ def output_problem(path):
 def _output_problem(p, text):
     if p.is_dir():
         return "is a folder; name a file in it, e.g. " + str(p / "cluster.json")
-    if str(text).endswith(("/", os.sep)):  # "new/": a folder that does not exist yet
+    if _ends_with_separator(text):  # "new/": a folder that does not exist yet
         return "ends with a path separator but is no folder; name a file, e.g. " + \
             str(p / "cluster.json")
     if os.path.lexists(p) and not p.is_file():
@@ -268,6 +269,12 @@ def _output_problem(p, text):
     return None
 
 
+def _ends_with_separator(path) -> bool:
+    """Whether ``path`` as given ends with a path separator: it names a folder, though
+    ``Path(path)`` drops the separator [-]."""
+    return os.fsdecode(path).endswith(("/", os.sep))
+
+
 def _check_destination(path):
     """Refuse a destination that is a folder or another non-regular file, or a path no
     file can have (a NUL byte: os.stat would raise a bare ValueError)."""
@@ -275,7 +282,7 @@ def _check_destination(path):
     if "\x00" in os.fsdecode(path):
         raise InvalidParameterError("path", os.fspath(path), "contains a NUL byte (\\x00), "
                                     "which no file name can hold")
-    if os.fsdecode(path).endswith(("/", os.sep)):  # "new/" would write a file "new"
+    if _ends_with_separator(path):  # "new/" would write a file "new"
         raise IsADirectoryError(errno.EISDIR, "ends with a path separator; name a file",
                                 str(path))
     try:

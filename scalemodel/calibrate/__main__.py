@@ -265,10 +265,12 @@ def _check_args(args):
 def _unwritable(path, option):
     """Why ``path`` (given as ``option``) cannot be written, or None when it can."""
     import tempfile
+
+    from ..profiles import _ends_with_separator
     p = Path(path)
     if p.is_dir():
         return f"{option} {path} is a folder; name a file, e.g. {p / 'cluster.json'}"
-    if os.fspath(path).endswith(("/", os.sep)):  # Path("new/") would drop the separator
+    if _ends_with_separator(path):  # Path("new/") would drop the separator
         return (f"{option} {path} ends with a path separator but is no folder; name a "
                 f"file, e.g. {p / 'cluster.json'}")
     if os.path.lexists(p) and not p.is_file():
