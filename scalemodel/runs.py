@@ -125,7 +125,8 @@ of the published figures scalemodel validates on) [-]."""
 
 NOISE_TOLERANCE = 0.02
 """How much faster than its single-worker time a distributed run may be and still be
-accepted (as measurement noise, with a warning): 2 %, the default uncertainty [-]."""
+accepted (as measurement noise, with a warning): 2 %, the default uncertainty, or the
+run's own ``uncertainty`` when that is larger [-]."""
 
 MIN_RUN_TIME = 1e-6
 """Shortest accepted iteration, single-worker or compute time of a run: a microsecond
@@ -762,7 +763,7 @@ def _measured(i, raw, label, profile, mp=None) -> dict:
     if it is not None and t1 is not None and it < t1:
         key = "iteration_time" if tps is None else "tokens_per_second_per_gpu"
         _faster_than_single(i, label, key, raw.get(key), it / t1,
-                            f"the single-worker time {t1:g} s")
+                            f"the single-worker time {t1:g} s", max(NOISE_TOLERANCE, unc))
     if it is not None and tc is not None and it < tc * (1 - 1e-9):
         raise InvalidParameterError(f"runs[{i}].iteration_time", raw.get("iteration_time", it),
                                     f"is shorter than its own compute time {tc:g} s")
@@ -805,17 +806,18 @@ def _check_sf(i, raw, label, sf, t1):
                                     f"step of {t1:g} s: more than {MAX_RUN_TIME:g} s (a day)")
 
 
-def _faster_than_single(i, label, key, value, ratio, what):
+def _faster_than_single(i, label, key, value, ratio, what, tolerance=NOISE_TOLERANCE):
     """A distributed step ``ratio`` (< 1) of the single-worker one: noise within
-    ``NOISE_TOLERANCE`` (a warning), an error beyond."""
-    if ratio < 1 - NOISE_TOLERANCE:
+    ``tolerance`` (:data:`NOISE_TOLERANCE`, or the run's larger uncertainty; a warning),
+    an error beyond."""
+    if ratio < 1 - tolerance:
         raise InvalidParameterError(f"runs[{i}].{key}", value,
                                     f"is {100 * (1 - ratio):.3g} % faster than {what}: a "
                                     "distributed iteration cannot be faster (up to "
-                                    f"{100 * NOISE_TOLERANCE:g} % is taken as noise)")
+                                    f"{100 * tolerance:.3g} % is taken as noise)")
     warnings.warn(CalibrationWarning(
         f"run {label!r} (runs[{i}].{key}={value!r}) is {100 * (1 - ratio):.2g} % faster "
-        f"than {what}: taken as measurement noise (up to {100 * NOISE_TOLERANCE:g} % is)"),
+        f"than {what}: taken as measurement noise (up to {100 * tolerance:.3g} % is)"),
         stacklevel=5)
 
 
