@@ -27,7 +27,7 @@ LAYERS = (
     ("llm", ("efficiency", "hf_configs", "workloads")),
     ("profiles", ("profiles",)),
     ("job", ("parallel", "checkpointing", "offload", "memory", "sharding")),
-    ("cluster", ("cluster",)),
+    ("cluster", ("discrepancy", "cluster")),
     ("compression", ("compressors", "codec_costs")),
     ("model", ("model", "intervals", "framework")),
     ("solvers", ("solvers", "sensitivity", "buckets", "whatif")),

@@ -735,8 +735,10 @@ def _fitted(args):
     if args.cluster is None:
         return None
     from .cluster import load_cluster
+    from .discrepancy import discrepancy_factor
     cl = load_cluster(args.cluster)
-    return cl if cl.alternatives or not all(c is cl for c in cl.corners()) else None
+    return cl if (cl.alternatives or not all(c is cl for c in cl.corners())
+                  or discrepancy_factor(cl) > 1.0) else None
 
 
 def cmd_scaling(args):
@@ -757,7 +759,8 @@ def cmd_scaling(args):
                     row["scaling_factor_interval"] = [iv.low, iv.high]
                     if iv.memory_pressure:
                         row["memory_pressure"] = iv.memory_pressure
-                    if (iv.from_alternatives or iv.memory_pressure) and not notes:
+                    if (iv.from_alternatives or iv.memory_pressure
+                            or iv.discrepancy) and not notes:
                         notes.append(f"n={n}, {format_bandwidth(bw)}, ratio {r:g}: "
                                      + iv.describe(lambda v: f"{v:.4f}"))
                 if per is not None:
@@ -847,6 +850,8 @@ def cmd_iteration(args):
         print(f"{over:<24}{lo:10.4f} to {hi:.4f}")
     if res.efficiency_carried:
         print(f"  ({res.efficiency_carried})")
+    if res.model_discrepancy:
+        print(f"  (intervals {res.model_discrepancy})")
     print(f"{'messages':<24}{res.n_buckets:10d}")
     print(f"{'what binds':<24}{res.binding:>10}")
     host = res.settings.get("wrapper_host")

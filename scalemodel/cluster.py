@@ -80,6 +80,8 @@ and ``sync_overhead`` [s], optional ``bucket_overhead`` [s], ``iteration_overhea
 and ``straggler_spread`` [-], optional ``host`` (``{"per_tensor": s, "per_bucket": s,
 "device_time": s, "source": text}``), optional ``codec_costs`` (``{family: {"encode": s/element,
 "decode": s/element}}``, measured compression costs, see :mod:`scalemodel.compressors`),
+optional ``model_discrepancy`` (``{"factor": F, "run": label, "miss": m}``, the fit's
+largest miss of its own runs, which widens every interval: :mod:`scalemodel.discrepancy`),
 and any extra keys (kept in ``extra``; a key that misspells one of the format's is
 refused, one that nothing reads is kept with a warning: :data:`WRITTEN_EXTRA_KEYS`).
 """
@@ -97,6 +99,7 @@ import numpy as np
 from .collectives import ReductionCost
 from ._jsonfile import check_keys
 from .exceptions import InvalidParameterError, ParameterTypeError, ProfileFormatError
+from .discrepancy import KEY, check_discrepancy
 from .hostcosts import HostCosts
 from .topology import Topology
 from .units import (check_fraction, check_nonnegative, check_positive, format_bandwidth,
@@ -382,7 +385,9 @@ class ClusterProfile:
     provenance : dict
         Where the numbers come from.
     extra : dict
-        Other fields of the file (fits, residuals, measured points), kept as read.
+        Other fields of the file (fits, residuals, measured points), kept as read; a
+        ``"model_discrepancy"`` record (:mod:`scalemodel.discrepancy`) is checked and
+        widens every answer's interval.
     alternatives : tuple of dict
         The explanations a fit could not tell apart, best first, each ``{"free": [names],
         "values": {name: value}, "intervals": {name: [lo, hi]}, "score": float}``: the
@@ -479,6 +484,8 @@ class ClusterProfile:
         object.__setattr__(self, "intervals", _check_intervals(self.intervals))
         object.__setattr__(self, "alternatives", _check_alternatives(self.alternatives))
         object.__setattr__(self, "fit_settings", _check_fit_settings(self.fit_settings))
+        if isinstance(self.extra, dict) and self.extra.get(KEY) is not None:  # a factor on every answer's interval
+            check_discrepancy(self.extra[KEY])
 
     def _table_achieved(self):
         """Table line rates and their non-decreasing achieved bandwidths [bits/s]."""
@@ -936,7 +943,7 @@ class ClusterProfile:
                  "ceiling", "utilization_table", "reduction", "intervals", "codec_costs",
                  "overlap", "topology", "compute_slowdown", "collective_overhead",
                  "sync_overhead", "bucket_overhead", "iteration_overhead",
-                 "straggler_spread", "alternatives", "fit_settings", "host"}
+                 "straggler_spread", "alternatives", "fit_settings", "host", KEY}
         check_keys(source, data, known, kind="cluster profile", kept=WRITTEN_EXTRA_KEYS)
         topo = data.get("topology")
         if topo is not None:
@@ -976,7 +983,8 @@ class ClusterProfile:
                 alternatives=_or_empty(data, "alternatives", ()),
                 fit_settings=_or_empty(data, "fit_settings", {}),
                 codec_costs=_or_empty(data, "codec_costs", {}),
-                provenance=prov, extra={k: v for k, v in data.items() if k not in known})
+                provenance=prov, extra={k: v for k, v in data.items()
+                                        if k not in known or k == KEY and v is not None})
         except ProfileFormatError as exc:
             prefix = f"profile {exc.source}: field {exc.field!r}: "
             if exc.source == "<object>" and source != "<object>" and \

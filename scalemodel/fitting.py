@@ -99,6 +99,7 @@ import attrs
 import numpy as np
 
 from .cluster import ClusterProfile, load_cluster
+from .discrepancy import KEY as DISCREPANCY_KEY, discrepancy_factor, discrepancy_record
 from .exceptions import (CalibrationWarning, InvalidParameterError, ParameterTypeError,
                          ScalemodelError, UnknownNameError)
 from . import fit_priors as _priors
@@ -421,12 +422,13 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
                          confidence=confidence, source=source)
     params = _prior_intervals(problem, best, params, network, confidence)
     alternatives = _alternatives(problem, solutions, confidence)
-    residuals = _residuals(problem, best.values, [
+    residuals, discrepancy = _residuals(problem, best.values, [
         s.values for s in solutions if s.score <= best.score + ALTERNATIVE_SCORE])
     fit_settings = _fit_settings(runs, algorithm, _recorded_fusion(runs, fusion), source)
-    fitted = _fitted_cluster(problem, best, params, alternatives, fit_settings)
+    fitted = _with_discrepancy(
+        _fitted_cluster(problem, best, params, alternatives, fit_settings), discrepancy)
     notes = _what_tells_them_apart(problem, fitted, runs, settings)
-    notes = list(notes) + _efficiency_notes(fitted)
+    notes = list(notes) + _efficiency_notes(fitted) + _discrepancy_notes(fitted)
     message = _message(best, params, residuals, alternatives, notes)
     if fitted.host is not None and wrapper is not None:  # what wrapper= fixed
         message += _host_line(fitted.host)
@@ -917,9 +919,10 @@ def _fitted_parameters(problem, best, confidence, *, warn):
 
 
 def _residuals(problem, values, others=()):
-    """Measured against fitted per run; a warning names each run that no explanation
-    (the best, or one of ``others`` within the runs' noise) reaches within three of its
-    uncertainties."""
+    """``(residuals, record)``: measured against fitted per run, and the record of the
+    model discrepancy (:func:`~scalemodel.discrepancy.discrepancy_record`, None when
+    every run is reached); a warning names each run that no explanation (the best, or one
+    of ``others`` within the runs' noise) reaches within three of its uncertainties."""
     runs = problem.runs
     pred = problem.predicted(values)
     measured = problem.measured_t
@@ -945,7 +948,28 @@ def _residuals(problem, values, others=()):
         warnings.warn(CalibrationWarning(
             f"fit_cluster: {len(missed) - 20} more runs are missed by more than three of "
             "their uncertainties"), stacklevel=3)
-    return residuals
+    return residuals, discrepancy_record([r.label for r in runs], pred, measured, missed)
+
+
+def _with_discrepancy(cluster, record):
+    """``cluster`` with this fit's model-discrepancy record in ``extra`` (none when the
+    fit reached every run: a starting cluster's record is not this fit's) [-]."""
+    extra = {k: v for k, v in cluster.extra.items() if k != DISCREPANCY_KEY}
+    if record is not None:
+        extra[DISCREPANCY_KEY] = record
+    return cluster if extra == cluster.extra else attrs.evolve(cluster, extra=extra)
+
+
+def _discrepancy_notes(cluster):
+    """A line for the fit's message when the fit missed its own runs: every prediction's
+    interval on the cluster widens by the miss (:mod:`scalemodel.discrepancy`)."""
+    f = discrepancy_factor(cluster)
+    if f <= 1.0:
+        return []
+    rec = cluster.extra[DISCREPANCY_KEY]
+    return [f"  the fit misses run {rec['run']!r} by {100 * rec['miss']:+.1f} % beyond its "
+            f"noise: every prediction's interval on this cluster is widened {f:.3g} times "
+            "both ways for it (model_discrepancy)"]
 
 
 ALTERNATIVE_SCORE = 2.0

@@ -24,7 +24,10 @@ and say when the width comes from explanations the runs cannot tell apart, and w
 would. A third doubt: an achieved bandwidth the runs did not see at all takes its
 network prior's range as its interval (status ``"prior"``,
 :data:`~scalemodel.fitting.UNSEEN`, listed in ``cluster.provenance["prior_intervals"]``);
-the corners span it and :meth:`AnswerInterval.describe` says so.
+the corners span it and :meth:`AnswerInterval.describe` says so. A fourth: a fit that
+misses its own calibration runs beyond their noise records the miss, and every interval
+widens by it (:func:`discrepant`, :func:`discrepant_solution`; eq.
+:eq:`model-discrepancy` of :mod:`scalemodel.discrepancy`).
 """
 
 from __future__ import annotations
@@ -33,12 +36,14 @@ import math
 
 import attrs
 
+from .discrepancy import (discrepancy_factor, discrepancy_text, widen_scaling, widen_time,
+                          widened_targets)
 from .efficiency import MEMORY_PRESSURE_SLOWDOWN
 from .units import _format_one, format_bandwidth
 
 __all__ = ["AnswerInterval", "answer_interval", "scaling_factor_interval",
-           "iteration_time_interval", "corner_clusters",
-           "ALTERNATIVE_WIDENING"]
+           "iteration_time_interval", "corner_clusters", "discrepant",
+           "discrepant_solution", "ALTERNATIVE_WIDENING"]
 
 ALTERNATIVE_WIDENING = 0.01
 """An interval counts as widened by the alternatives when an alternative's answers reach
@@ -75,6 +80,9 @@ class AnswerInterval:
     memory_pressure : str
         Why the slow end is :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SLOWDOWN` times
         the fit's, when the job is memory-pressured; empty otherwise [-].
+    discrepancy : str
+        Why both ends are widened by the fit's miss of its own calibration runs
+        (:mod:`scalemodel.discrepancy`); empty when they are not [-].
     """
 
     value: float
@@ -85,6 +93,7 @@ class AnswerInterval:
     discriminating_run: str = ""
     unseen: tuple = ()
     memory_pressure: str = ""
+    discrepancy: str = ""
 
     @property
     def pair(self):
@@ -128,6 +137,8 @@ class AnswerInterval:
         if self.memory_pressure:
             text += (f"; its slow end taken {MEMORY_PRESSURE_SLOWDOWN:g} times for memory pressure "
                      "(efficiency.MEMORY_PRESSURE_SLOWDOWN)")
+        if self.discrepancy:
+            text += "; " + self.discrepancy
         if self.unseen and self.low != self.high:
             text += (f"; it spans the network prior's range of {', '.join(self.unseen)}, "
                      "which the calibration runs did not see (a run where the network "
@@ -208,6 +219,70 @@ def answer_interval(fn, cluster, value=None, *, swap_efficiency=False) -> Answer
     unseen = tuple(str(k) for k in prov.get("prior_intervals") or ()
                    if k in cluster.intervals)
     return AnswerInterval(value, _end(low), _end(high), wide, per, run, unseen)
+
+
+def discrepant(iv, cluster, kind) -> AnswerInterval:
+    """``iv`` widened by the model discrepancy of ``cluster`` (eq.
+    :eq:`model-discrepancy`), unchanged when its fit reached every run.
+
+    Parameters
+    ----------
+    iv : AnswerInterval
+        An iteration time's [s] or a scaling factor's [-] interval.
+    cluster : ClusterProfile or None
+        The cluster it was computed on [-].
+    kind : {"time", "scaling"}
+        What ``iv`` is: a time widens to ``[low / F, high F]``, a scaling factor to
+        ``[low / F, min(high F, max(high, 1))]`` [-].
+
+    Returns
+    -------
+    AnswerInterval
+        In the unit of ``iv``.
+    """
+    f = discrepancy_factor(cluster)
+    if f <= 1.0:
+        return iv
+    low, high = (widen_time if kind == "time" else widen_scaling)(iv.low, iv.high, f)
+    return attrs.evolve(iv, low=low, high=high, discrepancy=discrepancy_text(cluster))
+
+
+def discrepant_solution(iv, cluster, solve_at, target) -> AnswerInterval:
+    """A solver's interval ``iv`` (an answer that grows with the target scaling factor: a
+    compression ratio or a line rate) widened by the model discrepancy of ``cluster``:
+    solved again over every corner at the target times the factor (the pessimistic end,
+    unbounded above a scaling factor of 1) and divided by it (the optimistic end), eq.
+    :eq:`model-discrepancy`.
+
+    Parameters
+    ----------
+    iv : AnswerInterval
+        The answer's interval at ``target`` [unit of the answer].
+    cluster : ClusterProfile
+        The fitted cluster [-].
+    solve_at : callable
+        ``solve_at(t)`` gives ``fn(cluster) -> answer`` at target scaling factor ``t``
+        [-].
+    target : float
+        The target scaling factor [-].
+
+    Returns
+    -------
+    AnswerInterval
+        In the unit of ``iv``.
+    """
+    f = discrepancy_factor(cluster)
+    if f <= 1.0:
+        return iv
+    optimistic, pessimistic = widened_targets(target, f)
+    lows = [v for v in (iv.low, answer_interval(solve_at(optimistic), cluster).low)
+            if v is not None]
+    high = None
+    if iv.high is not None and pessimistic is not None:
+        far = answer_interval(solve_at(pessimistic), cluster).high
+        high = None if far is None else max(iv.high, far)
+    return attrs.evolve(iv, low=min(lows) if lows else None, high=high,
+                        discrepancy=discrepancy_text(cluster))
 
 
 def corner_clusters(cluster, *, swap_efficiency=False):
@@ -303,7 +378,8 @@ def scaling_factor_interval(model, n, bw, *, cluster, utilization=1.0, compressi
         return scaling_factor(model, n, bw, utilization=utilization,
                               compression=compression, cluster=c, **kwargs)
 
-    return _pressured(answer_interval(fn, cl, value), model, n, cl, kwargs, slow="low")
+    return _pressured(discrepant(answer_interval(fn, cl, value), cl, "scaling"), model, n,
+                      cl, kwargs, slow="low")
 
 
 def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
@@ -337,8 +413,8 @@ def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compressi
         return _iteration_total(model, n, bw, utilization=utilization,
                                 compression=compression, cluster=c, **kwargs)
 
-    return _pressured(answer_interval(fn, cl, value, swap_efficiency=True), model, n, cl,
-                      kwargs, slow="high")
+    return _pressured(discrepant(answer_interval(fn, cl, value, swap_efficiency=True), cl,
+                                 "time"), model, n, cl, kwargs, slow="high")
 
 
 def _pressured(iv, model, n, cluster, kwargs, *, slow):

@@ -2155,6 +2155,11 @@ class IterationTime:
         runs were of another model, tensor-parallel degree or micro-batch
         (:func:`~scalemodel.efficiency.carried_note`): which ends of the intervals it
         widens [-].
+    model_discrepancy : str
+        Empty, or why both intervals are widened by the fit's miss of its own calibration
+        runs (eq. :eq:`model-discrepancy`, :mod:`scalemodel.discrepancy`): the time's to
+        ``[low / F, high F]``, the scaling factor's to ``[low / F, min(high F,
+        max(high, 1))]`` [-].
     """
 
     forward: float
@@ -2176,6 +2181,7 @@ class IterationTime:
         default=attrs.Factory(lambda self: (self.total, self.total), takes_self=True))
     memory_pressure: str = ""
     efficiency_carried: str = ""
+    model_discrepancy: str = ""
 
 
 def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=None,
@@ -2224,6 +2230,7 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     cl = sc.cluster
     if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):
         res = _with_intervals(res, model, n, bw, sc, asked)
+    res = _with_discrepancy(res, cl)
     if cl is not None and "efficiency" in cl.extra:
         note = carried_note(cl, load_profile(model), 1 if sc.model_parallel is None
                             else int(sc.model_parallel.tp),
@@ -2231,6 +2238,20 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
         if note:
             res = attrs.evolve(res, efficiency_carried=note)
     return _with_memory_pressure(res, sc, n)
+
+
+def _with_discrepancy(res, cluster):
+    """``res`` with both intervals widened by the model discrepancy of ``cluster``, the
+    fit's miss of its own calibration runs (eq. :eq:`model-discrepancy`); unchanged when
+    the fit reached every run (:mod:`scalemodel.discrepancy`)."""
+    from .discrepancy import discrepancy_factor, discrepancy_text, widen_scaling, widen_time
+
+    f = discrepancy_factor(cluster)
+    if f <= 1.0:
+        return res
+    return attrs.evolve(res, total_interval=widen_time(*res.total_interval, f),
+                        scaling_factor_interval=widen_scaling(*res.scaling_factor_interval, f),
+                        model_discrepancy=discrepancy_text(cluster))
 
 
 def _with_memory_pressure(res, sc, n):

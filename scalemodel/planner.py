@@ -92,6 +92,7 @@ from .collectives import (ALGORITHMS, NO_REDUCTION_COST, CollectiveCost, Collect
 from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS, Compressor,
                           alltoall_cost, codec_costs_for, for_implementation, get_compressor,
                           resolve_implementation)
+from .discrepancy import discrepancy_factor, widen_scaling
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import _FLOATS, Scenario, effective_utilization
 from .overlap import OverlapLines, UpperEnvelope, _with_fixed, overlap_lines
@@ -1538,7 +1539,8 @@ def _row_steps(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=N
     config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = yield from _chosen_steps(
         sc, comp, n, x, target, fixed, views, at)
     feasible = sf_lo >= target  # over the whole interval
-    none_hi = max([sf_none] + [v[3] for v in views])
+    none_hi = widen_scaling(None, max([sf_none] + [v[3] for v in views]),
+                            discrepancy_factor(sc.cluster))[1]
     # feasible while uncompressed is not: better by construction; else by a clear margin,
     # at every end of the interval
     beats = comp.name != "none" and ((feasible and none_hi < target)
@@ -1558,8 +1560,8 @@ def _row_steps(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=N
         effective_ratio=eff, scaling_factor=sf, binding=binding, encode_time=ev.encode,
         decode_time=ev.decode, collective=ev.collective, n_collectives=ev.n_collectives,
         note=note, config=config, fusion=fusion, sharding=strategy, speedup=sf / sf_none,
-        interval=(sf_lo, sf_hi) if views else None,
-        speedup_interval=(spd_lo, spd_hi) if views else None,
+        interval=(sf_lo, sf_hi) if views or at.widened else None,
+        speedup_interval=(spd_lo, spd_hi) if views or at.widened else None,
         implementation=implementation, **_mp_sizes(sc))
 
 
@@ -1588,9 +1590,12 @@ def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
     """``at(value)``: ``comp`` at knob ``value`` (None: its own setting) evaluated at ``x``
     [s/bit] on ``sc`` and on every view, memoized per row, as ``(compressor, evaluation,
     low, best, high scaling factor, low and high speedup over sf_none)`` [-]; index 2,
-    the low end over the interval, is what must reach the target. ``at.config(value)``:
-    the compressor alone."""
+    the low end over the interval, is what must reach the target. The scaling factors'
+    ends are widened by the cluster's model discrepancy (eq. :eq:`model-discrepancy`;
+    ``at.widened``: whether it has one), the speedups not: compressed and uncompressed
+    times move together. ``at.config(value)``: the compressor alone."""
     cache, configs = {}, {}
+    f = discrepancy_factor(sc.cluster)
 
     def config(value):  # the compressor at ``value``, made once per row
         c = configs.get(value)
@@ -1610,11 +1615,13 @@ def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
                 v = float(_sf(vsc, _evaluate(vsc, c, n, vcodec), vx))
                 lo, hi = min(lo, v), max(hi, v)
                 spd.append(v / vnone)
+            lo, hi = widen_scaling(lo, hi, f)
             # index 2: what must reach the target, the low end over the interval
             cache[key] = (c, ev, lo, sf, hi, min(spd), max(spd))
         return cache[key]
 
     at.config = config
+    at.widened = f > 1.0
     return at
 
 
@@ -1668,7 +1675,7 @@ def _searched_steps(sc, comp, n, x, target, views, at, lo, hi):
                 memo[v] = [ci + mi * xe for ci, mi in zip(c.tolist(), m.tolist())]
         return memo[v]
 
-    kw = {} if views else {"lines": lines, "level": level}
+    kw = {} if views or at.widened else {"lines": lines, "level": level}
     if comp.knob_integer:
         return at((yield from _knob_steps(lambda v: at(v)[2], int(lo), int(hi), at(lo)[2],
                                           at(hi)[2], target, integer=True,
@@ -2153,17 +2160,19 @@ def _best_interval(model, best, sc, n, bw, kw):
     intervals and alternatives [-] (:func:`~scalemodel.intervals.answer_interval`;
     ``kw``: the options of :func:`compressed_scaling_factor`) and what the message says
     of it; ``(None, "")`` without a best row or intervals."""
-    if best is None or sc.cluster is None or not (sc.cluster.intervals
-                                                  or sc.cluster.alternatives):
+    if best is None or sc.cluster is None or not (
+            sc.cluster.intervals or sc.cluster.alternatives
+            or discrepancy_factor(sc.cluster) > 1.0):
         return None, ""
-    from .intervals import answer_interval  # over the corners of every alternative
+    from .intervals import answer_interval, discrepant  # over every alternative's corners
 
-    iv = answer_interval(lambda c: compressed_scaling_factor(
-        model, best.config, n, bw, cluster=c, **kw), sc.cluster, best.scaling_factor)
+    iv = discrepant(answer_interval(lambda c: compressed_scaling_factor(
+        model, best.config, n, bw, cluster=c, **kw), sc.cluster, best.scaling_factor),
+        sc.cluster, "scaling")
     best_interval = (float(iv.low), float(iv.high))
     text = (f"; over the fit's intervals {best.compressor} reaches "
             f"{best_interval[0]:.3f} to {best_interval[1]:.3f}")
-    if iv.from_alternatives:
+    if iv.from_alternatives or iv.discrepancy:
         text += "; " + iv.describe(lambda v: f"{v:.3f}").split("; ", 1)[1]
     return best_interval, text
 

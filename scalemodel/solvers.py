@@ -393,20 +393,25 @@ def _corner(sc, cluster, build):
     return build(cluster) if made is None else made
 
 
-def _with_interval(result, sc, solve, field, what, model=None):
+def _with_interval(result, sc, solve_at, target, field, what, model=None):
     """``result`` with the interval of ``field`` over the cluster's intervals and
-    alternatives (:func:`~scalemodel.intervals.answer_interval`; ``solve`` gives the
-    answer's ``field`` on another cluster); an unbounded end is None and printed as such.
-    The message says when a fitted efficiency is carried to ``model`` from another
-    model's runs (:func:`~scalemodel.efficiency.carried_over`)."""
-    cl = sc.cluster
-    if cl is None or not (cl.intervals or cl.alternatives or "efficiency" in cl.extra):
-        return result
-    if not cl.alternatives and all(c is cl for c in cl.corners()):
-        return result
-    from .intervals import answer_interval
+    alternatives (:func:`~scalemodel.intervals.answer_interval`; ``solve_at(t)`` gives
+    the function of a cluster that solves the answer's ``field`` at target scaling factor
+    ``t``), widened by the fit's model discrepancy
+    (:func:`~scalemodel.intervals.discrepant_solution`); an unbounded end is None and
+    printed as such. The message says when a fitted efficiency is carried to ``model``
+    from another model's runs (:func:`~scalemodel.efficiency.carried_over`)."""
+    from .discrepancy import discrepancy_factor
 
-    iv = answer_interval(solve, cl, getattr(result, field))
+    cl = sc.cluster
+    if cl is None or discrepancy_factor(cl) <= 1.0 and (
+            not (cl.intervals or cl.alternatives or "efficiency" in cl.extra)
+            or not cl.alternatives and all(c is cl for c in cl.corners())):
+        return result
+    from .intervals import answer_interval, discrepant_solution
+
+    iv = discrepant_solution(answer_interval(solve_at(target), cl, getattr(result, field)),
+                             cl, solve_at, target)
     if what == "ratio":
         fmt, why = (lambda v: f"{v:.3g}x"), "no ratio reaches the target"
     else:
@@ -661,9 +666,9 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp, bw_dp = sc.data_parallel(n, bw)  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_min_compression(sc, bw_dp, n_dp, target, u), sc,
-                         lambda cl: _corner_ratio(_corner(sc, cl, build), bw_dp, n_dp,
-                                                  target, u),
-                         "ratio", "ratio", model)
+                         lambda t: lambda cl: _corner_ratio(_corner(sc, cl, build), bw_dp,
+                                                            n_dp, t, u),
+                         target, "ratio", "ratio", model)
     _pressure_unanswered(sc, n, "compression ratio")
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n, bw)
 
@@ -871,8 +876,9 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp = sc.data_parallel(n, 1.0)[0]  # scalemodel.parallel (unchanged without tp/pp)
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
-                         lambda cl: _corner_bw(_corner(sc, cl, build), n_dp, target, r, u),
-                         "bw", "bw", model)
+                         lambda t: lambda cl: _corner_bw(_corner(sc, cl, build), n_dp, t,
+                                                         r, u),
+                         target, "bw", "bw", model)
     _pressure_unanswered(sc, n, "required line rate")
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n)
 

@@ -1,0 +1,157 @@
+r"""Model discrepancy: a fit that misses its own calibration runs, and the intervals it
+widens.
+
+A fit (:func:`~scalemodel.fit_cluster`) either reaches each calibration run within its
+noise or warns (:class:`~scalemodel.exceptions.CalibrationWarning`) that its best
+explanation, and every alternative within the runs' noise, misses a run by more than
+three of that run's uncertainties. Such a run says that the model lacks something this
+cluster does (a cost it has no term for), or that the run contradicts the others. The
+fitted parameters' intervals and the alternatives do not cover it: they are ranges of
+explanations that all reach the runs. A prediction on that cluster can be off by as much
+as the fit is off on its own runs, so the fit records its largest such miss as a factor
+on the iteration time,
+
+.. math::
+   :label: model-discrepancy
+
+   F = \exp\Big(\max_{i\,\in\,\text{missed}} \big|\ln(\hat t_i / t_i)\big|\Big) \;\ge\; 1,
+
+with :math:`\hat t_i` the best explanation's time of run :math:`i` and :math:`t_i` the
+measured one (``cluster.extra["model_discrepancy"]``, a cluster file's
+``model_discrepancy``), and every interval of an answer on the cluster widens by it,
+both ways, since the sign of the next miss is unknown:
+
+- an iteration time's :math:`[t_\text{lo}, t_\text{hi}]` becomes
+  :math:`[t_\text{lo}/F,\; t_\text{hi} F]`;
+- a scaling factor's :math:`[s_\text{lo}, s_\text{hi}]` becomes
+  :math:`[s_\text{lo}/F,\; \min(s_\text{hi} F,\, \max(s_\text{hi}, 1))]`: the scaling factor
+  is the single-worker time over the iteration time, so it moves inversely, and no
+  data-parallel job beats linear scaling;
+- a minimum compression ratio or required line rate for a target scaling factor
+  :math:`s^*` is solved again at :math:`s^* F` over the pessimistic corners (unbounded
+  when :math:`s^* F > 1`) and at :math:`s^* / F` over the optimistic ones;
+- a compression plan's rows take their scaling factors' intervals so widened, and a row
+  is feasible when the low end reaches the target; speedups over no compression and
+  break-even line rates do not change: compressed and uncompressed times move by the
+  same factor.
+
+The point answers stay the fit's. A fit that reaches all its runs records nothing:
+:math:`F = 1` and no interval changes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .exceptions import InvalidParameterError
+
+__all__ = ["KEY", "MAX_FACTOR", "discrepancy_factor", "discrepancy_record",
+           "check_discrepancy", "discrepancy_text", "widen_time", "widen_scaling",
+           "widened_targets"]
+
+KEY = "model_discrepancy"
+"""The key of the record in ``ClusterProfile.extra`` and in a cluster file [-]."""
+
+MAX_FACTOR = 100.0
+"""Largest factor a record may hold: a fit that misses its own runs by more is not a
+calibration, and a file that says so is refused [-]."""
+
+
+def discrepancy_record(labels, predicted, measured, missed):
+    """The record of eq. :eq:`model-discrepancy` for the runs a fit misses, or None.
+
+    Parameters
+    ----------
+    labels : sequence of str
+        The runs' labels [-].
+    predicted, measured : sequence of float
+        The best explanation's and the measured iteration times of every run [s].
+    missed : sequence of int
+        Indices of the runs that no explanation reaches within three uncertainties [-].
+
+    Returns
+    -------
+    dict or None
+        ``{"factor": F, "run": label, "miss": relative miss, "runs_missed": count}``
+        (the miss as fitted / measured - 1) [-]; None when no run is missed.
+    """
+    missed = [int(i) for i in missed]
+    if not missed:
+        return None
+    logs = {i: abs(math.log(float(predicted[i]) / float(measured[i]))) for i in missed}
+    worst = max(missed, key=logs.get)
+    factor = min(math.exp(logs[worst]), MAX_FACTOR)
+    return {"factor": float(factor), "run": str(labels[worst]),
+            "miss": float(predicted[worst]) / float(measured[worst]) - 1.0,
+            "runs_missed": len(missed)}
+
+
+def check_discrepancy(record, where=KEY):
+    """Refuse a record that is not one of :func:`discrepancy_record` (a file's
+    ``model_discrepancy``), naming the field and the value [-]."""
+    if not isinstance(record, dict):
+        raise InvalidParameterError(where, record, 'must be an object {"factor": F >= 1, '
+                                    '"run": label, "miss": relative miss}')
+    f = record.get("factor")
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not (
+            math.isfinite(f) and 1.0 <= f <= MAX_FACTOR):
+        raise InvalidParameterError(f"{where}.factor", f, f"must be a number in [1, "
+                                    f"{MAX_FACTOR:g}] (the fit's largest miss of its own "
+                                    "runs as a factor on the time)")
+    miss = record.get("miss", 0.0)
+    if isinstance(miss, bool) or not isinstance(miss, (int, float)) or not (
+            math.isfinite(miss) and miss > -1.0):
+        raise InvalidParameterError(f"{where}.miss", miss, "must be a number above -1 "
+                                    "(fitted / measured - 1)")
+    if not isinstance(record.get("run", ""), str):
+        raise InvalidParameterError(f"{where}.run", record.get("run"), "must be a string "
+                                    "(the run's label)")
+    return record
+
+
+def discrepancy_factor(cluster) -> float:
+    """The factor :math:`F` of eq. :eq:`model-discrepancy` of a cluster, 1 when its fit
+    reached every run (or for no cluster) [-]."""
+    extra = getattr(cluster, "extra", None)
+    rec = extra.get(KEY) if isinstance(extra, dict) else None
+    return 1.0 if rec is None else float(rec["factor"])
+
+
+def discrepancy_text(cluster) -> str:
+    """Why an answer's interval is widened, in words; empty when it is not [-]."""
+    if discrepancy_factor(cluster) <= 1.0:
+        return ""
+    rec = cluster.extra[KEY]
+    run = rec.get("run")
+    return (f"widened {rec['factor']:.3g} times both ways: the fit missed its own "
+            f"calibration run{f' {run!r}' if run else ''} by "
+            f"{100 * rec.get('miss', rec['factor'] - 1):+.1f} %, beyond its noise and "
+            "every explanation, so the model lacks something this cluster does "
+            "(the cluster's model_discrepancy, scalemodel.discrepancy)")
+
+
+def widen_time(low, high, factor):
+    """An iteration time's interval widened by ``factor`` [s]; an end None (unbounded)
+    stays None."""
+    if factor <= 1.0:
+        return low, high
+    return (None if low is None else low / factor,
+            None if high is None else high * factor)
+
+
+def widen_scaling(low, high, factor):
+    """A scaling factor's interval widened by ``factor``: the low end divided by it, the
+    high end multiplied but not beyond linear scaling (1, or the end itself if above)
+    [-]; an end None stays None."""
+    if factor <= 1.0:
+        return low, high
+    return (None if low is None else low / factor,
+            None if high is None else min(high * factor, max(high, 1.0)))
+
+
+def widened_targets(target, factor):
+    """``(optimistic, pessimistic)`` target scaling factors at which a solver's answer is
+    solved again: ``target / factor`` and ``target * factor``, the latter None when above
+    1 (no configuration reaches it: the answer's pessimistic end is unbounded) [-]."""
+    hi = target * factor
+    return target / factor, (None if hi > 1.0 else hi)
