@@ -343,7 +343,8 @@ def _gap(a, b):
 def scaling_factor_interval(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
                             value=None, **kwargs) -> AnswerInterval:
     """The scaling factor of one configuration and its interval over the cluster's
-    intervals and alternatives, eq. :eq:`answer-interval`.
+    intervals and alternatives, eq. :eq:`answer-interval`, widened by the fit's model
+    discrepancy when it has one (:func:`discrepant`).
 
     Parameters
     ----------
@@ -387,7 +388,8 @@ def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compressi
     """The iteration time of one configuration and its interval over the cluster's
     intervals, its alternatives and its fitted efficiency (eq. :eq:`answer-interval`,
     the corners also taken with their efficiencies swapped: a slow network with slow
-    compute is the longest step).
+    compute is the longest step), widened by the fit's model discrepancy when it has one
+    (:func:`discrepant`).
 
     Parameters
     ----------

@@ -92,7 +92,7 @@ from .collectives import (ALGORITHMS, NO_REDUCTION_COST, CollectiveCost, Collect
 from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS, Compressor,
                           alltoall_cost, codec_costs_for, for_implementation, get_compressor,
                           resolve_implementation)
-from .discrepancy import discrepancy_factor, widen_scaling
+from .discrepancy import discrepancy_factor, discrepancy_text, widen_scaling
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import _FLOATS, Scenario, effective_utilization
 from .overlap import OverlapLines, UpperEnvelope, _with_fixed, overlap_lines
@@ -1997,7 +1997,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     rows = _rows(sc, n, codec, lambda i: _row_steps(
         sc, comps[i][0], n, x, codec, target, sc.fusion, sf_none, comps[i][1], bw=bw,
         views=views, implementation=impl.name), len(comps), views)
-    needed = min([sf_none] + [v[3] for v in views]) >= target
+    widening = discrepancy_factor(sc.cluster)  # the uncompressed low end as the rows'
+    needed = widen_scaling(min([sf_none] + [v[3] for v in views]), None,
+                           widening)[0] >= target
     _rank_rows(rows, needed)
     best = None if needed else next(
         (r for r in rows if r.recommended and r.compressor != "none"), None)
@@ -2011,6 +2013,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     per, fits, gpu_name, note = memory_check(sc, n, gpu, loss, accounting, fragmentation)
     best_interval, said = _best_interval(model, best, sc, n, bw, dict(
         utilization=u, **options, implementation=implementation, gpu=gpu))
+    if widening > 1.0 and not said:  # (with a best row its interval says it)
+        said = "; the fit's intervals are " + discrepancy_text(sc.cluster)
     plan = CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
                            best_interval=best_interval,
                            message=msg + said + note, uncompressed_scaling_factor=sf_none,

@@ -152,6 +152,16 @@ def test_a_plan_widens_its_rows_but_not_their_speedups():
             assert rb.interval == pytest.approx(widen_scaling(lo, hi, F), rel=1e-9)
             assert rb.speedup_interval == pytest.approx(ra.speedup_interval, rel=1e-9)
         assert rb.feasible == (rb.interval[0] >= 0.5)  # the widened low end decides
+    assert "widened 1.25 times" in b.message and "widened" not in a.message
+    # no compression needed only when the uncompressed low end, widened, reaches it
+    kw = dict(n=16, bw="100Gbps", fusion="horovod", compressors=["none", "fp16"],
+              target=0.35)
+    a = sm.plan_compression("resnet50", cluster=plain(), **kw)
+    b = sm.plan_compression("resnet50", cluster=discrepant(), **kw)
+    none_a, none_b = (next(r for r in x.rows if r.compressor == "none") for x in (a, b))
+    assert a.no_compression_needed and none_a.interval[0] >= 0.35
+    assert none_b.interval[0] == pytest.approx(none_a.interval[0] / F, rel=1e-9)
+    assert not b.no_compression_needed and not none_b.feasible
     # break-even line rates do not move: both sides of the crossing move together
     x = sm.breakeven_bandwidth("bert", "fp16", n=64, fusion="horovod", cluster=plain())
     y = sm.breakeven_bandwidth("bert", "fp16", n=64, fusion="horovod", cluster=discrepant())
