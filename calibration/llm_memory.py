@@ -101,24 +101,36 @@ NAMED_CONFIGS = {"llama-1.3b": DEFAULT_CONFIG, "tiny": SMALL_CONFIG}
 
 # --------------------------------------------------------------------------- config
 
+
+def _config_of(spec):
+    """The :class:`TransformerConfig` of ``spec`` as :func:`load_config` reads it."""
+    if spec in NAMED_CONFIGS:
+        return TransformerConfig(**NAMED_CONFIGS[spec])
+    if spec.lstrip().startswith("{") or Path(spec).is_file():
+        text = spec if spec.lstrip().startswith("{") else Path(spec).read_text()
+        fields = json.loads(text)
+        if not isinstance(fields, dict):
+            raise TypeError(f"a config is a JSON object, not {type(fields).__name__}")
+        names = {f.name for f in attrs.fields(TransformerConfig)}
+        if set(fields) <= names:
+            return TransformerConfig(**fields)
+        return TransformerConfig.from_hf_config(fields)
+    return scalemodel.llm_config(spec)
+
 def load_config(spec=None, seq=None, micro_batch=None) -> TransformerConfig:
     """The :class:`TransformerConfig` named by ``spec``: a name of :data:`NAMED_CONFIGS`,
     a scalemodel built-in LLM (``scalemodel.llm_config``), a JSON string or a JSON file of
     ``TransformerConfig`` fields or of a Hugging Face ``config.json``; ``seq`` and
     ``micro_batch`` override the config's."""
     spec = spec or "llama-1.3b"
-    if spec in NAMED_CONFIGS:
-        cfg = TransformerConfig(**NAMED_CONFIGS[spec])
-    elif spec.lstrip().startswith("{") or Path(spec).is_file():
-        text = spec if spec.lstrip().startswith("{") else Path(spec).read_text()
-        fields = json.loads(text)
-        names = {f.name for f in attrs.fields(TransformerConfig)}
-        if set(fields) <= names:
-            cfg = TransformerConfig(**fields)
-        else:
-            cfg = TransformerConfig.from_hf_config(fields)
-    else:
-        cfg = scalemodel.llm_config(spec)
+    try:
+        cfg = _config_of(spec)
+    except (ValueError, TypeError, OSError) as exc:  # scalemodel's errors are ValueErrors
+        raise UsageError(  # or TypeErrors; a JSON or file error names the text or file
+            f"--config {spec!r}: {str(exc).splitlines()[0][:300]} (give a name: "
+            f"{', '.join(sorted(NAMED_CONFIGS))} or a built-in LLM of `scalemodel "
+            "profiles`, a JSON object of TransformerConfig fields, or a Hugging Face "
+            "config.json)") from None
     changes = {}
     if seq is not None:
         changes["seq"] = int(seq)
@@ -656,16 +668,13 @@ def check_device(text):
     one line when torch does not know it or has no CUDA."""
     import torch
 
+    from scalemodel.calibrate.compute import device_problem
+
     if text is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(text)
-    except (RuntimeError, TypeError) as exc:
-        raise UsageError(f"--device {text!r} is not a torch device "
-                         f"({str(exc).splitlines()[0][:120]})") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {text!r}: this torch ({torch.__version__}) sees no CUDA "
-                         "device; run where a GPU is, or give --device cpu")
+    problem = device_problem(text)
+    if problem:
+        raise UsageError(problem)
     return text
 
 

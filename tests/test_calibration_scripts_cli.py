@@ -66,6 +66,20 @@ def test_run_cli_statuses(lm, capsys):
         lm.positive_int("-1")
 
 
+@pytest.mark.parametrize("spec, says", [
+    ("nope", "unknown name"), ("{bad", "Expecting property name"),
+    ('{"hidden": 5}', "missing 4 required"), ('{"n_layer": 2}', "not a transformer"),
+])
+def test_llm_memory_names_its_config_option(lm, tmp_path, capsys, spec, says):
+    with pytest.raises(SystemExit) as err:  # was model='nope', or a JSON/TypeError traceback
+        lm.run_cli(lambda: lm.main(["--config", spec, "--out", str(tmp_path / "m.json"),
+                                    "--device", "cpu"]), "llm_memory", "-")
+    line = capsys.readouterr().err
+    assert err.value.code == 2 and line.startswith(f"llm_memory: error: --config {spec!r}: ")
+    assert says in line and "a Hugging Face config.json" in line
+    assert os.listdir(tmp_path) == []
+
+
 def test_llm_memory_writes_whole_files_with_the_umask_mode(lm, tmp_path):
     out = tmp_path / "deeper" / "m.json"
     lm._write_atomic(out, {"a": 1})

@@ -447,16 +447,11 @@ def _sizes(text):
 def _check_device(ap, text):
     """``--device`` refused in one line (status 2) when torch does not know it or has no
     CUDA, before anything is measured."""
-    if text is None:
-        return
-    import torch
+    from .compute import device_problem
 
-    try:
-        dev = torch.device(text)
-    except (RuntimeError, TypeError):
-        ap.error(f"--device {text!r} is not a torch device")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        ap.error(f"--device {text!r}: this torch ({torch.__version__}) sees no CUDA device")
+    problem = device_problem(text)
+    if problem:
+        ap.error(problem)
 
 
 def main(argv=None) -> int:

@@ -33,7 +33,7 @@ from ..profiles import WorkloadProfile
 from .models import _torch, load_model, loss_function
 
 __all__ = ["ComputeMeasurement", "measure_compute", "measure_reduction", "pick_device",
-           "autocast_context", "AMP_DTYPES"]
+           "device_problem", "autocast_context", "AMP_DTYPES"]
 
 
 def pick_device(device=None):
@@ -43,6 +43,30 @@ def pick_device(device=None):
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
             else torch.device("cpu")
     return torch.device(device)
+
+
+def device_problem(text) -> str:
+    """What is wrong with a ``--device`` the user typed, in one line ("" when torch knows
+    the device and, for CUDA, sees one): what the calibration scripts check before they
+    measure anything [-].
+
+    Parameters
+    ----------
+    text : str or None
+        The device as typed; None (the default device) is never a problem [-].
+    """
+    if text is None:
+        return ""
+    torch = _torch()
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, TypeError) as exc:
+        return (f"--device {text!r} is not a torch device "
+                f"({str(exc).splitlines()[0][:120]})")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return (f"--device {text!r}: this torch ({torch.__version__}) sees no CUDA device; "
+                "run where a GPU is, or give --device cpu")
+    return ""
 
 
 def device_name(device) -> str:
