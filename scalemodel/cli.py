@@ -759,6 +759,8 @@ def cmd_scaling(args):
                     row["scaling_factor_interval"] = [iv.low, iv.high]
                     if iv.memory_pressure:
                         row["memory_pressure"] = iv.memory_pressure
+                    if iv.discrepancy:
+                        row["model_discrepancy"] = iv.discrepancy
                     if (iv.from_alternatives or iv.memory_pressure
                             or iv.discrepancy) and not notes:
                         notes.append(f"n={n}, {format_bandwidth(bw)}, ratio {r:g}: "

@@ -1,8 +1,8 @@
 r"""Model discrepancy: a fit that misses its own calibration runs, and the intervals it
 widens.
 
-A fit (:func:`~scalemodel.fit_cluster`) either reaches each calibration run within its
-noise or warns (:class:`~scalemodel.exceptions.CalibrationWarning`) that its best
+A fit (:func:`~scalemodel.fit_cluster`) either reaches each calibration run (and each
+compressed run, with the codec cost it fits) within its noise or warns (:class:`~scalemodel.exceptions.CalibrationWarning`) that its best
 explanation, and every alternative within the runs' noise, misses a run by more than
 three of that run's uncertainties. Such a run says that the model lacks something this
 cluster does (a cost it has no term for), or that the run contradicts the others. The
@@ -36,12 +36,15 @@ both ways, since the sign of the next miss is unknown:
   same factor.
 
 The point answers stay the fit's. A fit that reaches all its runs records nothing:
-:math:`F = 1` and no interval changes.
+:math:`F = 1` and no interval changes. Nor does an answer for one data-parallel worker:
+it has no traffic for the cluster's terms to act on, and no compression or line rate
+changes it.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 from .exceptions import InvalidParameterError
 
@@ -53,8 +56,11 @@ KEY = "model_discrepancy"
 """The key of the record in ``ClusterProfile.extra`` and in a cluster file [-]."""
 
 MAX_FACTOR = 100.0
-"""Largest factor a record may hold: a fit that misses its own runs by more is not a
-calibration, and a file that says so is refused [-]."""
+"""Largest factor a record holds: a fit that misses its own runs by more records this
+(``"capped": true``) and its message says so; a file with a larger factor is refused
+[-]."""
+
+_FIELDS = ("factor", "run", "miss", "runs_missed", "capped")
 
 
 def discrepancy_record(labels, predicted, measured, missed):
@@ -80,10 +86,26 @@ def discrepancy_record(labels, predicted, measured, missed):
         return None
     logs = {i: abs(math.log(float(predicted[i]) / float(measured[i]))) for i in missed}
     worst = max(missed, key=logs.get)
-    factor = min(math.exp(logs[worst]), MAX_FACTOR)
-    return {"factor": float(factor), "run": str(labels[worst]),
-            "miss": float(predicted[worst]) / float(measured[worst]) - 1.0,
-            "runs_missed": len(missed)}
+    capped = logs[worst] > math.log(MAX_FACTOR)
+    out = {"factor": MAX_FACTOR if capped else float(math.exp(logs[worst])),
+           "run": str(labels[worst]),
+           "miss": float(predicted[worst]) / float(measured[worst]) - 1.0,
+           "runs_missed": len(missed)}
+    if capped:
+        out["capped"] = True
+    return out
+
+
+def _number(record, key, where):
+    """``record[key]`` as a finite float, refused by name when it is not one."""
+    v = record[key]
+    try:
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+    except OverflowError:  # an integer beyond a float (JSON holds 10**400)
+        ok = False
+    if not ok:
+        raise InvalidParameterError(f"{where}.{key}", v, "must be a finite number")
+    return float(v)
 
 
 def check_discrepancy(record, where=KEY):
@@ -92,42 +114,79 @@ def check_discrepancy(record, where=KEY):
     if not isinstance(record, dict):
         raise InvalidParameterError(where, record, 'must be an object {"factor": F >= 1, '
                                     '"run": label, "miss": relative miss}')
-    f = record.get("factor")
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not (
-            math.isfinite(f) and 1.0 <= f <= MAX_FACTOR):
-        raise InvalidParameterError(f"{where}.factor", f, f"must be a number in [1, "
-                                    f"{MAX_FACTOR:g}] (the fit's largest miss of its own "
-                                    "runs as a factor on the time)")
-    miss = record.get("miss", 0.0)
-    if isinstance(miss, bool) or not isinstance(miss, (int, float)) or not (
-            math.isfinite(miss) and miss > -1.0):
-        raise InvalidParameterError(f"{where}.miss", miss, "must be a number above -1 "
-                                    "(fitted / measured - 1)")
+    unknown = sorted(str(k) for k in record if k not in _FIELDS)
+    if unknown:
+        raise InvalidParameterError(f"{where}.{unknown[0]}", record[unknown[0]] if unknown[0]
+                                    in record else None, f"is not a field of the record "
+                                    f"(its fields: {', '.join(_FIELDS)})")
+    if "factor" not in record:
+        raise InvalidParameterError(f"{where}.factor", None, "is missing")
+    f = _number(record, "factor", where)
+    if not 1.0 <= f <= MAX_FACTOR:
+        raise InvalidParameterError(f"{where}.factor", f, f"must be in [1, {MAX_FACTOR:g}] "
+                                    "(the fit's largest miss of its own runs as a factor "
+                                    "on the time)")
+    if "miss" in record:
+        miss = _number(record, "miss", where)
+        if not -1.0 < miss <= 1e6:
+            raise InvalidParameterError(f"{where}.miss", miss, "must be in (-1, 1e6] "
+                                        "(fitted / measured - 1)")
+        said = abs(math.log1p(miss))  # the factor is the miss, or the cap below it
+        if not (math.isclose(math.log(f), said, rel_tol=1e-6, abs_tol=1e-9)
+                or f == MAX_FACTOR and said > math.log(f)):
+            raise InvalidParameterError(f"{where}.factor", f, f"must be exp(|ln(1 + miss)|) "
+                                        f"= {math.exp(min(said, 700.0)):.6g} for the miss of "
+                                        f"{miss:g} it states (or {MAX_FACTOR:g}, capped)")
     if not isinstance(record.get("run", ""), str):
         raise InvalidParameterError(f"{where}.run", record.get("run"), "must be a string "
                                     "(the run's label)")
+    k = record.get("runs_missed", 1)
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise InvalidParameterError(f"{where}.runs_missed", k, "must be an integer >= 1")
+    if not isinstance(record.get("capped", False), bool):
+        raise InvalidParameterError(f"{where}.capped", record.get("capped"),
+                                    "must be true or false")
     return record
 
 
-def discrepancy_factor(cluster) -> float:
-    """The factor :math:`F` of eq. :eq:`model-discrepancy` of a cluster, 1 when its fit
-    reached every run (or for no cluster) [-]."""
+def _record(cluster):
+    """The checked record of ``cluster``, or None (checked again on every read: ``extra``
+    is a dict a caller can change after the cluster was made)."""
     extra = getattr(cluster, "extra", None)
     rec = extra.get(KEY) if isinstance(extra, dict) else None
-    return 1.0 if rec is None else float(rec["factor"])
+    return None if rec is None else check_discrepancy(rec, f"cluster.extra[{KEY!r}]")
+
+
+def discrepancy_factor(cluster, n=None) -> float:
+    """The factor :math:`F` of eq. :eq:`model-discrepancy` of a cluster: 1 when its fit
+    reached every run, for no cluster, and for one data-parallel worker.
+
+    Parameters
+    ----------
+    cluster : ClusterProfile or None
+        The cluster [-].
+    n : int, optional
+        Data-parallel workers of the answer; at most 1 gives 1 [workers].
+    """
+    rec = _record(cluster)
+    if rec is None or (n is not None and n <= 1):
+        return 1.0
+    return float(rec["factor"])
 
 
 def discrepancy_text(cluster) -> str:
     """Why an answer's interval is widened, in words; empty when it is not [-]."""
-    if discrepancy_factor(cluster) <= 1.0:
+    rec = _record(cluster)
+    if rec is None or float(rec["factor"]) <= 1.0:
         return ""
-    rec = cluster.extra[KEY]
-    run = rec.get("run")
-    return (f"widened {rec['factor']:.3g} times both ways: the fit missed its own "
-            f"calibration run{f' {run!r}' if run else ''} by "
-            f"{100 * rec.get('miss', rec['factor'] - 1):+.1f} %, beyond its noise and "
-            "every explanation, so the model lacks something this cluster does "
-            "(the cluster's model_discrepancy, scalemodel.discrepancy)")
+    f, run = float(rec["factor"]), rec.get("run")
+    miss = (f"by {100 * float(rec['miss']):+.1f} %" if "miss" in rec
+            else f"by a factor {f:.3g}")
+    return (f"widened {f:.3g} times both ways: the fit missed its own calibration "
+            f"run{f' {run!r}' if run else ''} {miss}"
+            + (f" (the factor capped at {MAX_FACTOR:g})" if rec.get("capped") else "")
+            + ", beyond its noise and every explanation, so the model lacks something "
+            "this cluster does (the cluster's model_discrepancy, scalemodel.discrepancy)")
 
 
 def widen_time(low, high, factor):

@@ -439,10 +439,13 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         from .fit_codec import fit_codec
         codec = fit_codec(fitted, all_runs, implementation=implementation, **settings,
                           confidence=confidence)
-        result = attrs.evolve(result, cluster=codec.cluster, codec=codec.fits,
+        cl = _with_codec_misses(codec.cluster, codec.fits, all_runs)
+        result = attrs.evolve(result, cluster=cl, codec=codec.fits,
                               message=result.message + "\ncodec costs (from the compressed "
                               "runs, on the fitted cluster):\n  "
-                              + codec.message.replace("\n", "\n  "))
+                              + codec.message.replace("\n", "\n  ")
+                              + ("\n" + "\n".join(_discrepancy_notes(cl))
+                                 if cl is not codec.cluster else ""))
     return result
 
 
@@ -958,6 +961,34 @@ def _with_discrepancy(cluster, record):
     if record is not None:
         extra[DISCREPANCY_KEY] = record
     return cluster if extra == cluster.extra else attrs.evolve(cluster, extra=extra)
+
+
+def _with_codec_misses(cluster, fits, runs):
+    """``cluster`` with the compressed runs that the codec fit misses by more than three
+    of their uncertainties in its model-discrepancy record (the larger miss of the two
+    steps), each named in a :class:`~scalemodel.exceptions.CalibrationWarning`; the
+    compressed runs of a family whose cost was not used have no fitted time and are not
+    counted [-]."""
+    sigma = {r.label: r.uncertainty for r in runs}
+    rows = [row for f in fits.values() for row in f.residuals]
+    missed = [i for i, (label, measured, fitted) in enumerate(rows)
+              if abs(math.log(fitted / measured)) > 3 * sigma.get(label, DEFAULT_UNCERTAINTY)]
+    for i in missed[:20]:
+        label, measured, fitted = rows[i]
+        warnings.warn(CalibrationWarning(
+            f"fit_cluster: compressed run {label!r} is missed by "
+            f"{100 * (fitted / measured - 1):+.1f} % with the fitted codec cost: it "
+            "contradicts the others or the model"), stacklevel=3)
+    rec = discrepancy_record([r[0] for r in rows], [r[2] for r in rows],
+                             [r[1] for r in rows], missed)
+    if rec is None:
+        return cluster
+    old = cluster.extra.get(DISCREPANCY_KEY)
+    if old is not None:
+        if old["factor"] >= rec["factor"]:
+            rec = old
+        rec = dict(rec, runs_missed=old.get("runs_missed", 1) + len(missed))
+    return attrs.evolve(cluster, extra=dict(cluster.extra, **{DISCREPANCY_KEY: rec}))
 
 
 def _discrepancy_notes(cluster):

@@ -221,7 +221,7 @@ def answer_interval(fn, cluster, value=None, *, swap_efficiency=False) -> Answer
     return AnswerInterval(value, _end(low), _end(high), wide, per, run, unseen)
 
 
-def discrepant(iv, cluster, kind) -> AnswerInterval:
+def discrepant(iv, cluster, kind, n=None) -> AnswerInterval:
     """``iv`` widened by the model discrepancy of ``cluster`` (eq.
     :eq:`model-discrepancy`), unchanged when its fit reached every run.
 
@@ -234,20 +234,22 @@ def discrepant(iv, cluster, kind) -> AnswerInterval:
     kind : {"time", "scaling"}
         What ``iv`` is: a time widens to ``[low / F, high F]``, a scaling factor to
         ``[low / F, min(high F, max(high, 1))]`` [-].
+    n : int, optional
+        Data-parallel workers of the answer: one is not widened [workers].
 
     Returns
     -------
     AnswerInterval
         In the unit of ``iv``.
     """
-    f = discrepancy_factor(cluster)
+    f = discrepancy_factor(cluster, n)
     if f <= 1.0:
         return iv
     low, high = (widen_time if kind == "time" else widen_scaling)(iv.low, iv.high, f)
     return attrs.evolve(iv, low=low, high=high, discrepancy=discrepancy_text(cluster))
 
 
-def discrepant_solution(iv, cluster, solve_at, target) -> AnswerInterval:
+def discrepant_solution(iv, cluster, solve_at, target, n=None) -> AnswerInterval:
     """A solver's interval ``iv`` (an answer that grows with the target scaling factor: a
     compression ratio or a line rate) widened by the model discrepancy of ``cluster``:
     solved again over every corner at the target times the factor (the pessimistic end,
@@ -265,13 +267,15 @@ def discrepant_solution(iv, cluster, solve_at, target) -> AnswerInterval:
         [-].
     target : float
         The target scaling factor [-].
+    n : int, optional
+        Data-parallel workers of the answer: one is not widened [workers].
 
     Returns
     -------
     AnswerInterval
         In the unit of ``iv``.
     """
-    f = discrepancy_factor(cluster)
+    f = discrepancy_factor(cluster, n)
     if f <= 1.0:
         return iv
     optimistic, pessimistic = widened_targets(target, f)
@@ -379,8 +383,8 @@ def scaling_factor_interval(model, n, bw, *, cluster, utilization=1.0, compressi
         return scaling_factor(model, n, bw, utilization=utilization,
                               compression=compression, cluster=c, **kwargs)
 
-    return _pressured(discrepant(answer_interval(fn, cl, value), cl, "scaling"), model, n,
-                      cl, kwargs, slow="low")
+    return _pressured(discrepant(answer_interval(fn, cl, value), cl, "scaling",
+                                 _dp(n, kwargs)), model, n, cl, kwargs, slow="low")
 
 
 def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
@@ -416,7 +420,13 @@ def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compressi
                                 compression=compression, cluster=c, **kwargs)
 
     return _pressured(discrepant(answer_interval(fn, cl, value, swap_efficiency=True), cl,
-                                 "time"), model, n, cl, kwargs, slow="high")
+                                 "time", _dp(n, kwargs)), model, n, cl, kwargs, slow="high")
+
+
+def _dp(n, kwargs):
+    """The data-parallel workers of ``n`` GPUs under the ``tp`` and ``pp`` of ``kwargs``
+    [workers]."""
+    return int(n) // (int(kwargs.get("tp") or 1) * int(kwargs.get("pp") or 1))
 
 
 def _pressured(iv, model, n, cluster, kwargs, *, slow):
