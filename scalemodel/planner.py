@@ -1116,9 +1116,12 @@ class PlanRow:
         Least aggressive knob value that reaches the target (the most aggressive one
         searched when none does), or the setting given as ``"name:setting"`` [-].
     feasible : bool
-        Whether it reaches the target.
+        Whether it reaches the target (on a fitted cluster: at the low end of its
+        interval).
     beats_uncompressed : bool
-        Whether it scales better than no compression (always False for ``"none"``).
+        Whether it scales better than no compression (always False for ``"none"``): at
+        every end of the interval on a fitted cluster, or by reaching the target where no
+        compression does not.
     recommended : bool
         Whether the plan recommends it (``"ok"`` in the table): it reaches the target and
         beats no compression; ``"none"`` is recommended when it reaches the target. A
@@ -1539,11 +1542,11 @@ def _row_steps(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=N
     config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = yield from _chosen_steps(
         sc, comp, n, x, target, fixed, views, at)
     feasible = sf_lo >= target  # over the whole interval
-    none_hi = widen_scaling(None, max([sf_none] + [v[3] for v in views]),
-                            discrepancy_factor(sc.cluster))[1]
-    # feasible while uncompressed is not: better by construction; else by a clear margin,
-    # at every end of the interval
-    beats = comp.name != "none" and ((feasible and none_hi < target)
+    none_lo = widen_scaling(min([sf_none] + [v[3] for v in views]), None,
+                            discrepancy_factor(sc.cluster, n))[0]
+    # feasible over the whole interval where uncompressed is not (its row's rule): better
+    # by construction; else by a clear margin, at every end of the interval
+    beats = comp.name != "none" and ((feasible and none_lo < target)
                                      or spd_lo > 1.0 + _BEAT_MARGIN)
     recommended = feasible and (beats or comp.name == "none")
     x_eff = float(_x_eff(ev, x))
@@ -1595,7 +1598,7 @@ def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
     ``at.widened``: whether it has one), the speedups not: compressed and uncompressed
     times move together. ``at.config(value)``: the compressor alone."""
     cache, configs = {}, {}
-    f = discrepancy_factor(sc.cluster)
+    f = discrepancy_factor(sc.cluster, n)
 
     def config(value):  # the compressor at ``value``, made once per row
         c = configs.get(value)
@@ -1741,9 +1744,12 @@ def _interval_clusters(cluster):
     return unique
 
 
-def _views(sc, model, bw, u, n, gpu, impl, kw):
+def _views(sc, model, bw, u, n, gpu, impl, kw, mp):
     """``(scenario, x, codec)`` on each cluster of the interval
-    (:func:`_interval_clusters`); :func:`_with_none` adds their uncompressed scaling
+    (:func:`_interval_clusters`), built with the job's settings ``kw`` and its tensor- and
+    pipeline-parallel ones ``mp`` (a ring's view of a corner is its own ring view,
+    :meth:`~scalemodel.ClusterProfile.ring_view`), at the data-parallel ``n`` [workers]
+    and ring rate ``bw`` [bits/s]; :func:`_with_none` adds their uncompressed scaling
     factor."""
     out = []
     for c in _interval_clusters(sc.cluster):
@@ -1751,7 +1757,8 @@ def _views(sc, model, bw, u, n, gpu, impl, kw):
                      kw["intra_bw"], kw["intra_alpha"], kw["ps_servers"], c,
                      kw["nics_per_node"], kw["sharding"],
                      activation_checkpointing=kw["activation_checkpointing"],
-                     offload=kw["offload"], shard_group=kw["shard_group"])
+                     offload=kw["offload"], shard_group=kw["shard_group"],
+                     sequence_parallel=kw["sequence_parallel"], **mp)
         vx = 1.0 / (effective_utilization(vsc, bw, u) * bw)
         vsc = vsc.planned(n, vx)
         out.append((vsc, vx, _codec(vsc, gpu, impl)))
@@ -1980,7 +1987,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     built = sc  # as built: the ideal solve's scenario when it would build the same
     sc = sc.planned(n, x)  # MG-WFBP: the buckets it plans for this network
     p = sc.profile
-    views = _views(sc, model, bw, u, n, gpu, impl, options)
+    views = _views(sc, model, bw, u, n, gpu, impl, options, dict(
+        tp=tp, pp=pp, microbatches=microbatches, virtual_stages=virtual_stages))
     _first_round(sc, n, codec, views, comps)  # the uncompressed evaluation among them
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
     ideal = _ideal_compression(model, sc, n_job, bw_job, target, u, (gpu, loss, accounting),
@@ -1997,7 +2005,7 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     rows = _rows(sc, n, codec, lambda i: _row_steps(
         sc, comps[i][0], n, x, codec, target, sc.fusion, sf_none, comps[i][1], bw=bw,
         views=views, implementation=impl.name), len(comps), views)
-    widening = discrepancy_factor(sc.cluster)  # the uncompressed low end as the rows'
+    widening = discrepancy_factor(sc.cluster, n)  # the uncompressed low end as the rows'
     needed = widen_scaling(min([sf_none] + [v[3] for v in views]), None,
                            widening)[0] >= target
     _rank_rows(rows, needed)
@@ -2011,8 +2019,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     outside = _outside_calibration(sc.cluster, bw)
     msg = _message_caveats(msg, rows, needed, _strategy(sc), views, outside)
     per, fits, gpu_name, note = memory_check(sc, n, gpu, loss, accounting, fragmentation)
-    best_interval, said = _best_interval(model, best, sc, n, bw, dict(
-        utilization=u, **options, implementation=implementation, gpu=gpu))
+    best_interval, said = _best_interval(model, best, sc, (n, n_job), bw_job, dict(
+        utilization=u, **options, implementation=implementation, gpu=gpu, tp=tp, pp=pp,
+        microbatches=microbatches, virtual_stages=virtual_stages))
     if widening > 1.0 and not said:  # (with a best row its interval says it)
         said = "; the fit's intervals are " + discrepancy_text(sc.cluster)
     plan = CompressionPlan(rows=tuple(rows), best=best, no_compression_needed=needed,
@@ -2159,20 +2168,24 @@ def _message_caveats(msg, rows, needed, strategy, views, outside):
     return msg
 
 
-def _best_interval(model, best, sc, n, bw, kw):
+def _best_interval(model, best, sc, ns, bw, kw):
     """``((lo, hi), text)``: the ``best`` row's scaling factor over a fitted cluster's
     intervals and alternatives [-] (:func:`~scalemodel.intervals.answer_interval`;
-    ``kw``: the options of :func:`compressed_scaling_factor`) and what the message says
-    of it; ``(None, "")`` without a best row or intervals."""
+    ``kw``: the options of :func:`compressed_scaling_factor`, the job's tensor- and
+    pipeline-parallel ones among them; ``ns``: the data-parallel workers and the job's
+    GPUs, ``bw`` the job's line rate [bits/s]) and what the message says of it;
+    ``(None, "")`` without a best row or intervals."""
+    n_dp, n = ns
     if best is None or sc.cluster is None or not (
             sc.cluster.intervals or sc.cluster.alternatives
-            or discrepancy_factor(sc.cluster) > 1.0):
+            or discrepancy_factor(sc.cluster, n_dp) > 1.0):
         return None, ""
     from .intervals import answer_interval, discrepant  # over every alternative's corners
 
+    # (a corner of a ring's view is its own view: the job's build keeps it)
     iv = discrepant(answer_interval(lambda c: compressed_scaling_factor(
         model, best.config, n, bw, cluster=c, **kw), sc.cluster, best.scaling_factor),
-        sc.cluster, "scaling")
+        sc.cluster, "scaling", n_dp)
     best_interval = (float(iv.low), float(iv.high))
     text = (f"; over the fit's intervals {best.compressor} reaches "
             f"{best_interval[0]:.3f} to {best_interval[1]:.3f}")

@@ -372,6 +372,9 @@ def _for_the_job(result, sc, n, bw=None):
     else:
         ring = float(result.bw)
         changes["bw"] = ring / sc.bw_scale
+        if result.interval is not None:  # the ends too are rings' rates
+            changes["interval"] = tuple(None if v is None else float(v) / sc.bw_scale
+                                        for v in result.interval)
     if sc.bw_scale != 1.0 and math.isfinite(ring) and ring > 0:
         note += (f", each data-parallel ring at {format_bandwidth(ring)}, the line rate x "
                  f"{sc.bw_scale:g} (the node's NICs over its {mp.tp} tensor-parallel ranks' "
@@ -393,29 +396,31 @@ def _corner(sc, cluster, build):
     return build(cluster) if made is None else made
 
 
-def _with_interval(result, sc, solve_at, target, field, what, model=None):
+def _with_interval(result, sc, solve_at, target, field, what, model=None, n=None):
     """``result`` with the interval of ``field`` over the cluster's intervals and
     alternatives (:func:`~scalemodel.intervals.answer_interval`; ``solve_at(t)`` gives
     the function of a cluster that solves the answer's ``field`` at target scaling factor
     ``t``), widened by the fit's model discrepancy
     (:func:`~scalemodel.intervals.discrepant_solution`); an unbounded end is None and
-    printed as such. The message says when a fitted efficiency is carried to ``model``
-    from another model's runs (:func:`~scalemodel.efficiency.carried_over`)."""
+    printed as such (``n``: the data-parallel workers; one is not widened). The message
+    says when a fitted efficiency is carried to ``model`` from another model's runs
+    (:func:`~scalemodel.efficiency.carried_over`)."""
     from .discrepancy import discrepancy_factor
 
     cl = sc.cluster
-    if cl is None or discrepancy_factor(cl) <= 1.0 and (
+    if cl is None or discrepancy_factor(cl, n) <= 1.0 and (
             not (cl.intervals or cl.alternatives or "efficiency" in cl.extra)
             or not cl.alternatives and all(c is cl for c in cl.corners())):
         return result
     from .intervals import answer_interval, discrepant_solution
 
     iv = discrepant_solution(answer_interval(solve_at(target), cl, getattr(result, field)),
-                             cl, solve_at, target)
+                             cl, solve_at, target, n)
     if what == "ratio":
         fmt, why = (lambda v: f"{v:.3g}x"), "no ratio reaches the target"
-    else:
-        fmt, why = _bw_text, "no line rate reaches the target"
+    else:  # a ring's rate said per NIC, as the answer is (_for_the_job)
+        scale = float(getattr(sc, "bw_scale", 1.0))
+        fmt, why = (lambda v: _bw_text(v / scale)), "no line rate reaches the target"
     return attrs.evolve(result, interval=iv.pair,
                         message=f"{result.message}; {iv.describe(fmt, why)}"
                         + _carried_note(cl, model, _tp_of(sc), _recompute_of(sc)))
@@ -668,7 +673,7 @@ def min_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizatio
     res = _with_interval(_min_compression(sc, bw_dp, n_dp, target, u), sc,
                          lambda t: lambda cl: _corner_ratio(_corner(sc, cl, build), bw_dp,
                                                             n_dp, t, u),
-                         target, "ratio", "ratio", model)
+                         target, "ratio", "ratio", model, n_dp)
     _pressure_unanswered(sc, n, "compression ratio")
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n, bw)
 
@@ -878,7 +883,7 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
                          lambda t: lambda cl: _corner_bw(_corner(sc, cl, build), n_dp, t,
                                                          r, u),
-                         target, "bw", "bw", model)
+                         target, "bw", "bw", model, n_dp)
     _pressure_unanswered(sc, n, "required line rate")
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n)
 

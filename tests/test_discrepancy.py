@@ -192,6 +192,11 @@ def test_the_cli_says_why_its_intervals_are_wide(tmp_path):
     ({"factor": 1e308}, "factor"), ({"factor": "2"}, "factor"), ({"factor": True}, "factor"),
     ({}, "factor"), ({"factor": 1.2, "miss": -2.0}, "miss"),
     ({"factor": 1.2, "run": 5}, "run"), ([1.2], "model_discrepancy"),
+    ({"factor": 10**400}, "factor"), ({"factor": 1.2, "miss": 10**400}, "miss"),
+    ({"factor": 2.0, "mis": 1.0}, "mis"), ({"factor": 2.0, "runs_missed": 0}, "runs_missed"),
+    ({"factor": 2.0, "runs_missed": "many"}, "runs_missed"),
+    ({"factor": 2.0, "miss": 0.0}, "factor"),  # the miss says 1
+    ({"factor": 1.0, "miss": 5.0}, "factor"), ({"factor": 2.0, "capped": "yes"}, "capped"),
 ])
 def test_a_bad_record_is_refused_by_name(record, field):
     with pytest.raises(sm.InvalidParameterError, match=field):
@@ -199,3 +204,90 @@ def test_a_bad_record_is_refused_by_name(record, field):
     data = dict(sm.ClusterProfile(provenance={"source": "test"}).to_dict(), **{KEY: record})
     with pytest.raises(sm.ProfileFormatError, match=field):
         sm.ClusterProfile.from_dict(json.loads(json.dumps(data)))
+
+
+def test_a_record_is_checked_where_it_is_read():
+    # numpy numbers are numbers; a capped record states a larger miss than its factor
+    import numpy as np
+    sm.ClusterProfile(provenance={"source": "t"}, extra={KEY: {"factor": np.float32(2.0)}})
+    sm.ClusterProfile(provenance={"source": "t"}, extra={
+        KEY: {"factor": MAX_FACTOR, "miss": 500.0, "capped": True}})
+    c = plain()
+    c.extra[KEY] = {"factor": math.nan}  # changed after the cluster was made
+    with pytest.raises(sm.InvalidParameterError, match="factor"):
+        sm.iteration_time("bert", 64, "10Gbps", cluster=c, fusion="horovod")
+
+
+def test_one_data_parallel_worker_is_not_widened():
+    kw = dict(fusion="horovod")
+    a = sm.iteration_time("resnet50", 1, "10Gbps", cluster=plain(), **kw)
+    b = sm.iteration_time("resnet50", 1, "10Gbps", cluster=discrepant(), **kw)
+    assert (b.total_interval, b.scaling_factor_interval) == (a.total_interval,
+                                                             a.scaling_factor_interval)
+    assert b.model_discrepancy == ""
+    m = sm.min_compression("resnet50", "10Gbps", n=1, target=0.9, cluster=discrepant(), **kw)
+    assert m.ratio == 1.0 and m.interval[1] is not None and "widened" not in m.message
+    p = sm.plan_compression("resnet50", "10Gbps", n=1, target=0.9, cluster=discrepant(),
+                            compressors=["none", "fp16"], **kw)
+    assert p.no_compression_needed and "widened" not in p.message
+    # a tensor-parallel job of tp GPUs is one data-parallel replica too
+    t = sm.iteration_time("llama-2-7b", 8, "100Gbps", tp=8, cluster=discrepant())
+    assert t.model_discrepancy == ""
+
+
+def test_a_plan_recommends_the_compressor_that_reaches_the_target_where_none_does_not():
+    kw = dict(n=16, fusion="horovod", target=0.35, compressors=["none", "fp16"])
+    p = sm.plan_compression("resnet50", "100Gbps", cluster=discrepant(), **kw)
+    none = next(r for r in p.rows if r.compressor == "none")
+    assert not none.feasible and not p.no_compression_needed
+    assert p.best is not None and p.best.compressor == "fp16" and p.best.feasible
+    assert p.best_interval == pytest.approx(p.best.interval, rel=1e-9)
+    assert "no compressor reaches" not in p.message
+
+
+def test_compressed_runs_that_the_codec_fit_misses_are_recorded():
+    truth = sm.ClusterProfile(topology=sm.Topology(gpus_per_node=8), ceiling=12e9,
+                              provenance={"source": "test"})
+    runs = []
+    for n in (16, 64):
+        for comp in (None, "fp16"):
+            sf = (sm.scaling_factor("resnet50", n, 25e9, fusion="horovod", cluster=truth)
+                  if comp is None else sm.compressed_scaling_factor(
+                      "resnet50", comp, n, 25e9, fusion="horovod", cluster=truth))
+            runs.append(dict(model="resnet50", n=n, bw=25e9, scaling_factor=sf,
+                             uncertainty=0.01, label=f"{comp or 'none'}{n}",
+                             **({"compressor": comp} if comp else {})))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sm.CalibrationWarning)
+        fit = sm.fit_cluster(runs, fusion="horovod", gpus_per_node=8)
+    assert KEY not in fit.cluster.extra  # the codec fit reaches its runs
+    bad = dict(runs[-1], scaling_factor=runs[-1]["scaling_factor"] / 2, label="fp16-bad")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = sm.fit_cluster(runs + [bad], fusion="horovod", gpus_per_node=8)
+    assert any("compressed run 'fp16-bad'" in str(w.message) for w in caught)
+    rec = fit.cluster.extra[KEY]
+    row = next(r for f in fit.codec.values() for r in f.residuals if r[0] == "fp16-bad")
+    assert rec["run"] == "fp16-bad" and rec["miss"] == pytest.approx(row[2] / row[1] - 1)
+    assert "model_discrepancy" in fit.message
+
+
+@pytest.mark.parametrize("mp", [dict(tp=2), dict(tp=8, pp=2, microbatches=8)])
+def test_tensor_parallel_intervals_agree_between_answers(mp):
+    # the plan's interval clusters are built with the job's tp and pp (they were built as
+    # pure data parallelism), and a required line rate's interval is per NIC, as its point
+    kw = dict(cluster=plain(), **mp)
+    it = sm.iteration_time("llama-2-7b", 32, "25Gbps", **kw)
+    p = sm.plan_compression("llama-2-7b", "25Gbps", n=32, compressors=["none"], **kw)
+    assert p.rows[0].interval == pytest.approx(it.scaling_factor_interval, rel=1e-9)
+    r = sm.required_bandwidth("llama-2-7b", n=32, target=1e-3, **kw)
+    assert r.interval[0] <= r.bw <= r.interval[1]
+
+
+def test_scaling_json_says_why_the_interval_is_wide(tmp_path):
+    path = sm.save_cluster(discrepant(), tmp_path / "c.json")
+    data = json.loads(subprocess.run(
+        [sys.executable, "-m", "scalemodel", "scaling", "--model", "bert", "--n", "64",
+         "--bw", "10Gbps", "--fusion", "horovod", "--cluster", str(path), "--json"],
+        capture_output=True, text=True, check=True).stdout)
+    assert "widened 1.25 times" in data["results"][0]["model_discrepancy"]
