@@ -24,12 +24,13 @@ both ways, since the sign of the next miss is unknown:
 - an iteration time's :math:`[t_\text{lo}, t_\text{hi}]` becomes
   :math:`[t_\text{lo}/F,\; t_\text{hi} F]`;
 - a scaling factor's :math:`[s_\text{lo}, s_\text{hi}]` becomes
-  :math:`[s_\text{lo}/F,\; \min(s_\text{hi} F,\, \max(s_\text{hi}, 1))]`: the scaling factor
-  is the single-worker time over the iteration time, so it moves inversely, and no
-  data-parallel job beats linear scaling;
+  :math:`[s_\text{lo}/F,\; s_\text{hi} F]`: the scaling factor is the single-worker time
+  over the iteration time, so it moves inversely (a sharded job's may pass 1: its step
+  on each GPU is smaller);
 - a minimum compression ratio or required line rate for a target scaling factor
-  :math:`s^*` is solved again at :math:`s^* F` over the pessimistic corners (unbounded
-  when :math:`s^* F > 1`) and at :math:`s^* / F` over the optimistic ones;
+  :math:`s^*` is solved again at :math:`s^* F` over the pessimistic corners (taken as
+  unbounded when :math:`s^* F > 1`, which only a sharded job could reach) and at
+  :math:`s^* / F` over the optimistic ones;
 - a compression plan's rows take their scaling factors' intervals so widened, and a row
   is feasible when the low end reaches the target; speedups over no compression and
   break-even line rates do not change: compressed and uncompressed times move by the
@@ -200,12 +201,12 @@ def widen_time(low, high, factor):
 
 def widen_scaling(low, high, factor):
     """A scaling factor's interval widened by ``factor``: the low end divided by it, the
-    high end multiplied but not beyond linear scaling (1, or the end itself if above)
-    [-]; an end None stays None."""
+    high end multiplied, as the iteration time's ends move (:func:`widen_time`: the
+    scaling factor is the single-worker time over it) [-]; an end None stays None."""
     if factor <= 1.0:
         return low, high
     return (None if low is None else low / factor,
-            None if high is None else min(high * factor, max(high, 1.0)))
+            None if high is None else high * factor)
 
 
 def widened_targets(target, factor):

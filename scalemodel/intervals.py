@@ -233,7 +233,7 @@ def discrepant(iv, cluster, kind, n=None) -> AnswerInterval:
         The cluster it was computed on [-].
     kind : {"time", "scaling"}
         What ``iv`` is: a time widens to ``[low / F, high F]``, a scaling factor to
-        ``[low / F, min(high F, max(high, 1))]`` [-].
+        ``[low / F, high F]`` [-].
     n : int, optional
         Data-parallel workers of the answer: one is not widened [workers].
 

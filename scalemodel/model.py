@@ -2158,8 +2158,7 @@ class IterationTime:
     model_discrepancy : str
         Empty, or why both intervals are widened by the fit's miss of its own calibration
         runs (eq. :eq:`model-discrepancy`, :mod:`scalemodel.discrepancy`): the time's to
-        ``[low / F, high F]``, the scaling factor's to ``[low / F, min(high F,
-        max(high, 1))]`` [-].
+        ``[low / F, high F]``, the scaling factor's to ``[low / F, high F]`` [-].
     """
 
     forward: float

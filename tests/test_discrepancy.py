@@ -97,8 +97,11 @@ def test_iteration_time_intervals_widen_by_the_factor():
     assert b.total_interval == pytest.approx((a.total_interval[0] / F,
                                               a.total_interval[1] * F), rel=1e-12)
     lo, hi = a.scaling_factor_interval
-    assert b.scaling_factor_interval == pytest.approx((lo / F, min(hi * F, max(hi, 1.0))),
-                                                      rel=1e-12)
+    assert b.scaling_factor_interval == pytest.approx((lo / F, hi * F), rel=1e-12)
+    # the scaling factor's ends are the single-worker time over the time's ends
+    t1 = b.scaling_factor * b.total
+    assert b.scaling_factor_interval == pytest.approx(
+        (t1 / b.total_interval[1], t1 / b.total_interval[0]), rel=1e-9)
     assert "1.25 times" in b.model_discrepancy and "'bert 64 GPUs'" in b.model_discrepancy
     # the CLI's helpers give the same ends
     t = iteration_time_interval("bert", 64, 10e9, cluster=discrepant(), **kw)
@@ -108,10 +111,10 @@ def test_iteration_time_intervals_widen_by_the_factor():
     assert "widened 1.25 times" in s.describe(lambda v: f"{v:.3f}")
 
 
-def test_the_scaling_factor_never_passes_linear_scaling():
-    assert widen_scaling(0.5, 0.9, 1.25) == (0.4, 1.0)
-    assert widen_scaling(0.5, 0.7, 1.25) == (0.4, pytest.approx(0.875))
-    assert widen_scaling(0.5, 1.02, 1.25) == (0.4, 1.02)  # already above: kept
+def test_the_widening_functions():
+    assert widen_scaling(0.5, 0.9, 1.25) == (0.4, 1.125)  # as the time's ends move
+    assert widen_scaling(0.5, 1.02, 1.25) == (0.4, pytest.approx(1.275))  # sharded: > 1
+    assert widen_scaling(None, 0.9, 2.0) == (None, 1.8)
     assert widen_time(1.0, None, 2.0) == (0.5, None)  # unbounded stays unbounded
     assert widen_time(1.0, 2.0, 1.0) == (1.0, 2.0)
     assert widened_targets(0.9, 1.25) == (pytest.approx(0.72), None)  # 1.125: unreachable
