@@ -94,7 +94,7 @@ from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS
                           resolve_implementation)
 from .discrepancy import discrepancy_factor, discrepancy_text, widen_scaling
 from .exceptions import InvalidParameterError, ParameterTypeError
-from .model import _FLOATS, Scenario, effective_utilization
+from .model import _FLOATS, Scenario, _job_pressure, effective_utilization
 from .overlap import OverlapLines, UpperEnvelope, _with_fixed, overlap_lines
 from .sharding import SHARDING_COMPRESSORS
 from .solvers import (DEFAULT_N, DEFAULT_TARGET, _accounting, _corner_ratio, _for_the_job,
@@ -1949,7 +1949,12 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     Returns
     -------
     CompressionPlan
-        Rows ranked best first, ``no_compression_needed`` and a ``message``.
+        Rows ranked best first, ``no_compression_needed`` and a ``message``. For a
+        memory-pressured job (:func:`~scalemodel.efficiency.job_memory_pressure`) the
+        rows' scaling factors and intervals leave that slowdown out, as
+        :func:`~scalemodel.min_compression` does, and a
+        :class:`~scalemodel.exceptions.ModelWarning` says so (``iteration_time`` widens
+        its interval's slow end instead).
 
     Examples
     --------
@@ -2001,6 +2006,9 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
                                activation_checkpointing=activation_checkpointing,
                                offload=offload,  # the group: in sc.sharding
                                sequence_parallel=sequence_parallel)
+    _job_pressure(built, n_job, effect=(  # (min_compression's own warning is replaced)
+        "the plan's scaling factors, their intervals and the compression it names leave "
+        "that slowdown out: no compression buys back a slower compute"))
     views = _with_none(views, n)
     rows = _rows(sc, n, codec, lambda i: _row_steps(
         sc, comps[i][0], n, x, codec, target, sc.fusion, sf_none, comps[i][1], bw=bw,
@@ -2067,7 +2075,15 @@ def _ideal_compression(model, sc, n, bw, target, u, memory_args, built=None, **k
     solved for (:func:`~scalemodel.solvers._corner_ratio`, the same operations)."""
     cl = sc.cluster
     if cl is not None and (cl.intervals or cl.alternatives or "efficiency" in cl.extra):
-        return min_compression(model, bw, n=n, target=target, utilization=u, **kw)
+        import warnings
+
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            ideal = min_compression(model, bw, n=n, target=target, utilization=u, **kw)
+        for w in said:  # the plan says what memory pressure does to its own answers
+            if _PRESSURE_EFFECT not in str(w.message):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return ideal
     isc = _ideal_scenario(built)
     if isc is None:
         isc = Scenario.build(model, codec_cost=0.0, **kw)  # as min_compression builds it
@@ -2082,6 +2098,11 @@ def _ideal_compression(model, sc, n, bw, target, u, memory_args, built=None, **k
     if tuple(memory_args) != (None, "unfused", "zero"):  # min_compression's own check
         memory_check(isc, n_dp, None, "unfused", "zero")  # (its errors; else the plan's)
     return ideal
+
+
+_PRESSURE_EFFECT = "leave that slowdown out"
+"""The words of min_compression's memory-pressure warning (``solvers._pressure_unanswered``)
+that the plan replaces with its own."""
 
 
 def _ideal_scenario(built):
@@ -2281,20 +2302,43 @@ def compressed_scaling_factor(model, compressor, n, bw, *, utilization=1.0, clus
     return out
 
 
-def _crossing(env_a, env_b):
-    r"""Where ``env_a`` (with compression) drops below ``env_b`` (without) for good.
+def _in_x(ev):
+    r"""``(T, breaks, tail)`` of an evaluation's envelope as a function of the network's
+    :math:`x = 1/(u B)`: :math:`T(x) = E(\max(k_1 x, k_2))` (its wire map, ``_x_eff``),
+    its breakpoints in :math:`x` and its slope beyond the last one. Inside one node
+    (:math:`k_1 = 0`) :math:`T` does not depend on :math:`x` at all."""
+    env = ev.env
+    k1, k2 = ev.xmap
+    if k2 == 0.0:  # as _x_eff: no slower link, x itself
+        k1 = 1.0
+    br = env.breaks[(env.breaks > 0) & np.isfinite(env.breaks)]
+    if k1 > 0:
+        pts = np.concatenate(([k2 / k1] if k2 > 0 else [], br[br > k2] / k1))
+        tail = k1 * float(env.slope[-1])
+    else:
+        pts, tail = np.empty(0), 0.0
+    return (lambda x: env(np.maximum(k1 * np.asarray(x, float), k2))), pts, tail
 
-    Both are piecewise linear in x; between their merged breakpoints the difference
-    :math:`d(x)` is linear. Returns ``x*`` such that :math:`d < 0` for every
+
+def _crossing(ev_a, ev_b):
+    r"""Where the iteration time of ``ev_a`` (with compression) drops below that of
+    ``ev_b`` (without) for good, in the network's :math:`x = 1/(u B)`.
+
+    Both are piecewise linear in :math:`x` (their envelopes at the slowest link's time
+    per bit, :math:`\max(k_1 x, k_2)`, :func:`_in_x`; it was solved in that time per bit
+    itself, which inside one node does not move with :math:`x`: a finite line rate came
+    back for a compressor that never wins there); between their merged breakpoints the
+    difference :math:`d(x)` is linear. Returns ``x*`` such that :math:`d < 0` for every
     :math:`x > x^*` (0.0: everywhere), or ``inf`` when :math:`d \ge 0` as
     :math:`x \to \infty`.
     """
-    pts = np.unique(np.concatenate(([0.0], env_a.breaks[env_a.breaks > 0],
-                                    env_b.breaks[env_b.breaks > 0])))
+    fa, pa, ta = _in_x(ev_a)
+    fb, pb, tb = _in_x(ev_b)
+    pts = np.unique(np.concatenate(([0.0], pa, pb)))
     pts = pts[np.isfinite(pts)]
-    d = env_a(pts) - env_b(pts)
-    tol = 1e-12 * np.abs(env_b(pts))
-    tail = float(env_a.slope[-1] - env_b.slope[-1])  # slope of d beyond the last break
+    d = fa(pts) - fb(pts)
+    tol = 1e-12 * np.abs(fb(pts))
+    tail = ta - tb  # slope of d beyond the last break
     if tail > 0 or (tail == 0 and d[-1] >= -tol[-1]):
         return math.inf
     lose = np.flatnonzero(d >= -tol)
@@ -2403,9 +2447,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     out = []
     for nv, dv in zip(np.atleast_1d(n).ravel(), np.atleast_1d(replicas).ravel()):
         nv = int(nv)
-        a = _evaluate(sc, comp, int(dv), codec).env
-        b = _evaluate(sc, none, int(dv), codec).env
-        x = _crossing(a, b)
+        x = _crossing(_evaluate(sc, comp, int(dv), codec), _evaluate(sc, none, int(dv), codec))
         basis = "model"
         if x <= 0:
             bw = math.inf

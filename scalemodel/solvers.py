@@ -564,6 +564,27 @@ def _smallest_reaching(sf_of, lo, hi, target):
     return float(np.int64(b).view(np.float64))
 
 
+def _bisect_floats(sf_of, lo, hi, target):
+    """The smallest float ``v`` in ``(lo, hi]`` with ``sf_of(v) >= target``, given
+    ``sf_of(lo) < target <= sf_of(hi)`` and ``sf_of`` non-decreasing, one value at a time
+    (for a scaling factor that plans per value, MG-WFBP's: :func:`_smallest_reaching`'s
+    1024 probes a round cost a plan each): doubling from ``lo`` brackets it, then a
+    bisection of the floats between (their bit patterns are ordered), about 60 values."""
+    a = float(lo)
+    b = min(2.0 * a, hi)
+    while float(sf_of(np.float64(b))) < target:
+        a, b = b, min(2.0 * b, hi)
+    ia = int(np.float64(a).view(np.int64))
+    ib = int(np.float64(b).view(np.int64))
+    while ib - ia > 1:
+        mid = (ia + ib) // 2
+        if float(sf_of(np.int64(mid).view(np.float64))) >= target:
+            ib = mid
+        else:
+            ia = mid
+    return float(np.int64(ib).view(np.float64))
+
+
 def _limit_message(what, limit, target):
     return (f"the target {target:g} equals the limit {limit:.6g} that unlimited {what} only "
             f"approaches (the last gradients are ready when backward ends): no finite "
@@ -710,7 +731,9 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
         raise InvalidParameterError("bw", bw, "is too small: the compression it needs is "
                                     "beyond floating point", "Line rates are in bits/s "
                                     "(10e9 or '10Gbps' is 10 Gbit/s)")
-    sc = sc.planned(n, x_net)  # MG-WFBP: planned for this network, uncompressed
+    if sc.needs_plan:  # MG-WFBP plans its buckets for every ratio asked
+        return _min_compression_planned(sc0, bw, n, target, u0, x_net, explain)
+    sc = sc.planned(n, x_net)  # (other fusions: unchanged)
     base = float(sc.x_effective(n, x_net, 1.0))  # x_eff at ratio 1
     sf1, why1 = _sf_lazy(sc, n, base, False, bw=bw)
     sf_inf, why_inf = _sf_lazy(sc, n, 0.0, True, r=math.inf, bw=bw)
@@ -763,12 +786,63 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
         critical_parts=parts, **common)
 
 
+def _min_compression_planned(sc, bw, n, target, u, x_net, explain) -> CompressionResult:
+    """:func:`_min_compression` under MG-WFBP, which plans its buckets for every
+    configuration, the compression ratio included (as :func:`~scalemodel.scaling_factor`
+    does: ``Scenario.iteration_times``): the least ratio reaching ``target`` is searched
+    on that scaling factor over the floats from 1 (:func:`_reach_exactly`; it does not
+    decrease with the ratio), not on the uncompressed network's plan, which put the
+    ratio 5 times too high."""
+    p = sc.profile
+    u_eff = float(effective_utilization(sc, bw, u))
+    top = _TOP / (u_eff * bw)  # u bw r stays finite
+
+    def sf_of(r):
+        return _public_sf(sc, n, bw, u, r)
+
+    def at(r):  # scaling factor, binding and parts with the plan made at ratio r
+        scp = sc.planned(n, x_net / r, r)
+        sf, why = _sf_lazy(scp, n, float(scp.x_effective(n, x_net / r, r)), r > 1.0,
+                           r=r, bw=bw)
+        return (sf, *(why() if explain else ("", {})))
+
+    sf1 = float(sf_of(np.float64(1.0)))
+    sf_inf = float(sf_of(np.float64(top)))
+    common = dict(uncompressed_scaling_factor=sf1, max_scaling_factor=sf_inf, n=n, bw=bw,
+                  target=target, utilization=u_eff)
+    if sf1 >= target:
+        _, bind, parts = at(1.0)
+        return CompressionResult(
+            ratio=1.0, feasible=True, scaling_factor=sf1, binding=bind,
+            message=(f"no compression needed: {p.name} on {n} workers at "
+                     f"{_bw_text(bw)} already scales {sf1:.3f} >= {target:g}"),
+            critical_parts=parts, **common)
+    ratio = _bisect_floats(sf_of, 1.0, top, target) if sf_inf >= target else None
+    if ratio is None:
+        _, bind, parts = at(top)
+        return CompressionResult(ratio=math.inf, feasible=False, scaling_factor=sf_inf,
+                                 binding=bind, message="no compression ratio is enough: "
+                                 + _why_not(bind, parts, sf_inf, target).format(
+                                     what="compression"),
+                                 critical_parts=parts, **common)
+    sf = float(sf_of(np.float64(ratio)))
+    _, bind, parts = at(ratio)
+    return CompressionResult(
+        ratio=ratio, feasible=True, scaling_factor=sf, binding=bind,
+        message=(f"{p.name} on {n} workers at {_bw_text(bw)} needs {ratio:.3g}x "
+                 f"compression to scale {target:g} (uncompressed: {sf1:.3f}; MG-WFBP "
+                 "planned at each ratio)"),
+        critical_parts=parts, **common)
+
+
 def _corner_ratio(sc, bw, n, target, u) -> float:
     """The ratio of :func:`_min_compression` alone, as an interval's corner needs it [-]:
     the same operations on the common path (no compression needed, a finite ratio, or
     none below the limit), the whole solve otherwise (the limit, a line rate too
     small)."""
     sc0, u0 = sc, u
+    if sc.needs_plan:  # planned at every ratio: the whole solve
+        return _min_compression(sc0, bw, n, target, u0, explain=False).ratio
     u = effective_utilization(sc, bw, u)
     if type(u) is float and type(bw) is float and u * bw != 0.0:
         x_net = 1.0 / (u * bw)  # Python floats: what numpy's errstate would not change
@@ -891,15 +965,51 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
 def _solve_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
     if not sc.needs_plan:
         return _required_bandwidth(sc, n, target, r, u, explain)
-    bw_guess, res = 10e9, None  # MG-WFBP replans for each line rate: a fixed point
-    for _ in range(20):
-        achieved = bw_guess if sc.cluster is None else float(
-            sc.cluster.achieved_bandwidth(bw_guess))
-        res = _required_bandwidth(sc.planned(n, 1.0 / (u * r * achieved), r), n, target, r, u)
-        if not (res.feasible and res.bw > 0) or abs(res.bw - bw_guess) <= 1e-9 * res.bw:
-            break
-        bw_guess = res.bw
-    return res
+    return _solve_bandwidth_planned(sc, n, target, r, u, explain)
+
+
+def _solve_bandwidth_planned(sc, n, target, r, u, explain) -> BandwidthResult:
+    """:func:`_required_bandwidth` under MG-WFBP, which plans its buckets for every line
+    rate asked (as :func:`~scalemodel.scaling_factor` does): the least line rate reaching
+    ``target`` is searched on that scaling factor over the floats
+    (:func:`_bisect_floats`; it does not decrease with the line rate). A fixed point of
+    solves on one plan each, as before, could stop on a plan made at another rate: on a
+    cluster with a ceiling it answered 'no line rate' where 30 Gbit/s reaches the
+    target."""
+    p = sc.profile
+
+    def sf_of(b):
+        return _public_sf(sc, n, b, u, r)
+
+    def planned_at(b):  # the plan scaling_factor makes at line rate b
+        return sc.planned(n, 1.0 / (float(effective_utilization(sc, b, u)) * b * r), r)
+
+    lo, top = 1.0, _TOP / (u * r)
+    sf_lo = float(sf_of(np.float64(lo)))
+    if sf_lo >= target:
+        res = _required_bandwidth(planned_at(lo), n, target, r, u, explain)
+        return attrs.evolve(res, bw=0.0, feasible=True, scaling_factor=sf_lo)
+    if float(sf_of(np.float64(top))) < target:
+        res = _required_bandwidth(planned_at(top), n, target, r, u, explain)
+        if res.feasible:  # (that plan alone would reach it: the replanned curve does not)
+            res = attrs.evolve(res, bw=math.inf, feasible=False, message=(
+                f"no bandwidth is enough: {p.name} on {n} workers reaches only "
+                f"{below(res.max_scaling_factor, target)} < target {target:g}"))
+        return res
+    bw = _bisect_floats(sf_of, lo, top, target)
+    scp = planned_at(bw)
+    u_eff = effective_utilization(scp, bw, u)
+    sf, why = _sf_lazy(scp, n, float(scp.x_effective(n, 1.0 / (u_eff * bw * r), r)),
+                       r > 1, r=r, bw=bw)
+    bind, parts = why() if explain else ("", {})
+    return BandwidthResult(
+        bw=bw, feasible=True, scaling_factor=float(sf_of(np.float64(bw))), binding=bind,
+        message=(f"{p.name} on {n} workers needs {_bw_text(bw)} per "
+                 f"{'NIC' if sc.options.gpus_per_node else 'worker'} to scale "
+                 f"{target:g} (compression {r:g}x, utilization {u:g}; MG-WFBP planned at "
+                 "each line rate)"),
+        critical_parts=parts, max_scaling_factor=float(sf_of(np.float64(top))), n=n,
+        target=target, compression=r, utilization=u)
 
 
 def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:

@@ -1,0 +1,72 @@
+"""Answers that must agree with each other (a cross-answer audit, session 23): the solvers
+under MG-WFBP invert the scaling factor that plans per configuration; a break-even line
+rate is where the two scaling factors cross, and inside one node there is none; a plan
+for a memory-pressured job says what its own answers leave out."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import scalemodel as sm
+
+
+def _just_below(v):
+    return v * (1 - 1e-6)
+
+
+@pytest.mark.parametrize("bw, target", [("1Gbps", 0.9), ("10Gbps", 0.95)])
+def test_mg_wfbp_min_compression_inverts_the_scaling_factor(bw, target):
+    kw = dict(n=8, fusion="mg-wfbp")
+    res = sm.min_compression("resnet50", bw, target=target, **kw)
+    sf = sm.scaling_factor("resnet50", kw["n"], bw, compression=res.ratio, fusion="mg-wfbp")
+    assert res.feasible and sf >= target and res.scaling_factor == pytest.approx(sf)
+    assert sm.scaling_factor("resnet50", kw["n"], bw, compression=_just_below(res.ratio),
+                             fusion="mg-wfbp") < target
+    # the same question asked as a line rate: r times the line rate at alpha = 0
+    need = sm.required_bandwidth("resnet50", target=target, **kw)
+    assert need.bw == pytest.approx(res.ratio * sm.parse_bandwidth(bw), rel=1e-6)
+
+
+def test_mg_wfbp_required_bandwidth_on_a_cluster_with_a_ceiling():
+    cl = sm.ClusterProfile(ceiling=50e9, topology=sm.Topology(gpus_per_node=8),
+                           provenance={"source": "test"})
+    kw = dict(fusion="mg-wfbp", cluster=cl)
+    res = sm.required_bandwidth("bert", n=32, target=0.8, **kw)  # was: no line rate
+    assert res.feasible and 20e9 < res.bw < 50e9
+    assert sm.scaling_factor("bert", 32, res.bw, **kw) >= 0.8
+    assert sm.scaling_factor("bert", 32, _just_below(res.bw), **kw) < 0.8
+    far = sm.required_bandwidth("bert", n=32, target=0.99, **kw)
+    assert not far.feasible and far.bw == np.inf
+
+
+@pytest.mark.parametrize("compressor", ["fp16", "powersgd", "topk"])
+def test_no_break_even_rate_inside_one_node(compressor):
+    # both scaling factors are the same at every line rate: the compressor never wins
+    kw = dict(gpus_per_node=8)
+    assert sm.breakeven_bandwidth("bert", compressor, n=2, **kw) == 0.0
+    sfs = {bw: (sm.compressed_scaling_factor("bert", compressor, 2, bw, **kw),
+                sm.scaling_factor("bert", 2, bw, **kw)) for bw in (1e8, 1e12)}
+    assert sfs[1e8] == pytest.approx(sfs[1e12]) and sfs[1e8][0] < sfs[1e8][1]
+
+
+@pytest.mark.parametrize("compressor, n", [("fp16", 16), ("powersgd", 64), ("topk", 64)])
+def test_the_break_even_rate_is_where_the_scaling_factors_cross(compressor, n):
+    kw = dict(gpus_per_node=8)
+    b = sm.breakeven_bandwidth("bert", compressor, n=n, **kw)
+    assert 0 < b < np.inf
+    for bw, wins in ((b * 0.99, True), (b * 1.01, False)):
+        c = sm.compressed_scaling_factor("bert", compressor, n, bw, **kw)
+        assert (c > sm.scaling_factor("bert", n, bw, **kw)) == wins
+
+
+def test_a_pressured_plan_says_its_answers_leave_the_slowdown_out():
+    fitted = sm.ClusterProfile(ceiling=8e9, intervals={"ceiling": (6e9, 10e9)},
+                                         provenance={"source": "test"})
+    for cluster in (None, fitted):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sm.plan_compression("llama-3-8b", 100e9, n=2, sharding="zero3", target=0.9,
+                                cluster=cluster, compressors=["none", "fp16"])
+        said = [str(w.message) for w in caught if "slowdown out" in str(w.message)]
+        assert len(said) == 1 and "the plan's scaling factors, their intervals" in said[0]
