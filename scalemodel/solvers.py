@@ -269,6 +269,7 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0
                 "transformer config and no gpu= was given, so no memory is checked (the "
                 "time model does not use the fragmentation)"), stacklevel=4)
         return None, None, None, ""
+    asked = gpu is not None  # a memory question of the caller's own
     if gpu is None:
         gpu = p.provenance.get("gpu") or "h100-sxm"
     shard = sc.sharding
@@ -296,9 +297,13 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0
         m, spec = _memory_lean(p, int(n), sharding=strategy, gpu=gpu, loss=loss,
                                accounting=accounting, **kw)  # memory(), lean when it fits
     except InvalidParameterError as exc:  # the host cannot hold what is offloaded
-        if not (isinstance(exc, HostMemoryError) or exc.parameter == "host_memory"):
+        if isinstance(exc, HostMemoryError) or exc.parameter == "host_memory":
+            return None, False, None, f"; does not fit: {exc}"
+        if asked or exc.parameter != "activation_checkpointing":
             raise
-        return None, False, None, f"; does not fit: {exc}"
+        # a setting the time model answers (with its stated assumption) and the memory
+        # model does not: the answer without a memory check, said, not refused
+        return None, None, None, f"; memory not checked ({exc})"
     if m.fits is True:  # (the lean estimate: per_gpu and fits)
         return float(m.per_gpu), True, spec.name, ""
     note = "" if m.fits else (f"; does not fit on {m.gpu.name}: {m.per_gpu / 2**30:.1f} GiB "
@@ -346,8 +351,8 @@ def _with_memory(result, sc, n, gpu, loss="unfused", accounting="zero", fragment
     settings = dict(sc.settings(), loss=loss, accounting=accounting,
                     fragmentation=fragmentation)
     per, fits, name, note = memory_check(sc, n, gpu, loss, accounting, fragmentation)
-    if per is None and fits is None:
-        return attrs.evolve(result, settings=settings)
+    if per is None and fits is None:  # (a note says why memory was not checked)
+        return attrs.evolve(result, settings=settings, message=result.message + note)
     return attrs.evolve(result, settings=settings, memory_per_gpu=per, fits=fits, gpu=name,
                         message=result.message + note)
 

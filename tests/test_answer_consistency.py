@@ -70,3 +70,19 @@ def test_a_pressured_plan_says_its_answers_leave_the_slowdown_out():
                                 cluster=cluster, compressors=["none", "fp16"])
         said = [str(w.message) for w in caught if "slowdown out" in str(w.message)]
         assert len(said) == 1 and "the plan's scaling factors, their intervals" in said[0]
+
+
+def test_a_setting_the_memory_model_refuses_is_answered_without_a_memory_check():
+    # selective checkpointing with flash attention under tensor parallelism: the time
+    # model answers it (its stated assumption), the memory model does not
+    kw = dict(n=16, tp=2, activation_checkpointing="selective")
+    sf = sm.scaling_factor("llama-2-7b", 16, "100Gbps", tp=2,
+                           activation_checkpointing="selective")
+    res = sm.min_compression("llama-2-7b", "100Gbps", target=0.9, **kw)
+    assert res.memory_per_gpu is None and "memory not checked" in res.message
+    assert res.uncompressed_scaling_factor == pytest.approx(sf)
+    assert sm.required_bandwidth("llama-2-7b", target=0.9, **kw).memory_per_gpu is None
+    plan = sm.plan_compression("llama-2-7b", "100Gbps", compressors=["none"], **kw)
+    assert plan.memory_per_gpu is None and "memory not checked" in plan.message
+    with pytest.raises(sm.InvalidParameterError, match="activation_checkpointing"):
+        sm.min_compression("llama-2-7b", "100Gbps", gpu="h100-sxm", **kw)  # asked: refused
