@@ -1120,8 +1120,9 @@ class PlanRow:
         interval).
     beats_uncompressed : bool
         Whether it scales better than no compression (always False for ``"none"``): at
-        every end of the interval on a fitted cluster, or by reaching the target where no
-        compression does not.
+        every end of the interval on a fitted cluster, or by reaching the target over the
+        interval where no compression does not without scaling worse at the fit's best
+        values.
     recommended : bool
         Whether the plan recommends it (``"ok"`` in the table): it reaches the target and
         beats no compression; ``"none"`` is recommended when it reaches the target. A
@@ -1544,9 +1545,10 @@ def _row_steps(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=N
     feasible = sf_lo >= target  # over the whole interval
     none_lo = widen_scaling(min([sf_none] + [v[3] for v in views]), None,
                             discrepancy_factor(sc.cluster, n))[0]
-    # feasible over the whole interval where uncompressed is not (its row's rule): better
-    # by construction; else by a clear margin, at every end of the interval
-    beats = comp.name != "none" and ((feasible and none_lo < target)
+    # feasible over the whole interval where uncompressed is not (its row's rule), and not
+    # worse at the fit's best values: better by construction; else by a clear margin, at
+    # every end of the interval
+    beats = comp.name != "none" and ((feasible and none_lo < target and sf >= sf_none)
                                      or spd_lo > 1.0 + _BEAT_MARGIN)
     recommended = feasible and (beats or comp.name == "none")
     x_eff = float(_x_eff(ev, x))

@@ -86,3 +86,25 @@ def test_a_setting_the_memory_model_refuses_is_answered_without_a_memory_check()
     assert plan.memory_per_gpu is None and "memory not checked" in plan.message
     with pytest.raises(sm.InvalidParameterError, match="activation_checkpointing"):
         sm.min_compression("llama-2-7b", "100Gbps", gpu="h100-sxm", **kw)  # asked: refused
+
+
+@pytest.mark.parametrize("model, n, bw, target, job", [
+    ("mistral-7b", 16, 4e11, 0.1, dict(tp=4, pp=2, microbatches=4, virtual_stages=2,
+                                       sequence_parallel=True, algorithm="halving-doubling",
+                                       utilization=0.8)),
+    ("llama-2-13b", 32, 2e11, 0.5, dict(tp=2, pp=2, microbatches=8, sequence_parallel=True)),
+    ("bert", 64, 10e9, 0.3, {}), ("resnet50", 16, 100e9, 0.35, dict(fusion="horovod")),
+])
+def test_a_recommended_compressor_is_not_worse_than_none_at_the_fits_best_values(
+        model, n, bw, target, job):
+    wide = sm.ClusterProfile(
+        ceiling=8e9, sync_overhead=0.01, topology=sm.Topology(gpus_per_node=8),
+        intervals={"ceiling": (2e9, 40e9), "sync_overhead": (0.0, 0.05)},
+        provenance={"source": "test"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.ModelWarning)
+        plan = sm.plan_compression(model, bw, n=n, target=target, cluster=wide, **job)
+    for row in plan.rows:
+        if row.recommended and row.compressor != "none":
+            assert (row.scaling_factor >= plan.uncompressed_scaling_factor
+                    or row.speedup_interval[0] > 1.0), row
