@@ -1543,8 +1543,7 @@ def _row_steps(sc, comp, n, x, codec, target, fusion, sf_none, fixed=False, bw=N
     config, ev, sf_lo, sf, sf_hi, spd_lo, spd_hi = yield from _chosen_steps(
         sc, comp, n, x, target, fixed, views, at)
     feasible = sf_lo >= target  # over the whole interval
-    none_lo = widen_scaling(min([sf_none] + [v[3] for v in views]), None,
-                            discrepancy_factor(sc.cluster, n))[0]
+    none_lo = _uncompressed_low(sc, n, sf_none, views)
     # feasible over the whole interval where uncompressed is not (its row's rule), and not
     # worse at the fit's best values: better by construction; else by a clear margin, at
     # every end of the interval
@@ -1589,6 +1588,14 @@ def _not_composing_row(sc, comp, n, x, codec, fusion, sf_none, strategy, bw,
               f"{_why_not_composes(comp.name)}"),
         config=comp, fusion=fusion, sharding=strategy, implementation=implementation,
         **_mp_sizes(sc))
+
+
+def _uncompressed_low(sc, n, sf_none, views):
+    """The low end of the uncompressed scaling factor ``sf_none`` over the interval's
+    ``views`` (:func:`_with_none`), widened by the cluster's model discrepancy as the
+    rows' are (:func:`_setting_evaluator`) [-]."""
+    lo = min([sf_none] + [v[3] for v in views])
+    return widen_scaling(lo, None, discrepancy_factor(sc.cluster, n))[0]
 
 
 def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
@@ -2015,9 +2022,8 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     rows = _rows(sc, n, codec, lambda i: _row_steps(
         sc, comps[i][0], n, x, codec, target, sc.fusion, sf_none, comps[i][1], bw=bw,
         views=views, implementation=impl.name), len(comps), views)
-    widening = discrepancy_factor(sc.cluster, n)  # the uncompressed low end as the rows'
-    needed = widen_scaling(min([sf_none] + [v[3] for v in views]), None,
-                           widening)[0] >= target
+    widening = discrepancy_factor(sc.cluster, n)
+    needed = _uncompressed_low(sc, n, sf_none, views) >= target  # the 'none' row's rule
     _rank_rows(rows, needed)
     best = None if needed else next(
         (r for r in rows if r.recommended and r.compressor != "none"), None)

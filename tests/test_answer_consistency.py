@@ -88,23 +88,38 @@ def test_a_setting_the_memory_model_refuses_is_answered_without_a_memory_check()
         sm.min_compression("llama-2-7b", "100Gbps", gpu="h100-sxm", **kw)  # asked: refused
 
 
+@pytest.fixture(scope="module")
+def wide_fit():
+    """A fit with wide intervals and alternatives: three DDP runs of a known cluster at
+    2 % noise under the nccl-ib network prior (the audit's cluster)."""
+    from test_fitting import _runs
+
+    truth = sm.ClusterProfile(topology=sm.Topology(gpus_per_node=8), ceiling=12e9,
+                              alpha=20e-6, provenance={"source": "test"})
+    runs = _runs(truth, [(16, 25e9), (64, 25e9), (32, 100e9)], fusion="ddp",
+                 uncertainty=0.02)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.CalibrationWarning)
+        return sm.fit_cluster(runs, fusion="ddp", gpus_per_node=8, network="nccl-ib").cluster
+
+
 @pytest.mark.parametrize("model, n, bw, target, job", [
     ("mistral-7b", 16, 4e11, 0.1, dict(tp=4, pp=2, microbatches=4, virtual_stages=2,
                                        sequence_parallel=True, algorithm="halving-doubling",
                                        utilization=0.8)),
     ("llama-2-13b", 32, 2e11, 0.5, dict(tp=2, pp=2, microbatches=8, sequence_parallel=True)),
-    ("bert", 64, 10e9, 0.3, {}), ("resnet50", 16, 100e9, 0.35, dict(fusion="horovod")),
 ])
 def test_a_recommended_compressor_is_not_worse_than_none_at_the_fits_best_values(
-        model, n, bw, target, job):
-    wide = sm.ClusterProfile(
-        ceiling=8e9, sync_overhead=0.01, topology=sm.Topology(gpus_per_node=8),
-        intervals={"ceiling": (2e9, 40e9), "sync_overhead": (0.0, 0.05)},
-        provenance={"source": "test"})
+        wide_fit, model, n, bw, target, job):
+    # int8 at 0.226 was recommended over none at 0.478 on such a cluster: it reached the
+    # target over the interval where no compression did not
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sm.ModelWarning)
-        plan = sm.plan_compression(model, bw, n=n, target=target, cluster=wide, **job)
-    for row in plan.rows:
-        if row.recommended and row.compressor != "none":
-            assert (row.scaling_factor >= plan.uncompressed_scaling_factor
-                    or row.speedup_interval[0] > 1.0), row
+        plan = sm.plan_compression(model, bw, n=n, target=target, cluster=wide_fit, **job)
+    none = next(r for r in plan.rows if r.compressor == "none")
+    assert not none.feasible  # the case: no compression misses the target over the interval
+    rows = [r for r in plan.rows if r.recommended and r.compressor != "none"]
+    assert rows  # and some compressor is recommended
+    for row in rows:
+        assert (row.scaling_factor >= plan.uncompressed_scaling_factor
+                or row.speedup_interval[0] > 1.0), row
