@@ -535,18 +535,17 @@ def model_parallel_profile(profile, mp, options):
         redo_tp = 0.0
     f = profile.forward_time / k + act_tp
     b = profile.backward_time / k + act_tp
-    stretch = b / profile.backward_time if profile.backward_time > 0 else 0.0
-    ready = np.asarray(profile.tensor_ready, float) * stretch
+    ready = _per_gpu_ready(profile, k, act_tp)
+    prov = dict(profile.provenance)
     if redo_tp > 0:  # at each recomputed layer's backward start, as its recompute
-        redo = np.cumsum(np.asarray(profile.provenance["recompute"], float))
+        redo = np.cumsum(np.asarray(prov["recompute"], float))
         ready = ready + (redo_tp * redo / redo[-1] if redo[-1] > 0 else redo_tp)
         b += redo_tp
-    prov = dict(profile.provenance)
     if prov.get("recompute"):  # per GPU, as the ready times move: the sharded model's
         per = np.asarray(prov["recompute"], float)  # units split the forward without it
         total = float(per.sum())
-        prov["recompute"] = (per * stretch + (redo_tp * per / total if redo_tp > 0
-                                              and total > 0 else 0.0)).tolist()
+        prov["recompute"] = (per / k + (redo_tp * per / total if redo_tp > 0
+                                        and total > 0 else 0.0)).tolist()
     prov["model_parallel"] = dict(mp.settings(),
                                   tp_collectives_per_microbatch=2 * act_tp + redo_tp,
                                   tp_recompute_collectives_per_microbatch=redo_tp,
@@ -561,6 +560,24 @@ def model_parallel_profile(profile, mp, options):
         tensor_ready=ready, tensor_shapes=None,
         forward_time=f, backward_time=b,
         update_time=update, grad_accum=mp.microbatches, provenance=prov)
+
+
+def _per_gpu_ready(profile, k, act_tp):
+    """The gradients' ready times on one GPU, before the recompute's TP collectives [s].
+
+    The backward's own work (the profile's ready times less the recompute before them,
+    ``provenance["recompute"]``) is split over the :math:`k = t p` GPUs and stretched by
+    the backward's TP collectives ``act_tp``, which run in the blocks' backward; the
+    recompute is split over the GPUs and keeps its place. Spreading ``act_tp`` over the
+    recompute too would let a longer recompute move the gradients before it (the head's)
+    earlier."""
+    ready = np.asarray(profile.tensor_ready, float)
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    cum = np.cumsum(np.asarray(prov["recompute"], float)) if prov.get("recompute") \
+        else np.zeros_like(ready)
+    own = profile.backward_time - (float(cum[-1]) if cum.size else 0.0)
+    stretch = (own / k + act_tp) / own if own > 0 else 0.0
+    return (ready - cum) * stretch + cum / k
 
 
 def recomputed_layers(profile, layers) -> int:

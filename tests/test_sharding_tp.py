@@ -116,9 +116,10 @@ def test_grid_equals_discrete_event_reference(strategy, tp, n_dp, group):
 def _reference_input(one_gpu, checkpointing, tp, intra_bw, intra_alpha):
     """One GPU's checkpointed profile as the reference takes it, derived by hand (not
     from the library's recompute bookkeeping): the single-GPU recompute of each tensor
-    (the checkpointed profile's ready times less the plain profile's), stretched onto one
-    GPU's backward as its ready times are, plus under "full" the recomputed layers' TP
-    all-reduces (2 per layer, eq. tp-compute) spread as the recompute; returns the
+    (the checkpointed profile's ready times less the plain profile's) split over the tp
+    GPUs (the backward's own TP all-reduces run in the blocks' backward, not in the
+    recompute), plus under "full" the recomputed layers' TP all-reduces (2 per layer,
+    eq. tp-compute) spread as the recompute; returns the
     profile without it and, per block, the recompute as a fraction of the block's
     forward (the forward split by the backward spans without recompute)."""
     import attrs
@@ -130,10 +131,8 @@ def _reference_input(one_gpu, checkpointing, tp, intra_bw, intra_alpha):
     cum = np.asarray(base.tensor_ready) - np.asarray(SMALL.tensor_ready)  # cumulative
     s_bytes = cfg["micro_batch"] * cfg["seq"] * cfg["hidden"] * 2.0  # bf16 activations
     a_t = 2 * (tp - 1) * intra_alpha + 2 * (tp - 1) / tp * 8 * s_bytes / intra_bw
-    act_tp = cfg["layers"] * 2 * a_t
-    stretch = (base.backward_time / tp + act_tp) / base.backward_time
     layers_redone = {"full": 4, 0.5: 2, "selective": 0}[checkpointing]
-    shift = cum * stretch + layers_redone * 2 * a_t * cum / cum[-1]
+    shift = cum / tp + layers_redone * 2 * a_t * cum / cum[-1]
     plain = attrs.evolve(one_gpu, tensor_ready=np.asarray(one_gpu.tensor_ready) - shift,
                          backward_time=one_gpu.backward_time - shift[-1])
     names, ready = one_gpu.tensor_names, list(plain.tensor_ready)
