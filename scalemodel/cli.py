@@ -707,14 +707,18 @@ def _print_json(obj):
 
 
 def _memory(args, n):
-    """Memory per GPU [bytes], whether it fits and the GPU, for ``n`` workers (Nones when
-    unknown; see ``solvers.memory_check``)."""
+    """Memory per GPU [bytes], whether it fits, the GPU and why it was not checked (an
+    empty string when it was), for ``n`` workers (Nones when unknown; see
+    ``solvers.memory_check``)."""
     from .model import Scenario
     from .solvers import memory_check
 
     kw = {k: v for k, v in _common(args).items() if k != "utilization"}
     sc = Scenario.build(args.model, **kw)
-    return memory_check(sc, sc.data_parallel(n, 1.0)[0], args.gpu, **_memory_kw(args))[:3]
+    per, fits, gpu, note = memory_check(sc, sc.data_parallel(n, 1.0)[0], args.gpu,
+                                        **_memory_kw(args))
+    unchecked = note.removeprefix("; ") if per is None and fits is None and note else ""
+    return per, fits, gpu, unchecked
 
 
 def _memory_kw(args):
@@ -748,7 +752,9 @@ def cmd_scaling(args):
     memory = {n: _memory(args, n) for n in args.n}
     fitted = _fitted(args)
     for n in args.n:
-        per, fits, gpu = memory[n]
+        per, fits, gpu, unchecked = memory[n]
+        if unchecked and unchecked not in notes:
+            notes.append(unchecked)
         for bw in args.bw:
             for r in args.compression:
                 sf = scaling_factor(args.model, n=n, bw=bw, compression=r, **_common(args))
@@ -762,16 +768,20 @@ def cmd_scaling(args):
                     if iv.discrepancy:
                         row["model_discrepancy"] = iv.discrepancy
                     if (iv.from_alternatives or iv.memory_pressure
-                            or iv.discrepancy) and not notes:
+                            or iv.discrepancy) and not any("interval" in m for m in notes):
                         notes.append(f"n={n}, {format_bandwidth(bw)}, ratio {r:g}: "
                                      + iv.describe(lambda v: f"{v:.4f}"))
                 if per is not None:
                     row.update(memory_per_gpu=per, fits=fits, gpu=gpu)
                 rows.append(row)
     if args.json:
-        return _print_json({"model": getattr(args, "model_name", args.model),
-                            "sharding": _sharding(args), "results": rows})
-    known = any(per is not None for per, _, _ in memory.values())
+        data = {"model": getattr(args, "model_name", args.model),
+                "sharding": _sharding(args), "results": rows}
+        unchecked = [m[3] for m in memory.values() if m[3]]
+        if unchecked:
+            data["memory_not_checked"] = unchecked[0]
+        return _print_json(data)
+    known = any(m[0] is not None for m in memory.values())
     print(f"{'n':>6} {'bandwidth':>14} {'ratio':>7} {'scaling factor':>15}"
           + (f" {'interval':>17}" if fitted is not None else "")
           + (f" {'memory/GPU':>11}  fits" if known else ""))
@@ -831,11 +841,13 @@ def cmd_required_bandwidth(args):
 def cmd_iteration(args):
     res = iteration_time(args.model, n=args.n, bw=args.bw, compression=args.compression,
                          **_common(args))
-    per, fits, gpu = _memory(args, args.n)
+    per, fits, gpu, unchecked = _memory(args, args.n)
     if args.json:
         data = _jsonable(res)
         if per is not None:
             data.update(memory_per_gpu=per, fits=fits, gpu=gpu)
+        if unchecked:
+            data["memory_not_checked"] = unchecked
         return _print_json(data)
     over = ("  over the fit" if not res.memory_pressure else "  with memory pressure"
             if res.settings.get("cluster") is None else "  fit, memory pressure")
@@ -863,6 +875,8 @@ def cmd_iteration(args):
               f"{host['host_time'] * 1e3:.4g} ms per step: {host['host_time_source']})")
     if per is not None:
         print(f"{'memory':<24}{_memory_text(per, fits, gpu)}")
+    elif unchecked:
+        print(f"{'memory':<24}{unchecked.removeprefix('memory ')}")
 
 
 # the job's settings plan and breakeven pass on when given (every model command takes them)

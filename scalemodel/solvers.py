@@ -215,6 +215,11 @@ def memory_check(sc, n, gpu=None, loss="unfused", accounting="zero", fragmentati
         the allocator's setting by name (``"expandable_segments"``,
         ``"default_segments"``), as in :func:`~scalemodel.memory` [-].
 
+    A job whose memory the memory model does not cover (checkpointing it refuses, e.g.
+    the op-level selective policy with flash attention under tensor parallelism) gets
+    Nones and a note ``"; memory not checked on <gpu> (<why>)"``, with or without
+    ``gpu``: the time question is answered either way.
+
     Raises
     ------
     InvalidParameterError
@@ -269,7 +274,6 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0
                 "transformer config and no gpu= was given, so no memory is checked (the "
                 "time model does not use the fragmentation)"), stacklevel=4)
         return None, None, None, ""
-    asked = gpu is not None  # a memory question of the caller's own
     if gpu is None:
         gpu = p.provenance.get("gpu") or "h100-sxm"
     shard = sc.sharding
@@ -299,11 +303,12 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0
     except InvalidParameterError as exc:  # the host cannot hold what is offloaded
         if isinstance(exc, HostMemoryError) or exc.parameter == "host_memory":
             return None, False, None, f"; does not fit: {exc}"
-        if asked or exc.parameter != "activation_checkpointing":
+        if exc.parameter != "activation_checkpointing":
             raise
         # a setting the time model answers (with its stated assumption) and the memory
-        # model does not: the answer without a memory check, said, not refused
-        return None, None, None, f"; memory not checked ({exc})"
+        # model does not: the answer without a memory check, said, not refused (with
+        # gpu= too: the time question is the same one on that GPU)
+        return None, None, None, f"; memory not checked on {_gpu_name(gpu)} ({exc})"
     if m.fits is True:  # (the lean estimate: per_gpu and fits)
         return float(m.per_gpu), True, spec.name, ""
     note = "" if m.fits else (f"; does not fit on {m.gpu.name}: {m.per_gpu / 2**30:.1f} GiB "
@@ -314,6 +319,11 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0
                                   f"{label} ({v / 2**30:.1f} GiB)"
                                   for label, v in m.suggestions) if m.suggestions else ""))
     return float(m.per_gpu), bool(m.fits), m.gpu.name, note
+
+
+def _gpu_name(gpu) -> str:
+    """A GPU's name for a message: a spec's ``name``, else the value as given [-]."""
+    return str(getattr(gpu, "name", gpu))
 
 
 def _loss(loss):

@@ -84,8 +84,14 @@ def test_a_setting_the_memory_model_refuses_is_answered_without_a_memory_check()
     assert sm.required_bandwidth("llama-2-7b", target=0.9, **kw).memory_per_gpu is None
     plan = sm.plan_compression("llama-2-7b", "100Gbps", compressors=["none"], **kw)
     assert plan.memory_per_gpu is None and "memory not checked" in plan.message
+    # the same question with the profile's GPU named: the same answer, not a refusal
+    named = sm.min_compression("llama-2-7b", "100Gbps", target=0.9, gpu="h100-sxm", **kw)
+    assert named.ratio == res.ratio and named.memory_per_gpu is None
+    assert "memory not checked on h100-sxm" in named.message
+    assert sm.required_bandwidth("llama-2-7b", target=0.9, gpu="h100-sxm",
+                                 **kw).memory_per_gpu is None
     with pytest.raises(sm.InvalidParameterError, match="activation_checkpointing"):
-        sm.min_compression("llama-2-7b", "100Gbps", gpu="h100-sxm", **kw)  # asked: refused
+        sm.memory("llama-2-7b", 16, tp=2, activation_checkpointing="selective")
 
 
 @pytest.fixture(scope="module")

@@ -101,3 +101,20 @@ def test_grad_accum_option(tmp_path):
     code, _, err = run("scaling", "--model", "bert", "--n", "8", "--bw", "10Gbps",
                        "--grad-accum", "0")
     assert code == 2 and "--grad-accum" in err
+
+
+@pytest.mark.parametrize("gpu", [[], ["--gpu", "h100-sxm"]])
+def test_a_job_whose_memory_is_not_modelled_is_answered_and_says_so(gpu):
+    # selective (op-level, flash) checkpointing under tp: memory() refuses it, the time
+    # questions answer it; every command says the memory was not checked, --gpu or not
+    # (scaling and iteration left the memory out silently; with --gpu all four exited 2)
+    job = ["--model", "llama-2-7b", "--n", "64", "--tp", "2",
+           "--activation-checkpointing", "selective", *gpu]
+    for cmd in (["scaling", "--bw", "100Gbps"], ["iteration", "--bw", "100Gbps"],
+                ["min-compression", "--bw", "100Gbps"], ["required-bandwidth"]):
+        code, out, err = run(*cmd, *job)
+        assert code == 0, err
+        assert "memory not checked on h100-sxm" in out or "not checked on h100-sxm" in out
+    code, out, err = run("iteration", "--bw", "100Gbps", "--json", *job)
+    assert code == 0, err
+    assert "activation_checkpointing" in json.loads(out)["memory_not_checked"]
