@@ -217,3 +217,14 @@ def test_json_of_an_infeasible_target_is_null_not_text(argv, key):
     got = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert got["feasible"] is False and got[key] is None
     assert "no " in got["message"] and "enough" in got["message"]
+
+
+def test_a_missing_config_json_is_said_to_be_missing(tmp_path):
+    # it was refused as '--seq/--micro-batch apply only when --model is a Hugging Face
+    # config.json', which sent a user who had not yet downloaded one the wrong way
+    missing = tmp_path / "config.json"
+    code, out, err = run("iteration", "--model", str(missing), "--seq", "8192",
+                         "--micro-batch", "2", "--n", "8", "--bw", "400Gbps")
+    assert code == 2 and out == ""
+    assert "--model" in err and "does not exist" in err and str(missing) in err
+    assert "Traceback" not in err
