@@ -425,10 +425,16 @@ def _on_cluster(profile, cluster, mp, shard, activation_checkpointing):
     the cluster's overlap efficiency (eq. overlap-efficiency of :mod:`scalemodel.cluster`)."""
     if cluster.reduction is not None:
         profile = attrs.evolve(profile, reduction=cluster.reduction)
-    profile = at_fitted_efficiency(
-        profile, cluster, tp=1 if mp is None else mp.tp,
-        recompute=_recompute_share_of(profile, activation_checkpointing)
-        if "efficiency" in cluster.extra else None)
+    if "efficiency" in cluster.extra:
+        share = _recompute_share_of(profile, activation_checkpointing)
+        basis = recompute_share(profile) if share is None else share
+        profile = at_fitted_efficiency(profile, cluster, tp=1 if mp is None else mp.tp,
+                                       recompute=share)
+        # the job's share as the fit's runs were measured (their profiles before the
+        # rescale): the notes compare this one, not the rescaled profile's, whose
+        # memory-bound recompute does not move with the efficiency
+        profile = attrs.evolve(profile, provenance=dict(
+            profile.provenance, recompute_share_fit_basis=basis))
     if cluster.overlap < 1.0 and shard.sharded:
         raise InvalidParameterError(
             "sharding", shard.strategy, f"the cluster {cluster.name!r} has an "
@@ -453,6 +459,21 @@ def _ignored(given, algorithm, topology, shard, mp, sequence_parallel, cluster):
                      "costs (eq. host-lead) are not modelled under sharding; the "
                      "cluster's bucket_overhead is its work per unit"),)
     return ignored
+
+
+def job_recompute_share(profile) -> float:
+    """The share of activation recompute in a scenario's profile as a fitted cluster's
+    recorded shares count it (``provenance["recompute_share_fit_basis"]``, set where the
+    fitted efficiency is applied; else :func:`~scalemodel.efficiency.recompute_share`) [-].
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        A scenario's profile [-].
+    """
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    basis = prov.get("recompute_share_fit_basis")
+    return float(basis) if basis is not None else recompute_share(profile)
 
 
 def _recompute_share_of(profile, activation_checkpointing):
@@ -2233,7 +2254,7 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     if cl is not None and "efficiency" in cl.extra:
         note = carried_note(cl, load_profile(model), 1 if sc.model_parallel is None
                             else int(sc.model_parallel.tp),
-                            recompute=recompute_share(sc.profile))
+                            recompute=job_recompute_share(sc.profile))
         if note:
             res = attrs.evolve(res, efficiency_carried=note)
     return _with_memory_pressure(res, sc, n)

@@ -450,10 +450,10 @@ def _tp_of(sc):
 def _recompute_of(sc):
     """The share of activation recompute in a scenario's job
     (:func:`~scalemodel.efficiency.recompute_share` of its profile), or None [-]."""
-    from .efficiency import recompute_share
+    from .model import job_recompute_share
 
     p = getattr(sc, "profile", None)
-    return None if p is None else recompute_share(p)
+    return None if p is None else job_recompute_share(p)
 
 
 def _carried_note(cluster, model, tp=1, recompute=None) -> str:

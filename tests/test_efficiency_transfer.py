@@ -499,3 +499,30 @@ def test_model_key_is_unchanged_by_a_default_head_dim():
     assert model_key(prof) == model_key(before) and "head_dim" not in model_key(prof)
     wide = _profile(dict(MPT13, head_dim=2 * MPT13["hidden"] // MPT13["heads"]))
     assert "head_dim=" in model_key(wide) and model_key(wide) != model_key(prof)
+
+
+@pytest.mark.parametrize("mode", ["selective", "full"])
+def test_the_job_the_runs_measured_is_not_said_to_have_other_recompute(mode):
+    # a fit on a checkpointed run, asked about the same job: its recompute share is
+    # compared on the runs' basis (before the efficiency rescale, whose memory-bound
+    # recompute does not move): the rescaled profile's share said "less activation
+    # recompute than the calibration runs" (README's torchtitan example, selective)
+    prof = _profile(MPT13)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster([dict(model=prof, n=8, bw="400Gbps", sharding="zero3",
+                                   tokens_per_second_per_gpu=2500,
+                                   activation_checkpointing=mode)],
+                             fusion=None, intra_bw=sm.get_gpu("h100").intra_node_bw,
+                             **NODE)
+    assert fit.cluster.extra["efficiency"]["recompute_shares"][0] > 0
+    kw = dict(sharding="zero3", intra_bw=sm.get_gpu("h100").intra_node_bw,
+              activation_checkpointing=mode, **NODE)
+    for n in (8, 64):
+        it = sm.iteration_time(prof, n, "400Gbps", cluster=fit.cluster, **kw)
+        assert "recompute" not in (it.efficiency_carried or "")
+    res = sm.min_compression(prof, "25Gbps", n=64, cluster=fit.cluster, **kw)
+    assert "activation recompute than" not in res.message
+    other = sm.iteration_time(prof, 64, "400Gbps", cluster=fit.cluster,
+                              **dict(kw, activation_checkpointing="none"))
+    assert "less activation recompute" in other.efficiency_carried
