@@ -673,6 +673,11 @@ def _fixed_values(runs, given, base, *, source):
     return fixed, statuses, sigma
 
 
+SINGLE_WORKER_SEES = ("iteration_overhead", "bucket_overhead", "efficiency")
+"""What runs on one worker each can fit (DDP on one GPU, a FLOP-derived profile's absolute
+time): the network's parameters and the waits between workers have no effect on them."""
+
+
 def _candidate_sets(runs, fixed, *, fit, hold, max_free):
     """The sets of free parameters to try, and the values held in all of them."""
     hold = set(hold or ())
@@ -690,6 +695,10 @@ def _candidate_sets(runs, fixed, *, fit, hold, max_free):
         candidates.remove("efficiency")  # no absolute time on a FLOP-derived profile
     if "efficiency" in candidates:
         _check_one_gpu_class(runs)
+    if all(r.n == 1 for r in runs):  # one worker each: no collective moves a byte, and
+        # nothing waits for another worker (Scenario._fixed, _sigma_n at n = 1): only the
+        # wrapper's costs on one worker and an absolute compute time are seen
+        candidates = [k for k in candidates if k in SINGLE_WORKER_SEES]
     if "straggler_spread" in candidates:
         # the wait for the slowest worker grows with n: it needs the runs' n to vary
         counts = len({r.n for r in runs if r.n > 1})

@@ -240,3 +240,26 @@ def test_sharded_runs_may_name_their_wrapping_policy():
                      "fusion": "module", "iteration_time": it.total})
     fit = sm.fit_cluster(runs, gpus_per_node=8, fusion="module", fit=["ceiling"])
     assert fit.parameters["ceiling"].value == pytest.approx(60e9, rel=0.02)
+
+
+def test_runs_on_one_worker_fit_no_network_parameter():
+    # DDP on one worker at several bucket sizes (the calibration's wrapper step): no
+    # collective moves a byte, so the fit must not report a ceiling (it said 'fitted
+    # ceiling ... 100 Gbit/s [6.607 Gbit/s, unbounded]', a no-op picked by tie order)
+    t1 = sm.load_profile("resnet50").iteration_time
+    runs = [dict(model="resnet50", n=1, bw=100e9, single_worker_time=t1, wrapped=True,
+                 bucket_cap_mb=cap, iteration_time=t1 * (1 + 0.004 * k),
+                 uncertainty=0.01, fusion="ddp")
+            for k, cap in enumerate((1, 5, 25, 100))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fits = [sm.fit_cluster(runs, fusion="ddp"),  # and as --wrapper holds the two
+                sm.fit_cluster(runs, fusion="ddp",
+                               hold=("bucket_overhead", "iteration_overhead"))]
+    for fit in fits:
+        fitted = {k for k, p in fit.parameters.items() if p.status == "fitted"}
+        assert fitted <= {"iteration_overhead", "bucket_overhead"}
+        for alt in fit.cluster.alternatives or ():
+            assert not set(alt["free"]) & {"ceiling", "utilization", "sync_overhead",
+                                           "collective_overhead", "compute_slowdown"}
+    assert fits[1].message.startswith("fitted nothing")
