@@ -1167,7 +1167,9 @@ def cmd_fit(args):
     if args.json:
         return _print_json(dict(fit.to_dict(), warnings=notes, out=args.out))
     print(fit.message)
-    print(f"{'run':<24}{'measured':>10}{'fitted':>10}{'error':>9}")
+    # as wide as the longest label (runs of one model differ at their ends), up to 64
+    width = min(64, max([24] + [len(r.label) + 1 for r in fit.residuals]))
+    print(f"{'run':<{width}}{'measured':>10}{'fitted':>10}{'error':>9}")
     shown = fit.residuals
     if len(shown) > FIT_TABLE_ROWS:  # the largest misses, in the runs' order
         keep = sorted(sorted(range(len(shown)), key=lambda i: -abs(shown[i].error))
@@ -1175,13 +1177,13 @@ def cmd_fit(args):
         rest = max(abs(shown[i].error) for i in range(len(shown)) if i not in set(keep))
         shown = [shown[i] for i in keep]
     for r in shown:
-        print(f"{r.label[:23]:<24}{r.measured * 1e3:8.1f}ms{r.fitted * 1e3:8.1f}ms"
+        print(f"{r.label[:width - 1]:<{width}}{r.measured * 1e3:8.1f}ms{r.fitted * 1e3:8.1f}ms"
               f"{100 * r.error:+8.1f}%")
     if len(shown) < len(fit.residuals):
         print(f"({len(fit.residuals) - len(shown)} more runs, each within "
               f"{100 * rest:.1f} %; --json lists every run)")
     for note in notes:
-        print(f"warning: {note}", file=sys.stderr)
+        print(f"scalemodel: warning: {note}", file=sys.stderr)
     if args.out:
         print(f"wrote {args.out}; use it as --cluster {args.out}")
 

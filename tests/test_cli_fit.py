@@ -211,3 +211,22 @@ def test_config_columns_are_checked_by_name(tmp_path, capsys, row, name, text):
     code, out, err = _fit_cli(capsys, runs)
     assert code != 0 and name in err and text in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_the_run_table_tells_long_labels_apart_and_warnings_are_prefixed(tmp_path, capsys):
+    # the wrapper step's labels differ at their ends only: cut to 23 characters every
+    # row read 'DDP on one worker, buck'; the fit's warnings lacked 'scalemodel: '
+    t1 = sm.load_profile("resnet50").iteration_time
+    lines = ["model,n,bw,iteration_time,single_worker_time,wrapped,bucket_cap_mb,"
+             "uncertainty,fusion,label"]
+    for k, cap in enumerate((1, 5, 25, 100)):
+        t = t1 * (0.995 if k == 0 else 1 + 0.004 * k)  # the first: noise, warned
+        lines.append(f"resnet50,1,100e9,{t!r},{t1!r},True,{cap},0.01,ddp,"
+                     f'"DDP on one worker, bucket_cap_mb {cap}"')
+    (tmp_path / "runs.csv").write_text("\n".join(lines) + "\n")
+    code, out, err = _fit_cli(capsys, tmp_path / "runs.csv")
+    assert code == 0, err
+    for cap in (1, 5, 25, 100):
+        assert f"DDP on one worker, bucket_cap_mb {cap} " in out
+    said = [line for line in err.splitlines() if "warning" in line]
+    assert said and all(line.startswith("scalemodel: warning: ") for line in said)
