@@ -87,8 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure this cluster (run under torchrun), fit scalemodel's constants "
                     "and write a workload profile, a cluster profile and a report.",
         epilog="Then: scalemodel.scaling_factor('<profile>.json', n=64, bw=..., "
-               "cluster='cluster.json'). Other form: python -m scalemodel.calibrate "
-               "from-nccl-tests FILE --line-rate RATE --out cluster.json")
+               "cluster='cluster.json'). Other forms: python -m scalemodel.calibrate "
+               "from-nccl-tests FILE --line-rate RATE --out cluster.json (an nccl-tests "
+               "log); python -m scalemodel.calibrate from-trace TRACE (a PyTorch profiler "
+               "trace); each takes --help")
     p.add_argument("--model", default="resnet50",
                    help=f"what to train: {SPEC_HELP} (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=32, help="per-worker batch [samples]")
@@ -110,7 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "world spans nodes with several ranks each (default: %(default)s)")
     p.add_argument("--min-size", default="4KiB", help="smallest message [bytes]")
     p.add_argument("--max-size", default="256MiB", help="largest message [bytes]")
-    p.add_argument("--collectives", default="all_reduce,all_gather,send_recv")
+    p.add_argument("--collectives", default="all_reduce,all_gather,send_recv",
+                   help="the transport step's collectives, comma-separated; all_reduce is "
+                        "required (the cluster profile is fitted to it) [-] "
+                        "(default: %(default)s)")
     p.add_argument("--repeats", type=int, default=10, help="timed repetitions per size")
     p.add_argument("--warmup", type=int, default=3, help="warm-up iterations / repetitions")
     p.add_argument("--iterations", type=int, default=20, help="timed training iterations")
