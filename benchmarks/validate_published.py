@@ -18,7 +18,7 @@ rate (2 and 8 servers at 100 Gbit/s), as a user with a fresh cluster would; the 
 reports one run only, other pairs, and all 105 pairs, and the ideal model without a fit.
 Target (issue 10): median at most 5 %, largest at most 15 %.
 
-Run: ``python benchmarks/validate_published.py [--all-pairs] [--runs FILE.csv]``. It prints
+Run: ``python benchmarks/validate_published.py [--all-pairs] [--no-write]``. It prints
 the tables and writes ``benchmarks/results/validate_published.txt`` and ``.json``, which
 the design guide shows.
 """
