@@ -2415,8 +2415,10 @@ def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
         fwd = fwd + sigma * stages * p.forward_time  # the other stages' (slowed) compute
         bwd = bwd + sigma * stages * p.backward_time
         update -= stages * (p.forward_time + p.backward_time)
+    exposed = total - fwd - bwd - update  # rounding below 1e-12 of the step: none
     return IterationTime(
-        forward=fwd, backward=bwd, exposed_communication=max(0.0, total - fwd - bwd - update),
+        forward=fwd, backward=bwd,
+        exposed_communication=exposed if exposed > 1e-12 * total else 0.0,
         update=update, total=total, communication=busy,
         scaling_factor=sf, n_buckets=messages, binding=binding,
         critical_parts=parts, compute_slowdown=sigma, settings=sc.settings()), sc

@@ -123,3 +123,12 @@ def test_more_recompute_never_makes_a_tensor_parallel_step_faster(tp, bw):
     assert steps[0] <= steps[1] <= steps[2]
     assert heads[0] == pytest.approx(heads[1], rel=1e-12)  # nothing recomputed before it
     assert heads[1] == pytest.approx(heads[2], rel=1e-12)
+
+
+def test_one_replica_exposes_no_communication():
+    # nothing is communicated: the exposed part is 0, not rounding noise (4e-17 s)
+    for n, kw in ((1, {}), (8, dict(tp=8, gpus_per_node=8)),
+                  (16, dict(tp=2, pp=8, microbatches=8, gpus_per_node=8))):
+        it = sm.iteration_time("llama-2-7b", n, 400e9, **kw)
+        assert it.communication == 0.0 and it.exposed_communication == 0.0
+        assert it.scaling_factor == 1.0
