@@ -1300,11 +1300,10 @@ def _config_model(args):
     from .hf_configs import is_hf_config, load_hf_profile
 
     model = getattr(args, "model", None)
-    if isinstance(model, str) and model.endswith(".json") and not os.path.isfile(model):
-        from .exceptions import InvalidParameterError
-        raise InvalidParameterError(
-            "--model", model, f"no such file ({os.path.abspath(model)} "
-            + ("is not a file)" if os.path.exists(model) else "does not exist)"),
+    if isinstance(model, str) and model.endswith(".json") and not os.path.lexists(model):
+        from .exceptions import InvalidParameterError  # (a folder, a FIFO: the reader's
+        raise InvalidParameterError(                   # own error names what it is)
+            "--model", model, f"no such file ({os.path.abspath(model)} does not exist)",
             "Give the path to a Hugging Face config.json or a saved profile, or a "
             "built-in name (scalemodel profiles lists them)")
     if not (isinstance(model, str) and model.endswith(".json") and os.path.isfile(model)):
