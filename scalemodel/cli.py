@@ -421,7 +421,8 @@ def _algorithm_options(p, *, fit=False):
 def _topology_options(p, *, fit=False):
     _add(p, "--gpus-per-node", _count, default=None,
          help="workers per node; --bw is then one NIC's line rate [workers] "
-              + ("(default: the --cluster's, else 8)" if fit else
+              + ("(default: the --cluster's or --transport's topology, every worker on its "
+                 "own link when it has none; else 8)" if fit else
                  "(default: the cluster's, else every worker on its own link; 8 for "
                  "--algorithm hierarchical)"))
     _add(p, "--nics-per-node", _count, default=None,

@@ -317,7 +317,8 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         tensors have numbered blocks, else ``"none"``), as every question takes it [-].
     gpus_per_node : int or None
         GPUs per node of the cluster (its topology; ``None``: every worker its own link);
-        default 8, or the starting ``cluster``'s (the transport's) when it has a topology
+        default 8, or with ``transport`` or ``cluster`` theirs (every worker its own link
+        when they have no topology, as the CLI's ``scalemodel fit`` takes them)
         [workers].
     nics_per_node : int or None
         NICs per node; ``None``: 1 [NICs].
@@ -606,8 +607,12 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
         source = _Source("cluster")
     else:
         base = ClusterProfile(name=name, provenance={"source": "fit_cluster"})
-    if gpus_per_node is _GPUS_PER_NODE and base.topology is not None:
-        gpus_per_node = None  # not given: keep the starting cluster's topology
+    if gpus_per_node is _GPUS_PER_NODE and (base.topology is not None
+                                            or transport is not None or cluster is not None):
+        # not given: keep the starting cluster's (the transport's) topology, flat when it
+        # has none (a calibration whose ranks shared one node measured each rank's own
+        # link: 8 GPUs per node would put every run inside an invented node)
+        gpus_per_node = None
     topo = resolve_topology(_runs_gpu_topology(runs) if base.topology is None
                             else base.topology, gpus_per_node=gpus_per_node,
                             nics_per_node=nics_per_node, intra_bw=intra_bw,

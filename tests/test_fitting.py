@@ -4,6 +4,7 @@ import json
 import math
 import warnings
 
+import attrs
 import numpy as np
 import pytest
 
@@ -263,3 +264,22 @@ def test_runs_on_one_worker_fit_no_network_parameter():
             assert not set(alt["free"]) & {"ceiling", "utilization", "sync_overhead",
                                            "collective_overhead", "compute_slowdown"}
     assert fits[1].message.startswith("fitted nothing")
+
+
+def test_a_transport_without_a_topology_keeps_every_worker_on_its_own_link():
+    # a calibration whose ranks shared one node writes no topology: each rank measured
+    # its own link. The API put the runs inside an invented 8-GPU node (V100 NVLink),
+    # where the measured latency and bandwidth had no effect; the CLI took them flat
+    transport = sm.ClusterProfile(alpha=2e-4, ceiling=2e9, provenance={
+        "source": "python -m scalemodel.calibrate (every rank is on one node)"})
+    truth = attrs.evolve(transport, compute_slowdown=1.05)
+    runs = _runs(truth, [(2, 10e9), (4, 10e9)], fusion="ddp", uncertainty=0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster(runs, transport=transport, fusion="ddp")
+    assert fit.cluster.topology is None
+    assert fit.cluster.ceiling == transport.ceiling and fit.cluster.alpha == transport.alpha
+    for r in runs[1:]:  # the measured transport is what the runs' time rests on
+        assert sm.scaling_factor("resnet50", r["n"], r["bw"], fusion="ddp",
+                                 cluster=fit.cluster) == pytest.approx(r["scaling_factor"],
+                                                                       rel=0.02)
