@@ -168,7 +168,13 @@ def _line_rate_of(cl):
 
 
 def _from_cluster(cl, text):
-    """Only what a transport sees: latency, achieved bandwidth, reduction, topology."""
+    """Only what a transport sees: latency, achieved bandwidth, reduction, topology; a
+    calibrated cluster's terms fitted on top of its transport are dropped first
+    (:func:`scalemodel.calibrate.overhead.transport_only`: its fitted host overhead, which
+    it stores as the reduction's per-byte cost, and the records of those fits)."""
+    from .calibrate.overhead import transport_only
+
+    cl = transport_only(cl)
     keep = {"alpha", "utilization", "ceiling", "table_utilization", "intra_bw",
             "intra_alpha"}
     cluster = ClusterProfile(

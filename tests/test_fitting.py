@@ -283,3 +283,27 @@ def test_a_transport_without_a_topology_keeps_every_worker_on_its_own_link():
         assert sm.scaling_factor("resnet50", r["n"], r["bw"], fusion="ddp",
                                  cluster=fit.cluster) == pytest.approx(r["scaling_factor"],
                                                                        rel=0.02)
+
+
+def test_a_calibrated_cluster_as_transport_gives_only_its_transport():
+    # python -m scalemodel.calibrate stores its fitted host overhead as the reduction's
+    # per-byte cost (extra["host_overhead"]) and the records of its overlap and slowdown
+    # fits: as transport= only latency, bandwidth and topology stay (transport_only);
+    # the cost was kept while the overlap was reset, and the stale records were copied
+    calibrated = sm.ClusterProfile.from_dict({
+        "format": "scalemodel-cluster", "format_version": 1, "name": "calibrated",
+        "alpha": 2e-4, "ceiling": 2e9, "overlap": 0.0,
+        "reduction": {"kind": "linear", "latency": 0.0, "gamma": 1.5e-9},
+        "provenance": {"source": "python -m scalemodel.calibrate"},
+        "host_overhead": {"gamma": 1.5e-9}, "overlap_fit": {"overlap": 0.0},
+        "compute_slowdown_fit": {"compute_slowdown": 1.3}})
+    bare = sm.ClusterProfile(alpha=2e-4, ceiling=2e9, provenance={"source": "test"})
+    runs = _runs(attrs.evolve(bare, compute_slowdown=1.05), [(2, 10e9), (4, 10e9)],
+                 fusion="ddp", uncertainty=0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster(runs, transport=calibrated, fusion="ddp")
+    assert fit.cluster.reduction is None
+    assert fit.cluster.overlap == 1.0
+    assert not {"host_overhead", "overlap_fit", "compute_slowdown_fit"} & set(
+        fit.cluster.to_dict())
