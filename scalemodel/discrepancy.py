@@ -22,11 +22,14 @@ measured one (``cluster.extra["model_discrepancy"]``, a cluster file's
 both ways, since the sign of the next miss is unknown:
 
 - an iteration time's :math:`[t_\text{lo}, t_\text{hi}]` becomes
-  :math:`[t_\text{lo}/F,\; t_\text{hi} F]`;
+  :math:`[t_\text{lo}/F,\; t_\text{hi} F]`, its low end not below the single worker's
+  step :math:`t_1` for a job without sharding (each worker runs the whole step and waits
+  for the others: :math:`\max(t_\text{lo}/F, \min(t_\text{lo}, t_1))`);
 - a scaling factor's :math:`[s_\text{lo}, s_\text{hi}]` becomes
   :math:`[s_\text{lo}/F,\; s_\text{hi} F]`: the scaling factor is the single-worker time
-  over the iteration time, so it moves inversely (a sharded job's may pass 1: its step
-  on each GPU is smaller);
+  over the iteration time, so it moves inversely; without sharding its high end stops at
+  1, :math:`\min(s_\text{hi} F, \max(s_\text{hi}, 1))` (a sharded job's may pass 1: its
+  step on each GPU is smaller);
 - a minimum compression ratio or required line rate for a target scaling factor
   :math:`s^*` is solved again at :math:`s^* F` over the pessimistic corners (taken as
   unbounded when :math:`s^* F > 1`, which only a sharded job could reach) and at
@@ -190,23 +193,32 @@ def discrepancy_text(cluster) -> str:
             "this cluster does (the cluster's model_discrepancy, scalemodel.discrepancy)")
 
 
-def widen_time(low, high, factor):
+def widen_time(low, high, factor, floor=None):
     """An iteration time's interval widened by ``factor`` [s]; an end None (unbounded)
-    stays None."""
+    stays None. ``floor``: a time the job cannot beat, the single worker's step for a job
+    whose workers each run the whole step (no sharding); the widening does not take the
+    low end below it [s]."""
     if factor <= 1.0:
         return low, high
-    return (None if low is None else low / factor,
-            None if high is None else high * factor)
+    lo = None if low is None else low / factor
+    if lo is not None and floor is not None:
+        lo = max(lo, min(low, floor))
+    return lo, None if high is None else high * factor
 
 
-def widen_scaling(low, high, factor):
+def widen_scaling(low, high, factor, bound=None):
     """A scaling factor's interval widened by ``factor``: the low end divided by it, the
     high end multiplied, as the iteration time's ends move (:func:`widen_time`: the
-    scaling factor is the single-worker time over it) [-]; an end None stays None."""
+    scaling factor is the single-worker time over it) [-]; an end None stays None.
+    ``bound``: 1 for a job whose workers each run the whole step (no sharding: none of
+    them is faster than one worker alone), the widening does not take the high end above
+    it; None under sharding, whose sharded optimizer step can beat one worker [-]."""
     if factor <= 1.0:
         return low, high
-    return (None if low is None else low / factor,
-            None if high is None else high * factor)
+    hi = None if high is None else high * factor
+    if hi is not None and bound is not None:
+        hi = min(hi, max(high, bound))
+    return None if low is None else low / factor, hi
 
 
 def widened_targets(target, factor):

@@ -221,7 +221,7 @@ def answer_interval(fn, cluster, value=None, *, swap_efficiency=False) -> Answer
     return AnswerInterval(value, _end(low), _end(high), wide, per, run, unseen)
 
 
-def discrepant(iv, cluster, kind, n=None) -> AnswerInterval:
+def discrepant(iv, cluster, kind, n=None, bound=None) -> AnswerInterval:
     """``iv`` widened by the model discrepancy of ``cluster`` (eq.
     :eq:`model-discrepancy`), unchanged when its fit reached every run.
 
@@ -236,6 +236,10 @@ def discrepant(iv, cluster, kind, n=None) -> AnswerInterval:
         ``[low / F, high F]`` [-].
     n : int, optional
         Data-parallel workers of the answer: one is not widened [workers].
+    bound : float, optional
+        What the job cannot pass (:func:`~scalemodel.discrepancy.widen_scaling`,
+        :func:`~scalemodel.discrepancy.widen_time`): for a job without sharding a scaling
+        factor of 1 and its single worker's step; None: no bound [-] or [s].
 
     Returns
     -------
@@ -245,7 +249,8 @@ def discrepant(iv, cluster, kind, n=None) -> AnswerInterval:
     f = discrepancy_factor(cluster, n)
     if f <= 1.0:
         return iv
-    low, high = (widen_time if kind == "time" else widen_scaling)(iv.low, iv.high, f)
+    low, high = (widen_time if kind == "time" else widen_scaling)(iv.low, iv.high, f,
+                                                                   bound)
     return attrs.evolve(iv, low=low, high=high, discrepancy=discrepancy_text(cluster))
 
 
@@ -383,8 +388,9 @@ def scaling_factor_interval(model, n, bw, *, cluster, utilization=1.0, compressi
         return scaling_factor(model, n, bw, utilization=utilization,
                               compression=compression, cluster=c, **kwargs)
 
+    bound = 1.0 if _scenario(model, cl, kwargs).sharding is None else None
     return _pressured(discrepant(answer_interval(fn, cl, value), cl, "scaling",
-                                 _dp(n, kwargs)), model, n, cl, kwargs, slow="low")
+                                 _dp(n, kwargs), bound), model, n, cl, kwargs, slow="low")
 
 
 def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compression=1.0,
@@ -413,14 +419,32 @@ def iteration_time_interval(model, n, bw, *, cluster, utilization=1.0, compressi
     from .cluster import load_cluster
     from .model import _iteration_total
 
+    from .model import scaling_factor
+
     cl = load_cluster(cluster)
 
     def fn(c):
         return _iteration_total(model, n, bw, utilization=utilization,
                                 compression=compression, cluster=c, **kwargs)
 
-    return _pressured(discrepant(answer_interval(fn, cl, value, swap_efficiency=True), cl,
-                                 "time", _dp(n, kwargs)), model, n, cl, kwargs, slow="high")
+    iv = answer_interval(fn, cl, value, swap_efficiency=True)
+    floor = None  # the single worker's step, which a job without sharding cannot beat
+    if discrepancy_factor(cl, _dp(n, kwargs)) > 1.0 and \
+            _scenario(model, cl, kwargs).sharding is None:
+        floor = iv.value * float(scaling_factor(model, n, bw, utilization=utilization,
+                                                compression=compression, cluster=cl,
+                                                **kwargs))
+    return _pressured(discrepant(iv, cl, "time", _dp(n, kwargs), floor), model, n, cl,
+                      kwargs, slow="high")
+
+
+def _scenario(model, cluster, kwargs):
+    """The scenario of a question's ``kwargs`` on ``cluster`` (cached by
+    :meth:`~scalemodel.model.Scenario.build`) [-]."""
+    from .model import Scenario
+
+    return Scenario.build(model, cluster=cluster, warn=False, **{
+        k: v for k, v in kwargs.items() if k not in ("utilization", "compression")})
 
 
 def _dp(n, kwargs):
@@ -434,13 +458,10 @@ def _pressured(iv, model, n, cluster, kwargs, *, slow):
     taken :data:`~scalemodel.efficiency.MEMORY_PRESSURE_SLOWDOWN` times when the job is
     memory-pressured (``scalemodel.model._job_pressure``, which warns), as
     :func:`~scalemodel.iteration_time` takes its intervals' [-]."""
-    from .model import Scenario, _job_pressure
+    from .model import _job_pressure
 
     f = MEMORY_PRESSURE_SLOWDOWN
-
-    sc = Scenario.build(model, cluster=cluster, warn=False, **{
-        k: v for k, v in kwargs.items() if k not in ("utilization", "compression")})
-    p = _job_pressure(sc, n)
+    p = _job_pressure(_scenario(model, cluster, kwargs), n)
     if p is None:
         return iv
     if slow == "low":

@@ -2250,7 +2250,7 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     cl = sc.cluster
     if cl is not None and (cl.alternatives or not all(c is cl for c in cl.corners())):
         res = _with_intervals(res, model, n, bw, sc, asked)
-    res = _with_discrepancy(res, cl, sc.data_parallel(n, bw)[0])
+    res = _with_discrepancy(res, cl, sc.data_parallel(n, bw)[0], sc.sharding is not None)
     if cl is not None and "efficiency" in cl.extra:
         note = carried_note(cl, load_profile(model), 1 if sc.model_parallel is None
                             else int(sc.model_parallel.tp),
@@ -2260,19 +2260,25 @@ def iteration_time(model, n, bw, *, utilization=1.0, compression=1.0, algorithm=
     return _with_memory_pressure(res, sc, n)
 
 
-def _with_discrepancy(res, cluster, n_dp):
+def _with_discrepancy(res, cluster, n_dp, sharded=False):
     """``res`` with both intervals widened by the model discrepancy of ``cluster``, the
     fit's miss of its own calibration runs (eq. :eq:`model-discrepancy`); unchanged when
     the fit reached every run, or for ``n_dp`` = 1 data-parallel worker
-    (:mod:`scalemodel.discrepancy`)."""
+    (:mod:`scalemodel.discrepancy`). Without sharding (``sharded`` False) the widening
+    stops at a scaling factor of 1 and at the single worker's step."""
     from .discrepancy import discrepancy_factor, discrepancy_text, widen_scaling, widen_time
 
     f = discrepancy_factor(cluster, n_dp)
     if f <= 1.0:
         return res
-    return attrs.evolve(res, total_interval=widen_time(*res.total_interval, f),
-                        scaling_factor_interval=widen_scaling(*res.scaling_factor_interval, f),
-                        model_discrepancy=discrepancy_text(cluster))
+    # a job without sharding: no worker beats one worker alone (a scaling factor of 1,
+    # the single worker's step); a sharded optimizer step can
+    whole = not sharded
+    return attrs.evolve(res, total_interval=widen_time(
+        *res.total_interval, f, res.total * res.scaling_factor if whole else None),
+        scaling_factor_interval=widen_scaling(*res.scaling_factor_interval, f,
+                                              1.0 if whole else None),
+        model_discrepancy=discrepancy_text(cluster))
 
 
 def _with_memory_pressure(res, sc, n):

@@ -1627,7 +1627,7 @@ def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
                 v = float(_sf(vsc, _evaluate(vsc, c, n, vcodec), vx))
                 lo, hi = min(lo, v), max(hi, v)
                 spd.append(v / vnone)
-            lo, hi = widen_scaling(lo, hi, f)
+            lo, hi = widen_scaling(lo, hi, f, 1.0 if sc.sharding is None else None)
             # index 2: what must reach the target, the low end over the interval
             cache[key] = (c, ev, lo, sf, hi, min(spd), max(spd))
         return cache[key]
@@ -2214,7 +2214,7 @@ def _best_interval(model, best, sc, ns, bw, kw):
     # (a corner of a ring's view is its own view: the job's build keeps it)
     iv = discrepant(answer_interval(lambda c: compressed_scaling_factor(
         model, best.config, n, bw, cluster=c, **kw), sc.cluster, best.scaling_factor),
-        sc.cluster, "scaling", n_dp)
+        sc.cluster, "scaling", n_dp, 1.0 if sc.sharding is None else None)
     best_interval = (float(iv.low), float(iv.high))
     text = (f"; over the fit's intervals {best.compressor} reaches "
             f"{best_interval[0]:.3f} to {best_interval[1]:.3f}")

@@ -35,7 +35,8 @@ def plain():
 
 def discrepant(factor=F):
     c = plain()
-    return attrs.evolve(c, extra=dict(c.extra, **{KEY: dict(RECORD, factor=factor)}))
+    return attrs.evolve(c, extra=dict(c.extra, **{KEY: dict(RECORD, factor=factor,
+                                                            miss=factor - 1.0)}))
 
 
 # ------------------------------------------------------------------ the fit records it
@@ -119,6 +120,37 @@ def test_the_widening_functions():
     assert widen_time(1.0, 2.0, 1.0) == (1.0, 2.0)
     assert widened_targets(0.9, 1.25) == (pytest.approx(0.72), None)  # 1.125: unreachable
     assert widened_targets(0.6, 1.25) == (pytest.approx(0.48), pytest.approx(0.75))
+    # bounded: no worker of an unsharded job beats one worker alone
+    assert widen_scaling(0.5, 0.9, 1.25, 1.0) == (0.4, 1.0)
+    assert widen_scaling(0.5, 0.7, 1.25, 1.0) == (0.4, 0.875)  # the bound not reached
+    assert widen_scaling(0.5, 1.02, 1.25, 1.0) == (0.4, 1.02)  # never narrowed
+    assert widen_time(1.0, 2.0, 1.25, 0.9) == (0.9, 2.5)
+    assert widen_time(1.0, 2.0, 1.25, 0.5) == (0.8, 2.5)
+    assert widen_time(0.8, 2.0, 1.25, 0.9) == (0.8, 2.5)  # never narrowed
+
+
+def test_an_unsharded_job_is_not_widened_past_one_worker():
+    # DDP on a few fast links scales near 1: widened both ways its interval passed 1
+    # (0.7044 to 1.0646 in a user's calibration), a step faster than one worker's alone
+    kw = dict(fusion="horovod")
+    for cluster in (discrepant(), discrepant(3.0)):
+        it = sm.iteration_time("resnet50", 16, "400Gbps", cluster=cluster, **kw)
+        t1 = it.scaling_factor * it.total
+        assert it.scaling_factor_interval[1] == 1.0
+        assert it.total_interval[0] == pytest.approx(t1, rel=1e-12)
+        s = scaling_factor_interval("resnet50", 16, 400e9, cluster=cluster, **kw)
+        t = iteration_time_interval("resnet50", 16, 400e9, cluster=cluster, **kw)
+        assert s.pair == pytest.approx(it.scaling_factor_interval, rel=1e-12)
+        assert t.pair == pytest.approx(it.total_interval, rel=1e-12)
+        plan = sm.plan_compression("resnet50", "400Gbps", n=16, cluster=cluster,
+                                   compressors=["none", "fp16"], **kw)
+        assert all(r.interval[1] <= 1.0 for r in plan.rows)
+    # a sharded job's sharded optimizer step may beat one worker: not bounded
+    z = sm.iteration_time("llama-2-7b", 16, "400Gbps", cluster=discrepant(3.0),
+                          sharding="zero3", gpus_per_node=8)
+    assert z.scaling_factor_interval[1] == pytest.approx(
+        sm.iteration_time("llama-2-7b", 16, "400Gbps", cluster=plain(), sharding="zero3",
+                          gpus_per_node=8).scaling_factor_interval[1] * 3.0, rel=1e-9)
 
 
 @pytest.mark.parametrize("solver, field", [(sm.min_compression, "ratio"),
