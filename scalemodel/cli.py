@@ -749,7 +749,7 @@ def _fitted(args):
 def cmd_scaling(args):
     from .intervals import scaling_factor_interval
 
-    rows, notes = [], []
+    rows, notes, wide = [], [], None
     memory = {n: _memory(args, n) for n in args.n}
     fitted = _fitted(args)
     for n in args.n:
@@ -768,13 +768,17 @@ def cmd_scaling(args):
                         row["memory_pressure"] = iv.memory_pressure
                     if iv.discrepancy:
                         row["model_discrepancy"] = iv.discrepancy
-                    if (iv.from_alternatives or iv.memory_pressure
-                            or iv.discrepancy) and not any("interval" in m for m in notes):
-                        notes.append(f"n={n}, {format_bandwidth(bw)}, ratio {r:g}: "
-                                     + iv.describe(lambda v: f"{v:.4f}"))
+                    if iv.from_alternatives or iv.memory_pressure or iv.discrepancy:
+                        width = (math.inf if iv.low is None or iv.high is None
+                                 else (iv.high - iv.low) / max(sf, 1e-300))
+                        if wide is None or width > wide[0]:  # the widest row's is said
+                            wide = (width, f"n={n}, {format_bandwidth(bw)}, ratio {r:g}: "
+                                    + iv.describe(lambda v: f"{v:.4f}"))
                 if per is not None:
                     row.update(memory_per_gpu=per, fits=fits, gpu=gpu)
                 rows.append(row)
+    if wide is not None:
+        notes.insert(0, wide[1])
     if args.json:
         data = {"model": getattr(args, "model_name", args.model),
                 "sharding": _sharding(args), "results": rows}

@@ -219,6 +219,21 @@ def test_the_cli_says_why_its_intervals_are_wide(tmp_path):
     assert (lo, hi) == pytest.approx(ref.pair, rel=1e-9)
 
 
+def test_the_cli_explains_its_widest_interval(tmp_path):
+    # several rows: the note is the widest row's (it was the first wide row's, whose
+    # explanations' answers did not apply to the much wider rows below it)
+    path = sm.save_cluster(plain(), tmp_path / "c.json")
+    out = subprocess.run([sys.executable, "-m", "scalemodel", "scaling", "--model", "bert",
+                          "--n", "16,256", "--bw", "100Gbps", "--fusion", "horovod",
+                          "--cluster", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    widths = {n: scaling_factor_interval("bert", n, 100e9, cluster=plain(),
+                                         fusion="horovod") for n in (16, 256)}
+    widest = max(widths, key=lambda n: (widths[n].high - widths[n].low) / widths[n].value)
+    notes = [line for line in out.splitlines() if line.startswith("n=")]
+    assert len(notes) == 1 and notes[0].startswith(f"n={widest}, ")
+
+
 # ------------------------------------------------------------------ bad records
 
 
