@@ -393,6 +393,11 @@ def test_fit_with_transport_fits_the_overlap_with_fit_cluster():
     only = fit_with_transport(prof, 8, 25e9, m2, transport=base, compute_slowdown=1.2,
                               fit_overhead=False)
     assert only.cluster.compute_slowdown == 1.2 and only.overlap is None
+    # every path records what it was fitted under (the bisected ones recorded nothing)
+    for f in (fit, fit2, only):
+        assert f.cluster.fit_settings["algorithm"] == "ring"
+        assert f.cluster.fit_settings["fusion"] == "ddp"
+        assert f.cluster.fit_settings["transport"]
     # a transport measured below the run's line rate contradicts it: bisected, said
     slow = attrs.evolve(base, table_line_rate=[1e9, 10e9], table_utilization=[0.9, 0.7])
     m3 = sm.scaling_factor(prof, 8, 25e9, cluster=attrs.evolve(slow, compute_slowdown=1.08,

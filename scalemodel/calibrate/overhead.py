@@ -419,9 +419,32 @@ def fit_with_transport(model, n, bw, measured, *, transport, compute_slowdown=1.
     Returns
     -------
     HostEffectsFit
-        The cluster with the terms (its ``fit_settings`` naming the transport), the fits
+        The cluster with the terms (its ``fit_settings`` naming the algorithm, the fusion
+        and the transport, on every path: the bisected overlap too), the fits
         behind them and, when made, the :class:`~scalemodel.fitting.ClusterFit`.
     """
+    out = _fit_with_transport(model, n, bw, measured, transport=transport,
+                              compute_slowdown=compute_slowdown,
+                              slowdown_interval=slowdown_interval, uncertainty=uncertainty,
+                              fit_overhead=fit_overhead, algorithm=algorithm, fusion=fusion,
+                              fitted_from=fitted_from)
+    cl = out.cluster
+    settings = dict(cl.fit_settings or {})
+    if isinstance(algorithm, str):
+        settings.setdefault("algorithm", algorithm)
+    if isinstance(fusion, str):
+        settings.setdefault("fusion", fusion)
+    name = getattr(load_cluster(transport), "name", None)
+    settings.setdefault("transport", f"the transport calibration {name!r}" if name
+                        else "the transport calibration")
+    return attrs.evolve(out, cluster=attrs.evolve(cl, fit_settings=settings))
+
+
+def _fit_with_transport(model, n, bw, measured, *, transport, compute_slowdown=1.0,
+                        slowdown_interval=None, uncertainty=0.01, fit_overhead=True,
+                        algorithm="ring", fusion="ddp", fitted_from=None) -> HostEffectsFit:
+    """The body of :func:`fit_with_transport` (its cluster without ``fit_settings`` on
+    the bisected paths)."""
     import warnings
 
     from ..exceptions import CalibrationWarning, ScalemodelError
