@@ -223,7 +223,8 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
     intra_fit, note = None, None
     if inside:
         intra_fit = max(inside, key=lambda r: r.world_size).fit()
-        topology = intra_node_topology(intra_fit, gpus_per_node=g, nics_per_node=nics)
+        topology = intra_node_topology(intra_fit, gpus_per_node=g, nics_per_node=nics,
+                                       devices=[d for r, _ in reduce for d in r.devices])
     else:
         topology, note = unmeasured_intra_topology([d for r in across for d in r.devices],
                                                    gpus_per_node=g, nics_per_node=nics)
@@ -244,6 +245,41 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
                            provenance=provenance)
     return Transport(cluster=_from_cluster(cl, "").cluster, text=f"nccl-tests {names}",
                      gpus_per_node=logged, line_rate=line_rate)
+
+
+def check_ranks_per_host(reduce, gpus_per_node, option="gpus_per_node"):
+    """Refuse ``gpus_per_node`` when an all-reduce log across nodes ran another number of
+    ranks on each host (its ``# Rank ... on <host>`` lines): that log's per-NIC bandwidth
+    is fitted with its own ranks per node, or when the GPUs per node do not divide its
+    world size.
+
+    Parameters
+    ----------
+    reduce : list of (NcclTestsResult, pathlib.Path)
+        The all-reduce logs and their files [-].
+    gpus_per_node : int
+        The GPUs per node the logs are fitted with [workers].
+    option : str
+        The option to name in the error [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        Naming ``option``, the value and the log.
+    """
+    for r, p in reduce:
+        if r.world_size <= gpus_per_node:
+            continue  # inside one node: the intra-node link
+        hosts = _hosts(p)
+        if hosts is not None and hosts != gpus_per_node:
+            raise InvalidParameterError(
+                option, gpus_per_node, f"{os.fspath(p)} ran {hosts} ranks on each host "
+                "(its '# Rank ... on <host>' lines), and its bandwidth per NIC is that of "
+                f"{hosts} GPUs per node", f"Use {hosts}")
+        if r.world_size % gpus_per_node:
+            raise InvalidParameterError(
+                option, gpus_per_node, f"does not divide the {r.world_size} ranks of "
+                f"{os.fspath(p)}", "Give the GPUs per node the log ran with")
 
 
 def _check_worlds(reduce, across):

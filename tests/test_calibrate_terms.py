@@ -237,6 +237,7 @@ def test_from_nccl_tests_fits_both_logs(tmp_path, capsys, monkeypatch, how):
     cl = sm.load_cluster(tmp_path / "cluster.json")
     t = cl.topology
     assert (t.gpus_per_node, t.nics_per_node) == (8, 2)
+    assert t.arch == "hopper"  # the logs' H100s (it was the default, volta)
     assert t.intra_bw == pytest.approx(INTRA_BW, rel=0.02)
     assert t.intra_alpha == pytest.approx(INTRA_ALPHA, rel=0.05)
     assert cl.alpha == pytest.approx(ALPHA, rel=0.05)
@@ -278,7 +279,10 @@ def test_from_nccl_tests_across_nodes_only_and_errors(tmp_path, capsys, monkeypa
                          "runs inside one node"),
                         ([str(h100), "--nodes", "3"], "--nodes=3"),
                         ([str(h100), "--nodes", "2", "--gpus-per-node", "8"], "not both"),
-                        ([str(h100), "--gpus-per-node", "0"], "--gpus-per-node=0")):
+                        ([str(h100), "--gpus-per-node", "0"], "--gpus-per-node=0"),
+                        # the log ran 8 ranks per host: its per-NIC rate is 8 GPUs'
+                        ([str(h100), "--gpus-per-node", "4"], "ran 8 ranks on each host"),
+                        ([str(h100), "--gpus-per-node", "3"], "--gpus-per-node=3")):
         rc, out = calibrate_main(["from-nccl-tests", *args, "--out", "other.json"], capsys,
                                  tmp_path, monkeypatch)
         assert rc == 2 and out.err.count("\n") == 1 and words in out.err, out.err

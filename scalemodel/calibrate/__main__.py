@@ -874,6 +874,11 @@ def from_nccl_tests(argv) -> int:
         raise CalibrationError(f"{why}; nothing was read")
     results = [read_nccl_tests(Path(f), collective=args.collective) for f in args.files]
     topology, intra, intra_fit, notes = _nccl_tests_topology(results, args)
+    if topology is not None:  # a log across nodes measured its own ranks per host
+        from ..fit_transport import check_ranks_per_host
+        check_ranks_per_host([(r, Path(f)) for r, f in zip(results, args.files)
+                              if r.collective == "all_reduce"], topology.gpus_per_node,
+                             "--nodes" if args.gpus_per_node is None else "--gpus-per-node")
     fits = []
     for res in results:
         # one message or a chain has no topology to fit: those stay flat
@@ -934,7 +939,8 @@ def _nccl_tests_topology(results, args):
     else:
         intra_fit = intra.fit()
         topology = intra_node_topology(intra_fit, gpus_per_node=g,
-                                       nics_per_node=args.nics_per_node)
+                                       nics_per_node=args.nics_per_node,
+                                       devices=[d for r in reduce for d in r.devices])
         if len(inside) > 1:
             notes.append(f"{len(inside)} all-reduce logs inside one node: the intra-node "
                          f"link is fitted from {intra.source} ({intra.world_size} GPUs)")

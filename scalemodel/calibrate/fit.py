@@ -759,7 +759,8 @@ def unmeasured_intra_topology(devices, *, gpus_per_node, nics_per_node=1):
                       f"not measured, {how}")
 
 
-def intra_node_topology(fit, *, gpus_per_node=None, nics_per_node=1) -> Topology:
+def intra_node_topology(fit, *, gpus_per_node=None, nics_per_node=1,
+                        devices=None) -> Topology:
     r"""The topology of nodes whose intra-node link was measured by ``fit``.
 
     ``fit`` is a ring all-reduce among ranks of **one** node, fitted without a topology
@@ -779,6 +780,10 @@ def intra_node_topology(fit, *, gpus_per_node=None, nics_per_node=1) -> Topology
         node) [workers].
     nics_per_node : int
         Network interfaces per node [NICs].
+    devices : iterable of str, optional
+        The device names of the logs' ranks: when they all name one built-in GPU, its
+        architecture and link type are the topology's (NCCL's latencies depend on them);
+        else the :class:`~scalemodel.topology.Topology` defaults [-].
 
     Returns
     -------
@@ -786,6 +791,8 @@ def intra_node_topology(fit, *, gpus_per_node=None, nics_per_node=1) -> Topology
         With ``intra_bw`` = the fitted bandwidth [bits/s] and ``intra_alpha`` = the
         fitted latency [s].
     """
+    from ..hardware import get_gpu, gpu_of_device
+
     if not isinstance(fit, CollectiveFit):
         raise ParameterTypeError("fit", fit, "a CollectiveFit of an intra-node all-reduce")
     if fit.collective != "all_reduce" or fit.algorithm != "ring" or fit.topology is not None:
@@ -797,8 +804,14 @@ def intra_node_topology(fit, *, gpus_per_node=None, nics_per_node=1) -> Topology
     if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < fit.n:
         raise InvalidParameterError("gpus_per_node", gpus_per_node,
                                     f"an integer >= the {fit.n} ranks of the intra-node fit")
+    names = {gpu_of_device(d) for d in ([devices] if isinstance(devices, str)
+                                        else devices or ())}
+    kind = {}
+    if len(names) == 1 and None not in names:  # its architecture and link, not its rate
+        link = get_gpu(names.pop()).node_link()
+        kind = {k: link[k] for k in ("arch", "intra_link") if k in link}
     return Topology(gpus_per_node=int(g), nics_per_node=nics_per_node,
-                    intra_bw=fit.bandwidth, intra_alpha=fit.alpha)
+                    intra_bw=fit.bandwidth, intra_alpha=fit.alpha, **kind)
 
 
 def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
