@@ -279,13 +279,16 @@ def _validate_alternatives(alternatives) -> tuple:
             raise InvalidParameterError(f"{where}.values", values, "must be a dict")
         vals = {}
         for k, v in values.items():
-            _check_name(k, f"{where}.values key")
+            if str(k) not in _PARAMETER_NAMES:  # a value no answer would apply, unsaid
+                raise InvalidParameterError(f"{where}.values key", k, "is not a fitted "
+                                            f"parameter (known: {', '.join(_PARAMETER_NAMES)})")
             v = _end(v, f"{where}.values[{k!r}]")
             if v is None and k != "ceiling":
                 raise InvalidParameterError(f"{where}.values[{k!r}]", values[k],
                                             "must be a finite number")
             if k == "straggler_spread":
                 _check_spread(v, f"{where}.values[{k!r}]")
+            _check_alternative_value(str(k), v, f"{where}.values[{k!r}]")
             vals[str(k)] = v
         score = alt["score"]
         if isinstance(score, int) and not isinstance(score, bool) and abs(score) > 2**1023:
@@ -299,6 +302,35 @@ def _validate_alternatives(alternatives) -> tuple:
                                                   f"{where}.intervals"),
                     "score": float(score)})
     return tuple(out)
+
+
+_VALUE_FIELDS = ("alpha", "utilization", "ceiling", "compute_slowdown",
+                 "collective_overhead", "sync_overhead", "bucket_overhead",
+                 "iteration_overhead", "overlap")
+"""An alternative's values that are fields of :class:`ClusterProfile`, checked as its
+constructor checks them."""
+
+
+def _check_alternative_value(name, value, where):
+    """Refuse an alternative's value that the cluster would refuse once applied (a
+    negative ceiling, a slowdown beyond its bound, an efficiency above 1), naming where it
+    is in the file: it was refused only when an answer applied it, without the file's
+    field."""
+    if value is None:
+        return
+    if name in _VALUE_FIELDS:
+        try:
+            ClusterProfile(**{name: value}, provenance={"source": "check"})
+        except (InvalidParameterError, ParameterTypeError) as exc:
+            raise InvalidParameterError(where, value, getattr(
+                exc, "requirement", str(exc))) from None
+    elif name == "efficiency" and not 0.0 < value <= 1.0:
+        raise InvalidParameterError(where, value, "must be in (0, 1] (a fraction of the "
+                                    "GPU's peak)")
+    elif name in ("host_overhead", "intra_alpha") and value < 0:
+        raise InvalidParameterError(where, value, "must be >= 0")
+    elif name == "intra_bw" and not value > 0:
+        raise InvalidParameterError(where, value, "must be > 0 [bits/s]")
 
 
 def _check_fit_settings(settings) -> dict:
@@ -923,7 +955,19 @@ class ClusterProfile:
 
     @classmethod
     def from_dict(cls, data, source="<object>") -> "ClusterProfile":
-        """Build from a dict in the file format; errors name the field."""
+        """Build from a dict in the file format; errors name the field and call the file
+        a cluster (:class:`~scalemodel.exceptions.ProfileFormatError`)."""
+        try:
+            return cls._from_dict(data, source)
+        except ProfileFormatError as exc:
+            prefix = f"profile {exc.source}: field {exc.field!r}: "
+            if not str(exc).startswith(prefix):
+                raise
+            raise ProfileFormatError(exc.source, exc.field, str(exc)[len(prefix):],
+                                     kind="cluster") from None
+
+    @classmethod
+    def _from_dict(cls, data, source="<object>") -> "ClusterProfile":
         from .profiles import _reduction_from  # one parser for reduction specs
 
         if not isinstance(data, dict):

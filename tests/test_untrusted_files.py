@@ -322,3 +322,25 @@ def test_gradient_accumulation_in_the_profile_file(tmp_path):
         p.with_grad_accum(0)
     assert exc.value.parameter == "grad_accum"
     assert p.with_grad_accum(4) is p
+
+
+def test_a_cluster_file_s_alternatives_are_checked_when_it_loads(tmp_path):
+    # an alternative's value that the cluster refuses once applied was refused only when
+    # an answer applied it ('ceiling=-5.0 is invalid', no file, no field); a value under
+    # a name no answer reads was kept without a word; the file was called a 'profile'
+    alt = {"free": ["ceiling"], "values": {"ceiling": 8e9}, "intervals": {}, "score": 0.0}
+    good = sm.ClusterProfile(ceiling=8e9, provenance={"source": "test"},
+                             alternatives=[alt, dict(alt, score=0.5)]).to_dict()
+    for values, words in (({"ceiling": -5.0}, "alternatives[1].values['ceiling']"),
+                          ({"compute_slowdown": 1e300}, "values['compute_slowdown']"),
+                          ({"efficiency": 1.5}, "values['efficiency']"),
+                          ({"ceiling": 8e9, "bogus": 1.0}, "values key")):
+        data = dict(good, alternatives=[good["alternatives"][0],
+                                        dict(good["alternatives"][1], values=values)])
+        path = tmp_path / "c.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(sm.ProfileFormatError) as exc:
+            sm.load_cluster(path)
+        assert words in str(exc.value) and str(exc.value).startswith(f"cluster {path}")
+    assert sm.load_cluster(sm.save_cluster(sm.ClusterProfile.from_dict(good),
+                                           tmp_path / "ok.json")).alternatives

@@ -177,6 +177,9 @@ class NcclTestsResult:
                               line_rate=line_rate, **kwargs)
 
 
+_LOG = "nccl-tests log"
+"""What a malformed log is called in its errors (not a profile)."""
+
 def read_nccl_tests(source, *, collective=None) -> NcclTestsResult:
     """Parse nccl-tests output.
 
@@ -218,13 +221,14 @@ def read_nccl_tests(source, *, collective=None) -> NcclTestsResult:
     scan = _scan(text, name, collective)
     if scan.header is None or not scan.rows:
         raise ProfileFormatError(name, "<table>", "no nccl-tests table found (expected a "
-                                 "'# size count type ... time algbw busbw' header and rows)")
+                                 "'# size count type ... time algbw busbw' header and rows)",
+                                 kind=_LOG)
     size, t_out, t_in, alg, bus = _table_columns(scan.header, scan.rows, name)
     found = _collective_of(scan.found, hint, name)
     world = len(scan.ranks) or scan.n_gpus
     if not world:
         raise ProfileFormatError(name, "<header>", "no '# Rank ... device' lines and no "
-                                 "nGpus: cannot tell the world size")
+                                 "nGpus: cannot tell the world size", kind=_LOG)
     devices = scan.devices
     return NcclTestsResult(collective=found, world_size=int(world), size=np.asarray(size),
                            time_out_of_place=np.asarray(t_out),
@@ -283,7 +287,8 @@ def _scan(text, name, collective):
         if scan.header is None:
             raise ProfileFormatError(name, f"line {lineno}",
                                      "a data row before the column header (# size count "
-                                     "type ... time algbw busbw); is this nccl-tests output?")
+                                     "type ... time algbw busbw); is this nccl-tests output?",
+                                     kind=_LOG)
         scan.rows.append((lineno, tok))
     return scan
 
@@ -310,7 +315,7 @@ def _read_comment(scan, stripped, name, lineno):
             scan.avg = float(body.split(":", 1)[1].split()[0]) * 8e9
         except (IndexError, ValueError):
             raise ProfileFormatError(name, f"line {lineno}",
-                                     "expected '# Avg bus bandwidth : <GB/s>'") \
+                                     "expected '# Avg bus bandwidth : <GB/s>'", kind=_LOG) \
                 from None
 
 
@@ -333,12 +338,14 @@ def _cell(tok, i, name, lineno, what, hi=None, unit=""):
         x = float(v)
     except ValueError:
         raise ProfileFormatError(name, f"line {lineno}",
-                                 f"column {what!r} should be a number, got {v!r}") from None
+                                 f"column {what!r} should be a number, got {v!r}",
+                                 kind=_LOG) from None
     if not (math.isfinite(x) and x >= 0) or (hi is not None and x > hi):
         limit = "" if hi is None else f" and at most {hi:g}{unit}"
         raise ProfileFormatError(name, f"line {lineno}",
                                  f"column {what!r} should be finite, >= 0{limit} (N/A where "
-                                 f"not measured), got {v!r}; is the log corrupt or edited?")
+                                 f"not measured), got {v!r}; is the log corrupt or edited?",
+                                 kind=_LOG)
     return x
 
 
@@ -355,7 +362,7 @@ def _table_columns(header, rows, name):
             raise ProfileFormatError(name, f"line {lineno}",
                                      f"has {len(tok)} columns; expected at least "
                                      f"{k_out + 2} (size count ... time algbw busbw "
-                                     "...); truncated?")
+                                     "...); truncated?", kind=_LOG)
         size.append(_cell(tok, 0, name, lineno, "size", MAX_SIZE, " bytes"))
         t_out.append(_cell(tok, -k_out, name, lineno, "time", MAX_TIME_US, " us") * 1e-6)
         alg.append(_cell(tok, -k_out + 1, name, lineno, "algbw") * 8e9)
