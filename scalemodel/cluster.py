@@ -349,8 +349,28 @@ def _check_fit_settings(settings) -> dict:
             continue
         if not isinstance(v, str) or not v.strip():
             raise InvalidParameterError(f"fit_settings.{k}", v, "must be a non-empty text")
+        _check_setting_name(k, v)
         out[k] = v
     return out
+
+
+def _check_setting_name(key, value):
+    """Refuse a recorded algorithm, sharding or fusion that no question could use, naming
+    the record (it was refused later as if the caller had passed ``fusion=``): a fusion is
+    a fusion name or, under sharding, a wrapping policy."""
+    from .collectives import resolve_algorithm
+    from .fusion import resolve_fusion
+    from .sharding import WRAP_POLICIES, resolve_sharding
+
+    check = {"algorithm": resolve_algorithm, "sharding": resolve_sharding,
+             "fusion": lambda v: v in WRAP_POLICIES or resolve_fusion(v)}.get(key)
+    if check is None:
+        return
+    try:
+        check(value)
+    except (InvalidParameterError, ParameterTypeError) as exc:
+        raise InvalidParameterError(f"fit_settings.{key}", value, getattr(
+            exc, "requirement", str(exc))) from None
 
 
 def _jsonable_intervals(intervals) -> dict:

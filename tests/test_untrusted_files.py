@@ -344,3 +344,12 @@ def test_a_cluster_file_s_alternatives_are_checked_when_it_loads(tmp_path):
         assert words in str(exc.value) and str(exc.value).startswith(f"cluster {path}")
     assert sm.load_cluster(sm.save_cluster(sm.ClusterProfile.from_dict(good),
                                            tmp_path / "ok.json")).alternatives
+    # a recorded fusion or algorithm no question can use: refused as the record's
+    for key, value in (("fusion", "bogus"), ("algorithm", "rign"), ("sharding", "zero9")):
+        (tmp_path / "fs.json").write_text(json.dumps(dict(good, fit_settings={key: value})))
+        with pytest.raises(sm.ProfileFormatError, match=f"fit_settings.{key}"):
+            sm.load_cluster(tmp_path / "fs.json")
+    for key, value in (("fusion", "block"), ("fusion", "horovod"),
+                       ("algorithm", "nccl-2.4.8"), ("sharding", "zero3")):
+        (tmp_path / "fs.json").write_text(json.dumps(dict(good, fit_settings={key: value})))
+        assert sm.load_cluster(tmp_path / "fs.json").fit_settings == {key: value}
