@@ -168,6 +168,7 @@ def test_sigterm_to_a_single_process_leaves_nothing(tmp_path):
     lines = our_lines(err)
     assert len(lines) == 1 and "stopped by SIGTERM" in lines[0], err[-3000:]
     assert "nothing was written" in lines[0] and "Traceback" not in err
+    assert "torchrun" not in lines[0]  # no torchrun here to have stopped every rank
     assert files(tmp_path) == []
 
 

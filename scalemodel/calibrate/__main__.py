@@ -1005,8 +1005,10 @@ def main(argv=None) -> int:
         print(f"scalemodel.calibrate: interrupted{_who()}; {_outcome()}", file=sys.stderr)
         return 130
     except Terminated:
-        print(f"scalemodel.calibrate: stopped by SIGTERM{_who()} (torchrun stops every rank "
-              f"when one fails: see the first error); {_outcome()}", file=sys.stderr)
+        why = (" (torchrun stops every rank when one fails: see the first error)"
+               if os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("RANK") else "")
+        print(f"scalemodel.calibrate: stopped by SIGTERM{_who()}{why}; {_outcome()}",
+              file=sys.stderr)
         return 128 + signal.SIGTERM
     finally:
         if previous is not None:
