@@ -127,7 +127,9 @@ def test_measure_wrapper_on_a_real_one_rank_group(one_rank):
     runs = m.runs("p.json")
     assert [r["bucket_cap_mb"] for r in runs] == [0.0, 25.0]
     assert all(r["wrapped"] and r["n"] == 1 for r in runs)
-    assert runs[0]["iteration_time"] == pytest.approx(float(np.median(m.wrapped[0])))
+    # the plain median plus the rounds' paired differences, as the step's own fit
+    assert runs[0]["iteration_time"] == pytest.approx(
+        float(np.median(m.plain)) + m.fit()["medians"][0], rel=1e-12)
     d = json.loads(json.dumps(m.to_dict()))
     assert d["buckets"] == m.buckets.tolist() and len(d["plain_seconds"]) == 3
 
@@ -342,3 +344,20 @@ def test_wrapper_option_is_checked_before_measuring(tmp_path, args, words):
     out = _calibrate([*args, "--model", "mlp", "--out", "c.json"], tmp_path, timeout=120)
     assert out.returncode == 2 and words in out.stderr, out.stderr[-2000:]
     assert not list(tmp_path.iterdir())
+
+
+def test_the_runs_carry_the_paired_differences_not_the_drift():
+    # the wrapped rounds' own median carries the machine's load in other rounds, the
+    # paired differences (the step's fit) do not; the runs take the latter
+    from scalemodel.calibrate.wrapper import WrapperMeasurement
+    plain = np.array([0.10, 0.10, 0.10, 0.30, 0.30])  # two rounds on a busy machine
+    wrapped = np.vstack([plain + [0.0, 0.0, 0.03, 0.0, 0.03], plain + 0.001])
+    m = WrapperMeasurement(model="mlp", batch_size=8, device="cpu", backend="gloo",
+                           amp=False, bucket_caps=[0.0, 25.0], buckets=[6, 1],
+                           plain=plain, wrapped=wrapped, provenance={"source": "test"})
+    runs = m.runs("p.json")
+    # the wrapped rounds' own median is 0.13 s: +30 ms over the plain median, where the
+    # paired differences' median is 0
+    assert [r["iteration_time"] - r["single_worker_time"] for r in runs] == \
+        pytest.approx([0.0, 0.001], abs=1e-12)
+    assert m.fit()["medians"] == pytest.approx([0.0, 0.001], abs=1e-12)
