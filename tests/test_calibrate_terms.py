@@ -529,6 +529,9 @@ def test_report_sets_every_model_beside_the_measurement():
     rep = _report(report_args(False), prof, None, transport, few, 4, 25e9)
     assert len(rep["checks"]) == 2 and rep["_cluster"].compute_slowdown == 1.0
     assert not rep["compute_slowdown"]["significant"]
+    # --no-fit-host-overhead: the row says what was measured, not that terms were fitted
+    assert rep["checks"][1]["model"].startswith("slowdown measured here (slowdown 1; ")
+    assert "fitted here" not in rep["text"]
 
 
 # ------------------------------------------------------------------ two nodes, for real

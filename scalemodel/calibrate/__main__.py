@@ -727,7 +727,10 @@ def _report(args, profile, compute, cluster, ddp, world, line_rate):
     terms = _fit_terms(profile, ddp, "all", *fit_args)
     full = terms.cluster
     s_full = scaling_factor(profile, world, bw, cluster=full, **kw)
-    checks.append(_check_row(f"fitted here ({_terms_label(terms)})", s_full, ddp, True))
+    checks.append(_check_row(
+        f"fitted here ({_terms_label(terms)})" if fit_overhead else
+        f"slowdown measured here ({_terms_label(terms)}; overlap and host cost not "
+        "fitted: --no-fit-host-overhead)", s_full, ddp, True))
     ci_full = scaling_factor_interval(profile, world, bw, cluster=full,
                                       compute_interval=c_iv, **kw)
     report["predicted_scaling_factor_fitted"] = s_full
