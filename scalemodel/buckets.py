@@ -36,6 +36,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
+from .cluster import load_cluster
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .fusion import MAX_BUCKET_CAP_MB, MiB, DDPBuckets
 from .units import format_bandwidth
@@ -82,6 +83,11 @@ class BucketSizeResult:
     settings : dict
         What the answer assumed (``Scenario.settings``), tensor and pipeline parallelism
         included [-].
+    interval : tuple or None
+        On a fitted cluster with intervals or alternative explanations, ``(low, high)``:
+        the best cap under each of them (:func:`~scalemodel.intervals.answer_interval`
+        over the fit's corners), the range the calibration cannot narrow; None
+        otherwise [MB].
     """
 
     bucket_cap_mb: float
@@ -95,6 +101,7 @@ class BucketSizeResult:
     times: np.ndarray = attrs.field(repr=False)
     message: str = ""
     settings: dict = attrs.field(factory=dict)
+    interval: tuple | None = None
 
     @property
     def speedup(self) -> float:
@@ -188,6 +195,34 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
     >>> res.bucket_cap_mb >= 25, res.iteration_time <= res.default_iteration_time
     (True, True)
     """
+    kw = dict(candidates=candidates, utilization=utilization, compression=compression,
+              algorithm=algorithm, alpha=alpha, codec_cost=codec_cost,
+              gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, intra_bw=intra_bw,
+              intra_alpha=intra_alpha, ps_servers=ps_servers,
+              activation_checkpointing=activation_checkpointing, offload=offload, tp=tp,
+              pp=pp, microbatches=microbatches, virtual_stages=virtual_stages,
+              sequence_parallel=sequence_parallel, first_bucket_at_cap=first_bucket_at_cap)
+    res = _best_bucket_size(model, n, bw, cluster=cluster, **kw)
+    cl = None if cluster is None else load_cluster(cluster)
+    if cl is None or not (cl.intervals or cl.alternatives):
+        return res
+    from .intervals import answer_interval
+
+    iv = answer_interval(lambda c: _best_bucket_size(model, n, bw, cluster=c, **kw)
+                         .bucket_cap_mb, cl, res.bucket_cap_mb)
+    if iv.low == iv.high:
+        return attrs.evolve(res, interval=(iv.low, iv.high))
+    return attrs.evolve(res, interval=(iv.low, iv.high), message=(
+        f"{res.message}; over the fit's intervals and explanations the best cap lies "
+        f"between {iv.low:g} and {iv.high:g} MB"))
+
+
+def _best_bucket_size(model, n, bw, *, cluster, candidates, utilization, compression,
+                      algorithm, alpha, codec_cost, gpus_per_node, nics_per_node, intra_bw,
+                      intra_alpha, ps_servers, activation_checkpointing, offload, tp, pp,
+                      microbatches, virtual_stages, sequence_parallel,
+                      first_bucket_at_cap) -> BucketSizeResult:
+    """:func:`best_bucket_size` on one cluster, without the interval over its fit."""
     from .model import _prepare, effective_utilization, warn_unused_codec_cost
     from .parallel import check_sequence_parallel
 
