@@ -360,10 +360,10 @@ def _check_setting_name(key, value):
     a fusion name or, under sharding, a wrapping policy."""
     from .collectives import resolve_algorithm
     from .fusion import resolve_fusion
-    from .sharding import WRAP_POLICIES, resolve_sharding
+    from .sharding import is_wrap_name, resolve_sharding
 
     check = {"algorithm": resolve_algorithm, "sharding": resolve_sharding,
-             "fusion": lambda v: v in WRAP_POLICIES or resolve_fusion(v)}.get(key)
+             "fusion": lambda v: is_wrap_name(v) or resolve_fusion(v)}.get(key)
     if check is None:
         return
     try:

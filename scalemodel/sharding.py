@@ -207,6 +207,21 @@ _WRAP_ALIASES = {"transformer": "block", "blocks": "block", "layer": "block",
                  "per-tensor": "none", "per_tensor": "none", "tensor": "none",
                  "wfbp": "none"}
 
+def is_wrap_name(name) -> bool:
+    """Whether ``name`` is a wrapping policy (:data:`WRAP_POLICIES`) or one of its aliases
+    (``"transformer"``, ``"per-module"``, ...), as :func:`resolve_wrap` reads it [-].
+
+    Parameters
+    ----------
+    name : object
+        A fusion as given [-].
+    """
+    if not isinstance(name, str):
+        return False
+    key = name.strip().lower().replace("_", "-")
+    return _WRAP_ALIASES.get(key, key) in WRAP_POLICIES
+
+
 _BUCKET_FUSIONS = ("ddp", "horovod", "bsp", "none")
 """Fusions of plain data parallelism that ``zero1`` / ``zero2`` accept as gradient
 buckets for the reduce-scatter."""

@@ -349,7 +349,8 @@ def test_a_cluster_file_s_alternatives_are_checked_when_it_loads(tmp_path):
         (tmp_path / "fs.json").write_text(json.dumps(dict(good, fit_settings={key: value})))
         with pytest.raises(sm.ProfileFormatError, match=f"fit_settings.{key}"):
             sm.load_cluster(tmp_path / "fs.json")
-    for key, value in (("fusion", "block"), ("fusion", "horovod"),
+    for key, value in (("fusion", "block"), ("fusion", "horovod"), ("fusion", "transformer"),
+                       ("fusion", "Per_Module"),
                        ("algorithm", "nccl-2.4.8"), ("sharding", "zero3")):
         (tmp_path / "fs.json").write_text(json.dumps(dict(good, fit_settings={key: value})))
         assert sm.load_cluster(tmp_path / "fs.json").fit_settings == {key: value}
