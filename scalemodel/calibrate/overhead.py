@@ -429,14 +429,16 @@ def fit_with_transport(model, n, bw, measured, *, transport, compute_slowdown=1.
                               fit_overhead=fit_overhead, algorithm=algorithm, fusion=fusion,
                               fitted_from=fitted_from)
     cl = out.cluster
-    settings = dict(cl.fit_settings or {})
-    if isinstance(algorithm, str):
-        settings.setdefault("algorithm", algorithm)
-    if isinstance(fusion, str):
-        settings.setdefault("fusion", fusion)
+    if out.cluster_fit is not None:  # fit_cluster recorded this call's settings
+        return out
+    # bisected: the cluster started from the given one, whose settings are not this fit's
     name = getattr(load_cluster(transport), "name", None)
-    settings.setdefault("transport", f"the transport calibration {name!r}" if name
-                        else "the transport calibration")
+    settings = {"transport": f"the transport calibration {name!r}" if name
+                else "the transport calibration"}
+    if isinstance(algorithm, str):
+        settings["algorithm"] = algorithm
+    if isinstance(fusion, str):
+        settings["fusion"] = fusion
     return attrs.evolve(out, cluster=attrs.evolve(cl, fit_settings=settings))
 
 
