@@ -215,6 +215,8 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
     g = gpus_per_node if gpus_per_node is not None else logged
     if g is None:
         g = 8
+    if gpus_per_node is not None:  # as from-nccl-tests checks it
+        check_ranks_per_host(reduce, g)
     nics = 1 if nics_per_node is None else nics_per_node
     across = [r for r, _ in reduce if r.world_size > g]
     inside = [r for r, _ in reduce if 1 < r.world_size <= g]
@@ -247,7 +249,7 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
                      gpus_per_node=logged, line_rate=line_rate)
 
 
-def check_ranks_per_host(reduce, gpus_per_node, option="gpus_per_node"):
+def check_ranks_per_host(reduce, gpus_per_node, option="gpus_per_node", nodes=None):
     """Refuse ``gpus_per_node`` when an all-reduce log across nodes ran another number of
     ranks on each host (its ``# Rank ... on <host>`` lines): that log's per-NIC bandwidth
     is fitted with its own ranks per node, or when the GPUs per node do not divide its
@@ -261,6 +263,9 @@ def check_ranks_per_host(reduce, gpus_per_node, option="gpus_per_node"):
         The GPUs per node the logs are fitted with [workers].
     option : str
         The option to name in the error [-].
+    nodes : int or None
+        The nodes given instead of the GPUs per node (``--nodes``): the error names that
+        value [nodes].
 
     Raises
     ------
@@ -271,15 +276,18 @@ def check_ranks_per_host(reduce, gpus_per_node, option="gpus_per_node"):
         if r.world_size <= gpus_per_node:
             continue  # inside one node: the intra-node link
         hosts = _hosts(p)
+        value, per = (gpus_per_node, "") if nodes is None else (
+            nodes, f" ({gpus_per_node} GPUs per node)")
         if hosts is not None and hosts != gpus_per_node:
+            right = hosts if nodes is None else r.world_size // hosts
             raise InvalidParameterError(
-                option, gpus_per_node, f"{os.fspath(p)} ran {hosts} ranks on each host "
-                "(its '# Rank ... on <host>' lines), and its bandwidth per NIC is that of "
-                f"{hosts} GPUs per node", f"Use {hosts}")
+                option, value, f"{os.fspath(p)} ran {hosts} ranks on each host "
+                f"(its '# Rank ... on <host>' lines){per}, and its bandwidth per NIC is "
+                f"that of {hosts} GPUs per node", f"Use {right}")
         if r.world_size % gpus_per_node:
             raise InvalidParameterError(
-                option, gpus_per_node, f"does not divide the {r.world_size} ranks of "
-                f"{os.fspath(p)}", "Give the GPUs per node the log ran with")
+                option, value, f"does not divide the {r.world_size} ranks of "
+                f"{os.fspath(p)}{per}", "Give the GPUs per node the log ran with")
 
 
 def _check_worlds(reduce, across):

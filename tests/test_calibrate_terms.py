@@ -282,7 +282,8 @@ def test_from_nccl_tests_across_nodes_only_and_errors(tmp_path, capsys, monkeypa
                         ([str(h100), "--gpus-per-node", "0"], "--gpus-per-node=0"),
                         # the log ran 8 ranks per host: its per-NIC rate is 8 GPUs'
                         ([str(h100), "--gpus-per-node", "4"], "ran 8 ranks on each host"),
-                        ([str(h100), "--gpus-per-node", "3"], "--gpus-per-node=3")):
+                        ([str(h100), "--gpus-per-node", "3"], "--gpus-per-node=3"),
+                        ([str(h100), "--nodes", "8"], "--nodes=8 is invalid")):
         rc, out = calibrate_main(["from-nccl-tests", *args, "--out", "other.json"], capsys,
                                  tmp_path, monkeypatch)
         assert rc == 2 and out.err.count("\n") == 1 and words in out.err, out.err
@@ -397,11 +398,15 @@ def test_fit_with_transport_fits_the_overlap_with_fit_cluster():
     only = fit_with_transport(prof, 8, 25e9, m2, transport=base, compute_slowdown=1.2,
                               fit_overhead=False)
     assert only.cluster.compute_slowdown == 1.2 and only.overlap is None
-    # every path records what it was fitted under (the bisected ones recorded nothing)
-    for f in (fit, fit2, only):
+    # every path records what it was fitted under (the bisected ones recorded nothing),
+    # this fit's settings, not those the given cluster was fitted under
+    stale = attrs.evolve(base, fit_settings={"fusion": "horovod", "algorithm": "tree",
+                                             "transport": "old"})
+    fit3 = fit_with_transport(prof, 8, 25e9, m2, transport=stale, compute_slowdown=1.08)
+    for f in (fit, fit2, only, fit3):
         assert f.cluster.fit_settings["algorithm"] == "ring"
         assert f.cluster.fit_settings["fusion"] == "ddp"
-        assert f.cluster.fit_settings["transport"]
+        assert f.cluster.fit_settings["transport"] not in ("", "old")
     # a transport measured below the run's line rate contradicts it: bisected, said
     slow = attrs.evolve(base, table_line_rate=[1e9, 10e9], table_utilization=[0.9, 0.7])
     m3 = sm.scaling_factor(prof, 8, 25e9, cluster=attrs.evolve(slow, compute_slowdown=1.08,
@@ -531,7 +536,13 @@ def test_report_sets_every_model_beside_the_measurement():
     assert not rep["compute_slowdown"]["significant"]
     # --no-fit-host-overhead: the row says what was measured, not that terms were fitted
     assert rep["checks"][1]["model"].startswith("slowdown measured here (slowdown 1; ")
+    assert rep["checks"][1]["model"].endswith("--no-fit-host-overhead)")
     assert "fitted here" not in rep["text"]
+    # not asked either way, on GPUs (NCCL) the terms are not fitted: no flag is blamed
+    nccl = attrs.evolve(few, backend="nccl")
+    rep = _report(report_args(None), prof, None, transport, nccl, 4, 25e9)
+    assert rep["checks"][1]["model"].endswith("not fitted on nccl: --fit-host-overhead "
+                                              "fits them)")
 
 
 # ------------------------------------------------------------------ two nodes, for real

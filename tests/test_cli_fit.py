@@ -230,3 +230,12 @@ def test_the_run_table_tells_long_labels_apart_and_warnings_are_prefixed(tmp_pat
         assert f"DDP on one worker, bucket_cap_mb {cap} " in out
     said = [line for line in err.splitlines() if "warning" in line]
     assert said and all(line.startswith("scalemodel: warning: ") for line in said)
+
+
+@pytest.mark.parametrize("g, words", [(4, "ran 8 ranks on each host"), (3, "ran 8 ranks")])
+def test_transport_logs_refuse_gpus_per_node_they_did_not_run_with(g, words):
+    # the API's transport= path checks what from-nccl-tests checks (it fitted a 3-GPU
+    # topology to a log of 8 ranks per host)
+    runs = [dict(model="resnet50", n=16, bw=400e9, scaling_factor=0.9)]
+    with pytest.raises(sm.InvalidParameterError, match=words):
+        sm.fit_cluster(runs, transport=H100_LOG, gpus_per_node=g, nics_per_node=NICS)

@@ -730,7 +730,8 @@ def _report(args, profile, compute, cluster, ddp, world, line_rate):
     checks.append(_check_row(
         f"fitted here ({_terms_label(terms)})" if fit_overhead else
         f"slowdown measured here ({_terms_label(terms)}; overlap and host cost not "
-        "fitted: --no-fit-host-overhead)", s_full, ddp, True))
+        + ("fitted: --no-fit-host-overhead)" if args.fit_host_overhead is False else
+           f"fitted on {ddp.backend}: --fit-host-overhead fits them)"), s_full, ddp, True))
     ci_full = scaling_factor_interval(profile, world, bw, cluster=full,
                                       compute_interval=c_iv, **kw)
     report["predicted_scaling_factor_fitted"] = s_full
@@ -881,7 +882,8 @@ def from_nccl_tests(argv) -> int:
         from ..fit_transport import check_ranks_per_host
         check_ranks_per_host([(r, Path(f)) for r, f in zip(results, args.files)
                               if r.collective == "all_reduce"], topology.gpus_per_node,
-                             "--nodes" if args.gpus_per_node is None else "--gpus-per-node")
+                             "--nodes" if args.gpus_per_node is None else "--gpus-per-node",
+                             nodes=args.nodes if args.gpus_per_node is None else None)
     fits = []
     for res in results:
         # one message or a chain has no topology to fit: those stay flat
