@@ -535,15 +535,15 @@ def model_parallel_profile(profile, mp, options):
         redo_tp = 0.0
     f = profile.forward_time / k + act_tp
     b = profile.backward_time / k + act_tp
-    ready = _per_gpu_ready(profile, k, act_tp)
+    per = _recompute_list(profile)
+    ready = _per_gpu_ready(profile, k, act_tp, per)
     prov = dict(profile.provenance)
-    if redo_tp > 0:  # at each recomputed layer's backward start, as its recompute
-        redo = np.cumsum(np.asarray(prov["recompute"], float))
+    if redo_tp > 0 and per is not None:  # at each recomputed layer's backward start
+        redo = np.cumsum(per)
         ready = ready + (redo_tp * redo / redo[-1] if redo[-1] > 0 else redo_tp)
         b += redo_tp
-    if prov.get("recompute"):  # per GPU, as the ready times move: the sharded model's
-        per = np.asarray(prov["recompute"], float)  # units split the forward without it
-        total = float(per.sum())
+    if per is not None:  # per GPU, as the ready times move: the sharded model's
+        total = float(per.sum())  # units split the forward without it
         prov["recompute"] = (per / k + (redo_tp * per / total if redo_tp > 0
                                         and total > 0 else 0.0)).tolist()
     prov["model_parallel"] = dict(mp.settings(),
@@ -562,7 +562,35 @@ def model_parallel_profile(profile, mp, options):
         update_time=update, grad_accum=mp.microbatches, provenance=prov)
 
 
-def _per_gpu_ready(profile, k, act_tp):
+def _recompute_list(profile):
+    """``provenance["recompute"]`` (:func:`~scalemodel.checkpointing.with_recompute`: each
+    tensor's recompute, in backward order) as an array, None without one [s].
+
+    Raises
+    ------
+    InvalidParameterError
+        A list that is not one finite, non-negative time per tensor (a profile file's,
+        edited or corrupt), naming it.
+    """
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    raw = prov.get("recompute")
+    if not raw:
+        return None
+    k = len(profile.tensor_ready)
+    try:
+        per = np.asarray(raw, float)
+    except (TypeError, ValueError):
+        per = None
+    if per is None or per.shape != (k,) or not np.all(np.isfinite(per)) or np.any(per < 0):
+        raise InvalidParameterError(
+            "profile.provenance['recompute']", raw, f"must be one finite time >= 0 per "
+            f"tensor ({k} of them, backward order) [s], as with_recompute writes it",
+            "Remove it, or give the profile without checkpointing and pass "
+            "activation_checkpointing=")
+    return per
+
+
+def _per_gpu_ready(profile, k, act_tp, per=None):
     """The gradients' ready times on one GPU, before the recompute's TP collectives [s].
 
     The backward's own work (the profile's ready times less the recompute before them,
@@ -570,11 +598,9 @@ def _per_gpu_ready(profile, k, act_tp):
     the backward's TP collectives ``act_tp``, which run in the blocks' backward; the
     recompute is split over the GPUs and keeps its place. Spreading ``act_tp`` over the
     recompute too would let a longer recompute move the gradients before it (the head's)
-    earlier."""
+    earlier. ``per``: the recompute per tensor (:func:`_recompute_list`), None without."""
     ready = np.asarray(profile.tensor_ready, float)
-    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
-    cum = np.cumsum(np.asarray(prov["recompute"], float)) if prov.get("recompute") \
-        else np.zeros_like(ready)
+    cum = np.cumsum(per) if per is not None else np.zeros_like(ready)
     own = profile.backward_time - (float(cum[-1]) if cum.size else 0.0)
     stretch = (own / k + act_tp) / own if own > 0 else 0.0
     return (ready - cum) * stretch + cum / k

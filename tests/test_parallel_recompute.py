@@ -132,3 +132,15 @@ def test_one_replica_exposes_no_communication():
         it = sm.iteration_time("llama-2-7b", n, 400e9, **kw)
         assert it.communication == 0.0 and it.exposed_communication == 0.0
         assert it.scaling_factor == 1.0
+
+
+@pytest.mark.parametrize("bad", [[0.01, 0.02], [0.01], "x", [float("nan")]])
+def test_a_profile_file_s_recompute_record_of_another_length_is_refused(tmp_path, bad):
+    # a saved profile's provenance['recompute'] is read for every tp/pp job: one of the
+    # wrong length raised numpy's broadcast error, or (length 1) moved the answer
+    import attrs
+    p = sm.load_profile("llama-2-7b")
+    q = attrs.evolve(p, provenance=dict(p.provenance, recompute=bad))
+    path = sm.save_profile(q, tmp_path / "q.json")
+    with pytest.raises(sm.InvalidParameterError, match=r"provenance\['recompute'\]"):
+        sm.iteration_time(str(path), 16, "100Gbps", tp=2, gpus_per_node=8)
