@@ -1214,9 +1214,6 @@ def cmd_best_bucket(args):
           f"{res.scaling_factor:.4f})")
     print(f"with the default 25 MB:  {res.default_iteration_time * 1e3:.4g} ms (scaling "
           f"factor {res.default_scaling_factor:.4f})")
-    if res.interval is not None and res.interval[0] != res.interval[1]:
-        print(f"over the fit:            best cap {res.interval[0]:g} to "
-              f"{res.interval[1]:g} MB")
     print(res.message)
 
 

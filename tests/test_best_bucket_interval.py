@@ -41,3 +41,12 @@ def test_no_interval_without_a_fit():
     plain = sm.ClusterProfile(bucket_overhead=80e-6, provenance={"source": "test"})
     assert sm.best_bucket_size("resnet50", 16, "100Gbps", cluster=plain).interval is None
     assert sm.best_bucket_size("resnet50", 16, "100Gbps").interval is None
+
+
+def test_the_corners_do_not_repeat_the_warnings(fitted):
+    import warnings as w
+    with w.catch_warnings(record=True) as caught:
+        w.simplefilter("always")
+        sm.best_bucket_size("bert", 64, "25Gbps", cluster=fitted, codec_cost=1e-9)
+    said = [str(c.message) for c in caught]
+    assert said and len(said) == len(set(said))
