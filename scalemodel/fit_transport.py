@@ -215,8 +215,8 @@ def _from_nccl_tests(paths, *, line_rate, gpus_per_node, nics_per_node):
     g = gpus_per_node if gpus_per_node is not None else logged
     if g is None:
         g = 8
-    if gpus_per_node is not None:  # as from-nccl-tests checks it
-        check_ranks_per_host(reduce, g)
+    if gpus_per_node is not None and logged is None:  # no host names to compare with
+        check_ranks_per_host(reduce, g)  # (check_against_runs does): it must divide them
     nics = 1 if nics_per_node is None else nics_per_node
     across = [r for r, _ in reduce if r.world_size > g]
     inside = [r for r, _ in reduce if 1 < r.world_size <= g]

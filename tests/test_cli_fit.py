@@ -232,10 +232,17 @@ def test_the_run_table_tells_long_labels_apart_and_warnings_are_prefixed(tmp_pat
     assert said and all(line.startswith("scalemodel: warning: ") for line in said)
 
 
-@pytest.mark.parametrize("g, words", [(4, "ran 8 ranks on each host"), (3, "ran 8 ranks")])
-def test_transport_logs_refuse_gpus_per_node_they_did_not_run_with(g, words):
-    # the API's transport= path checks what from-nccl-tests checks (it fitted a 3-GPU
-    # topology to a log of 8 ranks per host)
+@pytest.mark.parametrize("hosts", [True, False])
+def test_transport_logs_refuse_gpus_per_node_they_did_not_run_with(tmp_path, hosts):
+    # the API's transport= path checks what from-nccl-tests checks: a log without host
+    # names and GPUs per node that do not divide its ranks was fitted (a 3-GPU topology)
+    log = Path(H100_LOG)
+    if not hosts:
+        log = tmp_path / "nohosts.txt"
+        log.write_text(Path(H100_LOG).read_text().replace(" on gpu-node-0", " x"))
+        assert " on " not in "".join(line for line in log.read_text().splitlines()
+                                     if "Rank" in line)
     runs = [dict(model="resnet50", n=16, bw=400e9, scaling_factor=0.9)]
-    with pytest.raises(sm.InvalidParameterError, match=words):
-        sm.fit_cluster(runs, transport=H100_LOG, gpus_per_node=g, nics_per_node=NICS)
+    with pytest.raises(sm.InvalidParameterError,
+                       match="8 GPUs per node" if hosts else "does not divide the 16"):
+        sm.fit_cluster(runs, transport=str(log), gpus_per_node=3, nics_per_node=NICS)
