@@ -207,10 +207,15 @@ def answer_interval(fn, cluster, value=None, *, swap_efficiency=False) -> Answer
     tol = ALTERNATIVE_WIDENING * abs(value) if math.isfinite(value) else 0.0
     wide = len(rows) > 1 and (low < own_lo - tol or high > own_hi + tol
                               or (math.isinf(high) and not math.isinf(own_hi)))
+    if not wide and len(rows) > 1 and math.isinf(own_hi) and math.isfinite(value):
+        # the best explanation's own end is unbounded already: the others widen nothing,
+        # but answers of theirs far from its point (no line rate at all) are still the
+        # runs failing to tell them apart, and are said
+        _points(rows, clusters, fn)
+        wide = any(abs(_gap(r[1], value)) > tol for r in rows[1:])
     run = ""
     if wide:  # the message names each explanation's own answer: evaluate them now
-        for row, c in zip(rows[1:], clusters[1:]):
-            row[1] = float(fn(c)) if row[2] != row[3] else row[2]
+        _points(rows, clusters, fn)
         far = max(rows[1:], key=lambda r: abs(_gap(r[1], value)))
         run = _kept_discriminating_run(rows[0][0], far[0], cluster)
     per = tuple((alt, None if p is None else _end(p), _end(a), _end(b))
@@ -341,6 +346,13 @@ def _swapped(c, worst, best):
             worst, best, [attrs.evolve(worst, extra=best.extra),
                           attrs.evolve(best, extra=worst.extra)])
     return list(made[2])
+
+
+def _points(rows, clusters, fn):
+    """Each alternative's own answer into its row (index 1), once [unit of the answer]."""
+    for row, c in zip(rows[1:], clusters[1:]):
+        if row[1] is None:
+            row[1] = float(fn(c)) if row[2] != row[3] else row[2]
 
 
 def _gap(a, b):

@@ -3,6 +3,7 @@ under MG-WFBP invert the scaling factor that plans per configuration; a break-ev
 rate is where the two scaling factors cross, and inside one node there is none; a plan
 for a memory-pressured job says what its own answers leave out."""
 
+import math
 import warnings
 
 import numpy as np
@@ -129,3 +130,20 @@ def test_a_recommended_compressor_is_not_worse_than_none_at_the_fits_best_values
     for row in rows:
         assert (row.scaling_factor >= plan.uncompressed_scaling_factor
                 or row.speedup_interval[0] > 1.0), row
+
+
+def test_explanations_that_reach_no_line_rate_are_said_beside_an_unbounded_end():
+    # the best explanation's pessimistic end is unbounded already: another explanation
+    # that reaches the target at no line rate at all widens nothing, but the runs cannot
+    # tell the two apart, and the answer said nothing of it (no run to measure named)
+    def alt(c, lo, hi, score):
+        return {"free": ["ceiling"], "values": {"ceiling": c},
+                "intervals": {"ceiling": [lo, hi]}, "score": score}
+    cl = sm.ClusterProfile(name="t", ceiling=8e9, intervals={"ceiling": (6e9, 10e9)},
+                           topology=sm.Topology(gpus_per_node=8),
+                           alternatives=[alt(8e9, 6e9, 10e9, 0.0),
+                                         alt(6.5e9, 6.2e9, 6.8e9, 0.5)],
+                           provenance={"source": "test"})
+    res = sm.required_bandwidth("bert", n=64, target=0.27, fusion="horovod", cluster=cl)
+    assert math.isfinite(res.bw) and res.interval[1] is None
+    assert "cannot tell apart" in res.message and "(answers unbounded)" in res.message
