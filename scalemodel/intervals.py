@@ -209,10 +209,10 @@ def answer_interval(fn, cluster, value=None, *, swap_efficiency=False) -> Answer
                               or (math.isinf(high) and not math.isinf(own_hi)))
     if not wide and len(rows) > 1 and math.isinf(own_hi) and math.isfinite(value):
         # the best explanation's own end is unbounded already: the others widen nothing,
-        # but answers of theirs far from its point (no line rate at all) are still the
-        # runs failing to tell them apart, and are said
+        # but one whose own answer is unbounded (no line rate, no ratio at all) where the
+        # best's is finite is the runs failing to tell them apart, and is said
         _points(rows, clusters, fn)
-        wide = any(abs(_gap(r[1], value)) > tol for r in rows[1:])
+        wide = any(math.isinf(r[1]) for r in rows[1:])
     run = ""
     if wide:  # the message names each explanation's own answer: evaluate them now
         _points(rows, clusters, fn)
