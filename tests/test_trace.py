@@ -753,3 +753,31 @@ def test_long_strings_and_numbers_are_refused_wherever_the_cuts_fall(tmp_path, m
     (tmp_path / "num.json").write_text(text[:-1] + ', "n": 0.' + "5" * 2000 + "}")
     bad(tmp_path, tmp_path / "num.json", match=r"num\.json.*number longer than 1000",
         cli=False)
+
+
+def test_kernels_without_a_duration_are_skipped_not_read_as_instant(tmp_path):
+    # a complete ('X') event must have 'dur': one without it was read as 0 s, so the
+    # all-reduces took '0.00 ms/step' and the replay used zero-length kernels, unsaid
+    write_trace(tmp_path / "r0.json")
+    doc = json.loads((tmp_path / "r0.json").read_text())
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            del e["dur"]
+    (tmp_path / "nodur.json").write_text(json.dumps(doc))
+    rep = read_trace(tmp_path / "nodur.json")
+    assert "all_reduce" not in rep.fits  # no kernel times: nothing to fit
+    assert "time.all_reduce" in rep.undetermined
+
+
+def test_message_sizes_that_make_no_workload_name_the_trace(tmp_path):
+    # negative sizes in the annotations' Input Dims were refused as 'profile <object>:
+    # field tensors.bytes', naming neither the trace nor where in it
+    doc = raw(DATA / "mixed_2ranks_alltoall_allreduce.json.gz")
+    for e in doc["traceEvents"]:
+        if str(e.get("name", "")).startswith("nccl:") and "Input Dims" in e.get("args", {}):
+            e["args"]["Input Dims"] = [[-1000]]
+    (tmp_path / "neg.json").write_text(json.dumps(doc))
+    with pytest.raises(sm.ProfileFormatError) as exc:
+        read_trace(tmp_path / "neg.json")
+    assert str(exc.value).startswith("trace ") and "neg.json" in str(exc.value)
+    assert "Input Dims" in str(exc.value)

@@ -569,7 +569,7 @@ class _Collector:
             # relative to the first event: the difference of close floats is exact, so
             # sub-microsecond digits survive (absolute µs since 1970 need 51 bits)
             ts = (ts - self.base) * _US
-            dur = float(ev.get("dur", 0.0)) * _US
+            dur = float(ev["dur"]) * _US  # a complete event without one: malformed
         except (KeyError, TypeError, ValueError):
             self.malformed += 1
             return

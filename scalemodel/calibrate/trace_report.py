@@ -18,7 +18,8 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from ..exceptions import CalibrationError, CalibrationWarning, ScalemodelError
+from ..exceptions import (CalibrationError, CalibrationWarning, ProfileFormatError,
+                          ScalemodelError)
 from .trace_analysis import _BUS_FACTOR, COLLECTIVE_KINDS, _analyse
 from .trace_read import _collect
 
@@ -606,12 +607,18 @@ def _build_profile(ranks, report_name, world, slowdown, notes, undetermined):
         "steps_used": len(use), "compute_slowdown": sigma,
         "timeline": first.timeline,
     }
-    profile = WorkloadProfile(
-        name=report_name, tensor_bytes=b_med, tensor_ready=r, forward_time=tf / sigma,
-        backward_time=max(tb / sigma, float(r[-1]) if r.size else 0.0), update_time=tu,
-        description=f"from a profiler trace ({world} ranks, {k} gradient buckets)",
-        device=", ".join(sorted(set(first.gpus))) or "CPU", framework="PyTorch",
-        precision="trace", provenance=prov)
+    try:
+        profile = WorkloadProfile(
+            name=report_name, tensor_bytes=b_med, tensor_ready=r, forward_time=tf / sigma,
+            backward_time=max(tb / sigma, float(r[-1]) if r.size else 0.0), update_time=tu,
+            description=f"from a profiler trace ({world} ranks, {k} gradient buckets)",
+            device=", ".join(sorted(set(first.gpus))) or "CPU", framework="PyTorch",
+            precision="trace", provenance=prov)
+    except ProfileFormatError as exc:  # sizes or times the trace's events gave: say so
+        raise ProfileFormatError(
+            ", ".join(str(x.source) for x in ranks), "gradient all-reduces",
+            f"their message sizes (Input Dims / In msg nelems) or times make no workload "
+            f"({exc.field}: {str(exc).split(': ', 2)[-1]})", kind="trace") from None
     return profile, buckets, measured
 
 
