@@ -781,3 +781,14 @@ def test_message_sizes_that_make_no_workload_name_the_trace(tmp_path):
         read_trace(tmp_path / "neg.json")
     assert str(exc.value).startswith("trace ") and "neg.json" in str(exc.value)
     assert "Input Dims" in str(exc.value)
+
+
+def test_nan_in_a_trace_is_said_to_be_no_json(tmp_path):
+    # Python's json.dump writes NaN; the error said only 'lexical error: invalid char'
+    # and called the trace a 'profile'
+    write_trace(tmp_path / "r0.json")
+    text = (tmp_path / "r0.json").read_text()
+    i = text.index('"dur": ') + len('"dur": ')
+    (tmp_path / "nan.json").write_text(text[:i] + "NaN" + text[text.index(",", i):])
+    with pytest.raises(sm.ProfileFormatError, match=r"^trace .*nan\.json.*holds NaN"):
+        read_trace(tmp_path / "nan.json")

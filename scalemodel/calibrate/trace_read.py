@@ -65,6 +65,8 @@ _CLASS_TABLE = _CLASS.tobytes()      # for bytes.translate (faster than a numpy 
 _NOT_BLANK = np.ones(256, np.int8)
 _NOT_BLANK[[ord(" "), ord("\t"), ord("\n"), ord("\r")]] = 0
 _YAJL_KIND = re.compile(r"(lexical|parse) error: ([A-Za-z0-9 ]{1,60})")
+_NOT_JSON = re.compile(r"[:,\[]\s*(-?Infinity|NaN)\b")
+"""A value JSON does not have (NaN, Infinity) in the excerpt yajl quotes."""
 
 
 def _open_regular(source):
@@ -436,6 +438,12 @@ def _json_error(source, exc, text):
                                   "is not a trace or is corrupt")
     m = _YAJL_KIND.search(str(exc))
     kind = f"{m.group(1)} error: {m.group(2).strip()}" if m else "unreadable"
+    bad = _NOT_JSON.search(str(exc))  # the excerpt yajl quotes, around the error
+    if bad:
+        return ProfileFormatError(source, "<json>", f"holds {bad.group(1)} (between bytes "
+                                  f"{text.start} and {text.end} of the JSON text), which is "
+                                  "not JSON (Python's json.dump writes it unless "
+                                  "allow_nan=False): the trace was edited or is corrupt")
     if text.done and "premature EOF" in kind:
         return ProfileFormatError(source, "<json>", "the JSON text ends before its last "
                                   "value is closed: the file is truncated (copy it again)")

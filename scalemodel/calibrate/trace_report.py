@@ -690,6 +690,19 @@ def _uncovered(ranks, step_time):
 
 # =========================================================================== public API
 
+def _read_one(path):
+    """One rank's trace collected (:func:`~scalemodel.calibrate.trace_read._collect`),
+    its format errors calling the file a trace, not a profile."""
+    try:
+        return _collect(path)
+    except ProfileFormatError as exc:
+        prefix = f"profile {exc.source}: field {exc.field!r}: "
+        if not str(exc).startswith(prefix):
+            raise
+        raise ProfileFormatError(exc.source, exc.field, str(exc)[len(prefix):],
+                                 kind="trace") from None
+
+
 def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
     """Read a PyTorch profiler (Kineto) trace of a distributed run.
 
@@ -735,7 +748,7 @@ def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
     paths = _trace_paths(path_or_paths)
     if line_rate is not None:
         line_rate = one_rate(line_rate, "line_rate")
-    ranks = [_analyse(_collect(p)) for p in paths]
+    ranks = [_analyse(_read_one(p)) for p in paths]
     _check_ranks(ranks)
     world = ranks[0].world_size
     notes = [n for r in ranks for n in r.notes]
