@@ -980,11 +980,7 @@ class ClusterProfile:
         try:
             return cls._from_dict(data, source)
         except ProfileFormatError as exc:
-            prefix = f"profile {exc.source}: field {exc.field!r}: "
-            if not str(exc).startswith(prefix):
-                raise
-            raise ProfileFormatError(exc.source, exc.field, str(exc)[len(prefix):],
-                                     kind="cluster") from None
+            raise exc.called("cluster") from None
 
     @classmethod
     def _from_dict(cls, data, source="<object>") -> "ClusterProfile":

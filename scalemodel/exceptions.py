@@ -107,6 +107,15 @@ class ProfileFormatError(ScalemodelError, ValueError):
         self.field = field
         super().__init__(f"{kind} {source}: field {field!r}: {problem}")
 
+    def called(self, kind: str) -> "ProfileFormatError":
+        """The same error calling its file a ``kind`` (``"cluster"``, ``"trace"``) where it
+        called it a profile; itself otherwise [-]."""
+        prefix = f"profile {self.source}: field {self.field!r}: "
+        if not str(self).startswith(prefix):
+            return self
+        return ProfileFormatError(self.source, self.field, str(self)[len(prefix):],
+                                  kind=kind)
+
 
 class CalibrationError(ScalemodelError, RuntimeError):
     """A calibration run or fit failed: a collective timed out, a rank died, there were

@@ -696,11 +696,7 @@ def _read_one(path):
     try:
         return _collect(path)
     except ProfileFormatError as exc:
-        prefix = f"profile {exc.source}: field {exc.field!r}: "
-        if not str(exc).startswith(prefix):
-            raise
-        raise ProfileFormatError(exc.source, exc.field, str(exc)[len(prefix):],
-                                 kind="trace") from None
+        raise exc.called("trace") from None
 
 
 def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
