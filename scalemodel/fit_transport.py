@@ -175,6 +175,7 @@ def _from_cluster(cl, text):
     from .calibrate.overhead import transport_only
 
     cl = transport_only(cl)
+    _warn_poor_fits(cl, text)
     keep = {"alpha", "utilization", "ceiling", "table_utilization", "intra_bw",
             "intra_alpha"}
     cluster = ClusterProfile(
@@ -185,6 +186,33 @@ def _from_cluster(cl, text):
         provenance=dict(cl.provenance), extra=dict(cl.extra))
     g = None if cl.topology is None else cl.topology.gpus_per_node
     return Transport(cluster=cluster, text=text, gpus_per_node=g, line_rate=_line_rate_of(cl))
+
+
+R2_WARN = 0.95
+"""Below this :math:`R^2` (of the log times) a transport fit that a cluster records is
+said to explain its times poorly, as :func:`~scalemodel.calibrate.fit.fit_collective`
+warns when it fits them [-]."""
+
+
+def _warn_poor_fits(cl, text):
+    """Warn (:class:`~scalemodel.CalibrationWarning`) of each collective fit recorded in
+    ``cl.extra["fits"]`` whose :math:`R^2` is below :data:`R2_WARN`: a trace report or a
+    cluster file carries its fit's warning no further than the command that made it, and
+    a fit fixed from a poor transport fit misses runs without saying why."""
+    import warnings
+
+    from .exceptions import CalibrationWarning
+
+    for f in cl.extra.get("fits", ()) or ():
+        r2 = f.get("r2") if isinstance(f, dict) else None
+        if not isinstance(r2, (int, float)) or isinstance(r2, bool) or not r2 < R2_WARN:
+            continue
+        what = f.get("collective") if isinstance(f.get("collective"), str) else "collective"
+        warnings.warn(f"transport {text}: its {what} fit explains the measured times "
+                      f"poorly (R^2 {r2:.3f} < {R2_WARN}); the latency and bandwidth it "
+                      "fixes may be wrong. Measure the transport with more repetitions "
+                      "or sizes (nccl-tests, python -m scalemodel.calibrate) before "
+                      "trusting predictions", CalibrationWarning, stacklevel=4)
 
 
 def _hosts(path):

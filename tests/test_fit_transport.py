@@ -352,3 +352,24 @@ def test_a_trace_report_as_transport(tmp_path):
     path.write_text("{}")
     with pytest.raises(sm.InvalidParameterError, match="neither a cluster JSON"):
         load_transport(path)
+
+
+def test_a_transport_whose_recorded_fit_is_poor_is_said_so():
+    """A trace report or cluster file carries its fit's R^2, not the warning the command
+    that made it printed: fit_cluster(transport=...) repeats it (an audit's from-trace fit
+    at R^2 -0.23 was used silently and its fit then missed a run by +42 %)."""
+    truth = sm.ClusterProfile(topology=TOPO, alpha=2e-5, utilization=0.8, provenance=P)
+    runs = [_run(truth, "resnet50", n, 100e9) for n in (16, 64)]
+
+    def transport(r2):
+        t = _transport(truth)
+        return sm.ClusterProfile.from_dict(dict(t.to_dict(), fits=[
+            {"collective": "all_reduce", "r2": r2}]))
+
+    with pytest.warns(sm.CalibrationWarning, match=r"all_reduce fit explains the measured "
+                      r"times poorly \(R\^2 -0\.230 < 0\.95\)"):
+        sm.fit_cluster(runs, transport=transport(-0.23), fusion="ddp")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        sm.fit_cluster(runs, transport=transport(0.999), fusion="ddp")
+    assert not [w for w in seen if "poorly" in str(w.message)]
