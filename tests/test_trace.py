@@ -769,6 +769,20 @@ def test_kernels_without_a_duration_are_skipped_not_read_as_instant(tmp_path):
     assert "time.all_reduce" in rep.undetermined
 
 
+@pytest.mark.parametrize("field", ["dur", "ts"])
+def test_times_written_as_text_are_malformed_not_read_as_numbers(tmp_path, field):
+    # '"dur": "123"' is no time a profiler writes: float() read it as 123 us, unsaid
+    write_trace(tmp_path / "r0.json")
+    doc = json.loads((tmp_path / "r0.json").read_text())
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and field in e:
+            e[field] = str(e[field])
+    (tmp_path / "text.json").write_text(json.dumps(doc))
+    rep = read_trace(tmp_path / "text.json")
+    assert "all_reduce" not in rep.fits  # no kernel times: nothing to fit
+    assert "time.all_reduce" in rep.undetermined
+
+
 def test_message_sizes_that_make_no_workload_name_the_trace(tmp_path):
     # negative sizes in the annotations' Input Dims were refused as 'profile <object>:
     # field tensors.bytes', naming neither the trace nor where in it

@@ -22,6 +22,7 @@ only reads. A trace is untrusted input of any size, so:
 
 from __future__ import annotations
 
+import decimal
 import gzip
 import json
 import math
@@ -571,16 +572,22 @@ class _Collector:
             if kind is None:
                 return
         try:
-            ts = float(ev["ts"])
-            if self.base is None:
-                self.base = ts
-            # relative to the first event: the difference of close floats is exact, so
-            # sub-microsecond digits survive (absolute µs since 1970 need 51 bits)
-            ts = (ts - self.base) * _US
-            dur = float(ev["dur"]) * _US  # a complete event without one: malformed
-        except (KeyError, TypeError, ValueError):
+            ts, dur = ev["ts"], ev["dur"]  # a complete event without one: malformed
+        except KeyError:
             self.malformed += 1
             return
+        # JSON numbers only: text ("dur": "123") or a boolean is no time a profiler
+        # writes (float() took both)
+        if ts.__class__ not in _NUMBERS or dur.__class__ not in _NUMBERS:
+            self.malformed += 1
+            return
+        ts = float(ts)
+        if self.base is None:
+            self.base = ts
+        # relative to the first event: the difference of close floats is exact, so
+        # sub-microsecond digits survive (absolute µs since 1970 need 51 bits)
+        ts = (ts - self.base) * _US
+        dur = float(dur) * _US
         if not (math.isfinite(ts) and math.isfinite(dur)) or not 0 <= dur <= _MAX_DUR:
             self.malformed += 1  # a ProfilerStep of 1e300 us made a step time of 1e294 s
             return
@@ -665,6 +672,11 @@ class _Collector:
         self.cpu_tid.append(tid)
         self.cpu_code.append(code)
         self.cpu_name.append(nid)
+
+
+_NUMBERS = frozenset({float, int, decimal.Decimal})
+"""Classes a JSON number is read as (Decimal: fractions when integers beyond int64 make
+the reader keep every number exact)."""
 
 
 def _int64(value) -> int:
