@@ -305,7 +305,8 @@ def _hf_config_options(p):
     """How a Hugging Face ``config.json`` given as ``--model`` is built."""
     _add(p, "--seq", _count, default=None,
          help="sequence length when --model is a Hugging Face config.json [tokens] "
-              "(default: the config's max_position_embeddings)")
+              "(default: the config's context length, max_position_embeddings, "
+              "n_positions or max_seq_len, else 4096)")
     _add(p, "--micro-batch", _count, default=None,
          help="sequences per GPU per step when --model is a Hugging Face config.json "
               "[samples] (default 1)")
@@ -1322,8 +1323,16 @@ def _config_model(args):
                                         "--model is a Hugging Face config.json (a built-in "
                                         "or saved profile fixes its attention)")
         return
-    if is_hf_config(read_json_file(model, what="workload profile or config.json")):
+    data = read_json_file(model, what="workload profile or config.json")
+    if is_hf_config(data):
         args.model_name = model
+        if getattr(args, "seq", None) is None:  # said: a long-context config's 131072
+            from .hf_configs import _context_length  # tokens gave a 64 s step, unsaid
+            seq, key = _context_length(data, with_key=True)
+            where = (f"the config's {key}" if key else
+                     "the default for a config without a context length")
+            print(f"scalemodel: warning: --seq not given: {seq} tokens per sequence, "
+                  f"{where}; pass --seq with the length you train at", file=sys.stderr)
         args.model = load_hf_profile(model, seq=getattr(args, "seq", None),
                                      micro_batch=getattr(args, "micro_batch", None),
                                      gpu=getattr(args, "gpu", None),

@@ -389,13 +389,18 @@ def is_hf_config(data) -> bool:
             and any(k in data for k in ("model_type", "hidden_size", "n_embd", "d_model")))
 
 
-def _context_length(data):
-    """The config's context length, the default ``seq``: ``max_position_embeddings`` or
-    ``n_positions`` (an integer >= 1, refused by name otherwise: NaN, text, 2048.5), else
-    4096 [tokens]."""
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+"""Keys of a config's context length, first found first: Llama-style and most others,
+GPT-2's, MPT's, ChatGLM's and Qwen (1)'s."""
+
+
+def _context_length(data, with_key=False):
+    """The config's context length, the default ``seq``: the first of
+    :data:`CONTEXT_KEYS` it has (an integer >= 1, refused by name otherwise: NaN, text,
+    2048.5), else 4096 [tokens]; with ``with_key``, ``(length, key or None)``."""
     from .workloads import MAX_DIMENSION
 
-    for key in ("max_position_embeddings", "n_positions"):
+    for key in CONTEXT_KEYS:
         value = data.get(key)
         if value is None or value == 0:
             continue
@@ -405,8 +410,8 @@ def _context_length(data):
                                         f"[1, {MAX_DIMENSION:,}] (the default sequence "
                                         "length)", "Or give the sequence length: seq= "
                                         "(CLI --seq)")
-        return value
-    return 4096
+        return (value, key) if with_key else value
+    return (4096, None) if with_key else 4096
 
 
 def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None,
@@ -418,8 +423,8 @@ def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None,
     path : str or os.PathLike
         The ``config.json`` file [path].
     seq : int or None
-        Sequence length; None: the config's ``max_position_embeddings`` /
-        ``n_positions``, else 4096 [tokens].
+        Sequence length; None: the config's context length (the first of
+        :data:`CONTEXT_KEYS` it has), else 4096 [tokens].
     micro_batch : int or None
         Sequences per GPU per step; None: 1 [samples].
     gpu : str or None

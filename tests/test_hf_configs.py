@@ -177,6 +177,34 @@ def test_cli_takes_a_config_json(tmp_path, capsys):
     assert main(["min-compression", "--model", str(path), "--bw", "10Gbps"]) == 2
 
 
+@pytest.mark.parametrize("key, length", [("max_position_embeddings", 131072),
+                                         ("max_seq_len", 2048), (None, 4096)])
+def test_the_cli_says_which_sequence_length_it_assumed(tmp_path, capsys, key, length):
+    # without --seq a long-context config (Qwen2: 131072 tokens) gave a 64 s step and
+    # 'does NOT fit', the length said nowhere; MPT's max_seq_len was not read (4096)
+    import json
+
+    from scalemodel.cli import main
+
+    cfg = {**QWEN2_7B, "model_type": "llama"}  # (no QKV-bias warning)
+    if key:
+        cfg[key] = length
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["iteration", "--model", str(path), "--bw", "100Gbps", "--n", "8",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    said = f"--seq not given: {length} tokens per sequence, " + (
+        f"the config's {key}" if key else "the default")
+    assert said in err
+    want = sm.iteration_time(sm.transformer_profile(TransformerConfig.from_hf_config(
+        cfg, seq=length), "h100-sxm"), 8, "100Gbps")
+    assert json.loads(out)["total"] == pytest.approx(want.total)
+    assert main(["iteration", "--model", str(path), "--bw", "100Gbps", "--n", "8",
+                 "--seq", "512"]) == 0
+    assert "--seq not given" not in capsys.readouterr().err
+
+
 MPT_SHAPES = {"mpt-1b": (24, 2048, 16), "mpt-3b": (32, 2560, 20), "mpt-7b": (32, 4096, 32),
               "mpt-13b": (40, 5120, 40), "mpt-30b": (48, 7168, 56),
               "mpt-70b": (80, 8192, 64)}
