@@ -2370,7 +2370,10 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
 
     Exact: the iteration times with and without the compressor are piecewise linear in
     :math:`x = 1/(u B)`; their crossing is solved on the interval where it lies. When they
-    cross more than once, the highest crossing line rate is returned.
+    cross more than once, the rate returned is the one below which the compressor wins at
+    every line rate (the lowest crossing line rate above which it ever loses): with
+    NCCL's per-size algorithm choice it can lose just above it and win again, by a
+    little, at much faster links.
 
     **On a cluster with a ceiling** on the achieved bandwidth (a fitted transport limit),
     the crossing may lie above the ceiling: the model then says the compressor wins at
