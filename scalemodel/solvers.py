@@ -301,8 +301,14 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0
         m, spec = _memory_lean(p, int(n), sharding=strategy, gpu=gpu, loss=loss,
                                accounting=accounting, **kw)  # memory(), lean when it fits
     except InvalidParameterError as exc:  # the host cannot hold what is offloaded
-        if isinstance(exc, HostMemoryError) or exc.parameter == "host_memory":
-            return None, False, None, f"; does not fit: {exc}"
+        if isinstance(exc, HostMemoryError):  # (against the usual server's host memory)
+            return None, False, None, (f"; does not fit: {exc} (the time questions take "
+                                       "no host_memory=; scalemodel.memory(..., "
+                                       "host_memory=) checks your nodes)")
+        if exc.parameter == "host_memory":  # no server recorded: unknown, not 'no'
+            return None, None, None, (f"; memory not checked on {_gpu_name(gpu)}: no host "
+                                      "memory is recorded for its servers (ask "
+                                      "scalemodel.memory(..., host_memory=) with yours)")
         if exc.parameter != "activation_checkpointing":
             raise
         # a setting the time model answers (with its stated assumption) and the memory

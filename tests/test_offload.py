@@ -139,3 +139,16 @@ def test_a_nodes_gpus_share_its_host_for_the_cpu_step():
                               gpus_per_node=8)
     assert flat.update == pytest.approx(alone / 64, rel=1e-12)
     assert nodes.update == pytest.approx(shared / 64, rel=1e-12)
+
+
+def test_a_time_question_on_a_gpu_without_a_recorded_server_is_not_checked():
+    # no host memory is recorded for MI300X servers: the answer said 'does not fit' and
+    # 'Pass host_memory=', which no time question takes
+    res = sm.min_compression("llama-2-7b", "100Gbps", n=8, sharding="zero3",
+                             offload="optimizer", gpu="mi300x", gpus_per_node=8)
+    assert res.fits is None
+    assert "memory not checked on mi300x" in res.message
+    assert "scalemodel.memory(..., host_memory=)" in res.message
+    full = sm.min_compression("llama-3-70b", "100Gbps", n=64, offload="optimizer",
+                              gpus_per_node=8)
+    assert full.fits is False and "time questions take no host_memory=" in full.message
