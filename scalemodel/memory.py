@@ -378,7 +378,7 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
             "only 'none', 'full' and, without flash attention, 'selective' (Korthikanti et "
             "al.'s, the attention core) are modelled; the op-level policy with flash "
             "attention is not")
-    check_config(mp, cfg.layers, cfg.heads, label)
+    check_config(mp, cfg.layers, cfg.heads, label, cfg.kv_heads, cfg.ffn)
     dp = np.asarray(mp.dp(ns))  # n a multiple of tp * pp
     _check_sharded_replicas(mp, strategy, ns, dp)
     return mp

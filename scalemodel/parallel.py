@@ -434,8 +434,11 @@ def check_pipeline_layers(pp, layers, name):
                                     f"{name}: valid are {_divisors(int(layers))}")
 
 
-def check_config(mp, layers, heads, name):
-    """Raise unless ``pp`` divides the layers and ``tp`` the attention heads [-].
+def check_config(mp, layers, heads, name, kv_heads=None, ffn=None):
+    """Raise unless ``pp`` divides the layers and ``tp`` the attention heads, the key and
+    value heads and the MLP width (Megatron-LM splits each across the TP ranks: its
+    ``num_query_groups % tensor_model_parallel_size == 0`` and the column-parallel
+    linears' ``divide``) [-].
 
     Parameters
     ----------
@@ -447,6 +450,10 @@ def check_config(mp, layers, heads, name):
         Attention heads [heads].
     name : str
         The model, for the message [-].
+    kv_heads : int or None
+        Key and value heads (grouped-query attention); None: as ``heads`` [heads].
+    ffn : int or None
+        MLP width; None: not checked [-].
 
     Raises
     ------
@@ -463,6 +470,12 @@ def check_config(mp, layers, heads, name):
     if heads % mp.tp:
         raise InvalidParameterError("tp", mp.tp, f"must divide the {heads} attention heads "
                                     f"of {name}: valid are {_divisors(heads)}")
+    for count, what in ((kv_heads, "key and value heads"), (ffn, "MLP width")):
+        if count and int(count) % mp.tp:
+            valid = [d for d in _divisors(heads) if all(
+                not c or int(c) % d == 0 for c in (kv_heads, ffn))]
+            raise InvalidParameterError("tp", mp.tp, f"must divide the {int(count)} {what} "
+                                        f"of {name}: valid are {valid}")
 
 
 def check_against(mp, profile, options):
@@ -485,7 +498,7 @@ def check_against(mp, profile, options):
     """
     cfg = _config(profile, mp)
     layers, heads = int(cfg["layers"]), int(cfg["heads"])
-    check_config(mp, layers, heads, profile.name)
+    check_config(mp, layers, heads, profile.name, cfg.get("kv_heads"), cfg.get("ffn"))
     gpn = options.gpus_per_node
     if gpn is not None and gpn % mp.tp:
         raise InvalidParameterError(

@@ -149,6 +149,16 @@ def test_bad_model_parallel_input():
     assert e.parameter == "tp" and "no transformer config" in str(e)
     e = err(tp=0)
     assert e.parameter == "tp"
+    # Megatron-LM splits the key/value heads and the MLP width too: llama-3-8b has 8
+    # key/value heads, llama-2-13b an MLP width of 13824 (tp=16 / tp=5 were taken as P/tp)
+    for kw, said in ((dict(model="llama-3-8b", tp=16, gpus_per_node=16),
+                      "8 key and value heads of llama-3-8b: valid are [1, 2, 4, 8]"),
+                     (dict(model="llama-2-13b", n=40, tp=5, gpus_per_node=10),
+                      "13824 MLP width of llama-2-13b: valid are [1, 2, 4, 8]")):
+        e = err(**kw)
+        assert e.parameter == "tp" and said in str(e)
+        with pytest.raises(sm.InvalidParameterError, match=said.replace("[", r"\[")):
+            sm.memory(kw.pop("model"), kw.pop("n", 64), suggest=False, **kw)
     with pytest.raises(sm.ParameterTypeError):
         sm.scaling_factor("llama-2-7b", 64, "100Gbps", tp=2.0)
 
