@@ -123,11 +123,11 @@ def test_the_cli_prints_each_ignored_setting_once(capsys):
     err = capsys.readouterr().err.splitlines()
     warned = [line for line in err if line.startswith("scalemodel: warning: ")]
     assert len(warned) == 2
-    assert "nics_per_node=2 has no effect" in warned[0]
-    assert "intra_bw=2400000000000.0 has no effect" in warned[1]
+    assert "--nics-per-node=2 has no effect" in warned[0]
+    assert "--intra-bw=2400000000000.0 has no effect" in warned[1]
     assert main(["scaling", "--model", "bert", "--bw", "10Gbps", "--n", "64",
                  "--codec-cost", "1e-10"]) == 0
-    assert "scalemodel: warning: codec_cost=1e-10 has no effect" in capsys.readouterr().err
+    assert "scalemodel: warning: --codec-cost=1e-10 has no effect" in capsys.readouterr().err
     assert main(["scaling", "--model", "bert", "--bw", "10Gbps", "--n", "64",
                  "--gpus-per-node", "8", "--intra-bw", "300GB/s"]) == 0
     assert "warning" not in capsys.readouterr().err

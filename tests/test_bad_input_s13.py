@@ -258,7 +258,7 @@ def test_cli_microbatches_beyond_the_bound_are_named(capsys):
     assert main(["iteration", "--model", LLM, "--n", "64", "--bw", "100Gbps", "--pp", "2",
                  "--microbatches", "99999999999999999999"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("scalemodel: error: microbatches=99999999999999999999 is invalid")
+    assert err.startswith("scalemodel: error: --microbatches=99999999999999999999 is invalid")
 
 
 def test_a_codec_fit_not_used_is_written_as_strict_json(tmp_path):

@@ -102,7 +102,7 @@ def test_cli_takes_virtual_stages(capsys):
     assert f"{sf:.4f}" in capsys.readouterr().out
     # 10 layers a stage: 3 chunks is refused, by name
     assert main(["iteration", "--bw", "100Gbps", *args, "--virtual-stages", "3"]) == 2
-    assert "virtual_stages=3" in capsys.readouterr().err
+    assert "--virtual-stages=3" in capsys.readouterr().err
     # plan takes it too (its answers: tests/test_virtual_stages.py)
     assert main(["plan", "--bw", "100Gbps", *args, "--virtual-stages", "2"]) in (0, None)
     assert "interleaved 1F1B, 2 chunks per stage" in capsys.readouterr().out

@@ -330,4 +330,4 @@ def test_cli_tp_1_warns(capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sm.ModelWarning)  # the CLI prints it
         assert main(args) in (0, None)
-    assert "sequence_parallel=True has no effect" in capsys.readouterr().err
+    assert "--sequence-parallel has no effect" in capsys.readouterr().err

@@ -242,7 +242,7 @@ def test_cli_takes_shard_group(capsys):
     assert main(["scaling", "--model", "llama-2-7b", "--n", "64", "--bw", "100Gbps",
                  "--sharding", "zero1", "--shard-group", "12"]) == 2
     err = capsys.readouterr().err
-    assert "shard_group=12" in err and "[2, 4, 8, 16, 32, 64]" in err
+    assert "--shard-group=12" in err and "[2, 4, 8, 16, 32, 64]" in err
     assert main(["plan", "--model", "llama-2-7b", "--n", "64", "--bw", "100Gbps",
                  "--sharding", "zero1", "--shard-group", "8"]) in (0, None)  # plan too
     out = capsys.readouterr().out

@@ -258,4 +258,4 @@ def test_cli_best_bucket(capsys):
 def test_cli_refuses_bad_virtual_stages_by_name(capsys):
     bad = [a if a != "2" or i != len(CLI) - 1 else "3" for i, a in enumerate(CLI)]
     assert main(["plan", "--bw", "100Gbps", *bad]) == 2
-    assert "virtual_stages=3" in capsys.readouterr().err
+    assert "--virtual-stages=3" in capsys.readouterr().err
