@@ -78,8 +78,18 @@ def _resolve(args):
     return args
 
 
+def _one(text, option):
+    """Refuse a list given to an option of one value (``--bw 10Gbps,20Gbps`` said
+    'cannot read a bandwidth from this string')."""
+    if "," in text:
+        raise InvalidParameterError(option, text, "takes one value, not a list",
+                                    "scalemodel scaling takes comma-separated lists of "
+                                    "--n, --bw and --compression")
+
+
 def _checked(text, option, parse, check):
     """``check(parse(text))``; a range error names the option and the text given."""
+    _one(text, option)
     value = parse(text, option)
     try:
         return check(value, option)
@@ -126,7 +136,7 @@ def _count(text, option):
 
 
 def _counts(text, option):
-    return [_count(item, option) for item in _items(text, option)]
+    return [_checked(item, option, _int, check_count) for item in _items(text, option)]
 
 
 def _fraction(text, option):
@@ -150,6 +160,7 @@ def _seconds(text, option):
 
 
 def _bandwidth(text, option):
+    _one(text, option)
     return parse_bandwidth(text, option)
 
 
@@ -1315,15 +1326,17 @@ def _config_model(args):
             "Give the path to a Hugging Face config.json or a saved profile, or a "
             "built-in name (scalemodel profiles lists them)")
     if not (isinstance(model, str) and model.endswith(".json") and os.path.isfile(model)):
-        if getattr(args, "seq", None) is not None or getattr(args, "micro_batch", None):
-            from .exceptions import InvalidParameterError
-            raise InvalidParameterError("--seq/--micro-batch", model, "apply only when "
-                                        "--model is a Hugging Face config.json")
+        from .exceptions import InvalidParameterError
+        for option, key in (("--seq", "seq"), ("--micro-batch", "micro_batch")):
+            if getattr(args, key, None) is not None:  # (the value, not the model's name)
+                raise InvalidParameterError(option, getattr(args, key), "applies only when "
+                                            "--model is a Hugging Face config.json, not "
+                                            f"{model!r} (a built-in or saved profile fixes "
+                                            "its sequence and batch)")
         if getattr(args, "flash_attention", True) is False:
-            from .exceptions import InvalidParameterError
-            raise InvalidParameterError("--no-flash-attention", model, "applies only when "
-                                        "--model is a Hugging Face config.json (a built-in "
-                                        "or saved profile fixes its attention)")
+            raise InvalidParameterError("--model", model, "is no Hugging Face config.json, "
+                                        "to which alone --no-flash-attention applies (a "
+                                        "built-in or saved profile fixes its attention)")
         return
     data = read_json_file(model, what="workload profile or config.json")
     if is_hf_config(data):

@@ -249,3 +249,23 @@ def test_library_messages_speak_the_commands_options(capsys):
     assert main(["scaling", "--model", "resnet50", "--n", "16", "--bw", "10Gbps",
                  "--nics-per-node", "2"]) == 0
     assert "without gpus_per_node" in capsys.readouterr().err
+
+
+def test_one_value_options_refuse_a_list_and_config_options_name_their_value(capsys):
+    # '--bw 10Gbps,20Gbps' said 'cannot read a bandwidth from this string'; '--seq 128'
+    # on a built-in profile was refused as "--seq/--micro-batch='resnet50'"
+    from scalemodel.cli import main
+
+    assert main(["min-compression", "--model", "resnet50", "--bw", "10Gbps,20Gbps"]) == 2
+    err = capsys.readouterr().err
+    assert "--bw='10Gbps,20Gbps' is invalid: takes one value" in err
+    assert "scaling takes comma-separated lists" in err
+    assert main(["iteration", "--model", "resnet50", "--bw", "10Gbps", "--n", "16,32"]) == 2
+    assert "--n='16,32' is invalid: takes one value" in capsys.readouterr().err
+    assert main(["scaling", "--model", "resnet50", "--bw", "10Gbps,20Gbps",
+                 "--n", "16,32"]) == 0
+    capsys.readouterr()
+    assert main(["scaling", "--model", "resnet50", "--n", "4", "--bw", "10Gbps",
+                 "--micro-batch", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--micro-batch=3 is invalid" in err and "not 'resnet50'" in err
