@@ -170,10 +170,18 @@ def test_memory_of_one_gpu_of_the_job():
     s, b, h, L, V = cfg["seq"], cfg["micro_batch"], cfg["hidden"], cfg["layers"], cfg["vocab"]
     plain = sm.memory("llama-2-13b", 64)
     assert sm.memory("llama-2-13b", 64, tp=1, pp=1).per_gpu == plain.per_gpu
+    # by hand (Llama: attention 4h^2, gated MLP 3h ffn, two RMSNorms per block; the
+    # embedding Vh on the first stage, the final norm and the untied head Vh + h on the
+    # last, as Megatron-LM places them)
+    blocks = L * (4 * h * h + 3 * h * cfg["ffn"] + 2 * h)
+    emb, head = V * h, V * h + h
     for tp, pp, m in ((2, 1, None), (2, 4, 8), (4, 5, 2), (8, 2, 16)):
         est = sm.memory("llama-2-13b", 320, tp=tp, pp=pp, microbatches=m)
+        heavy = 1.0 if pp == 1 else max(emb + blocks / pp, blocks / pp + head) / (
+            emb + blocks + head)
         for part in ("parameters", "gradients", "optimizer"):
-            assert est.parts[part] == pytest.approx(plain.parts[part] / (tp * pp), rel=1e-12)
+            assert est.parts[part] == pytest.approx(plain.parts[part] * heavy / tp,
+                                                    rel=1e-12)
         rep, split, _ = hand_units(sm.llm_config("llama-2-13b"))  # GPT: 10, 24
         layer = s * b * h * (rep + split / tp)  # Korthikanti et al., flash attention
         stage = layer * L / pp
@@ -188,6 +196,19 @@ def test_memory_of_one_gpu_of_the_job():
         expected = (kept + layer + logits if pp == 1
                     else max(min(pp, m) * kept + layer, kept + layer + logits))
         assert full.parts["activations"] == pytest.approx(expected, rel=1e-12)
+    # tied embeddings: Megatron-LM keeps a copy of the word embeddings on the last stage
+    # for the output layer, so both end stages hold Vh besides their layers
+    tied = sm.TransformerConfig(layers=8, hidden=1024, heads=16, ffn=4096, vocab=50304,
+                                seq=1024, tied_embeddings=True, gated_ffn=False,
+                                norm="layernorm", bias=True, name="tied")
+    prof = sm.transformer_profile(tied, "h100-sxm")
+    one = sm.memory(prof, 4, suggest=False)
+    two = sm.memory(prof, 4, pp=2, microbatches=4, suggest=False)
+    psi = prof.total_bytes / 2
+    block = 4 * 1024 ** 2 + 4 * 1024 + 2 * 1024 * 4096 + 4096 + 1024 + 4 * 1024
+    last = 4 * block + 2 * 1024 + 50304 * 1024  # final LayerNorm and the copy
+    assert two.parts["parameters"] == pytest.approx(
+        one.parts["parameters"] * max(psi - 4 * block - 2 * 1024, last) / psi, rel=1e-12)
     # the solvers' memory check is memory() of the job
     res = sm.min_compression("llama-2-13b", "25Gbps", n=256, gpus_per_node=8,
                              nics_per_node=8, tp=2, pp=4, microbatches=8)
