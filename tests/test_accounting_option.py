@@ -288,7 +288,9 @@ def test_cli_fsdp_refusals_are_memorys_one_line(capsys, command, extra):
                                  "--accounting", "fsdp"))
     mem_kw = dict(zip(extra[::2], extra[1::2]))
     ref = _memorys_error("fsdp", **{k.lstrip("-"): v for k, v in mem_kw.items()})
-    assert line.startswith(f"scalemodel: error: {ref}")
+    from scalemodel.cli import _in_cli_terms, build_parser  # (its keywords as options)
+    assert line.startswith(f"scalemodel: error: {_in_cli_terms(ref, build_parser(), command)}")
+    assert "--accounting='fsdp'" in line
 
 
 def test_cli_commands_without_memory_do_not_take_accounting(capsys):

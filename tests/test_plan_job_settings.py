@@ -293,7 +293,7 @@ def test_bad_values_are_iteration_times_error(call, param, value, extra):
 
 CLI_BAD = [(["--activation-checkpointing", "partial"], "--activation-checkpointing='partial'"),
            (["--offload", "gpu"], "offload"),
-           (["--sharding", "zero1", "--shard-group", "12"], "shard_group=12")]
+           (["--sharding", "zero1", "--shard-group", "12"], "--shard-group=12")]
 
 
 @pytest.mark.parametrize("command", ["plan", "breakeven"])
