@@ -353,6 +353,13 @@ class WorkloadProfile:
                              "factor": t / orig,
                              "how": "forward, backward, ready times and update multiplied "
                                     "by one factor (WorkloadProfile.scaled_to)"}
+        # each tensor's recompute (checkpointing.with_recompute) is GPU time in its ready
+        # time: scaled with it (kept absolute, a ready time less its recompute went
+        # negative and the per-GPU ready times of a pipeline went back in time)
+        redo = prov.get("recompute")
+        if isinstance(redo, (list, tuple)) and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in redo):
+            prov["recompute"] = [float(x) * f for x in redo]
         # the host's issue time is the CPU's: it does not scale with the GPU's speed,
         # but the iteration cannot end before it is issued
         host = None if self.host_time is None else min(self.host_time, t)

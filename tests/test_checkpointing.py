@@ -485,3 +485,19 @@ def test_a_run_names_its_checkpointing(tmp_path):
                        match=r"runs\[0\].activation_checkpointing='full'.*numbered blocks"):
         load_runs([dict(model="resnet50", n=8, bw=100e9, iteration_time=0.5,
                         activation_checkpointing="full")])
+
+
+def test_scaled_to_scales_each_tensors_recompute_with_its_ready_time():
+    # provenance['recompute'] stayed absolute while scaled_to moved the ready times: a
+    # ready time less its recompute went negative, and a pipeline's per-GPU ready times
+    # went back in time (validate_parallel stopped on a ProfileFormatError)
+    from scalemodel.checkpointing import with_recompute
+    prof = with_recompute(sm.load_profile("llama-2-7b"), "full")
+    fast = prof.scaled_to(prof.iteration_time / 3)
+    f = fast.iteration_time / prof.iteration_time
+    assert fast.provenance["recompute"] == pytest.approx(
+        [x * f for x in prof.provenance["recompute"]], rel=1e-12)
+    assert np.all(np.asarray(fast.tensor_ready) - np.cumsum(fast.provenance["recompute"])
+                  >= -1e-12)
+    it = sm.iteration_time(fast, 64, 100e9, tp=8, pp=2, microbatches=4, gpus_per_node=8)
+    assert it.total > 0
