@@ -187,6 +187,7 @@ import attrs
 import numpy as np
 
 from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
+from .hardware import ELEMENT_BYTES as _ELEMENT_BYTES
 from .units import MAX_COUNT, check_nonnegative
 
 __all__ = ["CodecCost", "DEFAULT_CODEC_COSTS", "TensorCosts", "Compressor", "NoCompression",
@@ -209,9 +210,10 @@ the codec kernels run) rather than a knob."""
 CODEC_STREAMS = ("channel", "compute")
 """Where a compressor's encode and decode run (``Compressor.codec_stream``)."""
 
-ELEMENT_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2,
-                 "bfloat16": 2, "fp64": 8, "float64": 8}
-"""Bytes per gradient element by the profile's ``precision`` (4 when unknown)."""
+ELEMENT_BYTES = _ELEMENT_BYTES
+"""Bytes per gradient element by the profile's ``precision`` (4 when unknown;
+:data:`scalemodel.hardware.ELEMENT_BYTES`, where the pipeline's per-GPU profile reads it
+too)."""
 
 
 # --------------------------------------------------------------------------- costs

@@ -51,6 +51,11 @@ DTYPE_ALIASES = {"float64": "fp64", "double": "fp64", "fp64": "fp64",
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 """Bytes per element of each dtype as stored in memory (tf32 is stored as fp32)."""
 
+ELEMENT_BYTES = {"fp32": 4, "float32": 4, "fp16": 2, "float16": 2, "bf16": 2,
+                 "bfloat16": 2, "fp64": 8, "float64": 8}
+"""Bytes per gradient element by a profile's ``precision`` (4 when unknown): how the
+compressors count a tensor's elements (:data:`scalemodel.compressors.ELEMENT_BYTES`)."""
+
 
 def canonical_dtype(dtype, parameter: str = "dtype") -> str:
     """The canonical name of a dtype (``"bfloat16"`` -> ``"bf16"``).

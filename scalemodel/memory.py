@@ -685,7 +685,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         ``n`` [GPUs].
     tp : int
         Tensor-parallel GPUs per replica (Megatron-style, no sequence parallelism): each
-        GPU holds ``1/(tp pp)`` of the model state, and its activations follow
+        GPU holds ``1/(tp pp)`` of the model state (with a pipeline, ``1/tp`` of its
+        heaviest stage's: :func:`gpu_params`), and its activations follow
         Korthikanti et al. with tensor parallelism
         (``scalemodel.memory.model_parallel_activations``);
         ``n`` counts all GPUs. With ``sharding`` (``pp=1``) the ``1/tp`` slice is sharded
@@ -1319,23 +1320,12 @@ def gpu_params(cfg, psi, mp):
         return psi
     if mp.pp == 1 or cfg is None:
         return psi / mp.size
-    emb, blocks, head = _stage_parts(cfg)
+    from .parallel import stage_parts
+
+    emb, blocks, head = stage_parts(cfg)["params"]
     copy = float(cfg.vocab) * float(cfg.hidden) if cfg.tied_embeddings else 0.0
     heavy = max(emb + blocks / mp.pp, blocks / mp.pp + head + copy)
     return psi * heavy / (emb + blocks + head) / mp.tp
-
-
-@functools.lru_cache(maxsize=64)
-def _stage_parts(cfg):
-    """Parameters of the embedding, of all blocks and of the head (with the final norm)
-    of a config [-]."""
-    from .workloads import transformer_units
-
-    u = transformer_units(cfg, "h100-sxm", efficiency=1.0)
-    kind = np.array(u.kind)
-    blocks = float(u.param_count[kind == "block"].sum())
-    emb = float(u.param_count[kind == "embedding"].sum())
-    return emb, blocks, float(u.param_count.sum()) - blocks - emb
 
 
 def _block_and_root(cfg):

@@ -806,8 +806,20 @@ class Scenario:
         mp = self.model_parallel
         if mp is None or mp.pp == 1:
             return 0.0
-        p = self.profile
-        return (mp.pp - 1) / mp.virtual_stages * (p.forward_time + p.backward_time)
+        return sum(self._bubble_parts())
+
+    def _bubble_parts(self):
+        """The bubble's forward and backward parts [s]: what the per-GPU profile
+        recorded (``provenance["model_parallel"]``, eq. :eq:`pp-uneven`: the other
+        stages' compute and the head's on the last stage), else
+        :math:`(p-1)/v` times the profile's forward and backward."""
+        mp, p = self.model_parallel, self.profile
+        rec = p.provenance.get("model_parallel") if isinstance(p.provenance, dict) else None
+        if isinstance(rec, dict) and "pipeline_bubble_forward" in rec:
+            return (float(rec["pipeline_bubble_forward"]),
+                    float(rec["pipeline_bubble_backward"]))
+        stages = (mp.pp - 1) / mp.virtual_stages
+        return stages * p.forward_time, stages * p.backward_time
 
     def host_lead(self, n) -> float:
         """The host's lead over the GPU on ``n`` workers,
@@ -2418,11 +2430,11 @@ def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
         sched = sc.schedule(n, r > 1)
         busy, update, messages = sched.channel_time(x), sched.update, sched.n_collectives
     mp = sc.model_parallel
-    if mp is not None and mp.pp > 1:  # eqs. (pp-iteration), (pp-interleaved)
-        stages = (mp.pp - 1) / mp.virtual_stages  # the bubble: compute, not the step,
-        fwd = fwd + sigma * stages * p.forward_time  # the other stages' (slowed) compute
-        bwd = bwd + sigma * stages * p.backward_time
-        update -= stages * (p.forward_time + p.backward_time)
+    if mp is not None and mp.pp > 1:  # eqs. (pp-iteration), (pp-interleaved), (pp-uneven)
+        bub_f, bub_b = sc._bubble_parts()  # the bubble: compute, not the step,
+        fwd = fwd + sigma * bub_f  # the other stages' (slowed) compute
+        bwd = bwd + sigma * bub_b
+        update -= bub_f + bub_b
     exposed = total - fwd - bwd - update  # rounding below 1e-12 of the step: none
     return IterationTime(
         forward=fwd, backward=bwd,

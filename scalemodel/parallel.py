@@ -82,6 +82,31 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   Megatron's per-stage order of micro-batches and chunks (``tests/des_interleaved.py``).
   Its memory price, the chunks a stage keeps in flight, is in :func:`~scalemodel.memory`
   (:func:`in_flight_chunks`);
+* **uneven stages**: Megatron-LM splits the layers evenly and puts the embedding on the
+  first stage (chunk 0 of stage 0) and the final norm and the output layer, the head, on
+  the last (chunk :math:`v-1` of stage :math:`p-1`). The embedding computes nothing (a
+  lookup); the head's forward and backward :math:`h_f, h_b` (per GPU: the profile's
+  share of them, from :func:`~scalemodel.transformer_units`, over :math:`t`) make the
+  last stage the slowest, and 1F1B is paced by it: with :math:`f, b` a stage's layers'
+  (eq. :eq:`tp-compute` less the head's :math:`1/p`),
+
+  .. math::
+     :label: pp-uneven
+
+     T = (m - 1)(f + b) + f + \max\big(b,\ \text{gradients of the stage all-reduced}\big)
+         + \frac{p - 1}{v}(f + b) + m\,(h_f + h_b) + \frac{T_u \psi_\text{max}}{t \psi} ,
+
+  eqs. :eq:`pp-iteration` and :eq:`pp-interleaved` with the head's :math:`m (h_f + h_b)`
+  in the bubble: the last stage runs its :math:`m` micro-batches back to back while the
+  others wait for it, the pipeline's fill and drain are the other stages' (matched to
+  1e-9 by the discrete-event reference with each chunk's own times,
+  ``tests/test_pipeline_stages.py``). The first stage's gradients, the step's
+  data-parallel traffic, are its embedding's and its layers' (:math:`\psi_1 / t`
+  parameters), counted in whole elements; the optimizer step is the heaviest stage's
+  (:math:`\psi_\text{max}`, the first or, with the head or a tied embedding's copy, the
+  last), which :func:`~scalemodel.memory` holds too. A profile without the units
+  (a configuration without its vocabulary or MLP width, a measured profile) is split
+  evenly;
 * **sequence parallelism** (``sequence_parallel=True``, Megatron-LM's
   ``--sequence-parallel``, torchtitan's ``SequenceParallel`` plan; only with :math:`t > 1`):
   the layer-norm, dropout and residual regions of each layer are split along the
@@ -104,9 +129,10 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   the input-gradient GEMM). What sequence parallelism changes here is memory
   (:func:`~scalemodel.memory`: the activations of
   ``scalemodel.memory.model_parallel_activations``);
-* **gradients**: each GPU holds :math:`1/(t p)` of the parameters and gradients; its
-  buckets are the profile's tensors at :math:`1/(t p)` of their bytes, ready at the
-  profile's times scaled to :math:`b` (the stage's gradients come as the model's do);
+* **gradients**: each GPU holds :math:`1/(t p)` of the parameters and gradients (with
+  a pipeline, its stage's: eq. :eq:`pp-uneven`); its buckets are the profile's tensors at
+  that share of their bytes, ready at the profile's times scaled to :math:`b` (the
+  stage's gradients come as the model's do);
 * **the data-parallel ring** of one tensor-parallel rank joins the ranks
   :math:`r, r + t, r + 2t, \dots` of its stage: with ``gpus_per_node`` :math:`q`
   (:math:`t \mid q`) a node holds :math:`q/t` ranks of each ring and the :math:`t` rings
@@ -142,9 +168,9 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   (``benchmarks/validate_large_n.py``).
 
 Not modelled, and not expressible through these parameters:
-context parallelism, expert parallelism, uneven stages (the embedding and the head on the
-first and last stage), tensor parallelism across nodes (refused), sharded data
-parallelism with a pipeline
+context parallelism, expert parallelism, stages of unequal layer counts (Megatron-LM's
+``--decoder-first-pipeline-num-layers``), tensor parallelism across nodes (refused),
+sharded data parallelism with a pipeline
 (``pp > 1``; refused by name), asynchronous tensor parallelism (TP communication
 overlapped with the GEMMs, torchtitan's AsyncTP: the TP all-reduces here are on the
 compute path), and a ceiling that limits each connection rather than each NIC (TCP
@@ -154,6 +180,8 @@ tensor- and pipeline-parallel jobs calibrate a cluster as plain ones do (a run's
 """
 
 from __future__ import annotations
+
+import functools
 
 import attrs
 import numpy as np
@@ -559,20 +587,131 @@ def model_parallel_profile(profile, mp, options):
         total = float(per.sum())  # units split the forward without it
         prov["recompute"] = (per / k + (redo_tp * per / total if redo_tp > 0
                                         and total > 0 else 0.0)).tolist()
+    # eq. (pp-uneven): the head on the last stage, the embedding on the first (the step's
+    # reference: its gradients complete last)
+    shares = stage_shares(profile, mp)
+    head_f = profile.forward_time * shares.head_forward / mp.tp
+    head_b = (profile.backward_time - (float(per.sum()) if per is not None else 0.0)) \
+        * shares.head_backward / mp.tp
+    if head_f + head_b > 0:
+        b_first = b - head_b / mp.pp
+        ready = ready * (b_first / b) if b > 0 else ready
+        f, b = f - head_f / mp.pp, b_first
+    bubble_f = bubble_layers * f + mp.microbatches * head_f * (mp.pp > 1)
+    bubble_b = bubble_layers * b + mp.microbatches * head_b * (mp.pp > 1)
     prov["model_parallel"] = dict(mp.settings(),
                                   tp_collectives_per_microbatch=2 * act_tp + redo_tp,
                                   tp_recompute_collectives_per_microbatch=redo_tp,
-                                  pipeline_bubble=bubble_layers * (f + b))
-    update = profile.update_time / k + bubble_layers * (f + b)
+                                  pipeline_bubble=bubble_f + bubble_b,
+                                  pipeline_bubble_forward=bubble_f,
+                                  pipeline_bubble_backward=bubble_b)
+    update = profile.update_time * shares.heaviest / mp.tp + bubble_f + bubble_b
     if not mp.microbatches * (f + b) + update <= MAX_TIME:  # as the profile would refuse
         raise InvalidParameterError(
             "microbatches", mp.microbatches, f"makes an optimizer step of "
             f"{mp.microbatches * (f + b) + update:.4g} s, longer than a day ({MAX_TIME:g} s)")
+    nbytes = np.asarray(profile.tensor_bytes, float) / k
+    if shares.first * mp.pp != 1.0:  # the first stage's: whole elements, as compressors
+        from .hardware import ELEMENT_BYTES  # count them (planner: round(bytes / e))
+        e = ELEMENT_BYTES.get(str(profile.precision).lower(), 4)
+        nbytes = np.round(nbytes * shares.first * mp.pp / e) * e
     return attrs.evolve(
-        profile, tensor_bytes=np.asarray(profile.tensor_bytes, float) / k,
+        profile, tensor_bytes=nbytes,
         tensor_ready=ready, tensor_shapes=None,
         forward_time=f, backward_time=b,
         update_time=update, grad_accum=mp.microbatches, provenance=prov)
+
+
+@attrs.frozen
+class StageShares:
+    """What the pipeline's end stages hold of the model (eq. :eq:`pp-uneven`).
+
+    Attributes
+    ----------
+    head_forward, head_backward : float
+        The head's (final norm and output layer) share of one micro-batch's forward and
+        of its backward without recompute, all on the last stage [-].
+    first : float
+        The first stage's share of the parameters (the embedding and :math:`L/p`
+        layers): its gradients are the step's data-parallel traffic [-].
+    heaviest : float
+        The share of the stage holding the most parameters (first or last; with tied
+        embeddings the last keeps a copy of them): its optimizer step ends the step [-].
+    """
+
+    head_forward: float
+    head_backward: float
+    first: float
+    heaviest: float
+
+
+def stage_parts(cfg):
+    """Parameters and times of a config's embedding, blocks and head (with the final
+    norm): ``{"params": (e, b, h), "forward": (e, b, h), "backward": (e, b, h)}``, from
+    :func:`~scalemodel.transformer_units` at one efficiency (only the ratios are used)
+    [-, s, s]. None for a config that has no units (a synthetic one without its
+    vocabulary or MLP width).
+
+    Parameters
+    ----------
+    cfg : TransformerConfig or dict
+        The model, or a profile's ``provenance["config"]`` [-].
+    """
+    if isinstance(cfg, dict):
+        from .memory import _config_from
+        try:
+            cfg = _config_from(cfg)
+        except (TypeError, ValueError):  # no units to split (a synthetic config)
+            return None
+    return _stage_parts(cfg)
+
+
+@functools.lru_cache(maxsize=64)
+def _stage_parts(cfg):
+    from .workloads import transformer_units
+
+    u = transformer_units(cfg, "h100-sxm", efficiency=1.0)
+    kind = np.array(u.kind)
+    out = {}
+    for key, values in (("params", u.param_count), ("forward", u.forward_time),
+                        ("backward", u.backward_time)):
+        values = np.asarray(values, float)
+        blocks = float(values[kind == "block"].sum())
+        emb = float(values[kind == "embedding"].sum())
+        out[key] = (emb, blocks, float(values.sum()) - blocks - emb)
+    return out
+
+
+def stage_shares(profile, mp) -> StageShares:
+    """The end stages' shares of ``profile`` under the pipeline ``mp``: with
+    :math:`p > 1` and a config with units, the head on the last stage and the embedding
+    on the first, as Megatron-LM places them; otherwise an even split (no head share,
+    :math:`1/p` of the parameters each) [-].
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        The single-GPU profile of the whole model [-].
+    mp : ModelParallel
+        The parallelism [-].
+    """
+    even = StageShares(0.0, 0.0, 1.0 / mp.pp, 1.0 / mp.pp)
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    cfg = prov.get("config")
+    if mp.pp == 1 or not isinstance(cfg, dict):
+        return even
+    parts = stage_parts(cfg)
+    if parts is None:
+        return even
+    e, blocks, h = parts["params"]
+    copy = float(cfg.get("vocab", 0)) * float(cfg.get("hidden", 0)) \
+        if cfg.get("tied_embeddings") else 0.0
+    total = e + blocks + h
+    first, last = (e + blocks / mp.pp) / total, (blocks / mp.pp + h + copy) / total
+    fwd, bwd = parts["forward"], parts["backward"]
+    return StageShares(head_forward=fwd[2] / sum(fwd) if sum(fwd) > 0 else 0.0,
+                       head_backward=bwd[2] / sum(bwd) if sum(bwd) > 0 else 0.0,
+                       first=first, heaviest=max(first, last))
 
 
 def _recompute_list(profile):

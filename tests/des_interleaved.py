@@ -66,8 +66,17 @@ def simulate(p, v, m, f, b):
     ``f`` and ``b`` are one stage's forward and backward of one micro-batch (all its
     chunks); a chunk takes ``f / v`` and ``b / v``.
     """
+    step = simulate_chunks(p, v, m, [[f / v] * v] * p, [[b / v] * v] * p)
+    busy = m * (f + b)
+    return step, [step - busy for _ in range(p)]
+
+
+def simulate_chunks(p, v, m, fwd, bwd):
+    """Run the schedule with each chunk's own times: ``fwd[s][c]`` and ``bwd[s][c]``, the
+    forward and backward of one micro-batch through chunk ``c`` of stage ``s`` (Megatron
+    puts the embedding in chunk 0 of stage 0 and the head in chunk ``v - 1`` of stage
+    ``p - 1``); return the step time [s]."""
     orders = [stage_order(s, p, v, m) for s in range(p)]
-    dur = {"F": f / v, "B": b / v}
     done = {}
     pos = [0] * p
     free = [0.0] * p
@@ -81,13 +90,11 @@ def simulate(p, v, m, f, b):
                 if dep is not None and dep not in done:
                     break
                 start = max(free[s], done[dep] if dep is not None else 0.0)
-                free[s] = start + dur[op[0]]
+                free[s] = start + (fwd if op[0] == "F" else bwd)[s][op[1]]
                 done[(op[0], s, op[1], op[2])] = free[s]
                 pos[s] += 1
                 left -= 1
                 progressed = True
         if not progressed:
             raise RuntimeError(f"schedule deadlocks (p={p}, v={v}, m={m})")
-    step = max(free)
-    busy = m * (f + b)
-    return step, [step - busy for _ in range(p)]
+    return max(free)

@@ -85,18 +85,33 @@ def test_overlap_with_the_last_microbatch_is_ddp_on_the_stage_profile():
     intra = sm.get_gpu("h100-sxm").intra_node_bw
     act = cfg["micro_batch"] * cfg["seq"] * cfg["hidden"] * 2
     a_t = 2 * (tp - 1) / tp * 8 * act / intra
-    f = p.forward_time / 16 + cfg["layers"] / pp * 2 * a_t
-    b = p.backward_time / 16 + cfg["layers"] / pp * 2 * a_t
+    # eq. (pp-uneven): the head (final norm and output layer) runs on the last stage, the
+    # embedding (no FLOPs) sits on the first, whose gradients are the step's traffic
+    u = sm.transformer_units(sm.llm_config("llama-2-13b"), "h100-sxm", efficiency=1.0)
+    kind = np.array(u.kind)
+    hf = p.forward_time * u.forward_time[kind == "head"].sum() / u.forward_time.sum() / tp
+    hb = p.backward_time * u.backward_time[kind == "head"].sum() / u.backward_time.sum() / tp
+    assert u.forward_time[kind == "embedding"].sum() == 0.0
+    f = p.forward_time / 16 + cfg["layers"] / pp * 2 * a_t - hf / pp
+    b = p.backward_time / 16 + cfg["layers"] / pp * 2 * a_t - hb / pp
+    params = u.param_count
+    emb, blocks = params[kind == "embedding"].sum(), params[kind == "block"].sum()
+    first = (emb + blocks / pp) / params.sum()
+    last = (blocks / pp + params[kind == "head"].sum()) / params.sum()
+    grads = np.round(np.asarray(p.tensor_bytes) * first / tp / 2) * 2  # whole bf16 elements
     stage = sm.WorkloadProfile(
-        name="stage", tensor_bytes=np.asarray(p.tensor_bytes) / 16,
+        name="stage", tensor_bytes=grads,
         tensor_ready=np.asarray(p.tensor_ready) * b / p.backward_time, forward_time=f,
-        backward_time=b, update_time=p.update_time / 16, reduction=p.reduction,
-        precision=p.precision, provenance={"source": "by hand"}, grad_accum=m)
+        backward_time=b, update_time=p.update_time * max(first, last) / tp,
+        reduction=p.reduction, precision=p.precision, provenance={"source": "by hand"},
+        grad_accum=m)
     plain = sm.iteration_time(stage, n // 16, 100e9 * nics / tp, gpus_per_node=gpn // tp,
                               nics_per_node=1, intra_bw=intra)
     it = sm.iteration_time(p, n, 100e9, tp=tp, pp=pp, microbatches=m, gpus_per_node=gpn,
                            nics_per_node=nics, intra_bw=intra)
-    assert it.total == pytest.approx(plain.total + (pp - 1) * (f + b), rel=1e-12)
+    # the pipeline: m micro-batches paced by the last stage, p - 1 other stages to fill
+    assert it.total == pytest.approx(plain.total + (pp - 1) * (f + b) + m * (hf + hb),
+                                     rel=1e-12)
     assert it.settings["tp"] == 4 and it.settings["pipeline_schedule"] == "1f1b"
 
 
