@@ -212,7 +212,7 @@ CODEC_STREAMS = ("channel", "compute")
 
 ELEMENT_BYTES = _ELEMENT_BYTES
 """Bytes per gradient element by the profile's ``precision`` (4 when unknown;
-:data:`scalemodel.hardware.ELEMENT_BYTES`, where the pipeline's per-GPU profile reads it
+``scalemodel.hardware.ELEMENT_BYTES``, where the pipeline's per-GPU profile reads it
 too)."""
 
 

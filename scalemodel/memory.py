@@ -686,7 +686,7 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
     tp : int
         Tensor-parallel GPUs per replica (Megatron-style, no sequence parallelism): each
         GPU holds ``1/(tp pp)`` of the model state (with a pipeline, ``1/tp`` of its
-        heaviest stage's: :func:`gpu_params`), and its activations follow
+        heaviest stage's: ``scalemodel.memory.gpu_params``), and its activations follow
         Korthikanti et al. with tensor parallelism
         (``scalemodel.memory.model_parallel_activations``);
         ``n`` counts all GPUs. With ``sharding`` (``pp=1``) the ``1/tp`` slice is sharded
