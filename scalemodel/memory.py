@@ -856,6 +856,16 @@ def _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
             f"loss={loss!r} is left out of the memory of {label}: it has no transformer "
             "config, so its activations (the loss among them) are unknown and not counted"),
             stacklevel=3)
+    ignored = [(name, value, f"{label} has no transformer config, so its activations "
+                "are unknown and not counted") for name, value, given in (
+                    ("seq", seq, seq is not None), ("micro_batch", micro_batch,
+                                                    micro_batch is not None),
+                    ("flash_attention", flash_attention, flash_attention is False))
+               if cfg is None and given]
+    if host_memory is not None and mode == "none":
+        ignored.append(("host_memory", host_memory, "nothing is offloaded (offload='none')"))
+    for name, value, why in ignored:  # said, not silently dropped (an audit's finding)
+        warnings.warn(ModelWarning(f"{name}={value!r} has no effect: {why}"), stacklevel=3)
     group = _check_shard_group(shard_group, strategy, ns)
     mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
                                virtual_stages, sequence_parallel)

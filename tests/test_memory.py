@@ -249,3 +249,25 @@ def test_fragmentation_by_the_allocators_setting():
         assert got.per_gpu == sm.memory("llama-2-7b", 8, fragmentation=f, **kw).per_gpu
     with pytest.raises(sm.UnknownNameError, match="expandable_segments"):
         sm.memory("llama-2-7b", 8, fragmentation="defragmented", **kw)
+
+
+def test_memory_says_which_given_settings_it_ignores():
+    # seq, micro_batch and flash_attention on a profile without a transformer config, and
+    # host_memory without offload, changed nothing and said nothing
+    import warnings as _w
+    with pytest.warns(sm.ModelWarning) as rec:
+        m = sm.memory("resnet50", 8, seq=8192, micro_batch=4, flash_attention=False)
+    said = " ".join(str(w.message) for w in rec)
+    for text in ("seq=8192 has no effect", "micro_batch=4 has no effect",
+                 "flash_attention=False has no effect"):
+        assert text in said
+    with _w.catch_warnings():
+        _w.simplefilter("ignore", sm.ModelWarning)
+        assert m.per_gpu == sm.memory("resnet50", 8).per_gpu
+    with pytest.warns(sm.ModelWarning, match=r"host_memory=1000000000000.0 has no effect: "
+                      r"nothing is offloaded"):
+        sm.memory("llama-2-7b", 8, sharding="zero3", host_memory=1e12)
+    with _w.catch_warnings():
+        _w.simplefilter("error")
+        sm.memory("llama-2-7b", 8, sharding="zero3", offload="optimizer", host_memory=2e12)
+        sm.memory("llama-2-7b", 8, seq=2048, micro_batch=2)
