@@ -314,6 +314,10 @@ class MemoryEstimate:
         tail = "" if self.complete else " (activations unknown: not counted)"
         st = self.settings
         extra = ""
+        if st.get("tp", 1) > 1 or st.get("pp", 1) > 1:  # the layout the GiB are for
+            extra += f", tp={st.get('tp', 1)} x pp={st.get('pp', 1)}"
+            if st.get("virtual_stages", 1) > 1:
+                extra += f" ({st['virtual_stages']} chunks per stage)"
         if st.get("activation_checkpointing", "none") != "none":
             extra += f", activation_checkpointing {st['activation_checkpointing']}"
         if st.get("offload", "none") != "none":

@@ -271,3 +271,9 @@ def test_memory_says_which_given_settings_it_ignores():
         _w.simplefilter("error")
         sm.memory("llama-2-7b", 8, sharding="zero3", offload="optimizer", host_memory=2e12)
         sm.memory("llama-2-7b", 8, seq=2048, micro_batch=2)
+
+
+def test_the_message_names_the_layout_its_gib_are_for():
+    m = sm.memory("llama-2-70b", 128, tp=4, pp=4, microbatches=8, suggest=False)
+    assert "GiB per GPU with sharding='none', tp=4 x pp=4," in m.message()
+    assert "tp=" not in sm.memory("llama-2-7b", 8, suggest=False).message()
