@@ -723,8 +723,23 @@ class Scenario:
                 "activation_checkpointing": prov.get("activation_checkpointing", "none"),
                 "offload": prov.get("offload_mode", "none"),
                 "gpus_per_node": gpn, "nics_per_node": nics, **ring,
-                **self._host_settings(),
+                **self._host_settings(), **self._workload_settings(prov),
                 "cluster": None if self.cluster is None else self.cluster.name}
+
+    def _workload_settings(self, prov) -> dict:
+        """The workload the answer is for: its name, gradient accumulation and, for a
+        profile derived from a transformer config, the sequence length, micro-batch, GPU
+        and efficiency it was timed at (a config.json's default sequence made a 64 s
+        step, unsaid) [-]."""
+        p = self.profile
+        out = {"model": p.name, "grad_accum": p.grad_accum}
+        cfg = prov.get("config")
+        if isinstance(cfg, dict):
+            from .efficiency import profile_efficiency
+
+            out.update(seq=cfg.get("seq"), micro_batch=cfg.get("micro_batch"),
+                       gpu=prov.get("gpu"), efficiency=profile_efficiency(p))
+        return out
 
     def _host_settings(self) -> dict:
         """``{"wrapper_host": ...}`` when the cluster has host costs and they apply (not

@@ -151,3 +151,14 @@ def test_settings_show_the_job_s_nodes_and_the_data_parallel_ring_s_view():
     assert res.settings["gpus_per_node"] == 8 and res.settings["dp_ring_gpus_per_node"] == 4
     plain = sm.iteration_time("llama-2-7b", 64, 100e9, gpus_per_node=8, nics_per_node=8)
     assert plain.settings["gpus_per_node"] == 8 and "dp_ring_gpus_per_node" not in plain.settings
+
+
+def test_settings_name_the_workload_the_answer_is_for():
+    # a config.json's default sequence length (131072 tokens) made a 64 s step whose
+    # settings named no sequence, micro-batch, GPU or efficiency
+    llm = sm.iteration_time("llama-2-7b", 8, 1e11).settings
+    assert (llm["model"], llm["seq"], llm["micro_batch"], llm["gpu"]) == (
+        "llama-2-7b", 4096, 1, "h100-sxm")
+    assert llm["efficiency"] == pytest.approx(0.41185) and llm["grad_accum"] == 1
+    cnn = sm.iteration_time("resnet50", 8, 1e11).settings
+    assert cnn["model"] == "resnet50" and "seq" not in cnn
