@@ -277,6 +277,25 @@ def test_round_trip_and_the_h200_host_costs():
         WrapperMeasurement.from_dict({"model": "x"})
 
 
+@pytest.mark.parametrize("change, said", [
+    (dict(batch_size=[]), "batch_size must be a whole number >= 1, not []"),
+    (dict(batch_size=float("nan")), "batch_size must be a whole number >= 1, not nan"),
+    (dict(batch_size=-1), "batch_size must be a whole number >= 1, not -1"),
+    (dict(bucket_caps_mb=[-1.0, 25.0]), "bucket_caps_mb must be >= 0 MB"),
+    (dict(buckets=None), "buckets must be a list of finite numbers"),
+])
+def test_a_wrapper_file_names_what_is_wrong(change, said):
+    # an audit: 'int() argument must be a string...', 'cannot convert float NaN to
+    # integer', and batch_size -1 accepted
+    good = json.loads(json.dumps(_made_host(40e-6, 35e-6, 161, [161, 1]).to_dict()))
+    with pytest.raises(sm.CalibrationError) as exc:
+        WrapperMeasurement.from_dict({**good, **change})
+    assert said in str(exc.value)
+    missing = {k: v for k, v in good.items() if k != "buckets"}
+    with pytest.raises(sm.CalibrationError, match="it lacks buckets"):
+        WrapperMeasurement.from_dict(missing)
+
+
 @pytest.mark.slow
 def test_wrapper_step_refuses_a_world_of_several_ranks(tmp_path):
     import socket

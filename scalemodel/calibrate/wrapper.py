@@ -379,6 +379,19 @@ def _check_shapes(data):
     caps, ``K`` bucket counts (positive integers), ``R`` plain rounds, ``K x R`` wrapped
     and ``(K + 1) x R`` host times, every time finite and > 0 (a file is untrusted
     input); else a CalibrationError naming the key."""
+    if not isinstance(data, dict):
+        raise CalibrationError(f"not a wrapper measurement: a JSON object is needed, not "
+                               f"{type(data).__name__}")
+    missing = [k for k in ("model", "batch_size", "bucket_caps_mb", "buckets",
+                           "plain_seconds", "wrapped_seconds", "device", "backend")
+               if k not in data]
+    if missing:  # (a bare KeyError said only "not a wrapper measurement: 'buckets'")
+        raise CalibrationError(f"not a wrapper measurement: it lacks {', '.join(missing)}")
+    batch = data["batch_size"]
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise CalibrationError(f"not a wrapper measurement: batch_size must be a whole "
+                               f"number >= 1, not {batch!r}")
+
     def arr(key, ndim):
         try:
             a = np.asarray(data[key], dtype=float)
@@ -410,6 +423,8 @@ def _check_shapes(data):
         times.append(host)
     if any(np.any(t <= 0) for t in times):
         raise CalibrationError("not a wrapper measurement: a time is not > 0")
+    if np.any(caps < 0):  # (0: a bucket per tensor)
+        raise CalibrationError("not a wrapper measurement: bucket_caps_mb must be >= 0 MB")
 
 
 def _check_caps(bucket_caps, name="bucket_caps"):
