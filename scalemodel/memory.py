@@ -1319,7 +1319,7 @@ def gpu_params(cfg, psi, mp):
     the word embeddings that Megatron-LM keeps there for the output layer), as Megatron-LM
     places them (its layers split evenly, ``--num-layers`` / ``--pipeline-model-parallel-
     size``). Counted as :math:`\psi/(t p)` it was 28 % low for Llama-3-8B at
-    :math:`p = 8` (its 128k-token embedding is 2.4 layers).
+    :math:`p = 8` (its 128k-token embedding holds the parameters of 2.4 layers).
 
     Parameters
     ----------
@@ -1334,12 +1334,10 @@ def gpu_params(cfg, psi, mp):
         return psi
     if mp.pp == 1 or cfg is None:
         return psi / mp.size
-    from .parallel import stage_parts
+    from .parallel import end_stage_params, stage_parts
 
-    emb, blocks, head = stage_parts(cfg)["params"]
     copy = float(cfg.vocab) * float(cfg.hidden) if cfg.tied_embeddings else 0.0
-    heavy = max(emb + blocks / mp.pp, blocks / mp.pp + head + copy)
-    return psi * heavy / (emb + blocks + head) / mp.tp
+    return psi * end_stage_params(stage_parts(cfg)["params"], mp.pp, copy)[1] / mp.tp
 
 
 def _block_and_root(cfg):

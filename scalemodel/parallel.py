@@ -703,15 +703,35 @@ def stage_shares(profile, mp) -> StageShares:
     parts = stage_parts(cfg)
     if parts is None:
         return even
-    e, blocks, h = parts["params"]
     copy = float(cfg.get("vocab", 0)) * float(cfg.get("hidden", 0)) \
         if cfg.get("tied_embeddings") else 0.0
-    total = e + blocks + h
-    first, last = (e + blocks / mp.pp) / total, (blocks / mp.pp + h + copy) / total
+    first, heaviest = end_stage_params(parts["params"], mp.pp, copy)
     fwd, bwd = parts["forward"], parts["backward"]
     return StageShares(head_forward=fwd[2] / sum(fwd) if sum(fwd) > 0 else 0.0,
                        head_backward=bwd[2] / sum(bwd) if sum(bwd) > 0 else 0.0,
-                       first=first, heaviest=max(first, last))
+                       first=first, heaviest=heaviest)
+
+
+def end_stage_params(params, pp, copy=0.0):
+    """``(first, heaviest)``: the first stage's share of a model's parameters (the
+    embedding and :math:`L/p` layers) and the larger of it and the last stage's
+    (:math:`L/p` layers, the head, and ``copy``: the word embeddings a tied model's last
+    stage keeps for its output layer) [-].
+
+    Parameters
+    ----------
+    params : tuple of float
+        Parameters of the embedding, of all blocks and of the head (:func:`stage_parts`)
+        [-].
+    pp : int
+        Pipeline stages [stages].
+    copy : float
+        Parameters the last stage holds besides its own [-].
+    """
+    e, blocks, h = params
+    total = e + blocks + h
+    first = (e + blocks / pp) / total
+    return first, max(first, (blocks / pp + h + copy) / total)
 
 
 def _recompute_list(profile):
