@@ -625,16 +625,14 @@ class Scenario:
             topology = cluster.topology
             profile = _on_cluster(profile, cluster, mp, shard, activation_checkpointing)
         # scalemodel.checkpointing / scalemodel.offload: recompute in each checkpointed
-        # block's backward, the offloaded optimizer step in place of the GPU's (its CPU
-        # step on a host that the node's GPUs share)
+        # block's backward, the offloaded optimizer step in place of the GPU's
         profile = with_recompute(profile, activation_checkpointing)
+        profile = with_offload(profile, offload, shard.strategy)
         if topology is None:  # the link and architecture of the profile's GPU, if built in
             topology = gpu_topology(profile)
         topology = resolve_topology(topology, gpus_per_node=gpus_per_node,
                                     nics_per_node=nics_per_node, intra_bw=intra_bw,
                                     intra_alpha=intra_alpha)
-        profile = with_offload(profile, offload, shard.strategy,
-                               getattr(topology, "gpus_per_node", None) or 1)
         options = CollectiveOptions.from_topology(topology, alpha=alpha or 0.0,
                                                   ps_servers=ps_servers)
         bw_scale, mp_used = 1.0, None

@@ -111,13 +111,10 @@ reachable):
   standard PyTorch implementation" (``docs/_tutorials/zero-offload.md``).
 * Not known: whether "1 billion" is :math:`10^9` or :math:`2^{30}` (DeepSpeed's
   ``tests/perf/adam_test.py`` times ``1 * 1024**3`` elements), and how many of the
-  host's cores the measured step had. The model reads it as the host's rate, all its
-  cores: a node's GPUs run their CPU steps at once and share the host's cores and memory
-  bandwidth (a multithreaded Adam over 2.5e8 parameters at 4.1e9/s, below, moves about
-  16 bytes read and written per parameter, ~65 GB/s of host memory traffic), so each
-  GPU's shard takes ``ranks_per_host`` (the node's GPUs) times longer than alone; a
-  cluster without nodes (``gpus_per_node`` not given) has one GPU per host. Pass
-  ``cpu_rate=`` to :func:`offload_step_time` for a measured rate.
+  host's cores the measured step had. This model gives every GPU's process the whole
+  rate; when the GPUs of a node run their CPU steps at once they share the host's cores
+  and memory bandwidth, so the rate per GPU can be several times lower (not modelled;
+  pass ``cpu_rate=`` to :func:`offload_step_time` for a measured one).
 
 Measured on one H200 host (16 cores of a Firecracker VM, PyTorch 2.11;
 ``calibration/results/h200/host_offload.json``): ``torch.optim.AdamW(fused=True)`` on
@@ -189,8 +186,7 @@ def default_host_memory(gpu):
 
 
 def offload_step_time(params, offload, gpu, *, grad_bytes=2, param_bytes=2,
-                      micro_batches=1, cpu_rate=CPU_ADAM_PARAMS_PER_S,
-                      ranks_per_host=1) -> float:
+                      micro_batches=1, cpu_rate=CPU_ADAM_PARAMS_PER_S) -> float:
     """Time of one step's offload work for a shard of ``params`` parameters.
 
     Parameters
@@ -209,11 +205,7 @@ def offload_step_time(params, offload, gpu, *, grad_bytes=2, param_bytes=2,
     micro_batches : int
         Micro-batches per step (parameters offloaded: two copies each) [-].
     cpu_rate : float
-        Parameters the host's CPU optimizer updates per second, all its cores [1/s].
-    ranks_per_host : int
-        GPUs whose processes run their CPU steps on the host at once (a node's GPUs):
-        they share ``cpu_rate``, so each shard's step takes that many times longer
-        [GPUs].
+        Parameters the CPU optimizer updates per second [1/s].
 
     Returns
     -------
@@ -225,7 +217,7 @@ def offload_step_time(params, offload, gpu, *, grad_bytes=2, param_bytes=2,
     if mode == "none":
         return 0.0
     link = host_link_rate(gpu)
-    t = params * (grad_bytes + param_bytes) / link + params * ranks_per_host / cpu_rate
+    t = params * (grad_bytes + param_bytes) / link + params / cpu_rate
     if mode == "optimizer+parameters":
         t += 2.0 * micro_batches * params * param_bytes / link
     return float(t)
@@ -247,13 +239,12 @@ def _profile_gpu(profile):
         "gpu)")
 
 
-def with_offload(profile, offload, sharding="none", ranks_per_host=1):
+def with_offload(profile, offload, sharding="none"):
     """The profile with its optimizer step replaced by the offload's step time.
 
     The update time becomes :func:`offload_step_time` for the whole model on one GPU
-    whose host is shared by ``ranks_per_host`` GPUs (linear in the parameters, so a
-    shard of ``1/s`` of it, as the sharded model divides the update, is the shard's
-    offload time).
+    (linear in the parameters, so a shard of ``1/s`` of it, as the sharded model
+    divides the update, is the shard's offload time).
 
     Parameters
     ----------
@@ -264,9 +255,6 @@ def with_offload(profile, offload, sharding="none", ranks_per_host=1):
     sharding : str
         The canonical strategy (``"optimizer+parameters"`` needs ``zero3`` or
         ``hybrid_shard``) [-].
-    ranks_per_host : int
-        GPUs of a node, whose CPU optimizer steps share its host
-        (:func:`offload_step_time`) [GPUs].
 
     Returns
     -------
@@ -288,12 +276,11 @@ def with_offload(profile, offload, sharding="none", ranks_per_host=1):
     psi = profile.total_bytes / elem
     gpu = _profile_gpu(profile)
     t = offload_step_time(psi, mode, gpu, grad_bytes=elem, param_bytes=elem,
-                          micro_batches=profile.grad_accum, ranks_per_host=ranks_per_host)
-    shared = f" shared by {ranks_per_host} GPUs" if ranks_per_host > 1 else ""
+                          micro_batches=profile.grad_accum)
     prov = dict(profile.provenance)
     prov["offload"] = (f"{mode}: update = {t:.4g} s for the whole model (host link "
                        f"{host_link_rate(gpu) / 1e9:.1f} GB/s, CPU-Adam "
-                       f"{CPU_ADAM_PARAMS_PER_S:.3g} params/s{shared}; scalemodel.offload)")
+                       f"{CPU_ADAM_PARAMS_PER_S:.3g} params/s; scalemodel.offload)")
     prov["offload_mode"] = mode
     from .checkpointing import evolve_checked
 

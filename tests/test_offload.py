@@ -123,24 +123,6 @@ def test_a_time_question_says_when_the_host_cannot_hold_it():
     assert res.fits is False and "host_memory" in res.message and "per node" in res.message
 
 
-def test_a_nodes_gpus_share_its_host_for_the_cpu_step():
-    # the CPU-Adam rate is a host's (all its cores): 8 GPUs of a node running their CPU
-    # steps at once each took the whole rate, 8x the host's throughput
-    prof = sm.load_profile("llama-2-7b")
-    psi = prof.total_bytes / 2
-    alone = offload_step_time(psi, "optimizer", "h100-sxm")
-    shared = offload_step_time(psi, "optimizer", "h100-sxm", ranks_per_host=8)
-    from scalemodel.offload import host_link_rate
-    link = psi * 4 / host_link_rate("h100-sxm")  # gradients there, parameters back
-    assert shared - alone == pytest.approx(7 * psi / CPU_ADAM_PARAMS_PER_S, rel=1e-12)
-    assert alone == pytest.approx(link + psi / CPU_ADAM_PARAMS_PER_S, rel=1e-12)
-    flat = sm.iteration_time(prof, 64, 1e11, sharding="zero3", offload="optimizer")
-    nodes = sm.iteration_time(prof, 64, 1e11, sharding="zero3", offload="optimizer",
-                              gpus_per_node=8)
-    assert flat.update == pytest.approx(alone / 64, rel=1e-12)
-    assert nodes.update == pytest.approx(shared / 64, rel=1e-12)
-
-
 def test_a_time_question_on_a_gpu_without_a_recorded_server_is_not_checked():
     # no host memory is recorded for MI300X servers: the answer said 'does not fit' and
     # 'Pass host_memory=', which no time question takes
