@@ -1382,30 +1382,45 @@ def _model_warnings_to_stderr(in_cli_terms=lambda text: text):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-_KEYWORD = re.compile(r"(?<![-\w.])([a-z][a-z0-9_]*)=")
+_KEYWORD = re.compile(r"(?:^|(?<=[\s(]))([a-z][a-z0-9_]*)=(True|False)?")
+"""A keyword as the library writes one: at the start or after a space or a bracket (not
+inside a path, ``sweep/tp=8/``, or a value, ``'zero3:shard_group=4'``)."""
+_QUOTED = re.compile(r"""=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+"""A value the library quotes after its keyword: left as the user gave it."""
 
 
 def _in_cli_terms(text, parser, command):
     """``text`` (a library message) with each keyword of a parameter that ``command``
     takes as an option written as that option: ``tp=3 is invalid`` -> ``--tp=3 is
-    invalid``, ``Pass microbatches=`` -> ``Pass --microbatches=`` (argparse takes both
-    forms; 255 of 638 refusals spoke the API's keywords to a CLI user)."""
+    invalid``, ``Pass microbatches=`` -> ``Pass --microbatches=``, a switch at the value
+    it sets as the switch (``sequence_parallel=True`` -> ``--sequence-parallel``,
+    ``flash_attention=False`` -> ``--no-flash-attention``); quoted values, paths and
+    keywords of no option are left as they are (argparse takes both forms; 255 of 638
+    refusals spoke the API's keywords to a CLI user)."""
     subs = next((a.choices for a in parser._actions
                  if isinstance(a, argparse._SubParsersAction)), {})
     sub = subs.get(command)
     if sub is None:
         return text
-    flags, switches = {}, set()
+    flags, switches = {}, {}
     for action in sub._actions:
         longs = [o for o in action.option_strings if o.startswith("--")]
         if longs:
             flags.setdefault(action.dest, longs[0])
-            if action.nargs == 0:  # a switch: 'sequence_parallel=True' is '--sequence-parallel'
-                switches.add(action.dest)
-    text = re.sub(r"(?<![-\w.])([a-z][a-z0-9_]*)=True\b", lambda m: flags[m.group(1)]
-                  if m.group(1) in switches else m.group(0), text)
-    return _KEYWORD.sub(lambda m: f"{flags[m.group(1)]}=" if m.group(1) in flags
-                        and m.group(1) not in switches else m.group(0), text)
+            if action.nargs == 0 and isinstance(action.const, bool):  # store_true/_false
+                switches[action.dest] = (longs[0], action.const)
+    protected = [m.span(1) for m in _QUOTED.finditer(text)]
+
+    def rename(m):
+        name, value = m.group(1), m.group(2)
+        if any(a <= m.start() < b for a, b in protected) or name not in flags:
+            return m.group(0)
+        if name in switches:  # only at the value the switch sets
+            flag, const = switches[name]
+            return flag if value == str(const) else m.group(0)
+        return f"{flags[name]}={value or ''}"
+
+    return _KEYWORD.sub(rename, text)
 
 
 def main(argv=None):

@@ -269,3 +269,26 @@ def test_one_value_options_refuse_a_list_and_config_options_name_their_value(cap
                  "--micro-batch", "3"]) == 2
     err = capsys.readouterr().err
     assert "--micro-batch=3 is invalid" in err and "not 'resnet50'" in err
+
+
+def test_paths_and_quoted_values_keep_their_keywords():
+    # a review: the rewrite reached into paths ('sweep/tp=8,pp=2/' became
+    # 'sweep/--tp=8,--pp=2/') and values ('zero3:shard_group=4'), and read a store_false
+    # switch's keyword as its flag whatever the value
+    from scalemodel.cli import _in_cli_terms, build_parser
+    parser = build_parser()
+
+    def cli(text):
+        return _in_cli_terms(text, parser, "iteration")
+
+    assert cli("model='sweep/tp=8,pp=2/profile.json' is invalid: no such file "
+               "(/x/sweep/tp=8,pp=2/profile.json)") == (
+        "--model='sweep/tp=8,pp=2/profile.json' is invalid: no such file "
+        "(/x/sweep/tp=8,pp=2/profile.json)")
+    assert cli("sharding='zero3:shard_group=4' is invalid") == (
+        "--sharding='zero3:shard_group=4' is invalid")
+    assert cli("tp=3 is invalid: must divide n=16 (pp=4)") == (
+        "--tp=3 is invalid: must divide --n=16 (--pp=4)")
+    assert cli("flash_attention=False has no effect") == "--no-flash-attention has no effect"
+    assert cli("flash_attention=True is the default") == "flash_attention=True is the default"
+    assert cli("allow_folder=True is an API option") == "allow_folder=True is an API option"
