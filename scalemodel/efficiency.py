@@ -1103,7 +1103,9 @@ the fit allows it, at least the point) by this factor, with a
 def job_memory_pressure(profile, n, sharding="none", *, shard_group=None, tp=1, pp=1,
                         gpus_per_node=None, offload="none"):
     """:func:`memory_pressure` of a job on a transformer profile: the model state one GPU
-    holds, its parameters divided by ``tp * pp`` and sharded as ``sharding`` shards them.
+    holds, its parameters divided by ``tp`` (and with a pipeline its heaviest stage's, the
+    first with the embedding or the last with the head) and sharded as ``sharding`` shards
+    them.
 
     Parameters
     ----------
@@ -1170,6 +1172,13 @@ def job_memory_pressure(profile, n, sharding="none", *, shard_group=None, tp=1, 
         strategy, group = "zero3", min(n // k, gpus_per_node or n // k)
     try:
         params = _parameter_count(tuple(sorted(config.items()))) / k
+        if pp > 1:  # the heaviest stage's (workloads.end_stage_params), as memory() holds
+            from .workloads import end_stage_params, stage_parts
+            parts = stage_parts(config)
+            if parts is not None:
+                copy = float(config.get("vocab", 0)) * float(config.get("hidden", 0)) \
+                    if config.get("tied_embeddings") else 0.0
+                params = params * pp * end_stage_params(parts["params"], pp, copy)[1]
         get_gpu(gpu)
     except (TypeError, ValueError, InvalidParameterError, ParameterTypeError):
         return None  # a configuration or GPU of the user's own: not counted here

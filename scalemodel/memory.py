@@ -1334,7 +1334,7 @@ def gpu_params(cfg, psi, mp):
         return psi
     if mp.pp == 1 or cfg is None:
         return psi / mp.size
-    from .parallel import end_stage_params, stage_parts
+    from .workloads import end_stage_params, stage_parts
 
     copy = float(cfg.vocab) * float(cfg.hidden) if cfg.tied_embeddings else 0.0
     return psi * end_stage_params(stage_parts(cfg)["params"], mp.pp, copy)[1] / mp.tp

@@ -181,8 +181,6 @@ tensor- and pipeline-parallel jobs calibrate a cluster as plain ones do (a run's
 
 from __future__ import annotations
 
-import functools
-
 import attrs
 import numpy as np
 
@@ -645,43 +643,6 @@ class StageShares:
     heaviest: float
 
 
-def stage_parts(cfg):
-    """Parameters and times of a config's embedding, blocks and head (with the final
-    norm): ``{"params": (e, b, h), "forward": (e, b, h), "backward": (e, b, h)}``, from
-    :func:`~scalemodel.transformer_units` at one efficiency (only the ratios are used)
-    [-, s, s]. None for a config that has no units (a synthetic one without its
-    vocabulary or MLP width).
-
-    Parameters
-    ----------
-    cfg : TransformerConfig or dict
-        The model, or a profile's ``provenance["config"]`` [-].
-    """
-    if isinstance(cfg, dict):
-        from .memory import _config_from
-        try:
-            cfg = _config_from(cfg)
-        except (TypeError, ValueError):  # no units to split (a synthetic config)
-            return None
-    return _stage_parts(cfg)
-
-
-@functools.lru_cache(maxsize=64)
-def _stage_parts(cfg):
-    from .workloads import transformer_units
-
-    u = transformer_units(cfg, "h100-sxm", efficiency=1.0)
-    kind = np.array(u.kind)
-    out = {}
-    for key, values in (("params", u.param_count), ("forward", u.forward_time),
-                        ("backward", u.backward_time)):
-        values = np.asarray(values, float)
-        blocks = float(values[kind == "block"].sum())
-        emb = float(values[kind == "embedding"].sum())
-        out[key] = (emb, blocks, float(values.sum()) - blocks - emb)
-    return out
-
-
 def stage_shares(profile, mp) -> StageShares:
     """The end stages' shares of ``profile`` under the pipeline ``mp``: with
     :math:`p > 1` and a config with units, the head on the last stage and the embedding
@@ -700,6 +661,8 @@ def stage_shares(profile, mp) -> StageShares:
     cfg = prov.get("config")
     if mp.pp == 1 or not isinstance(cfg, dict):
         return even
+    from .workloads import end_stage_params, stage_parts
+
     parts = stage_parts(cfg)
     if parts is None:
         return even
@@ -710,28 +673,6 @@ def stage_shares(profile, mp) -> StageShares:
     return StageShares(head_forward=fwd[2] / sum(fwd) if sum(fwd) > 0 else 0.0,
                        head_backward=bwd[2] / sum(bwd) if sum(bwd) > 0 else 0.0,
                        first=first, heaviest=heaviest)
-
-
-def end_stage_params(params, pp, copy=0.0):
-    """``(first, heaviest)``: the first stage's share of a model's parameters (the
-    embedding and :math:`L/p` layers) and the larger of it and the last stage's
-    (:math:`L/p` layers, the head, and ``copy``: the word embeddings a tied model's last
-    stage keeps for its output layer) [-].
-
-    Parameters
-    ----------
-    params : tuple of float
-        Parameters of the embedding, of all blocks and of the head (:func:`stage_parts`)
-        [-].
-    pp : int
-        Pipeline stages [stages].
-    copy : float
-        Parameters the last stage holds besides its own [-].
-    """
-    e, blocks, h = params
-    total = e + blocks + h
-    first = (e + blocks / pp) / total
-    return first, max(first, (blocks / pp + h + copy) / total)
 
 
 def _recompute_list(profile):

@@ -50,7 +50,7 @@ __all__ = ["TransformerConfig", "TensorFlops", "TransformerUnits", "EfficiencyMe
            "tensor_flops", "transformer_profile", "transformer_units", "measured_efficiency",
            "attention_score_seconds", "SCORE_PASS_BYTES",
            "ADAM_UPDATE_BYTES_PER_PARAM", "llm_names", "llm_config", "llm_profile",
-           "PUBLISHED_LLM_EFFICIENCY"]
+           "PUBLISHED_LLM_EFFICIENCY", "stage_parts", "end_stage_params"]
 
 PUBLISHED_LLM_EFFICIENCY = PUBLISHED_MFU["h100-sxm"].value
 """Default model FLOPs utilisation of 16-bit training on an H100 SXM: 0.41185, the median MFU
@@ -1036,3 +1036,66 @@ def llm_profile(name, gpu=None, *, efficiency=None):
     prof.provenance["config_source"] = entry["source"]
     prof.provenance["paper"] = entry["paper"]
     return prof
+
+
+# ------------------------------------------------------------- pipeline stages
+
+def stage_parts(cfg):
+    """Parameters and times of a config's embedding, blocks and head (with the final
+    norm): ``{"params": (e, b, h), "forward": (e, b, h), "backward": (e, b, h)}``, from
+    :func:`transformer_units` at one efficiency (only the ratios are used)
+    [-, s, s]. None for a config that has no units (a synthetic one without its
+    vocabulary or MLP width).
+
+    Parameters
+    ----------
+    cfg : TransformerConfig or dict
+        The model, or a profile's ``provenance["config"]`` [-].
+    """
+    if isinstance(cfg, dict):
+        try:
+            cfg = _config_of_record(tuple(sorted((k, type(v), v) for k, v in cfg.items())))
+        except (TypeError, ValueError):  # no units to split (a synthetic config)
+            return None
+    return _stage_parts(cfg)
+
+
+@functools.lru_cache(maxsize=64)
+def _config_of_record(items):
+    return TransformerConfig(**{k: v for k, _, v in items})
+
+
+@functools.lru_cache(maxsize=64)
+def _stage_parts(cfg):
+    u = transformer_units(cfg, "h100-sxm", efficiency=1.0)
+    kind = np.array(u.kind)
+    out = {}
+    for key, values in (("params", u.param_count), ("forward", u.forward_time),
+                        ("backward", u.backward_time)):
+        values = np.asarray(values, float)
+        blocks = float(values[kind == "block"].sum())
+        emb = float(values[kind == "embedding"].sum())
+        out[key] = (emb, blocks, float(values.sum()) - blocks - emb)
+    return out
+
+
+def end_stage_params(params, pp, copy=0.0):
+    """``(first, heaviest)``: the first stage's share of a model's parameters (the
+    embedding and :math:`L/p` layers) and the larger of it and the last stage's
+    (:math:`L/p` layers, the head, and ``copy``: the word embeddings a tied model's last
+    stage keeps for its output layer) [-].
+
+    Parameters
+    ----------
+    params : tuple of float
+        Parameters of the embedding, of all blocks and of the head (:func:`stage_parts`)
+        [-].
+    pp : int
+        Pipeline stages [stages].
+    copy : float
+        Parameters the last stage holds besides its own [-].
+    """
+    e, blocks, h = params
+    total = e + blocks + h
+    first = (e + blocks / pp) / total
+    return first, max(first, (blocks / pp + h + copy) / total)
