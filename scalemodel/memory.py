@@ -1310,7 +1310,6 @@ def _suggestions(est, ck, estimate, tp=1, node=8):
     return tuple(found)
 
 
-@functools.lru_cache(maxsize=64)
 def gpu_params(cfg, psi, mp):
     r"""Parameters one GPU of the job holds [-]: ``psi`` without model parallelism,
     :math:`\psi/t` with tensor parallelism alone; with a pipeline, :math:`1/t` of its
@@ -1340,6 +1339,7 @@ def gpu_params(cfg, psi, mp):
     return psi * end_stage_params(stage_parts(cfg)["params"], mp.pp, copy)[1] / mp.tp
 
 
+@functools.lru_cache(maxsize=64)
 def _block_and_root(cfg):
     """Parameters of the largest block and of the root unit (embeddings, head) [-]."""
     from .workloads import transformer_units

@@ -493,11 +493,9 @@ def check_config(mp, layers, heads, name, kv_heads=None, ffn=None):
         raise InvalidParameterError(
             "virtual_stages", mp.virtual_stages, f"must divide the {layers // mp.pp} layers "
             f"per stage of {name} (pp={mp.pp}): valid are {_divisors(layers // mp.pp)}")
-    if heads % mp.tp:
-        raise InvalidParameterError("tp", mp.tp, f"must divide the {heads} attention heads "
-                                    f"of {name}: valid are {_divisors(heads)}")
-    for count, what in ((kv_heads, "key and value heads"), (ffn, "MLP width")):
-        if count and int(count) % mp.tp:
+    for count, what in ((heads, "attention heads"), (kv_heads, "key and value heads"),
+                        (ffn, "MLP width")):
+        if count and int(count) % mp.tp:  # the tp that divide all three (one list)
             valid = [d for d in _divisors(heads) if all(
                 not c or int(c) % d == 0 for c in (kv_heads, ffn))]
             raise InvalidParameterError("tp", mp.tp, f"must divide the {int(count)} {what} "

@@ -152,6 +152,8 @@ def test_bad_model_parallel_input():
     assert e.parameter == "pp" and "[1, 2, 4, 8, 16, 32]" in str(e)
     e = err(tp=3)  # 32 heads
     assert e.parameter == "tp" and "32 attention heads" in str(e)
+    e = err(model="llama-3-8b", tp=3)  # 32 heads, 8 of them key/value: 16 is no answer
+    assert "32 attention heads of llama-3-8b: valid are [1, 2, 4, 8]" in str(e)
     e = err(tp=16, gpus_per_node=8)
     assert e.parameter == "tp" and "gpus_per_node=8" in str(e)
     e = err(n=48, tp=4, pp=8, microbatches=8)
