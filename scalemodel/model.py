@@ -431,8 +431,8 @@ def _on_cluster(profile, cluster, mp, shard, activation_checkpointing):
         profile = at_fitted_efficiency(profile, cluster, tp=1 if mp is None else mp.tp,
                                        recompute=share)
         # the job's share as the fit's runs were measured (their profiles before the
-        # rescale): the notes compare this one, not the rescaled profile's, whose
-        # memory-bound recompute does not move with the efficiency
+        # rescale): the notes compare this one, not the rescaled profile's (the rescale
+        # keeps the memory-bound score passes, so its shares can differ a little)
         profile = attrs.evolve(profile, provenance=dict(
             profile.provenance, recompute_share_fit_basis=basis))
     if cluster.overlap < 1.0 and shard.sharded:
@@ -811,8 +811,9 @@ class Scenario:
 
     def bubble(self) -> float:
         """The pipeline bubble of one step at the profile's compute,
-        :math:`(p-1)/v \\cdot (t_f + t_b)` (eqs. :eq:`pp-iteration`, :eq:`pp-interleaved`),
-        which the per-GPU profile keeps in its update time; 0 without a pipeline [s].
+        :math:`(p-1)/v \\cdot (t_f + t_b)` plus the head's :math:`m (h_f + h_b)` on the last
+        stage (eqs. :eq:`pp-iteration`, :eq:`pp-interleaved`, :eq:`pp-uneven`), which the
+        per-GPU profile keeps in its update time; 0 without a pipeline [s].
         The bubble is the other stages' compute, so the slowdown :math:`\\sigma_n`
         stretches it as it stretches the micro-batches: :meth:`forward` adds
         :math:`(\\sigma_n - 1)` times it."""

@@ -237,7 +237,9 @@ class ModelParallel:
 
     @property
     def bubble_fraction(self) -> float:
-        """The pipeline bubble over the ideal time, :math:`(p-1)/(v m)` [-]."""
+        """The pipeline bubble over the ideal time of even stages, :math:`(p-1)/(v m)`
+        (Narayanan et al.'s bubble fraction); the model's bubble adds the head's work on
+        the last stage, eq. :eq:`pp-uneven` [-]."""
         return (self.pp - 1) / (self.virtual_stages * self.microbatches)
 
     @property
@@ -548,9 +550,11 @@ def model_parallel_profile(profile, mp, options):
     Returns
     -------
     WorkloadProfile
-        Forward and backward of one micro-batch on one GPU, ``grad_accum`` the
-        micro-batches, the bubble in ``update_time``, gradients of ``1/(tp pp)`` of the
-        model's bytes.
+        Forward and backward of one micro-batch on one GPU of the first stage,
+        ``grad_accum`` the micro-batches, the bubble (the head's work on the last stage
+        included) in ``update_time``, gradients of the first stage's ``1/tp`` share of
+        the model's bytes (``1/(tp pp)`` without a pipeline or units; eq.
+        :eq:`pp-uneven`).
     """
     if not mp.active and mp.microbatches == profile.grad_accum:
         return profile
