@@ -106,7 +106,9 @@ Model Training on GPU Clusters Using Megatron-LM", SC 2021, arXiv:2104.04473):
   (:math:`\psi_\text{max}`, the first or, with the head or a tied embedding's copy, the
   last), which :func:`~scalemodel.memory` holds too. A profile without the units
   (a configuration without its vocabulary or MLP width, a measured profile) is split
-  evenly;
+  evenly. Not modelled: the all-reduce of a tied embedding's gradient between the first
+  and the last stage, and (without flash attention) the head's share is taken of the
+  forward with the memory-bound score passes in it, a little high;
 * **sequence parallelism** (``sequence_parallel=True``, Megatron-LM's
   ``--sequence-parallel``, torchtitan's ``SequenceParallel`` plan; only with :math:`t > 1`):
   the layer-norm, dropout and residual regions of each layer are split along the
