@@ -1176,9 +1176,7 @@ def job_memory_pressure(profile, n, sharding="none", *, shard_group=None, tp=1, 
             from .workloads import end_stage_params, stage_parts
             parts = stage_parts(config)
             if parts is not None:
-                copy = float(config.get("vocab", 0)) * float(config.get("hidden", 0)) \
-                    if config.get("tied_embeddings") else 0.0
-                params = params * pp * end_stage_params(parts["params"], pp, copy)[1]
+                params = params * pp * end_stage_params(parts, pp)[1]
         get_gpu(gpu)
     except (TypeError, ValueError, InvalidParameterError, ParameterTypeError):
         return None  # a configuration or GPU of the user's own: not counted here

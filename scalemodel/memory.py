@@ -1335,8 +1335,7 @@ def gpu_params(cfg, psi, mp):
         return psi / mp.size
     from .workloads import end_stage_params, stage_parts
 
-    copy = float(cfg.vocab) * float(cfg.hidden) if cfg.tied_embeddings else 0.0
-    return psi * end_stage_params(stage_parts(cfg)["params"], mp.pp, copy)[1] / mp.tp
+    return psi * end_stage_params(stage_parts(cfg), mp.pp)[1] / mp.tp
 
 
 @functools.lru_cache(maxsize=64)

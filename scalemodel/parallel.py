@@ -670,9 +670,7 @@ def stage_shares(profile, mp) -> StageShares:
     parts = stage_parts(cfg)
     if parts is None:
         return even
-    copy = float(cfg.get("vocab", 0)) * float(cfg.get("hidden", 0)) \
-        if cfg.get("tied_embeddings") else 0.0
-    first, heaviest = end_stage_params(parts["params"], mp.pp, copy)
+    first, heaviest = end_stage_params(parts, mp.pp)
     fwd, bwd = parts["forward"], parts["backward"]
     return StageShares(head_forward=fwd[2] / sum(fwd) if sum(fwd) > 0 else 0.0,
                        head_backward=bwd[2] / sum(bwd) if sum(bwd) > 0 else 0.0,

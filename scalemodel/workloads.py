@@ -1042,7 +1042,8 @@ def llm_profile(name, gpu=None, *, efficiency=None):
 
 def stage_parts(cfg):
     """Parameters and times of a config's embedding, blocks and head (with the final
-    norm): ``{"params": (e, b, h), "forward": (e, b, h), "backward": (e, b, h)}``, from
+    norm): ``{"params": (e, b, h), "forward": (e, b, h), "backward": (e, b, h),
+    "tied_copy": c}`` (``c`` the word embeddings a tied model's last stage copies), from
     :func:`transformer_units` at one efficiency (only the ratios are used)
     [-, s, s]. None for a config that has no units (a synthetic one without its
     vocabulary or MLP width).
@@ -1076,26 +1077,26 @@ def _stage_parts(cfg):
         blocks = float(values[kind == "block"].sum())
         emb = float(values[kind == "embedding"].sum())
         out[key] = (emb, blocks, float(values.sum()) - blocks - emb)
+    # the word embeddings a tied model's last stage keeps for its output layer
+    out["tied_copy"] = float(cfg.vocab) * float(cfg.hidden) if cfg.tied_embeddings else 0.0
     return out
 
 
-def end_stage_params(params, pp, copy=0.0):
+def end_stage_params(parts, pp):
     """``(first, heaviest)``: the first stage's share of a model's parameters (the
     embedding and :math:`L/p` layers) and the larger of it and the last stage's
-    (:math:`L/p` layers, the head, and ``copy``: the word embeddings a tied model's last
-    stage keeps for its output layer) [-].
+    (:math:`L/p` layers, the head, and with tied embeddings the copy of the word
+    embeddings it keeps for its output layer) [-].
 
     Parameters
     ----------
-    params : tuple of float
-        Parameters of the embedding, of all blocks and of the head (:func:`stage_parts`)
-        [-].
+    parts : dict
+        :func:`stage_parts` of the model [-].
     pp : int
         Pipeline stages [stages].
-    copy : float
-        Parameters the last stage holds besides its own [-].
     """
-    e, blocks, h = params
+    e, blocks, h = parts["params"]
+    copy = parts["tied_copy"]
     total = e + blocks + h
     first = (e + blocks / pp) / total
     return first, max(first, (blocks / pp + h + copy) / total)
