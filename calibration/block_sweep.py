@@ -298,7 +298,11 @@ def _process_group(device):
     import torch.distributed as dist
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", "29541")
+        if "MASTER_PORT" not in os.environ:  # a free port: a fixed one (29541) failed
+            import socket  # with EADDRINUSE when another run held it
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
                                 rank=0, world_size=1)
 
