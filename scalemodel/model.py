@@ -70,10 +70,11 @@ from .exceptions import InvalidParameterError, ModelWarning, ParameterTypeError
 from .fusion import MGWFBP, PLANNED_MGWFBP, Buckets, DDPBuckets, resolve_fusion
 from .overlap import (UpperEnvelope, _envelopes, _lines_shared, _lines_stacked, _with_fixed,
                       overlap_lines)
-from .sharding import (resolve_sharding, resolve_wrap, sharded_schedule, unit_buckets,
+from .sharding import (_group_layout, resolve_sharding, resolve_wrap, sharded_schedule,
+                       unit_buckets,
                        zero3_envelopes)
 from .checkpointing import with_recompute
-from .offload import with_offload
+from .offload import _profile_gpu, canonical_offload, host_ranks, with_offload
 from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_pipeline_layers,
                        check_sequence_parallel, dp_options,
                        model_parallel_profile, resolve_model_parallel)
@@ -291,6 +292,33 @@ def _cache_key(profile, cluster, kw):
     except TypeError:
         return None
     return key
+
+
+def _host_gpus(topology, profile, offload):
+    """GPUs that share a host's CPU optimizer with offload: the job's ``gpus_per_node``,
+    else the usual server of the profile's GPU (as :func:`scalemodel.memory` counts a
+    node's host memory), else 1 [GPUs]."""
+    g = getattr(topology, "gpus_per_node", None)
+    if g is None and canonical_offload(offload) != "none":
+        try:
+            g = _profile_gpu(profile).gpus_per_server
+        except InvalidParameterError:  # (with_offload names the unknown GPU)
+            g = None
+    return int(g or 1)
+
+
+def _replica_host_sharing(profile, mp):
+    """One replica of a tp x pp job with its offloaded step on shared hosts: its
+    ``tp pp`` GPUs run their CPU steps at once, :math:`h_1` of eq. :eq:`offload-host`
+    (the profile is unchanged without offload) [-]."""
+    prov = profile.provenance
+    c = prov.get("offload_cpu_step", 0.0) if isinstance(prov, dict) else 0.0
+    h1 = int(host_ranks(mp.tp * mp.pp, prov.get("offload_host_gpus", 1))) if c else 1
+    if h1 == 1:
+        return profile
+    from .checkpointing import evolve_checked
+
+    return evolve_checked(profile, update_time=profile.update_time + c * (h1 - 1))
 
 
 def _scalar_float(value, name):
@@ -624,21 +652,24 @@ class Scenario:
                 alpha = cluster.alpha
             topology = cluster.topology
             profile = _on_cluster(profile, cluster, mp, shard, activation_checkpointing)
-        # scalemodel.checkpointing / scalemodel.offload: recompute in each checkpointed
-        # block's backward, the offloaded optimizer step in place of the GPU's
+        # scalemodel.checkpointing: recompute in each checkpointed block's backward
         profile = with_recompute(profile, activation_checkpointing)
-        profile = with_offload(profile, offload, shard.strategy)
         if topology is None:  # the link and architecture of the profile's GPU, if built in
             topology = gpu_topology(profile)
         topology = resolve_topology(topology, gpus_per_node=gpus_per_node,
                                     nics_per_node=nics_per_node, intra_bw=intra_bw,
                                     intra_alpha=intra_alpha)
+        # scalemodel.offload: the offloaded optimizer step in place of the GPU's, its CPU
+        # part on a host that a node's GPUs share (Scenario.host_sharing)
+        profile = with_offload(profile, offload, shard.strategy,
+                               _host_gpus(topology, profile, offload))
         options = CollectiveOptions.from_topology(topology, alpha=alpha or 0.0,
                                                   ps_servers=ps_servers)
         bw_scale, mp_used = 1.0, None
         if mp.active or mp.microbatches != profile.grad_accum:
             _check_model_parallel_scope(mp, shard, options)
-            profile = model_parallel_profile(profile, mp, options)
+            profile = _replica_host_sharing(model_parallel_profile(profile, mp, options),
+                                            mp)
             options, bw_scale = dp_options(options, mp)
             mp_used = mp
             if cluster is not None:  # the NIC's fitted terms as one ring sees them
@@ -699,7 +730,8 @@ class Scenario:
         or pipeline parallelism ``dp_ring_gpus_per_node``, ``dp_ring_nics_per_node`` and
         ``dp_ring_bw_scale`` are one data-parallel ring's view of them
         (:func:`~scalemodel.parallel.dp_options`: :math:`q/t` GPUs of the ring per node,
-        :math:`\\nu/t` of the node's NICs)."""
+        :math:`\\nu/t` of the node's NICs). With offload, ``offload_host_gpus`` is the
+        :math:`g` of eq. :eq:`offload-host`, the GPUs that share a host's CPU step."""
         prov = self.profile.provenance if isinstance(self.profile.provenance, dict) else {}
         gpn, nics = self.options.gpus_per_node, self.options.nics_per_node
         mp = self.model_parallel
@@ -720,6 +752,8 @@ class Scenario:
                 **({} if mp is None else mp.settings()),
                 "activation_checkpointing": prov.get("activation_checkpointing", "none"),
                 "offload": prov.get("offload_mode", "none"),
+                **({"offload_host_gpus": prov["offload_host_gpus"]}  # eq. (offload-host)
+                   if "offload_host_gpus" in prov else {}),
                 "gpus_per_node": gpn, "nics_per_node": nics, **ring,
                 **self._host_settings(), **self._workload_settings(prov),
                 "cluster": None if self.cluster is None else self.cluster.name}
@@ -809,6 +843,31 @@ class Scenario:
             out += (sigma - 1.0) * self.bubble()
         return out
 
+    def host_sharing(self, n):
+        """What sharing a host adds to the offloaded optimizer step of one GPU on ``n``
+        workers, eq. :eq:`offload-host`: the CPU part :math:`c` of the whole step
+        (``provenance["offload_cpu_step"]``) times :math:`h_n - h_1` GPUs running their
+        steps on one host at once (:func:`~scalemodel.offload.host_ranks` of the job's
+        GPUs; the profile's update already holds one replica's :math:`h_1`), over the
+        shard group :math:`s` that divides the step; 0 without offload and for one
+        replica. Array-valued in ``n`` [s]."""
+        prov = self.profile.provenance
+        c = prov.get("offload_cpu_step", 0.0) if isinstance(prov, dict) else 0.0
+        if not c or np.all(np.asarray(n) <= 1):
+            return np.zeros(np.shape(n)) if np.ndim(n) else 0.0
+        mp = self.model_parallel
+        per = 1 if mp is None else mp.tp * mp.pp
+        host = prov["offload_host_gpus"]
+        extra = c * (host_ranks(np.multiply(n, per), host) - host_ranks(per, host))
+        if self.sharding is None:
+            return extra if np.ndim(n) else float(extra)
+        if not np.ndim(n):
+            return float(extra) / _group_layout(int(n), self.sharding, self.options).s
+        values = np.unique(n)
+        group = np.array([_group_layout(int(v), self.sharding, self.options).s
+                          if v > 1 else 1 for v in values])
+        return extra / group[np.searchsorted(values, n)]
+
     def bubble(self) -> float:
         """The pipeline bubble of one step at the profile's compute,
         :math:`(p-1)/v \\cdot (t_f + t_b)` plus the head's :math:`m (h_f + h_b)` on the last
@@ -846,7 +905,7 @@ class Scenario:
         p = self.profile
         sigma = self.slowdown(n)
         gpu = (sigma * p.grad_accum * (p.forward_time + p.backward_time) + p.update_time
-               + (sigma - 1.0) * self.bubble())
+               + self.host_sharing(n) + (sigma - 1.0) * self.bubble())
         if p.host_time is not None:
             host = p.host_time
         else:  # not measured: host-bound, or GPU-bound at an interval's optimistic end
@@ -1477,7 +1536,7 @@ class Scenario:
                 sub = np.empty(int(part.sum()))
                 self._fill(sub, slice(None), int(nv), x[part], rr[part])
                 out[part] = sub
-        out += self.profile.update_time
+        out += self.profile.update_time + self.host_sharing(nb)
         if (nb == 1).any():  # one replica: the single worker's own time, as summed
             _one_replica(out, np.broadcast_to(nb, shape) == 1, self.profile.iteration_time)
         return out
@@ -1488,7 +1547,7 @@ class Scenario:
         the single worker's own time where it is that to rounding (within 8 units in the
         last place)."""
         p = self.profile
-        total = self.forward(n) + end + p.update_time
+        total = self.forward(n) + end + p.update_time + self.host_sharing(n)
         if n != 1:
             return total
         if np.ndim(total):  # (the planner's rows at several points)
@@ -2443,6 +2502,7 @@ def _breakdown(model, n, bw, *, cluster, utilization, compression, **kw):
     if sc.sharding is not None:  # eq. (zero3): forward may wait, the step is sharded
         sched = sc.schedule(n, r > 1)
         busy, update, messages = sched.channel_time(x), sched.update, sched.n_collectives
+    update += sc.host_sharing(n)  # eq. (offload-host): a node's GPUs share the host's CPU
     mp = sc.model_parallel
     if mp is not None and mp.pp > 1:  # eqs. (pp-iteration), (pp-interleaved), (pp-uneven)
         bub_f, bub_b = sc._bubble_parts()  # the bubble: compute, not the step,

@@ -24,7 +24,10 @@ node's GPUs, else :class:`~scalemodel.InvalidParameterError` names ``host_memory
 Time (:func:`offload_step_time`), per GPU and step, for its shard of :math:`\Psi_s`
 parameters: the gradient shard to the host and the parameters back over the GPU's host
 link (:data:`HOST_LINK`, one PCIe x16 link per GPU at its theoretical rate per
-direction), and the CPU optimizer step at :data:`CPU_ADAM_PARAMS_PER_S`; with parameters
+direction), and the CPU optimizer step at :data:`CPU_ADAM_PARAMS_PER_S`, one host's rate,
+which the :math:`h = \min(n, g)` GPUs of a node running their steps at once share
+(:func:`host_ranks`; :math:`g` the job's ``gpus_per_node``, else the GPU's usual server,
+as :func:`scalemodel.memory` counts a node's host memory); with parameters
 offloaded, the parameter shard crosses the link twice more per micro-batch (forward and
 backward). These run **serially after backward**, in place of the GPU optimizer step: an
 upper bound (ZeRO-Offload overlaps the gradient copies with backward; its one-step
@@ -33,11 +36,13 @@ delayed update, which hides the CPU step, is not modelled).
 
 from __future__ import annotations
 
+import numpy as np
+
 from .exceptions import InvalidParameterError
 from .hardware import get_gpu
 
 __all__ = ["OFFLOAD_MODES", "OFFLOAD_ALIASES", "HOST_LINK", "HOST_MEMORY",
-           "CPU_ADAM_PARAMS_PER_S", "canonical_offload", "host_link_rate",
+           "CPU_ADAM_PARAMS_PER_S", "canonical_offload", "host_link_rate", "host_ranks",
            "default_host_memory", "offload_step_time", "with_offload"]
 
 OFFLOAD_MODES = ("none", "optimizer", "optimizer+parameters")
@@ -111,10 +116,14 @@ reachable):
   standard PyTorch implementation" (``docs/_tutorials/zero-offload.md``).
 * Not known: whether "1 billion" is :math:`10^9` or :math:`2^{30}` (DeepSpeed's
   ``tests/perf/adam_test.py`` times ``1 * 1024**3`` elements), and how many of the
-  host's cores the measured step had. This model gives every GPU's process the whole
-  rate; when the GPUs of a node run their CPU steps at once they share the host's cores
-  and memory bandwidth, so the rate per GPU can be several times lower (not modelled;
-  pass ``cpu_rate=`` to :func:`offload_step_time` for a measured one).
+  host's cores the measured step had. The model reads it as one host's rate, all its
+  cores: the GPUs of a node run their CPU steps at once and share the host's cores and
+  memory bandwidth (an Adam step reads and writes about 16 bytes per fp32 parameter, so
+  4.1e9 parameters/s, below, is ~65 GB/s of host memory traffic). A job's CPU step on
+  ``n`` GPUs therefore takes ``min(n, gpus_per_node)`` times the time of the GPU's shard
+  alone (:func:`host_ranks`, eq. :eq:`offload-host`); one GPU alone, as in
+  ZeRO-Offload's single-GPU runs, has the whole rate. Pass ``cpu_rate=`` to
+  :func:`offload_step_time` for a measured rate.
 
 Measured on one H200 host (16 cores of a Firecracker VM, PyTorch 2.11;
 ``calibration/results/h200/host_offload.json``): ``torch.optim.AdamW(fused=True)`` on
@@ -185,8 +194,29 @@ def default_host_memory(gpu):
     return None if hit is None else float(hit[0])
 
 
+def host_ranks(gpus, host_gpus):
+    """GPUs whose processes run their CPU optimizer steps on one host at once: a job of
+    ``gpus`` GPUs on nodes of ``host_gpus``, :math:`h = \\min(n, g)` of eq.
+    :eq:`offload-host` (array-valued in ``gpus``).
+
+    Parameters
+    ----------
+    gpus : int or array_like
+        GPUs of the job, every rank that runs a CPU step [GPUs].
+    host_gpus : int
+        GPUs of a node, which share its host [GPUs].
+
+    Returns
+    -------
+    int or numpy.ndarray
+        The ranks sharing a host [GPUs].
+    """
+    return np.minimum(gpus, host_gpus)
+
+
 def offload_step_time(params, offload, gpu, *, grad_bytes=2, param_bytes=2,
-                      micro_batches=1, cpu_rate=CPU_ADAM_PARAMS_PER_S) -> float:
+                      micro_batches=1, cpu_rate=CPU_ADAM_PARAMS_PER_S,
+                      ranks_per_host=1) -> float:
     """Time of one step's offload work for a shard of ``params`` parameters.
 
     Parameters
@@ -205,7 +235,11 @@ def offload_step_time(params, offload, gpu, *, grad_bytes=2, param_bytes=2,
     micro_batches : int
         Micro-batches per step (parameters offloaded: two copies each) [-].
     cpu_rate : float
-        Parameters the CPU optimizer updates per second [1/s].
+        Parameters the host's CPU optimizer updates per second, all its cores [1/s].
+    ranks_per_host : int
+        GPUs whose processes run their CPU steps on the host at the same time
+        (:func:`host_ranks`): they share ``cpu_rate``, so the step takes that many times
+        longer [GPUs].
 
     Returns
     -------
@@ -217,7 +251,7 @@ def offload_step_time(params, offload, gpu, *, grad_bytes=2, param_bytes=2,
     if mode == "none":
         return 0.0
     link = host_link_rate(gpu)
-    t = params * (grad_bytes + param_bytes) / link + params / cpu_rate
+    t = params * (grad_bytes + param_bytes) / link + params * ranks_per_host / cpu_rate
     if mode == "optimizer+parameters":
         t += 2.0 * micro_batches * params * param_bytes / link
     return float(t)
@@ -239,12 +273,16 @@ def _profile_gpu(profile):
         "gpu)")
 
 
-def with_offload(profile, offload, sharding="none"):
+def with_offload(profile, offload, sharding="none", host_gpus=1):
     """The profile with its optimizer step replaced by the offload's step time.
 
     The update time becomes :func:`offload_step_time` for the whole model on one GPU
-    (linear in the parameters, so a shard of ``1/s`` of it, as the sharded model
-    divides the update, is the shard's offload time).
+    alone on its host (linear in the parameters, so a shard of ``1/s`` of it, as the
+    sharded model divides the update, is the shard's offload time). Its CPU part is
+    recorded as ``provenance["offload_cpu_step"]`` [s] and the GPUs that share a host as
+    ``provenance["offload_host_gpus"]``: on ``n`` GPUs the step grows by the CPU part
+    times ``host_ranks(n, host_gpus) - 1`` (eq. :eq:`offload-host`,
+    ``scalemodel.model.Scenario.host_sharing``).
 
     Parameters
     ----------
@@ -255,6 +293,8 @@ def with_offload(profile, offload, sharding="none"):
     sharding : str
         The canonical strategy (``"optimizer+parameters"`` needs ``zero3`` or
         ``hybrid_shard``) [-].
+    host_gpus : int
+        GPUs of a node, whose CPU steps share its host [GPUs].
 
     Returns
     -------
@@ -280,8 +320,12 @@ def with_offload(profile, offload, sharding="none"):
     prov = dict(profile.provenance)
     prov["offload"] = (f"{mode}: update = {t:.4g} s for the whole model (host link "
                        f"{host_link_rate(gpu) / 1e9:.1f} GB/s, CPU-Adam "
-                       f"{CPU_ADAM_PARAMS_PER_S:.3g} params/s; scalemodel.offload)")
+                       f"{CPU_ADAM_PARAMS_PER_S:.3g} params/s for one GPU alone on its host, "
+                       f"shared by up to {int(host_gpus)} GPUs of a node; "
+                       "scalemodel.offload)")
     prov["offload_mode"] = mode
+    prov["offload_cpu_step"] = float(psi / CPU_ADAM_PARAMS_PER_S)
+    prov["offload_host_gpus"] = int(host_gpus)
     from .checkpointing import evolve_checked
 
     return evolve_checked(profile, update_time=float(t), provenance=prov)

@@ -608,6 +608,8 @@ def model_parallel_profile(profile, mp, options):
                                   pipeline_bubble_forward=bubble_f,
                                   pipeline_bubble_backward=bubble_b)
     update = profile.update_time * shares.heaviest / mp.tp + bubble_f + bubble_b
+    if "offload_cpu_step" in prov:  # the offloaded CPU step, of the heaviest stage's shard
+        prov["offload_cpu_step"] = prov["offload_cpu_step"] * shares.heaviest / mp.tp
     if not mp.microbatches * (f + b) + update <= MAX_TIME:  # as the profile would refuse
         raise InvalidParameterError(
             "microbatches", mp.microbatches, f"makes an optimizer step of "

@@ -91,18 +91,67 @@ def test_step_time_by_hand():
 def test_offloaded_update_in_the_closed_form_and_the_reference(mode):
     prof = sm.load_profile("llama-2-7b")
     psi = prof.total_bytes / 2
-    step = offload_step_time(psi, mode, "h100-sxm")
-    for n, bw in ((8, 1e10), (64, 4e11)):
+    # each GPU's shard of psi / n, its CPU step on a host shared by min(n, 8) GPUs (the
+    # H100's usual 8-GPU server): the reference takes the whole model's step, / n
+    for n, bw in ((4, 1e10), (8, 1e10), (64, 4e11)):
+        shard = offload_step_time(psi / n, mode, "h100-sxm", ranks_per_host=min(n, 8))
         it = sm.iteration_time(prof, n, bw, sharding="zero3", offload=mode)
-        assert it.update == pytest.approx(step / n, rel=1e-12)
+        assert it.update == pytest.approx(shard, rel=1e-12)
         des = simulate_sharded(prof, n, bw, strategy="zero3", wrap="block", fusion=None,
-                               element_bytes=2, update_time=step)
+                               element_bytes=2, update_time=shard * n)
         assert it.total == pytest.approx(des, rel=1e-9)
-    # DDP with the optimizer offloaded: every GPU runs the whole step
+    # DDP with the optimizer offloaded: every GPU runs the whole step, 8 of them per host
     it = sm.iteration_time(prof, 8, 1e18, offload="optimizer")
     base = sm.iteration_time(prof, 8, 1e18)
-    full = offload_step_time(psi, "optimizer", "h100-sxm")
+    full = offload_step_time(psi, "optimizer", "h100-sxm", ranks_per_host=8)
     assert it.total - base.total == pytest.approx(full - prof.update_time, rel=1e-9)
+
+
+def test_the_cpu_step_is_a_hosts_shared_by_its_gpus():
+    """One host's CPU optimizer rate: alone (one GPU, ZeRO-Offload's single-GPU case) a
+    GPU has all of it; n GPUs of a node share it, so the shard's step does not shrink
+    until the job spans nodes; gpus_per_node= sets the node."""
+    prof = sm.load_profile("llama-2-7b")
+    psi = prof.total_bytes / 2
+    one = sm.iteration_time(prof, 1, 1e11, offload="optimizer")
+    assert one.update == pytest.approx(offload_step_time(psi, "optimizer", "h100-sxm"),
+                                       rel=1e-12)
+    cpu = psi / CPU_ADAM_PARAMS_PER_S
+    link = offload_step_time(psi, "optimizer", "h100-sxm") - cpu
+    for n, g, h in ((2, None, 2), (4, None, 4), (16, None, 8), (16, 4, 4), (64, 2, 2)):
+        it = sm.iteration_time(prof, n, 1e11, sharding="zero3", offload="optimizer",
+                               gpus_per_node=g)
+        assert it.update == pytest.approx((link + cpu * h) / n, rel=1e-12)
+    # the solvers see the same step: the scaling factor at the bandwidth they answer
+    kw = dict(sharding="zero3", offload="optimizer")
+    target = min(0.9, 0.9 * sm.scaling_factor(prof, 64, 1e15, **kw))
+    req = sm.required_bandwidth(prof, n=64, target=target, **kw)
+    assert req.feasible and sm.scaling_factor(prof, 64, req.bw, **kw) == pytest.approx(
+        target, rel=1e-6)
+    res = sm.min_compression(prof, req.bw / 4, n=64, target=target, **kw)
+    assert sm.scaling_factor(prof, 64, req.bw / 4, compression=res.ratio,
+                             **kw) == pytest.approx(target, rel=1e-6)
+    assert sm.iteration_time(prof, 64, req.bw, sharding="zero3", offload="optimizer",
+                             ).update == pytest.approx((link + cpu * 8) / 64, rel=1e-12)
+
+
+def test_one_replica_of_a_tensor_parallel_job_shares_its_host():
+    """tp=2 x pp=2: one replica's 4 GPUs run their CPU steps at once (the scaling
+    factor's baseline), 8 of them on an 8-GPU node from two replicas on; each step is
+    the CPU part of the heaviest stage's tp shard times the GPUs on its host."""
+    from scalemodel.parallel import resolve_model_parallel, stage_shares
+
+    prof = sm.load_profile("llama-2-7b")
+    kw = dict(tp=2, pp=2, microbatches=8, offload="optimizer")
+    mp = resolve_model_parallel(2, 2, 8, prof.grad_accum, 1, False)
+    c = prof.total_bytes / 2 / CPU_ADAM_PARAMS_PER_S * stage_shares(prof, mp).heaviest / 2
+    u = {(n, g): sm.iteration_time(prof, n, 1e11, gpus_per_node=g, **kw).update
+         for n, g in ((4, 2), (4, 4), (4, 8), (8, 8), (16, 8))}
+    assert u[4, 4] - u[4, 2] == pytest.approx(2 * c, rel=1e-9)  # 4 GPUs on a host, not 2
+    assert u[4, 8] == u[4, 4]  # one replica fills half the node
+    assert u[8, 8] - u[4, 8] == pytest.approx(4 * c, rel=1e-9)  # two fill it
+    assert u[16, 8] == pytest.approx(u[8, 8], rel=1e-12)
+    assert sm.iteration_time(prof, 4, 1e11, gpus_per_node=8, **kw).scaling_factor == 1.0
 
 
 def test_does_it_fit_and_how_fast():
