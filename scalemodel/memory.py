@@ -783,7 +783,8 @@ def memory(model, n, *, sharding="none", gpu="h100-sxm", optimizer="adam", param
         outside [0, 1); ``loss`` outside ``"unfused"``, ``"fused"``, ``"unfused+logits"``
         (the message names the value and the valid ones); ``accounting`` outside
         ``"zero"``, ``"fsdp"``, or ``"fsdp"`` with a strategy other than ``zero2`` /
-        ``zero3`` / ``hybrid_shard`` or with offload.
+        ``zero3`` / ``hybrid_shard`` or with offload; ``hybrid_shard`` on ``n`` GPUs
+        beyond a node that is not a multiple of ``gpus_per_node`` (as the time model).
     """
     return _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
                    activation_checkpointing, micro_batch, seq, gpus_per_node, bucket_bytes,
@@ -1076,6 +1077,12 @@ def _divisors(ns, scalar, strategy, spec, gpus_per_node, shard_group):
         if node is None:
             raise InvalidParameterError("gpus_per_node", None, f"the {spec.name} has no usual "
                                         "server recorded", "Pass gpus_per_node=")
+        split = (group > node) & (np.fmod(group, node) != 0)  # as the time model refuses
+        if np.any(split):  # (sharding._hybrid_group): PyTorch's mesh needs whole nodes
+            first = group if scalar else group[split].flat[0]
+            raise InvalidParameterError(
+                "n", int(first), f"hybrid_shard needs n to be a multiple of "
+                f"gpus_per_node={node} (a full shard group per node)")
         group = min(group, float(node)) if scalar else np.minimum(group, float(node))
     if shard_group is not None:  # sharded over the group, replicated across groups
         group = float(shard_group) if scalar else np.full_like(group, float(shard_group))

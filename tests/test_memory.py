@@ -277,3 +277,20 @@ def test_the_message_names_the_layout_its_gib_are_for():
     m = sm.memory("llama-2-70b", 128, tp=4, pp=4, microbatches=8, suggest=False)
     assert "GiB per GPU with sharding='none', tp=4 x pp=4," in m.message()
     assert "tp=" not in sm.memory("llama-2-7b", 8, suggest=False).message()
+
+
+@pytest.mark.parametrize("n, gpn", [(12, 8), (12, None), (6, 4), (20, 8)])
+def test_hybrid_shard_over_part_of_a_node_is_refused_as_the_time_model_refuses_it(n, gpn):
+    """hybrid_shard shards inside whole nodes: memory answered 12 GPUs on 8-GPU nodes
+    (a shard group of 8 and one of 4) that every time question refuses."""
+    with pytest.raises(sm.InvalidParameterError, match=f"n={n} is invalid: hybrid_shard "
+                       "needs n to be a multiple of gpus_per_node"):
+        sm.scaling_factor("llama-2-7b", n, 1e11, sharding="hybrid_shard", gpus_per_node=gpn)
+    with pytest.raises(sm.InvalidParameterError, match=f"n={n} is invalid: hybrid_shard "
+                       "needs n to be a multiple of gpus_per_node"):
+        sm.memory("llama-2-7b", n, sharding="hybrid_shard", gpus_per_node=gpn)
+    with pytest.raises(sm.InvalidParameterError, match=f"n={n} is invalid"):
+        sm.memory("llama-2-7b", [4, 8, n], sharding="hybrid_shard", gpus_per_node=gpn)
+    # inside one node, or whole nodes: answered
+    sm.memory("llama-2-7b", [4, 8, 2 * (gpn or 8)], sharding="hybrid_shard",
+              gpus_per_node=gpn)
