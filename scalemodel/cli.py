@@ -1138,8 +1138,13 @@ def cmd_fit(args):
     from .exceptions import CalibrationWarning
     from .fitting import fit_cluster
 
-    def names(text):
-        return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
+    def names(text, option=None):
+        out = None if text is None else [t.strip() for t in text.split(",") if t.strip()]
+        if option is not None and out == []:  # '--fit ""' fitted nothing, unsaid
+            raise InvalidParameterError(option, text, "names no parameter", "Name them, "
+                                        f"comma-separated, or leave {option} out to let "
+                                        "the fit choose from the runs")
+        return out
 
     kw = {k: getattr(args, k) for k in ("gpus_per_node", "nics_per_node", "intra_bw",
                                         "intra_alpha") if getattr(args, k) is not None}
@@ -1164,7 +1169,7 @@ def cmd_fit(args):
         warnings.simplefilter("always", CalibrationWarning)
         try:
             fit = fit_cluster(args.runs, algorithm=args.algorithm, fusion=args.fusion,
-                              cluster=args.cluster, fit=names(args.fit),
+                              cluster=args.cluster, fit=names(args.fit, "--fit"),
                               hold=names(args.hold), progress=_fit_progress(), **kw)
         except (InvalidParameterError, ParameterTypeError) as exc:
             raise _as_option(exc) from None
