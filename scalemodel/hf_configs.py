@@ -397,7 +397,8 @@ GPT-2's, MPT's, ChatGLM's and Qwen (1)'s."""
 def _context_length(data, with_key=False):
     """The config's context length, the default ``seq``: the first of
     :data:`CONTEXT_KEYS` it has (an integer >= 1, refused by name otherwise: NaN, text,
-    2048.5), else 4096 [tokens]; with ``with_key``, ``(length, key or None)``."""
+    2048.5; 0, which some configs write for "not set", is read as absent), else 4096
+    [tokens]; with ``with_key``, ``(length, key or None)``."""
     from .workloads import MAX_DIMENSION
 
     for key in CONTEXT_KEYS:
@@ -408,8 +409,7 @@ def _context_length(data, with_key=False):
                 not 1 <= value <= MAX_DIMENSION:  # 10**12 was refused as seq=, unwritten
             raise InvalidParameterError(f"config.{key}", value, f"must be an integer in "
                                         f"[1, {MAX_DIMENSION:,}] (the default sequence "
-                                        "length)", "Or give the sequence length: seq= "
-                                        "(CLI --seq)")
+                                        "length)", "Or give the sequence length: seq=")
         return (value, key) if with_key else value
     return (4096, None) if with_key else 4096
 
