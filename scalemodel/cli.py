@@ -438,7 +438,8 @@ def _topology_options(p, *, fit=False):
               + ("(default: the --cluster's or --transport's topology, every worker on its "
                  "own link when it has none; else 8)" if fit else
                  "(default: the cluster's, else every worker on its own link; 8 for "
-                 "--algorithm hierarchical)"))
+                 "--algorithm hierarchical; with --offload the GPUs sharing a host, "
+                 "default the GPU's usual server)"))
     _add(p, "--nics-per-node", _count, default=None,
          help="NICs per node, each at --bw [NICs] (default: the cluster's, else 1)")
     _add(p, "--intra-bw", _bandwidth, default=None,

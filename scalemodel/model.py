@@ -90,14 +90,16 @@ __all__ = ["scaling_factor", "iteration_time", "IterationTime", "Scenario", "BIN
            "expected_max_normal"]
 
 BINDINGS = ("compute", "slowdown", "latency", "bandwidth", "ceiling", "intra-node",
-            "overhead", "fixed")
+            "overhead", "fixed", "offload")
 """What can bind an iteration: hidden communication (``compute``; ``slowdown`` when the
 calibrated compute slowdown is then the whole loss), or the largest part of what is on the
 critical path: the compute ``slowdown``, message ``latency``, wire time (``bandwidth``;
 ``ceiling`` when the transport's ceiling, not the line rate, limits it; ``intra-node`` when
 the intra-node link is the slowest), ``overhead`` (reductions, encode/decode, serial
 intra-node copies) or ``fixed`` (the cluster's per-collective and per-iteration costs, and
-the framework's work per bucket and per iteration). The critical path's parts name the
+the framework's work per bucket and per iteration) or ``offload`` (what sharing a host's
+CPU adds to the offloaded optimizer step on ``n`` workers, eq. :eq:`offload-host`). The
+critical path's parts name the
 framework terms ``bucket_overhead``, ``iteration_overhead`` (both reported as ``fixed``)
 and ``straggler`` (the wait for the slowest worker, reported as ``slowdown``)."""
 
@@ -475,11 +477,16 @@ def _on_cluster(profile, cluster, mp, shard, activation_checkpointing):
     return profile
 
 
-def _ignored(given, algorithm, topology, shard, mp, sequence_parallel, cluster):
-    """The settings given that the scenario ignores, each ``(name, value, why)``."""
+def _ignored(given, algorithm, topology, shard, mp, sequence_parallel, cluster,
+             offloaded=False):
+    """The settings given that the scenario ignores, each ``(name, value, why)``
+    (``gpus_per_node`` never with ``offloaded``: it sets the GPUs sharing a host's CPU,
+    eq. offload-host)."""
     ignored = ignored_settings(given, algorithm=algorithm,
                                flat=topology.gpus_per_node is None,
                                sharded=shard is not None, tp=mp.tp)
+    if offloaded:
+        ignored = tuple(i for i in ignored if i[0] != "gpus_per_node")
     if sequence_parallel and mp.tp == 1:  # scalemodel.parallel
         ignored += (("sequence_parallel", True, SEQUENCE_PARALLEL_IGNORED),)
     if shard is not None and cluster is not None and cluster.host is not None:
@@ -682,7 +689,8 @@ class Scenario:
         ignored = _ignored(dict(ps_servers=ps_servers, gpus_per_node=gpus_per_node,
                                 nics_per_node=nics_per_node, intra_bw=intra_bw,
                                 intra_alpha=intra_alpha),
-                           algorithm, topology, shard, mp, sequence_parallel, cluster)
+                           algorithm, topology, shard, mp, sequence_parallel, cluster,
+                           offloaded="offload_cpu_step" in profile.provenance)
         return cls(
             cluster=cluster,
             profile=profile,
@@ -1638,8 +1646,9 @@ class Scenario:
         seconds on one worker [s] and which holds ``buckets`` buckets' work [-]:
         ``slowdown`` (:math:`\\sigma - 1` of it), ``straggler``
         (:math:`\\sigma_n - \\sigma`), ``bucket_overhead``, ``iteration_overhead`` and
-        the wrapper's host delay and GPU work ``host`` [s] (``wrapper_host``), each only
-        when positive [s]."""
+        the wrapper's host delay and GPU work ``host`` [s] (``wrapper_host``) and the
+        offloaded step's shared host (``offload``, :meth:`host_sharing`), each only when
+        positive [s]."""
         out = {}
         if n <= 1:
             return out
@@ -1655,6 +1664,9 @@ class Scenario:
             out["iteration_overhead"] = float(tw)
         if host > 0:
             out["wrapper_host"] = float(host)
+        shared = self.host_sharing(n)
+        if shared > 0:
+            out["offload"] = float(shared)
         return out
 
 
@@ -2018,7 +2030,9 @@ TOPOLOGY_DOC = """alpha : float or None
         Encode + decode time per uncompressed gradient byte when compression > 1 [s/byte].
     gpus_per_node : int or None
         Workers per node; ``None`` means the cluster's, else no topology (every worker
-        its own link; 8 for ``"hierarchical"``) [workers].
+        its own link; 8 for ``"hierarchical"``). With ``offload``, also the GPUs that
+        share a host's CPU step (``None``: the GPU's usual server, eq.
+        :eq:`offload-host`) [workers].
     nics_per_node : int or None
         NICs per node, each at ``bw``; ``None`` means the cluster's, else 1 [NICs].
     intra_bw : float, str or None

@@ -92,7 +92,8 @@ HOST_MEMORY = {
 without a usual server need ``host_memory=``."""
 
 CPU_ADAM_PARAMS_PER_S = 1e9 / 0.22
-"""Parameters updated per second by DeepSpeed's CPU-Adam, applied to each GPU's shard:
+"""Parameters updated per second by DeepSpeed's CPU-Adam, one host's rate (shared by the
+GPUs of a node that step at once, :func:`host_ranks`):
 0.22 s for one Adam step over 1 billion parameters (Ren et al., ZeRO-Offload,
 arXiv:2101.06840, Sec. 6.2.4 "CPU-Adam efficiency", Table 4; measured on the DGX-2 of
 its Table 2) [1/s].

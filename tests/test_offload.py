@@ -1,6 +1,8 @@
 """CPU offload: memory moved to the host, the host memory of a node checked, the offloaded
 step's time by hand and against the discrete-event reference, and bad input."""
 
+import warnings
+
 import pytest
 
 import scalemodel as sm
@@ -183,3 +185,28 @@ def test_a_time_question_on_a_gpu_without_a_recorded_server_is_not_checked():
     full = sm.min_compression("llama-3-70b", "100Gbps", n=64, offload="optimizer",
                               gpus_per_node=8)
     assert full.fits is False and "time questions take no host_memory=" in full.message
+
+
+def test_a_shared_host_is_named_where_it_binds_and_its_nodes_are_used():
+    """DDP with the optimizer offloaded on 8-GPU hosts: the shared CPU step is what
+    binds (it was called 'overhead'), and gpus_per_node, which sets the host's GPUs,
+    is not said to have no effect under a topology-free algorithm."""
+    kw = dict(activation_checkpointing="full", offload="optimizer")
+    it = sm.iteration_time("llama-2-7b", 64, 1e15, **kw)
+    c = sm.load_profile("llama-2-7b").total_bytes / 2 / CPU_ADAM_PARAMS_PER_S
+    assert it.binding == "offload" and "offload" in sm.BINDINGS
+    assert it.critical_parts["offload"] == pytest.approx(7 * c, rel=1e-12)
+    res = sm.min_compression("llama-2-7b", 25e9, n=64, **kw)
+    assert not res.feasible and res.binding == "offload"
+    plan = sm.plan_compression("llama-2-7b", "25Gbps", n=64, **kw)
+    assert "is offload-bound" in plan.message
+    # one worker: nothing shared
+    assert "offload" not in sm.iteration_time("llama-2-7b", 1, 1e15, **kw).critical_parts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        four = sm.iteration_time("llama-2-7b", 16, 1e10, algorithm="ps", gpus_per_node=4,
+                                 offload="optimizer")
+    assert four.update < sm.iteration_time("llama-2-7b", 16, 1e10, algorithm="ps",
+                                           offload="optimizer").update
+    with pytest.warns(sm.ModelWarning, match="gpus_per_node=4 has no effect"):
+        sm.iteration_time("llama-2-7b", 16, 1e10, algorithm="ps", gpus_per_node=4)
