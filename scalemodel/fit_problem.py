@@ -411,9 +411,7 @@ class _Problem:
         compute[0] = lines.intercept[0]  # backward's end: all compute
         rest = lines.intercept - compute
         return ("lines", compute / sigma_n, rest, lines.slope, count, last, per_bucket,
-                wrapper, float(sc.forward(n)) / sigma_n,
-                sc.profile.update_time + sc.host_sharing(n),
-                sc.wire_map(n))
+                wrapper, float(sc.forward(n)) / sigma_n, sc.update(n), sc.wire_map(n))
 
     def predict(self, values):
         """Model iteration times of every run [s] (in the profile's units), vectorized.

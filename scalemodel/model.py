@@ -71,8 +71,7 @@ from .fusion import MGWFBP, PLANNED_MGWFBP, Buckets, DDPBuckets, resolve_fusion
 from .overlap import (UpperEnvelope, _envelopes, _lines_shared, _lines_stacked, _with_fixed,
                       overlap_lines)
 from .sharding import (_group_layout, resolve_sharding, resolve_wrap, sharded_schedule,
-                       unit_buckets,
-                       zero3_envelopes)
+                       unit_buckets, zero3_envelopes)
 from .checkpointing import with_recompute
 from .offload import _profile_gpu, canonical_offload, host_ranks, with_offload
 from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_pipeline_layers,
@@ -99,9 +98,9 @@ the intra-node link is the slowest), ``overhead`` (reductions, encode/decode, se
 intra-node copies) or ``fixed`` (the cluster's per-collective and per-iteration costs, and
 the framework's work per bucket and per iteration) or ``offload`` (what sharing a host's
 CPU adds to the offloaded optimizer step on ``n`` workers, eq. :eq:`offload-host`). The
-critical path's parts name the
-framework terms ``bucket_overhead``, ``iteration_overhead`` (both reported as ``fixed``)
-and ``straggler`` (the wait for the slowest worker, reported as ``slowdown``)."""
+critical path's parts name the framework terms ``bucket_overhead``,
+``iteration_overhead`` (both reported as ``fixed``) and ``straggler`` (the wait for the
+slowest worker, reported as ``slowdown``)."""
 
 _PART_BINDING = {"straggler": "slowdown", "bucket_overhead": "fixed",
                  "iteration_overhead": "fixed", "wrapper_host": "fixed"}
@@ -876,6 +875,12 @@ class Scenario:
                           if v > 1 else 1 for v in values])
         return extra / group[np.searchsorted(values, n)]
 
+    def update(self, n):
+        """The optimizer step of one GPU on ``n`` workers: the profile's, plus what
+        sharing a host adds to an offloaded one (:meth:`host_sharing`). Array-valued in
+        ``n`` [s]."""
+        return self.profile.update_time + self.host_sharing(n)
+
     def bubble(self) -> float:
         """The pipeline bubble of one step at the profile's compute,
         :math:`(p-1)/v \\cdot (t_f + t_b)` plus the head's :math:`m (h_f + h_b)` on the last
@@ -912,8 +917,8 @@ class Scenario:
             return 0.0
         p = self.profile
         sigma = self.slowdown(n)
-        gpu = (sigma * p.grad_accum * (p.forward_time + p.backward_time) + p.update_time
-               + self.host_sharing(n) + (sigma - 1.0) * self.bubble())
+        gpu = (sigma * p.grad_accum * (p.forward_time + p.backward_time) + self.update(n)
+               + (sigma - 1.0) * self.bubble())
         if p.host_time is not None:
             host = p.host_time
         else:  # not measured: host-bound, or GPU-bound at an interval's optimistic end
@@ -1544,7 +1549,7 @@ class Scenario:
                 sub = np.empty(int(part.sum()))
                 self._fill(sub, slice(None), int(nv), x[part], rr[part])
                 out[part] = sub
-        out += self.profile.update_time + self.host_sharing(nb)
+        out += self.update(nb)
         if (nb == 1).any():  # one replica: the single worker's own time, as summed
             _one_replica(out, np.broadcast_to(nb, shape) == 1, self.profile.iteration_time)
         return out
@@ -1555,7 +1560,7 @@ class Scenario:
         the single worker's own time where it is that to rounding (within 8 units in the
         last place)."""
         p = self.profile
-        total = self.forward(n) + end + p.update_time + self.host_sharing(n)
+        total = self.forward(n) + end + self.update(n)
         if n != 1:
             return total
         if np.ndim(total):  # (the planner's rows at several points)

@@ -1671,7 +1671,7 @@ def _searched_steps(sc, comp, n, x, target, views, at, lo, hi):
     p = sc.profile
     # the envelope's lines at the plan's line rate (without an interval: with one,
     # the target must hold on every view, and the secant alone is used)
-    level = p.iteration_time / target - sc.forward(n) - p.update_time - sc.host_sharing(n)
+    level = p.iteration_time / target - sc.forward(n) - sc.update(n)
 
     memo = {}
 

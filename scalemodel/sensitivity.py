@@ -177,8 +177,7 @@ def sensitivities(model, n, bw, *, utilization=1.0, compression=1.0, alpha=None,
             net[part] = np.where(l_net >= l_intra, 1.0, 0.0)
             m[part] = lines.slope[j]
             lam[part] = lat_count[j]
-            rest[part] = (sc.forward(int(nv)) + lines.intercept[j] + p.update_time
-                          + sc.host_sharing(int(nv)))
+            rest[part] = sc.forward(int(nv)) + lines.intercept[j] + sc.update(int(nv))
     with np.errstate(divide="ignore"):
         log_wire = np.where(m > 0, np.log(np.where(m > 0, m, 1.0)) + log_xe, -np.inf)
         log_t = np.logaddexp(np.log(rest), log_wire)

@@ -767,7 +767,7 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
             message=(f"no compression needed: {p.name} on {n} workers at "
                      f"{_bw_text(bw)} already scales {sf1:.3f} >= {target:g}"),
             critical_parts=parts1, **common)
-    level = p.iteration_time / target - sc.forward(n) - p.update_time - sc.host_sharing(n)
+    level = p.iteration_time / target - sc.forward(n) - sc.update(n)
     x_star = _x_star(sc.lines(n, True)[1], level)
     if not x_star > 0:
         if sf_inf >= target * (1 - 1e-12):  # the limit: reached where rounding ends it?
@@ -873,7 +873,7 @@ def _corner_ratio(sc, bw, n, target, u) -> float:
     if math.isfinite(x_net):
         sc = sc.planned(n, x_net)
         p = sc.profile
-        t1, fwd, upd = p.iteration_time, sc.forward(n), p.update_time + sc.host_sharing(n)
+        t1, fwd, upd = p.iteration_time, sc.forward(n), sc.update(n)
         env = sc.corner_envelope(n, False)  # (with the wire map x_effective reads)
         base = float(sc.x_effective(n, x_net, 1.0))
         if t1 / (fwd + float(env(base)) + upd) >= target:
@@ -1040,7 +1040,7 @@ def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
     x_floor = k2 / r
     sf_inf, bind_inf, parts_inf = _sf_at(sc, n, x_floor, compressed, r=r)
     common = dict(max_scaling_factor=sf_inf, n=n, target=target, compression=r, utilization=u)
-    level = p.iteration_time / target - sc.forward(n) - p.update_time - sc.host_sharing(n)
+    level = p.iteration_time / target - sc.forward(n) - sc.update(n)
     x_star = _x_star(sc.lines(n, compressed)[1], level)
     if math.isinf(x_star) or (k1 == 0.0 and x_floor <= x_star):
         return BandwidthResult(bw=0.0, feasible=True, scaling_factor=sf_inf, binding=bind_inf,
@@ -1112,7 +1112,7 @@ def _corner_bw(sc, n, target, r, u) -> float:
     env = sc.corner_envelope(n, r > 1)  # (with the wire map read next)
     k1, k2 = sc.wire_map(n)
     x_floor = k2 / r
-    t1, fwd, upd = p.iteration_time, sc.forward(n), p.update_time + sc.host_sharing(n)
+    t1, fwd, upd = p.iteration_time, sc.forward(n), sc.update(n)
     x_star = _x_star(env, t1 / target - fwd - upd)
     if math.isinf(x_star) or (k1 == 0.0 and x_floor <= x_star):
         return 0.0
