@@ -7,7 +7,10 @@ width, LayerNorm, no bias, sequence 2048). A block's time is the difference of t
 of 2 and 4 blocks (the embeddings, head, loss and optimizer drop out); ``blocks.json`` is
 the sweep, ``blocks-repeat.json`` a second sweep on a fresh machine with the kernels
 profiled, ``blocks-no-early-stop.json`` full checkpointing with PyTorch's early stopping
-off.
+off. ``calibration/results/h100/blocks`` holds the same sweep on one H100 SXM
+(``blocks.json``, kernels profiled in the same call) and its replay
+(``blocks-no-early-stop.json``), printed as a second section with the two GPUs' block
+utilisation side by side.
 
 Protocol (nothing fitted): the measured recompute of a block is its backward under full
 checkpointing minus its backward without (same sweep, same machine); the library's is
@@ -36,13 +39,14 @@ from _report import Report, parser  # noqa: E402  (main()'s parser and output)
 from scalemodel.checkpointing import recompute_fraction  # noqa: E402
 
 DATA = ROOT / "calibration" / "results" / "h200" / "blocks"
+H100 = ROOT / "calibration" / "results" / "h100" / "blocks"
 OUT = ROOT / "benchmarks" / "results" / "validate_blocks.txt"
 NAMES = {2048: "mpt-1b", 2560: "mpt-3b", 4096: "mpt-7b", 5120: "mpt-13b", 7168: "mpt-30b",
          8192: "mpt-70b"}
 
 
-def load(name):
-    return json.loads((DATA / name).read_text())
+def load(name, folder=DATA):
+    return json.loads((folder / name).read_text())
 
 
 def config(p):
@@ -58,15 +62,28 @@ def _index(blocks):
             if p.get("block_step") is not None}
 
 
-def recompute_rows():
-    """Measured and modelled recompute per block [s]: early stopping (both sweeps) and
-    replay (no-early-stop sweep, against the repeat sweep's blocks without
-    checkpointing; both recorded on the same day, the replay on a third machine)."""
+def h200_sweeps():
+    """The H200's sweeps as (label, blocks, blocks without checkpointing or None): early
+    stopping (both sweeps) and replay (the no-early-stop sweep, against the repeat sweep's
+    blocks without checkpointing; both recorded on the same day, the replay on a third
+    machine)."""
+    return (("sweep", load("blocks.json")["blocks"], None),
+            ("repeat", load("blocks-repeat.json")["blocks"], None),
+            ("replay", load("blocks-no-early-stop.json")["blocks"],
+             load("blocks-repeat.json")["blocks"]))
+
+
+def h100_sweeps():
+    """The H100's: its sweep, and its replay against the sweep (one call, one machine)."""
+    sweep = load("blocks.json", H100)["blocks"]
+    return (("sweep", sweep, None),
+            ("replay", load("blocks-no-early-stop.json", H100)["blocks"], sweep))
+
+
+def recompute_rows(sweeps):
+    """Measured and modelled recompute per block [s] over ``sweeps`` (label, blocks,
+    blocks without checkpointing or None: the same sweep's)."""
     rows = []
-    sweeps = (("sweep", load("blocks.json")["blocks"], None),
-              ("repeat", load("blocks-repeat.json")["blocks"], None),
-              ("replay", load("blocks-no-early-stop.json")["blocks"],
-               load("blocks-repeat.json")["blocks"]))
     for label, blocks, base_blocks in sweeps:
         full = _index(blocks)
         base = _index(base_blocks if base_blocks is not None else blocks)
@@ -84,14 +101,15 @@ def recompute_rows():
     return rows
 
 
-def kernel_rows():
+def kernel_rows(kernels, replay_kernels=()):
     """Recomputed matrix-product time over the forward's (the profile's matmul class:
-    a forward's products are a third of the block's), against the library's count."""
+    a forward's products are a third of the block's), against the library's count;
+    ``kernels`` a sweep's profiled blocks, ``replay_kernels`` a no-early-stop sweep's."""
     rows = []
     prof = {(k["hidden"], k["micro_batch"], k["mode"]): k
-            for k in load("blocks-repeat.json")["kernels"] if "error" not in k}
+            for k in kernels if "error" not in k}
     replay = {(k["hidden"], k["micro_batch"]): k
-              for k in load("blocks-no-early-stop.json")["kernels"] if "error" not in k}
+              for k in replay_kernels if "error" not in k}
     for (h, mb, mode), k in sorted(prof.items()):
         if mode != "none":
             continue
@@ -114,13 +132,15 @@ def kernel_rows():
     return rows
 
 
-def efficiency_table(rep):
+def efficiency_table(rep, folder=DATA):
     """Block HFU by width and micro-batch (sweep), and the plain products' efficiency."""
-    d = load("blocks.json")
+    d = load("blocks.json", folder)
     idx = _index(d["blocks"])
     gemm = {(g["hidden"], g["micro_batch"]): g["efficiency"] for g in d["gemms"]}
     mbs = sorted({k[2] for k in idx if k[1] == 2048})
-    rep.say("", "== a block's hardware FLOPs utilisation (H200 bf16 peak 989.5 TFLOP/s; "
+    gpu = "H200" if folder == DATA else "H100"
+    rep.say("", f"== a block's hardware FLOPs utilisation ({gpu} bf16 peak "
+            f"{d['environment']['bf16_peak_flops'] / 1e12:.1f} TFLOP/s; "
             "full with early stopping counts its recompute's FLOPs; sweep, 5 steps)",
             f"{'model':<8} {'width':>6} " + " ".join(
                 f"{'mb ' + str(m) + ' none/full/mm':>22}" for m in mbs))
@@ -134,8 +154,9 @@ def efficiency_table(rep):
         rep.say(f"{NAMES.get(h, h):<8} {h:>6} " + " ".join(cells))
     seq = sorted((k[1], k[2], p) for k, p in idx.items()
                  if k[0] == 4096 and k[3] == "none" and k[1] * k[2] == 16384)
-    rep.say("", "sequence sweep (width 4096, 32 heads, 16,384 tokens a step, none):",
-            "  " + ", ".join(f"seq {s}: {_pct(p['hfu'])}" for s, _, p in seq))
+    if len(seq) > 1:
+        rep.say("", "sequence sweep (width 4096, 32 heads, 16,384 tokens a step, none):",
+                "  " + ", ".join(f"seq {s}: {_pct(p['hfu'])}" for s, _, p in seq))
     return idx
 
 
@@ -183,7 +204,7 @@ def main(argv=None):
             f"{'sweep':<7} {'model':<8} {'mb':>3} {'library mode':<16} {'forward':>9} "
             f"{'measured':>9} {'model':>9} {'error':>7} {'of step':>8}")
     errs = {"full-early-stop": [], "full": []}
-    for r in recompute_rows():
+    for r in recompute_rows(h200_sweeps()):
         e = r["model"] / r["measured"] - 1
         step = (r["model"] - r["measured"]) / (r["step"] + r["measured"])
         errs[r["mode"]].append(step)
@@ -204,7 +225,8 @@ def main(argv=None):
             "copies)",
             f"{'model':<8} {'mb':>3} {'recompute':<11} {'measured':>9} {'library':>8} "
             f"{'flash share':>12} {'other share':>12}")
-    for r in kernel_rows():
+    for r in kernel_rows(load("blocks-repeat.json")["kernels"],
+                         load("blocks-no-early-stop.json")["kernels"]):
         rep.say(f"{r['name']:<8} {r['mb']:>3} {r['mode']:<11} {r['measured']:9.3f} "
                 f"{r['model']:8.3f} {100 * r['flash']:11.1f}% {100 * r['other']:11.1f}%")
     efficiency_table(rep)
@@ -223,9 +245,49 @@ def main(argv=None):
                 f"micro-batch ({len(extra)} points, from {1e3 * min(extra):+.2f} to "
                 f"{1e3 * max(extra):+.2f} ms)")
     pressure_table(rep)
+    h100_section(rep)
     rep.say("", rep.elapsed_line())
     if not args.no_write:
         rep.write(OUT)
+
+
+def h100_section(rep):
+    """The same sweep on one H100 SXM: recompute, kernels, utilisation beside the
+    H200's, FSDP2's own work."""
+    if not (H100 / "blocks.json").exists():
+        return
+    d = load("blocks.json", H100)
+    env = d["environment"]
+    rep.say("", f"== the same sweep on one {env['gpu_name']} (PyTorch {env['torch']}; "
+            "calibration/results/h100/blocks, another machine, the same day)")
+    errs = {}
+    for r in recompute_rows(h100_sweeps()):
+        errs.setdefault((r["sweep"], r["mode"]), []).append(
+            (r["model"] - r["measured"]) / (r["step"] + r["measured"]))
+    for (label, mode), v in errs.items():
+        big = [x for x in v if abs(x) > 0.05]
+        rep.say(f"recompute, {label} ({mode}): {len(v)} blocks, median error of the "
+                f"checkpointed step {100 * statistics.median(v):+.1f} %, largest "
+                f"{100 * max(map(abs, v)):.1f} % ({len(big)} beyond 5 %)")
+    rep.say("recomputed products over the forward's, early stopping (kernel profile; "
+            "measured " + ", ".join(f"{r['name']} mb {r['mb']} {r['measured']:.3f}"
+                        for r in kernel_rows(d["kernels"]))
+            + f"; library {kernel_rows(d['kernels'])[0]['model']:.3f})")
+    idx = efficiency_table(rep, H100)
+    h200 = _index(load("blocks.json")["blocks"])
+    diff = [100 * (p["hfu"] - h200[k]["hfu"]) for k, p in idx.items()
+            if k in h200 and p.get("hfu") and h200[k].get("hfu")]
+    wide = [100 * (p["hfu"] - h200[k]["hfu"]) for k, p in idx.items()
+            if k in h200 and k[0] >= 4096 and p.get("hfu") and h200[k].get("hfu")]
+    rep.say(f"H100 minus H200 block HFU over the {len(diff)} points both measured: median "
+            f"{statistics.median(diff):+.1f} points ({min(diff):+.1f} to {max(diff):+.1f}); "
+            f"widths >= 4096: median {statistics.median(wide):+.1f} ({min(wide):+.1f} to "
+            f"{max(wide):+.1f})")
+    fsdp = [f for f in d.get("fsdp", []) if "error" not in f]
+    if fsdp:
+        rep.say("FSDP2's own work per block and micro-batch (one rank): " + ", ".join(
+            f"{NAMES.get(f['hidden'], f['hidden'])} mb {f['micro_batch']} "
+            f"{1e3 * f['fsdp_block_overhead']:+.2f} ms" for f in fsdp))
 
 
 if __name__ == "__main__":

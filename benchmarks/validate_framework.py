@@ -21,6 +21,14 @@ Three checks, printed per measurement:
    Baseline "no wrapper cost": the plain time itself (what the model predicted before
    these terms).
 
+4. **The repeat sweep** (``calibration/results/h200/framework-repeat``, with the host's
+   issue times): eq. ``host-bound`` calibrated on one model, the seven others predicted.
+5. **Another GPU** (``calibration/results/h100/framework``: the same eight models on one
+   H100 SXM, a different machine, recorded a day later): the H200 repeat sweep's costs of
+   each model predict every H100 DDP iteration (its plain and host times measured), as
+   the library does it, with the library's interval; beside it the H100's own models
+   calibrating each other, and bucket counts as in check 1.
+
 Run from the repository root: ``python benchmarks/validate_framework.py`` (a few seconds;
 writes ``benchmarks/results/validate_framework.txt`` unless ``--no-write``).
 """
@@ -99,16 +107,17 @@ def transfer(rows):
 
 
 REPEAT = ROOT / "calibration" / "results" / "h200" / "framework-repeat"
+H100 = ROOT / "calibration" / "results" / "h100" / "framework"
 
 
-def library_prediction(dst, m, f, costs):
+def library_prediction(dst, m, f, costs, folder=DATA):
     """The DDP iterations of measurement ``m`` (its :meth:`host_fit` ``f``) as a user
     gets them from the library: the compute step's profile of ``dst`` at the measured
     plain iteration and host times, a cluster whose ``host`` is ``costs``, and
     :meth:`Scenario.wrapped_single_worker_time` with DDP's buckets at each cap (the first
     bucket at the cap, as torch 2.x makes it) [s]."""
     import attrs
-    profile = sm.load_profile(DATA / f"{dst}.profile.json").scaled_to(f["iteration_plain"])
+    profile = sm.load_profile(folder / f"{dst}.profile.json").scaled_to(f["iteration_plain"])
     profile = attrs.evolve(profile, host_time=f["host_plain"])
     cl = sm.ClusterProfile(host=costs, provenance={"source": "validate_framework"})
     out = []
@@ -227,6 +236,7 @@ def main(argv=None):
             f"{100 * base.max():8.1f} %  (the plain time as the prediction, all 40 rows)",
             f"  median over sources of the median |err|: {100 * np.median(meds):.1f} %")
     host_section(rep, rows)
+    other_gpu_section(rep)
     rep.say("", rep.elapsed_line())
     if not args.no_write:
         rep.write(OUT)
@@ -289,6 +299,75 @@ def host_section(rep, rows):
         rep.say(f"    {words[key]:<86} {100 * np.mean(c['inside']):5.1f} % of "
                 f"{len(c['inside'])} inside, median width "
                 f"{100 * np.median(c['width']):4.1f} % of the measured time")
+
+
+
+def _measurements(folder):
+    from scalemodel.calibrate.wrapper import WrapperMeasurement
+    return {p.name[: -len(".wrapper.json")]:
+            WrapperMeasurement.from_dict(json.loads(p.read_text()))
+            for p in sorted(folder.glob("*.wrapper.json"))}
+
+
+def cross_gpu(sources, targets, folder):
+    """Per source measurement: |errors| of the library's prediction (the source's
+    :meth:`host_costs`, each target's compute-step profile at its measured plain and host
+    times) of every target DDP iteration, skipping the source's own model when both sets
+    are the same; and the interval's coverage over all ({"inside", "width"})."""
+    out, cover = {}, {"inside": [], "width": []}
+    for src, m_src in sources.items():
+        costs, errs = m_src.host_costs(), []
+        for dst, m in targets.items():
+            if sources is targets and dst == src:
+                continue
+            f, wrapped = m.host_fit(), np.median(m.wrapped, axis=1)
+            errs += list(np.abs(library_prediction(dst, m, f, costs, folder) / wrapped - 1))
+            ends = [library_prediction(dst, m, f, x, folder) for x in costs.ends(None)]
+            lo, hi = np.minimum(*ends), np.maximum(*ends)
+            cover["inside"] += list((lo <= wrapped) & (wrapped <= hi))
+            cover["width"] += list((hi - lo) / wrapped)
+        out[src] = np.array(errs)
+    return out, cover
+
+
+def other_gpu_section(rep):
+    """Section 5: the H200 repeat sweep's costs predicting the H100 sweep."""
+    h100 = _measurements(H100)
+    if not h100:
+        return
+    h200 = _measurements(REPEAT)
+    env = (H100 / "environment.txt").read_text().splitlines()
+    rep.say("", "5. Another GPU: the same eight models on one H100 (calibration/results/"
+            f"h100/framework; {env[2].split(',')[0]}, a day after the H200 sweeps, another "
+            "machine)", "  bucket counts (as in 1, first bucket at the cap): " + ", ".join(
+                f"{name} {'exact' if bucket_counts(sm.load_profile(H100 / (name + '.profile.json')), m.bucket_caps, True) == list(m.buckets) else 'DIFFER'}"
+                for name, m in h100.items()),
+            f"  {'measurement':<16} {'H/T':>5} {'h_p [us]':>9} {'h_b [us]':>9} {'g [ms]':>7}"
+            f"   {'H200 h_p':>9} {'H200 h_b':>9}")
+    for name, m in h100.items():
+        h, r = m.host_fit(), h200[name].host_fit()
+        rep.say(f"  {name:<16} {h['host_plain'] / h['iteration_plain']:5.2f} "
+                f"{h['per_tensor'] * 1e6:9.1f} {h['per_bucket'] * 1e6:9.1f} "
+                f"{h['device_time'] * 1e3:7.2f}   {r['per_tensor'] * 1e6:9.1f} "
+                f"{r['per_bucket'] * 1e6:9.1f}")
+    across, c_across = cross_gpu(h200, h100, H100)
+    within, c_within = cross_gpu(h100, h100, H100)
+    base = np.concatenate([np.abs(m.host_fit()["iteration_plain"]
+                                  / np.median(m.wrapped, axis=1) - 1) for m in h100.values()])
+    rep.say("", "  the library's prediction of the H100's DDP iterations (its plain and host "
+            "times measured; eq. host-lead), calibrated on one model's sweep",
+            f"  {'calibrated on':<16} {'H200 sweep: all 40':>22} {'H100 sweep: 35 others':>24}",
+            f"  {'':<16} {'median':>11} {'largest':>10} {'median':>12} {'largest':>11}")
+    for src in across:
+        a, w = across[src], within[src]
+        rep.say(f"  {src:<16} {100 * np.median(a):9.1f} % {100 * a.max():8.1f} % "
+                f"{100 * np.median(w):10.1f} % {100 * w.max():9.1f} %")
+    for label, c in (("H200-calibrated", c_across), ("H100-calibrated", c_within)):
+        rep.say(f"  {label}: {100 * np.mean(c['inside']):.1f} % of {len(c['inside'])} "
+                f"inside the library's interval (HOST_COST_TRANSFER), median width "
+                f"{100 * np.median(c['width']):.1f} % of the measured time")
+    rep.say(f"  no wrapper cost (the plain time): median {100 * np.median(base):.1f} %, "
+            f"largest {100 * base.max():.1f} %")
 
 
 if __name__ == "__main__":
