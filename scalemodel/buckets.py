@@ -313,6 +313,10 @@ def _result(base, n, bw, cand, t, default, policy, at_cap):
     elif best == DEFAULT_BUCKET_MB:
         msg = (f"{where}: DDP's default bucket_cap_mb=25 is already among the fastest "
                f"({t_best * 1e3:.4g} ms per iteration)")
+    elif default < t_best * (1 - _TIE):  # the candidates asked leave out a faster default
+        msg = (f"{where}: of the candidates asked, bucket_cap_mb={best:g} is the fastest, "
+               f"{t_best * 1e3:.4g} ms per iteration, {(t_best / default - 1) * 100:.2g} % "
+               f"slower than the default 25 MB ({default * 1e3:.4g} ms): keep the default")
     else:
         msg = (f"{where}: bucket_cap_mb={best:g} takes {t_best * 1e3:.4g} ms per iteration, "
                f"{(default / t_best - 1) * 100:.2g} % faster than the default 25 MB "

@@ -439,13 +439,15 @@ def _topology_options(p, *, fit=False):
                  "own link when it has none; else 8)" if fit else
                  "(default: the cluster's, else every worker on its own link; 8 for "
                  "--algorithm hierarchical; with --offload the GPUs sharing a host, "
-                 "default the GPU's usual server)"))
+                 "default the GPU's usual server; with --sharding hybrid_shard the shard "
+                 "group's node, default the GPU's usual server, else 8)"))
     _add(p, "--nics-per-node", _count, default=None,
          help="NICs per node, each at --bw [NICs] (default: the cluster's, else 1)")
     _add(p, "--intra-bw", _bandwidth, default=None,
          help="intra-node link rate per GPU; bits/s or with a unit (300GB/s) [bits/s] "
-              "(default: the cluster's, else the --gpu's or the model's GPU's, per "
-              "direction, else 2.4e12 = 300 GB/s, V100 NVLink 2.0)")
+              "(default: the cluster's, else the model's GPU's, per direction, else "
+              "2.4e12 = 300 GB/s, V100 NVLink 2.0; --gpu, which sets memory and codec "
+              "costs, does not change it)")
     _add(p, "--intra-alpha", _seconds, default=None,
          help="intra-node step latency, seconds or with a unit (2us) [s] (default: the "
               "cluster's, else 0)")

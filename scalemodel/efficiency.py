@@ -309,16 +309,61 @@ _EFF_RE = re.compile(r"\s*(?:published|measured|given|fitted):\s*([0-9.]+(?:[eE]
 
 
 def _fitted_entry(cluster):
+    """The cluster's fitted efficiency record (``extra["efficiency"]``, a cluster file's
+    ``efficiency``), checked; None without one.
+
+    Raises
+    ------
+    InvalidParameterError
+        A record that is not an object, or a field of it that the fit would not write (a
+        file's, edited or corrupt), naming the field.
+    """
     extra = getattr(cluster, "extra", None)
     eff = extra.get("efficiency") if isinstance(extra, dict) else None
-    if not isinstance(eff, dict):
+    if eff is None:
         return None
+    if not isinstance(eff, dict):
+        raise InvalidParameterError("cluster.extra['efficiency']", eff, "must be an object "
+                                    "with the fitted value, its interval and the fit's GPUs "
+                                    "and models, as fit_cluster writes it")
     value = eff.get("value")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not (math.isfinite(value) and 0 < value <= 1):
+    if not _is_fraction(value):
         raise InvalidParameterError("cluster.extra['efficiency']['value']", value,
                                     "must be a model FLOPs utilisation in (0, 1]")
+    _check_interval(eff.get("interval"), value)
+    for key in ("gpu", "models", "profiles", "pressured"):
+        names = eff.get(key)
+        if names is not None and not (isinstance(names, list)
+                                      and all(isinstance(k, str) for k in names)):
+            raise InvalidParameterError(f"cluster.extra['efficiency'][{key!r}]", names,
+                                        "must be a list of names (strings), as fit_cluster "
+                                        "writes it")
+    if eff.get("end") not in (None, "low", "high"):
+        raise InvalidParameterError("cluster.extra['efficiency']['end']", eff.get("end"),
+                                    "must be 'low', 'high' or absent")
     return eff
+
+
+def _is_fraction(value) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and math.isfinite(value) and 0 < value <= 1)
+
+
+def _check_interval(iv, value):
+    """A fitted efficiency's interval: absent, or ``[low, high]`` with each end None (not
+    bounded by the runs) or in (0, 1], ``low <= value <= high``."""
+    if iv is None:
+        return
+    where = "cluster.extra['efficiency']['interval']"
+    if not isinstance(iv, (list, tuple)) or len(iv) != 2 or not all(
+            x is None or _is_fraction(x) for x in iv):
+        raise InvalidParameterError(where, iv, "must be [low, high], each in (0, 1] or null "
+                                    "where the runs do not bound it")
+    lo, hi = iv
+    slack = 1e-9 * value
+    if (lo is not None and lo > value + slack) or (hi is not None and hi < value - slack):
+        raise InvalidParameterError(where, iv, f"must hold the fitted value {value!r} "
+                                    "(low <= value <= high)")
 
 
 def _as_float(value) -> float:

@@ -397,6 +397,9 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     """
     _check_keywords(given, confidence, fit, hold, network, transport, cluster)
     _check_max_free_and_name(max_free, name)
+    if progress is not None and not callable(progress):  # (a TypeError at the first call)
+        raise ParameterTypeError("progress", progress, "a callable progress(done, total) "
+                                 "or None")
     if implementation is not None:  # checked even when no run is compressed (was ignored)
         from .compressors import resolve_implementation
         resolve_implementation(implementation, "implementation")

@@ -451,7 +451,9 @@ def load_hf_profile(path, *, seq=None, micro_batch=None, gpu=None, dtype=None,
                                     "profile nor a Hugging Face config.json")
     if seq is None:
         seq = _context_length(data)
+    label = data.get("_name_or_path")  # a label only when it is text (a file's can be anything)
+    label = label.strip() if isinstance(label, str) else ""
     cfg = TransformerConfig.from_hf_config(data, seq=seq, micro_batch=micro_batch or 1,
                                            dtype=dtype or "bf16",
-                                           name=data.get("_name_or_path") or Path(path).stem)
+                                           name=label or Path(path).stem)
     return transformer_profile(cfg, gpu or "h100-sxm", flash_attention=flash_attention)

@@ -388,6 +388,14 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
     return mp
 
 
+def _count_or_none(value):
+    """``value`` when it is an integer >= 1 (not a bool), else None (left to the checks
+    that name it) [-]."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return value if value >= 1 else None
+
+
 def _check_pipeline_sharding(pp, strategy):
     """Raise for sharding with pipeline parallelism (not modelled): ``pp`` an integer
     > 1 (anything else in it is left to the checks of the pipeline)."""
@@ -585,10 +593,32 @@ def _config_from(fields):
     per distinct record."""
     from .workloads import TransformerConfig
 
+    check_config_fields(fields)
     try:
         return _config_cached(tuple(sorted((k, type(v), v) for k, v in fields.items())))
     except TypeError:  # an unhashable field (a file's list): validated, and refused
         return TransformerConfig(**fields)
+
+
+def check_config_fields(fields):
+    """Raise when a profile's recorded config (``provenance["config"]``) names a field a
+    :class:`~scalemodel.TransformerConfig` does not have (a profile file's, edited or from
+    another version), naming them; the values are checked where the config is built.
+
+    Raises
+    ------
+    InvalidParameterError
+        Unknown fields, listed with the ones a config has.
+    """
+    from .workloads import TransformerConfig
+
+    known = attrs.fields_dict(TransformerConfig)
+    unknown = sorted(str(k) for k in fields if k not in known)
+    if unknown:
+        raise InvalidParameterError(
+            "profile.provenance['config']", unknown, "names fields a TransformerConfig "
+            f"does not have (it has {', '.join(known)})",
+            "Remove them, or derive the profile again with scalemodel.transformer_profile")
 
 
 @functools.lru_cache(maxsize=64)
@@ -874,6 +904,10 @@ def _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
     group = _check_shard_group(shard_group, strategy, ns)
     mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
                                virtual_stages, sequence_parallel)
+    if mp is not None and _count_or_none(gpus_per_node) is not None:  # as the time model
+        from .parallel import check_tp_in_node
+
+        check_tp_in_node(mp, cfg.heads, int(gpus_per_node))
     if sequence_parallel and (mp is None or mp.tp == 1):  # said, not silently dropped
         from .parallel import SEQUENCE_PARALLEL_IGNORED
 
@@ -1071,12 +1105,18 @@ def _divisors(ns, scalar, strategy, spec, gpus_per_node, shard_group):
     group = float(ns) if scalar else ns.astype(float)
     node = spec.gpus_per_server if gpus_per_node is None else gpus_per_node
     if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(
-            gpus_per_node, (int, np.integer)) or gpus_per_node < 1):
-        raise InvalidParameterError("gpus_per_node", gpus_per_node, "must be an integer >= 1")
+            gpus_per_node, (int, np.integer)) or not 1 <= gpus_per_node <= MAX_COUNT):
+        raise InvalidParameterError("gpus_per_node", gpus_per_node,
+                                    f"must be an integer in [1, {MAX_COUNT:,}]")
     if strategy == "hybrid_shard":
         if node is None:
             raise InvalidParameterError("gpus_per_node", None, f"the {spec.name} has no usual "
                                         "server recorded", "Pass gpus_per_node=")
+        if node < 2:  # as the time model refuses it (and zero3 with shard_group=1)
+            raise InvalidParameterError(
+                "gpus_per_node", node, "hybrid_shard shards over the GPUs of a node, so it "
+                "needs at least 2 of them", "Use sharding='none' to replicate, or a larger "
+                "gpus_per_node")
         split = (group > node) & (np.fmod(group, node) != 0)  # as the time model refuses
         if np.any(split):  # (sharding._hybrid_group): PyTorch's mesh needs whole nodes
             first = group if scalar else group[split].flat[0]

@@ -73,7 +73,8 @@ from .overlap import (UpperEnvelope, _envelopes, _lines_shared, _lines_stacked, 
 from .sharding import (_group_layout, resolve_sharding, resolve_wrap, sharded_schedule,
                        unit_buckets, zero3_envelopes)
 from .checkpointing import with_recompute
-from .offload import _profile_gpu, canonical_offload, host_ranks, with_offload
+from .offload import (_profile_gpu, canonical_offload, host_ranks, recorded_offload,
+                      with_offload)
 from .parallel import (SEQUENCE_PARALLEL_IGNORED, check_pipeline_layers,
                        check_sequence_parallel, dp_options,
                        model_parallel_profile, resolve_model_parallel)
@@ -295,26 +296,65 @@ def _cache_key(profile, cluster, kw):
     return key
 
 
-def _host_gpus(topology, profile, offload):
+def _host_gpus(topology, profile, offload, tp=1):
     """GPUs that share a host's CPU optimizer with offload: the job's ``gpus_per_node``,
     else the usual server of the profile's GPU (as :func:`scalemodel.memory` counts a
-    node's host memory), else 1 [GPUs]."""
+    node's host memory), else the ``tp`` GPUs of a tensor-parallel group, which a node
+    holds [GPUs]."""
     g = getattr(topology, "gpus_per_node", None)
     if g is None and canonical_offload(offload) != "none":
         try:
             g = _profile_gpu(profile).gpus_per_server
         except InvalidParameterError:  # (with_offload names the unknown GPU)
             g = None
-    return int(g or 1)
+    return int(g or tp)
+
+
+def _hybrid_node(topology, profile, mp):
+    """The topology of a ``hybrid_shard`` job with its node's GPUs: ``gpus_per_node``
+    as given, else the usual server of the profile's built-in GPU (as
+    :func:`scalemodel.memory` takes it), else
+    :data:`~scalemodel.topology.HIERARCHICAL_GPUS_PER_NODE` (a measured profile of a
+    device that is not built in).
+
+    Raises
+    ------
+    InvalidParameterError
+        A built-in GPU without a usual server and no ``gpus_per_node``; a node of one
+        GPU, which has nothing to shard over.
+    """
+    import attrs
+
+    from .efficiency import gpu_name_of
+    from .hardware import get_gpu
+    from .topology import HIERARCHICAL_GPUS_PER_NODE
+
+    g = topology.gpus_per_node
+    if g is None:
+        name = gpu_name_of(profile)
+        try:
+            g = HIERARCHICAL_GPUS_PER_NODE if name is None else get_gpu(name).gpus_per_server
+        except (InvalidParameterError, ParameterTypeError):  # a GPU that is not built in
+            g = HIERARCHICAL_GPUS_PER_NODE
+        if g is None:
+            raise InvalidParameterError(
+                "gpus_per_node", None, f"hybrid_shard shards within a node, and the {name} "
+                "has no usual server recorded", "Pass gpus_per_node=")
+        topology = attrs.evolve(topology, gpus_per_node=int(g))
+    if mp.tp == 1 and g < 2:  # (with tp, _check_model_parallel_scope says it)
+        raise InvalidParameterError(
+            "gpus_per_node", g, "hybrid_shard shards over the GPUs of a node, so it needs "
+            "at least 2 of them", "Use sharding='none' to replicate, or a larger "
+            "gpus_per_node")
+    return topology
 
 
 def _replica_host_sharing(profile, mp):
     """One replica of a tp x pp job with its offloaded step on shared hosts: its
     ``tp pp`` GPUs run their CPU steps at once, :math:`h_1` of eq. :eq:`offload-host`
     (the profile is unchanged without offload) [-]."""
-    prov = profile.provenance
-    c = prov.get("offload_cpu_step", 0.0) if isinstance(prov, dict) else 0.0
-    h1 = int(host_ranks(mp.tp * mp.pp, prov.get("offload_host_gpus", 1))) if c else 1
+    c, host = recorded_offload(profile)
+    h1 = int(host_ranks(mp.tp * mp.pp, host)) if c else 1
     if h1 == 1:
         return profile
     from .checkpointing import evolve_checked
@@ -387,8 +427,9 @@ def ignored_settings(given, *, algorithm, flat, sharded, tp=1) -> tuple:
         Whether the resolved topology (the cluster's unless given) has no
         ``gpus_per_node`` [-].
     sharded : bool
-        Sharded data parallelism (its collectives use the topology their own way: only
-        ``ps_servers`` is judged then) [-].
+        Sharded data parallelism (its collectives use the topology their own way: without
+        nodes, ``nics_per_node`` and, at ``tp`` 1, ``intra_bw`` and ``intra_alpha`` have no
+        effect; the algorithm is not judged) [-].
     tp : int
         Tensor-parallel GPUs (their collectives use ``intra_bw`` and ``intra_alpha``)
         [GPUs].
@@ -403,7 +444,12 @@ def ignored_settings(given, *, algorithm, flat, sharded, tp=1) -> tuple:
     if "ps_servers" in g and algorithm != "ps":
         out.append(("ps_servers", g["ps_servers"], f"algorithm={algorithm!r} has no "
                     "parameter servers; only algorithm='ps' uses them"))
-    if sharded:
+    if sharded:  # zero1/2/3 without nodes: every GPU on its own link (hybrid has nodes)
+        if flat:
+            keys = ("nics_per_node",) + (("intra_bw", "intra_alpha") if tp == 1 else ())
+            out += [(k, g[k], "without gpus_per_node every GPU of the shard rings has its "
+                     "own link at bw, with no intra-node traffic: give gpus_per_node for "
+                     "nodes") for k in keys if k in g]
         return tuple(out)
     topo = ("gpus_per_node", "nics_per_node", "intra_bw", "intra_alpha")
     if algorithm in _TOPOLOGY_FREE and tp == 1:
@@ -642,6 +688,10 @@ class Scenario:
         alpha = _scalar_float(alpha, "alpha")
         cfg = profile.provenance.get("config") if isinstance(profile.provenance,
                                                               dict) else None
+        if isinstance(cfg, dict):  # a profile file's config: a TransformerConfig's fields
+            from .memory import check_config_fields
+
+            check_config_fields(cfg)
         if cluster is not None:  # what the cluster was fitted under, unless given
             cluster = load_cluster(cluster)
             algorithm, fusion, sharding = cluster.settings_defaults(algorithm, fusion,
@@ -665,10 +715,13 @@ class Scenario:
         topology = resolve_topology(topology, gpus_per_node=gpus_per_node,
                                     nics_per_node=nics_per_node, intra_bw=intra_bw,
                                     intra_alpha=intra_alpha)
+        if shard.strategy == "hybrid_shard":  # its shard group is a node: memory()'s node
+            topology = _hybrid_node(topology, profile, mp)
         # scalemodel.offload: the offloaded optimizer step in place of the GPU's, its CPU
         # part on a host that a node's GPUs share (Scenario.host_sharing)
         profile = with_offload(profile, offload, shard.strategy,
-                               _host_gpus(topology, profile, offload))
+                               _host_gpus(topology, profile, offload, mp.tp))
+        recorded_offload(profile)  # a profile file's recorded step, checked once
         options = CollectiveOptions.from_topology(topology, alpha=alpha or 0.0,
                                                   ps_servers=ps_servers)
         bw_scale, mp_used = 1.0, None
@@ -858,13 +911,11 @@ class Scenario:
         GPUs; the profile's update already holds one replica's :math:`h_1`), over the
         shard group :math:`s` that divides the step; 0 without offload and for one
         replica. Array-valued in ``n`` [s]."""
-        prov = self.profile.provenance
-        c = prov.get("offload_cpu_step", 0.0) if isinstance(prov, dict) else 0.0
+        c, host = recorded_offload(self.profile)
         if not c or np.all(np.asarray(n) <= 1):
             return np.zeros(np.shape(n)) if np.ndim(n) else 0.0
         mp = self.model_parallel
         per = 1 if mp is None else mp.tp * mp.pp
-        host = prov["offload_host_gpus"]
         extra = c * (host_ranks(np.multiply(n, per), host) - host_ranks(per, host))
         if self.sharding is None:
             return extra if np.ndim(n) else float(extra)
@@ -2036,8 +2087,10 @@ TOPOLOGY_DOC = """alpha : float or None
     gpus_per_node : int or None
         Workers per node; ``None`` means the cluster's, else no topology (every worker
         its own link; 8 for ``"hierarchical"``). With ``offload``, also the GPUs that
-        share a host's CPU step (``None``: the GPU's usual server, eq.
-        :eq:`offload-host`) [workers].
+        share a host's CPU step (``None``: the GPU's usual server, else ``tp``, eq.
+        :eq:`offload-host`); with ``sharding="hybrid_shard"`` the shard group's node
+        (``None``: the GPU's usual server, else 8 for a device that is not built in)
+        [workers].
     nics_per_node : int or None
         NICs per node, each at ``bw``; ``None`` means the cluster's, else 1 [NICs].
     intra_bw : float, str or None

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exceptions import InvalidParameterError
-from .hardware import get_gpu
+from .hardware import get_gpu, gpu_of_device
 
 __all__ = ["OFFLOAD_MODES", "OFFLOAD_ALIASES", "HOST_LINK", "HOST_MEMORY",
            "CPU_ADAM_PARAMS_PER_S", "canonical_offload", "host_link_rate", "host_ranks",
@@ -258,17 +258,17 @@ def offload_step_time(params, offload, gpu, *, grad_bytes=2, param_bytes=2,
     return float(t)
 
 
-def _profile_gpu(profile):
+def _profile_gpu(profile, mode="optimizer"):
+    """The built-in GPU of a profile: its ``provenance["gpu"]`` or its ``device`` as a
+    built-in name or as the driver reports it (``"NVIDIA H100 80GB HBM3"`` of a measured
+    profile, :func:`~scalemodel.hardware.gpu_of_device`)."""
     prov = profile.provenance if isinstance(profile.provenance, dict) else {}
     for name in (prov.get("gpu"), profile.device):
-        if not name:
-            continue
-        try:
-            return get_gpu(str(name))
-        except InvalidParameterError:
-            continue
+        key = gpu_of_device(name) if isinstance(name, str) else None
+        if key is not None:
+            return get_gpu(key)
     raise InvalidParameterError(
-        "offload", "optimizer", f"the GPU of the profile {profile.name!r} "
+        "offload", mode, f"the GPU of the profile {profile.name!r} "
         f"({profile.device or 'not recorded'}) is not a built-in one, so its host link "
         "rate is unknown", "Derive the profile with scalemodel.transformer_profile(config, "
         "gpu)")
@@ -315,7 +315,7 @@ def with_offload(profile, offload, sharding="none", host_gpus=1):
 
     elem = _profile_element_bytes(profile)
     psi = profile.total_bytes / elem
-    gpu = _profile_gpu(profile)
+    gpu = _profile_gpu(profile, mode)
     t = offload_step_time(psi, mode, gpu, grad_bytes=elem, param_bytes=elem,
                           micro_batches=profile.grad_accum)
     prov = dict(profile.provenance)
@@ -330,6 +330,51 @@ def with_offload(profile, offload, sharding="none", host_gpus=1):
     from .checkpointing import evolve_checked
 
     return evolve_checked(profile, update_time=float(t), provenance=prov)
+
+
+def recorded_offload(profile):
+    """The CPU part of the offloaded step and the GPUs sharing its host that a profile
+    records (:func:`with_offload`: ``provenance["offload_cpu_step"]`` [s] and
+    ``provenance["offload_host_gpus"]`` [GPUs]), checked: ``(0.0, 1)`` without offload.
+
+    Parameters
+    ----------
+    profile : WorkloadProfile
+        A profile, perhaps read from a file [-].
+
+    Returns
+    -------
+    tuple of (float, int)
+        The CPU step [s] and the host's GPUs [GPUs].
+
+    Raises
+    ------
+    InvalidParameterError
+        A recorded value that is not a finite time in [0, 1 day] or a whole number of GPUs
+        in [1, 2**31 - 1], or a CPU step without its host's GPUs (a profile file's, edited
+        or corrupt), naming the key.
+    """
+    from .profile_format import MAX_TIME
+    from .units import MAX_COUNT
+
+    prov = profile.provenance if isinstance(profile.provenance, dict) else {}
+    if "offload_cpu_step" not in prov and "offload_host_gpus" not in prov:
+        return 0.0, 1
+    c, host = prov.get("offload_cpu_step"), prov.get("offload_host_gpus")
+    fix = ("Remove both keys (and 'offload'), or derive the profile again and pass "
+           "offload= to the call")
+    if (isinstance(c, bool) or not isinstance(c, (int, float, np.floating, np.integer))
+            or not 0.0 <= float(c) <= MAX_TIME):
+        raise InvalidParameterError("profile.provenance['offload_cpu_step']", c,
+                                    f"must be a finite time in [0, {MAX_TIME:g}] s, as "
+                                    "scalemodel.offload.with_offload writes it", fix)
+    if (isinstance(host, bool) or not isinstance(host, (int, np.integer))
+            or not 1 <= int(host) <= MAX_COUNT):
+        raise InvalidParameterError("profile.provenance['offload_host_gpus']", host,
+                                    f"must be a whole number of GPUs in [1, {MAX_COUNT}] "
+                                    "beside offload_cpu_step, as "
+                                    "scalemodel.offload.with_offload writes it", fix)
+    return float(c), int(host)
 
 
 def check_offload_sharding(mode, sharding):

@@ -527,13 +527,26 @@ def check_against(mp, profile, options):
     cfg = _config(profile, mp)
     layers, heads = int(cfg["layers"]), int(cfg["heads"])
     check_config(mp, layers, heads, profile.name, cfg.get("kv_heads"), cfg.get("ffn"))
-    gpn = options.gpus_per_node
+    check_tp_in_node(mp, heads, options.gpus_per_node)
+    return cfg
+
+
+def check_tp_in_node(mp, heads, gpus_per_node):
+    """Raise unless the tensor-parallel degree divides a node's GPUs (``gpus_per_node``
+    None: no nodes, nothing to check) [-].
+
+    Raises
+    ------
+    InvalidParameterError
+        ``tp`` not dividing ``gpus_per_node``, listing the degrees that divide it and the
+        heads.
+    """
+    gpn = gpus_per_node
     if gpn is not None and gpn % mp.tp:
         raise InvalidParameterError(
             "tp", mp.tp, f"tensor parallelism inside a node must divide gpus_per_node={gpn}:"
             f" valid are {[d for d in _divisors(gpn) if heads % d == 0]} (across nodes it "
             "is not modelled)")
-    return cfg
 
 
 def model_parallel_profile(profile, mp, options):

@@ -154,8 +154,9 @@ everywhere).
 
 **Topology.** With ``gpus_per_node`` the rings of ``zero1/2/3`` span all GPUs as NCCL's
 flat ring does (:mod:`scalemodel.collectives`). ``hybrid_shard`` shards over the
-``gpus_per_node`` GPUs of a node (8 when no topology is given, as the two-level
-all-reduce assumes) and its all-reduce across nodes uses ``algorithm`` among the nodes,
+``gpus_per_node`` GPUs of a node (when none is given: the profile's GPU's usual server,
+else 8 for a device that is not built in, as :func:`scalemodel.memory` counts a node) and
+its all-reduce across nodes uses ``algorithm`` among the nodes,
 the node's GPUs running one such all-reduce each over its NICs. Collectives that stay
 inside a node while others cross the network cost a constant time (their intra-node
 bits at ``intra_bw``, uncompressed); when nothing crosses the network the intra-node

@@ -242,6 +242,26 @@ def memory_check(sc, n, gpu=None, loss="unfused", accounting="zero", fragmentati
     return sc._cache[key]
 
 
+def _warn_other_gpu(gpu, profile):
+    """Say when ``gpu=`` names another GPU than the one a FLOP-derived profile computes on:
+    it sets the memory checked (and codec costs), not the compute."""
+    from .hardware import get_gpu
+
+    try:
+        asked, own = get_gpu(str(gpu)).name, get_gpu(str(profile.provenance["gpu"])).name
+    except (InvalidParameterError, ParameterTypeError):  # memory() names a bad gpu=
+        return
+    if asked != own:
+        import warnings
+
+        from .exceptions import ModelWarning
+        warnings.warn(ModelWarning(
+            f"gpu={gpu!r} sets the memory checked (and codec costs), while {profile.name} "
+            f"computes on the {own} it was derived for: the times are the {own}'s. To "
+            f"compute on the {asked}, pass scalemodel.transformer_profile(config, {asked!r}) "
+            "as the model"), stacklevel=6)
+
+
 def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0.0):
     from .checkpointing import Checkpointing
     from .memory import _memory_lean
@@ -276,13 +296,18 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0
         return None, None, None, ""
     if gpu is None:
         gpu = p.provenance.get("gpu") or "h100-sxm"
+    elif derived and p.provenance.get("gpu"):
+        _warn_other_gpu(gpu, p)
     shard = sc.sharding
     kw = {}
     if shard is not None:
         kw = dict(param_dtype=shard.param_dtype, grad_dtype=shard.reduce_dtype)
     mp = sc.model_parallel
-    if shard is not None and shard.strategy == "hybrid_shard":  # the job's nodes
-        kw["gpus_per_node"] = (sc.options.gpus_per_node or 8) * (1 if mp is None else mp.tp)
+    node = sc.options.gpus_per_node  # the job's nodes, as the time model has them (the
+    if node is not None:  # host that offload shares, hybrid_shard's group), per tp rank
+        kw["gpus_per_node"] = node * (1 if mp is None else mp.tp)
+    elif shard is not None and shard.strategy == "hybrid_shard":
+        kw["gpus_per_node"] = 8 * (1 if mp is None else mp.tp)
     if shard is not None and shard.shard_group is not None and int(n) >= 2:
         kw["shard_group"] = shard.shard_group
     strategy = "none" if shard is None or int(n) < 2 else shard.strategy

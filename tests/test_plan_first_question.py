@@ -83,7 +83,7 @@ QUESTIONS = [
     ("llama-2-7b", 50e9, dict(n=128, tp=2, pp=4, microbatches=8,
                               activation_checkpointing="full", **NODE)),
     ("llama-3-8b", 200e9, dict(n=64, sharding="zero1", **NODE)),
-    ("llama-2-13b", 100e9, dict(n=256, tp=2, gpu="a100-80gb", **NODE)),
+    ("llama-2-13b", 100e9, dict(n=256, tp=2, gpu="h100-sxm", **NODE)),
     ("llama-2-7b", 100e9, dict(n=64, tp=2, loss="fused", target=0.99, **NODE)),
     ("vgg16", 1e9, dict(n=1024, target=0.99, compressors=["fp16", "int8"])),  # none reaches
     ("bert", 1e9, dict(n=1024, target=0.999, gpus_per_node=8)),  # nor ideal compression
