@@ -1423,6 +1423,8 @@ def _in_cli_terms(text, parser, command):
         name, value = m.group(1), m.group(2)
         if any(a <= m.start() < b for a, b in protected) or name not in flags:
             return m.group(0)
+        if re.search(r"field '[^']*': $", text[max(0, m.start() - 80):m.start()]):
+            return m.group(0)  # a file's field (cluster ...: field 'alpha': alpha=1e300)
         if name in switches:  # only at the value the switch sets
             flag, const = switches[name]
             return flag if value == str(const) else m.group(0)

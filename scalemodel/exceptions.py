@@ -137,6 +137,22 @@ class ModelWarning(UserWarning):
     it amounts to."""
 
 
+def renamed(exc, name):
+    """The same error naming ``name`` in place of its parameter (a run's field, a file's
+    record: where the value is, rather than the keyword it was checked as); a file's
+    format error is returned as it is."""
+    if isinstance(exc, ProfileFormatError):
+        return exc
+    if isinstance(exc, ParameterTypeError):
+        expected = str(exc).rpartition("; expected ")[2] or "a model"  # as the original
+        return ParameterTypeError(name, exc.value, expected)
+    new = type(exc).__new__(type(exc))
+    Exception.__init__(new, str(exc).replace(f"{exc.parameter}=", f"{name}=", 1))
+    new.parameter, new.value = name, exc.value
+    new.requirement = getattr(exc, "requirement", "")
+    return new
+
+
 def _short_repr(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -146,7 +146,7 @@ import numpy as np
 from .checkpointing import (activation_bytes, activation_units, canonical_loss,
                             resolve_checkpointing)
 from .exceptions import (HostMemoryError, InvalidParameterError, ModelWarning,
-                         ParameterTypeError, ScalemodelError, UnknownNameError)
+                         ParameterTypeError, ScalemodelError, UnknownNameError, renamed)
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
 from .offload import canonical_offload, check_offload_sharding, default_host_memory
 from .units import MAX_COUNT
@@ -595,9 +595,13 @@ def _config_from(fields):
 
     check_config_fields(fields)
     try:
-        return _config_cached(tuple(sorted((k, type(v), v) for k, v in fields.items())))
-    except TypeError:  # an unhashable field (a file's list): validated, and refused
-        return TransformerConfig(**fields)
+        try:
+            return _config_cached(tuple(sorted((k, type(v), v) for k, v in fields.items())))
+        except TypeError:  # an unhashable field (a file's list): validated, and refused
+            return TransformerConfig(**fields)
+    except (InvalidParameterError, ParameterTypeError) as exc:  # named where it is: the
+        # profile's record, not a keyword the caller passed
+        raise renamed(exc, f"profile.provenance['config']['{exc.parameter}']") from None
 
 
 def check_config_fields(fields):

@@ -110,7 +110,7 @@ import attrs
 from ._jsonfile import read_text_file
 from .efficiency import score_seconds
 from .exceptions import (CalibrationWarning, InvalidParameterError, ParameterTypeError,
-                         ProfileFormatError, ScalemodelError, UnknownNameError)
+                         ProfileFormatError, ScalemodelError, UnknownNameError, renamed)
 from .fusion import MAX_BUCKET_CAP_MB
 from .profiles import MAX_TIME, WorkloadProfile, load_profile
 from .units import check_count, parse_bandwidth
@@ -851,18 +851,7 @@ def _check_against_compute(i, raw, t, profile, efficiency, mp=None):
             "Check the units, the GPU and the profile's sequence length and micro-batch")
 
 
-def _renamed(exc, name):
-    """The same error, naming the run's field."""
-    if isinstance(exc, ProfileFormatError):
-        return exc
-    if isinstance(exc, ParameterTypeError):
-        expected = str(exc).rpartition("; expected ")[2] or "a model"  # as the original
-        return ParameterTypeError(name, exc.value, expected)
-    new = type(exc).__new__(type(exc))
-    Exception.__init__(new, str(exc).replace(f"{exc.parameter}=", f"{name}=", 1))
-    new.parameter, new.value = name, exc.value
-    new.requirement = getattr(exc, "requirement", "")
-    return new
+_renamed = renamed  # (scalemodel.exceptions; the run's field as the name)
 
 
 # --------------------------------------------------------------------------- lists

@@ -143,3 +143,29 @@ def test_fit_cluster_progress_that_cannot_be_called_is_named(progress):
     with pytest.raises(sm.ParameterTypeError, match="progress"):
         sm.fit_cluster([dict(model="resnet50", n=8, bw=10e9, scaling_factor=0.8)],
                        progress=progress)
+
+
+def test_a_recorded_config_value_is_named_where_it_is(saved):
+    """A profile file's micro_batch=0 was 'micro_batch=0 is invalid' (the CLI:
+    '--micro-batch=0', an option it refuses for saved profiles)."""
+    path = saved("llama-3-8b", lambda p: p["config"].update(micro_batch=0))
+    with pytest.raises(sm.InvalidParameterError) as exc:
+        sm.memory(path, 8)
+    assert exc.value.parameter == "profile.provenance['config']['micro_batch']"
+    assert str(exc.value).startswith("profile.provenance['config']['micro_batch']=0")
+
+
+def test_the_cli_names_a_cluster_files_field_not_an_option(tmp_path, capsys):
+    """'field 'alpha': --alpha=1e+300 is invalid' named an option nobody passed."""
+    from scalemodel.cli import main
+    d = sm.ClusterProfile(provenance={"source": "test"}).to_dict()
+    d["alpha"] = 1e300
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(d))
+    assert main(["scaling", "--model", "resnet50", "--n", "8", "--bw", "10Gbps",
+                 "--cluster", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "field 'alpha': alpha=1e+300 is invalid" in err and "--alpha" not in err
+    assert main(["scaling", "--model", "resnet50", "--n", "8", "--bw", "10Gbps",
+                 "--alpha", "1e300"]) == 2  # an option given is still named as one
+    assert "--alpha=" in capsys.readouterr().err
