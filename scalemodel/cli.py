@@ -135,6 +135,15 @@ def _count(text, option):
     return _checked(text, option, _int, check_count)
 
 
+def _grad_accum(text, option):
+    """Micro-batches per step: an integer in [1, 10**6], as a profile takes them."""
+    _one(text, option)
+    value = _int(text, option)  # (not an integer: said so)
+    if not 1 <= value <= 10**6:
+        raise InvalidParameterError(option, text, "must be an integer in [1, 1000000]")
+    return value
+
+
 def _counts(text, option):
     return [_checked(item, option, _int, check_count) for item in _items(text, option)]
 
@@ -339,7 +348,7 @@ def _model_options(p):
                         "`scalemodel profiles`) or a profile JSON file [name or path] "
                         "(required)")
     _hf_config_options(p)
-    _add(p, "--grad-accum", _count, default=None,
+    _add(p, "--grad-accum", _grad_accum, default=None,
          help="micro-batches per optimizer step (gradient accumulation): DDP and zero1 "
               "reduce on the last one only, zero2, zero3 and hybrid_shard on every one [-] "
               "(default: the profile's, 1 for the built-in ones)")

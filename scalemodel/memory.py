@@ -149,7 +149,12 @@ from .exceptions import (HostMemoryError, InvalidParameterError, ModelWarning,
                          ParameterTypeError, ScalemodelError, UnknownNameError, renamed)
 from .hardware import DTYPE_BYTES, GPUSpec, canonical_dtype, get_gpu
 from .offload import canonical_offload, check_offload_sharding, default_host_memory
+from .fusion import MAX_BUCKET_CAP_MB
 from .units import MAX_COUNT
+
+MAX_BUCKET_BYTES = MAX_BUCKET_CAP_MB * 2.0**20
+"""The largest communication bucket :func:`memory` counts [bytes]: DDP's largest
+``bucket_cap_mb`` here (:data:`~scalemodel.fusion.MAX_BUCKET_CAP_MB`)."""
 
 __all__ = ["memory", "MemoryEstimate", "canonical_sharding", "SHARDING_STRATEGIES",
            "SHARDING_ALIASES", "OPTIMIZER_STATES", "MEASURES", "ACCOUNTINGS",
@@ -880,6 +885,10 @@ def _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
     mode = canonical_offload(offload)
     check_offload_sharding(mode, strategy)
     bucket = _nonneg_bytes(bucket_bytes, "bucket_bytes")
+    if bucket > MAX_BUCKET_BYTES:  # (1e300 gave a 1e300-byte answer)
+        raise InvalidParameterError("bucket_bytes", bucket_bytes, f"must be at most "
+                                    f"{MAX_BUCKET_BYTES:.3g} bytes (a bucket_cap_mb of "
+                                    f"{MAX_BUCKET_CAP_MB:g}, DDP's largest here)")
     view = _check_measure(measure, fragmentation)
     kind = canonical_loss(loss)
     acc = _check_accounting(accounting, strategy, mode)

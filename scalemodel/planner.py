@@ -2439,6 +2439,8 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     >>> bw > 400e9  # casting to fp16 pays off up to beyond 400 Gbit/s
     True
     """
+    if not isinstance(detail, (bool, np.bool_)):  # (nan, b'8', '' were taken as a truth)
+        raise ParameterTypeError("detail", detail, "True or False")
     impl, explicit = _implementation(implementation)
     comp = _as_implemented(get_compressor(compressor), impl, explicit)
     n = check_count(n, "n")

@@ -30,7 +30,7 @@ import attrs
 
 from .exceptions import ParameterTypeError, UnknownNameError
 from .nccl import NCCL_ARCHS
-from .units import check_count, check_nonnegative, parse_bandwidth
+from .units import check_count, check_nonnegative, parse_bandwidth, parse_duration
 
 __all__ = ["Topology", "resolve_topology", "DEFAULT_INTRA_BW", "HIERARCHICAL_GPUS_PER_NODE"]
 
@@ -71,7 +71,7 @@ def _choice(value, name, known):
 
 
 def _alpha(value):
-    v = check_nonnegative(value, "intra_alpha")
+    v = parse_duration(value, "intra_alpha")  # seconds, or with a unit ('2us'), as alpha
     if not isinstance(v, float):
         raise ParameterTypeError("intra_alpha", value, "a single latency [s]")
     return v

@@ -169,3 +169,31 @@ def test_the_cli_names_a_cluster_files_field_not_an_option(tmp_path, capsys):
     assert main(["scaling", "--model", "resnet50", "--n", "8", "--bw", "10Gbps",
                  "--alpha", "1e300"]) == 2  # an option given is still named as one
     assert "--alpha=" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("detail", [float("nan"), b"8", 1 + 0j, "", "yes", None])
+def test_breakeven_detail_is_true_or_false(detail):
+    with pytest.raises(sm.ParameterTypeError, match="detail"):
+        sm.breakeven_bandwidth("resnet50", "topk", n=16, detail=detail)
+
+
+def test_memory_refuses_a_bucket_beyond_the_largest_cap():
+    with pytest.raises(sm.InvalidParameterError, match="bucket_bytes"):
+        sm.memory("llama-2-7b", 8, bucket_bytes=1e300)  # answered 1e300 bytes per GPU
+    assert sm.memory("llama-2-7b", 8, bucket_bytes=25 * 2**20).per_gpu > 0
+
+
+def test_intra_alpha_takes_a_unit_as_alpha_does():
+    kw = dict(gpus_per_node=8)
+    assert sm.iteration_time("resnet50", 16, 10e9, intra_alpha="2us", **kw).total == \
+        sm.iteration_time("resnet50", 16, 10e9, intra_alpha=2e-6, **kw).total
+    with pytest.raises(sm.InvalidParameterError, match="intra_alpha"):
+        sm.iteration_time("resnet50", 16, 10e9, intra_alpha=1e6, **kw)
+
+
+def test_the_cli_grad_accum_range_is_the_profiles(capsys):
+    from scalemodel.cli import main
+    for value in ("0", "1000001"):
+        assert main(["scaling", "--model", "llama-2-7b", "--n", "64", "--bw", "100Gbps",
+                     "--grad-accum", value]) == 2
+        assert "[1, 1000000]" in capsys.readouterr().err
