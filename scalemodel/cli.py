@@ -1329,46 +1329,61 @@ def _refuse_foreign_options(parser, argv):
 
 def _config_model(args):
     """``--model config.json`` of a Hugging Face model: a profile derived from FLOPs on
-    ``--gpu`` (default h100-sxm) with ``--seq`` and ``--micro-batch``."""
+    ``--gpu`` (default h100-sxm) with ``--seq`` and ``--micro-batch``. A file is read
+    whatever its name ends with (``config``, ``llama.JSON``); ``--seq``,
+    ``--micro-batch`` and ``--no-flash-attention`` with anything else are refused."""
     import os
 
     from ._jsonfile import read_json_file
+    from .exceptions import InvalidParameterError
     from .hf_configs import is_hf_config, load_hf_profile
+    from .profiles import ALIASES, _looks_like_path, list_profiles
 
     model = getattr(args, "model", None)
-    if isinstance(model, str) and model.endswith(".json") and not os.path.lexists(model):
-        from .exceptions import InvalidParameterError  # (a folder, a FIFO: the reader's
-        raise InvalidParameterError(                   # own error names what it is)
+    if not isinstance(model, str):
+        return
+    if model.endswith(".json") and not os.path.lexists(model):
+        raise InvalidParameterError(  # (a folder, a FIFO: the reader's own error names it)
             "--model", model, f"no such file ({os.path.abspath(model)} does not exist)",
             "Give the path to a Hugging Face config.json or a saved profile, or a "
             "built-in name (scalemodel profiles lists them)")
-    if not (isinstance(model, str) and model.endswith(".json") and os.path.isfile(model)):
-        from .exceptions import InvalidParameterError
-        for option, key in (("--seq", "seq"), ("--micro-batch", "micro_batch")):
-            if getattr(args, key, None) is not None:  # (the value, not the model's name)
-                raise InvalidParameterError(option, getattr(args, key), "applies only when "
-                                            "--model is a Hugging Face config.json, not "
-                                            f"{model!r} (a built-in or saved profile fixes "
-                                            "its sequence and batch)")
-        if getattr(args, "flash_attention", True) is False:
-            raise InvalidParameterError("--model", model, "is no Hugging Face config.json, "
-                                        "to which alone --no-flash-attention applies (a "
-                                        "built-in or saved profile fixes its attention)")
+    data = None  # a file, not a built-in name (load_profile's order): read it
+    name = model.strip().lower()
+    if os.path.lexists(model) and (_looks_like_path(model) or (
+            name not in list_profiles() and name not in ALIASES)):
+        data = read_json_file(model, what="workload profile or config.json")
+    if data is None or not is_hf_config(data):
+        _refuse_config_options(args, model)
         return
-    data = read_json_file(model, what="workload profile or config.json")
-    if is_hf_config(data):
-        args.model_name = model
-        if getattr(args, "seq", None) is None:  # said: a long-context config's 131072
-            from .hf_configs import _context_length  # tokens gave a 64 s step, unsaid
-            seq, key = _context_length(data, with_key=True)
-            where = (f"the config's {key}" if key else
-                     "the default for a config without a context length")
-            print(f"scalemodel: warning: --seq not given: {seq} tokens per sequence, "
-                  f"{where}; pass --seq with the length you train at", file=sys.stderr)
-        args.model = load_hf_profile(model, seq=getattr(args, "seq", None),
-                                     micro_batch=getattr(args, "micro_batch", None),
-                                     gpu=getattr(args, "gpu", None),
-                                     flash_attention=getattr(args, "flash_attention", True))
+    args.model_name = model
+    if getattr(args, "seq", None) is None:  # said: a long-context config's 131072
+        from .hf_configs import _context_length  # tokens gave a 64 s step, unsaid
+        seq, key = _context_length(data, with_key=True)
+        where = (f"the config's {key}" if key else
+                 "the default for a config without a context length")
+        print(f"scalemodel: warning: --seq not given: {seq} tokens per sequence, "
+              f"{where}; pass --seq with the length you train at", file=sys.stderr)
+    args.model = load_hf_profile(model, seq=getattr(args, "seq", None),
+                                 micro_batch=getattr(args, "micro_batch", None),
+                                 gpu=getattr(args, "gpu", None),
+                                 flash_attention=getattr(args, "flash_attention", True))
+
+
+def _refuse_config_options(args, model):
+    """Refuse ``--seq``, ``--micro-batch`` and ``--no-flash-attention`` for a model that
+    is no Hugging Face config (a saved profile's --seq was ignored, unsaid)."""
+    from .exceptions import InvalidParameterError
+
+    for option, key in (("--seq", "seq"), ("--micro-batch", "micro_batch")):
+        if getattr(args, key, None) is not None:  # (the value, not the model's name)
+            raise InvalidParameterError(option, getattr(args, key), "applies only when "
+                                        "--model is a Hugging Face config.json, not "
+                                        f"{model!r} (a built-in or saved profile fixes "
+                                        "its sequence and batch)")
+    if getattr(args, "flash_attention", True) is False:
+        raise InvalidParameterError("--model", model, "is no Hugging Face config.json, "
+                                    "to which alone --no-flash-attention applies (a "
+                                    "built-in or saved profile fixes its attention)")
 
 
 @contextlib.contextmanager

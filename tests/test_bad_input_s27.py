@@ -197,3 +197,24 @@ def test_the_cli_grad_accum_range_is_the_profiles(capsys):
         assert main(["scaling", "--model", "llama-2-7b", "--n", "64", "--bw", "100Gbps",
                      "--grad-accum", value]) == 2
         assert "[1, 1000000]" in capsys.readouterr().err
+
+
+def test_the_cli_reads_a_config_whatever_its_name_and_refuses_seq_for_a_saved_profile(
+        tmp_path, capsys):
+    """A saved profile with --seq answered, --seq ignored unsaid; a config.json saved as
+    'config' or 'llama.JSON' was read as a profile ('field format') or refused --seq."""
+    from scalemodel.cli import main
+    cfg = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816,
+           "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 16,
+           "vocab_size": 32000, "max_position_embeddings": 2048}
+    saved = tmp_path / "r50.json"
+    save_profile(sm.load_profile("resnet50"), saved)
+    assert main(["scaling", "--model", str(saved), "--n", "8", "--bw", "10Gbps",
+                 "--seq", "2048"]) == 2
+    assert "--seq=2048 is invalid" in capsys.readouterr().err
+    for name in ("config", "llama.JSON"):
+        path = tmp_path / name
+        path.write_text(json.dumps(cfg))
+        assert main(["scaling", "--model", str(path), "--n", "8", "--bw", "10Gbps",
+                     "--seq", "512"]) == 0
+        assert "0." in capsys.readouterr().out
