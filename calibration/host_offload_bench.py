@@ -11,7 +11,13 @@ measures both on the machine it runs on, to set beside those defaults:
   ``Tensor.copy_(non_blocking=True)``, the median of ``--repeats``);
 - ``torch.optim.AdamW`` on fp32 CPU tensors (``fused=True`` where this torch has the CPU
   kernel, and ``foreach=True``) over ``--adam-params`` parameters in 64 tensors, with
-  the torch thread count the host gives (or ``--threads``): parameters updated per second.
+  the torch thread count the host gives (or ``--threads``): parameters updated per second;
+- with ``--host-sharing K1,K2,...``: K processes at once, as the K GPUs of a node each
+  step their own shard on the one host (eq. ``offload-host``), each with
+  ``cpu_count // K`` threads and ``--sharing-params`` parameters (fused AdamW, started
+  together at a barrier): each process's median step and the host's total parameters
+  per second. The library's model is a total that does not grow with K (one host's
+  rate, shared).
 
 Usage, from the repository root::
 
@@ -124,6 +130,85 @@ def adam_rates(torch, params, repeats):
     return out
 
 
+def _sharing_worker(params, threads, repeats, barrier, queue):
+    """One process of :func:`sharing_rates`: its median fused-AdamW step [s]."""
+    import torch
+
+    torch.set_num_threads(threads)
+    chunks = 64
+    per = max(1, params // chunks)
+    ps = [torch.zeros(per, dtype=torch.float32) for _ in range(chunks)]
+    for p in ps:
+        p.grad = torch.full_like(p, 1e-3)
+    try:
+        opt = torch.optim.AdamW(ps, lr=1e-4, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        opt = torch.optim.AdamW(ps, lr=1e-4, foreach=True)
+    opt.step()  # the state
+    times = []
+    for _ in range(repeats):
+        barrier.wait()  # every process steps at once, as a node's ranks do
+        t0 = time.perf_counter()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    queue.put(statistics.median(times))
+
+
+def sharing_rates(counts, params, repeats):
+    """Per process count K: K processes each stepping ``params`` parameters at once with
+    ``cpu_count // K`` threads; their median steps [s] and the host's total rate
+    [parameters/s]."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    cores = os.cpu_count() or 1
+    out = []
+    for k in counts:
+        threads = max(1, cores // k)
+        barrier, queue = ctx.Barrier(k), ctx.Queue()
+        procs = [ctx.Process(target=_sharing_worker,
+                             args=(params, threads, repeats, barrier, queue))
+                 for _ in range(k)]
+        for proc in procs:
+            proc.start()
+        steps = sorted(_collect(queue, procs))
+        for proc in procs:
+            proc.join()
+        total = sum(params / t for t in steps)
+        out.append({"processes": k, "threads_each": threads, "params_each": params,
+                    "step_seconds": steps, "host_params_per_s": total})
+        print(f"CPU AdamW, {k} process(es) x {threads} thread(s), {params:.3g} parameters "
+              f"each: steps {min(steps):.3f}-{max(steps):.3f} s, host {total:.3g} "
+              "parameters/s", flush=True)
+    return out
+
+
+def _collect(queue, procs, limit=600.0):
+    """The processes' results; a process that dies (or a limit [s] passed) ends them all
+    with an error rather than leaving the others at the barrier."""
+    import queue as queues
+
+    out, start = [], time.monotonic()
+    while len(out) < len(procs):
+        try:
+            out.append(queue.get(timeout=0.5))
+            continue
+        except queues.Empty:
+            pass
+        dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+        if dead or time.monotonic() - start > limit:
+            for p in procs:
+                p.terminate()
+            raise RuntimeError(f"a --host-sharing process failed (exit code {dead[0]})"
+                               if dead else f"--host-sharing took over {limit:g} s")
+    return out
+
+
+def _counts(text):
+    """``--host-sharing``: process counts, comma-separated [-]."""
+    return [_count(t) for t in text.split(",") if t.strip()] or _count("")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=" ".join(__doc__.strip().split("\n\n")[0].split()))
     ap.add_argument("--out", required=True, help="JSON to write")
@@ -133,6 +218,10 @@ def main(argv=None):
     ap.add_argument("--adam-params", type=_count, default=250_000_000,
                     help="parameters of the CPU AdamW step, at least 64 (one per tensor) [-]")
     ap.add_argument("--threads", type=_count, help="torch CPU threads (default: torch's)")
+    ap.add_argument("--host-sharing", type=_counts, default=None,
+                    help="also step K processes at once for each K, e.g. 1,2,4,8 [-]")
+    ap.add_argument("--sharing-params", type=_count, default=50_000_000,
+                    help="parameters each process steps with --host-sharing [-]")
     args = ap.parse_args(argv)
     from scalemodel.profiles import atomic_write_text, output_problem
 
@@ -153,6 +242,9 @@ def main(argv=None):
         result["copies"] = copy_rates(torch, sizes, args.repeats)
     result["adam"] = adam_rates(torch, args.adam_params, max(3, args.repeats // 2))
     result["adam_params"] = args.adam_params
+    if args.host_sharing:
+        result["host_sharing"] = sharing_rates(args.host_sharing, args.sharing_params,
+                                               max(3, args.repeats // 2))
     atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}", flush=True)
 

@@ -96,7 +96,9 @@ def test_llm_memory_writes_whole_files_with_the_umask_mode(lm, tmp_path):
 def test_host_offload_bench_options(tmp_path):
     bench = load_calibration("host_offload_bench", "host_offload_bench_for_cli_test")
     for argv in (["--adam-params", "nan"], ["--adam-params", "-5"], ["--repeats", "0"],
-                 ["--threads", "0"], ["--sizes-mib", "0,x"], ["--adam-params", "10"]):
+                 ["--threads", "0"], ["--sizes-mib", "0,x"], ["--adam-params", "10"],
+                 ["--host-sharing", "0"], ["--host-sharing", ","], ["--host-sharing", "x"],
+                 ["--sharing-params", "0"]):
         with pytest.raises(SystemExit) as err:
             bench.main(["--out", str(tmp_path / "h.json"), *argv])
         assert err.value.code == 2
@@ -105,6 +107,43 @@ def test_host_offload_bench_options(tmp_path):
             bench.main(["--out", out])
         assert err.value.code == 2
     assert os.listdir(tmp_path) == []
+
+
+def test_host_offload_bench_steps_processes_at_once(tmp_path):
+    """--host-sharing: K real processes step their own AdamW at once (on this machine's
+    CPU; the recorded run is calibration/results/h100/host_offload.json)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "calibration" / "host_offload_bench.py"
+    out = tmp_path / "h.json"
+    subprocess.run([sys.executable, str(script), "--out", str(out), "--adam-params", "6400",
+                    "--repeats", "6", "--host-sharing", "1,2", "--sharing-params", "6400"],
+                   check=True, timeout=300, capture_output=True)
+    rows = json.loads(out.read_text())["host_sharing"]
+    assert [r["processes"] for r in rows] == [1, 2]
+    for r in rows:
+        assert len(r["step_seconds"]) == r["processes"]
+        assert all(t > 0 for t in r["step_seconds"])
+        assert r["host_params_per_s"] == pytest.approx(
+            sum(r["params_each"] / t for t in r["step_seconds"]))
+
+
+def test_host_sharing_ends_when_a_process_dies():
+    """A process that dies ends the measurement with an error (the others were left
+    waiting at the barrier, and the script for ten minutes on its queue)."""
+    import multiprocessing as mp
+    import sys
+
+    bench = load_calibration("host_offload_bench", "host_offload_bench_for_death_test")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=sys.exit, args=(3,))]
+    procs[0].start()
+    with pytest.raises(RuntimeError, match="exit code 3"):
+        bench._collect(ctx.Queue(), procs, limit=60)
+    procs[0].join()
 
 
 def test_emulated_cluster_checks_every_option_before_the_namespaces(tmp_path):
