@@ -38,7 +38,7 @@ LAYERS = (
                      "calibrate.trace_read", "calibrate.trace_analysis",
                      "calibrate.trace_report", "calibrate.compute", "calibrate.models",
                      "calibrate.transport", "calibrate.scaling", "calibrate.netem",
-                     "calibrate.codec_bench", "calibrate.wrapper")),
+                     "calibrate.codec_bench", "calibrate.wrapper", "calibrate._parser")),
     ("api", ("",)),
     ("cli", ("cli", "__main__", "calibrate.__main__")),
 )

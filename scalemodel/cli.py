@@ -707,8 +707,10 @@ def _checkpointing(text, option):
         value = text
     try:
         resolve_checkpointing(value, True)  # the profile's attention is checked later
-    except InvalidParameterError as exc:
-        raise InvalidParameterError(option, text, exc.requirement) from None
+    except InvalidParameterError:  # (the API's True, False and Checkpointing: not here)
+        raise InvalidParameterError(
+            option, text, "must be one of none, selective, full, full-early-stop, or a "
+            "fraction of layers in [0, 1] to checkpoint fully") from None
     return value
 
 

@@ -106,6 +106,7 @@ import warnings
 from pathlib import Path
 
 import attrs
+import numpy as np
 
 from ._jsonfile import read_text_file
 from .efficiency import score_seconds
@@ -338,8 +339,8 @@ def _int(i, key, value, *, what):
 def _bool(i, key, value):
     if _blank(value):
         return False
-    if isinstance(value, bool):
-        return value
+    if isinstance(value, (bool, np.bool_)):  # numpy's too (np.True_ was refused)
+        return bool(value)
     if isinstance(value, numbers.Integral) and value in (0, 1):
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:

@@ -218,3 +218,33 @@ def test_the_cli_reads_a_config_whatever_its_name_and_refuses_seq_for_a_saved_pr
         assert main(["scaling", "--model", str(path), "--n", "8", "--bw", "10Gbps",
                      "--seq", "512"]) == 0
         assert "0." in capsys.readouterr().out
+
+
+def test_a_runs_flag_takes_numpys_booleans():
+    import numpy as np
+    runs = [dict(model="resnet50", n=1, bw=10e9, iteration_time=0.2,
+                 single_worker_time=0.19, wrapped=w) for w in (np.True_, True)]
+    a, b = (sm.fit_cluster([r]).cluster for r in runs)
+    assert a.iteration_overhead == b.iteration_overhead
+
+
+def test_the_cli_checkpointing_refusal_lists_what_the_cli_takes(capsys):
+    """It offered True, False and 'a Checkpointing', which only the API takes."""
+    from scalemodel.cli import main
+    for text in ("bogus", "1.5", "True"):
+        assert main(["scaling", "--model", "llama-2-7b", "--n", "8", "--bw", "10Gbps",
+                     "--activation-checkpointing", text]) == 2
+        err = capsys.readouterr().err
+        assert "none, selective, full, full-early-stop" in err and "Checkpointing" not in err
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["--iterations", "x"], ["from-trace"],
+                                  ["from-nccl-tests"]])
+def test_the_calibration_commands_refuse_in_one_line(argv):
+    """python -m scalemodel.calibrate printed a 23-line usage block before its error."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "scalemodel.calibrate", *argv],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "error:" in r.stderr

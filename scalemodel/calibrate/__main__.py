@@ -63,6 +63,7 @@ from pathlib import Path
 
 from ..exceptions import CalibrationError, ScalemodelError
 from ..units import parse_bandwidth
+from ._parser import OneLineParser
 from .models import SPEC_HELP
 
 STEPS = ("compute", "transport", "scaling")
@@ -82,7 +83,7 @@ def _log(msg):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m scalemodel.calibrate",
         description="Measure this cluster (run under torchrun), fit scalemodel's constants "
                     "and write a workload profile, a cluster profile and a report.",
@@ -836,7 +837,7 @@ def _report_text(args, world, bw, ddp, predicted, ci, slow, checks, terms, repor
 
 
 def from_nccl_tests(argv) -> int:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m scalemodel.calibrate from-nccl-tests",
         description="Fit a cluster profile from nccl-tests output. With --gpus-per-node "
         "(or --nodes), an all-reduce log inside one node fits the intra-node link and a "

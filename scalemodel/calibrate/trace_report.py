@@ -7,7 +7,6 @@ method.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -998,7 +997,9 @@ def main(argv=None) -> int:
         0 when the world size and the step time were read; 2 on bad input (one line on
         standard error, nothing written) [-].
     """
-    p = argparse.ArgumentParser(
+    from ._parser import OneLineParser
+
+    p = OneLineParser(
         prog="python -m scalemodel.calibrate from-trace",
         description="Read PyTorch profiler (Kineto) traces of one distributed job (one file "
                     "per rank, .json or .json.gz): world size, step time, per-step compute "
