@@ -330,6 +330,13 @@ def cross_gpu(sources, targets, folder):
     return out, cover
 
 
+def _counts_match(name, m):
+    """Whether DDP's bucket counts of the H100 measurement ``m`` are DDPBuckets' with the
+    first bucket at the cap, on its compute-step profile."""
+    profile = sm.load_profile(H100 / f"{name}.profile.json")
+    return bucket_counts(profile, m.bucket_caps, True) == list(m.buckets)
+
+
 def other_gpu_section(rep):
     """Section 5: the H200 repeat sweep's costs predicting the H100 sweep."""
     h100 = _measurements(H100)
@@ -340,7 +347,7 @@ def other_gpu_section(rep):
     rep.say("", "5. Another GPU: the same eight models on one H100 (calibration/results/"
             f"h100/framework; {env[2].split(',')[0]}, a day after the H200 sweeps, another "
             "machine)", "  bucket counts (as in 1, first bucket at the cap): " + ", ".join(
-                f"{name} {'exact' if bucket_counts(sm.load_profile(H100 / (name + '.profile.json')), m.bucket_caps, True) == list(m.buckets) else 'DIFFER'}"
+                f"{name} {'exact' if _counts_match(name, m) else 'DIFFER'}"
                 for name, m in h100.items()),
             f"  {'measurement':<16} {'H/T':>5} {'h_p [us]':>9} {'h_b [us]':>9} {'g [ms]':>7}"
             f"   {'H200 h_p':>9} {'H200 h_b':>9}")
