@@ -169,9 +169,13 @@ def sharing_rates(counts, params, repeats):
         procs = [ctx.Process(target=_sharing_worker,
                              args=(params, threads, repeats, barrier, queue))
                  for _ in range(k)]
-        for proc in procs:
-            proc.start()
-        steps = sorted(_collect(queue, procs))
+        _start_ignoring_sigint(procs)
+        try:
+            steps = sorted(_collect(queue, procs))
+        except BaseException:  # a Ctrl-C (the children ignore it) or a failure: end them
+            for proc in procs:
+                proc.terminate()
+            raise
         for proc in procs:
             proc.join()
         total = sum(params / t for t in steps)
@@ -181,6 +185,19 @@ def sharing_rates(counts, params, repeats):
               f"each: steps {min(steps):.3f}-{max(steps):.3f} s, host {total:.3g} "
               "parameters/s", flush=True)
     return out
+
+
+def _start_ignoring_sigint(procs):
+    """Start the processes with Ctrl-C ignored (a spawned interpreter keeps an ignored
+    SIGINT): the parent alone answers it, in one line, and ends them."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for proc in procs:
+            proc.start()
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _collect(queue, procs, limit=600.0):
@@ -253,5 +270,7 @@ if __name__ == "__main__":
     try:
         main()
     except KeyboardInterrupt:  # the JSON is written once, at the end, atomically
+        import signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback at exit
         print("host_offload_bench: interrupted; --out not written", file=sys.stderr)
         sys.exit(130)

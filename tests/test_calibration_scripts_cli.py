@@ -131,6 +131,35 @@ def test_host_offload_bench_steps_processes_at_once(tmp_path):
             sum(r["params_each"] / t for t in r["step_seconds"]))
 
 
+def test_host_sharing_ctrl_c_is_one_line_and_ends_every_process(tmp_path):
+    """A Ctrl-C reaches the whole process group: the processes stepping at once printed
+    a traceback each; the children now ignore it and the parent ends them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "calibration" / "host_offload_bench.py"
+    proc = subprocess.Popen(
+        [sys.executable, "-u", str(script), "--out", str(tmp_path / "h.json"),
+         "--adam-params", "6400", "--repeats", "3", "--host-sharing", "2,2,2,2",
+         "--sharing-params", "3e7"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True)
+    lines = []
+    for line in proc.stdout:  # the sharing starts after the two AdamW lines
+        lines.append(line)
+        if "foreach" in line:
+            break
+    time.sleep(3)  # the children are up (or starting): either moment must be clean
+    os.killpg(proc.pid, signal.SIGINT)
+    out = "".join(lines) + proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and out.strip().endswith("--out not written")
+    assert not (tmp_path / "h.json").exists()
+
+
 def test_host_sharing_ends_when_a_process_dies():
     """A process that dies ends the measurement with an error (the others were left
     waiting at the barrier, and the script for ten minutes on its queue)."""
