@@ -1,6 +1,7 @@
 """Write ``docs/traces_replay.inc`` and ``docs/traces_example.inc``: what ``from-trace``
-reports for each trace in ``tests/data/traces`` (one run of
-:func:`scalemodel.calibrate.read_trace` per trace) and its output for one of them.
+reports for each trace in ``tests/data/traces`` and each job recorded on the H200 in
+``calibration/results/h200/traces`` (one run of :func:`scalemodel.calibrate.read_trace`
+per job) and its output for one of them.
 
     python tools/trace_replay_table.py
 
@@ -19,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 from scalemodel.calibrate import read_trace  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "traces"
+H200 = ROOT / "calibration" / "results" / "h200" / "traces"
 OUT = ROOT / "docs" / "traces_replay.inc"
 EXAMPLE = ROOT / "docs" / "traces_example.inc"
 
@@ -37,13 +39,20 @@ def _table(header, rows):
     return "\n".join(out)
 
 
+def _jobs():
+    """(name, [files]) of each job: the test data's traces, then the H200's jobs."""
+    jobs = [(p.name.split(".")[0], [p]) for p in sorted(DATA.glob("*.json.gz"))]
+    for job in ("ddp-nccl", "ddp-gloo2"):
+        jobs.append((f"h200/{job}", sorted(H200.glob(f"{job}.rank*.json.gz"))))
+    return jobs
+
+
 def main():
     summary, check, notes, example = [], [], [], ""
-    for path in sorted(DATA.glob("*.json.gz")):
+    for name, path in _jobs():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             rep = read_trace(path)
-        name = path.name.split(".")[0]
         if name == "ddp_2ranks_allreduce_b":
             example = rep.summary().replace(str(DATA) + "/", "")
         gpu = sorted(set(rep.gpus))[0].replace("Tesla ", "").replace("NVIDIA ", "")
@@ -77,7 +86,7 @@ def main():
             notes.append(f"- ``{name}``: no prediction: {rep.undetermined.get('workload')}")
         elif rep.world_size == 1:
             notes.append(f"- ``{name}``: {r.reason}.")
-        if fit is not None and fit.r2 < 0.9:
+        if fit is not None and fit.r2 < 0.9 and len(path) < rep.world_size:
             notes.append(f"- ``{name}``: the all-reduce fit explains the kernel times "
                          f"poorly (R\\ :sup:`2` {fit.r2:.2f} on log times): with one "
                          "rank's trace, a kernel's time includes waiting for the other "

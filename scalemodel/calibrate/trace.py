@@ -61,7 +61,10 @@ kernel's args, else from ``record_param_comms``, else from the annotation's ``In
 ``ProfilerStep`` span it was issued (CPU time); kernels launched before the profiler
 started (no CPU launch in the trace) are left out. With gloo (CPU training) there are no
 kernels: the ``gloo:<op>`` span, recorded on gloo's worker thread, is the collective's
-execution, and the ``c10d::`` operator that queued it (matched in order) its issue.
+execution, and the ``c10d::`` operator that queued it (matched in order) its issue. On
+CUDA tensors a gloo call runs from its copy to the host (launched by that operator; or
+from when the worker takes it, if later) to its copy back, and calls that ran at once on
+gloo's worker threads share their time (eq. :eq:`trace-shared` in the guide).
 
 **Phases.** Within a step, work is *backward* when issued between the first and the last
 ``autograd::engine::evaluate_function`` span of the step, *optimizer* when issued inside

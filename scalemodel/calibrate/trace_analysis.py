@@ -326,15 +326,17 @@ def _analyse(col: _Collector) -> _Rank:
                                      undetermined)
     launch = _launch_lookup(col)
     timeline = "gpu" if (_column(col.gpu["ts"], float).size or col.comm) else "cpu"
+    gloo_copies = {"out": {}, "back": {}, "mask": None}
     if timeline == "gpu":
+        gloo_copies = _gloo_copies(col, launch)
         op_start, op_end, op_lane, op_name, op_issue, op_tid, gpus = \
-            _gpu_ops(col, meta, launch, notes)
+            _gpu_ops(col, meta, launch, notes, gloo_copies["mask"])
     else:
         op_start, op_end, op_lane, op_name, op_issue, op_tid, gpus = \
             _cpu_ops(col, meta, steps, cts, cdur, ctid, ccode, bwd_mask)
     op_step = _step_index(op_issue, step_start, step_end)
     phase = _phases(op_issue, op_tid, op_step, bw_lo, bw_hi, opt_iv)
-    calls = _build_calls(col, timeline, launch, step_start, step_end, notes, undetermined)
+    calls = _build_calls(col, timeline, launch, step_start, step_end, notes, gloo_copies)
     gradient = _gradient_calls(calls, bw_lo, opt_iv, step_end)
     per_step = _per_step(timeline, step_start, step_end, op_start, op_end, op_issue, op_step,
                          phase, op_lane, calls, gradient)
@@ -447,9 +449,47 @@ def _launch_lookup(col):
     return launch
 
 
-def _gpu_ops(col, meta, launch, notes):
-    """GPU compute (kernels off the communication lanes) with their CPU launch:
-    (start, end, lane, name id, issue, launching thread, GPU names)."""
+def _gloo_copies(col, launch):
+    """Gloo with CUDA tensors: the copies each call makes between the GPU and host memory.
+
+    Gloo reduces in host memory on its worker threads. The ``c10d::`` operator that queues
+    a call launches the copy to the host (on a stream of the call's own, which waits for
+    the gradient); the worker thread takes the call (its ``gloo:<op>`` span starts), waits
+    for that copy, runs the algorithm and launches the copy back. Returns ``{"out":
+    {c10d index: (start, end)}, "back": {annotation index: (start, end)}, "mask": the GPU
+    events that are such copies, or None}``: the copies' windows per span."""
+    res = {"out": {}, "back": {}, "mask": None}
+    gloo = {sp[2] for sp in col.ann if sp[3] == "gloo"}
+    gcorr = _column(col.gpu_corr, np.int64)
+    if not gloo or gcorr.size == 0:
+        return res
+    issue, tid = launch(gcorr)
+    threads = gloo | {sp[2] for sp in col.c10d}
+    cand = np.flatnonzero(np.isin(tid, list(threads)) & np.isfinite(issue))
+    gts = _column(col.gpu["ts"], float)
+    gend = gts + _column(col.gpu["dur"], float)
+    ann_by, c10d_by = _by_tid(col.ann), _by_tid(col.c10d)
+    mask = np.zeros(gcorr.size, bool)
+    for j in cand:
+        t, th = issue[j], int(tid[j])
+        a = _innermost(ann_by, th, t)
+        if a is not None and col.ann[a][3] == "gloo":
+            where, key = res["back"], a
+        else:
+            c = _innermost(c10d_by, th, t)
+            if c is None:
+                continue
+            where, key = res["out"], c
+        mask[j] = True
+        lo, hi = where.get(key, (np.inf, -np.inf))
+        where[key] = (min(lo, gts[j]), max(hi, gend[j]))
+    res["mask"] = mask if mask.any() else None
+    return res
+
+
+def _gpu_ops(col, meta, launch, notes, gloo_copy=None):
+    """GPU compute (kernels off the communication lanes, and not Gloo's copies) with their
+    CPU launch: (start, end, lane, name id, issue, launching thread, GPU names)."""
     gts = _column(col.gpu["ts"], float)
     gdur = _column(col.gpu["dur"], float)
     glane = _column(col.gpu_lane, np.int64)
@@ -457,6 +497,8 @@ def _gpu_ops(col, meta, launch, notes):
     gname = _column(col.gpu_name, np.int64)
     comm_lanes = {k["lane"] for k in col.comm}
     keep = ~np.isin(glane, list(comm_lanes)) if comm_lanes else np.ones(gts.size, bool)
+    if gloo_copy is not None:
+        keep &= ~gloo_copy
     op_start, op_end = gts[keep], gts[keep] + gdur[keep]
     op_lane = glane[keep]
     op_name = gname[keep]
@@ -558,17 +600,43 @@ def _gpu_names(meta, devices):
     return list(dict.fromkeys(by_id.values()))
 
 
-def _build_calls(col, timeline, launch, step_start, step_end, notes, undetermined) -> _Calls:
+def _build_calls(col, timeline, launch, step_start, step_end, notes, gloo_copies) -> _Calls:
     """Collective calls: annotations with their NCCL kernels, or lone kernels, or (gloo)
-    execution spans."""
+    execution spans (with CUDA tensors, from the copy to the host to the copy back)."""
     rows, order = {}, []        # key -> dict, keys in order of first sight
     rpc_by = _by_tid(col.rpc)
     _rows_from_kernels(col, launch, rows, order, rpc_by, notes)
     gloo_exec = timeline == "cpu"
-    _rows_from_annotations(col.ann, rows, order, rpc_by, gloo_exec)
-    if gloo_exec:
-        _issue_from_c10d(rows, col.ann, col.c10d, notes)
-    return _calls_from_rows(rows, order, col.ann, col.rpc, step_start, step_end)
+    _rows_from_annotations(col.ann, rows, order, rpc_by, gloo_exec, gloo_copies["back"])
+    if any(r.get("exec") for r in rows.values()):
+        _issue_from_c10d(rows, col.ann, col.c10d, notes, gloo_copies["out"])
+    calls = _calls_from_rows(rows, order, col.ann, col.rpc, step_start, step_end)
+    _share_concurrent(calls, [j for j, key in enumerate(order) if rows[key].get("exec")])
+    return calls
+
+
+def _share_concurrent(calls, idx):
+    """Gloo executions that ran at once (its worker threads, two by default) shared the
+    link: each one's duration becomes the integral over its span of one over the number
+    of executions running then, so that the durations add up to the time the link was
+    busy, the serial channel of the model (eq. :eq:`trace-shared`)."""
+    ok = [j for j in idx if np.isfinite(calls.start[j]) and calls.end[j] > calls.start[j]]
+    if len(ok) < 2:
+        return
+    events = sorted([(calls.start[j], 1, j) for j in ok] + [(calls.end[j], -1, j) for j in ok])
+    share = dict.fromkeys(ok, 0.0)
+    active, last = set(), events[0][0]
+    for t, kind, j in events:
+        if active and t > last:
+            for a in active:
+                share[a] += (t - last) / len(active)
+        last = t
+        if kind > 0:
+            active.add(j)
+        else:
+            active.discard(j)
+    for j, v in share.items():
+        calls.dur[j] = v
 
 
 def _row(rows, order, key):
@@ -616,9 +684,10 @@ def _rows_from_kernels(col, launch, rows, order, rpc_by, notes):
                      "(launched before the profiler started): left out")
 
 
-def _rows_from_annotations(ann, rows, order, rpc_by, gloo_exec):
+def _rows_from_annotations(ann, rows, order, rpc_by, gloo_exec, gloo_back):
     """A row for each annotation no kernel was attached to; under gloo (``gloo_exec``) a
-    non-NCCL annotation is the execution itself, on its worker thread's lane."""
+    non-NCCL annotation is the execution itself, on its worker thread's lane, as is a gloo
+    call on CUDA tensors (``gloo_back``: its copy back to the GPU, by annotation)."""
     for a, sp in enumerate(ann):
         if ("ann", a) in rows:
             continue
@@ -626,8 +695,9 @@ def _rows_from_annotations(ann, rows, order, rpc_by, gloo_exec):
         r["ann"] = a
         r["issue"] = sp[0]
         r["rpc"] = _innermost(rpc_by, sp[2], sp[0])
-        if gloo_exec and sp[3] != "nccl":
-            r["kernels"].append((sp[0], sp[0] + sp[1]))
+        if a in gloo_back or (gloo_exec and sp[3] != "nccl"):
+            # on CUDA tensors it ends with its copy back (the start: _issue_from_c10d)
+            r["kernels"].append((sp[0], gloo_back[a][1] if a in gloo_back else sp[0] + sp[1]))
             r["lane"] = -2 - sp[2]     # the worker thread is the lane
             r["exec"] = True
 
@@ -705,15 +775,19 @@ def _call_bytes(ka, ra, sp):
     return b, src, out
 
 
-def _issue_from_c10d(rows, ann, c10d, notes):
+def _issue_from_c10d(rows, ann, c10d, notes, copies_out=None):
     """Gloo runs a collective on a worker thread; its issue is the ``c10d::`` operator that
-    queued it, matched in order per kind."""
+    queued it, matched in order per kind. On CUDA tensors (``copies_out``: the copy to the
+    host that operator launched) the call starts when both its worker thread has taken it
+    and that copy has started."""
+    copies_out = copies_out or {}
     ops = {}
-    for ts, dur, tid, name in sorted(c10d):
+    for i in sorted(range(len(c10d)), key=lambda i: c10d[i][:3]):
+        ts, dur, tid, name = c10d[i]
         k = collective_kind(name)
         if k in ("unknown",) or k.endswith("wait"):
             continue
-        ops.setdefault(k, []).append(ts)
+        ops.setdefault(k, []).append((ts, i))
     execs = {}
     for key, r in rows.items():
         if r.get("exec"):
@@ -723,9 +797,12 @@ def _issue_from_c10d(rows, ann, c10d, notes):
         lst.sort()
         issued = ops.get(k, [])
         if len(issued) == len(lst):
-            for (t0, key), ti in zip(lst, issued):
+            for (t0, key), (ti, i) in zip(lst, issued):
                 if ti <= t0:
                     rows[key]["issue"] = ti
+                if i in copies_out and rows[key]["kernels"]:
+                    s0, e0 = rows[key]["kernels"][0]
+                    rows[key]["kernels"][0] = (min(max(s0, copies_out[i][0]), e0), e0)
         else:
             notes.append(f"{k}: {len(lst)} gloo executions but {len(issued)} c10d calls; "
                          "each is taken as issued when it starts")

@@ -465,8 +465,10 @@ def _fit_points(ranks, kind, gradient_only):
         cut = [tuple(a[np.isin(s[0], list(common))] for a in s) for s in seqs]
         if len({len(s[0]) for s in cut}) == 1 and all(
                 np.array_equal(np.nan_to_num(s[1]), np.nan_to_num(cut[0][1])) for s in cut):
-            dur = np.nanmin(np.vstack([s[2] for s in cut]), axis=0) \
-                if cut[0][0].size else np.zeros(0)
+            st = np.vstack([s[2] for s in cut])
+            # a call no rank timed stays unknown (nanmin would warn "All-NaN slice")
+            dur = np.where(np.isnan(st).all(axis=0), np.nan,
+                           np.where(np.isnan(st), np.inf, st).min(axis=0, initial=np.inf))
             seqs = [(cut[0][0], cut[0][1], dur, cut[0][3], cut[0][4])]
     nums = np.concatenate([s[0] for s in seqs])
     b = np.concatenate([s[1] for s in seqs])
@@ -806,10 +808,13 @@ def _check_ranks(ranks):
     """Raise when a rank's trace has no collective, or the traces are not of one job."""
     for r in ranks:
         if not r.calls.kind:
-            raise CalibrationError(
-                f"{r.source}: no collective in the trace (no nccl:/gloo: annotation, no NCCL "
-                "kernel): it does not show a distributed training step; profile the "
-                "training loop of the distributed job (DDP, FSDP)")
+            why = ("it does not show a distributed training step; profile the training "
+                   "loop of the distributed job (DDP, FSDP)")
+            if r.world_size == 1:
+                why = ("its world is one rank, where FSDP2 (fully_shard) skips its "
+                       "collectives: profile a job of at least 2 ranks")
+            raise CalibrationError(f"{r.source}: no collective in the trace (no nccl:/gloo: "
+                                   f"annotation, no NCCL kernel): {why}")
     if len(ranks) > 1:
         _check_same_job(ranks)
 
