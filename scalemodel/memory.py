@@ -79,12 +79,12 @@
   gathered; under every strategy one communication bucket (``bucket_bytes``).
 
 **What is measured** (``measure=``). The parts above are the tensors alive at the peak:
-PyTorch's ``torch.cuda.max_memory_allocated`` (``"allocated"``, the default). Training
+PyTorch's ``torch.cuda.max_memory_allocated`` (``"allocated"``). Training
 logs usually report the caching allocator's *reserved* memory instead (torchtitan logs
 ``memory_stats()["reserved_bytes.all.peak"]``: ``torchtitan/metrics.py``,
 ``DeviceMemoryMonitor.get_peak_stats``, at the commit of its 2024-12 benchmarks,
-9dec370); ``measure="reserved"`` adds what the allocator holds besides the live tensors,
-each term listed in ``MemoryEstimate.overheads``:
+9dec370); ``measure="reserved"``, the default, adds what the allocator holds besides the
+live tensors, each term listed in ``MemoryEstimate.overheads``:
 
 * ``rounding``: every request is rounded up to 512 bytes, and one of 10 MiB or more to a
   2 MiB multiple (``c10/cuda/CUDACachingAllocator.cpp``: ``kMinBlockSize = 512``,

@@ -148,6 +148,9 @@ def test_plan_says_where_codec_costs_come_from():
     assert sm.plan_compression("bert", "10Gbps", compressors=["none"]).codec_note == ""
 
 
+def test_planner_matches_discrete_event_reference():
+    """Random compressors, models, algorithms and fusions: the planner's scaling factor
+    against the discrete-event reference with the same per-tensor codec costs."""
     rng = np.random.default_rng(7)
     for trial in range(24):
         model = ["resnet50", "bert", "vgg16"][trial % 3]
