@@ -472,11 +472,20 @@ def _on_links(per_link, n, opt):
     return nic, intra
 
 
+def tree_link_factor(m):
+    """Bytes per direction on the busiest link of NCCL's double binary tree over ``m``
+    ranks (or nodes), in units of the buffer: 0 on one, 1 on two, 1.5 on three, 2 on four
+    or more [-]."""
+    return {1: 0.0, 2: 1.0, 3: 1.5}.get(int(m), 2.0)
+
+
 def _tree_cost(s, n, red, opt):
     """NCCL double binary tree: each half of the buffer goes up and down one tree [2].
 
-    Every rank is an inner node of one tree and a leaf of the other, so it sends and
-    receives 2 S bytes in all; pipelining makes the latency 2 ceil(log2 n) steps.
+    Every rank is an inner node of one tree and a leaf of the other, so on four or more
+    ranks the busiest sends and receives 2 S bytes in all (1.5 S on three ranks, S on
+    two, where each is the other's only child: the ring's traffic); pipelining makes the
+    latency 2 ceil(log2 n) steps.
 
     With a topology the trees span the nodes and a chain links the GPUs inside each
     node (as in NCCL): on two nodes each is the other's only child, so a NIC carries
@@ -491,11 +500,11 @@ def _tree_cost(s, n, red, opt):
         return CollectiveCost(
             latency=np.full_like(s, 2.0 * depth * opt.alpha),
             overhead=red.steps(s, 1),
-            bits=2.0 * 8.0 * s,
+            bits=tree_link_factor(n) * 8.0 * s,
         )
     m = _nodes(n, opt)
     g = min(opt.gpus_per_node, n)
-    factor = {1: 0.0, 2: 1.0, 3: 1.5}.get(m, 2.0)
+    factor = tree_link_factor(m)
     depth = math.ceil(math.log2(m)) if m > 1 else 0
     return CollectiveCost(
         latency=np.full_like(s, 2.0 * ((g - 1) * opt.intra_alpha + depth * opt.alpha)),

@@ -40,7 +40,9 @@ def collective_expressions(log2n=None):
         "ring": sp.simplify(ring),
         "halving-doubling": sp.factor_terms(
             sp.expand(halving + doubling).xreplace({2**L: n, 2**(-L): 1 / n})),
-        "tree": 2 * L * alpha + 2 * 8 * S * x + gamma * S,
+        # the busiest link of NCCL's double binary tree: S on two ranks, 1.5 S on three
+        "tree": 2 * L * alpha + sp.Piecewise((1, sp.Eq(n, 2)), (sp.Rational(3, 2), sp.Eq(n, 3)),
+                                             (2, True)) * 8 * S * x + gamma * S,
         "allgather": sp.simplify(sp.summation(step(S), (k, 1, n - 1))),
         "ps": 2 * alpha + 2 * 8 * S * (n - 1) / n * x + gamma * S * (n - 1) / n,
     }

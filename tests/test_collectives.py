@@ -49,6 +49,20 @@ def test_tree_and_halving_doubling():
         (2 * 7 / 8 + 2) * 8 * S / BW)
 
 
+def test_tree_on_two_and_three_ranks_is_the_tree_of_one_gpu_nodes():
+    """The flat tree is NCCL's double binary tree over one-GPU nodes: on two ranks each
+    is the other's only child (S per direction, the ring's traffic), on three the busiest
+    carries 1.5 S, from four on 2 S."""
+    for n, f in ((2, 1.0), (3, 1.5), (4, 2.0), (64, 2.0)):
+        flat = sm.collective_time("tree", S, n, BW)
+        assert flat == pytest.approx(f * 8 * S / BW)
+        assert flat == pytest.approx(sm.collective_time("tree", S, n, BW, gpus_per_node=1))
+    assert sm.collective_time("tree", S, 2, BW) == pytest.approx(
+        sm.collective_time("ring", S, 2, BW))
+    assert sm.scaling_factor("bert", 2, "10Gbps", algorithm="tree") == pytest.approx(
+        sm.scaling_factor("bert", 2, "10Gbps", algorithm="tree", gpus_per_node=1))
+
+
 def test_hierarchical_reduces_to_ring_across_nodes():
     # infinitely fast, free intra-node links: the node link carries 2(m-1)/m S
     t = sm.hierarchical_allreduce_time(S, 64, BW, gpus_per_node=8, intra_bw=1e30)
