@@ -32,7 +32,8 @@ from .knobs import FRAMEWORKS
 from .model import iteration_time, scaling_factor
 from .planner import DEFAULT_PLAN_COMPRESSORS
 from .profiles import ALIASES, list_profiles, load_profile
-from .solvers import DEFAULT_N, DEFAULT_TARGET, min_compression, required_bandwidth
+from .solvers import (DEFAULT_N, DEFAULT_TARGET, below, min_compression, ratio_text,
+                      required_bandwidth)
 from .units import (MAX_COUNT, MIN_TEXT_BANDWIDTH, _split_bandwidth, check_count, check_fraction,
                     check_nonnegative, check_ratio, format_bandwidth, parse_bandwidth,
                     parse_duration)
@@ -837,15 +838,22 @@ def _parts(parts):
     return ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in parts.items())
 
 
+def _short_of(value, target):
+    """A scaling factor to 4 places, with the digits it takes to differ from a target it
+    is below of (0.89999 short of 0.9 never reads 0.9000)."""
+    text = f"{value:.4f}"
+    return below(value, target) if value < target and float(text) >= target else text
+
+
 def cmd_min_compression(args):
     res = min_compression(args.model, args.bw, n=args.n, target=args.target, gpu=args.gpu,
                           **_common(args), **_memory_kw(args))
     if args.json:
         return _print_json(res)
-    ratio = "none possible" if not res.feasible else f"{res.ratio:.3g}x"
+    ratio = "none possible" if not res.feasible else f"{ratio_text(res.ratio)}x"
     print(f"minimum compression ratio: {ratio}")
     print(f"scaling factor reached:    {res.scaling_factor:.4f} (target {res.target:g}; "
-          f"uncompressed {res.uncompressed_scaling_factor:.4f}; "
+          f"uncompressed {_short_of(res.uncompressed_scaling_factor, res.target)}; "
           f"limit {res.max_scaling_factor:.4f})")
     print(f"what binds:                {res.binding}"
           + (f" ({_parts(res.critical_parts)} on the critical path)" if res.critical_parts else

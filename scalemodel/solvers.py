@@ -34,8 +34,8 @@ import numpy as np
 from .exceptions import HostMemoryError, InvalidParameterError, ParameterTypeError
 from .intervals import _bw_text
 from .model import Scenario, _corner_scenario, effective_utilization, warn_unused_codec_cost
-from .units import (check_count, check_fraction, check_ratio, format_bandwidth,
-                    parse_bandwidth)
+from .units import (MIN_TEXT_BANDWIDTH, check_count, check_fraction, check_ratio,
+                    format_bandwidth, parse_bandwidth)
 
 __all__ = ["min_compression", "required_bandwidth", "CompressionResult", "BandwidthResult",
            "DEFAULT_N", "DEFAULT_TARGET"]
@@ -554,6 +554,16 @@ def below(limit, target):
     return repr(limit)
 
 
+def ratio_text(ratio):
+    """A needed compression ratio printed with as many digits as it takes to differ from
+    1 (1.0001 reads "1.0001", never "1"; 5.9123 reads "5.91") [-]."""
+    for digits in range(3, 18):
+        text = f"{ratio:.{digits}g}"
+        if ratio <= 1.0 or float(text) != 1.0:
+            return text
+    return repr(ratio)
+
+
 def _why_not(binding, parts, limit, target):
     detail = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in parts.items() if k != "bandwidth")
     return (f"even unlimited {{what}} reaches only {below(limit, target)} < target {target:g}: "
@@ -585,6 +595,7 @@ def _public_sf(sc, n, bw, u, r):
 
 
 _TOP = 1e300  # the largest u bw r the exact-reach search tries
+_SCAN_TOP = 1e16  # the largest u bw r a scan for a scaling factor that can fall tries
 
 
 def _smallest_reaching(sf_of, lo, hi, target):
@@ -629,6 +640,22 @@ def _bisect_floats(sf_of, lo, hi, target):
         else:
             ia = mid
     return float(np.int64(ib).view(np.float64))
+
+
+def _scan_up(sf_of, lo, hi, target):
+    """``(a, b)``: ``b`` the first of ``lo, 2 lo, 4 lo, ...`` (up to ``hi``) where
+    ``sf_of`` reaches ``target``, ``a`` the value before it; None when none does. For a
+    scaling factor that can fall as the value rises, MG-WFBP's on a cluster with a cost
+    per bucket on the compute path (its plan, made for the communication channel, splits
+    into more buckets on faster links), so that the value at the top alone cannot say
+    that nothing reaches the target."""
+    a = float(lo)
+    b = min(2.0 * a, hi)
+    while float(sf_of(np.float64(b))) < target:
+        if b >= hi:
+            return None
+        a, b = b, min(2.0 * b, hi)
+    return a, b
 
 
 def _limit_message(what, limit, target):
@@ -805,8 +832,8 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
                 return CompressionResult(
                     ratio=exact, feasible=True, scaling_factor=sf, binding=bind,
                     message=(f"{p.name} on {n} workers at {_bw_text(bw)} needs "
-                             f"{exact:.3g}x compression to scale {target:g} (uncompressed: "
-                             f"{sf1:.3f}; the target is the limit, reached once the "
+                             f"{ratio_text(exact)}x compression to scale {target:g} "
+                             f"(uncompressed: {below(sf1, target)}; the target is the limit, reached once the "
                              f"communication left is below rounding)"),
                     critical_parts=parts, **common)
         bind_inf, parts_inf = why_inf()
@@ -827,8 +854,9 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
     bind, parts = why() if explain else ("", {})  # a corner needs only the ratio
     return CompressionResult(
         ratio=ratio, feasible=True, scaling_factor=sf, binding=bind,
-        message=(f"{p.name} on {n} workers at {_bw_text(bw)} needs {ratio:.3g}x "
-                 f"compression to scale {target:g} (uncompressed: {sf1:.3f})"),
+        message=(f"{p.name} on {n} workers at {_bw_text(bw)} needs "
+                 f"{ratio_text(ratio)}x compression to scale {target:g} (uncompressed: "
+                 f"{below(sf1, target)})"),
         critical_parts=parts, **common)
 
 
@@ -863,7 +891,11 @@ def _min_compression_planned(sc, bw, n, target, u, x_net, explain) -> Compressio
             message=(f"no compression needed: {p.name} on {n} workers at "
                      f"{_bw_text(bw)} already scales {sf1:.3f} >= {target:g}"),
             critical_parts=parts, **common)
-    ratio = _bisect_floats(sf_of, 1.0, top, target) if sf_inf >= target else None
+    if sf_inf >= target:
+        ratio = _bisect_floats(sf_of, 1.0, top, target)
+    else:  # (it can fall as the ratio rises: a scan of the realistic ratios)
+        bracket = _scan_up(sf_of, 1.0, max(1.0, _SCAN_TOP / (u_eff * bw)), target)
+        ratio = None if bracket is None else _bisect_floats(sf_of, *bracket, target)
     if ratio is None:
         _, bind, parts = at(top)
         return CompressionResult(ratio=math.inf, feasible=False, scaling_factor=sf_inf,
@@ -875,9 +907,9 @@ def _min_compression_planned(sc, bw, n, target, u, x_net, explain) -> Compressio
     _, bind, parts = at(ratio)
     return CompressionResult(
         ratio=ratio, feasible=True, scaling_factor=sf, binding=bind,
-        message=(f"{p.name} on {n} workers at {_bw_text(bw)} needs {ratio:.3g}x "
-                 f"compression to scale {target:g} (uncompressed: {sf1:.3f}; MG-WFBP "
-                 "planned at each ratio)"),
+        message=(f"{p.name} on {n} workers at {_bw_text(bw)} needs "
+                 f"{ratio_text(ratio)}x compression to scale {target:g} (uncompressed: "
+                 f"{below(sf1, target)}; MG-WFBP planned at each ratio)"),
         critical_parts=parts, **common)
 
 
@@ -1004,8 +1036,27 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
                          lambda t: lambda cl: _corner_bw(_corner(sc, cl, build), n_dp, t,
                                                          r, u),
                          target, "bw", "bw", model, n_dp)
+    res = _at_least_the_floor(res, sc, n_dp, r, u)
     _pressure_unanswered(sc, n, "required line rate")
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n)
+
+
+def _at_least_the_floor(res, sc, n, r, u) -> BandwidthResult:
+    """A needed line rate below 1 Mbit/s, the least the library takes
+    (:data:`~scalemodel.units.MIN_TEXT_BANDWIDTH`), answered as that floor (interval ends
+    too): any rate the library takes reaches the target, and the answer can be asked
+    again (``bw=`` refuses the rate below it)."""
+    floor = MIN_TEXT_BANDWIDTH
+    iv = res.interval
+    if iv is not None:
+        iv = tuple(floor if v is not None and 0.0 < v < floor else v for v in iv)
+    if not (res.feasible and 0.0 < res.bw < floor):
+        return res if iv == res.interval else attrs.evolve(res, interval=iv)
+    return attrs.evolve(
+        res, bw=floor, interval=iv, scaling_factor=float(_public_sf(sc, n, floor, u, r)),
+        message=(f"{sc.profile.name} on {n} workers reaches {res.target:g} at any line rate "
+                 f"from 1 Mbit/s, the least scalemodel takes (it needs at most "
+                 f"{format_bandwidth(res.bw)}; compression {r:g}x, utilization {u:g})"))
 
 
 def _solve_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
@@ -1032,17 +1083,22 @@ def _solve_bandwidth_planned(sc, n, target, r, u, explain) -> BandwidthResult:
 
     lo, top = 1.0, _TOP / (u * r)
     sf_lo = float(sf_of(np.float64(lo)))
-    if sf_lo >= target:
+    if sf_lo >= target:  # (1 bit/s does: the floor is the answer, _at_least_the_floor)
         res = _required_bandwidth(planned_at(lo), n, target, r, u, explain)
-        return attrs.evolve(res, bw=0.0, feasible=True, scaling_factor=sf_lo)
-    if float(sf_of(np.float64(top))) < target:
+        if res.bw == 0.0:  # nothing crosses the network
+            return attrs.evolve(res, feasible=True, scaling_factor=sf_lo)
+        return attrs.evolve(res, bw=lo, feasible=True, scaling_factor=sf_lo)
+    bracket = (lo, top)
+    if float(sf_of(np.float64(top))) < target:  # (it can fall as the rate rises: a scan)
+        bracket = _scan_up(sf_of, lo, max(lo, min(top, _SCAN_TOP / (u * r))), target)
+    if bracket is None:
         res = _required_bandwidth(planned_at(top), n, target, r, u, explain)
         if res.feasible:  # (that plan alone would reach it: the replanned curve does not)
             res = attrs.evolve(res, bw=math.inf, feasible=False, message=(
                 f"no bandwidth is enough: {p.name} on {n} workers reaches only "
                 f"{below(res.max_scaling_factor, target)} < target {target:g}"))
         return res
-    bw = _bisect_floats(sf_of, lo, top, target)
+    bw = _bisect_floats(sf_of, *bracket, target)
     scp = planned_at(bw)
     u_eff = effective_utilization(scp, bw, u)
     sf, why = _sf_lazy(scp, n, float(scp.x_effective(n, 1.0 / (u_eff * bw * r), r)),
@@ -1069,8 +1125,8 @@ def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
     x_star = _x_star(sc.lines(n, compressed)[1], level)
     if math.isinf(x_star) or (k1 == 0.0 and x_floor <= x_star):
         return BandwidthResult(bw=0.0, feasible=True, scaling_factor=sf_inf, binding=bind_inf,
-                               message="any bandwidth reaches the target (nothing crosses "
-                               "the network)", critical_parts=parts_inf, **common)
+                               message="any bandwidth reaches the target (no "
+                               "data-parallel traffic crosses the network)", critical_parts=parts_inf, **common)
     if not x_star > 0 or x_floor > x_star:
         if sf_inf >= target * (1 - 1e-12):  # the limit: reached where rounding ends it?
             exact = _reach_exactly(lambda b: _public_sf(sc, n, b, u, r), 1.0,

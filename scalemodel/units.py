@@ -129,8 +129,8 @@ def _parse_bandwidth_string(text: str, parameter: str) -> float:
         if not prefix and not unit:
             hint = f"did you mean {num}Gbps? A bare number is bits per second"
         else:
-            hint = ("scalemodel models data-center links; pass a number of bits per second "
-                    "to the API to go lower")
+            hint = ("scalemodel models data-center links, from 1 Mbit/s (as text and as a "
+                    "number alike)")
         raise InvalidParameterError(parameter, text, "a line rate written as text must be at "
                                     "least 1 Mbit/s", hint)
     return value
@@ -152,7 +152,7 @@ def _check_bandwidth(value, parameter):
         if not (math.isfinite(first) and first > 0):
             raise InvalidParameterError(parameter, first, "must be finite and > 0")
         hint = (f"did you mean {first:g}Gbps? A bare number is bits per second"
-                if first >= 1 else "")
+                if 1 <= first < 1e4 else "scalemodel models data-center links, from 1 Mbit/s")
         raise InvalidParameterError(parameter, first, "a line rate must be at least 1 Mbit/s "
                                     "(1e6 bits/s)", hint)
     return _scalar_or_array(arr)

@@ -1,0 +1,50 @@
+"""Findings of session 28's audits, each fixed: a test per finding that fails on the code
+before the fix."""
+
+import pytest
+
+import scalemodel as sm
+
+
+def test_mg_wfbp_solvers_find_a_rate_the_curve_reaches_before_it_falls():
+    """MG-WFBP plans for the communication channel; with a per-bucket cost on the compute
+    path its plan splits into more buckets on faster links, and the scaling factor falls
+    (0.993 at 25 Gbit/s, 0.944 unlimited). The solvers said no rate or ratio reaches 0.97."""
+    cl = sm.ClusterProfile(bucket_overhead=80e-6, provenance={"source": "test"})
+    kw = dict(cluster=cl, fusion="mg-wfbp")
+    assert sm.scaling_factor("resnet50", 64, "25Gbps", **kw) > 0.97
+    assert sm.scaling_factor("resnet50", 64, "1Tbps", **kw) < 0.97
+    rb = sm.required_bandwidth("resnet50", n=64, target=0.97, **kw)
+    assert rb.feasible and 10e9 < rb.bw <= 25e9
+    assert sm.scaling_factor("resnet50", 64, rb.bw, **kw) >= 0.97
+    assert sm.scaling_factor("resnet50", 64, rb.bw * (1 - 1e-6), **kw) < 0.97
+    mc = sm.min_compression("resnet50", "10Gbps", n=64, target=0.97, **kw)
+    assert mc.feasible and 1 < mc.ratio <= 2.5
+    assert sm.scaling_factor("resnet50", 64, "10Gbps", compression=mc.ratio, **kw) >= 0.97
+    # beyond what any rate reaches: still no answer
+    assert not sm.required_bandwidth("resnet50", n=64, target=0.999, **kw).feasible
+
+
+@pytest.mark.parametrize("kw", [dict(target=0.01, compression=1e6),
+                                dict(target=0.9, compression=1e12)])
+def test_a_needed_rate_below_1_mbit_is_the_floor_and_can_be_asked_again(kw):
+    rb = sm.required_bandwidth("bert", n=64, **kw)
+    assert rb.feasible and rb.bw == 1e6
+    assert "any line rate from 1 Mbit/s" in rb.message
+    assert sm.scaling_factor("bert", 64, rb.bw, compression=kw["compression"]) >= kw["target"]
+
+
+def test_a_ratio_just_above_one_is_not_printed_as_one():
+    res = sm.min_compression("bert", "59.1Gbps")
+    assert 1.0 < res.ratio < 1.001 and res.uncompressed_scaling_factor < 0.9
+    assert "needs 1x" not in res.message and "(uncompressed: 0.900)" not in res.message
+    assert "needs 1.0001x" in res.message
+
+
+@pytest.mark.parametrize("bw, said", [("500 kbps", "from 1 Mbit/s"), (5e5, "from 1 Mbit/s"),
+                                      (10, "did you mean 10Gbps")])
+def test_rates_below_1_mbit_get_a_hint_that_holds(bw, said):
+    with pytest.raises(sm.InvalidParameterError) as info:
+        sm.parse_bandwidth(bw)
+    text = str(info.value)
+    assert said in text and "to go lower" not in text and "500000Gbps" not in text
