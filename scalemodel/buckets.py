@@ -106,7 +106,10 @@ class BucketSizeResult:
 
     @property
     def speedup(self) -> float:
-        """Default iteration time over the best one, >= 1 [-]."""
+        """Default iteration time over the best candidate's [-]: >= 1 when the candidates
+        include the default (25 MB, as they do unless ``candidates`` leaves it out), below
+        1 when every candidate asked is slower than the default (the message then says
+        to keep it)."""
         return self.default_iteration_time / self.iteration_time
 
 

@@ -1052,8 +1052,9 @@ def _fixed_buckets(sc):
     """Break-even maps and grids need buckets that do not change with the network."""
     if sc.needs_plan:
         raise InvalidParameterError(
-            "fusion", "mg-wfbp", "replans its buckets for every network, so a grid or a "
-            "break-even rate has no fixed bucketing to compare",
+            "fusion", "mg-wfbp", "replans its buckets for every network and compression "
+            "ratio, and compressed_scaling_factor, breakeven_bandwidth and the break-even "
+            "maps compare compressors on one fixed bucketing",
             "Pass MGWFBP(startup, per_byte) with the start-up and per-byte times it planned "
             "with, or ask plan_compression one line rate at a time")
 
@@ -2006,7 +2007,10 @@ def plan_compression(model, bw, *, n=DEFAULT_N, target=DEFAULT_TARGET, utilizati
     _first_round(sc, n, codec, views, comps)  # the uncompressed evaluation among them
     sf_none = float(_sf(sc, _evaluate(sc, get_compressor("none"), n, codec), x))
     ideal = _ideal_compression(model, sc, n_job, bw_job, target, u, (gpu, loss, accounting),
-                               built, algorithm=algorithm, fusion=sc.fusion, alpha=alpha,
+                               built, algorithm=algorithm,
+                               # MG-WFBP: min_compression replans at every ratio
+                               fusion=built.fusion if built.needs_plan else sc.fusion,
+                               alpha=alpha,
                                gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
                                intra_bw=intra_bw, intra_alpha=intra_alpha,
                                ps_servers=ps_servers, cluster=cluster,
@@ -2359,6 +2363,28 @@ def _crossing(ev_a, ev_b):
     return float(x0 + (x1 - x0) * d0 / (d0 - d1))
 
 
+def _crossing_fast(ev_a, ev_b):
+    r"""For a compressor that loses on slow links (:func:`_crossing` ``inf``): ``x_f`` such
+    that it wins (:math:`d < 0`) for every :math:`x < x_f`, where latency outweighs the
+    bytes saved (an all-gather's :math:`n - 1` latencies against the ring's
+    :math:`2(n-1)`); None when it does not win even on an unlimited link."""
+    fa, pa, ta = _in_x(ev_a)
+    fb, pb, tb = _in_x(ev_b)
+    pts = np.unique(np.concatenate(([0.0], pa, pb)))
+    pts = pts[np.isfinite(pts)]
+    d = fa(pts) - fb(pts)
+    tol = 1e-12 * np.abs(fb(pts))
+    lose = np.flatnonzero(d >= -tol)
+    if lose.size and lose[0] == 0:
+        return None
+    if lose.size == 0:  # the root lies on the last ray, where d rises (tail > 0)
+        tail = ta - tb
+        return float(pts[-1] - d[-1] / tail) if tail > 0 else None
+    i = int(lose[0])
+    x0, x1, d0, d1 = pts[i - 1], pts[i], d[i - 1], d[i]
+    return float(x0 + (x1 - x0) * d0 / (d0 - d1))
+
+
 def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, cluster=None,
                         algorithm=None, fusion=None, alpha=None, gpus_per_node=None,
                         intra_bw=None, intra_alpha=None, ps_servers=None,
@@ -2429,8 +2455,10 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     Returns
     -------
     float or numpy.ndarray
-        Break-even line rate [bits/s]: ``0.0`` when the compressor never wins, ``inf``
-        when it wins at every line rate.
+        Break-even line rate [bits/s]: ``0.0`` when the compressor wins on no slow link
+        (it may still win on fast ones, where it saves latency: ``detail=True`` says
+        above which rate, :attr:`Breakeven.wins_above`), ``inf`` when it wins at every
+        line rate.
 
     Examples
     --------
@@ -2460,12 +2488,16 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
     out = []
     for nv, dv in zip(np.atleast_1d(n).ravel(), np.atleast_1d(replicas).ravel()):
         nv = int(nv)
-        x = _crossing(_evaluate(sc, comp, int(dv), codec), _evaluate(sc, none, int(dv), codec))
-        basis = "model"
+        ev_c, ev_0 = _evaluate(sc, comp, int(dv), codec), _evaluate(sc, none, int(dv), codec)
+        x = _crossing(ev_c, ev_0)
+        basis, above = "model", None
         if x <= 0:
             bw = math.inf
         elif math.isinf(x):
             bw = 0.0
+            xf = _crossing_fast(ev_c, ev_0) if detail else None
+            if xf is not None and xf > 0:  # it wins on fast links only
+                above = float(_line_rate_for(sc, 1.0 / (u * xf))) / float(scale)
         else:
             needed = 1.0 / (u * x)  # one ring's achieved bandwidth (its cluster's view)
             bw = float(_line_rate_for(sc, needed))
@@ -2473,7 +2505,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                 bw, basis = _beyond_ceiling(sc.cluster, needed, calibrated)
             bw = bw / float(scale)  # a NIC's line rate, not one ring's
         if detail:
-            res = _breakeven_result(bw, nv, calibrated, basis, sc.cluster)
+            res = _breakeven_result(bw, nv, calibrated, basis, sc.cluster, above)
             if _interval_clusters(sc.cluster):  # the same answer over the fit's intervals
                 from .intervals import answer_interval
 
@@ -2526,6 +2558,11 @@ class Breakeven:
         ``(lo, hi)`` break-even line rate over a fitted cluster's intervals and
         alternatives (:func:`~scalemodel.intervals.answer_interval`; an end ``None`` is
         unbounded); None without them [bits/s].
+    wins_above : float or None
+        With ``bw`` 0.0 (it wins on no slow link): the line rate above which it wins,
+        where the latency it saves outweighs the bytes (an all-gather compressor's
+        :math:`n - 1` latencies against the ring's :math:`2(n-1)`); None when it wins
+        there neither [bits/s].
     """
 
     bw: float
@@ -2535,6 +2572,7 @@ class Breakeven:
     within: bool
     message: str
     interval: tuple | None = None
+    wins_above: float | None = None
 
 
 def _outside_calibration(cluster, bw) -> str:
@@ -2592,9 +2630,12 @@ def _beyond_ceiling(cluster, needed, calibrated):
     return needed / u_cal * _NUDGE, "utilization"
 
 
-def _breakeven_result(bw, n, calibrated, basis, cluster):
+def _breakeven_result(bw, n, calibrated, basis, cluster, above=None):
     text = ("never" if bw == 0 else "at every line rate" if math.isinf(bw)
             else f"below {format_bandwidth(bw)}")
+    if bw == 0 and above is not None:
+        text = (f"on no slow link, only above {format_bandwidth(above)} (where latency "
+                "outweighs the bytes it saves)" if math.isfinite(above) else "never")
     span = ("" if calibrated is None else
             f"the calibration measured {format_bandwidth(calibrated[0])}"
             + ("" if calibrated[0] == calibrated[1] else f" to {format_bandwidth(calibrated[1])}"))
@@ -2603,7 +2644,9 @@ def _breakeven_result(bw, n, calibrated, basis, cluster):
             calibrated[0] * (1 - 1e-9) <= bw <= calibrated[1] * (1 + 1e-9)
         msg = f"wins {text}" + ("" if inside or not span else
                                 f"; outside what this calibration can tell ({span})")
-        return Breakeven(bw, n, basis, calibrated, inside, msg)
+        return Breakeven(bw, n, basis, calibrated, inside, msg,
+                         wins_above=above if above is not None and math.isfinite(above)
+                         else None)
     ceiling = format_bandwidth(cluster.ceiling / cluster.ring_share)  # a NIC's
     if basis == "ceiling":
         msg = (f"wins at every line rate up to the ceiling ({ceiling} achieved); whether it "

@@ -48,3 +48,32 @@ def test_rates_below_1_mbit_get_a_hint_that_holds(bw, said):
         sm.parse_bandwidth(bw)
     text = str(info.value)
     assert said in text and "to go lower" not in text and "500000Gbps" not in text
+
+
+def test_a_compressor_that_wins_on_fast_links_only_is_not_said_to_never_win():
+    """An all-gather compressor pays n - 1 latencies against the ring's 2(n - 1): at 4096
+    workers top-k loses on slow links and wins on fast ones; breakeven said 'wins never'."""
+    b = sm.breakeven_bandwidth("resnet50", "topk:0.001", n=4096, alpha=5e-6, detail=True)
+    assert b.bw == 0.0 and b.wins_above is not None and "only above" in b.message
+    gain = [sm.compressed_scaling_factor("resnet50", "topk:0.001", 4096, bw, alpha=5e-6)
+            - sm.compressed_scaling_factor("resnet50", "none", 4096, bw, alpha=5e-6)
+            for bw in (b.wins_above * 0.99, b.wins_above * 1.01)]
+    assert gain[0] < 0 < gain[1]
+    # one that wins below a rate keeps its answer and no wins_above
+    fp16 = sm.breakeven_bandwidth("resnet50", "fp16", n=64, detail=True)
+    assert fp16.bw > 400e9 and fp16.wins_above is None
+
+
+def test_the_plans_ideal_ratio_under_mg_wfbp_is_min_compressions():
+    """The plan's ideal ratio is documented as min_compression's; under MG-WFBP it was
+    solved on the buckets planned for the uncompressed network (14.4x against 4.81x)."""
+    p = sm.plan_compression("bert", "10Gbps", fusion="mg-wfbp")
+    mc = sm.min_compression("bert", "10Gbps", fusion="mg-wfbp")
+    assert p.ideal_ratio == pytest.approx(mc.ratio, rel=1e-12)
+    assert "4.81x" in p.message
+
+
+def test_a_single_mg_wfbp_comparison_is_refused_for_what_it_is():
+    with pytest.raises(sm.InvalidParameterError) as info:
+        sm.compressed_scaling_factor("bert", "fp16", 64, 1e10, fusion="mg-wfbp")
+    assert "a grid" not in str(info.value) and "one fixed bucketing" in str(info.value)

@@ -377,3 +377,20 @@ def test_the_plan_ranges_over_the_alternatives_too():
     assert alone.best.compressor == plan.best.compressor
     assert alone.best.setting == pytest.approx(plan.best.setting, rel=1e-3)
     assert "cannot tell apart" in plan.message and "cannot tell apart" not in alone.message
+
+
+def test_the_calibration_modules_interval_holds_every_answers_interval():
+    """calibrate.uncertainty.scaling_factor_interval (the calibration guide's) and
+    iteration_time's scaling_factor_interval disagreed on a fitted cluster: the first
+    left out the alternatives (0.889-0.928 against 0.804-0.965 on a DDP fit)."""
+    from scalemodel.calibrate.uncertainty import scaling_factor_interval as with_compute
+
+    cl = two_explanations()
+    for n in (16, 64):
+        it = sm.iteration_time("bert", n, "100Gbps", cluster=cl)
+        lo, hi = it.scaling_factor_interval
+        ci = with_compute("bert", n, "100Gbps", cluster=cl)
+        assert ci.lo <= lo + 1e-12 and ci.hi >= hi - 1e-12
+        assert ci.value == pytest.approx(it.scaling_factor, rel=1e-12)
+    both = with_compute("bert", [16, 64], "100Gbps", cluster=cl)
+    assert both.lo[1] == pytest.approx(with_compute("bert", 64, "100Gbps", cluster=cl).lo)

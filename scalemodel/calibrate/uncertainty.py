@@ -187,7 +187,10 @@ def _confidence(cluster):
 def scaling_factor_interval(model, n, bw, *, cluster, compute_interval=None,
                             **kwargs) -> PredictionInterval:
     """The scaling factor and its interval over the calibration's intervals, eq.
-    :eq:`interval-corners`.
+    :eq:`interval-corners`, with the compute interval. On a fitted cluster with
+    alternatives or a model discrepancy it also holds the interval every answer carries
+    (:func:`scalemodel.intervals.scaling_factor_interval`, what
+    ``iteration_time(...).scaling_factor_interval`` says), so the two never disagree.
 
     Parameters
     ----------
@@ -226,9 +229,39 @@ def scaling_factor_interval(model, n, bw, *, cluster, compute_interval=None,
     lo = scaling_factor(pw, n, bw, cluster=cw, **kwargs)
     hi = scaling_factor(pb, n, bw, cluster=cb, **kwargs)
     lo, hi = np.minimum(lo, value), np.maximum(hi, value)
+    lo, hi = _with_the_answers_interval(model, n, bw, cluster, value, lo, hi, kwargs)
     if np.ndim(value) == 0:
         value, lo, hi = float(value), float(lo), float(hi)
     return PredictionInterval(value, lo, hi, confidence=_confidence(cluster))
+
+
+def _with_the_answers_interval(model, n, bw, cluster, value, lo, hi, kwargs):
+    """``(lo, hi)`` widened to the interval every answer on a fitted cluster carries
+    (:func:`scalemodel.intervals.scaling_factor_interval`: its alternatives, prior
+    intervals and model discrepancy as well), so that this interval and
+    ``iteration_time(...).scaling_factor_interval`` never disagree: this one adds the
+    compute interval to it. Nothing changes on a cluster without them."""
+    from ..discrepancy import discrepancy_factor
+    from ..intervals import scaling_factor_interval as answer
+
+    cl = load_cluster(cluster)
+    if not (cl.alternatives or discrepancy_factor(cl) > 1.0):
+        return lo, hi
+    from ..units import parse_bandwidth
+
+    shape = np.broadcast(np.asarray(n), np.asarray(parse_bandwidth(bw))).shape
+    ns = np.broadcast_to(np.asarray(n), shape).ravel()
+    bws = np.broadcast_to(np.asarray(parse_bandwidth(bw), float), shape).ravel()
+    vs = np.broadcast_to(np.asarray(value, float), shape).ravel()
+    lo = np.array(np.broadcast_to(lo, shape), float).ravel()
+    hi = np.array(np.broadcast_to(hi, shape), float).ravel()
+    for i, (ni, bi, vi) in enumerate(zip(ns, bws, vs)):
+        iv = answer(model, int(ni), float(bi), cluster=cl, value=float(vi), **kwargs)
+        if iv.low is not None:
+            lo[i] = min(lo[i], iv.low)
+        if iv.high is not None:
+            hi[i] = max(hi[i], iv.high)
+    return lo.reshape(shape), hi.reshape(shape)
 
 
 def min_compression_interval(model, bw, *, cluster, compute_interval=None,
