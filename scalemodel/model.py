@@ -541,6 +541,43 @@ def _ignored(given, algorithm, topology, shard, mp, sequence_parallel, cluster,
     return ignored
 
 
+def _unit_cost_of_its_wrapper(cluster, strategy):
+    """``(cluster, ignored)``: a cluster whose per-bucket cost :math:`c_b` (its own or an
+    alternative's) was fitted under another sharding strategy than ``strategy`` loses it.
+    That cost is the data-parallel wrapper's work per unit (DDP's per 25 MB bucket,
+    FSDP's per wrapped block, up to a hundred times more), a property of the wrapper the
+    runs used, not of the cluster: charged per bucket of another wrapper it made a DDP
+    question on a cluster fitted with FSDP runs 14 times as uncertain as it is. The
+    ignored entry says so (a ModelWarning, and the result's settings)."""
+    fitted = (cluster.fit_settings.get("sharding") if cluster is not None else None)
+    if fitted is None:
+        return cluster, ()
+    alts = cluster.alternatives
+    if (cluster.bucket_overhead == 0.0 and "bucket_overhead" not in cluster.intervals
+            and not any(a.get("values", {}).get("bucket_overhead") for a in alts)):
+        return cluster, ()
+    if resolve_sharding(fitted).strategy == strategy:
+        return cluster, ()
+    kept = []
+    for a in alts:
+        a = dict(a, values={k: v for k, v in a.get("values", {}).items()
+                            if k != "bucket_overhead"},
+                 intervals={k: v for k, v in a.get("intervals", {}).items()
+                            if k != "bucket_overhead"})
+        if "free" in a:
+            a["free"] = [f for f in a["free"] if f != "bucket_overhead"]
+        kept.append(a)
+    value = max([cluster.bucket_overhead, *cluster.intervals.get("bucket_overhead", ()),
+                 *(a.get("values", {}).get("bucket_overhead") or 0.0 for a in alts)])
+    cluster = attrs.evolve(cluster, bucket_overhead=0.0, alternatives=tuple(kept),
+                           intervals={k: v for k, v in cluster.intervals.items()
+                                      if k != "bucket_overhead"})
+    return cluster, (("cluster.bucket_overhead", value,
+                      f"it is the work per unit of the wrapper the runs used "
+                      f"(sharding={fitted!r}), not of this one's (sharding={strategy!r}); "
+                      "fit runs of this wrapper to charge its own"),)
+
+
 def job_recompute_share(profile) -> float:
     """The share of activation recompute in a scenario's profile as a fitted cluster's
     recorded shares count it (``provenance["recompute_share_fit_basis"]``, set where the
@@ -733,6 +770,7 @@ class Scenario:
             mp_used = mp
             if cluster is not None:  # the NIC's fitted terms as one ring sees them
                 cluster = cluster.ring_view(bw_scale)
+        cluster, foreign = _unit_cost_of_its_wrapper(cluster, shard.strategy)
         if shard.sharded:
             policy = resolve_wrap(fusion, shard.strategy, profile)
         else:
@@ -742,7 +780,7 @@ class Scenario:
                                 nics_per_node=nics_per_node, intra_bw=intra_bw,
                                 intra_alpha=intra_alpha),
                            algorithm, topology, shard, mp, sequence_parallel, cluster,
-                           offloaded="offload_cpu_step" in profile.provenance)
+                           offloaded="offload_cpu_step" in profile.provenance) + foreign
         return cls(
             cluster=cluster,
             profile=profile,

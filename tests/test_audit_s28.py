@@ -77,3 +77,24 @@ def test_a_single_mg_wfbp_comparison_is_refused_for_what_it_is():
     with pytest.raises(sm.InvalidParameterError) as info:
         sm.compressed_scaling_factor("bert", "fp16", 64, 1e10, fusion="mg-wfbp")
     assert "a grid" not in str(info.value) and "one fixed bucketing" in str(info.value)
+
+
+def test_a_per_unit_cost_fitted_with_one_wrapper_is_not_charged_to_another():
+    """A cost per FSDP unit (an explanation of a ZeRO-3 fit, 7 ms per transformer block)
+    was charged per 25 MB DDP bucket of another question on the cluster (its interval
+    went down to 0.18 for Llama under DDP)."""
+    cl = sm.ClusterProfile(
+        name="fsdp-fit", fit_settings={"sharding": "zero3"},
+        alternatives=[{"free": ["compute_slowdown"], "values": {"compute_slowdown": 1.05},
+                       "intervals": {}, "score": 0.0},
+                      {"free": ["bucket_overhead"], "values": {"bucket_overhead": 7e-3},
+                       "intervals": {"bucket_overhead": [5e-3, 9e-3]}, "score": 0.5}],
+        compute_slowdown=1.05, provenance={"source": "test"})
+    with pytest.warns(sm.ModelWarning, match="work per unit of the wrapper the runs used"):
+        ddp = sm.iteration_time("resnet50", 64, "400Gbps", cluster=cl, sharding="none")
+    lo, hi = ddp.scaling_factor_interval
+    assert lo > 0.9 * hi
+    # the wrapper the runs used keeps it: an explanation charges it per unit
+    fsdp = sm.iteration_time("resnet50", 64, "400Gbps", cluster=cl)
+    assert fsdp.settings["sharding"] == "zero3"
+    assert fsdp.scaling_factor_interval[0] < 0.8 * fsdp.scaling_factor_interval[1]
