@@ -917,10 +917,12 @@ def _memory(model, n, sharding, gpu, optimizer, param_dtype, grad_dtype,
     group = _check_shard_group(shard_group, strategy, ns)
     mp = _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
                                virtual_stages, sequence_parallel)
-    if mp is not None and _count_or_none(gpus_per_node) is not None:  # as the time model
+    node = _count_or_none(gpus_per_node)
+    if mp is not None and (node is not None or spec.gpus_per_server):  # as the time model
         from .parallel import check_tp_in_node
 
-        check_tp_in_node(mp, cfg.heads, int(gpus_per_node))
+        check_tp_in_node(mp, cfg.heads, int(node or spec.gpus_per_server),
+                         usual=node is None)
     if sequence_parallel and (mp is None or mp.tp == 1):  # said, not silently dropped
         from .parallel import SEQUENCE_PARALLEL_IGNORED
 

@@ -729,13 +729,15 @@ class Scenario:
             from .memory import check_config_fields
 
             check_config_fields(cfg)
+        from_fit = False
         if cluster is not None:  # what the cluster was fitted under, unless given
             cluster = load_cluster(cluster)
+            from_fit = sharding is None and cluster.fit_settings.get("sharding") is not None
             algorithm, fusion, sharding = cluster.settings_defaults(algorithm, fusion,
                                                                     sharding)
         shard = _with_shard_group(resolve_sharding(sharding), shard_group)
         if isinstance(cfg, dict):  # a pipeline the model cannot be split into is said
-            _refuse_sharded_pipeline(shard, pp)  # first (before micro-batches are asked)
+            _refuse_sharded_pipeline(shard, pp, from_fit)  # first (before micro-batches)
             check_pipeline_layers(pp, cfg.get("layers"), profile.name)
         mp = resolve_model_parallel(tp, pp, microbatches, profile.grad_accum,
                                     virtual_stages, sequence_parallel)
@@ -2193,14 +2195,15 @@ TOPOLOGY_DOC = """alpha : float or None
         :class:`~scalemodel.exceptions.ModelWarning`; not a bool: ParameterTypeError [-]."""
 
 
-def _refuse_sharded_pipeline(shard, pp):
+def _refuse_sharded_pipeline(shard, pp, from_fit=False):
     """Refuse sharding with a pipeline (``pp`` an integer > 1; anything else in it is
     left to :func:`~scalemodel.parallel.resolve_model_parallel`), which is not modelled
-    [-]."""
+    [-]; ``from_fit``: the sharding is the cluster's fit setting, not the caller's."""
     if (shard.sharded and isinstance(pp, (int, np.integer))
             and not isinstance(pp, (bool, np.bool_)) and pp > 1):
+        where = " (the cluster's fit setting: it was fitted under it)" if from_fit else ""
         raise InvalidParameterError(
-            "pp", pp, f"sharding={shard.strategy!r} with pipeline parallelism "
+            "pp", pp, f"sharding={shard.strategy!r}{where} with pipeline parallelism "
             "is not modelled (tensor parallelism with sharding is: tp=, pp=1)",
             "Use sharding='none' (DDP across the replicas), or pp=1")
 

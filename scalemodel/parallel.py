@@ -527,13 +527,28 @@ def check_against(mp, profile, options):
     cfg = _config(profile, mp)
     layers, heads = int(cfg["layers"]), int(cfg["heads"])
     check_config(mp, layers, heads, profile.name, cfg.get("kv_heads"), cfg.get("ffn"))
-    check_tp_in_node(mp, heads, options.gpus_per_node)
+    gpn = options.gpus_per_node
+    check_tp_in_node(mp, heads, gpn if gpn is not None else usual_server(profile),
+                     usual=gpn is None)
     return cfg
 
 
-def check_tp_in_node(mp, heads, gpus_per_node):
+def usual_server(profile):
+    """GPUs in the usual server of a FLOP-derived profile's built-in GPU (the node a
+    tensor-parallel group must fit in when no ``gpus_per_node`` is given), or None [-]."""
+    from .efficiency import gpu_name_of
+    from .hardware import get_gpu
+
+    name = gpu_name_of(profile)
+    try:
+        return None if name is None else get_gpu(name).gpus_per_server
+    except (InvalidParameterError, ParameterTypeError):  # a GPU that is not built in
+        return None
+
+
+def check_tp_in_node(mp, heads, gpus_per_node, usual=False):
     """Raise unless the tensor-parallel degree divides a node's GPUs (``gpus_per_node``
-    None: no nodes, nothing to check) [-].
+    None: no nodes, nothing to check; ``usual``: the GPU's usual server, none given) [-].
 
     Raises
     ------
@@ -543,8 +558,10 @@ def check_tp_in_node(mp, heads, gpus_per_node):
     """
     gpn = gpus_per_node
     if gpn is not None and gpn % mp.tp:
+        node = (f"the {gpn} GPUs of the GPU's usual server (gpus_per_node= for another)"
+                if usual else f"gpus_per_node={gpn}")
         raise InvalidParameterError(
-            "tp", mp.tp, f"tensor parallelism inside a node must divide gpus_per_node={gpn}:"
+            "tp", mp.tp, f"tensor parallelism inside a node must divide {node}:"
             f" valid are {[d for d in _divisors(gpn) if heads % d == 0]} (across nodes it "
             "is not modelled)")
 

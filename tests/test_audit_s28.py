@@ -98,3 +98,19 @@ def test_a_per_unit_cost_fitted_with_one_wrapper_is_not_charged_to_another():
     fsdp = sm.iteration_time("resnet50", 64, "400Gbps", cluster=cl)
     assert fsdp.settings["sharding"] == "zero3"
     assert fsdp.scaling_factor_interval[0] < 0.8 * fsdp.scaling_factor_interval[1]
+
+
+def test_tensor_parallelism_beyond_the_gpus_usual_server_is_refused_without_a_topology():
+    """tp=16 on H100s without gpus_per_node was taken as NVLink inside one node; with
+    gpus_per_node=8 it was refused. The GPU's usual server is the node now, as memory's."""
+    for call in (lambda: sm.iteration_time("llama-2-7b", 16, "10Gbps", tp=16),
+                 lambda: sm.memory("llama-2-7b", n=16, tp=16)):
+        with pytest.raises(sm.InvalidParameterError, match="usual server"):
+            call()
+    assert sm.iteration_time("llama-2-7b", 16, "10Gbps", tp=8).total > 0
+
+
+def test_a_refusal_says_the_sharding_came_from_the_cluster():
+    cl = sm.ClusterProfile(fit_settings={"sharding": "zero3"}, provenance={"source": "t"})
+    with pytest.raises(sm.InvalidParameterError, match="the cluster's fit setting"):
+        sm.iteration_time("llama-2-7b", 16, "100Gbps", cluster=cl, pp=2, microbatches=4)
