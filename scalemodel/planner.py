@@ -2458,8 +2458,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
         Break-even line rate [bits/s]: ``0.0`` when the compressor wins on no slow link
         (it may still win on fast ones, where it saves latency: ``detail=True`` says
         above which rate, :class:`~scalemodel.planner.Breakeven`'s ``wins_above``), ``inf``
-        when it wins at every
-        line rate.
+        when it wins at every line rate.
 
     Examples
     --------
