@@ -546,7 +546,10 @@ def _sf_lazy(sc, n, x_eff, compressed, *, r=1.0, bw=None):
 
 def below(limit, target):
     """``limit`` printed with as many digits as it takes to differ from ``target`` (a limit of
-    0.99966 below a target of 1 reads "0.99966", never "1.000")."""
+    0.99966 below a target of 1 reads "0.99966", never "1.000"; 2.3e-15 reads "2.3e-15",
+    never "0.000")."""
+    if 0.0 < limit < 1e-3:
+        return f"{limit:.3g}"
     for digits in range(3, 13):
         text = f"{limit:.{digits}f}"
         if float(text) < target:

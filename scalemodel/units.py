@@ -214,8 +214,9 @@ def parse_bandwidth(bw, parameter: str = "bw"):
 def _format_one(value: float) -> str:
     if not math.isfinite(value):
         return f"{value} bit/s"
+    rounded = float(f"{value:.4g}")  # the unit of the printed digits: never "1000 Gbit/s"
     for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
+        if abs(rounded) >= scale:
             return f"{value / scale:.4g} {prefix}bit/s"
     return f"{value:.4g} bit/s"
 

@@ -114,3 +114,10 @@ def test_a_refusal_says_the_sharding_came_from_the_cluster():
     cl = sm.ClusterProfile(fit_settings={"sharding": "zero3"}, provenance={"source": "t"})
     with pytest.raises(sm.InvalidParameterError, match="the cluster's fit setting"):
         sm.iteration_time("llama-2-7b", 16, "100Gbps", cluster=cl, pp=2, microbatches=4)
+
+
+def test_printed_rates_and_scaling_factors_keep_their_meaning():
+    assert sm.format_bandwidth(999.9996e9) == "1 Tbit/s"
+    assert sm.format_bandwidth(999999.6) == "1 Mbit/s"
+    res = sm.min_compression("llama-3-70b", 1e6, n=100000, utilization=1e-9)
+    assert "(uncompressed: 0.000" not in res.message
