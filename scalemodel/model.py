@@ -541,22 +541,26 @@ def _ignored(given, algorithm, topology, shard, mp, sequence_parallel, cluster,
     return ignored
 
 
-def _unit_cost_of_its_wrapper(cluster, strategy):
+def _unit_cost_of_its_wrapper(cluster, shard):
     """``(cluster, ignored)``: a cluster whose per-bucket cost :math:`c_b` (its own or an
-    alternative's) was fitted under another sharding strategy than ``strategy`` loses it.
-    That cost is the data-parallel wrapper's work per unit (DDP's per 25 MB bucket,
-    FSDP's per wrapped block, up to a hundred times more), a property of the wrapper the
-    runs used, not of the cluster: charged per bucket of another wrapper it made a DDP
-    question on a cluster fitted with FSDP runs 14 times as uncertain as it is. The
-    ignored entry says so (a ModelWarning, and the result's settings)."""
+    alternative's) was fitted under a sharding ``shard`` does not count in units of the
+    same kind loses it. That cost is the data-parallel wrapper's work per unit: per
+    gradient bucket where the parameters are not gathered per unit (DDP, ZeRO-1 and
+    ZeRO-2, as :func:`~scalemodel.fit_problem` counts them), per wrapped unit where they
+    are (ZeRO-3, HSDP: FSDP's fetch, release and partition hooks per block, up to a
+    hundred times more). Charged per bucket of the other kind it made a DDP question on a
+    cluster fitted with FSDP runs 14 times as uncertain as it is. The ignored entry says
+    so (a ModelWarning, and the result's settings)."""
     fitted = (cluster.fit_settings.get("sharding") if cluster is not None else None)
     if fitted is None:
         return cluster, ()
     alts = cluster.alternatives
-    if (cluster.bucket_overhead == 0.0 and "bucket_overhead" not in cluster.intervals
-            and not any(a.get("values", {}).get("bucket_overhead") for a in alts)):
+    values = [cluster.bucket_overhead, *(a.get("values", {}).get("bucket_overhead") or 0.0
+                                         for a in alts)]
+    if max(values) == 0.0 and "bucket_overhead" not in cluster.intervals:
         return cluster, ()
-    if resolve_sharding(fitted).strategy == strategy:
+    fitted_units = resolve_sharding(fitted)
+    if bool(fitted_units.full_shard) == bool(shard.full_shard):
         return cluster, ()
     kept = []
     for a in alts:
@@ -567,15 +571,16 @@ def _unit_cost_of_its_wrapper(cluster, strategy):
         if "free" in a:
             a["free"] = [f for f in a["free"] if f != "bucket_overhead"]
         kept.append(a)
-    value = max([cluster.bucket_overhead, *cluster.intervals.get("bucket_overhead", ()),
-                 *(a.get("values", {}).get("bucket_overhead") or 0.0 for a in alts)])
+    value = max(values)
     cluster = attrs.evolve(cluster, bucket_overhead=0.0, alternatives=tuple(kept),
                            intervals={k: v for k, v in cluster.intervals.items()
                                       if k != "bucket_overhead"})
+    kind = ("wrapped unit" if fitted_units.full_shard else "gradient bucket")
     return cluster, (("cluster.bucket_overhead", value,
-                      f"it is the work per unit of the wrapper the runs used "
-                      f"(sharding={fitted!r}), not of this one's (sharding={strategy!r}); "
-                      "fit runs of this wrapper to charge its own"),)
+                      f"it is the work per {kind} of the wrapper the runs used ("
+                      f"{fitted_units.strategy}), not a cost of this question's "
+                      f"{'wrapped units' if shard.full_shard else 'gradient buckets'} "
+                      f"({shard.strategy}); fit runs of this wrapper to charge its own"),)
 
 
 def job_recompute_share(profile) -> float:
@@ -772,7 +777,7 @@ class Scenario:
             mp_used = mp
             if cluster is not None:  # the NIC's fitted terms as one ring sees them
                 cluster = cluster.ring_view(bw_scale)
-        cluster, foreign = _unit_cost_of_its_wrapper(cluster, shard.strategy)
+        cluster, foreign = _unit_cost_of_its_wrapper(cluster, shard)
         if shard.sharded:
             policy = resolve_wrap(fusion, shard.strategy, profile)
         else:

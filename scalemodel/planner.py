@@ -2332,6 +2332,17 @@ def _in_x(ev):
     return (lambda x: env(np.maximum(k1 * np.asarray(x, float), k2))), pts, tail
 
 
+def _difference(ev_a, ev_b):
+    """``(x, d, tol, tail)``: the merged breakpoints of the two iteration times in
+    :math:`x` (0 first), their difference there (``ev_a``'s minus ``ev_b``'s) [s], its
+    rounding tolerance [s] and its slope beyond the last break [s/(s/bit)]."""
+    fa, pa, ta = _in_x(ev_a)
+    fb, pb, tb = _in_x(ev_b)
+    pts = np.unique(np.concatenate(([0.0], pa, pb)))
+    pts = pts[np.isfinite(pts)]
+    return pts, fa(pts) - fb(pts), 1e-12 * np.abs(fb(pts)), ta - tb
+
+
 def _crossing(ev_a, ev_b):
     r"""Where the iteration time of ``ev_a`` (with compression) drops below that of
     ``ev_b`` (without) for good, in the network's :math:`x = 1/(u B)`.
@@ -2344,13 +2355,7 @@ def _crossing(ev_a, ev_b):
     :math:`x > x^*` (0.0: everywhere), or ``inf`` when :math:`d \ge 0` as
     :math:`x \to \infty`.
     """
-    fa, pa, ta = _in_x(ev_a)
-    fb, pb, tb = _in_x(ev_b)
-    pts = np.unique(np.concatenate(([0.0], pa, pb)))
-    pts = pts[np.isfinite(pts)]
-    d = fa(pts) - fb(pts)
-    tol = 1e-12 * np.abs(fb(pts))
-    tail = ta - tb  # slope of d beyond the last break
+    pts, d, tol, tail = _difference(ev_a, ev_b)
     if tail > 0 or (tail == 0 and d[-1] >= -tol[-1]):
         return math.inf
     lose = np.flatnonzero(d >= -tol)
@@ -2368,17 +2373,11 @@ def _crossing_fast(ev_a, ev_b):
     that it wins (:math:`d < 0`) for every :math:`x < x_f`, where latency outweighs the
     bytes saved (an all-gather's :math:`n - 1` latencies against the ring's
     :math:`2(n-1)`); None when it does not win even on an unlimited link."""
-    fa, pa, ta = _in_x(ev_a)
-    fb, pb, tb = _in_x(ev_b)
-    pts = np.unique(np.concatenate(([0.0], pa, pb)))
-    pts = pts[np.isfinite(pts)]
-    d = fa(pts) - fb(pts)
-    tol = 1e-12 * np.abs(fb(pts))
+    pts, d, tol, tail = _difference(ev_a, ev_b)
     lose = np.flatnonzero(d >= -tol)
     if lose.size and lose[0] == 0:
         return None
     if lose.size == 0:  # the root lies on the last ray, where d rises (tail > 0)
-        tail = ta - tb
         return float(pts[-1] - d[-1] / tail) if tail > 0 else None
     i = int(lose[0])
     x0, x1, d0, d1 = pts[i - 1], pts[i], d[i - 1], d[i]

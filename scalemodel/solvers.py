@@ -645,20 +645,51 @@ def _bisect_floats(sf_of, lo, hi, target):
     return float(np.int64(ib).view(np.float64))
 
 
-def _scan_up(sf_of, lo, hi, target):
-    """``(a, b)``: ``b`` the first of ``lo, 2 lo, 4 lo, ...`` (up to ``hi``) where
-    ``sf_of`` reaches ``target``, ``a`` the value before it; None when none does. For a
-    scaling factor that can fall as the value rises, MG-WFBP's on a cluster with a cost
-    per bucket on the compute path (its plan, made for the communication channel, splits
-    into more buckets on faster links), so that the value at the top alone cannot say
-    that nothing reaches the target."""
-    a = float(lo)
-    b = min(2.0 * a, hi)
-    while float(sf_of(np.float64(b))) < target:
-        if b >= hi:
-            return None
-        a, b = b, min(2.0 * b, hi)
-    return a, b
+def _may_fall(sc) -> bool:
+    """Whether the scaling factor of ``sc`` can fall as the line rate or the ratio rises:
+    MG-WFBP's plan, made for the communication channel, splits into more buckets on
+    faster links, and on a cluster with a per-bucket cost on the compute path
+    (``bucket_overhead``) each bucket more costs the step."""
+    return sc.needs_plan and sc.cluster is not None and sc.cluster.bucket_overhead > 0.0
+
+
+_GRID_STEP = 1.05  # the geometric step of the scan for a scaling factor that can fall
+
+
+def _first_reaching(sf_of, lo, hi, target):
+    """``(value, best, at)``: the least value in ``[lo, hi]`` where ``sf_of`` reaches
+    ``target`` (None if none does), and the largest scaling factor seen with where, for a
+    scaling factor that can fall as the value rises (:func:`_may_fall`). A geometric grid
+    of step :data:`_GRID_STEP` (vectorized), refined tenfold in the steps before the first
+    reaching point that come within 0.5 % of the target (and around the best point when
+    none reaches it); the first reaching point is then bracketed by its predecessor and
+    bisected (:func:`_bisect_floats`). A window above the target narrower than a tenth of
+    a step, or one that no grid point comes near, can be missed."""
+    k = max(1, int(math.ceil(math.log(hi / lo) / math.log(_GRID_STEP))))
+    pts = np.minimum(lo * _GRID_STEP ** np.arange(k + 1), hi)
+    sf = np.asarray(sf_of(pts), float)
+    hit = np.flatnonzero(sf >= target)
+    # a window narrower than the step: refine (10 points) the steps before the first hit
+    # that come within 0.5 % of the target, and the one around the best point
+    end = int(hit[0]) if hit.size else k
+    near = np.flatnonzero(np.maximum(sf[:end], sf[1:end + 1]) >= target * (1 - 5e-3))
+    j = int(np.argmax(sf))
+    steps = sorted(set(near.tolist()) | ({max(j - 1, 0), min(j, k - 1)} if not hit.size
+                                         else set()))
+    if steps:
+        fine = np.concatenate([np.geomspace(pts[i], pts[i + 1], 11)[1:-1] for i in steps])
+        pts, sf = np.concatenate([pts, fine]), np.concatenate([sf, sf_of(fine)])
+        order = np.argsort(pts, kind="stable")
+        pts, sf = pts[order], sf[order]
+        hit = np.flatnonzero(sf >= target)
+    best = int(np.argmax(sf))
+    if hit.size == 0:
+        return None, float(sf[best]), float(pts[best])
+    i = int(hit[0])
+    if i == 0:
+        return float(pts[0]), float(sf[best]), float(pts[best])
+    return _bisect_floats(sf_of, float(pts[i - 1]), float(pts[i]), target), \
+        float(sf[best]), float(pts[best])
 
 
 def _limit_message(what, limit, target):
@@ -894,18 +925,22 @@ def _min_compression_planned(sc, bw, n, target, u, x_net, explain) -> Compressio
             message=(f"no compression needed: {p.name} on {n} workers at "
                      f"{_bw_text(bw)} already scales {sf1:.3f} >= {target:g}"),
             critical_parts=parts, **common)
-    if sf_inf >= target:
-        ratio = _bisect_floats(sf_of, 1.0, top, target)
-    else:  # (it can fall as the ratio rises: a scan of the realistic ratios)
-        bracket = _scan_up(sf_of, 1.0, max(1.0, _SCAN_TOP / (u_eff * bw)), target)
-        ratio = None if bracket is None else _bisect_floats(sf_of, *bracket, target)
+    best = None
+    if _may_fall(sc):  # (it can fall as the ratio rises: a scan of the realistic ratios)
+        ratio, best, best_at = _first_reaching(sf_of, 1.0, max(2.0, _SCAN_TOP / (u_eff * bw)),
+                                               target)
+    else:
+        ratio = _bisect_floats(sf_of, 1.0, top, target) if sf_inf >= target else None
     if ratio is None:
         _, bind, parts = at(top)
+        why = _why_not(bind, parts, sf_inf, target).format(what="compression")
+        if best is not None and best > sf_inf:
+            why = (f"the most any ratio reaches is {below(best, target)} < target "
+                   f"{target:g} (at {best_at:.3g}x; MG-WFBP's plan splits into more buckets "
+                   "on faster links, each with the cluster's bucket_overhead)")
         return CompressionResult(ratio=math.inf, feasible=False, scaling_factor=sf_inf,
                                  binding=bind, message="no compression ratio is enough: "
-                                 + _why_not(bind, parts, sf_inf, target).format(
-                                     what="compression"),
-                                 critical_parts=parts, **common)
+                                 + why, critical_parts=parts, **common)
     sf = float(sf_of(np.float64(ratio)))
     _, bind, parts = at(ratio)
     return CompressionResult(
@@ -1035,28 +1070,38 @@ def required_bandwidth(model, *, n=DEFAULT_N, target=DEFAULT_TARGET, compression
     sc = build(cluster)
     _accounting(accounting, sc)  # "fsdp" against the strategy and offload, before solving
     n_dp = sc.data_parallel(n, 1.0)[0]  # scalemodel.parallel (unchanged without tp/pp)
-    res = _with_interval(_solve_bandwidth(sc, n_dp, target, r, u), sc,
-                         lambda t: lambda cl: _corner_bw(_corner(sc, cl, build), n_dp, t,
-                                                         r, u),
+    res = _with_interval(_at_least_the_floor(_solve_bandwidth(sc, n_dp, target, r, u), sc,
+                                             n_dp, r, u), sc,
+                         lambda t: lambda cl: _floored(_corner_bw(_corner(sc, cl, build),
+                                                                  n_dp, t, r, u)),
                          target, "bw", "bw", model, n_dp)
-    res = _at_least_the_floor(res, sc, n_dp, r, u)
     _pressure_unanswered(sc, n, "required line rate")
     return _for_the_job(_with_memory(res, sc, n_dp, gpu, loss, accounting, fragmentation), sc, n)
 
 
+def _floored(bw):
+    """A corner's line rate below 1 Mbit/s as that floor (:func:`_at_least_the_floor`)."""
+    return MIN_TEXT_BANDWIDTH if 0.0 < bw < MIN_TEXT_BANDWIDTH else bw
+
+
 def _at_least_the_floor(res, sc, n, r, u) -> BandwidthResult:
     """A needed line rate below 1 Mbit/s, the least the library takes
-    (:data:`~scalemodel.units.MIN_TEXT_BANDWIDTH`), answered as that floor (interval ends
-    too): any rate the library takes reaches the target, and the answer can be asked
-    again (``bw=`` refuses the rate below it)."""
+    (:data:`~scalemodel.units.MIN_TEXT_BANDWIDTH`), answered as that floor, with the
+    scaling factor, binding and parts there: the scaling factor does not fall as the rate
+    rises on this path (:func:`_may_fall` scans from the floor), so any rate the library
+    takes reaches the target, and the answer can be asked again (``bw=`` refuses the rate
+    below it)."""
     floor = MIN_TEXT_BANDWIDTH
-    iv = res.interval
-    if iv is not None:
-        iv = tuple(floor if v is not None and 0.0 < v < floor else v for v in iv)
     if not (res.feasible and 0.0 < res.bw < floor):
-        return res if iv == res.interval else attrs.evolve(res, interval=iv)
+        return res
+    u_eff = float(effective_utilization(sc, floor, u))
+    x = 1.0 / (u_eff * floor * r)
+    scp = sc.planned(n, x, r)
+    sf, why = _sf_lazy(scp, n, float(scp.x_effective(n, x, r)), r > 1, r=r, bw=floor)
+    bind, parts = why()
     return attrs.evolve(
-        res, bw=floor, interval=iv, scaling_factor=float(_public_sf(sc, n, floor, u, r)),
+        res, bw=floor, scaling_factor=float(_public_sf(sc, n, floor, u, r)), binding=bind,
+        critical_parts=parts,
         message=(f"{sc.profile.name} on {n} workers reaches {res.target:g} at any line rate "
                  f"from 1 Mbit/s, the least scalemodel takes (it needs at most "
                  f"{format_bandwidth(res.bw)}; compression {r:g}x, utilization {u:g})"))
@@ -1084,24 +1129,33 @@ def _solve_bandwidth_planned(sc, n, target, r, u, explain) -> BandwidthResult:
     def planned_at(b):  # the plan scaling_factor makes at line rate b
         return sc.planned(n, 1.0 / (float(effective_utilization(sc, b, u)) * b * r), r)
 
-    lo, top = 1.0, _TOP / (u * r)
-    sf_lo = float(sf_of(np.float64(lo)))
-    if sf_lo >= target:  # (1 bit/s does: the floor is the answer, _at_least_the_floor)
-        res = _required_bandwidth(planned_at(lo), n, target, r, u, explain)
-        if res.bw == 0.0:  # nothing crosses the network
-            return attrs.evolve(res, feasible=True, scaling_factor=sf_lo)
-        return attrs.evolve(res, bw=lo, feasible=True, scaling_factor=sf_lo)
-    bracket = (lo, top)
-    if float(sf_of(np.float64(top))) < target:  # (it can fall as the rate rises: a scan)
-        bracket = _scan_up(sf_of, lo, max(lo, min(top, _SCAN_TOP / (u * r))), target)
-    if bracket is None:
-        res = _required_bandwidth(planned_at(top), n, target, r, u, explain)
-        if res.feasible:  # (that plan alone would reach it: the replanned curve does not)
-            res = attrs.evolve(res, bw=math.inf, feasible=False, message=(
-                f"no bandwidth is enough: {p.name} on {n} workers reaches only "
-                f"{below(res.max_scaling_factor, target)} < target {target:g}"))
-        return res
-    bw = _bisect_floats(sf_of, *bracket, target)
+    top = _TOP / (u * r)
+    if _may_fall(sc):  # (it can fall as the rate rises: a scan of the realistic rates)
+        lo = MIN_TEXT_BANDWIDTH
+        bw, best, best_at = _first_reaching(sf_of, lo, _SCAN_TOP, target)
+        if bw is None:
+            res = _required_bandwidth(planned_at(_SCAN_TOP), n, target, r, u, explain)
+            return attrs.evolve(res, bw=math.inf, feasible=False, message=(
+                f"no bandwidth is enough: {p.name} on {n} workers reaches at most "
+                f"{below(best, target)} < target {target:g} at any line rate from 1 Mbit/s "
+                f"(at {format_bandwidth(best_at)}; MG-WFBP's plan splits into more buckets "
+                "on faster links, each with the cluster's bucket_overhead)"))
+    else:
+        lo = 1.0
+        sf_lo = float(sf_of(np.float64(lo)))
+        if sf_lo >= target:  # (1 bit/s does: the floor is the answer, _at_least_the_floor)
+            res = _required_bandwidth(planned_at(lo), n, target, r, u, explain)
+            if res.bw == 0.0:  # nothing crosses the network
+                return attrs.evolve(res, feasible=True, scaling_factor=sf_lo)
+            return attrs.evolve(res, bw=lo, feasible=True, scaling_factor=sf_lo)
+        if float(sf_of(np.float64(top))) < target:
+            res = _required_bandwidth(planned_at(top), n, target, r, u, explain)
+            if res.feasible:  # (that plan alone would reach it: the replanned curve does not)
+                res = attrs.evolve(res, bw=math.inf, feasible=False, message=(
+                    f"no bandwidth is enough: {p.name} on {n} workers reaches only "
+                    f"{below(res.max_scaling_factor, target)} < target {target:g}"))
+            return res
+        bw = _bisect_floats(sf_of, lo, top, target)
     scp = planned_at(bw)
     u_eff = effective_utilization(scp, bw, u)
     sf, why = _sf_lazy(scp, n, float(scp.x_effective(n, 1.0 / (u_eff * bw * r), r)),

@@ -23,49 +23,10 @@ def _ring_steps(s, n, red):
         yield 1, s / n, 0.0
 
 
-def _btree(n, rank):
-    """NCCL's binary tree (src/graph/trees.cc, ncclGetBtree): (parent, children)."""
-    bit = 1
-    while bit < n and not bit & rank:
-        bit <<= 1
-    if rank == 0:
-        return -1, [bit >> 1] if n > 1 else []
-    up = (rank ^ bit) | (bit << 1)
-    if up >= n:
-        up = rank ^ bit
-    low, kids = bit >> 1, []
-    if low:
-        kids.append(rank - low)
-        d1 = rank + low
-        while d1 >= n:
-            d1 = rank + low if low else -1
-            low >>= 1
-        if d1 != -1:
-            kids.append(d1)
-    return up, kids
-
-
-def _dtree_busiest(n):
-    """The most a rank sends, in buffers, over NCCL's double binary tree (ncclGetDtree:
-    the second tree shifts the first by one on an odd count, mirrors it on an even one):
-    half the buffer to its parent (reduce) and to each child (broadcast) in each tree."""
-    most = 0.0
-    for r in range(n):
-        u0, k0 = _btree(n, r)
-        if n % 2:
-            u, k = _btree(n, (r - 1 + n) % n)
-            u1, k1 = (-1 if u == -1 else (u + 1) % n), [(c + 1) % n for c in k]
-        else:
-            u, k = _btree(n, n - 1 - r)
-            u1, k1 = (-1 if u == -1 else n - 1 - u), [n - 1 - c for c in k]
-        most = max(most, 0.5 * ((u0 != -1) + len(k0) + (u1 != -1) + len(k1)))
-    return most
-
-
 def _tree_steps(s, n, red):
     depth = math.ceil(math.log2(n))
     # pipelined double binary tree: the busiest rank's sends, half going up, half down
-    half = _dtree_busiest(n) * s / 2
+    half = _dtree_send_per_direction(n) * s / 2  # NCCL's trees over one-GPU nodes
     yield depth, half, red(s)
     yield depth, half, 0.0
 

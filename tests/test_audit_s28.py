@@ -90,7 +90,7 @@ def test_a_per_unit_cost_fitted_with_one_wrapper_is_not_charged_to_another():
                       {"free": ["bucket_overhead"], "values": {"bucket_overhead": 7e-3},
                        "intervals": {"bucket_overhead": [5e-3, 9e-3]}, "score": 0.5}],
         compute_slowdown=1.05, provenance={"source": "test"})
-    with pytest.warns(sm.ModelWarning, match="work per unit of the wrapper the runs used"):
+    with pytest.warns(sm.ModelWarning, match="work per wrapped unit of the wrapper the runs used"):
         ddp = sm.iteration_time("resnet50", 64, "400Gbps", cluster=cl, sharding="none")
     lo, hi = ddp.scaling_factor_interval
     assert lo > 0.9 * hi
@@ -121,3 +121,43 @@ def test_printed_rates_and_scaling_factors_keep_their_meaning():
     assert sm.format_bandwidth(999999.6) == "1 Mbit/s"
     res = sm.min_compression("llama-3-70b", 1e6, n=100000, utilization=1e-9)
     assert "(uncompressed: 0.000" not in res.message
+
+
+@pytest.mark.parametrize("fit, ask, drops", [
+    ("none", "zero1", False), ("zero1", "zero2", False), ("zero2", "none", False),
+    ("zero3", "hybrid_shard", False), ("zero3", "none", True), ("none", "zero3", True)])
+def test_the_per_unit_cost_follows_the_kind_of_unit(fit, ask, drops):
+    """Gradient buckets (DDP, ZeRO-1/2) and wrapped units (ZeRO-3, HSDP) are the two
+    kinds the fit counts; the cost moves between strategies of one kind."""
+    import warnings
+
+    cl = sm.ClusterProfile(fit_settings={"sharding": fit}, bucket_overhead=2e-4,
+                           provenance={"source": "t"})
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        sm.iteration_time("resnet50", 64, "100Gbps", cluster=cl, sharding=ask)
+    assert any("bucket_overhead" in str(w.message) for w in said) == drops
+
+
+def test_mg_wfbp_answers_are_the_first_rate_or_ratio_reaching_the_target():
+    """The audit's cases: a window above the target narrower than a factor of two, one
+    that opens and closes, and a target reached only below 1 Mbit/s."""
+    cl = sm.ClusterProfile(bucket_overhead=300e-6, provenance={"source": "test"})
+    kw = dict(cluster=cl, fusion="mg-wfbp")
+    rb = sm.required_bandwidth("resnet50", n=64, target=0.95, **kw)
+    assert rb.feasible and rb.bw < 25e9
+    assert sm.scaling_factor("resnet50", 64, rb.bw, **kw) >= 0.95
+    assert sm.min_compression("resnet50", "10Gbps", n=64, target=0.95, **kw).feasible
+    cl = sm.ClusterProfile(bucket_overhead=80e-6, provenance={"source": "test"})
+    kw = dict(cluster=cl, fusion="mg-wfbp")
+    assert sm.required_bandwidth("bert", n=64, target=0.9131, **kw).bw < 66.1e9
+    assert sm.min_compression("bert", "20Gbps", n=64, target=0.9131, **kw).ratio < 3.31
+    cl = sm.ClusterProfile(bucket_overhead=5e-3, provenance={"source": "test"})
+    low = sm.required_bandwidth("resnet50", n=64, target=0.3, compression=1e6,
+                                cluster=cl, fusion="mg-wfbp")
+    assert not low.feasible and "from 1 Mbit/s" in low.message
+
+
+def test_the_floor_answer_says_what_binds_at_the_floor():
+    rb = sm.required_bandwidth("bert", n=64, target=0.01, compression=1e6)
+    assert rb.bw == 1e6 and rb.critical_parts["bandwidth"] < 0.01
