@@ -992,6 +992,7 @@ def cmd_breakeven(args):
                      "within_calibration": [r.within for r in res],
                      "basis": [r.basis for r in res],
                      "messages": [r.message for r in res],
+                     "wins_above": [r.wins_above for r in res],
                      "interval": [r.interval for r in res]})
     cluster = load_cluster(args.cluster) if args.cluster is not None else None
     note = _codec_note(load_profile(args.model), cluster, comps, args.gpu, args.implementation)
@@ -1002,16 +1003,18 @@ def cmd_breakeven(args):
     print("line rate below which each compressor beats no compression (implementation "
           f"{args.implementation or 'pytorch'})")
     w = max([24] + [len(row["compressor"]) + 2 for row in rows])
-    print(f"{'compressor':<{w}}" + "".join(f"{'n=' + str(n):>16}" for n in args.n))
+    print(f"{'compressor':<{w}}" + "".join(f"{'n=' + str(n):>18}" for n in args.n))
     for row in rows:
         if row["breakeven_bw"] is None:
             print(f"{row['compressor']:<{w}}{row['note']}")
             continue
         cells = []
-        for b, inside in zip(row["breakeven_bw"], row["within_calibration"]):
-            cells.append(("never" if b == 0 else "always" if math.isinf(b)
-                          else format_bandwidth(b)) + ("" if inside else " *"))
-        print(f"{row['compressor']:<{w}}" + "".join(f"{c:>16}" for c in cells))
+        for b, inside, above in zip(row["breakeven_bw"], row["within_calibration"],
+                                    row["wins_above"]):
+            text = ("always" if math.isinf(b) else format_bandwidth(b) if b else
+                    "never" if above is None else f"> {format_bandwidth(above)} +")
+            cells.append(text + ("" if inside else " *"))
+        print(f"{row['compressor']:<{w}}" + "".join(f"{c:>18}" for c in cells))
     outside = [(row["compressor"], n, m) for row in rows if row["breakeven_bw"] is not None
                for n, m, inside in zip(row["n"], row["messages"], row["within_calibration"])
                if not inside]
@@ -1020,6 +1023,9 @@ def cmd_breakeven(args):
     if len(outside) > 3:
         print(f"* and {len(outside) - 3} more outside what this calibration can tell "
               "(--json lists each)")
+    if any(a is not None for row in rows if row["breakeven_bw"] is not None
+           for a in row["wins_above"]):
+        print("+ wins only on links faster than that (it saves latency, not bytes)")
     if note:
         print(note)
 

@@ -161,3 +161,19 @@ def test_mg_wfbp_answers_are_the_first_rate_or_ratio_reaching_the_target():
 def test_the_floor_answer_says_what_binds_at_the_floor():
     rb = sm.required_bandwidth("bert", n=64, target=0.01, compression=1e6)
     assert rb.bw == 1e6 and rb.critical_parts["bandwidth"] < 0.01
+
+
+def test_the_cli_breakeven_says_above_which_rate_a_latency_saver_wins(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "scalemodel", "breakeven", "--model", "resnet50",
+           "--compressors", "topk:0.001", "--n", "4096", "--alpha", "5e-6"]
+    text = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "> 112.8 Gbit/s" in text.stdout
+    assert "never" not in text.stdout
+    out = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=120)
+    row = json.loads(out.stdout)["results"][0]
+    assert row["breakeven_bw"] == [0.0] and row["wins_above"][0] == pytest.approx(112.77e9,
+                                                                                   rel=1e-3)
