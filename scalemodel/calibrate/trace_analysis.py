@@ -455,9 +455,10 @@ def _gloo_copies(col, launch):
     Gloo reduces in host memory on its worker threads. The ``c10d::`` operator that queues
     a call launches the copy to the host (on a stream of the call's own, which waits for
     the gradient); the worker thread takes the call (its ``gloo:<op>`` span starts), waits
-    for that copy, runs the algorithm and launches the copy back. Returns ``{"out":
-    {c10d index: (start, end)}, "back": {annotation index: (start, end)}, "mask": the GPU
-    events that are such copies, or None}``: the copies' windows per span."""
+    for that copy, runs the algorithm and launches the copy back, on the same stream.
+    Returns ``{"out": {c10d index: (start, end, stream lane)}, "back": {annotation index:
+    (start, end, stream lane)}, "mask": the GPU events that are such copies, or None}``:
+    the copies' windows per span."""
     res = {"out": {}, "back": {}, "mask": None}
     gloo = {sp[2] for sp in col.ann if sp[3] == "gloo"}
     gcorr = _column(col.gpu_corr, np.int64)
@@ -468,6 +469,7 @@ def _gloo_copies(col, launch):
     cand = np.flatnonzero(np.isin(tid, list(threads)) & np.isfinite(issue))
     gts = _column(col.gpu["ts"], float)
     gend = gts + _column(col.gpu["dur"], float)
+    glane = _column(col.gpu_lane, np.int64)
     ann_by, c10d_by = _by_tid(col.ann), _by_tid(col.c10d)
     mask = np.zeros(gcorr.size, bool)
     for j in cand:
@@ -481,8 +483,8 @@ def _gloo_copies(col, launch):
                 continue
             where, key = res["out"], c
         mask[j] = True
-        lo, hi = where.get(key, (np.inf, -np.inf))
-        where[key] = (min(lo, gts[j]), max(hi, gend[j]))
+        lo, hi, _ = where.get(key, (np.inf, -np.inf, None))
+        where[key] = (min(lo, gts[j]), max(hi, gend[j]), int(glane[j]))
     res["mask"] = mask if mask.any() else None
     return res
 
@@ -608,8 +610,10 @@ def _build_calls(col, timeline, launch, step_start, step_end, notes, gloo_copies
     _rows_from_kernels(col, launch, rows, order, rpc_by, notes)
     gloo_exec = timeline == "cpu"
     _rows_from_annotations(col.ann, rows, order, rpc_by, gloo_exec, gloo_copies["back"])
-    if any(r.get("exec") for r in rows.values()):
-        _issue_from_c10d(rows, col.ann, col.c10d, notes, gloo_copies["out"])
+    if gloo_copies["back"]:  # CUDA tensors: each call's copies share its stream
+        _issue_from_copies(rows, col.ann, col.c10d, notes, gloo_copies)
+    elif any(r.get("exec") for r in rows.values()):
+        _issue_from_c10d(rows, col.ann, col.c10d, notes)
     calls = _calls_from_rows(rows, order, col.ann, col.rpc, step_start, step_end)
     _share_concurrent(calls, [j for j, key in enumerate(order) if rows[key].get("exec")])
     return calls
@@ -775,12 +779,41 @@ def _call_bytes(ka, ra, sp):
     return b, src, out
 
 
-def _issue_from_c10d(rows, ann, c10d, notes, copies_out=None):
+def _issue_from_copies(rows, ann, c10d, notes, copies):
+    """Gloo on CUDA tensors: each call copies to the host and back on a stream of its own;
+    the ``c10d::`` operator whose copy to the host is the latest on the stream of the
+    call's copy back, before it, queued the call. Its issue is that operator's start, and
+    the call starts when both its worker thread has taken it and that copy has started.
+    Matched by stream and time, so a call cut off by the profiler's window leaves the
+    others as they are; a call with no such copy keeps its span's start (noted)."""
+    out = {}
+    for i, (s0, _, lane) in copies["out"].items():
+        out.setdefault(lane, []).append((s0, i))
+    starts = {lane: np.array([s for s, _ in sorted(v)]) for lane, v in out.items()}
+    out = {lane: [i for _, i in sorted(v)] for lane, v in out.items()}
+    alone = 0
+    for r in rows.values():
+        if not r.get("exec") or r["ann"] not in copies["back"] or not r["kernels"]:
+            continue
+        b0, _, lane = copies["back"][r["ann"]]
+        k = int(np.searchsorted(starts.get(lane, np.zeros(0)), b0, side="right")) - 1
+        if k < 0:
+            alone += 1
+            continue
+        i = out[lane][k]
+        if c10d[i][0] <= ann[r["ann"]][0]:
+            r["issue"] = c10d[i][0]
+        s0, e0 = r["kernels"][0]
+        r["kernels"][0] = (min(max(s0, copies["out"][i][0]), e0), e0)
+    if alone:
+        notes.append(f"{alone} gloo call(s) on CUDA tensors without their copy to the host "
+                     "in the trace (the profiler's window cut it): each is taken as issued, "
+                     "and started, when its worker thread took it")
+
+
+def _issue_from_c10d(rows, ann, c10d, notes):
     """Gloo runs a collective on a worker thread; its issue is the ``c10d::`` operator that
-    queued it, matched in order per kind. On CUDA tensors (``copies_out``: the copy to the
-    host that operator launched) the call starts when both its worker thread has taken it
-    and that copy has started."""
-    copies_out = copies_out or {}
+    queued it, matched in order per kind."""
     ops = {}
     for i in sorted(range(len(c10d)), key=lambda i: c10d[i][:3]):
         ts, dur, tid, name = c10d[i]
@@ -797,12 +830,9 @@ def _issue_from_c10d(rows, ann, c10d, notes, copies_out=None):
         lst.sort()
         issued = ops.get(k, [])
         if len(issued) == len(lst):
-            for (t0, key), (ti, i) in zip(lst, issued):
+            for (t0, key), (ti, _) in zip(lst, issued):
                 if ti <= t0:
                     rows[key]["issue"] = ti
-                if i in copies_out and rows[key]["kernels"]:
-                    s0, e0 = rows[key]["kernels"][0]
-                    rows[key]["kernels"][0] = (min(max(s0, copies_out[i][0]), e0), e0)
         else:
             notes.append(f"{k}: {len(lst)} gloo executions but {len(issued)} c10d calls; "
                          "each is taken as issued when it starts")
