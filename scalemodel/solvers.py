@@ -867,8 +867,9 @@ def _min_compression(sc, bw, n, target, u, explain=True) -> CompressionResult:
                     ratio=exact, feasible=True, scaling_factor=sf, binding=bind,
                     message=(f"{p.name} on {n} workers at {_bw_text(bw)} needs "
                              f"{ratio_text(exact)}x compression to scale {target:g} "
-                             f"(uncompressed: {below(sf1, target)}; the target is the limit, reached once the "
-                             f"communication left is below rounding)"),
+                             f"(uncompressed: {below(sf1, target)}; the target is the "
+                             "limit, reached once the communication left is below "
+                             "rounding)"),
                     critical_parts=parts, **common)
         bind_inf, parts_inf = why_inf()
         if x_star == 0.0 and sf_inf >= target * (1 - 1e-12):
@@ -1183,7 +1184,8 @@ def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
     if math.isinf(x_star) or (k1 == 0.0 and x_floor <= x_star):
         return BandwidthResult(bw=0.0, feasible=True, scaling_factor=sf_inf, binding=bind_inf,
                                message="any bandwidth reaches the target (no "
-                               "data-parallel traffic crosses the network)", critical_parts=parts_inf, **common)
+                               "data-parallel traffic crosses the network)",
+                               critical_parts=parts_inf, **common)
     if not x_star > 0 or x_floor > x_star:
         if sf_inf >= target * (1 - 1e-12):  # the limit: reached where rounding ends it?
             exact = _reach_exactly(lambda b: _public_sf(sc, n, b, u, r), 1.0,
