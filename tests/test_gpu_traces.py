@@ -122,3 +122,19 @@ def test_a_call_cut_off_by_the_profilers_window_leaves_the_others_as_they_are(gl
     got = rep.collectives["all_reduce"].time_per_step
     assert got == pytest.approx(gloo.collectives["all_reduce"].time_per_step, rel=0.02)
     assert abs(rep.replay.overlap_only_error) < 0.02 * rep.step_time
+
+
+def test_calls_without_a_time_are_counted_not_said_to_have_no_gpu_activity(tmp_path):
+    """When some calls of a kind have times and some not, the reader said 'the trace has
+    no GPU activity for these calls' while fitting and replaying on the timed ones."""
+    from test_trace import write_trace
+
+    write_trace(tmp_path / "t.json", steps=3, world=2)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    nccl = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel"
+                   and "nccl" in e["name"].lower()), key=lambda e: e["ts"])
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e is not nccl[8]]
+    (tmp_path / "cut.json").write_text(json.dumps(doc))
+    rep = read_trace(tmp_path / "cut.json")
+    said = rep.undetermined.get("time.all_reduce", "")
+    assert said.startswith("1 of ") and "no GPU activity" not in said

@@ -829,7 +829,13 @@ def _undetermined_collectives(collectives, ranks, world, undetermined):
                 "(Input Dims, Input type) give it in this trace (PyTorch version, or "
                 "record_shapes=False)")
         if c.time_total is None and c.calls:
+            timed = sum(int(np.count_nonzero(np.isfinite(r.calls.dur[
+                np.array([x == k for x in r.calls.kind], bool) & (r.calls.step >= 0)])))
+                for r in ranks)
             undetermined[f"time.{k}"] = (
+                f"{c.calls - timed} of {c.calls} calls have no time (no kernel, or for gloo "
+                f"no span or copy of theirs in the trace): no total; the fit and the "
+                f"replay use the {timed} that have one" if timed else
                 "no kernel times: " + ("NCCL launches no kernel for a single rank"
                                        if world == 1 else
                                        "the trace has no GPU activity for these calls"))
