@@ -370,7 +370,9 @@ class _Problem:
     def _scenario(self, gkey, g, cl, sigma_n, values=None):
         _, fusion, algorithm, sharding, n, wrapped, mp = gkey
         bare = attrs.evolve(cl, **{k: v for k, v in _BARE.items() if k in self._fields})
-        bare = attrs.evolve(bare, compute_slowdown=min(max(sigma_n, 1.0), 100.0))
+        # a run is built as it ran: not with the settings a given cluster was fitted under
+        bare = attrs.evolve(bare, compute_slowdown=min(max(sigma_n, 1.0), 100.0),
+                            fit_settings={})
         if sharding != "none" and getattr(bare, "host", None) is not None:
             bare = attrs.evolve(bare, host=None)  # not modelled there (fit_cluster says so)
         kw = dict(algorithm=algorithm, fusion=fusion, cluster=bare,

@@ -177,3 +177,16 @@ def test_the_cli_breakeven_says_above_which_rate_a_latency_saver_wins(tmp_path):
     row = json.loads(out.stdout)["results"][0]
     assert row["breakeven_bw"] == [0.0] and row["wins_above"][0] == pytest.approx(112.77e9,
                                                                                    rel=1e-3)
+
+
+def test_a_refit_on_a_fitted_cluster_builds_the_runs_as_they_ran():
+    """A cluster given as fit_cluster's starting point keeps its fit_settings; the runs
+    were built under them (DDP runs as the earlier fit's ZeRO-3), and fitted otherwise."""
+    base = sm.ClusterProfile(name="b", fit_settings={"sharding": "zero3"},
+                             provenance={"source": "t"})
+    runs = [dict(model="resnet50", n=16, bw="25Gbps", iteration_time=0.20),
+            dict(model="resnet50", n=64, bw="25Gbps", iteration_time=0.23)]
+    on_base = sm.fit_cluster(runs, cluster=base)
+    fresh = sm.fit_cluster(runs)
+    assert [r.fitted for r in on_base.residuals] == pytest.approx(
+        [r.fitted for r in fresh.residuals], rel=1e-12)
