@@ -138,3 +138,29 @@ def test_calls_without_a_time_are_counted_not_said_to_have_no_gpu_activity(tmp_p
     rep = read_trace(tmp_path / "cut.json")
     said = rep.undetermined.get("time.all_reduce", "")
     assert said.startswith("1 of ") and "no GPU activity" not in said
+
+
+def test_a_sharded_step_is_said_not_to_be_replayed(tmp_path):
+    """A step with all-gathers (FSDP, ZeRO-3) is replayed as DDP's all-reduces alone; the
+    report says so instead of only listing the all-gathers as not modelled."""
+    from test_trace import write_trace
+
+    write_trace(tmp_path / "t.json", steps=3, world=2)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    steps = sorted((e["ts"], e["dur"]) for e in doc["traceEvents"]
+                   if str(e.get("name", "")).startswith("ProfilerStep#"))
+    for k, (ts, _) in enumerate(steps):
+        t = ts + 5.0  # µs into the step, on the main thread
+        doc["traceEvents"] += [
+            {"ph": "X", "cat": "user_annotation", "name": "nccl:_all_gather_base", "pid": 100,
+             "tid": 1, "ts": t, "dur": 4.0, "args": {"Input Dims": [[1024]],
+                                                     "Input type": ["float"]}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100,
+             "tid": 1, "ts": t + 1.0, "dur": 2.0, "args": {"correlation": 990000 + k}},
+            {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL", "pid": 0,
+             "tid": 21, "ts": t + 3.0, "dur": 20.0,
+             "args": {"device": 0, "stream": 21, "correlation": 990000 + k}}]
+    (tmp_path / "fsdp.json").write_text(json.dumps(doc))
+    rep = read_trace(tmp_path / "fsdp.json")
+    assert "all_gather" in rep.replay.uncovered
+    assert any("sharded data parallelism" in n for n in rep.notes)

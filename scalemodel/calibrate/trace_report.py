@@ -627,6 +627,12 @@ def _replay(profile, cluster, fits, world, step_time, measured, ranks, gradient_
     from ..model import iteration_time
     from ..overlap import comm_finish_time
     uncovered = _uncovered(ranks, step_time)
+    gathers = [k for k in ("all_gather", "reduce_scatter") if k in uncovered]
+    if gathers:  # said, not left to the list of what is not in the model
+        notes.append(f"the step has {' and '.join(gathers)} calls, as sharded data "
+                     "parallelism (FSDP, ZeRO-3) does: the replay is DDP's, of the gradient "
+                     "all-reduces alone; calibrate a sharded job from measured runs "
+                     "(fit_cluster, a run's sharding), not from its trace")
     reason = None
     predicted = None
     it = {}
