@@ -190,3 +190,37 @@ def test_a_refit_on_a_fitted_cluster_builds_the_runs_as_they_ran():
     fresh = sm.fit_cluster(runs)
     assert [r.fitted for r in on_base.residuals] == pytest.approx(
         [r.fitted for r in fresh.residuals], rel=1e-12)
+
+
+def test_plots_the_audit_looked_at():
+    pytest.importorskip("matplotlib")
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from scalemodel.plot import plot_breakeven, plot_scaling
+    from test_intervals import two_explanations
+
+    # a narrow range labels its minor ticks in Gbit/s too (they read 2e10 under [Gbit/s])
+    ax = plot_scaling("bert", [8], bw=np.logspace(10, 10.5, 20)).axes[0]
+    assert ax.xaxis.get_minor_formatter()(2e10, 0) in ("20", "")
+    assert ax.xaxis.get_minor_formatter().__class__.__name__ == "Gbps"
+    # sharding passes 1: the axis follows it
+    ax = plot_scaling("llama-2-7b", [64], bw=["100Gbps", "1Tbps"], sharding="zero3",
+                      gpus_per_node=8, nics_per_node=8).axes[0]
+    assert ax.get_ylim()[1] > max(ax.lines[0].get_ydata())
+    # a fitted cluster's interval as a band; line rates drawn in order
+    ax = plot_scaling("bert", [16], bw=["100Gbps", "10Gbps", "40Gbps"],
+                      cluster=two_explanations()).axes[0]
+    assert ax.collections and list(ax.lines[0].get_xdata()) == [10e9, 40e9, 100e9]
+    # a compressor that wins only on fast links gets its (hollow) dot
+    ax = plot_breakeven("resnet50", ["topk:0.001"], n=4096, alpha=5e-6,
+                        bw=np.logspace(9, 12, 40)).axes[0]
+    dots = [ln for ln in ax.lines if len(ln.get_xdata()) == 1]
+    assert len(dots) == 1 and dots[0].get_markerfacecolor() == "white"
+    # refused arguments draw nothing on the caller's axes
+    ax = Figure().add_subplot()
+    for bad in (dict(n=[16, 64]), dict(n=64, target=1.5)):
+        with pytest.raises(sm.ScalemodelError):
+            plot_breakeven("bert", ["fp16"], ax=ax, **bad)
+    assert not ax.lines
+    plot_scaling("bert", 1, bw="10Gbps")  # one point: no warning (they are errors here)
