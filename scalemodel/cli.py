@@ -32,8 +32,8 @@ from .knobs import FRAMEWORKS
 from .model import iteration_time, scaling_factor
 from .planner import DEFAULT_PLAN_COMPRESSORS
 from .profiles import ALIASES, list_profiles, load_profile
-from .solvers import (DEFAULT_N, DEFAULT_TARGET, below, min_compression, ratio_text,
-                      required_bandwidth)
+from .solvers import (DEFAULT_N, DEFAULT_TARGET, below, min_compression, part_text,
+                      ratio_text, required_bandwidth)
 from .units import (MAX_COUNT, MIN_TEXT_BANDWIDTH, _split_bandwidth, check_count, check_fraction,
                     check_nonnegative, check_ratio, format_bandwidth, parse_bandwidth,
                     parse_duration)
@@ -835,7 +835,7 @@ def cmd_scaling(args):
 
 
 def _parts(parts):
-    return ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in parts.items())
+    return ", ".join(part_text(k, v) for k, v in parts.items())
 
 
 def _short_of(value, target):
@@ -869,8 +869,10 @@ def cmd_required_bandwidth(args):
                              **_memory_kw(args))
     if args.json:
         return _print_json(res)
-    bw = "none is enough" if not res.feasible else format_bandwidth(res.bw)
-    print(f"required bandwidth per worker: {bw}")
+    bw = ("none is enough" if not res.feasible else format_bandwidth(res.bw) if res.bw
+          else "any (no data-parallel traffic crosses the network)")
+    per = "NIC:   " if " per NIC " in res.message else "worker:"
+    print(f"required bandwidth per {per} {bw}")
     print(f"scaling factor reached:        {res.scaling_factor:.4f} (target {res.target:g})")
     print(f"what binds:                    {res.binding}")
     if res.memory_per_gpu is not None:

@@ -567,8 +567,15 @@ def ratio_text(ratio):
     return repr(ratio)
 
 
+def part_text(name, seconds):
+    """A critical-path part for people: ``"latency 0.459 ms"``, ``"latency 5.73 s"`` from a
+    second on (never ``"5.73e+03 ms"``) [s]."""
+    return (f"{name} {seconds * 1e3:.3g} ms" if seconds < 1.0 else
+            f"{name} {seconds:.3g} s")
+
+
 def _why_not(binding, parts, limit, target):
-    detail = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in parts.items() if k != "bandwidth")
+    detail = ", ".join(part_text(k, v) for k, v in parts.items() if k != "bandwidth")
     return (f"even unlimited {{what}} reaches only {below(limit, target)} < target {target:g}: "
             f"{binding} binds ({detail} on the critical path)")
 

@@ -139,7 +139,7 @@ def format_whatif_table(table, ns=PAPER_N, bws=PAPER_BW, ratios=PAPER_RATIOS,
     lines = []
     for model, sf in table.items():
         lines += [f"{model}: scaling factor (Horovod fusion, ring, full utilization, "
-                  f"{launch})", head]
+                  f"{launch}; columns: line rate in Gbit/s)", head]
         for i, r in enumerate(ratios):
             for j, n in enumerate(ns):
                 lines.append(f"{r:>5g} {n:>4d} " + "".join(f"{v:>10.3f}" for v in sf[i, j]))

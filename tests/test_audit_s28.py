@@ -224,3 +224,22 @@ def test_plots_the_audit_looked_at():
             plot_breakeven("bert", ["fp16"], ax=ax, **bad)
     assert not ax.lines
     plot_scaling("bert", 1, bw="10Gbps")  # one point: no warning (they are errors here)
+
+
+def test_cli_text_says_per_nic_and_long_times_in_seconds():
+    import subprocess
+    import sys
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-m", "scalemodel", *args],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "per NIC:" in run("required-bandwidth", "--model", "gpt2", "--n", "64",
+                             "--gpus-per-node", "8")
+    assert "any (no data-parallel traffic" in run("required-bandwidth", "--model", "bert",
+                                                  "--n", "1")
+    text = run("min-compression", "--model", "bert", "--bw", "1Gbps", "--n", "4096",
+               "--alpha", "50us")
+    assert "latency 5.73 s" in text and "e+03 ms" not in text

@@ -285,9 +285,10 @@ class TraceReport:
         if sd.get("value") is not None and sd.get("overlapped_time", 1.0) == 0:
             lines.append("  compute slowdown: 1 (no compute ran during communication)")
         elif sd.get("value") is not None:
+            used = "" if sd["value"] >= 1.0 else ", below 1: noise, 1 is used"
             lines.append(f"  compute slowdown: {sd['value']:.3f} "
                          f"(kernels covering {sd.get('coverage', 1):.0%} of the overlapped "
-                         "compute)")
+                         f"compute{used})")
         r = self.replay
         if r is not None:
             if r.predicted is not None:
