@@ -243,3 +243,50 @@ def test_cli_text_says_per_nic_and_long_times_in_seconds():
     text = run("min-compression", "--model", "bert", "--bw", "1Gbps", "--n", "4096",
                "--alpha", "50us")
     assert "latency 5.73 s" in text and "e+03 ms" not in text
+
+
+@pytest.mark.slow
+def test_a_reused_profile_is_rescaled_to_the_runs_local_speed(tmp_path):
+    """The scaling step with --profile (reused) fitted to the profile's old compute time,
+    so its report said 'measured 30.6 ms' beside 'T2 36.6 ms'. It is rescaled to the
+    paired local iterations now, as the compute step's own is."""
+    import os
+    import re
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    pytest.importorskip("torch")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # an mlp profile with a compute time far from the machine's (a drift)
+    p = sm.WorkloadProfile(name="mlp", tensor_bytes=np.array([2e5, 2e5]),
+                           tensor_ready=np.array([1e-4, 2e-4]), forward_time=1e-4,
+                           backward_time=2e-4, update_time=1e-5,
+                           provenance={"source": "test"})
+    sm.save_profile(p, tmp_path / "p.json")
+    sm.save_cluster(sm.ClusterProfile(name="c", alpha=1e-5, provenance={"source": "test"}),
+                    tmp_path / "c.json")
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(port),
+           "-m", "scalemodel.calibrate", "--backend", "gloo", "--model", "mlp",
+           "--batch-size", "8", "--steps", "scaling", "--profile", "p.json",
+           "--cluster", "c.json", "--line-rate", "10Gbps", "--iterations", "4",
+           "--warmup", "1", "--threads", "1", "--out", "cl.json"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+                                  PYTHONPATH=str(root)))
+    assert out.returncode == 0, out.stderr[-3000:]
+    t2 = re.search(r"T2 ([0-9.]+) ms", out.stdout)
+    host = re.search(r"model without it: [0-9.]+ ms, measured ([0-9.]+) ms", out.stdout)
+    assert t2 is not None
+    if host is not None:  # (a host overhead was fitted)
+        assert host.group(1) == t2.group(1)
+    report = __import__("json").loads((tmp_path / "cl.report.json").read_text())
+    fitted = [c for c in report["checks"] if c["fitted_to_these_iterations"]]
+    assert fitted and all(abs(c["iteration_time_error"]) < 0.5 for c in fitted)

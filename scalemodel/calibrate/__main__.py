@@ -577,9 +577,10 @@ def _scaling_step(args, world, rank, timeout, profile, compute, cluster, line_ra
         from .trace import rank_trace_path
         staged[rank_trace_path(args.trace, rank)] = ("trace", ddp.trace_text)
     if rank == 0:
+        # the profile's shape, the speed of the paired local iterations (a --profile
+        # reused too: its compute may have drifted; only this run's own is written)
+        profile = _rescaled(profile, ddp.local_median)
         if compute is not None:
-            # the compute step's shape, the speed of the paired local iterations
-            profile = _rescaled(profile, ddp.local_median)
             _stage(staged, profile_path, "workload profile", profile)
         report = _report(args, profile, compute, cluster, ddp, world, line_rate)
         fitted_cluster = report.pop("_cluster")
@@ -784,7 +785,7 @@ def _held_out_check(profile, compute, ddp, fit_args, checks, report):
     even, odd = ddp.subset(slice(0, None, 2)), ddp.subset(slice(1, None, 2))
 
     def as_measured(meas):  # the profile's compute at these iterations' local speed
-        return _rescaled(profile, meas.local_median) if compute is not None else profile
+        return _rescaled(profile, meas.local_median)
 
     try:
         half = _fit_terms(as_measured(even), even, "even", *fit_args)
