@@ -290,3 +290,35 @@ def test_a_reused_profile_is_rescaled_to_the_runs_local_speed(tmp_path):
     report = __import__("json").loads((tmp_path / "cl.report.json").read_text())
     fitted = [c for c in report["checks"] if c["fitted_to_these_iterations"]]
     assert fitted and all(abs(c["iteration_time_error"]) < 0.5 for c in fitted)
+
+
+def test_a_users_model_function_that_fails_is_one_line(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from scalemodel.calibrate.__main__ import main
+
+    (tmp_path / "usermod_s28.py").write_text(
+        "def raises(b):\n    raise KeyError('missing dataset')\n"
+        "def notmodule(b):\n    import torch\n"
+        "    return ('model', torch.zeros(b, 4), torch.zeros(b, dtype=torch.long))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for fn, said in (("raises", "raised KeyError: 'missing dataset'"),
+                     ("notmodule", "torch.nn.Module")):
+        rc = main(["--model", f"usermod_s28:{fn}", "--steps", "compute", "--iterations", "3",
+                   "--warmup", "0", "--out", "o.json", "--quiet"])
+        err = capsys.readouterr().err
+        assert rc == 2 and said in err and "Traceback" not in err
+
+
+def test_from_nccl_tests_does_not_replace_a_calibrations_cluster(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from scalemodel.calibrate.__main__ import main
+
+    log = Path(__file__).parent / "data" / "nccl_tests_all_reduce_2x8_h100.txt"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.json").write_text("{}")
+    assert main(["from-nccl-tests", str(log), "--line-rate", "3.2Tbps"]) == 2
+    assert (tmp_path / "cluster.json").read_text() == "{}"
+    assert main(["from-nccl-tests", str(log), "--line-rate", "3.2Tbps",
+                 "--out", "cluster.json"]) == 0

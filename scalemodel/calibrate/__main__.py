@@ -856,9 +856,17 @@ def from_nccl_tests(argv) -> int:
     p.add_argument("--collective", choices=sorted(set(_BINARIES.values())),
                    help="the collective the logs measured, when neither their text nor "
                    "their file names say it [-] (default: read from the log)")
-    p.add_argument("--out", default="cluster.json")
+    p.add_argument("--out", default=None,
+                   help="cluster profile to write (default: cluster.json, where no file of "
+                   "that name is: a calibration writes its own there)")
     p.add_argument("--name", default="nccl-tests")
     args = p.parse_args(argv)
+    if args.out is None:
+        if os.path.exists("cluster.json"):
+            raise CalibrationError("cluster.json exists here (a calibration writes its "
+                                   "cluster there): pass --out to name the output "
+                                   "(--out cluster.json replaces it); nothing was read")
+        args.out = "cluster.json"
     from ..cluster import save_cluster
     from ..exceptions import InvalidParameterError
     from .fit import COLLECTIVE_MODELS, cluster_from_fits

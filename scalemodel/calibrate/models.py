@@ -187,10 +187,18 @@ def load_model(spec: str, batch_size: int):
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidParameterError("batch_size", batch_size, "an integer >= 1")
     if ":" in spec:
-        out = check_model_spec(spec)(batch_size)
-        if not (isinstance(out, tuple) and len(out) == 3):
+        fn = check_model_spec(spec)
+        try:
+            out = fn(batch_size)
+        except Exception as exc:  # the user's code: said in one line, by the option
+            raise InvalidParameterError("model", spec, f"the function raised "
+                                        f"{type(exc).__name__}: {exc}") from None
+        torch = _torch()
+        if not (isinstance(out, tuple) and len(out) == 3
+                and isinstance(out[0], torch.nn.Module)):
             raise InvalidParameterError("model", spec, "the function must return "
-                                        "(model, inputs, targets)")
+                                        "(model, inputs, targets), the model a "
+                                        "torch.nn.Module")
         return (*out, model_name(spec))
     if spec in BUILTIN_MODELS:
         return (*BUILTIN_MODELS[spec](batch_size), spec)
