@@ -1128,6 +1128,24 @@ def _as_option(exc):
     return exc if option is None else _renamed(exc, option)
 
 
+def _profiles_named(runs):
+    """The profile files a runs CSV's ``model`` column names (as given, and beside the
+    CSV), for :func:`_refuse_overwriting_an_input`; none when it cannot be read here
+    (the fit then says why)."""
+    import csv
+
+    if not isinstance(runs, str) or not os.path.isfile(runs):
+        return []
+    try:
+        with open(runs, newline="", encoding="utf-8") as fh:
+            names = {row.get("model") for row in csv.DictReader(fh)} - {None, ""}
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []
+    folder = os.path.dirname(runs)
+    return [p for v in sorted(names) for p in (v, os.path.join(folder, v))
+            if os.path.isfile(p)]
+
+
 def _refuse_overwriting_an_input(out, inputs):
     """``--out`` naming one of the command's own measurements (the runs CSV, a
     --transport file) would replace it with the result: refused by name. (The --cluster
@@ -1194,7 +1212,7 @@ def cmd_fit(args):
         if why:
             raise InvalidParameterError("--out", args.out, why)
         _refuse_overwriting_an_input(args.out, [args.runs, *(args.transport or ()),
-                                                args.wrapper])
+                                                args.wrapper, *_profiles_named(args.runs)])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
         try:

@@ -322,3 +322,16 @@ def test_from_nccl_tests_does_not_replace_a_calibrations_cluster(tmp_path, monke
     assert (tmp_path / "cluster.json").read_text() == "{}"
     assert main(["from-nccl-tests", str(log), "--line-rate", "3.2Tbps",
                  "--out", "cluster.json"]) == 0
+
+
+def test_fit_out_does_not_replace_a_profile_its_runs_name(tmp_path, monkeypatch, capsys):
+    from scalemodel.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    sm.save_profile(sm.load_profile("resnet50"), tmp_path / "prof.json")
+    (tmp_path / "runs.csv").write_text("model,n,bw,iteration_time\n"
+                                       "prof.json,16,25Gbps,0.2\nprof.json,64,25Gbps,0.23\n")
+    before = (tmp_path / "prof.json").read_text()
+    assert main(["fit", "runs.csv", "--out", "prof.json"]) == 2
+    assert "is an input of this command" in capsys.readouterr().err
+    assert (tmp_path / "prof.json").read_text() == before
