@@ -335,3 +335,22 @@ def test_fit_out_does_not_replace_a_profile_its_runs_name(tmp_path, monkeypatch,
     assert main(["fit", "runs.csv", "--out", "prof.json"]) == 2
     assert "is an input of this command" in capsys.readouterr().err
     assert (tmp_path / "prof.json").read_text() == before
+
+
+def test_a_transport_fit_without_a_line_rate_keeps_its_bandwidth_interval():
+    """Without a line rate the fitted bandwidth is taken as the line rate; its interval
+    was dropped (the cluster had the latency's alone), so answers were narrower than the
+    same transport gives with a line rate."""
+    import numpy as np
+
+    from scalemodel.calibrate.fit import cluster_from_fits, fit_collective
+
+    rng = np.random.default_rng(3)
+    sizes = np.repeat(np.geomspace(1e4, 1e8, 9), 5)
+    times = 2 * 15 / 16 * 8 * sizes / 40e9 * (1 + 0.25 * rng.standard_normal(sizes.size))
+    fit = fit_collective(sizes, np.abs(times) + 20e-6, n=16, r2_warn=0.0)
+    cl = cluster_from_fits([fit], name="t")
+    lo, hi = cl.intervals["utilization"]
+    assert lo == pytest.approx(fit.intervals["bandwidth"][0] / fit.bandwidth) and hi == 1.0
+    it = sm.iteration_time("bert", 16, cl.extra["fitted_bandwidth"], cluster=cl)
+    assert it.scaling_factor_interval[0] < it.scaling_factor

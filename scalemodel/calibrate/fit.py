@@ -893,8 +893,11 @@ def cluster_from_fits(fits, *, name, line_rate=None, provenance=None,
         extra["fitted_bandwidth"] = f.bandwidth
         prov["note"] = ("no line rate was given: the fitted bandwidth is taken as the line "
                         "rate (utilization 1); pass bw=fitted_bandwidth or give --line-rate")
+        # the bandwidth's interval kept, as a utilization of that line rate (below 1 only)
+        u_lo = max(1e-9, min(1.0, f.intervals["bandwidth"][0] / f.bandwidth))
         return ClusterProfile(name=name, alpha=alpha, utilization=1.0, reduction=reduction,
-                              intervals={"alpha": a_iv, **a_extra}, provenance=prov,
+                              intervals={"alpha": a_iv, "utilization": (u_lo, 1.0),
+                                         **a_extra}, provenance=prov,
                               extra=extra, topology=topology)
     rated.sort(key=lambda f: f.line_rate)
     rates = np.array([f.line_rate for f in rated])
