@@ -147,6 +147,8 @@ def run_job(job, rank, world, store_file, out, args):
 
 
 def _spawned(rank, job, world, store_file, out, args):
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends them on a Ctrl-C
     run_job(job, rank, world, store_file, out, args)
 
 
@@ -161,13 +163,29 @@ def main(argv=None):
     bad = [j for j in jobs if j not in JOBS]
     if bad or args.steps < 1 or args.warmup < 0:
         p.error(f"--jobs takes {JOBS} (got {bad}); --steps >= 1, --warmup >= 0")
+    import torch
+    if not torch.cuda.is_available():
+        p.error("no CUDA GPU here: run it on a machine with one (the traces record GPU "
+                "kernels)")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     import torch.multiprocessing as mp
-    for job in jobs:
-        world = 2 if job == "ddp-gloo2" else 1
-        store = Path(tempfile.mkdtemp()) / "store"
-        print(f"== {job} ({world} rank{'s' if world > 1 else ''})", flush=True)
-        mp.spawn(_spawned, args=(job, world, str(store), args.out, args), nprocs=world)
+    ctx = None
+    try:
+        for job in jobs:
+            world = 2 if job == "ddp-gloo2" else 1
+            store = Path(tempfile.mkdtemp()) / "store"
+            print(f"== {job} ({world} rank{'s' if world > 1 else ''})", flush=True)
+            ctx = mp.start_processes(_spawned, args=(job, world, str(store), args.out,
+                                                     args), nprocs=world, join=False)
+            while not ctx.join():
+                pass
+    except KeyboardInterrupt:
+        for proc in (ctx.processes if ctx is not None else ()):
+            proc.terminate()  # they ignore SIGINT; a trace is renamed into place whole
+            proc.join(10)
+        print("gpu_traces.py: interrupted; the jobs finished before are written, the "
+              "interrupted one is not", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -164,3 +164,18 @@ def test_a_sharded_step_is_said_not_to_be_replayed(tmp_path):
     rep = read_trace(tmp_path / "fsdp.json")
     assert "all_gather" in rep.replay.uncovered
     assert any("sharded data parallelism" in n for n in rep.notes)
+
+
+def test_the_recording_script_without_a_gpu_says_so_in_one_line():
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    script = Path(__file__).resolve().parents[1] / "calibration" / "gpu_traces.py"
+    out = subprocess.run([sys.executable, str(script), "--out", "unused"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no CUDA GPU here" in out.stderr
+    assert "Traceback" not in out.stderr
