@@ -747,8 +747,21 @@ def _memory(args, n):
     sc = Scenario.build(args.model, **kw)
     per, fits, gpu, note = memory_check(sc, sc.data_parallel(n, 1.0)[0], args.gpu,
                                         **_memory_kw(args))
-    unchecked = note.removeprefix("; ") if per is None and fits is None and note else ""
-    return per, fits, gpu, unchecked
+    unchecked = note.removeprefix("; ") if per is None and note else ""  # (or the host's
+    return per, fits, gpu, unchecked  # "does not fit", fits False: no per-GPU figure)
+
+
+def _memory_json(data, per, fits, gpu, note):
+    """Add what :func:`_memory` says to a JSON answer: the memory per GPU and whether it
+    fits; a note on its own key, ``memory_not_checked`` when unknown, ``memory_note``
+    with ``fits`` false when the host cannot hold what is offloaded."""
+    if per is not None:
+        data.update(memory_per_gpu=per, fits=fits, gpu=gpu)
+    elif note and fits is False:
+        data.update(fits=False, memory_note=note)
+    elif note:
+        data["memory_not_checked"] = note
+    return data
 
 
 def _memory_kw(args):
@@ -811,9 +824,13 @@ def cmd_scaling(args):
     if args.json:
         data = {"model": getattr(args, "model_name", args.model),
                 "sharding": _sharding(args), "results": rows}
-        unchecked = [m[3] for m in memory.values() if m[3]]
-        if unchecked:
-            data["memory_not_checked"] = unchecked[0]
+        noted = [m for m in memory.values() if m[3]]
+        if noted:
+            _memory_json(data, None, noted[0][1], None, noted[0][3])
+            data.pop("fits", None)  # (per row, below)
+        for row in rows:
+            if memory[row["n"]][0] is None and memory[row["n"]][1] is False:
+                row["fits"] = False
         return _print_json(data)
     known = any(m[0] is not None for m in memory.values())
     print(f"{'n':>6} {'bandwidth':>14} {'ratio':>7} {'scaling factor':>15}"
@@ -886,12 +903,7 @@ def cmd_iteration(args):
                          **_common(args))
     per, fits, gpu, unchecked = _memory(args, args.n)
     if args.json:
-        data = _jsonable(res)
-        if per is not None:
-            data.update(memory_per_gpu=per, fits=fits, gpu=gpu)
-        if unchecked:
-            data["memory_not_checked"] = unchecked
-        return _print_json(data)
+        return _print_json(_memory_json(_jsonable(res), per, fits, gpu, unchecked))
     over = ("  over the fit" if not res.memory_pressure else "  with memory pressure"
             if res.settings.get("cluster") is None else "  fit, memory pressure")
     for field in ("forward", "backward", "exposed_communication", "update", "total",

@@ -104,7 +104,9 @@ def family_of(config: dict) -> str:
     if kind:
         raise InvalidParameterError(
             "config.model_type", config.get("model_type"), "is not a family scalemodel "
-            "maps", f"Known: {', '.join(FAMILIES)}; or build a TransformerConfig by hand")
+            "maps", f"Known: {', '.join(FAMILIES)}; a dense decoder-only or encoder-only "
+            "model of another family can be described by a TransformerConfig by hand "
+            "(encoder-decoder and mixture-of-experts models are not modelled)")
     if "n_embd" in config:
         return "gpt2"
     if "d_model" in config and "n_layers" in config:
@@ -208,10 +210,15 @@ def _llama_like_unmapped(config, family, kw):
     if family in ("qwen3", "gemma3_text"):
         out.append(f"the RMS norms of the queries and keys (+{2 * hd} parameters per "
                    "block)")
-    if config.get("sliding_window") is not None and family in ("gemma2", "gemma3_text"):
-        out.append(f"sliding-window attention (window {config['sliding_window']}) on "
+    window = config.get("sliding_window")
+    if window is not None and family in ("gemma2", "gemma3_text"):
+        out.append(f"sliding-window attention (window {window}) on "
                    "some layers: their attention core is counted over the whole causal "
                    "sequence")
+    elif window is not None and config.get("use_sliding_window") is not False:
+        out.append(f"sliding-window attention (window {window}): the attention core "
+                   "is counted over the whole causal sequence (more than the window's "
+                   "at sequences longer than it)")
     return out
 
 
@@ -334,7 +341,11 @@ def config_kwargs(config: dict) -> dict:
     elif family == "falcon":
         hidden = _get(config, "hidden_size", "n_embed")
         heads = _get(config, "num_attention_heads", "n_head")
-        new_arch = _flag(config, "new_decoder_architecture", False)
+        # Falcon-40B's original file (model_type "RefinedWeb") has n_head_kv and no
+        # new_decoder_architecture: its code is the new architecture (two norms, kv groups)
+        old_40b = str(config.get("model_type", "")).lower() == "refinedweb" and (
+            config.get("n_head_kv") is not None or config.get("num_kv_heads") is not None)
+        new_arch = _flag(config, "new_decoder_architecture", old_40b)
         if new_arch:
             kv = _get(config, "num_kv_heads", "n_head_kv", default=heads)
         else:
@@ -353,12 +364,23 @@ def config_kwargs(config: dict) -> dict:
     else:  # llama, mistral, phi3, qwen2, qwen3, gemma, gemma2, gemma3_text
         hidden = _get(config, "hidden_size")
         heads = _get(config, "num_attention_heads")
+        ffn = _get(config, "intermediate_size")
+        if str(config.get("model_type", "")).lower() == "qwen" and _whole_width(ffn):
+            ffn = ffn // 2  # Qwen (1)'s QWenMLP: intermediate_size // 2 wide
+        bias = _flag(config, "attention_bias", False)
         kw = dict(layers=_get(config, "num_hidden_layers"), hidden=hidden, heads=heads,
-                  ffn=_get(config, "intermediate_size"), vocab=_get(config, "vocab_size"),
+                  ffn=ffn, vocab=_get(config, "vocab_size"),
                   kv_heads=_whole("num_key_value_heads", config.get("num_key_value_heads")),
                   tied_embeddings=_flag(config, "tie_word_embeddings",
                                         family.startswith("gemma")),
-                  bias=_flag(config, "attention_bias", False))
+                  bias=bias)
+        if _flag(config, "mlp_bias", False) != bias and _whole_width(ffn) \
+                and _whole_width(hidden):
+            per = (2 * ffn if kw.get("gated_ffn", True) else ffn) + hidden
+            unmapped.append(f"attention_bias={str(bias).lower()} with mlp_bias="
+                            f"{str(not bias).lower()}: the feed-forward's biases are "
+                            + (f"counted though it has none ({per} parameters per block too many)"
+                               if bias else f"left out (+{per} parameters per block)"))
     head_dim = _head_dim(config, kw["hidden"], kw["heads"])
     if head_dim is not None:
         kw["head_dim"] = head_dim

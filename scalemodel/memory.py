@@ -333,10 +333,25 @@ class MemoryEstimate:
             extra += f", {self.measure} memory"
         text = (f"{gib} GiB per GPU with sharding={self.sharding!r}{extra}: {verdict} on "
                 f"{self.gpu.name} ({self.gpu.hbm_bytes / 2**30:.0f} GiB){tail}")
-        if self.suggestions:
-            text += "; would fit with: " + "; ".join(
-                f"{label} ({v / 2**30:.1f} GiB)" for label, v in self.suggestions)
-        return text
+        return text + suggestions_text(self.suggestions)
+
+
+def suggestions_text(suggestions) -> str:
+    """``"; would fit with: ..."`` for :attr:`MemoryEstimate.suggestions`, or
+    ``"; nothing tried fits, closest: ..."`` when the one entry is the closest that
+    still does not fit; ``""`` without suggestions."""
+    if not suggestions:
+        return ""
+    items = [(label.removesuffix(_CLOSEST), v, label.endswith(_CLOSEST))
+             for label, v in suggestions]
+    if len(items) == 1 and items[0][2]:
+        return (f"; nothing tried fits, closest: {items[0][0]} "
+                f"({items[0][1] / 2**30:.1f} GiB)")
+    return "; would fit with: " + "; ".join(f"{label} ({v / 2**30:.1f} GiB)"
+                                            for label, v, _ in items)
+
+
+_CLOSEST = " (still does not fit)"
 
 
 def _check_n(n, sharding):
@@ -385,8 +400,9 @@ def _check_model_parallel(tp, pp, microbatches, cfg, ns, strategy, ck, label,
         raise InvalidParameterError(
             "activation_checkpointing", ck.describe(), "with tensor or pipeline parallelism "
             "only 'none', 'full' and, without flash attention, 'selective' (Korthikanti et "
-            "al.'s, the attention core) are modelled; the op-level policy with flash "
-            "attention is not")
+            "al.'s, the attention core) are modelled; "
+            + ("the op-level policy with flash attention is not" if ck.mode == "selective"
+               else "a fraction of the layers checkpointed is not"))
     check_config(mp, cfg.layers, cfg.heads, label, cfg.kv_heads, cfg.ffn)
     dp = np.asarray(mp.dp(ns))  # n a multiple of tp * pp
     _check_sharded_replicas(mp, strategy, ns, dp)
@@ -1296,14 +1312,18 @@ def _check_host(host, mode, spec, node, ns, host_memory):
                 "Pass host_memory= (bytes per node)")
     else:
         cap = _nonneg_bytes(host_memory, "host_memory")
-    per_node = np.asarray(host) * np.minimum(np.asarray(ns, float), float(node or 1))
-    need = float(np.max(per_node))
+    gpus = np.minimum(np.asarray(ns, float), float(node or 1))  # a node's GPUs in the job
+    host, gpus = np.broadcast_arrays(np.asarray(host, float), gpus)
+    per_node = host * gpus
+    worst = int(np.argmax(per_node))
+    need = float(per_node.flat[worst])
     if need > cap:  # named as given: host_memory, or offload against the default node
         given = host_memory is not None
         raise HostMemoryError(
             "host_memory" if given else "offload", host_memory if given else mode,
             f"offload={mode!r} needs {need / 2**30:.1f} GiB of host memory per node "
-            f"({node or 1} GPU(s) x {float(np.max(host)) / 2**30:.1f} GiB), more than the "
+            f"({int(gpus.flat[worst])} GPU(s) x {float(host.flat[worst]) / 2**30:.1f} GiB), "
+            "more than the "
             + (f"node's {cap / 2**30:.1f} GiB" if given else
                f"{cap / 2**30:.1f} GiB of a usual {spec.name} server (the default "
                "host_memory)"),
@@ -1315,61 +1335,90 @@ _MORE_SHARDING = {"none": "zero1", "zero1": "zero2", "zero2": "zero3"}
 
 def _suggestions(est, ck, estimate, tp=1, node=8):
     """(label, per-GPU bytes) of the options that would fit, smallest change first (at
-    most four); when none fits, the one that comes closest. ``estimate(strategy,
-    checkpointing, offload, tp)`` is the estimate with the other arguments as asked;
-    tensor parallelism (``sharding="none"`` only, inside a node of ``node`` GPUs) is
-    tried at 2, 4, ... times ``tp`` after the others, and the smallest that fits is listed
-    besides them (a fifth entry at most)."""
-    from .checkpointing import Checkpointing
-
-    has_config = est.complete
-    offload = est.settings["offload"]
-    tries = []
-    if has_config:
-        for mode in ("selective", "full"):
-            if mode != ck.mode or (mode == "full" and ck.fraction < 1.0):
-                tries.append((f"activation_checkpointing={mode!r}", None,
-                              Checkpointing(mode, None, ck.flash_attention), None))
-    s = est.sharding
-    shardable = bool(np.all(np.asarray(est.n) >= 2))
-    while s in _MORE_SHARDING and shardable:
-        s = _MORE_SHARDING[s]
-        tries.append((f"sharding={s!r}", s, None, None))
-    if offload == "none":
-        tries.append(("offload='optimizer'", None, None, "optimizer"))
-    full = est.sharding in ("zero3", "hybrid_shard")
-    if offload != "optimizer+parameters":
-        tries.append(("offload='optimizer+parameters'" + ("" if full else
-                                                          ", sharding='zero3'"),
-                      None if full else "zero3", None, "optimizer+parameters"))
-    if has_config:
-        tries.append(("activation_checkpointing='full', offload='optimizer+parameters', "
-                      "sharding='zero3'", "zero3", Checkpointing("full", None,
-                                                                 ck.flash_attention),
-                      "optimizer+parameters"))
-    t, tp_tries = 2 * tp, []
-    while has_config and est.sharding == "none" and t <= node:
-        tp_tries.append((f"tp={t}", None, None, None, t))
-        t *= 2
-    found, closest = [], None
-    for group in (tries, tp_tries):
-        for label, strategy, checkpointing, mode, *t in group:
+    most four): one setting changed (more checkpointing, more sharding, offload), then
+    two (more sharding or the optimizer's offload, each with more checkpointing), then
+    all three, each only where no part of it fits alone; tensor parallelism
+    (``sharding="none"`` only, inside a node of ``node`` GPUs) is tried at 2, 4, ...
+    times ``tp`` after the others, and the smallest that fits is listed besides them (a
+    fifth entry at most). When none fits, the one that comes closest, if it needs less
+    than the job as asked. ``estimate(strategy, checkpointing, offload, tp)`` is the
+    estimate with the other arguments as asked."""
+    found, closest, tried, fitting = [], None, [], []
+    current = float(np.max(est.per_gpu))
+    for group in _suggestion_tries(est, ck, tp, node):
+        for changes, t in group:
+            if changes in tried or any(f.items() <= changes.items() for f in fitting):
+                continue  # (the same option again, or one whose part already fits)
+            tried.append(changes)
+            label = ", ".join(f"{k}={v!r}" for k, v in changes.items()) or f"tp={t}"
             try:
-                alt = estimate(strategy or est.sharding, checkpointing or ck,
-                               mode or offload, *t)
+                alt = estimate(changes.get("sharding", est.sharding),
+                               _ck_of(changes, ck), changes.get("offload",
+                                                                 est.settings["offload"]),
+                               *((t,) if t else ()))
             except ScalemodelError:  # the host memory would not hold it; tp not dividing
                 continue
             per, fits = alt.per_gpu, alt.fits  # (one answer: a float and a bool)
             worst = per if type(per) is float else float(np.max(per))
             if fits if type(fits) is bool else np.all(fits):
                 found.append((label, worst))
+                fitting.append(changes)
                 if len(found) == 4 or t:  # (the smallest tensor-parallel size is enough)
                     break
-            elif closest is None or worst < closest[1]:
+            elif worst < current and (closest is None or worst < closest[1]):
                 closest = (label, worst)
     if not found and closest is not None:
-        return ((closest[0] + " (still does not fit)", closest[1]),)
+        return ((closest[0] + _CLOSEST, closest[1]),)
     return tuple(found)
+
+
+def _ck_of(changes, ck):
+    """The Checkpointing a suggestion's ``changes`` name (``ck`` when they name none)."""
+    from .checkpointing import Checkpointing
+
+    mode = changes.get("activation_checkpointing")
+    return ck if mode is None else Checkpointing(mode, None, ck.flash_attention)
+
+
+def _suggestion_tries(est, ck, tp, node):
+    """The options :func:`_suggestions` tries, as two groups (the others, then tensor
+    parallelism) of ``(changes, tp or None)``: ``changes`` maps ``activation_checkpointing``,
+    ``offload`` and ``sharding`` (in that order) to the values that differ from the job
+    as asked; empty for tensor parallelism alone."""
+    asked = {"activation_checkpointing": ck.mode if ck.fraction >= 1.0 else None,
+             "offload": est.settings["offload"], "sharding": est.sharding}
+    more_ck = []  # more checkpointing than asked (none < selective < full)
+    if est.complete:
+        more_ck = {"none": ["selective", "full"], "selective": ["full"]}.get(
+            ck.mode, ["full"] if ck.fraction < 1.0 else [])
+    more_shard, s = [], est.sharding
+    while s in _MORE_SHARDING and bool(np.all(np.asarray(est.n) >= 2)):
+        s = _MORE_SHARDING[s]
+        more_shard.append(s)
+    full = est.sharding in ("zero3", "hybrid_shard")
+    opt = [] if asked["offload"] != "none" else ["optimizer"]
+    everything = "optimizer+parameters"
+    tries = [dict(activation_checkpointing=c) for c in more_ck]
+    tries += [dict(sharding=s) for s in more_shard]
+    tries += [dict(offload=o) for o in opt]
+    tries.append(dict(offload=everything) if full else
+                 dict(offload=everything, sharding="zero3"))
+    tries += [dict(activation_checkpointing=c, sharding=s) for s in more_shard
+              for c in more_ck]  # two settings changed
+    tries += [dict(activation_checkpointing=c, offload=o) for o in opt for c in more_ck]
+    if est.complete:
+        tries.append(dict(activation_checkpointing="full", offload=everything,
+                          sharding="zero3"))
+    out = []
+    for changes in tries:  # what differs from the job as asked, in the labels' order
+        changes = {k: changes[k] for k in asked if k in changes and changes[k] != asked[k]}
+        if changes:
+            out.append((changes, None))
+    t, tp_tries = 2 * tp, []
+    while est.complete and est.sharding == "none" and t <= node:
+        tp_tries.append(({}, t))
+        t *= 2
+    return out, tp_tries
 
 
 def gpu_params(cfg, psi, mp):

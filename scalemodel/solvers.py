@@ -264,7 +264,7 @@ def _warn_other_gpu(gpu, profile):
 
 def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0.0):
     from .checkpointing import Checkpointing
-    from .memory import _memory_lean
+    from .memory import _memory_lean, suggestions_text
 
     p = sc.profile
     derived = isinstance(p.provenance.get("config"), dict)
@@ -346,9 +346,7 @@ def _memory_check(sc, n, gpu, loss="unfused", accounting="zero", fragmentation=0
                               f"per GPU > {m.gpu.hbm_bytes / 2**30:.0f} GiB "
                               f"(sharding={m.sharding!r}"
                               + ("" if m.complete else ", activations unknown") + ")"
-                              + ("; would fit with: " + "; ".join(
-                                  f"{label} ({v / 2**30:.1f} GiB)"
-                                  for label, v in m.suggestions) if m.suggestions else ""))
+                              + suggestions_text(m.suggestions))
     return float(m.per_gpu), bool(m.fits), m.gpu.name, note
 
 

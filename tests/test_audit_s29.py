@@ -1,0 +1,147 @@
+"""Findings of session 29's audits, each fixed: a test per finding that fails on the code
+before the fix."""
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import scalemodel as sm
+from scalemodel import TransformerConfig
+from scalemodel.exceptions import HostMemoryError, InvalidParameterError, ModelWarning
+
+# the config.json of Llama 3 70B (meta-llama/Meta-Llama-3-70B)
+LLAMA3_70B = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+              "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80,
+              "vocab_size": 128256, "max_position_embeddings": 8192,
+              "tie_word_embeddings": False}
+
+
+def _read(config):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = TransformerConfig.from_hf_config(config)
+    return cfg, " ".join(str(w.message) for w in caught if w.category is ModelWarning)
+
+
+def test_qwen_1_feed_forward_is_half_its_intermediate_size():
+    """Qwen (1)'s QWenMLP is intermediate_size // 2 wide (Qwen/Qwen-7B's config.json):
+    7.72 B parameters, counted 12.05 B before."""
+    cfg, _ = _read(dict(model_type="qwen", hidden_size=4096, intermediate_size=22016,
+                        num_attention_heads=32, num_hidden_layers=32, vocab_size=151936,
+                        kv_channels=128, no_bias=True, max_position_embeddings=8192,
+                        seq_length=8192, tie_word_embeddings=False))
+    # 2 x 151936 x 4096 + 32 x (4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096) + 4096, less
+    # the q/k/v biases the warning names
+    assert cfg.ffn == 11008 and cfg.parameter_count == 7_720_931_328
+
+
+def test_a_sliding_window_is_named_for_every_family():
+    """Mistral 7B v0.1's sliding_window was ignored without a word (Gemma's is named);
+    Qwen2's, turned off by use_sliding_window=false, is not."""
+    mistral = dict(model_type="mistral", hidden_size=4096, intermediate_size=14336,
+                   num_attention_heads=32, num_key_value_heads=8, num_hidden_layers=32,
+                   vocab_size=32000, max_position_embeddings=32768, sliding_window=4096)
+    assert "sliding-window attention (window 4096)" in _read(mistral)[1]
+    qwen2 = dict(mistral, model_type="qwen2", sliding_window=131072,
+                 use_sliding_window=False)
+    assert "sliding" not in _read(qwen2)[1]
+
+
+def test_falcon_40b_original_file_is_the_new_architecture():
+    """model_type "RefinedWeb" with n_head_kv (tiiuae/falcon-40b's first config.json) was
+    read as multi-query with one norm per block."""
+    cfg, text = _read({"model_type": "RefinedWeb", "hidden_size": 8192, "n_head": 128,
+                       "n_head_kv": 8, "n_layer": 60, "parallel_attn": True, "bias": False,
+                       "alibi": False, "vocab_size": 65024})
+    assert cfg.kv_heads == 8 and cfg.parameter_count == 41_303_293_952
+    assert "one norm per block" not in text
+
+
+@pytest.mark.parametrize("flags", [dict(attention_bias=True), dict(mlp_bias=True)])
+def test_attention_and_feed_forward_biases_that_differ_are_named(flags):
+    cfg = dict(model_type="llama", hidden_size=4096, intermediate_size=11008,
+               num_attention_heads=32, num_hidden_layers=32, vocab_size=32000, **flags)
+    assert "mlp_bias" in _read(cfg)[1]
+    assert "mlp_bias" not in _read(dict(cfg, attention_bias=True, mlp_bias=True))[1]
+
+
+def test_suggestions_list_sharding_with_checkpointing_without_offload():
+    """Llama 3 70B under DDP on 64 GPUs: only the CPU offload was suggested, where ZeRO-3
+    with checkpointing fits without it."""
+    m = sm.memory("llama-3-70b", 64, seq=4096)
+    labels = dict(m.suggestions)
+    assert "activation_checkpointing='full', sharding='zero3'" in labels
+    for label, value in m.suggestions:
+        kw = eval(f"dict({label})")  # noqa: S307  (the library's own labels)
+        assert sm.memory("llama-3-70b", 64, seq=4096, suggest=False, **kw).per_gpu == value
+
+
+def test_a_combination_is_suggested_where_no_single_change_fits():
+    """Llama 3 8B on one A100 40GB: 'offload=optimizer (still does not fit)' was all it
+    said; with full checkpointing it fits."""
+    m = sm.memory("llama-3-8b", 1, gpu="a100-40gb")
+    assert [label for label, _ in m.suggestions] == [
+        "activation_checkpointing='full', offload='optimizer'"]
+    assert "would fit with: activation_checkpointing='full', offload" in m.message()
+
+
+@pytest.mark.parametrize("kw", [
+    dict(offload="optimizer", activation_checkpointing="full", n=1, model="llama-3-70b"),
+    dict(sharding="zero3", activation_checkpointing="full", n=8, model="llama-2-70b",
+         gpu="a100-40gb"),
+    dict(sharding="zero3", activation_checkpointing="full", offload="optimizer+parameters",
+         n=2, model="llama-3-8b", gpu="a100-40gb", seq=32768)])
+def test_the_closest_suggestion_needs_less_than_the_job_and_is_not_the_job(kw):
+    """The 'closest' suggestion used more memory than the job as asked (selective
+    checkpointing for a job under full), or was the job as asked."""
+    m = sm.memory(**kw)
+    assert not np.all(m.fits)
+    for label, value in m.suggestions:
+        assert value < float(np.max(m.per_gpu)), label
+
+
+def test_nothing_fits_reads_as_such():
+    m = sm.memory("llama-2-70b", 8, gpu="a100-40gb", sharding="zero3",
+                  activation_checkpointing="selective")
+    assert m.suggestions and m.suggestions[0][0].endswith("(still does not fit)")
+    assert "nothing tried fits, closest: activation_checkpointing='full' (" in m.message()
+    assert "would fit with" not in m.message()
+
+
+def test_host_memory_message_counts_the_gpus_of_the_job():
+    """n=2 needs two GPUs' host memory; the message said '8 GPU(s) x ...'."""
+    with pytest.raises(HostMemoryError, match=r"needs 2102\.7 GiB .*\(2 GPU\(s\) x 1051\.3"):
+        sm.memory("llama-3-70b", 2, offload="optimizer", activation_checkpointing="full")
+
+
+def test_a_fraction_refused_under_pipeline_says_the_fraction():
+    with pytest.raises(InvalidParameterError, match="a fraction of the layers") as exc:
+        sm.memory("llama-3-8b", 64, pp=4, microbatches=8, activation_checkpointing=0.25)
+    assert "op-level" not in str(exc.value)
+
+
+def test_cli_time_answers_say_the_host_cannot_hold_the_offload(tmp_path):
+    """scalemodel iteration/scaling printed a plain step for a job whose offloaded state
+    does not fit the host (min-compression said so)."""
+    cfg = tmp_path / "llama3-70b.json"
+    cfg.write_text(json.dumps(LLAMA3_70B))
+    base = [sys.executable, "-m", "scalemodel", "--model", str(cfg), "--seq", "4096",
+            "--offload", "optimizer", "--n", "64", "--bw", "100Gbps"]
+
+    def run(cmd, *extra):
+        argv = base[:3] + [cmd] + base[3:] + list(extra)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "does not fit: offload='optimizer'" in run("iteration")
+    data = json.loads(run("iteration", "--json"))
+    assert data["fits"] is False and "8410.7 GiB" in data["memory_note"]
+    assert "memory_not_checked" not in data
+    assert "does not fit: offload='optimizer'" in run("scaling")
+    data = json.loads(run("scaling", "--json"))
+    assert data["results"][0]["fits"] is False and "memory_note" in data
