@@ -37,6 +37,11 @@ any of the family's block dropout probabilities is above 0: ``resid_pdrop`` /
 (GPT-NeoX, Falcon, 0), ``attention_dropout`` (the Llama family, 0), ``resid_pdrop`` /
 ``attn_config.attn_pdrop`` (MPT, 0).
 
+Qwen (1) (``model_type`` ``"qwen"``, read as Llama-like) builds its gated feed-forward
+``intermediate_size // 2`` wide (``QWenMLP``); Falcon-40B's original file (``model_type``
+``"RefinedWeb"`` with ``n_head_kv``) is the new decoder architecture (two norms per block,
+``n_head_kv`` key-value groups).
+
 A ``head_dim`` whose heads are not ``hidden / heads`` wide (Gemma-7B: 16 heads of 256 on
 a width of 3072; Mistral-NeMo, Qwen3-4B) becomes the config's ``head_dim``: the query and
 output projections are ``hidden x heads * head_dim``.
