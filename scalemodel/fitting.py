@@ -318,8 +318,9 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
     gpus_per_node : int or None
         GPUs per node of the cluster (its topology; ``None``: every worker its own link);
         default 8, or with ``transport`` or ``cluster`` theirs (every worker its own link
-        when they have no topology, as the CLI's ``scalemodel fit`` takes them)
-        [workers].
+        when they have no topology, as the CLI's ``scalemodel fit`` takes them), or every
+        worker its own link when all runs' profiles were measured on CPUs by
+        ``scalemodel.calibrate`` (gloo's processes talk over TCP, not NVLink) [workers].
     nics_per_node : int or None
         NICs per node; ``None``: 1 [NICs].
     intra_bw : float, str or None
@@ -385,7 +386,10 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         from FLOP-derived runs on more than one GPU class (it is kept per class: fit each
         class's runs in its own call).
     CalibrationError
-        The runs cannot be reached by any parameter values.
+        The fit cannot start (the model cannot be evaluated at any starting values). Runs
+        that no explanation reaches are not an error: a
+        :class:`~scalemodel.exceptions.CalibrationWarning` names each run and its miss,
+        and the cluster records the model discrepancy that widens its intervals.
 
     Examples
     --------
@@ -611,10 +615,13 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
     else:
         base = ClusterProfile(name=name, provenance={"source": "fit_cluster"})
     if gpus_per_node is _GPUS_PER_NODE and (base.topology is not None
-                                            or transport is not None or cluster is not None):
+                                            or transport is not None or cluster is not None
+                                            or all(_measured_on_cpu(r.profile)
+                                                   for r in runs)):
         # not given: keep the starting cluster's (the transport's) topology, flat when it
         # has none (a calibration whose ranks shared one node measured each rank's own
-        # link: 8 GPUs per node would put every run inside an invented node)
+        # link: 8 GPUs per node would put every run inside an invented node; so too for
+        # CPU processes, which gloo connects over TCP, never NVLink)
         gpus_per_node = None
     topo = resolve_topology(_runs_gpu_topology(runs) if base.topology is None
                             else base.topology, gpus_per_node=gpus_per_node,
@@ -644,6 +651,19 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
                                     "needs at least one run with n > 1 or one wrapped "
                                     "single-worker run")
     return runs, base, source
+
+
+def _measured_on_cpu(profile) -> bool:
+    """Whether a profile was measured on a CPU by ``scalemodel.calibrate`` (its
+    provenance's ``device``, or, in files written before that was recorded, its timer)."""
+    prov = getattr(profile, "provenance", None)
+    if not isinstance(prov, dict) or prov.get("source") != \
+            "measured by scalemodel.calibrate.compute":
+        return False
+    device = prov.get("device")
+    if isinstance(device, str):
+        return device.lower().startswith("cpu")
+    return prov.get("timer") == "time.perf_counter"
 
 
 def _runs_gpu_topology(runs):
@@ -892,6 +912,10 @@ _PHYSICAL_LOW = {"compute_slowdown", "sync_overhead", "collective_overhead", "al
 """Parameters whose lower g-bound is a physical limit (0, or 1 for the slowdown): an
 interval clipped there ends at that number; clipped at the other bound it is unbounded."""
 
+_PHYSICAL_HIGH = {"overlap"}
+"""Parameters whose upper g-bound is a physical limit too (full overlap, 1): an interval
+clipped there ends at that number, not unbounded."""
+
 
 def _fitted_parameters(problem, best, confidence, *, warn):
     """The free parameters of ``best`` with their intervals (Laplace approximation); an
@@ -925,7 +949,7 @@ def _fitted_parameters(problem, best, confidence, *, warn):
             hi = None if (a_open and k == "ceiling") else va
         else:
             lo = None if (a_open and k not in _PHYSICAL_LOW) else va
-            hi = None if b_open else vb
+            hi = None if (b_open and k not in _PHYSICAL_HIGH) else vb
         # the lower bound is the ideal value (no effect); the upper one is a real limit
         at_bound = bool(g[i] >= hi_g - 1e-3 * (hi_g - lo_g))
         params[k] = FittedParameter(k, vals[k], (lo, hi), PRIORS[k].unit, "fitted",
@@ -1369,7 +1393,7 @@ def _message(best, params, residuals, alternatives, notes=()):
         lines.append(f"  {k:20s} {_fmt(value, p.unit)}{f' ({where})' if where else ''}  "
                      f"[{_fmt(p.interval[0], p.unit)}, {_fmt(p.interval[1], p.unit)}]  "
                      f"{p.status}")
-    others = alternatives[1:]
+    others = [a for a in alternatives[1:] if not _same_explanation(a, alternatives[0])]
     if others:
         lines.append("  the runs fit about as well with: " + "; ".join(
             ", ".join(f"{k}={_fmt(math.inf if v is None else v, PRIORS[k].unit)}"
@@ -1377,6 +1401,23 @@ def _message(best, params, residuals, alternatives, notes=()):
             for a in others[:3]) + " (more runs would tell them apart)")
     lines.extend(notes)
     return "\n".join(lines)
+
+
+def _same_explanation(a, best, rel=1e-2):
+    """Whether alternative ``a`` is the best explanation again: the same values (within
+    ``rel``) once the best's terms fitted at their ideal value (a fixed cost at 0) are
+    left out (then the report would list it as another explanation)."""
+    def effective(values):
+        return {k: v for k, v in values.items()
+                if v is None or PRIORS[k].log
+                or abs(v - PRIORS[k].lower) > 1e-3 * PRIORS[k].scale}
+
+    mine, theirs = effective(best["values"]), effective(a["values"])
+    if mine.keys() != theirs.keys():
+        return False
+    return all((u is None and v is None) or (u is not None and v is not None and
+                                             abs(u - v) <= rel * max(abs(u), abs(v), 1e-300))
+               for u, v in ((mine[k], theirs[k]) for k in mine))
 
 
 def _base_value(base, k):

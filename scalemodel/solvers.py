@@ -1090,6 +1090,16 @@ def _floored(bw):
     return MIN_TEXT_BANDWIDTH if 0.0 < bw < MIN_TEXT_BANDWIDTH else bw
 
 
+def _assumed(sc, r, u) -> str:
+    """The compression and utilization a required bandwidth assumed, as its message
+    says them: on a cluster, the utilization as a factor on the cluster's achieved
+    bandwidth (left out at 1: "utilization 1" read as a contradiction of a fitted 0.91)."""
+    if sc.cluster is None:
+        return f"compression {r:g}x, utilization {u:g}"
+    return (f"compression {r:g}x, the cluster's achieved bandwidth"
+            + ("" if u == 1 else f" x utilization {u:g}"))
+
+
 def _at_least_the_floor(res, sc, n, r, u) -> BandwidthResult:
     """A needed line rate below 1 Mbit/s, the least the library takes
     (:data:`~scalemodel.units.MIN_TEXT_BANDWIDTH`), answered as that floor, with the
@@ -1110,7 +1120,7 @@ def _at_least_the_floor(res, sc, n, r, u) -> BandwidthResult:
         critical_parts=parts,
         message=(f"{sc.profile.name} on {n} workers reaches {res.target:g} at any line rate "
                  f"from 1 Mbit/s, the least scalemodel takes (it needs at most "
-                 f"{format_bandwidth(res.bw)}; compression {r:g}x, utilization {u:g})"))
+                 f"{format_bandwidth(res.bw)}; {_assumed(sc, r, u)})"))
 
 
 def _solve_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
@@ -1171,7 +1181,7 @@ def _solve_bandwidth_planned(sc, n, target, r, u, explain) -> BandwidthResult:
         bw=bw, feasible=True, scaling_factor=float(sf_of(np.float64(bw))), binding=bind,
         message=(f"{p.name} on {n} workers needs {_bw_text(bw)} per "
                  f"{'NIC' if sc.options.gpus_per_node else 'worker'} to scale "
-                 f"{target:g} (compression {r:g}x, utilization {u:g}; MG-WFBP planned at "
+                 f"{target:g} ({_assumed(sc, r, u)}; MG-WFBP planned at "
                  "each line rate)"),
         critical_parts=parts, max_scaling_factor=float(sf_of(np.float64(top))), n=n,
         target=target, compression=r, utilization=u)
@@ -1205,7 +1215,7 @@ def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
                     binding=bind, critical_parts=parts, **common, message=(
                         f"{p.name} on {n} workers needs {format_bandwidth(exact)} per "
                         f"{'NIC' if sc.options.gpus_per_node else 'worker'} to scale "
-                        f"{target:g} (compression {r:g}x, utilization {u:g}; the target is "
+                        f"{target:g} ({_assumed(sc, r, u)}; the target is "
                         f"the limit, reached once the communication left is below "
                         f"rounding)"))
         if x_floor > x_star > 0:
@@ -1242,7 +1252,7 @@ def _required_bandwidth(sc, n, target, r, u, explain=True) -> BandwidthResult:
         bw=bw, feasible=True, scaling_factor=sf, binding=bind,
         message=(f"{p.name} on {n} workers needs {_bw_text(bw)} per "
                  f"{'NIC' if sc.options.gpus_per_node else 'worker'} to scale "
-                 f"{target:g} (compression {r:g}x, utilization {u:g})"),
+                 f"{target:g} ({_assumed(sc, r, u)})"),
         critical_parts=parts, **common)
 
 

@@ -145,3 +145,132 @@ def test_cli_time_answers_say_the_host_cannot_hold_the_offload(tmp_path):
     assert "does not fit: offload='optimizer'" in run("scaling")
     data = json.loads(run("scaling", "--json"))
     assert data["results"][0]["fits"] is False and "memory_note" in data
+
+
+# -- calibration audit ---------------------------------------------------------------
+
+def test_one_run_decides_the_overlap_continuously():
+    """A run a hair above what no overlap gives fitted eta ~ 1 against the prior (missing
+    the run by several of its uncertainties); a hair below gave 0. Now eta is the
+    value reaching the run, its interval those reaching the run's +-1.96 u."""
+    import attrs
+    from scalemodel.calibrate.overhead import fit_with_transport
+    prof = sm.load_profile("resnet50")
+    base = sm.ClusterProfile(name="t", alpha=20e-6, utilization=0.7,
+                             provenance={"source": "test"})
+
+    def sf(eta):
+        return sm.scaling_factor(prof, 8, 25e9, cluster=attrs.evolve(
+            base, compute_slowdown=1.08, overlap=eta))
+
+    none, full = sf(0.0), sf(1.0)
+    above = fit_with_transport(prof, 8, 25e9, none * (1 + 1e-5), transport=base,
+                               compute_slowdown=1.08, uncertainty=0.03)
+    assert above.cluster.overlap < 0.01
+    for eta in (0.06, 0.3):
+        fit = fit_with_transport(prof, 8, 25e9, sf(eta), transport=base,
+                                 compute_slowdown=1.08, uncertainty=0.01)
+        assert fit.cluster.overlap == pytest.approx(eta, abs=1e-4)
+        assert sm.scaling_factor(prof, 8, 25e9, cluster=fit.cluster) == \
+            pytest.approx(sf(eta), rel=1e-6)
+        lo, hi = fit.cluster.intervals["overlap"]
+        assert 0.0 <= lo < eta < hi <= 1.0
+    assert none < full
+
+
+def test_cpu_measured_runs_are_each_their_own_link(tmp_path):
+    """Runs of a profile measured on CPUs by the calibration were put 8 to a V100 NVLink
+    node: the link never mattered and the communication became a compute slowdown."""
+    prof = sm.load_profile("calibration/results/emulated/mlp.json")
+    assert prof.provenance["timer"] == "time.perf_counter"
+    cl = sm.load_cluster("calibration/results/emulated/cluster.json")
+    measured = sm.scaling_factor(prof, 2, 1e9, cluster=cl)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster([{"model": prof, "n": 2, "bw": 1e9,
+                               "scaling_factor": measured}])
+    assert fit.cluster.topology is None
+    slow = sm.scaling_factor(prof, 2, 1e8, cluster=fit.cluster)
+    assert slow < 0.5 * sm.scaling_factor(prof, 2, 1e10, cluster=fit.cluster)
+
+
+def test_overlap_interval_ends_at_full_overlap_not_unbounded():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster([{"model": "resnet50", "n": 16, "bw": "100Gbps",
+                               "scaling_factor": 0.99, "uncertainty": 0.02}],
+                             gpus_per_node=8, fit=["overlap"])
+    assert fit.parameters["overlap"].interval[1] == pytest.approx(1.0)
+
+
+def test_from_trace_says_what_it_removed_and_replaced(tmp_path):
+    from scalemodel.calibrate.trace_report import main
+    traces = "tests/data/traces"
+    out = str(tmp_path / "j")
+    import contextlib
+    import io
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main([f"{traces}/ddp_2ranks_allreduce_b.json.gz", "--out", out]) == 0
+    assert (tmp_path / "j.cluster.json").exists()
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main([f"{traces}/ddp_1rank.json.gz", "--out", out]) == 0
+    assert not (tmp_path / "j.cluster.json").exists()
+    assert f"removed {out}.cluster.json" in text.getvalue()
+    assert f"wrote {out}.report.json (replacing the one there)" in text.getvalue()
+
+
+def test_a_bandwidth_unbounded_above_prints_as_such():
+    """Latency-bound sizes: 1/B's interval reaches 0; its stored cap (1000 B) was printed
+    as a measured end ('[3.932, 8480]' Gbit/s)."""
+    from scalemodel.calibrate.fit import BANDWIDTH_CAP, fit_collective
+    nbytes = np.array([4e3, 16e3, 64e3, 256e3, 1e6, 2e6])
+    rng = np.random.default_rng(3)
+    seconds = 1e-3 * (1 + 0.05 * rng.standard_normal(nbytes.size)) + nbytes * 8 / 100e9
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the fit says R^2 is poor: noise on latency)
+        fit = fit_collective(nbytes, seconds, n=2)
+    hi = fit.intervals["bandwidth"][1]
+    assert hi == pytest.approx(BANDWIDTH_CAP * fit.bandwidth)
+    assert "unbounded]" in str(fit)
+
+
+def test_an_alternative_equal_to_the_best_is_not_listed():
+    """Best: utilization, slowdown and a bucket cost fitted at 0; 'the runs fit about as
+    well with' listed the same utilization and slowdown again."""
+    true = sm.ClusterProfile(name="true", alpha=20e-6, utilization=0.7,
+                             compute_slowdown=1.08, sync_overhead=3e-3,
+                             topology=sm.Topology(gpus_per_node=8, nics_per_node=1))
+    runs = [{"model": m, "n": n, "bw": bw, "uncertainty": 0.01,
+             "scaling_factor": float(sm.scaling_factor(m, n, bw, cluster=true))}
+            for m in ("resnet50", "vgg16") for n in (16, 64) for bw in ("10Gbps", "100Gbps")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster(runs, gpus_per_node=8)
+    best = {k: round(v, 4) for k, v in fit.alternatives[0]["values"].items()
+            if k in ("utilization", "compute_slowdown")}
+    listed = fit.message.split("fit about as well with: ")[-1]
+    again = ", ".join(f"{k}={v:.4g}" for k, v in best.items())
+    assert again not in listed
+
+
+def test_required_bandwidth_on_a_cluster_does_not_say_utilization_1():
+    cl = sm.ClusterProfile(utilization=0.9, provenance={"source": "test"})
+    res = sm.required_bandwidth("bert", n=64, target=0.8, cluster=cl)
+    assert "utilization 1" not in res.message
+    assert "the cluster's achieved bandwidth" in res.message
+
+
+def test_wrapper_line_says_a_negative_cost_is_noise():
+    from scalemodel.calibrate.wrapper import WrapperMeasurement
+    rng = np.random.default_rng(0)
+    plain = 0.1 + 0.001 * rng.standard_normal(6)
+    wrapped = np.array([plain + d for d in (0.066, 0.012, -0.021)])
+    m = WrapperMeasurement(model="mlp", batch_size=32, bucket_caps=np.array([1.0, 5.0, 25.0]),
+                           buckets=np.array([8, 4, 2]), plain=plain, wrapped=wrapped,
+                           device="cpu", backend="gloo")
+    text = str(m)
+    assert "+-" not in text and "-21." in text
+    if m.fit()["iteration_overhead"] < 0 or m.fit()["bucket_overhead"] < 0:
+        assert "noise around 0, taken as 0" in text

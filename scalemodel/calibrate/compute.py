@@ -390,6 +390,8 @@ def _compute_provenance(torch, dev, model, warmup, iterations, amp, it_total):
         "model_spec": model, "torch": torch.__version__, "host": platform.node(),
         "warmup": warmup, "iterations": iterations, "threads": torch.get_num_threads(),
         "timer": "CUDA events" if dev.type == "cuda" else "time.perf_counter",
+        "device": (f"cuda ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda"
+                   else dev.type),
         "autocast": amp, **_math_modes(torch, dev),
         "spread": {"median": med, "p10": float(np.percentile(it_total, 10)),
                    "p90": float(np.percentile(it_total, 90)),

@@ -269,9 +269,11 @@ class CollectiveFit:
         pct = f"{self.confidence:.0%}"
         a_lo, a_hi = self.intervals.get("alpha", (self.alpha, self.alpha))
         b_lo, b_hi = self.intervals.get("bandwidth", (self.bandwidth, self.bandwidth))
+        high = ("unbounded" if b_hi >= BANDWIDTH_CAP * self.bandwidth * (1 - 1e-9)
+                else f"{b_hi / 1e9:.4g}")  # (the stored cap, not a measured end)
         text = (f"{self.collective} ({self.algorithm}, n={self.n}): alpha "
                 f"{self.alpha * 1e6:.2f} us [{a_lo * 1e6:.2f}, {a_hi * 1e6:.2f}], bandwidth "
-                f"{self.bandwidth / 1e9:.4g} Gbit/s [{b_lo / 1e9:.4g}, {b_hi / 1e9:.4g}]")
+                f"{self.bandwidth / 1e9:.4g} Gbit/s [{b_lo / 1e9:.4g}, {high}]")
         if self.gamma is not None:
             g_lo, g_hi = self.intervals.get("gamma", (self.gamma, self.gamma))
             text += (f", gamma {self.gamma * 1e12:.3g} ps/byte [{g_lo * 1e12:.3g}, "
@@ -565,6 +567,11 @@ def _held_fixed(overrides, fit_gamma, collective, algorithm, bits, red):
     return fixed, free
 
 
+BANDWIDTH_CAP = 1e3
+"""A bandwidth interval whose reciprocal reaches 0 (unbounded above) is stored ending at
+this many times the fitted bandwidth, and printed as unbounded [-]."""
+
+
 def _intervals(p, cov, fixed, free, lower, upper, points, confidence):
     """Student-t confidence intervals {alpha [s], bandwidth [bits/s]} and that of gamma
     [s/byte] from the covariance of the free unknowns (a held one's is its value)."""
@@ -578,7 +585,8 @@ def _intervals(p, cov, fixed, free, lower, upper, points, confidence):
         iv[i] = (max(lower[i], p[i] - q * se[k]), min(upper[i], p[i] + q * se[k]))
     for i in fixed:
         iv[i] = (p[i], p[i])
-    inv_lo = max(iv[1][0], p[1] * 1e-3)  # an interval reaching 1/B = 0: cap at 1000 B
+    inv_lo = max(iv[1][0], p[1] / BANDWIDTH_CAP)  # reaching 1/B = 0: capped (printed as
+    # "unbounded")
     return {"alpha": iv[0], "bandwidth": (1.0 / iv[1][1], 1.0 / inv_lo)}, iv[2]
 
 

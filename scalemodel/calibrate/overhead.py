@@ -380,10 +380,10 @@ def fit_with_transport(model, n, bw, measured, *, transport, compute_slowdown=1.
     (``fit_cluster(runs, transport=...)``), the measured slowdown :math:`\\sigma` is held,
     and the run fits only the overlap efficiency :math:`\\eta`, with its interval.
 
-    Where the run lies between what no overlap and full overlap predict, the fit is
-    :func:`~scalemodel.fit_cluster`'s (the run weighed against the prior of
-    :math:`\\eta` within ``uncertainty``, so it reaches the run within its noise rather
-    than exactly). Outside that range :math:`\\eta` is clipped at 1 or 0 and, slower than
+    Where the run lies between what no overlap and full overlap predict,
+    :func:`~scalemodel.fit_cluster` with the transport makes the cluster and the run
+    decides :math:`\\eta`: the value reaching it exactly, its interval the values
+    reaching its iteration time within :math:`\\pm 1.96` ``uncertainty``. Outside that range :math:`\\eta` is clipped at 1 or 0 and, slower than
     even :math:`\\eta = 0`, the rest is the per-byte host cost of
     :func:`fit_host_overhead`, as :func:`fit_host_effects` does: a transport calibration
     sees the collectives alone, not the host work that DDP adds around them on CPUs. Fixed
@@ -490,19 +490,52 @@ def _fit_with_transport(model, n, bw, measured, *, transport, compute_slowdown=1
                                fitted_from=fitted_from, **kw)
         return attrs.evolve(out, cluster=attrs.evolve(out.cluster, extra=dict(
             out.cluster.extra, transport_fit_note=note)))
-    eta = fit.parameters["overlap"]
-    o = OverlapFit(float(eta.value), float(measured), full, none, False)
+    eta, eta_interval = _solved_overlap(profile, n, bw, measured, fit.cluster,
+                                        uncertainty, kw)
+    o = OverlapFit(eta, float(measured), full, none, False)
     fitted_from = dict(fitted_from or {}, measured_scaling_factor=float(measured))
-    intervals = dict(fit.cluster.intervals)
+    intervals = dict(fit.cluster.intervals, overlap=eta_interval)
     if "compute_slowdown" in cl.intervals:
         intervals["compute_slowdown"] = cl.intervals["compute_slowdown"]
     extra = dict(fit.cluster.extra, compute_slowdown_fit=cl.extra["compute_slowdown_fit"],
                  overlap_fit={
-        "overlap": o.overlap, "interval": list(eta.interval),
+        "overlap": o.overlap, "interval": list(eta_interval),
         "predicted_full": full, "predicted_none": none, "clipped": False,
         "fitted_from": fitted_from, "by": "fit_cluster with the transport"})
     provenance = dict(fit.cluster.provenance, source=cl.provenance.get(
         "source", fit.cluster.provenance.get("source")), fit_cluster=fit.cluster.provenance.get(
         "source"))
-    out = attrs.evolve(fit.cluster, intervals=intervals, extra=extra, provenance=provenance)
+    out = attrs.evolve(fit.cluster, overlap=eta, intervals=intervals, extra=extra,
+                       provenance=provenance)
     return HostEffectsFit(out, sigma_only.compute_slowdown, o, None, fit)
+
+
+def _solved_overlap(profile, n, bw, measured, cluster, uncertainty, kw):
+    r"""The overlap efficiency that reaches one run exactly on ``cluster`` (the transport
+    fit's), and its interval: the efficiencies reaching the run's iteration time
+    :math:`\pm 1.96\,u` (``uncertainty`` :math:`u`), clipped to [0, 1].
+
+    With one run and one parameter the run decides: weighed against the parameter's
+    prior (centre 1) under a robust loss, a run a little above what no overlap gives
+    fitted :math:`\eta \approx 1` and missed the run by several of its uncertainties,
+    while one a little below it gave :math:`\eta = 0` (the calibration audit of
+    session 29)."""
+    from scipy.optimize import brentq
+
+    from ..model import scaling_factor
+
+    def s(eta):
+        return scaling_factor(profile, n, bw, cluster=attrs.evolve(cluster, overlap=eta), **kw)
+
+    full, none = s(1.0), s(0.0)
+
+    def solve(target):
+        if target >= full:
+            return 1.0
+        if target <= none:
+            return 0.0
+        return float(brentq(lambda e: s(e) - target, 0.0, 1.0, xtol=1e-7))
+
+    half = 1.96 * float(uncertainty)  # on the iteration time: T_n (1 -+ half)
+    return solve(measured), (solve(measured / (1.0 + half)),
+                             solve(measured / max(1.0 - half, 1e-9)))

@@ -1026,7 +1026,10 @@ def main(argv=None) -> int:
     p.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s) of one job")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--out", metavar="PREFIX", help="write PREFIX.workload.json, "
-                   "PREFIX.cluster.json (those that could be made) and PREFIX.report.json")
+                   "PREFIX.cluster.json (those that could be made: an earlier run's "
+                   "that this one cannot make is removed, and said) and PREFIX.report.json "
+                   "(a calibration's PREFIX.report.json is replaced: choose another PREFIX "
+                   "beside one)")
     p.add_argument("--line-rate", help="NIC line rate, e.g. 100Gbps (default: the fitted "
                    "bandwidth is taken as the line rate)")
     p.add_argument("--name", help="profile name (default: the first file's stem)")
@@ -1060,6 +1063,7 @@ def main(argv=None) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     from ..profiles import atomic_write_files
+    existed = {path for path in outputs if os.path.lexists(path)}
     try:
         atomic_write_files(outputs)
     except OSError as exc:
@@ -1068,13 +1072,17 @@ def main(argv=None) -> int:
         print(f"{prog}: error: --out {args.out}: cannot write its files{where}: {what}; "
               "nothing was written", file=sys.stderr)
         return 2
+    removed = [path for path, text in outputs.items() if text is None and path in existed]
     outputs = [path for path, text in outputs.items() if text is not None]
     if args.json:
         print(json.dumps(report.to_dict(), indent=1))
     else:
         print(report.summary())
         for path in outputs:
-            print(f"wrote {path}")
+            print(f"wrote {path}" + (" (replacing the one there)" if path in existed else ""))
+    for path in removed:  # (on stderr with --json: stdout is the report)
+        print(f"removed {path}, an earlier run's: this trace cannot make it",
+              file=sys.stderr if args.json else sys.stdout)
     for n in report.notes:
         print(f"[scalemodel.calibrate] note: {n}", file=sys.stderr)
     return 0

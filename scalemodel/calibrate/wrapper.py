@@ -353,15 +353,18 @@ class WrapperMeasurement:
     def __str__(self):
         f = self.fit()
         line = (f"{self.model}, batch {self.batch_size} on {self.device}: plain "
-                f"{f['plain_median'] * 1e3:.2f} ms; under DDP +"
-                + ", +".join(f"{m * 1e3:.3f} ms ({k} buckets)"
-                             for m, k in zip(f["medians"], f["buckets"])))
+                f"{f['plain_median'] * 1e3:.2f} ms; under DDP "
+                + ", ".join(f"{m * 1e3:+.3f} ms ({k} buckets)"
+                            for m, k in zip(f["medians"], f["buckets"])))
         if f["bucket_overhead"] is not None:
             lo, hi = f["bucket_overhead_interval"]
             wlo, whi = f["iteration_overhead_interval"]
             line += (f"; per bucket {f['bucket_overhead'] * 1e6:.1f} us [{lo * 1e6:.1f}, "
                      f"{hi * 1e6:.1f}], per iteration {f['iteration_overhead'] * 1e3:.3f} ms "
                      f"[{wlo * 1e3:.3f}, {whi * 1e3:.3f}]")
+            if f["bucket_overhead"] < 0 or f["iteration_overhead"] < 0:
+                line += (" (a negative cost is noise around 0, taken as 0 where the cluster "
+                         "uses it: measure more rounds)")
         if self.host is not None and f["bucket_overhead"] is not None:
             h = self.host_fit()
             share = h["host_plain"] / h["iteration_plain"]
@@ -370,7 +373,9 @@ class WrapperMeasurement:
             line += (f"; the host issues the plain iteration in {100 * share:.0f} % of it "
                      f"({bound}); DDP's host work {h['per_tensor'] * 1e6:.1f} us per "
                      f"tensor and {h['per_bucket'] * 1e6:.1f} us per bucket "
-                     "(scalemodel.framework)")
+                     "(scalemodel.framework"
+                     + ("; negative: noise around 0, taken as 0)"
+                        if min(h["per_tensor"], h["per_bucket"]) < 0 else ")"))
         return line
 
 
