@@ -383,7 +383,8 @@ def fit_with_transport(model, n, bw, measured, *, transport, compute_slowdown=1.
     Where the run lies between what no overlap and full overlap predict,
     :func:`~scalemodel.fit_cluster` with the transport makes the cluster and the run
     decides :math:`\\eta`: the value reaching it exactly, its interval the values
-    reaching its iteration time within :math:`\\pm 1.96` ``uncertainty``. Outside that range :math:`\\eta` is clipped at 1 or 0 and, slower than
+    reaching its iteration time within :math:`\\pm 1.96` ``uncertainty``.
+    Outside that range :math:`\\eta` is clipped at 1 or 0 and, slower than
     even :math:`\\eta = 0`, the rest is the per-byte host cost of
     :func:`fit_host_overhead`, as :func:`fit_host_effects` does: a transport calibration
     sees the collectives alone, not the host work that DDP adds around them on CPUs. Fixed
