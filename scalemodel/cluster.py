@@ -102,8 +102,8 @@ from .exceptions import InvalidParameterError, ParameterTypeError, ProfileFormat
 from .discrepancy import KEY, check_discrepancy
 from .hostcosts import HostCosts
 from .topology import Topology
-from .units import (check_fraction, check_nonnegative, check_positive, format_bandwidth,
-                    parse_duration, scalar_converter)
+from .units import (MIN_UTILIZATION, check_fraction, check_nonnegative, check_positive,
+                    format_bandwidth, parse_duration, scalar_converter)
 
 __all__ = ["ClusterProfile", "load_cluster", "save_cluster"]
 
@@ -520,6 +520,11 @@ class ClusterProfile:
                                              "table_line_rate"), dtype=float)
             util = np.asarray(check_fraction(np.atleast_1d(self.table_utilization),
                                              "table_utilization"), dtype=float)
+            if np.any(util < MIN_UTILIZATION):  # as the scalar utilization's floor
+                k = int(np.argmax(util < MIN_UTILIZATION))
+                raise ProfileFormatError("<object>", f"utilization_table.utilization[{k}]",
+                                         f"{util[k]:g} must be at least {MIN_UTILIZATION:g} "
+                                         "(a smaller one gives infinite times)")
             if rate.shape != util.shape or rate.ndim != 1:
                 raise ProfileFormatError("<object>", "utilization_table",
                                          f"needs one utilization per line rate: {rate.size} "
@@ -1071,6 +1076,11 @@ def _or_empty(data, key, empty):
 _CODEC_KEYS = ("encode", "decode", "encode_per_rank", "decode_per_rank", "launch")
 
 
+CODEC_FAMILIES = ("fp16", "bf16", "int8", "signsgd", "topk", "randomk", "powersgd", "none")
+"""The compressor families a cluster's ``codec_costs`` may name (the names of
+:data:`scalemodel.compressors.COMPRESSORS`, a layer above) [-]."""
+
+
 def _check_codec_costs(costs) -> dict:
     """Validate ``codec_costs``: ``{family: {"encode": s/element, "decode": s/element}}``
     with optional ``encode_per_rank``, ``decode_per_rank`` [s/(element rank)] and
@@ -1080,6 +1090,13 @@ def _check_codec_costs(costs) -> dict:
                                  "must be an object {family: {encode, decode}}")
     out = {}
     for family, entry in costs.items():
+        if family not in CODEC_FAMILIES:  # a misspelling would be kept and never used
+            import difflib
+            near = difflib.get_close_matches(str(family).lower(), CODEC_FAMILIES, n=1)
+            raise ProfileFormatError("<object>", f"codec_costs.{family}",
+                                     "is not a compressor family"
+                                     + (f" (did you mean {near[0]!r}?)" if near else "")
+                                     + f"; known: {', '.join(CODEC_FAMILIES)}")
         if not isinstance(entry, dict) or not {"encode", "decode"} <= set(entry):
             raise ProfileFormatError("<object>", f"codec_costs.{family}",
                                      "needs 'encode' and 'decode' [s/element]")

@@ -55,7 +55,7 @@ import numpy as np
 from .exceptions import InvalidParameterError, ParameterTypeError, UnknownNameError
 from .nccl import NCCL_ARCHS
 from .topology import DEFAULT_INTRA_BW, HIERARCHICAL_GPUS_PER_NODE, Topology
-from .units import (MAX_COUNT, MIN_TEXT_BANDWIDTH, broadcast_shape, check_count,
+from .units import (MAX_COUNT, MAX_DURATION, MIN_TEXT_BANDWIDTH, broadcast_shape, check_count,
                     check_fraction, check_nonnegative, check_ratio, parse_bandwidth,
                     parse_duration, scalar_converter)
 
@@ -177,11 +177,21 @@ class ReductionCost:
             if not (np.all(np.isfinite(ys)) and np.all(ys >= 0)):
                 raise InvalidParameterError("table_seconds", self.table_seconds,
                                             "times must be finite and >= 0")
+            if np.any(ys > MAX_DURATION):  # as the linear form's latency
+                i = int(np.argmax(ys > MAX_DURATION))
+                raise InvalidParameterError(f"table_seconds[{i}]", float(ys[i]),
+                                            f"must be at most {MAX_DURATION:g} s (a day): "
+                                            "a unit slip?")
             object.__setattr__(self, "table_bytes", xb)
             object.__setattr__(self, "table_seconds", ys)
             floor = float(np.min(ys))
             b, t = xb[-1], ys[-1]
             per_byte = float(max(t - floor, 0.0) / b) if b > 0 else 0.0
+            if per_byte > MAX_GAMMA:  # its extrapolation, as the linear form's gamma
+                raise InvalidParameterError(
+                    f"table_seconds[{ys.size - 1}]", float(t), f"rises {per_byte:.3g} s/byte to "
+                    f"its largest size, more than {MAX_GAMMA:g} s/byte (a sum at 1 kB/s): "
+                    "a unit slip?")
         else:
             floor, per_byte = float(self.latency), float(self.gamma)
         object.__setattr__(self, "_floor", floor)  # read by every collective: once here

@@ -27,9 +27,11 @@ L1 loss): one wild run cannot drag the fit [-]."""
 
 MAX_RUNS = 100_000
 """Most runs :func:`~scalemodel.fit_cluster` takes [runs]. A fit evaluates every run in
-one vectorized pass per parameter vector (a few thousand passes), so its time grows
-linearly with the runs: about a second per 10^4 runs of distinct configurations on one
-core. Beyond this many, a sample of the runs tells as much and a fit would take minutes."""
+one pass per parameter vector (a few thousand passes), vectorized over the runs of one
+configuration (model, worker count and settings; their line rates): its time grows with
+the distinct configurations, about 0.5 s each on one core (10^4 runs of 18
+configurations in about 4 s, ``benchmarks/bench_fit.py``; 60 worker counts of one model
+take 30 s, with 60 runs or 2000). Beyond this many runs, a sample tells as much."""
 
 _DENSE_CELLS = 200_000
 """Lines x points below which a group's envelope is evaluated as one dense max [-]."""

@@ -127,9 +127,10 @@ compute slowdown; ``ceiling`` and ``utilization`` only without transport data). 
 
 MAX_RUNS = _fit_problem.MAX_RUNS
 """Most runs :func:`~scalemodel.fit_cluster` takes: 10^5 [runs]. A fit evaluates all runs in
-one vectorized pass per parameter vector, so its time grows linearly with the runs (10^4
-runs in about 4 s on one core, ``benchmarks/bench_fit.py``); beyond this many a random
-sample of the runs tells as much."""
+one pass per parameter vector, vectorized over each configuration's runs (model, worker
+count, settings), so its time grows with the distinct configurations, about 0.5 s each on
+one core (10^4 runs of 18 configurations in about 4 s, ``benchmarks/bench_fit.py``; 60
+worker counts of one model 30 s); beyond this many runs a random sample tells as much."""
 
 # --------------------------------------------------------------------------- results
 

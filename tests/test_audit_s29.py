@@ -274,3 +274,142 @@ def test_wrapper_line_says_a_negative_cost_is_noise():
     assert "+-" not in text and "-21." in text
     if m.fit()["iteration_overhead"] < 0 or m.fit()["bucket_overhead"] < 0:
         assert "noise around 0, taken as 0" in text
+
+
+# -- files from users (untrusted) ------------------------------------------------------
+
+TRACE_B = "tests/data/traces/ddp_2ranks_allreduce_b.json.gz"
+
+
+def _edited_trace(tmp_path, edit, name="t.json"):
+    import gzip
+    with gzip.open(TRACE_B, "rt") as fh:
+        data = json.load(fh)
+    text = edit(data)
+    path = tmp_path / name
+    path.write_text(text if isinstance(text, str) else json.dumps(data))
+    return str(path)
+
+
+def test_an_nccl_tests_log_of_two_runs_is_refused(tmp_path):
+    """Two runs appended (tee -a) were merged into one fit: 5041 against 2908 Gbit/s."""
+    from scalemodel.calibrate.nccl_tests import read_nccl_tests
+    from scalemodel.exceptions import ProfileFormatError
+    from pathlib import Path
+    one = Path("tests/data/nccl_tests_all_reduce_2x8_h100.txt").read_text()
+    path = tmp_path / "two.log"
+    path.write_text(one + one)
+    with pytest.raises(ProfileFormatError, match="several nccl-tests runs"):
+        read_nccl_tests(str(path))
+    read_nccl_tests("tests/data/nccl_tests_all_reduce_2x8_h100.txt")  # one run: read
+
+
+def test_a_trace_group_larger_than_the_world_is_refused(tmp_path):
+    from scalemodel.calibrate import read_trace
+    from scalemodel.exceptions import ProfileFormatError
+
+    def edit(d):
+        k = [e for e in d["traceEvents"] if e.get("cat") == "kernel"
+             and "AllReduce" in e.get("name", "")]
+        k[0]["args"]["Group size"] = 64
+    with pytest.raises(ProfileFormatError, match="group of 64 ranks, more than the world"):
+        read_trace(_edited_trace(tmp_path, edit))
+
+
+def test_trace_calls_of_another_group_size_are_not_fitted_with_the_others(tmp_path):
+    """The fit took the largest group size for every call of a kind."""
+    from scalemodel.calibrate import read_trace
+
+    def edit(d):
+        k = [e for e in d["traceEvents"] if e.get("cat") == "kernel"
+             and "AllReduce" in e.get("name", "")]
+        for e in k[:3]:
+            e["args"]["Group size"] = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = read_trace(_edited_trace(tmp_path, edit))
+    assert any("process groups of 1, 2 ranks" in note for note in report.notes)
+
+
+def test_a_world_size_contradicting_the_default_group_is_refused(tmp_path):
+    """world_size 1000000 with pg_config's pg_size 2: a replay error of +4444070 %."""
+    from scalemodel.calibrate import read_trace
+    from scalemodel.exceptions import ProfileFormatError
+
+    def edit(d):
+        d["distributedInfo"]["world_size"] = 1000000
+    with pytest.raises(ProfileFormatError, match="trace .*contradicts the default process"):
+        read_trace(_edited_trace(tmp_path, edit))
+
+
+@pytest.mark.parametrize("key", ["traceEvents", "distributedInfo"])
+def test_a_trace_key_given_twice_is_refused(tmp_path, key):
+    from scalemodel.calibrate import read_trace
+    from scalemodel.exceptions import ProfileFormatError
+
+    def edit(d):
+        text = json.dumps(d)
+        return text[:-1] + f', "{key}": ' + json.dumps(d[key]) + "}"
+    with pytest.raises(ProfileFormatError, match=f"'{key}': appears twice"):
+        read_trace(_edited_trace(tmp_path, edit))
+
+
+def test_a_gzip_bomb_is_refused_quickly(tmp_path):
+    import gzip
+    import time
+    from scalemodel.calibrate import read_trace
+    from scalemodel.exceptions import ProfileFormatError
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wb", 9) as fh:
+        fh.write(b'{"traceEvents":[')
+        for _ in range(5):
+            fh.write(b" " * (1 << 24))
+        fh.write(b"]}")
+    t0 = time.perf_counter()
+    with pytest.raises(ProfileFormatError, match="decompression bomb"):
+        read_trace(str(path))
+    assert time.perf_counter() - t0 < 60  # (64 MB read, not the whole stream)
+
+
+def test_element_counts_that_are_not_whole_or_disagree_are_unknown():
+    from scalemodel.calibrate.trace_analysis import _call_bytes, _nelems_bytes
+    assert _nelems_bytes({"In msg nelems": 1.5, "dtype": "Float"}, "In msg nelems") is None
+    assert _nelems_bytes({"In msg nelems": 4.0, "dtype": "Float"}, "In msg nelems") == 16
+    ka = {"In msg nelems": 10**15, "dtype": "Float"}
+    ra = {"In msg nelems": 2049000, "dtype": "Float"}
+    assert _call_bytes(ka, ra, None)[0] is None
+    assert _call_bytes(ra, ra, None)[0] == 4 * 2049000
+
+
+@pytest.mark.parametrize("tensors", [0, -1, 10, 1e308, True])
+def test_wrapper_tensors_must_be_a_whole_count_above_the_buckets(tmp_path, tensors):
+    from scalemodel.calibrate.wrapper import WrapperMeasurement
+    from scalemodel.exceptions import CalibrationError
+    from pathlib import Path
+    data = json.loads(Path("calibration/results/h100/framework/"
+                           "resnet50-fp32.wrapper.json").read_text())
+    WrapperMeasurement.from_dict(dict(data))
+    data["tensors"] = tensors
+    with pytest.raises(CalibrationError, match="tensors="):
+        WrapperMeasurement.from_dict(data)
+
+
+def test_a_misspelled_codec_family_is_refused():
+    from scalemodel.exceptions import ProfileFormatError
+    with pytest.raises(ProfileFormatError, match="did you mean 'powersgd'"):
+        sm.ClusterProfile(codec_costs={"powersdg": {"encode": 1e-6, "decode": 1e-6}})
+    from scalemodel.cluster import CODEC_FAMILIES
+    from scalemodel.compressors import COMPRESSORS
+    assert set(CODEC_FAMILIES) == set(COMPRESSORS)
+
+
+def test_reduction_tables_and_utilization_tables_are_bounded():
+    from scalemodel.collectives import ReductionCost
+    from scalemodel.exceptions import ProfileFormatError
+    with pytest.raises(InvalidParameterError, match="table_seconds.*86400"):
+        ReductionCost.from_table([0, 1e6], [0, 1e300])
+    with pytest.raises(InvalidParameterError, match="s/byte"):
+        ReductionCost.from_table([0, 1e6], [0, 1e4])
+    ReductionCost.from_table([0, 1e6], [1e-5, 1e-3])
+    with pytest.raises(ProfileFormatError, match=r"utilization\[0\]"):
+        sm.ClusterProfile(table_line_rate=[1e9, 1e10], table_utilization=[1e-300, 0.8])

@@ -271,11 +271,13 @@ def _scan(text, name, collective):
         line = _MPI_PREFIX.sub("", raw.rstrip())
         if not line.strip():
             continue
-        if scan.found is None:
+        if scan.found is None or scan.rows:
             for binary, coll in _BINARIES.items():
-                if binary in line:
+                if binary in line and not scan.rows:
                     scan.found = coll
                     break
+                if binary in line:  # a command after the data rows
+                    _another_run(name, lineno)
         stripped = line.lstrip()
         if stripped.startswith("#"):
             _read_comment(scan, stripped, name, lineno)
@@ -293,10 +295,21 @@ def _scan(text, name, collective):
     return scan
 
 
+def _another_run(name, lineno):
+    raise ProfileFormatError(name, f"line {lineno}", "the file holds several nccl-tests "
+                             "runs (another one starts here, after the first one's table: "
+                             "appended with tee -a or >>?); give one run per file",
+                             kind=_LOG)
+
+
 def _read_comment(scan, stripped, name, lineno):
     """Read a ``#`` line into ``scan``: nGpus x nThread, a ``# Rank`` line, the column
-    header, or the footer's average bus bandwidth (GB/s -> bits/s)."""
+    header, or the footer's average bus bandwidth (GB/s -> bits/s); one of the first
+    three after the data rows starts another run: refused."""
     body = stripped[1:].strip()
+    if scan.rows and (body.startswith("nThread") or _RANK_LINE.match("#" + stripped[1:])
+                      or {"size", "time", "busbw"} <= set(body.split())):
+        _another_run(name, lineno)
     if body.startswith("nThread"):
         tok = body.split()
         try:

@@ -276,9 +276,12 @@ def _nelems_bytes(args, key):
     n = args.get(key)
     size = _dtype_bytes(args.get("dtype"))
     try:
-        n = int(n)
+        whole = int(n)
     except (TypeError, ValueError, OverflowError):  # int(inf) overflows
         return None
+    if isinstance(n, bool) or (isinstance(n, float) and n != whole):
+        return None  # 1.5 elements: not a count (an unknown size, as an absurd one)
+    n = whole
     if size is None or not 0 <= n <= _MAX_NELEMS:  # an absurd count is an unknown size
         return None
     return n * size
@@ -353,6 +356,21 @@ def _analyse(col: _Collector) -> _Rank:
                  file_bytes=getattr(col, "file_bytes", 0), bytes_read=col.bytes_read)
 
 
+def _default_group_size(pg_config):
+    """The ``pg_size`` of the default process group in a trace's ``pg_config`` (a list of
+    groups, or a mapping of them, as PyTorch versions write it), or None when not
+    recorded as a whole number."""
+    groups = pg_config.values() if isinstance(pg_config, dict) else pg_config
+    if not isinstance(groups, (list, tuple, type({}.values()))):
+        return None
+    for g in groups:
+        if isinstance(g, dict) and (g.get("pg_desc") == "default_pg" or
+                                    g.get("pg_name") == "0"):
+            size = g.get("pg_size")
+            return size if isinstance(size, int) and not isinstance(size, bool) else None
+    return None
+
+
 def _job_info(src, meta, undetermined):
     """Check and read ``distributedInfo``: (the dict, world size, rank or None, backend,
     NCCL version or None); notes an unrecorded NCCL version in ``undetermined``."""
@@ -368,6 +386,12 @@ def _job_info(src, meta, undetermined):
     if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= MAX_COUNT:
         raise ProfileFormatError(src, "distributedInfo.world_size",
                                  f"must be an integer in [1, {MAX_COUNT}], got {world!r}")
+    default_pg = _default_group_size(dist.get("pg_config"))
+    if default_pg is not None and default_pg != world:  # the whole world's group
+        raise ProfileFormatError(src, "distributedInfo.world_size",
+                                 f"{world} contradicts the default process group's "
+                                 f"pg_size {default_pg} (pg_config): the file is corrupt or "
+                                 "was edited")
     rank = dist.get("rank")
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)
                              or not 0 <= rank < world):
@@ -768,6 +792,9 @@ def _call_bytes(ka, ra, sp):
         ob = _nelems_bytes(ka, "Out msg nelems")
         if ob is not None:
             out = ob
+        other = _nelems_bytes(ra, "In msg nelems") if ra and b is not None else None
+        if other is not None and other != b:  # the call's two records disagree: unknown
+            return None, None, None
     if b is None and ra:
         b, src = _nelems_bytes(ra, "In msg nelems"), "record_param_comms"
         ob = _nelems_bytes(ra, "Out msg nelems")

@@ -298,8 +298,12 @@ class _Scan:
             if key not in _KEYS:
                 continue
             if key == b"traceEvents":
+                if self.events is not None:  # a second one: the parser would merge them
+                    self._twice(key)
                 self.events = chr(data[pos])
                 continue
+            if key.decode() in self.meta:
+                self._twice(key)
             after = ends[ends > k]
             if after.size:
                 self.capture = (key, bytearray())
@@ -309,6 +313,11 @@ class _Scan:
                 self.capture = (key, bytearray())
                 self._keep(data[pos:])
                 return
+
+    def _twice(self, key):
+        raise ProfileFormatError(self.source, key.decode(), "appears twice at the top of "
+                                 "the trace (the reader would merge or keep one without a "
+                                 "word): the file is corrupt or was edited")
 
     def _keep(self, piece):
         key, buf = self.capture
@@ -384,6 +393,15 @@ def _read_chunk(raw, source):
                                  f"cannot be read: {exc.strerror or exc}") from None
 
 
+_MAX_RATIO = 200
+"""A gzip-compressed trace may decompress to at most this many times its size (beyond
+:data:`_MIN_LIMIT`): a trace's JSON compresses 8 to 30 times, a decompression bomb of
+blanks 1000 times [-]."""
+
+_MIN_LIMIT = 64 * 2**20
+"""Decompressed bytes any gzip trace may have, whatever its ratio [bytes]."""
+
+
 class _Text:
     """The JSON text of a trace file as a file object for the parser (``read``): read,
     decompressed, scanned (:class:`_Scan`), trailing commas dropped."""
@@ -397,6 +415,10 @@ class _Text:
         self.start = self.end = 0      # where the last text scanned lies [bytes]
         self.done = False
         self.buf, self.pos = b"", 0
+        self.limit = math.inf
+        if isinstance(raw, gzip.GzipFile):  # decompressed: at most _MAX_RATIO x the file
+            size = os.fstat(raw.fileobj.fileno()).st_size
+            self.limit = max(_MAX_RATIO * size, _MIN_LIMIT)
 
     def read(self, size=-1):
         if self.pos >= len(self.buf):
@@ -414,6 +436,12 @@ class _Text:
             if chunk is None:
                 chunk = _read_chunk(self.raw, self.source)
                 self.bytes_read += len(chunk)
+                if self.bytes_read > self.limit:
+                    raise ProfileFormatError(
+                        self.source, "<gzip>", f"decompresses to more than "
+                        f"{self.limit / 2**20:.0f} MB, over {_MAX_RATIO} times its "
+                        "compressed size (a trace's JSON compresses about 10 times): a "
+                        "decompression bomb or not a trace")
             if chunk:
                 text = self.scan.feed(chunk)
             else:                      # the end: a comma held back stays (an error)

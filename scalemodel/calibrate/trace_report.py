@@ -480,6 +480,29 @@ def _fit_points(ranks, kind, gradient_only):
     return b[ok], t[ok], g[ok]
 
 
+def _one_group(kind, b, t, g, world, notes):
+    """The points of one process-group size (the size most calls of ``kind`` ran in;
+    the larger on a tie) and that size: a call's time depends on its group's ranks, so
+    calls of several group sizes (a hybrid-sharded job's shard and replica groups) are
+    not one fit; the others are said in ``notes``. A call without a group size is taken
+    in the whole world; a group larger than the world is a malformed trace."""
+    g = np.where(np.asarray(g) > 0, g, world).astype(int)
+    if g.size and int(g.max()) > world:
+        raise ProfileFormatError("<trace>", "Group size", f"{kind} in a group of "
+                                 f"{int(g.max())} ranks, more than the world size {world}",
+                                 kind="trace")
+    if g.size == 0:
+        return b, t, int(world)
+    sizes, counts = np.unique(g, return_counts=True)
+    n = int(sizes[counts == counts.max()].max())
+    if sizes.size > 1:
+        notes.append(f"{kind}: calls in process groups of {', '.join(map(str, sizes))} "
+                     f"ranks; the transport is fitted to the {int(counts.max())} in groups "
+                     f"of {n} ({g.size - int(counts.max())} others left out)")
+    keep = g == n
+    return b[keep], t[keep], n
+
+
 def _fit_all(ranks, world, line_rate, notes, undetermined):
     from .fit import COLLECTIVE_MODELS, fit_collective
     fits = {}
@@ -488,8 +511,7 @@ def _fit_all(ranks, world, line_rate, notes, undetermined):
         if kind not in COLLECTIVE_MODELS:
             continue
         b, t, g = _fit_points(ranks, kind, gradient_only=False)
-        groups = set((g[g > 0]).tolist()) or {world}
-        n = max(groups)
+        b, t, n = _one_group(kind, b, t, g, world, notes)
         if n < 2:
             if kind == "all_reduce":
                 undetermined["cluster"] = (f"world size {world}: one rank communicates "
@@ -707,6 +729,14 @@ def _read_one(path):
         raise exc.called("trace") from None
 
 
+def _analysed(collected):
+    """:func:`_analyse`, its format errors calling the file a trace."""
+    try:
+        return _analyse(collected)
+    except ProfileFormatError as exc:
+        raise exc.called("trace") from None
+
+
 def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
     """Read a PyTorch profiler (Kineto) trace of a distributed run.
 
@@ -752,7 +782,7 @@ def read_trace(path_or_paths, *, line_rate=None, name=None) -> TraceReport:
     paths = _trace_paths(path_or_paths)
     if line_rate is not None:
         line_rate = one_rate(line_rate, "line_rate")
-    ranks = [_analyse(_read_one(p)) for p in paths]
+    ranks = [_analysed(_read_one(p)) for p in paths]
     _check_ranks(ranks)
     world = ranks[0].world_size
     notes = [n for r in ranks for n in r.notes]

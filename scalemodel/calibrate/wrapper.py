@@ -430,6 +430,12 @@ def _check_shapes(data):
         raise CalibrationError("not a wrapper measurement: a time is not > 0")
     if np.any(caps < 0):  # (0: a bucket per tensor)
         raise CalibrationError("not a wrapper measurement: bucket_caps_mb must be >= 0 MB")
+    tensors = data.get("tensors")
+    if tensors is not None and (isinstance(tensors, bool) or not isinstance(tensors, int)
+                                or not counts.max() <= tensors <= 10**9):
+        raise CalibrationError(f"not a wrapper measurement: tensors={tensors!r} must be a "
+                               f"whole number of gradient tensors, at least the most buckets "
+                               f"of any cap ({int(counts.max())}: a bucket holds at least one)")
 
 
 def _check_caps(bucket_caps, name="bucket_caps"):
