@@ -222,7 +222,7 @@ def best_bucket_size(model, n, bw, *, cluster=None, candidates=None, utilization
         return attrs.evolve(res, interval=(iv.low, iv.high))
     return attrs.evolve(res, interval=(iv.low, iv.high), message=(
         f"{res.message}; over the fit's intervals and explanations the best cap lies "
-        f"between {iv.low:g} and {iv.high:g} MB"))
+        f"between {iv.low:g} and {iv.high:g} MiB"))
 
 
 def _best_bucket_size(model, n, bw, *, cluster, candidates, utilization, compression,
@@ -309,20 +309,20 @@ def _result(base, n, bw, cand, t, default, policy, at_cap):
                   f"{mp.dp(n)} replicas)")
         n = mp.dp(n)
     if keep:
-        msg = (f"{where}: DDP's default (bucket_cap_mb not passed: 25 MB with a 1 MiB "
+        msg = (f"{where}: DDP's default (bucket_cap_mb not passed: 25 MiB with a 1 MiB "
                f"first bucket, {t_best * 1e3:.4g} ms per iteration) is already among the "
                "fastest; a cap passed, which caps the first bucket too, is not faster "
-               f"(best {float(tied[0]):g} MB: {low * 1e3:.4g} ms)")
+               f"(best {float(tied[0]):g} MiB: {low * 1e3:.4g} ms)")
     elif best == DEFAULT_BUCKET_MB:
         msg = (f"{where}: DDP's default bucket_cap_mb=25 is already among the fastest "
                f"({t_best * 1e3:.4g} ms per iteration)")
     elif default < t_best * (1 - _TIE):  # the candidates asked leave out a faster default
         msg = (f"{where}: of the candidates asked, bucket_cap_mb={best:g} is the fastest, "
                f"{t_best * 1e3:.4g} ms per iteration, {(t_best / default - 1) * 100:.2g} % "
-               f"slower than the default 25 MB ({default * 1e3:.4g} ms): keep the default")
+               f"slower than the default 25 MiB ({default * 1e3:.4g} ms): keep the default")
     else:
         msg = (f"{where}: bucket_cap_mb={best:g} takes {t_best * 1e3:.4g} ms per iteration, "
-               f"{(default / t_best - 1) * 100:.2g} % faster than the default 25 MB "
+               f"{(default / t_best - 1) * 100:.2g} % faster than the default 25 MiB "
                f"({default * 1e3:.4g} ms)")
     cl = base.cluster
     if n > 1 and (cl is None or (cl.bucket_overhead == 0 and cl.host is None)):

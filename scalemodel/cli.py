@@ -438,8 +438,9 @@ def _algorithm_options(p, *, fit=False):
                                               "wrapping: block where the model has numbered "
                                               "blocks, else none)" if fit
                                               else "the one the --cluster was "
-                                              "fitted under, else ddp; block with "
-                                              "--sharding)"))
+                                              "fitted under, else ddp; with "
+                                              "--sharding block where the model has "
+                                              "numbered blocks, else none)"))
 
 
 def _topology_options(p, *, fit=False):
@@ -1185,10 +1186,11 @@ def _fit_progress(after=2.0):
 
     def progress(done, total):
         now = time.monotonic() - start
-        if now > after and now - shown[0] >= after:
+        last = done >= total and shown[0] > 0.0  # a count was shown: say it finished
+        if last or (now > after and now - shown[0] >= after):
             shown[0] = now
-            print(f"  fitting: {done} of {total} explanations tried ({now:.0f} s)",
-                  file=sys.stderr, flush=True)
+            print(f"  fitting: {done} of {total} explanations tried ({now:.0f} s)"
+                  + (", done" if done >= total else ""), file=sys.stderr, flush=True)
     return progress
 
 
@@ -1287,11 +1289,11 @@ def cmd_best_bucket(args):
         return _print_json({k: v for k, v in _jsonable(res).items()
                             if k not in ("candidates", "times")})
     lo, hi = res.equivalent
-    print(f"best bucket_cap_mb:      {res.bucket_cap_mb:g} MB ({res.n_buckets} buckets"
-          + (f"; as fast from {lo:g} to {hi:g} MB)" if hi > lo else ")"))
+    print(f"best bucket_cap_mb:      {res.bucket_cap_mb:g} MiB ({res.n_buckets} buckets"
+          + (f"; as fast from {lo:g} to {hi:g} MiB)" if hi > lo else ")"))
     print(f"iteration time:          {res.iteration_time * 1e3:.4g} ms (scaling factor "
           f"{res.scaling_factor:.4f})")
-    print(f"with the default 25 MB:  {res.default_iteration_time * 1e3:.4g} ms (scaling "
+    print(f"with the default 25 MiB: {res.default_iteration_time * 1e3:.4g} ms (scaling "
           f"factor {res.default_scaling_factor:.4f})")
     print(res.message)
 

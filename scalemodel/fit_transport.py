@@ -18,12 +18,13 @@ import collections
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 
 import attrs
 
 from .cluster import ClusterProfile, load_cluster
-from .exceptions import InvalidParameterError, ParameterTypeError
+from .exceptions import CalibrationWarning, InvalidParameterError, ParameterTypeError
 from .topology import _opt_count
 
 __all__ = ["Transport", "load_transport"]
@@ -366,6 +367,7 @@ def check_against_runs(transport, runs, *, gpus_per_node, nics_per_node=None):
             f"Gbit/s, but the runs reach {bw_max / 1e9:g} Gbit/s; measure the transport at "
             "the runs' line rate")
     _check_per_nic_rate(t, bw_max)
+    _check_flat_rate(t, gpus_per_node)
     achieved = t.cluster.extra.get("fitted_bandwidth")
     if t.line_rate is None and isinstance(achieved, (int, float)) and \
             t.cluster.topology is not None and achieved > bw_max * (1 + _RATE_SLACK) * \
@@ -381,6 +383,34 @@ def check_against_runs(transport, runs, *, gpus_per_node, nics_per_node=None):
             raise InvalidParameterError(
                 "transport", t.text, f"measured only inside one node, but run "
                 f"{r.label!r} spans nodes (n={r.n}); give an nccl-tests log across nodes")
+
+
+def _check_flat_rate(t, gpus_per_node):
+    """A transport fitted flat (every rank its own link) whose bandwidth, even at its
+    interval's low end, is above the line rate it was fitted at: its ranks shared nodes,
+    whose NVLink carried most of the ring, and the utilization was clipped to 1. With the
+    runs' GPUs per node given, an error (refit it with the nodes' GPUs and NICs); without,
+    a warning."""
+    fits = t.cluster.extra.get("fits") if isinstance(t.cluster.extra, dict) else None
+    if t.cluster.topology is not None or not isinstance(fits, list):
+        return
+    for f in fits:
+        rate = f.get("line_rate") if isinstance(f, dict) else None
+        low = (f.get("intervals") or {}).get("bandwidth", [f.get("bandwidth")])[0] \
+            if isinstance(f, dict) else None
+        if not (isinstance(rate, (int, float)) and isinstance(low, (int, float))
+                and low > rate * (1 + _RATE_SLACK) and int(f.get("n") or 0) > 1):
+            continue
+        text = (f"was fitted as a flat ring (every rank its own link) that achieves "
+                f"{f['bandwidth'] / 1e9:.4g} Gbit/s, more than its line rate of "
+                f"{rate / 1e9:g} Gbit/s (the utilization was clipped to 1): its ranks shared "
+                "nodes, whose NVLink carried most of the ring; fit the log again with the "
+                "nodes' GPUs and NICs (from-nccl-tests --gpus-per-node --nics-per-node), or "
+                "give the log itself as the transport")
+        if gpus_per_node is not None:
+            raise InvalidParameterError("transport", t.text, text)
+        warnings.warn(CalibrationWarning(f"transport {t.text} {text}"), stacklevel=4)
+        return
 
 
 def _check_per_nic_rate(t, bw_max):

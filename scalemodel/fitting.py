@@ -100,8 +100,8 @@ import numpy as np
 
 from .cluster import ClusterProfile, load_cluster
 from .discrepancy import KEY as DISCREPANCY_KEY, discrepancy_factor, discrepancy_record
-from .exceptions import (CalibrationWarning, InvalidParameterError, ParameterTypeError,
-                         ScalemodelError, UnknownNameError)
+from .exceptions import (CalibrationWarning, InvalidParameterError, ModelWarning,
+                         ParameterTypeError, ScalemodelError, UnknownNameError)
 from . import fit_priors as _priors
 from . import fit_problem as _fit_problem
 from .fit_priors import _ORDER, NETWORKS, TRANSPORT_SEES
@@ -601,6 +601,7 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
     if len(runs) > MAX_RUNS:
         _too_many(len(runs))
     given_g = None if gpus_per_node is _GPUS_PER_NODE else gpus_per_node
+    asked_flat = gpus_per_node is None  # (given as None: every worker its own link)
     source = _Source("ideal")
     if transport is not None:
         from .fit_transport import check_against_runs, load_transport, without_line_rate
@@ -629,6 +630,17 @@ def _load_and_check(runs, *, cluster, transport, name, algorithm, fusion, gpus_p
                             nics_per_node=nics_per_node, intra_bw=intra_bw,
                             intra_alpha=intra_alpha)
     base = attrs.evolve(base, name=name, topology=None if topo.flat else topo)
+    if topo.flat and (nics_per_node is not None or intra_bw is not None):
+        unused = [f"{k}={v!r}" for k, v in (("nics_per_node", nics_per_node),
+                                              ("intra_bw", intra_bw)) if v is not None]
+        warnings.warn(ModelWarning(
+            f"fit_cluster: {', '.join(unused)} has no effect: every worker is its own "
+            "link here (" + ("the transport has no topology" if transport is not None else
+                             "the starting cluster has none" if cluster is not None else
+                             "gpus_per_node=None" if asked_flat else
+                             "the runs' profiles were measured on CPUs") +
+            "); give gpus_per_node= for workers that share nodes"),
+            stacklevel=4)
     if isinstance(base.extra, dict) and "efficiency" in base.extra:
         # a starting cluster's fitted efficiency would rescale the runs' profiles in
         # every scenario of this fit: the runs decide it again (or the profiles' own)
@@ -793,6 +805,8 @@ def _solve_each(problem, subsets, progress=None):
                    + (held_buckets and "bucket_overhead" not in subset))
         solutions.append(_Solution(chi2 + prior + rank + 2.0 * charged, tuple(subset),
                                    vals, g, jac, chi2, prior, bounds))
+    if progress is not None and subsets:
+        progress(len(subsets), len(subsets))  # (all tried)
     order = {k: i for i, k in enumerate(_ORDER)}
     solutions.sort(key=lambda s: (round(s.score, 6), len(s.free), [order[k] for k in s.free]))
     return solutions

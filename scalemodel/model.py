@@ -839,6 +839,9 @@ class Scenario:
         :math:`g` of eq. :eq:`offload-host`, the GPUs that share a host's CPU step."""
         prov = self.profile.provenance if isinstance(self.profile.provenance, dict) else {}
         gpn, nics = self.options.gpus_per_node, self.options.nics_per_node
+        if gpn is None and self.algorithm == "hierarchical":  # what its collective takes
+            from .topology import HIERARCHICAL_GPUS_PER_NODE
+            gpn = HIERARCHICAL_GPUS_PER_NODE
         mp = self.model_parallel
         ring = {}
         if mp is not None:

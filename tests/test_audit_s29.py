@@ -413,3 +413,71 @@ def test_reduction_tables_and_utilization_tables_are_bounded():
     ReductionCost.from_table([0, 1e6], [1e-5, 1e-3])
     with pytest.raises(ProfileFormatError, match=r"utilization\[0\]"):
         sm.ClusterProfile(table_line_rate=[1e9, 1e10], table_utilization=[1e-300, 0.8])
+
+
+# -- a new user's walkthrough -----------------------------------------------------------
+
+def test_wrapper_runs_never_carry_an_uncertainty_fit_cluster_refuses():
+    """A noisy CPU's wrapper-runs CSV had uncertainties of 1.02: 'scalemodel fit' refused
+    the calibration's own file."""
+    from scalemodel.calibrate.wrapper import WrapperMeasurement
+    from scalemodel.runs import MAX_UNCERTAINTY
+    rng = np.random.default_rng(0)
+    plain = 0.1 * np.exp(0.1 * rng.standard_normal(8))
+    wrapped = np.array([plain * f for f in (0.3, 0.35, 1.2)])  # (a shared CPU's noise)
+    m = WrapperMeasurement(model="mlp", batch_size=32, bucket_caps=np.array([0.0, 5.0, 25.0]),
+                           buckets=np.array([8, 4, 2]), plain=plain, wrapped=wrapped,
+                           device="cpu", backend="gloo")
+    runs = m.runs("calibration/results/emulated/mlp.json")
+    assert max(r["uncertainty"] for r in runs) <= MAX_UNCERTAINTY
+    from scalemodel.runs import load_runs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (runs faster than the plain time: noise, said)
+        load_runs(runs)
+
+
+def _flat_transport(tmp_path, line_rate):
+    from scalemodel.calibrate.__main__ import main
+    out = tmp_path / "flat.json"
+    argv = ["from-nccl-tests", "tests/data/nccl_tests_all_reduce_2x8_h100.txt", "--out",
+            str(out)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import contextlib
+        import io
+        with contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            assert main(argv + ([] if line_rate is None else ["--line-rate", line_rate])) == 0
+    return str(out)
+
+
+def test_a_flat_transport_above_its_line_rate_is_refused_for_multi_gpu_nodes(tmp_path):
+    """The README's from-nccl-tests on a 2 x 8 log clipped the utilization to 1 (2908
+    Gbit/s on 400 Gbit/s NICs); fit --transport then took it silently (61 ms of exposed
+    communication where the log says 10.7)."""
+    flat = _flat_transport(tmp_path, "400Gbps")
+    runs = [{"model": "resnet50", "n": 16, "bw": "400Gbps", "scaling_factor": 0.9}]
+    with pytest.raises(InvalidParameterError, match="flat ring .*--gpus-per-node"):
+        sm.fit_cluster(runs, transport=flat, gpus_per_node=8, nics_per_node=8)
+    with pytest.warns(sm.CalibrationWarning, match="flat ring"):
+        sm.fit_cluster(runs, transport=flat)
+
+
+def test_nics_per_node_without_a_topology_is_said_to_do_nothing(tmp_path):
+    flat = _flat_transport(tmp_path, None)
+    runs = [{"model": "resnet50", "n": 16, "bw": "400Gbps", "scaling_factor": 0.9}]
+    with pytest.warns(sm.ModelWarning, match="nics_per_node=8 has no effect"):
+        sm.fit_cluster(runs, transport=flat, nics_per_node=8)
+
+
+def test_the_flat_fit_above_the_line_rate_suggests_the_nodes():
+    from scalemodel.calibrate.nccl_tests import read_nccl_tests
+    with pytest.warns(sm.CalibrationWarning, match="--gpus-per-node, --nics-per-node"):
+        read_nccl_tests("tests/data/nccl_tests_all_reduce_2x8_h100.txt").fit(400e9)
+
+
+def test_hierarchical_settings_say_the_node_assumed():
+    res = sm.min_compression("bert", "10Gbps", algorithm="hierarchical")
+    assert res.settings["gpus_per_node"] == 8
+    assert res.ratio == sm.min_compression("bert", "10Gbps", algorithm="hierarchical",
+                                           gpus_per_node=8).ratio

@@ -34,7 +34,7 @@ def test_the_interval_spans_the_best_cap_of_every_corner(fitted):
                             max(direct + [res.bucket_cap_mb]))
     assert res.interval[0] <= res.bucket_cap_mb <= res.interval[1]
     assert res.interval[0] < res.interval[1]  # the fit cannot tell: said
-    assert f"between {res.interval[0]:g} and {res.interval[1]:g} MB" in res.message
+    assert f"between {res.interval[0]:g} and {res.interval[1]:g} MiB" in res.message
 
 
 def test_no_interval_without_a_fit():

@@ -21,7 +21,8 @@ def test_progress_is_called_with_each_explanation_tried():
         fit = sm.fit_cluster(_runs(), progress=lambda done, total: calls.append((done, total)))
     assert calls, "no progress reported"
     total = calls[0][1]
-    assert [d for d, _ in calls] == list(range(1, total)) and {t for _, t in calls} == {total}
+    assert [d for d, _ in calls] == list(range(1, total + 1)) and \
+        {t for _, t in calls} == {total}  # (the last: all tried)
     assert fit.free  # and the fit went on to its answer
 
 
@@ -33,6 +34,10 @@ def test_cli_progress_prints_after_its_delay(capsys):
     loud(2, 5)
     err = capsys.readouterr().err
     assert "fitting: 2 of 5 explanations tried" in err
+    loud(5, 5)  # a count was shown: the end is said, off a terminal too
+    assert "fitting: 5 of 5 explanations tried" in capsys.readouterr().err
+    quiet(5, 5)  # none shown: a short fit stays quiet
+    assert capsys.readouterr().err == ""
 
 
 def test_a_long_run_list_prints_its_largest_misses_and_how_many_more(tmp_path, capsys):

@@ -368,7 +368,7 @@ def test_best_bucket_cli(tmp_path, capsys):
     assert main(["best-bucket", "--model", "resnet50", "--n", "16", "--bw", "100Gbps",
                  "--candidates", "5,25"]) == 0
     out = capsys.readouterr().out
-    assert "best bucket_cap_mb:" in out and "with the default 25 MB:" in out
+    assert "best bucket_cap_mb:" in out and "with the default 25 MiB:" in out
     assert main(["best-bucket", "--model", "resnet50", "--n", "16", "--bw", "100Gbps",
                  "--candidates", "0"]) == 2
     assert "--candidates" in capsys.readouterr().err

@@ -94,8 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
                "trace); each takes --help")
     p.add_argument("--model", default="resnet50",
                    help=f"what to train: {SPEC_HELP} (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=32, help="per-worker batch [samples]")
-    p.add_argument("--out", default="cluster.json", help="cluster profile to write")
+    p.add_argument("--batch-size", type=int, default=32, help="per-worker batch [samples] "
+                   "(default: %(default)s)")
+    p.add_argument("--out", default="cluster.json", help="cluster profile to write "
+                   "(default: %(default)s)")
     p.add_argument("--profile-out", help="workload profile to write "
                    "(default: <out stem>.<model>.json)")
     p.add_argument("--report-out", help="scaling report (default: <out stem>.report.json)")
@@ -111,17 +113,25 @@ def build_parser() -> argparse.ArgumentParser:
                    "the utilization and the prediction (default: the fitted bandwidth)")
     p.add_argument("--nics-per-node", type=int, default=1, help="NICs per node, when the "
                    "world spans nodes with several ranks each (default: %(default)s)")
-    p.add_argument("--min-size", default="4KiB", help="smallest message [bytes]")
-    p.add_argument("--max-size", default="256MiB", help="largest message [bytes]")
+    p.add_argument("--min-size", default="4KiB", help="smallest message [bytes] "
+                   "(default: %(default)s)")
+    p.add_argument("--max-size", default="256MiB", help="largest message [bytes] "
+                   "(default: %(default)s)")
     p.add_argument("--collectives", default="all_reduce,all_gather,send_recv",
                    help="the transport step's collectives, comma-separated; all_reduce is "
                         "required (the cluster profile is fitted to it) [-] "
                         "(default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=10, help="timed repetitions per size")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up iterations / repetitions")
-    p.add_argument("--iterations", type=int, default=20, help="timed training iterations")
-    p.add_argument("--algorithm", default="ring", help="all-reduce model for predictions")
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket cap [MiB]")
+    p.add_argument("--repeats", type=int, default=10, help="timed repetitions per size "
+                   "(default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up iterations / repetitions "
+                   "(default: %(default)s)")
+    p.add_argument("--iterations", type=int, default=20, help="timed training iterations "
+                   "(default: %(default)s)")
+    p.add_argument("--algorithm", default="ring", help="all-reduce model for predictions, "
+                   "a scalemodel algorithm (ring, tree, hierarchical, nccl, nccl-2.4, ...) "
+                   "(default: %(default)s)")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket cap [MiB] "
+                   "(default: %(default)s)")
     p.add_argument("--bucket-caps", default="0,1,5,25,100",
                    help="the wrapper step's DDP bucket caps, comma-separated (0: one bucket "
                    "per tensor) [MiB] (default: %(default)s)")
@@ -136,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "efficiency, then a per-byte cost) from the DDP run (default: on CPUs)")
     p.add_argument("--amp", choices=("bf16", "fp16"), help="mixed precision: forward and "
                    "loss under torch.autocast with this dtype (gradients stay fp32)")
-    p.add_argument("--threads", type=int, help="CPU threads per rank")
+    p.add_argument("--threads", type=int, help="CPU threads per rank (default: "
+                   "torch's)")
     p.add_argument("--pin-cpu", type=int, help="pin this rank to one CPU (index)")
     p.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
                    help="nccl (one GPU per rank, the default where CUDA is) or gloo (CPUs, "

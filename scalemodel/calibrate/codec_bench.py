@@ -475,12 +475,15 @@ def main(argv=None) -> int:
     ap.add_argument("--cluster", default=None,
                     help="existing cluster profile to extend (default: a new one)")
     ap.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES,
-                    help="comma-separated test sizes [elements] (default: 16Ki..16Mi, x4)")
+                    help="comma-separated test sizes [elements] (default: "
+                    "16384,65536,...,16777216: 16Ki to 16Mi, x4 apart)")
     ap.add_argument("--numel", type=int, default=None,
                     help="one test size instead of the sweep [elements]")
-    ap.add_argument("--repeats", type=int, default=20, help="timed repetitions (median)")
+    ap.add_argument("--repeats", type=int, default=20, help="timed repetitions (median) "
+                    "(default: %(default)s)")
     ap.add_argument("--device", default=None, help="torch device (default: cuda if any)")
-    ap.add_argument("--rank", type=int, default=4, help="PowerSGD rank of the 2nd point")
+    ap.add_argument("--rank", type=int, default=4, help="PowerSGD rank of the 2nd point "
+                    "(default: %(default)s)")
     args = ap.parse_args(argv)
     from ..profiles import output_problem
 

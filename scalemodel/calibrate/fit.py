@@ -72,7 +72,7 @@ from ..collectives import CollectiveOptions, ReductionCost, collective_cost, res
 from ..exceptions import (CalibrationError, CalibrationWarning, InvalidParameterError,
                           ParameterTypeError)
 from ..topology import Topology
-from ..units import check_nonnegative, one_rate
+from ..units import check_nonnegative, format_bandwidth, one_rate
 
 __all__ = ["CollectiveFit", "fit_collective", "cluster_from_fits", "intra_node_topology",
            "unmeasured_intra_topology",
@@ -711,9 +711,14 @@ def _finish(collective, algorithm, n, alpha, bandwidth, gamma, intervals, confid
                       "too few repetitions before trusting predictions",
                       CalibrationWarning, stacklevel=3)
     if line_rate is not None and intervals["bandwidth"][0] > line_rate:
-        warnings.warn(f"{collective}: fitted bandwidth {bandwidth / 1e9:.3g} Gbit/s is above "
-                      f"the line rate {line_rate / 1e9:.3g} Gbit/s even at the interval's low "
-                      "end; is the line rate right? The utilization is clipped to 1",
+        hint = ("is the line rate right?" if topology is not None else
+                "if the ranks span several nodes, the flat ring's bandwidth is not one "
+                "NIC's (NVLink carries most steps): give the nodes' GPUs and NICs "
+                "(gpus_per_node=, nics_per_node=; --gpus-per-node, --nics-per-node); else "
+                "is the line rate right?")
+        warnings.warn(f"{collective}: fitted bandwidth {format_bandwidth(bandwidth)} is above "
+                      f"the line rate {format_bandwidth(line_rate)} even at the interval's low "
+                      f"end; {hint} The utilization is clipped to 1",
                       CalibrationWarning, stacklevel=3)
     return fit
 

@@ -43,6 +43,7 @@ import attrs
 import numpy as np
 
 from ..exceptions import CalibrationError, InvalidParameterError
+from ..runs import MAX_UNCERTAINTY
 
 __all__ = ["WrapperMeasurement", "measure_wrapper", "load_host_costs", "DEFAULT_BUCKET_CAPS"]
 
@@ -284,7 +285,8 @@ class WrapperMeasurement:
             its rounds' paired differences over the run's time, at least 0.2 %, and at
             least how much faster than the plain median it came out (one worker under the
             wrapper cannot be faster than without it: such a difference is the rounds'
-            noise) [-].
+            noise), at most :data:`scalemodel.runs.MAX_UNCERTAINTY` (what ``fit_cluster``
+            takes) [-].
 
         Returns
         -------
@@ -301,8 +303,9 @@ class WrapperMeasurement:
         for cap, diff in zip(self.bucket_caps, self.differences):
             med = plain + float(np.median(diff))
             lo, hi = np.percentile(diff, [10, 90])
-            u = uncertainty if uncertainty is not None else \
-                max(0.002, float((hi - lo) / 2 / med), (plain - med) / med)
+            u = uncertainty if uncertainty is not None else min(
+                MAX_UNCERTAINTY, max(0.002, float((hi - lo) / 2 / med), (plain - med) / med))
+            # (a spread beyond 100 %, a noisy shared CPU's, stays what the runs take)
             rows.append({"model": model, "n": 1, "bw": bw, "iteration_time": med,
                          "single_worker_time": plain, "wrapped": True,
                          "bucket_cap_mb": float(cap),
@@ -354,7 +357,7 @@ class WrapperMeasurement:
         f = self.fit()
         line = (f"{self.model}, batch {self.batch_size} on {self.device}: plain "
                 f"{f['plain_median'] * 1e3:.2f} ms; under DDP "
-                + ", ".join(f"{m * 1e3:+.3f} ms ({k} buckets)"
+                + ", ".join(f"{m * 1e3:+.3f} ms ({k} bucket{'' if k == 1 else 's'})"
                             for m, k in zip(f["medians"], f["buckets"])))
         if f["bucket_overhead"] is not None:
             lo, hi = f["bucket_overhead_interval"]
