@@ -481,3 +481,18 @@ def test_hierarchical_settings_say_the_node_assumed():
     assert res.settings["gpus_per_node"] == 8
     assert res.ratio == sm.min_compression("bert", "10Gbps", algorithm="hierarchical",
                                            gpus_per_node=8).ratio
+
+
+# -- API invariants -----------------------------------------------------------------------
+
+def test_mg_wfbp_solvers_find_the_least_rate_and_ratio_without_a_cluster():
+    """MG-WFBP's plan, merged by costs fitted at two sizes, sends more buckets on faster
+    links with NCCL's per-size algorithms and a latency: the solvers said no rate or
+    ratio reaches 0.7 (bert-base) and answered 206 Gbit/s where 34.8 reaches it."""
+    kw = dict(n=64, algorithm="nccl-2.4", alpha=1e-4, fusion="mg-wfbp")
+    r = sm.required_bandwidth("bert-base", target=0.7, **kw)
+    assert r.feasible and sm.scaling_factor("bert-base", bw=r.bw, **kw) >= 0.7
+    c = sm.min_compression("bert-base", "40Gbps", target=0.7, **kw)
+    assert c.feasible and c.ratio < 1.3
+    kw = dict(algorithm="nccl", alpha=1e-4, fusion="mg-wfbp")
+    assert sm.required_bandwidth("resnet50", n=256, target=0.7, **kw).bw < 40e9
