@@ -1069,9 +1069,9 @@ _NETWORK_CHOICES = ("nccl-ib", "nccl-roce", "nccl-socket", "gloo", "mpi")
 
 def _build_fit(sub):
     p = _sub(sub, "fit", "fit a cluster from measured runs (CSV) and write it")
-    p.add_argument("runs", help="CSV of measured runs, header: model,n,bw and one of "
-                   "scaling_factor, iteration_time or tokens_per_second_per_gpu (model: a "
-                   "built-in name, a profile file, or a Hugging Face config.json with "
+    p.add_argument("runs", nargs="?", help="CSV of measured runs, header: model,n,bw and "
+                   "one of scaling_factor, iteration_time or tokens_per_second_per_gpu "
+                   "(model: a built-in name, a profile file, or a Hugging Face config.json with "
                    "optional seq, micro_batch, gpu and flash_attention (true/false) "
                    "columns, as --seq, --micro-batch, --gpu and --no-flash-attention build "
                    "it for a prediction); optional "
@@ -1194,6 +1194,24 @@ def _fit_progress(after=2.0):
     return progress
 
 
+def _runs_from_transport(args):
+    """The runs CSV that ``--transport FILE ...`` took when it came before the runs (a
+    transport is never a CSV: the CSV is the runs); an error naming ``runs`` when there
+    is none."""
+    if args.runs is not None:
+        return
+    files = list(args.transport or ())
+    csvs = [f for f in files if str(f).lower().endswith(".csv")]
+    if len(csvs) != 1:
+        raise InvalidParameterError(
+            "runs", "<none given>", "the CSV of measured runs is required",
+            "Give it before --transport (whose list of files takes what follows it), "
+            "or end the transport files with --")
+    args.runs = csvs[0]
+    files.remove(csvs[0])
+    args.transport = files or None
+
+
 def cmd_fit(args):
     import warnings
 
@@ -1208,6 +1226,7 @@ def cmd_fit(args):
                                         "the fit choose from the runs")
         return out
 
+    _runs_from_transport(args)
     kw = {k: getattr(args, k) for k in ("gpus_per_node", "nics_per_node", "intra_bw",
                                         "intra_alpha") if getattr(args, k) is not None}
     if args.cluster is not None or args.transport is not None:

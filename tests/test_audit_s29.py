@@ -496,3 +496,19 @@ def test_mg_wfbp_solvers_find_the_least_rate_and_ratio_without_a_cluster():
     assert c.feasible and c.ratio < 1.3
     kw = dict(algorithm="nccl", alpha=1e-4, fusion="mg-wfbp")
     assert sm.required_bandwidth("resnet50", n=256, target=0.7, **kw).bw < 40e9
+
+
+def test_fit_takes_the_runs_csv_that_transport_swallowed(tmp_path, capsys):
+    """'scalemodel fit --transport LOG runs.csv' said 'the following arguments are
+    required: runs': the CSV went into --transport's list."""
+    from scalemodel.cli import main
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,n,bw,scaling_factor\nresnet50,16,400Gbps,0.9\n")
+    log = "tests/data/nccl_tests_all_reduce_2x8_h100.txt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["fit", "--transport", log, str(runs), "--gpus-per-node", "8",
+                     "--nics-per-node", "8"]) == 0
+    assert "run 0" in capsys.readouterr().out
+    assert main(["fit", "--transport", log]) == 2
+    assert "the CSV of measured runs is required" in capsys.readouterr().err
