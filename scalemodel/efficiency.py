@@ -735,6 +735,24 @@ def carried_note(cluster, profile, tp=1, recompute=None) -> str:
     return f"{text}; {more}" if text else f"the efficiency is carried as fitted but {more}"
 
 
+def _what_differs(eff, profile) -> str:
+    """`` (here seq=131072; its runs' seq=8192)`` when the profile has a name of the
+    fit's runs (every Hugging Face file is ``config``) but is another model: the
+    configuration's settings that differ from the first run's; else ``""``."""
+    if profile.name not in (eff.get("profiles") or ()) or not eff.get("models"):
+        return ""
+
+    def parse(key):
+        return dict(part.split("=", 1) for part in str(key).split(", ") if "=" in part)
+
+    mine, theirs = parse(model_key(profile)), parse(eff["models"][0])
+    keys = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+    if not keys:
+        return ""
+    return (" (here " + ", ".join(f"{k}={mine.get(k, '-')}" for k in keys[:3])
+            + "; its runs' " + ", ".join(f"{k}={theirs.get(k, '-')}" for k in keys[:3]) + ")")
+
+
 def _carried_text(cluster, profile, tp):
     """:func:`carried_note` without the recompute's part [-]."""
     eff = cluster.extra["efficiency"]
@@ -755,7 +773,8 @@ def _carried_text(cluster, profile, tp):
         return (f"the efficiency fitted at tensor-parallel degrees of {profile.name} "
                 f"above and below tp={tp} is carried to it as fitted")
     return (f"the efficiency fitted on {', '.join(eff.get('profiles') or ()) or 'other runs'}"
-            f" is carried to {profile.name}{at}, its interval widened by a factor "
+            f" is carried to {profile.name}{at}{_what_differs(eff, profile)}, its interval "
+            "widened by a factor "
             f"{EFFICIENCY_TRANSFER:g} either way (efficiency.EFFICIENCY_TRANSFER)"
             + (f", and its fast end {MEMORY_PRESSURE_SLOWDOWN:g} times more: every "
                "calibration run was memory-pressured (efficiency.calibration_pressured)"

@@ -512,3 +512,23 @@ def test_fit_takes_the_runs_csv_that_transport_swallowed(tmp_path, capsys):
     assert "run 0" in capsys.readouterr().out
     assert main(["fit", "--transport", log]) == 2
     assert "the CSV of measured runs is required" in capsys.readouterr().err
+
+
+def test_an_efficiency_carried_between_two_configs_of_one_name_says_what_differs(tmp_path):
+    """Every Hugging Face file is named 'config': 'fitted on config is carried to config'
+    did not say why it was carried."""
+    from scalemodel.hf_configs import load_hf_profile
+    (tmp_path / "m").mkdir()
+    path = tmp_path / "m" / "config.json"
+    path.write_text(json.dumps(dict(LLAMA3_70B, hidden_size=4096, intermediate_size=14336,
+                                    num_attention_heads=32, num_hidden_layers=32)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p8 = load_hf_profile(str(path), seq=8192, gpu="h100-sxm")
+        kw = dict(gpus_per_node=8, nics_per_node=8, sharding="zero3")
+        t = sm.iteration_time(p8, 64, "400Gbps", **kw).total
+        fit = sm.fit_cluster([{"model": p8, "n": 64, "bw": "400Gbps", "iteration_time": t,
+                               "sharding": "zero3"}], gpus_per_node=8, nics_per_node=8)
+        p4 = load_hf_profile(str(path), seq=4096, gpu="h100-sxm")
+        res = sm.iteration_time(p4, 64, "400Gbps", cluster=fit.cluster, sharding="zero3")
+    assert "(here seq=4096; its runs' seq=8192)" in res.efficiency_carried
