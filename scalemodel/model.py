@@ -910,7 +910,10 @@ class Scenario:
         :eq:`straggler`: the cluster's slowdown times the wait for the slowest worker);
         1 for a single worker. With tensor or pipeline parallelism ``n`` counts
         data-parallel replicas of :math:`t p` GPUs, and the wait is for the slowest of all
-        :math:`n t p` GPUs (a replica's GPUs wait for each other at every layer) [-]."""
+        :math:`n t p` GPUs (a replica's GPUs wait for each other at every layer) beyond the
+        one replica's own wait for the slowest of its :math:`t p`, which its time (the
+        scaling factor's baseline) holds: :math:`\\sigma (1 + s\\,e_{ntp}) / (1 + s\\,e_{tp})`
+        (as the offload's host sharing counts only what the replicas add) [-]."""
         n = int(n)
         if n <= 1:
             return 1.0
@@ -920,8 +923,9 @@ class Scenario:
         if cl.straggler_spread == 0.0:
             return cl.compute_slowdown
         mp = self.model_parallel  # every GPU of the job waits for the slowest one
-        gpus = n if mp is None else n * mp.tp * mp.pp
-        return cl.compute_slowdown * (1.0 + cl.straggler_spread * _blom(gpus))
+        own = 1 if mp is None else mp.tp * mp.pp  # ... a replica's own: in its baseline
+        s = cl.straggler_spread
+        return cl.compute_slowdown * (1.0 + s * _blom(n * own)) / (1.0 + s * _blom(own))
 
     def bucket_overhead(self, n) -> float:
         """The framework's work per bucket on the compute path, :math:`c_b`, for ``n``

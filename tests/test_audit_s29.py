@@ -532,3 +532,18 @@ def test_an_efficiency_carried_between_two_configs_of_one_name_says_what_differs
         p4 = load_hf_profile(str(path), seq=4096, gpu="h100-sxm")
         res = sm.iteration_time(p4, 64, "400Gbps", cluster=fit.cluster, sharding="zero3")
     assert "(here seq=4096; its runs' seq=8192)" in res.efficiency_carried
+
+
+# -- the guide's mathematics ------------------------------------------------------------
+
+def test_a_replica_s_own_straggler_wait_is_in_its_baseline():
+    """Under TP one replica's 8 GPUs already wait for their slowest: two replicas add the
+    wait of 16 over 8 (1.6 %), not all of it (8.8 %)."""
+    from scalemodel.model import Scenario, expected_max_normal
+    cl = sm.ClusterProfile(straggler_spread=0.05, provenance={"source": "test"})
+    sc = Scenario.build("llama-2-7b", cluster=cl, tp=8, gpus_per_node=8)
+    e8, e16 = expected_max_normal(8), expected_max_normal(16)
+    assert sc.slowdown(2) == pytest.approx((1 + 0.05 * e16) / (1 + 0.05 * e8), rel=1e-12)
+    assert sc.slowdown(1) == 1.0
+    plain = Scenario.build("resnet50", cluster=cl)  # no model parallelism: unchanged
+    assert plain.slowdown(8) == pytest.approx(1 + 0.05 * e8, rel=1e-12)

@@ -42,8 +42,11 @@ def test_cluster_terms_on_the_data_parallel_ring_equal_the_direct_computation(da
     achieved = u * bw if ceiling is None else min(u * bw, ceiling)
     expected, f, b = direct_bsp(p, n, achieved, tp, pp, m, gpn, nics, intra_bw, 0.0)
     d = n // (tp * pp)
-    blom = norm.ppf((n - 0.375) / (n + 0.25))  # Blom's expected maximum of n normals
-    sigma_n = 1.0 if d == 1 else sigma * (1 + spread * blom)
+    def blom(k):  # Blom's expected maximum of k normals
+        return 0.0 if k == 1 else norm.ppf((k - 0.375) / (k + 0.25))
+    # all n GPUs wait for the slowest; one replica's tp pp already did, in its baseline
+    sigma_n = 1.0 if d == 1 else \
+        sigma * (1 + spread * blom(n)) / (1 + spread * blom(tp * pp))
     expected += (sigma_n - 1.0) * (m + pp - 1) * (f + b)
     kw = dict(fusion="bsp", gpus_per_node=gpn, nics_per_node=nics, intra_bw=intra_bw,
               intra_alpha=0.0, tp=tp, pp=pp, microbatches=m if pp > 1 else None)
