@@ -1327,7 +1327,9 @@ def _probe_profiles(runs, settings):
     probes = []
     try:
         heavier = attrs.evolve(p, tensor_bytes=np.asarray(p.tensor_bytes) * 5.0,
-                               name=f"{p.name} x5 bytes")
+                               tensor_shapes=None, name=f"{p.name} x5 bytes")
+        # (without shapes: 5x the bytes contradict them, and every built-in profile has
+        # them, so the probe was refused and never named)
         probes.append((f"a model with 5x the bytes of {p.name} on {n} {on}",
                        heavier, n, big.bw, fusion, sharding, job))
     except (TypeError, ValueError, ScalemodelError):

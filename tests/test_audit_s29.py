@@ -547,3 +547,18 @@ def test_a_replica_s_own_straggler_wait_is_in_its_baseline():
     assert sc.slowdown(1) == 1.0
     plain = Scenario.build("resnet50", cluster=cl)  # no model parallelism: unchanged
     assert plain.slowdown(8) == pytest.approx(1 + 0.05 * e8, rel=1e-12)
+
+
+def test_the_fit_names_a_heavier_model_as_the_run_that_tells_a_ceiling_apart():
+    """The '5x the bytes' probe was built with the profile's tensor shapes, which 5x the
+    bytes contradict: refused, silently dropped, for every built-in profile; a ceiling
+    and a slowdown were never told apart by the message (transfer audit)."""
+    truth = sm.ClusterProfile(ceiling=25e9, alpha=10e-6, provenance={"source": "t"},
+                              topology=sm.Topology(gpus_per_node=8, nics_per_node=1))
+    runs = [{"model": "resnet50", "n": n, "bw": "100Gbps", "scaling_factor": float(
+        sm.scaling_factor("resnet50", n, 100e9, cluster=truth))} for n in (16, 64)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sm.fit_cluster(runs, gpus_per_node=8, network="nccl-ib")
+    assert "a run of a model with 5x the bytes of resnet50 on 64 workers would tell " \
+        "them apart" in fit.message
