@@ -1353,20 +1353,24 @@ def _what_tells_them_apart(problem, cluster, runs, settings):
     alts = _alternatives_of(cluster, problem)
     if len(alts) < 2:
         return []
-    from .model import scaling_factor
+    from .model import iteration_time
     worst = None
     for text, prof, n, bw, fusion, sharding, job in _probe_profiles(runs, settings):
         # (host costs are not modelled under sharding: fit_cluster said so once)
         near = [c if sharding in (None, "none") or c.host is None
                 else attrs.evolve(c, host=None) for c in alts]
         try:
-            sf = np.array([scaling_factor(prof, n, bw, fusion=fusion, sharding=sharding,
-                                          algorithm=settings["algorithm"], cluster=c,
-                                          **job)
-                           for c in near])
+            its = [iteration_time(prof, n, bw, fusion=fusion, sharding=sharding,
+                                  algorithm=settings["algorithm"], cluster=c, **job)
+                   for c in near]
         except ScalemodelError:
             continue
-        spread = float(sf.max() / sf.min() - 1)
+        # what a run measures is its time: with a fitted efficiency the explanations'
+        # single-worker times differ too, and their scaling factors can differ where
+        # their times agree (a run would then tell nothing)
+        t = np.array([it.total for it in its])
+        sf = np.array([it.scaling_factor for it in its])
+        spread = float(t.max() / t.min() - 1)
         if worst is None or spread > worst[0]:
             worst = (spread, text, float(sf.min()), float(sf.max()))
     if worst is None or worst[0] <= WIDE:
