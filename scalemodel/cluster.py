@@ -1084,19 +1084,23 @@ CODEC_FAMILIES = ("fp16", "bf16", "int8", "signsgd", "topk", "randomk", "powersg
 def _check_codec_costs(costs) -> dict:
     """Validate ``codec_costs``: ``{family: {"encode": s/element, "decode": s/element}}``
     with optional ``encode_per_rank``, ``decode_per_rank`` [s/(element rank)] and
-    ``launch`` [s per call]; every value finite and >= 0."""
+    ``launch`` [s per call]; every value finite and >= 0; a family of
+    :data:`CODEC_FAMILIES`, optionally after ``"<implementation>/"`` (a fit's per
+    implementation costs, ``"grace-tf/topk"``)."""
     if not isinstance(costs, dict):
         raise ProfileFormatError("<object>", "codec_costs",
                                  "must be an object {family: {encode, decode}}")
     out = {}
     for family, entry in costs.items():
-        if family not in CODEC_FAMILIES:  # a misspelling would be kept and never used
-            import difflib
-            near = difflib.get_close_matches(str(family).lower(), CODEC_FAMILIES, n=1)
+        name = str(family).rpartition("/")[2]  # "<implementation>/<family>" too
+        if name not in CODEC_FAMILIES or str(family).startswith("/"):  # a misspelling
+            import difflib  # would be kept and never used
+            near = difflib.get_close_matches(name.lower(), CODEC_FAMILIES, n=1)
             raise ProfileFormatError("<object>", f"codec_costs.{family}",
                                      "is not a compressor family"
                                      + (f" (did you mean {near[0]!r}?)" if near else "")
-                                     + f"; known: {', '.join(CODEC_FAMILIES)}")
+                                     + f"; known: {', '.join(CODEC_FAMILIES)}, each "
+                                     "optionally after '<implementation>/'")
         if not isinstance(entry, dict) or not {"encode", "decode"} <= set(entry):
             raise ProfileFormatError("<object>", f"codec_costs.{family}",
                                      "needs 'encode' and 'decode' [s/element]")

@@ -586,3 +586,11 @@ def test_what_tells_fitted_efficiencies_apart_is_their_times_not_scaling_factors
                                cluster=fit.cluster.with_alternative(i)).total
              for i in range(len(fit.cluster.alternatives))]
     assert max(times) / min(times) - 1 < 0.10  # (what a run there would measure)
+
+
+def test_codec_costs_of_an_implementation_are_still_read():
+    cl = sm.ClusterProfile(codec_costs={"grace-tf/topk": {"encode": 1e-9, "decode": 1e-9}})
+    assert "grace-tf/topk" in cl.codec_costs
+    from scalemodel.exceptions import ProfileFormatError
+    with pytest.raises(ProfileFormatError, match="did you mean 'topk'"):
+        sm.ClusterProfile(codec_costs={"grace-tf/top-k": {"encode": 1e-9, "decode": 1e-9}})
