@@ -1339,12 +1339,26 @@ class CompressionPlan:
                 lo, hi = r.speedup_interval
                 line += f"{'':{max(1, 12 - len(r.collective))}}{lo:.3f} to {hi:.3f}"
             out.append(line)
+        unsure = [r for r in self.rows if not r.recommended and r.interval is not None
+                  and r.interval[0] is not None and r.scaling_factor >= self.target
+                  > r.interval[0]]
+        if unsure:  # (its point reaches the target: why it is not marked ok)
+            out.append("--: " + "; ".join(
+                f"{r.compressor}{_setting_suffix(r)} reaches {r.scaling_factor:.3f} "
+                f"but {r.interval[0]:.3f} at the fit's pessimistic end"
+                for r in unsure[:3]) + f", below the target {self.target:g}")
         out.append(self.message)
         if self.memory_per_gpu is not None:
             out.append("memory: " + memory_text(self.memory_per_gpu, self.fits, self.gpu))
         if self.codec_note:
             out.append(self.codec_note)
         return "\n".join(out)
+
+
+def _setting_suffix(row) -> str:
+    """`` <setting>`` of a plan row, or ``""`` for one without (its table shows "-")."""
+    text = row.setting_text().strip()
+    return "" if text in ("", "-") else f" {text}"
 
 
 # --------------------------------------------------------------------------- planner
