@@ -2530,7 +2530,7 @@ def breakeven_bandwidth(model, compressor, *, n=DEFAULT_N, utilization=1.0, clus
                     implementation=implementation, tp=tp, pp=pp,
                     microbatches=microbatches, virtual_stages=virtual_stages, **job),
                     sc.cluster, bw)
-                res = attrs.evolve(res, interval=(iv.low, iv.high))
+                res = _with_interval(res, iv.low, iv.high)
             bw = res
         out.append(bw)
     if np.ndim(n) == 0:
@@ -2564,7 +2564,8 @@ class Breakeven:
     within : bool
         Whether the answer is what the calibration can tell: basis ``"model"`` and, when
         the calibrated line rates are known, inside them (0 and inf count as inside when
-        the model reaches them without the ceiling).
+        the model reaches them without the ceiling), and so is its interval over a fitted
+        cluster's intervals and alternatives.
     message : str
         The answer for people, with the range the calibration can tell.
     interval : tuple or None
@@ -2641,6 +2642,26 @@ def _beyond_ceiling(cluster, needed, calibrated):
     hi = calibrated[1] * cluster.ring_share  # the NIC's highest rate, as the ring sees it
     u_cal = float(cluster.achieved_bandwidth(hi)) / hi
     return needed / u_cal * _NUDGE, "utilization"
+
+
+def _with_interval(res, lo, hi):
+    """A break-even answer with its interval over the fit, said in its message; not
+    ``within`` the calibration when an end (a finite one, or an unbounded high end)
+    leaves the calibrated line rates (intervals audit: 'wins below 15.25 Gbit/s',
+    within, where the fit's corners reach 168.6 Gbit/s on a cluster calibrated to 100)."""
+    res = attrs.evolve(res, interval=(lo, hi))
+    if lo == hi == res.bw or (lo is None and hi is None):
+        return res
+    text = (f"; over the fit's intervals {'unbounded' if lo is None else format_bandwidth(lo)}"
+            f" to {'unbounded' if hi is None else format_bandwidth(hi)}")
+    cal = res.calibrated
+    outside = cal is not None and res.within and res.bw not in (0.0, math.inf) and any(
+        v is None or (0.0 < v < math.inf and not cal[0] * (1 - 1e-9) <= v
+                      <= cal[1] * (1 + 1e-9)) for v in (lo, hi))
+    if outside:
+        text += (f", beyond what this calibration can tell (it measured "
+                 f"{format_bandwidth(cal[0])} to {format_bandwidth(cal[1])})")
+    return attrs.evolve(res, message=res.message + text, within=res.within and not outside)
 
 
 def _breakeven_result(bw, n, calibrated, basis, cluster, above=None):

@@ -616,3 +616,25 @@ def test_a_plan_says_why_a_row_reaching_the_target_is_not_marked_ok():
             in text or f"{r.compressor} {r.setting_text().strip()} reaches" in text
     if not unsure:
         assert "at the fit's pessimistic end" not in text
+
+
+def test_a_breakeven_whose_interval_leaves_the_calibration_says_so():
+    """'wins below 15.25 Gbit/s', within=True, where the fit's corners reach 168.6 Gbit/s
+    on a cluster calibrated up to 100 Gbit/s; the text showed no interval."""
+    true = sm.ClusterProfile(ceiling=30e9, topology=sm.Topology(gpus_per_node=8),
+                             provenance={"source": "t"})
+    runs = [{"model": "resnet50", "n": n, "bw": bw, "uncertainty": 0.02,
+             "scaling_factor": float(sm.scaling_factor("resnet50", n, bw, cluster=true))}
+            for n in (16, 64) for bw in (10e9, 100e9)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cl = sm.fit_cluster(runs, gpus_per_node=8).cluster
+        res = sm.breakeven_bandwidth("resnet50", "topk:0.01", n=64, cluster=cl, detail=True)
+    lo, hi = res.interval
+    if lo != hi:
+        assert "over the fit's intervals" in res.message
+    leaves = any(v is None or not 10e9 * (1 - 1e-9) <= v <= 100e9 * (1 + 1e-9)
+                 for v in (lo, hi))
+    assert res.within == (res.within and not leaves)
+    if leaves:
+        assert not res.within and "beyond what this calibration can tell" in res.message
