@@ -225,10 +225,10 @@ def main(argv=None):
     say("", f"({time.perf_counter() - t0:.0f} s; scalemodel {sm.__version__})")
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
-        from scalemodel.profiles import atomic_write_text
-        atomic_write_text(RESULTS / "validate_published.txt", "\n".join(lines) + "\n")
-        atomic_write_text(RESULTS / "validate_published.json",
-                          json.dumps(record, indent=1, default=float))
+        from scalemodel.profiles import atomic_write_files  # the pair, or neither
+        atomic_write_files({RESULTS / "validate_published.txt": "\n".join(lines) + "\n",
+                            RESULTS / "validate_published.json":
+                            json.dumps(record, indent=1, default=float)})
     return 0
 
 

@@ -272,5 +272,8 @@ if __name__ == "__main__":
     except KeyboardInterrupt:  # the JSON is written once, at the end, atomically
         import signal
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback at exit
-        print("host_offload_bench: interrupted; --out not written", file=sys.stderr)
+        from scalemodel.profiles import WRITTEN  # a signal held by the write: after it
+        print("host_offload_bench: interrupted; " + (f"{WRITTEN[-1]} was written before it "
+                                                     "stopped" if WRITTEN else
+                                                     "--out not written"), file=sys.stderr)
         sys.exit(130)

@@ -158,8 +158,9 @@ def atomic_write_text(path, text: str) -> None:
 
     Missing parent folders are created, so ``--out results/cluster.json`` just works. A
     new file gets the permissions the umask allows (``0o666 & ~umask``, as any other
-    tool's output); a replaced file keeps its own. SIGINT and SIGTERM that arrive during
-    the write are held until the file is complete (or, after an error, the temporary
+    tool's output); a replaced file keeps its own. SIGINT, SIGTERM, SIGHUP and the other
+    signals of ``HELD_SIGNALS`` that arrive during the write are held until the file
+    is complete (or, after an error, the temporary
     file removed) and then take effect as usual: an interrupted write leaves either the
     old file or the new one, never a half-written one and never a ``.*.tmp`` file.
 
@@ -178,7 +179,8 @@ def atomic_write_files(files) -> None:
 
     Every file is first written to a temporary file beside it; then, holding an exclusive
     lock on each destination folder (``flock`` of the folder itself: no lock file) and
-    SIGINT and SIGTERM (see :func:`atomic_write_text`), each is renamed into place. If a
+    the signals of ``HELD_SIGNALS`` (see :func:`atomic_write_text`), each is renamed
+    into place. If a
     rename fails, those already made are undone (a replaced file comes back, from a hard
     link taken before), so a failure part-way leaves the folder as it was; concurrent
     writers of the same names each write their whole set in turn, so the files left are
@@ -221,6 +223,7 @@ def atomic_write_files(files) -> None:
                     os.fsync(fh.fileno())
             with _folders_locked(sorted({str(path.parent.resolve()) for _, path in staged})):
                 _rename_all(staged)
+            WRITTEN.extend(str(path) for tmp, path in staged if tmp is not None)
             staged = []
         finally:
             for tmp, _ in staged:
@@ -384,9 +387,36 @@ def _umask() -> int:
     return mask
 
 
+WRITTEN: list = []
+"""Every file :func:`atomic_write_files` has put in place in this process, in order
+(filled before a held signal is delivered): what an interrupt's message says was
+written [paths]."""
+
+
+def written_since(count: int) -> list:
+    """The files :func:`atomic_write_files` has put in place since :data:`WRITTEN` held
+    ``count`` entries [paths].
+
+    Parameters
+    ----------
+    count : int
+        ``len(WRITTEN)`` before the work [-].
+    """
+    return list(dict.fromkeys(WRITTEN[count:]))
+
+
+HELD_SIGNALS = tuple(getattr(signal, name) for name in (
+    "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+    if hasattr(signal, name))
+"""Signals an atomic write holds until its files are in place (SIGKILL cannot be
+caught; SIGPIPE Python ignores) [-]."""
+
+
 @contextlib.contextmanager
 def _signals_held():
-    """Hold SIGINT and SIGTERM inside the block; deliver them, in order, after it.
+    """Hold the signals that end a process by default and that a process can catch
+    (``HELD_SIGNALS``: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM)
+    inside the block; deliver them, in order, after it.
 
     Python runs signal handlers in the main thread only, so elsewhere this holds nothing.
     """
@@ -395,7 +425,7 @@ def _signals_held():
         return
     caught = []
     previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in HELD_SIGNALS:
         handler = signal.getsignal(sig)
         if handler is None:  # installed outside Python: leave it alone
             continue

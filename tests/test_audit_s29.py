@@ -638,3 +638,47 @@ def test_a_breakeven_whose_interval_leaves_the_calibration_says_so():
     assert res.within == (res.within and not leaves)
     if leaves:
         assert not res.within and "beyond what this calibration can tell" in res.message
+
+
+# -- writers and signals ----------------------------------------------------------------
+
+def test_from_trace_refuses_an_out_that_is_its_input(tmp_path, capsys):
+    """'from-trace one.cluster.json --out one' deleted its 15 MB input trace, exit 0."""
+    import gzip
+    import shutil
+    from scalemodel.calibrate.trace_report import main
+    trace = tmp_path / "one.cluster.json"
+    with gzip.open("tests/data/traces/ddp_1rank.json.gz", "rb") as src, \
+            open(trace, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    size = trace.stat().st_size
+    assert main([str(trace), "--out", str(tmp_path / "one")]) == 2
+    assert "is an input of this command" in capsys.readouterr().err
+    assert trace.stat().st_size == size
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGHUP"), reason="no SIGHUP here")
+def test_an_atomic_write_holds_sighup_and_says_what_it_wrote(tmp_path, monkeypatch):
+    """SIGHUP during a write left a .NAME.XXXX.tmp file (only INT and TERM were held);
+    a held signal's message said 'nothing was written' after the files were replaced."""
+    import os
+    import signal
+    from scalemodel import profiles
+    seen = []
+    previous = signal.signal(signal.SIGHUP, lambda signum, frame: seen.append(signum))
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        real_fsync(fd)
+        os.kill(os.getpid(), signal.SIGHUP)  # arrives while the file is being written
+    monkeypatch.setattr(os, "fsync", fsync)
+    try:
+        count = len(profiles.WRITTEN)
+        profiles.atomic_write_files({tmp_path / "a.json": "{}\n"})
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert seen == [signal.SIGHUP]  # delivered, after the file was in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+    assert profiles.written_since(count) == [str(tmp_path / "a.json")]
+    from scalemodel.calibrate.__main__ import _outcome
+    assert str(tmp_path / "a.json") in _outcome()

@@ -61,7 +61,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..exceptions import CalibrationError, ScalemodelError
+from ..exceptions import CalibrationError, InvalidParameterError, ScalemodelError
 from ..units import parse_bandwidth
 from ._parser import OneLineParser
 from .models import SPEC_HELP
@@ -925,7 +925,12 @@ def from_nccl_tests(argv) -> int:
     cluster = cluster_from_fits(ar, name=args.name, line_rate=line_rate, intra=intra_fit,
                                 provenance={"source": "nccl-tests output: " +
                                             ", ".join(args.files)})
-    save_cluster(cluster, args.out)
+    try:
+        save_cluster(cluster, args.out)
+    except OSError as exc:  # a full disk, a read-only folder: the old file stays
+        raise InvalidParameterError("--out", args.out, f"cannot be written "
+                                    f"({exc.strerror or exc}); the file there, if any, "
+                                    "is as it was") from None
     print(f"wrote {args.out}")
     return 0
 
@@ -998,8 +1003,10 @@ def _one_line(exc) -> str:
 
 
 def _outcome() -> str:
-    if _WRITTEN:
-        return f"the files were written before it stopped: {', '.join(_WRITTEN)}"
+    from ..profiles import WRITTEN  # (a signal held by an atomic write: after it)
+    done = list(dict.fromkeys([*_WRITTEN, *WRITTEN]))
+    if done:
+        return f"the files were written before it stopped: {', '.join(done)}"
     return "nothing was written"
 
 

@@ -520,9 +520,17 @@ def main(argv=None) -> int:
     except ScalemodelError as exc:
         print(f"codec_bench: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a read-only folder: the old file stays
+        print(f"codec_bench: error: --out {args.out}: cannot be written "
+              f"({exc.strerror or exc}); the file there, if any, is as it was",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        print("codec_bench: interrupted; --out not written (it is written once, at the "
-              "end)", file=sys.stderr)
+        from ..profiles import WRITTEN  # (a signal held by the write: after it)
+        print("codec_bench: interrupted; " + (f"{args.out} was written before it stopped"
+                                              if WRITTEN else "--out not written (it is "
+                                              "written once, at the end)"),
+              file=sys.stderr)
         return 130
     width = max(len(f) for f in costs)
     worst = extra.get("codec_sweep", {}).get("worst_relative_error", {})

@@ -1031,6 +1031,25 @@ def record_trace(path, step, *, rank, cuda=False, iterations=5, warmup=1, stage=
 
 # =========================================================================== command line
 
+def _output_is_an_input(prefix, traces):
+    """The output of ``--out prefix`` (written, replaced or removed) that is one of the
+    input traces, or None."""
+    if prefix is None:
+        return None
+    for suffix in (".workload.json", ".cluster.json", ".report.json"):
+        out = f"{prefix}{suffix}"
+        for trace in traces:
+            try:
+                if os.path.lexists(out) and os.path.exists(trace) and \
+                        os.path.samefile(out, trace):
+                    return out
+            except OSError:
+                continue
+            if os.path.abspath(out) == os.path.abspath(trace):
+                return out
+    return None
+
+
 def main(argv=None) -> int:
     """``python -m scalemodel.calibrate from-trace TRACE [TRACE ...] [--json] [--out PREFIX]``.
 
@@ -1070,6 +1089,12 @@ def main(argv=None) -> int:
         print(f"{prog}: error: --out {args.out!r} is a folder or empty: --out takes a prefix "
               "of file names, e.g. --out results/job (writes results/job.workload.json, "
               "...)", file=sys.stderr)
+        return 2
+    clash = _output_is_an_input(args.out, args.traces)
+    if clash:
+        print(f"{prog}: error: --out {args.out!r}: {clash} is an input of this command "
+              "(a trace given as TRACE); writing the set there would replace or remove it; "
+              "nothing was read. Choose another prefix", file=sys.stderr)
         return 2
     if args.out is not None:  # before the (long) analysis: under a file, not writable
         from ..profiles import output_problem
