@@ -43,20 +43,29 @@ JOBS = ("ddp-nccl", "fsdp2-nccl", "ddp-gloo2")
 
 
 def _gzip(path: Path) -> Path:
-    """Compress ``path`` to ``path.gz`` (written to a temporary name, then renamed)."""
+    """Compress ``path`` to ``path.gz`` (written to a temporary name, synced, then
+    renamed, with the signals an atomic write holds held: a SIGTERM, which the parent
+    sends on Ctrl-C, leaves no partial file)."""
+    from scalemodel.profiles import _signals_held
     gz = path.with_name(path.name + ".gz")
     tmp = gz.with_name("." + gz.name + ".tmp")
-    with open(path, "rb") as src, gzip.open(tmp, "wb", compresslevel=9) as dst:
-        shutil.copyfileobj(src, dst)
-    os.replace(tmp, gz)
-    path.unlink()
+    with _signals_held():
+        try:
+            with open(path, "rb") as src, gzip.open(tmp, "wb", compresslevel=9) as dst:
+                shutil.copyfileobj(src, dst)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, gz)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        path.unlink()
     return gz
 
 
 def _write_json(path: Path, data) -> None:
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    from scalemodel.profiles import atomic_write_text
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def _versions():

@@ -682,3 +682,22 @@ def test_an_atomic_write_holds_sighup_and_says_what_it_wrote(tmp_path, monkeypat
     assert profiles.written_since(count) == [str(tmp_path / "a.json")]
     from scalemodel.calibrate.__main__ import _outcome
     assert str(tmp_path / "a.json") in _outcome()
+
+
+@pytest.mark.slow
+def test_record_trace_leaves_no_temporary_file_when_terminated(tmp_path):
+    """record_trace made its temporary file before profiling: a SIGTERM during the steps
+    (gpu_traces sends one on Ctrl-C) left an empty .tmp file behind."""
+    import signal
+    import subprocess
+    import time
+    script = ("import time\n"
+              "from scalemodel.calibrate.trace_report import record_trace\n"
+              f"record_trace({str(tmp_path / 'job.json')!r}, lambda: time.sleep(0.5), "
+              "rank=0, iterations=60, warmup=1)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.DEVNULL)
+    time.sleep(12)  # torch imported, 30 s of profiled steps under way
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) != 0
+    assert list(tmp_path.iterdir()) == []

@@ -1008,25 +1008,38 @@ def record_trace(path, step, *, rank, cuda=False, iterations=5, warmup=1, stage=
             shutil.rmtree(folder, ignore_errors=True)
     out = rank_trace_path(path, rank)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    try:
-        with profile(activities=activities, record_shapes=True,
-                     schedule=schedule(wait=0, warmup=int(warmup), active=int(iterations),
-                                       repeat=1),
-                     on_trace_ready=lambda prof: prof.export_chrome_trace(tmp)) as prof:
-            for _ in range(int(warmup) + int(iterations)):
-                step()
-                prof.step()
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with profile(activities=activities, record_shapes=True,
+                 schedule=schedule(wait=0, warmup=int(warmup), active=int(iterations),
+                                   repeat=1),
+                 on_trace_ready=lambda prof: _export_atomically(prof, out)) as prof:
+        for _ in range(int(warmup) + int(iterations)):
+            step()
+            prof.step()
     return out
+
+
+def _export_atomically(prof, out):
+    """Export the profiler's trace to ``out`` through a temporary file beside it, synced
+    and renamed, with the signals an atomic write holds held throughout: the temporary
+    file exists only then, so no signal during the profiled steps leaves one."""
+    import tempfile
+
+    from ..profiles import _signals_held
+    with _signals_held():
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(tmp)
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, out)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
 
 
 # =========================================================================== command line
