@@ -266,14 +266,28 @@ def main(argv=None):
     print(f"wrote {args.out}", flush=True)
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP, raised where the process is, so that the --host-sharing
+    workers are ended (a default-action signal left them running, orphaned)."""
+
+
+def _stop(signum, frame):
+    raise _Stopped(signum)
+
+
 if __name__ == "__main__":
+    import signal
+    for _sig in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, _sig):
+            signal.signal(getattr(signal, _sig), _stop)
     try:
         main()
-    except KeyboardInterrupt:  # the JSON is written once, at the end, atomically
-        import signal
+    except (KeyboardInterrupt, _Stopped) as _exc:  # the JSON: written once, at the end
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback at exit
         from scalemodel.profiles import WRITTEN  # a signal held by the write: after it
-        print("host_offload_bench: interrupted; " + (f"{WRITTEN[-1]} was written before it "
-                                                     "stopped" if WRITTEN else
-                                                     "--out not written"), file=sys.stderr)
-        sys.exit(130)
+        _code = 130 if isinstance(_exc, KeyboardInterrupt) else 128 + int(_exc.args[0])
+        print(("host_offload_bench: interrupted; " if _code == 130 else
+               f"host_offload_bench: stopped by {signal.Signals(_code - 128).name}; ")
+              + (f"{WRITTEN[-1]} was written before it stopped" if WRITTEN else
+                 "--out not written"), file=sys.stderr)
+        sys.exit(_code)
