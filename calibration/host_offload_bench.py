@@ -277,6 +277,8 @@ def _stop(signum, frame):
 
 if __name__ == "__main__":
     import signal
+    from scalemodel.profiles import WRITTEN
+    _written_at = len(WRITTEN)
     for _sig in ("SIGTERM", "SIGHUP"):
         if hasattr(signal, _sig):
             signal.signal(getattr(signal, _sig), _stop)
@@ -284,10 +286,10 @@ if __name__ == "__main__":
         main()
     except (KeyboardInterrupt, _Stopped) as _exc:  # the JSON: written once, at the end
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C: no traceback at exit
-        from scalemodel.profiles import WRITTEN  # a signal held by the write: after it
+        _done = WRITTEN[_written_at:]  # (a signal held by the write comes after it)
         _code = 130 if isinstance(_exc, KeyboardInterrupt) else 128 + int(_exc.args[0])
         print(("host_offload_bench: interrupted; " if _code == 130 else
                f"host_offload_bench: stopped by {signal.Signals(_code - 128).name}; ")
-              + (f"{WRITTEN[-1]} was written before it stopped" if WRITTEN else
+              + (f"{_done[-1]} was written before it stopped" if _done else
                  "--out not written"), file=sys.stderr)
         sys.exit(_code)

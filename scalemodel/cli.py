@@ -447,7 +447,8 @@ def _topology_options(p, *, fit=False):
     _add(p, "--gpus-per-node", _count, default=None,
          help="workers per node; --bw is then one NIC's line rate [workers] "
               + ("(default: the --cluster's or --transport's topology, every worker on its "
-                 "own link when it has none; else 8)" if fit else
+                 "own link when it has none; every worker on its own link for runs of "
+                 "profiles measured on CPUs; else 8)" if fit else
                  "(default: the cluster's, else every worker on its own link; 8 for "
                  "--algorithm hierarchical; with --offload the GPUs sharing a host, "
                  "default the GPU's usual server; with --sharding hybrid_shard the shard "

@@ -1377,7 +1377,26 @@ def _what_tells_them_apart(problem, cluster, runs, settings):
         return []
     return [f"  the {len(alts)} explanations predict {worst[1]} between scaling factors "
             f"{worst[2]:.3g} and {worst[3]:.3g} (iteration times {100 * worst[0]:.0f} % "
-            f"apart): a run of {worst[1]} would tell them apart"]
+            f"apart): a run of {worst[1]}{_like(worst[1], runs)} would tell them apart"]
+
+
+def _like(text, runs) -> str:
+    """For the '5x the bytes' probe, a built-in model of 3 to 12 times the bytes, nearest
+    5x, that a user could run instead (``" (such as vgg16: 5.3x)"``), else ``""``."""
+    if "with 5x the bytes of" not in text:
+        return ""
+    from .profiles import list_profiles, load_profile
+    base = float(np.sum(max(runs, key=lambda r: (r.n, r.bw)).profile.tensor_bytes))
+    best = None
+    for name in list_profiles():
+        try:
+            ratio = float(np.sum(load_profile(name).tensor_bytes)) / base
+        except ScalemodelError:
+            continue
+        if 3.0 <= ratio <= 12.0 and (best is None or abs(math.log(ratio / 5.0))
+                                     < abs(math.log(best[1] / 5.0))):
+            best = (name, ratio)
+    return "" if best is None else f" (such as {best[0]}: {best[1]:.1f}x)"
 
 
 def _alternatives_of(cluster, problem):
@@ -1414,7 +1433,10 @@ def _message(best, params, residuals, alternatives, notes=()):
         lines.append(f"  {k:20s} {_fmt(value, p.unit)}{f' ({where})' if where else ''}  "
                      f"[{_fmt(p.interval[0], p.unit)}, {_fmt(p.interval[1], p.unit)}]  "
                      f"{p.status}")
-    others = [a for a in alternatives[1:] if not _same_explanation(a, alternatives[0])]
+    others = []
+    for a in alternatives[1:]:  # (each once: not the best again, nor one listed)
+        if not any(_same_explanation(a, b) for b in [alternatives[0], *others]):
+            others.append(a)
     if others:
         lines.append("  the runs fit about as well with: " + "; ".join(
             ", ".join(f"{k}={_fmt(math.inf if v is None else v, PRIORS[k].unit)}"
@@ -1424,14 +1446,19 @@ def _message(best, params, residuals, alternatives, notes=()):
     return "\n".join(lines)
 
 
+_IDEAL_VALUE = {"overlap": 1.0}
+"""A term's value of no effect where it is not its prior's lower bound [-]."""
+
+
 def _same_explanation(a, best, rel=1e-2):
-    """Whether alternative ``a`` is the best explanation again: the same values (within
-    ``rel``) once the best's terms fitted at their ideal value (a fixed cost at 0) are
-    left out (then the report would list it as another explanation)."""
+    """Whether alternative ``a`` is explanation ``best`` again: the same values (within
+    ``rel``) once the terms fitted at (within 1 % of their prior's scale of) their value
+    of no effect (a fixed cost at 0, full overlap) are left out on both sides (then the
+    report would list it as another explanation)."""
     def effective(values):
         return {k: v for k, v in values.items()
                 if v is None or PRIORS[k].log
-                or abs(v - PRIORS[k].lower) > 1e-3 * PRIORS[k].scale}
+                or abs(v - _IDEAL_VALUE.get(k, PRIORS[k].lower)) > 1e-2 * PRIORS[k].scale}
 
     mine, theirs = effective(best["values"]), effective(a["values"])
     if mine.keys() != theirs.keys():

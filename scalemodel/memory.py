@@ -1347,7 +1347,8 @@ def _suggestions(est, ck, estimate, tp=1, node=8):
     current = float(np.max(est.per_gpu))
     for group in _suggestion_tries(est, ck, tp, node):
         for changes, t in group:
-            if changes in tried or any(f.items() <= changes.items() for f in fitting):
+            if t is None and (changes in tried or any(f.items() <= changes.items()
+                                                      for f in fitting)):
                 continue  # (the same option again, or one whose part already fits)
             tried.append(changes)
             label = ", ".join(f"{k}={v!r}" for k, v in changes.items()) or f"tp={t}"

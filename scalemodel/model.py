@@ -839,10 +839,10 @@ class Scenario:
         :math:`g` of eq. :eq:`offload-host`, the GPUs that share a host's CPU step."""
         prov = self.profile.provenance if isinstance(self.profile.provenance, dict) else {}
         gpn, nics = self.options.gpus_per_node, self.options.nics_per_node
-        if gpn is None and self.algorithm == "hierarchical":  # what its collective takes
-            from .topology import HIERARCHICAL_GPUS_PER_NODE
-            gpn = HIERARCHICAL_GPUS_PER_NODE
         mp = self.model_parallel
+        if gpn is None and self.algorithm == "hierarchical" and mp is None:  # what its
+            from .topology import HIERARCHICAL_GPUS_PER_NODE  # collective takes
+            gpn = HIERARCHICAL_GPUS_PER_NODE
         ring = {}
         if mp is not None:
             ring = {"dp_ring_gpus_per_node": gpn, "dp_ring_nics_per_node": nics,

@@ -302,6 +302,12 @@ def test_an_nccl_tests_log_of_two_runs_is_refused(tmp_path):
     with pytest.raises(ProfileFormatError, match="several nccl-tests runs"):
         read_nccl_tests(str(path))
     read_nccl_tests("tests/data/nccl_tests_all_reduce_2x8_h100.txt")  # one run: read
+    # one run with nccl-tests' own footer and /usr/bin/time's lines after it: read (the
+    # first version of the check refused every recent nccl-tests log, the review found)
+    footer = tmp_path / "footer.log"
+    footer.write_text(one + "# Collective test concluded: all_reduce_perf\n"
+                      '\tCommand being timed: "./build/all_reduce_perf -b 8 -e 8G -g 1"\n')
+    read_nccl_tests(str(footer))
 
 
 def test_a_trace_group_larger_than_the_world_is_refused(tmp_path):
@@ -560,8 +566,8 @@ def test_the_fit_names_a_heavier_model_as_the_run_that_tells_a_ceiling_apart():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = sm.fit_cluster(runs, gpus_per_node=8, network="nccl-ib")
-    assert "a run of a model with 5x the bytes of resnet50 on 64 workers would tell " \
-        "them apart" in fit.message
+    assert "a run of a model with 5x the bytes of resnet50 on 64 workers (such as gpt2: " \
+        "4.9x) would tell them apart" in fit.message
 
 
 @pytest.mark.slow
@@ -701,3 +707,21 @@ def test_record_trace_leaves_no_temporary_file_when_terminated(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) != 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_suggestions_still_try_every_tensor_parallel_size():
+    """The dedupe of the suggestions skipped tp=4 and tp=8 after tp=2 (their changes
+    were both empty): Llama 2 7B on eight A100 40GB fits at tp=4 (review)."""
+    m = sm.memory("llama-2-7b", 8, gpu="a100-40gb", activation_checkpointing="full")
+    assert "tp=4" in dict(m.suggestions)
+
+
+def test_an_alternative_with_a_negligible_extra_term_is_not_listed_again():
+    from scalemodel.fitting import _same_explanation
+    best = {"values": {"ceiling": 24.97e9, "bucket_overhead": 0.958e-6}}
+    again = {"values": {"ceiling": 24.97e9}}
+    assert _same_explanation(again, best) and _same_explanation(best, again)
+    full = {"values": {"ceiling": 24.97e9, "overlap": 1.0}}
+    assert _same_explanation(again, full)
+    other = {"values": {"ceiling": 24.97e9, "bucket_overhead": 80e-6}}
+    assert not _same_explanation(other, again)

@@ -1002,9 +1002,12 @@ def _one_line(exc) -> str:
     return text or type(exc).__name__
 
 
+_WRITTEN_AT = [0]  # profiles.WRITTEN's length when main() began: this run's writes after
+
+
 def _outcome() -> str:
-    from ..profiles import WRITTEN  # (a signal held by an atomic write: after it)
-    done = list(dict.fromkeys([*_WRITTEN, *WRITTEN]))
+    from ..profiles import written_since  # (a signal held by an atomic write: after it)
+    done = list(dict.fromkeys([*_WRITTEN, *written_since(_WRITTEN_AT[0])]))
     if done:
         return f"the files were written before it stopped: {', '.join(done)}"
     return "nothing was written"
@@ -1015,6 +1018,8 @@ def main(argv=None) -> int:
     import warnings
     warnings.formatwarning = _format_warning
     argv = sys.argv[1:] if argv is None else list(argv)
+    from ..profiles import WRITTEN
+    _WRITTEN_AT[0] = len(WRITTEN)
     previous = None
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)

@@ -465,6 +465,8 @@ def main(argv=None) -> int:
     import attrs
 
     from ..cluster import ClusterProfile, load_cluster, save_cluster
+    from ..profiles import WRITTEN
+    written_at = len(WRITTEN)  # (what this run writes comes after)
 
     ap = argparse.ArgumentParser(prog="python -m scalemodel.calibrate.codec_bench",
                                  description="Measure the encode/decode cost of each gradient "
@@ -526,10 +528,10 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        from ..profiles import WRITTEN  # (a signal held by the write: after it)
+        from ..profiles import written_since  # (a signal held by the write: after it)
         print("codec_bench: interrupted; " + (f"{args.out} was written before it stopped"
-                                              if WRITTEN else "--out not written (it is "
-                                              "written once, at the end)"),
+                                              if written_since(written_at) else "--out not "
+                                              "written (it is written once, at the end)"),
               file=sys.stderr)
         return 130
     width = max(len(f) for f in costs)

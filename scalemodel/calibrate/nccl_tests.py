@@ -271,13 +271,11 @@ def _scan(text, name, collective):
         line = _MPI_PREFIX.sub("", raw.rstrip())
         if not line.strip():
             continue
-        if scan.found is None or scan.rows:
+        if scan.found is None:
             for binary, coll in _BINARIES.items():
-                if binary in line and not scan.rows:
+                if binary in line:
                     scan.found = coll
                     break
-                if binary in line:  # a command after the data rows
-                    _another_run(name, lineno)
         stripped = line.lstrip()
         if stripped.startswith("#"):
             _read_comment(scan, stripped, name, lineno)

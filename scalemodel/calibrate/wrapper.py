@@ -285,7 +285,7 @@ class WrapperMeasurement:
             its rounds' paired differences over the run's time, at least 0.2 %, and at
             least how much faster than the plain median it came out (one worker under the
             wrapper cannot be faster than without it: such a difference is the rounds'
-            noise), at most :data:`scalemodel.runs.MAX_UNCERTAINTY` (what ``fit_cluster``
+            noise), at most ``scalemodel.runs.MAX_UNCERTAINTY`` (what ``fit_cluster``
             takes) [-].
 
         Returns
