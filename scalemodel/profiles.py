@@ -186,6 +186,7 @@ def atomic_write_files(files) -> None:
     writers of the same names each write their whole set in turn, so the files left are
     all one writer's. A destination that is a folder, not a regular file or a path
     ending in a separator (``"new/"``, a folder) is refused before anything is written.
+    A symbolic link to a file is written through (its target replaced, the link kept).
     No temporary file, backup or lock file remains.
 
     Parameters
@@ -202,7 +203,10 @@ def atomic_write_files(files) -> None:
     """
     for path in files:  # as given: Path("new/") drops the separator that says "folder"
         _check_destination(path)
-    items = [(Path(path), text) for path, text in files.items()]
+    # a symbolic link to a file is written through: its target gets the new content and
+    # the link stays (a rename onto the link replaced it by a file, the target left stale)
+    items = [(Path(os.path.realpath(path)) if os.path.islink(path) and
+              os.path.isfile(path) else Path(path), text) for path, text in files.items()]
     staged = []
     with _signals_held():
         try:

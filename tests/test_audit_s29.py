@@ -725,3 +725,18 @@ def test_an_alternative_with_a_negligible_extra_term_is_not_listed_again():
     assert _same_explanation(again, full)
     other = {"values": {"ceiling": 24.97e9, "bucket_overhead": 80e-6}}
     assert not _same_explanation(other, again)
+
+
+def test_an_output_that_is_a_symbolic_link_is_written_through(tmp_path):
+    """--out cluster.json -> clusters/v3.json: the link was replaced by a regular file and
+    its target left stale (writers audit)."""
+    import os
+    from scalemodel.profiles import atomic_write_text
+    (tmp_path / "clusters").mkdir()
+    target = tmp_path / "clusters" / "v3.json"
+    target.write_text("old\n")
+    link = tmp_path / "cluster.json"
+    os.symlink(target, link)
+    atomic_write_text(link, "new\n")
+    assert link.is_symlink() and target.read_text() == "new\n"
+    assert sorted(p.name for p in (tmp_path / "clusters").iterdir()) == ["v3.json"]
