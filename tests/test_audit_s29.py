@@ -175,6 +175,8 @@ def test_one_run_decides_the_overlap_continuously():
             pytest.approx(sf(eta), rel=1e-6)
         lo, hi = fit.cluster.intervals["overlap"]
         assert 0.0 <= lo < eta < hi <= 1.0
+        assert fit.cluster_fit.parameters["overlap"].value == fit.cluster.overlap
+        assert fit.cluster_fit.cluster is fit.cluster
     assert none < full
 
 

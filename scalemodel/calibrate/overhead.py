@@ -508,6 +508,8 @@ def _fit_with_transport(model, n, bw, measured, *, transport, compute_slowdown=1
         "source"))
     out = attrs.evolve(fit.cluster, overlap=eta, intervals=intervals, extra=extra,
                        provenance=provenance)
+    solved = attrs.evolve(fit.parameters["overlap"], value=eta, interval=eta_interval)
+    fit = attrs.evolve(fit, cluster=out, parameters={**fit.parameters, "overlap": solved})
     return HostEffectsFit(out, sigma_only.compute_slowdown, o, None, fit)
 
 
