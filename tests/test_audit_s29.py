@@ -619,11 +619,10 @@ def test_a_plan_says_why_a_row_reaching_the_target_is_not_marked_ok():
     unsure = [r for r in plan.rows if not r.recommended and r.interval is not None
               and r.scaling_factor >= 0.8 > r.interval[0]]
     text = str(plan)
+    assert unsure  # (the case: fp16 and bf16 reach 0.822, 0.759 at the pessimistic end)
     for r in unsure:
         assert f"{r.compressor} reaches {r.scaling_factor:.3f} but {r.interval[0]:.3f}" \
             in text or f"{r.compressor} {r.setting_text().strip()} reaches" in text
-    if not unsure:
-        assert "at the fit's pessimistic end" not in text
 
 
 def test_a_breakeven_whose_interval_leaves_the_calibration_says_so():
@@ -639,13 +638,11 @@ def test_a_breakeven_whose_interval_leaves_the_calibration_says_so():
         cl = sm.fit_cluster(runs, gpus_per_node=8).cluster
         res = sm.breakeven_bandwidth("resnet50", "topk:0.01", n=64, cluster=cl, detail=True)
     lo, hi = res.interval
-    if lo != hi:
-        assert "over the fit's intervals" in res.message
+    assert lo < hi and "over the fit's intervals" in res.message
     leaves = any(v is None or not 10e9 * (1 - 1e-9) <= v <= 100e9 * (1 + 1e-9)
                  for v in (lo, hi))
-    assert res.within == (res.within and not leaves)
-    if leaves:
-        assert not res.within and "beyond what this calibration can tell" in res.message
+    assert leaves  # (the case: an end beyond the calibrated 100 Gbit/s)
+    assert not res.within and "beyond what this calibration can tell" in res.message
 
 
 # -- writers and signals ----------------------------------------------------------------
