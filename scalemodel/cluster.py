@@ -82,6 +82,8 @@ and ``straggler_spread`` [-], optional ``host`` (``{"per_tensor": s, "per_bucket
 "decode": s/element}}``, measured compression costs, see :mod:`scalemodel.compressors`),
 optional ``model_discrepancy`` (``{"factor": F, "run": label, "miss": m}``, the fit's
 largest miss of its own runs, which widens every interval: :mod:`scalemodel.discrepancy`),
+optional ``run_noise`` (the half-width of a measured run's noise, relative, from the
+calibration runs' uncertainties, which widens every interval too: the same module),
 and any extra keys (kept in ``extra``; a key that misspells one of the format's is
 refused, one that nothing reads is kept with a warning: :data:`WRITTEN_EXTRA_KEYS`).
 """
@@ -99,7 +101,7 @@ import numpy as np
 from .collectives import ReductionCost
 from ._jsonfile import check_keys
 from .exceptions import InvalidParameterError, ParameterTypeError, ProfileFormatError
-from .discrepancy import KEY, check_discrepancy
+from .discrepancy import KEY, NOISE_KEY, check_discrepancy, check_run_noise
 from .hostcosts import HostCosts
 from .topology import Topology
 from .units import (MIN_UTILIZATION, check_fraction, check_nonnegative, check_positive,
@@ -438,8 +440,8 @@ class ClusterProfile:
         Where the numbers come from.
     extra : dict
         Other fields of the file (fits, residuals, measured points), kept as read; a
-        ``"model_discrepancy"`` record (:mod:`scalemodel.discrepancy`) is checked and
-        widens every answer's interval.
+        ``"model_discrepancy"`` record and a ``"run_noise"`` half-width
+        (:mod:`scalemodel.discrepancy`) are checked and widen every answer's interval.
     alternatives : tuple of dict
         The explanations a fit could not tell apart, best first, each ``{"free": [names],
         "values": {name: value}, "intervals": {name: [lo, hi]}, "score": float}``: the
@@ -543,6 +545,8 @@ class ClusterProfile:
         object.__setattr__(self, "fit_settings", _check_fit_settings(self.fit_settings))
         if isinstance(self.extra, dict) and self.extra.get(KEY) is not None:  # a factor on every answer's interval
             check_discrepancy(self.extra[KEY])
+        if isinstance(self.extra, dict) and self.extra.get(NOISE_KEY) is not None:
+            check_run_noise(self.extra[NOISE_KEY])  # the noise of a run on every interval
 
     def _table_achieved(self):
         """Table line rates and their non-decreasing achieved bandwidths [bits/s]."""
@@ -1008,7 +1012,8 @@ class ClusterProfile:
                  "ceiling", "utilization_table", "reduction", "intervals", "codec_costs",
                  "overlap", "topology", "compute_slowdown", "collective_overhead",
                  "sync_overhead", "bucket_overhead", "iteration_overhead",
-                 "straggler_spread", "alternatives", "fit_settings", "host", KEY}
+                 "straggler_spread", "alternatives", "fit_settings", "host", KEY,
+                 NOISE_KEY}
         check_keys(source, data, known, kind="cluster profile", kept=WRITTEN_EXTRA_KEYS)
         topo = data.get("topology")
         if topo is not None:
@@ -1049,7 +1054,8 @@ class ClusterProfile:
                 fit_settings=_or_empty(data, "fit_settings", {}),
                 codec_costs=_or_empty(data, "codec_costs", {}),
                 provenance=prov, extra={k: v for k, v in data.items()
-                                        if k not in known or k == KEY and v is not None})
+                                        if k not in known
+                                        or k in (KEY, NOISE_KEY) and v is not None})
         except ProfileFormatError as exc:
             prefix = f"profile {exc.source}: field {exc.field!r}: "
             if exc.source == "<object>" and source != "<object>" and \

@@ -24,12 +24,13 @@ both ways, since the sign of the next miss is unknown:
 - an iteration time's :math:`[t_\text{lo}, t_\text{hi}]` becomes
   :math:`[t_\text{lo}/F,\; t_\text{hi} F]`, its low end not below the single worker's
   step :math:`t_1` for a job without sharding (each worker runs the whole step and waits
-  for the others: :math:`\max(t_\text{lo}/F, \min(t_\text{lo}, t_1))`);
+  for the others: :math:`\max(t_\text{lo}/F, \min(t_\text{lo}, t_1))`; with the run
+  noise below, :math:`t_1/(1 + \nu)`: a measured run scatters below it too);
 - a scaling factor's :math:`[s_\text{lo}, s_\text{hi}]` becomes
   :math:`[s_\text{lo}/F,\; s_\text{hi} F]`: the scaling factor is the single-worker time
   over the iteration time, so it moves inversely; without sharding its high end stops at
   1, :math:`\min(s_\text{hi} F, \max(s_\text{hi}, 1))` (a sharded job's may pass 1: its
-  step on each GPU is smaller);
+  step on each GPU is smaller; with the run noise, at :math:`1 + \nu`);
 - a minimum compression ratio or required line rate for a target scaling factor
   :math:`s^*` is solved again at :math:`s^* F` over the pessimistic corners (taken as
   unbounded when :math:`s^* F > 1`, which only a sharded job could reach) and at
@@ -39,21 +40,39 @@ both ways, since the sign of the next miss is unknown:
   break-even line rates do not change: compressed and uncompressed times move by the
   same factor.
 
-The point answers stay the fit's. A fit that reaches all its runs records nothing:
-:math:`F = 1` and no interval changes. Nor does an answer for one data-parallel worker:
-it has no traffic for the cluster's terms to act on, and no compression or line rate
-changes it.
+The point answers stay the fit's. A fit that reaches all its runs records no miss,
+:math:`F = 1`. Nor is an answer for one data-parallel worker widened: it has no traffic
+for the cluster's terms to act on, and no compression or line rate changes it.
+
+A second widening is the noise of a measured run. The fit's intervals are ranges of the
+*expected* iteration time; a run that a user then measures scatters about it by its own
+run-to-run noise, as the calibration runs did (each run's ``uncertainty``, a relative
+standard uncertainty, 2 % unless it says). So that an interval is one a measured run
+falls in, a fit records the half-width of that noise at its confidence,
+
+.. math::
+   :label: run-noise
+
+   \nu = z_{c}\,\operatorname{median}_i u_i, \qquad z_c = \Phi^{-1}\big(\tfrac{1 + c}{2}\big)
+
+over its calibration runs :math:`i` (``cluster.extra["run_noise"]``, a cluster file's
+``run_noise``; :math:`c` the fit's ``confidence``, 1.96 at 95 %), and the factor on every
+interval above is :math:`F\,(1 + \nu)`, the model discrepancy's and the noise's
+together (added at the ends, not in quadrature: the conservative sum). A cluster without
+runs (a transport fit alone, or built by hand) records none.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import statistics
 
 from .exceptions import InvalidParameterError
 
-__all__ = ["KEY", "MAX_FACTOR", "discrepancy_factor", "discrepancy_record",
-           "check_discrepancy", "discrepancy_text", "widen_time", "widen_scaling",
+__all__ = ["KEY", "NOISE_KEY", "MAX_FACTOR", "MAX_NOISE", "discrepancy_factor",
+           "miss_factor", "discrepancy_record", "check_discrepancy", "check_run_noise",
+           "noise_record", "run_noise", "discrepancy_text", "widen_time", "widen_scaling",
            "widened_targets"]
 
 KEY = "model_discrepancy"
@@ -64,7 +83,71 @@ MAX_FACTOR = 100.0
 (``"capped": true``) and its message says so; a file with a larger factor is refused
 [-]."""
 
+NOISE_KEY = "run_noise"
+"""The key of the run-noise half-width :math:`\\nu` (eq. :eq:`run-noise`) in
+``ClusterProfile.extra`` and in a cluster file [-]."""
+
+MAX_NOISE = 10.0
+"""Largest run-noise half-width a cluster holds: a run's uncertainty is at most 100 %
+(``runs.MAX_UNCERTAINTY``) and the confidence's :math:`z` below 10 [-]."""
+
 _FIELDS = ("factor", "run", "miss", "runs_missed", "capped")
+
+
+def noise_record(uncertainties, confidence=0.95):
+    """The run-noise half-width :math:`\\nu` of eq. :eq:`run-noise` [-], or None
+    without runs.
+
+    Parameters
+    ----------
+    uncertainties : sequence of float
+        The calibration runs' relative standard uncertainties [-].
+    confidence : float
+        The fit's confidence, in (0, 1) [-].
+    """
+    from scipy.stats import norm
+
+    u = [float(x) for x in uncertainties]
+    if not u:
+        return None
+    z = float(norm.ppf(0.5 + float(confidence) / 2.0))
+    return min(MAX_NOISE, z * statistics.median(u))
+
+
+def check_run_noise(value, where=NOISE_KEY):
+    """Refuse a run-noise half-width that is not a finite number in [0, MAX_NOISE] (a
+    file's ``run_noise``), naming the field and the value [-]."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    try:
+        ok = ok and math.isfinite(value) and 0.0 <= value <= MAX_NOISE
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise InvalidParameterError(where, value, f"must be a number in [0, {MAX_NOISE:g}] "
+                                    "(the half-width of a measured run's noise, relative: "
+                                    "scalemodel.discrepancy)")
+    return float(value)
+
+
+def run_noise(cluster, n=None) -> float:
+    """The run-noise half-width :math:`\\nu` of eq. :eq:`run-noise` of a cluster: 0 for
+    no cluster, one without a fit, and for one data-parallel worker [-].
+
+    Parameters
+    ----------
+    cluster : ClusterProfile or None
+        The cluster [-].
+    n : int, optional
+        Data-parallel workers of the answer; at most 1 gives 0 [workers].
+    """
+    return 0.0 if cluster is None or (n is not None and n <= 1) else _noise(cluster)
+
+
+def _noise(cluster):
+    """The checked run-noise half-width of ``cluster``, 0 without one [-]."""
+    extra = getattr(cluster, "extra", None)
+    v = extra.get(NOISE_KEY) if isinstance(extra, dict) else None
+    return 0.0 if v is None else check_run_noise(v, f"cluster.extra[{NOISE_KEY!r}]")
 
 
 def discrepancy_record(labels, predicted, measured, missed):
@@ -161,9 +244,9 @@ def _record(cluster):
     return None if rec is None else check_discrepancy(rec, f"cluster.extra[{KEY!r}]")
 
 
-def discrepancy_factor(cluster, n=None) -> float:
-    """The factor :math:`F` of eq. :eq:`model-discrepancy` of a cluster: 1 when its fit
-    reached every run, for no cluster, and for one data-parallel worker.
+def miss_factor(cluster, n=None) -> float:
+    """The factor :math:`F` of eq. :eq:`model-discrepancy` of a cluster alone: 1 when its
+    fit reached every run, for no cluster, and for one data-parallel worker.
 
     Parameters
     ----------
@@ -178,8 +261,38 @@ def discrepancy_factor(cluster, n=None) -> float:
     return float(rec["factor"])
 
 
+def discrepancy_factor(cluster, n=None) -> float:
+    """The factor every interval on a cluster widens by, both ways: the model
+    discrepancy's :math:`F` (eq. :eq:`model-discrepancy`) times the run noise's
+    :math:`1 + \\nu` (eq. :eq:`run-noise`); 1 for no cluster, a cluster without a fit,
+    and for one data-parallel worker.
+
+    Parameters
+    ----------
+    cluster : ClusterProfile or None
+        The cluster [-].
+    n : int, optional
+        Data-parallel workers of the answer; at most 1 gives 1 [workers].
+    """
+    if cluster is None or (n is not None and n <= 1):
+        return 1.0
+    return miss_factor(cluster, n) * (1.0 + _noise(cluster))
+
+
 def discrepancy_text(cluster) -> str:
-    """Why an answer's interval is widened, in words; empty when it is not [-]."""
+    """Why an answer's interval is widened, in words: the model discrepancy and the
+    run noise; empty when it is not [-]."""
+    miss, nu = _miss_text(cluster), _noise(cluster)
+    if nu <= 0.0:
+        return miss
+    noise = (f"widened {1 + nu:.3g} times both ways for the noise of a measured run "
+             f"(+-{100 * nu:.3g} %, from the calibration runs' uncertainties: the "
+             "cluster's run_noise)")
+    return noise if not miss else f"{noise}; and {miss}"
+
+
+def _miss_text(cluster) -> str:
+    """The model-discrepancy part of :func:`discrepancy_text` [-]."""
     rec = _record(cluster)
     if rec is None or float(rec["factor"]) <= 1.0:
         return ""
@@ -193,31 +306,34 @@ def discrepancy_text(cluster) -> str:
             "this cluster does (the cluster's model_discrepancy, scalemodel.discrepancy)")
 
 
-def widen_time(low, high, factor, floor=None):
+def widen_time(low, high, factor, floor=None, noise=0.0):
     """An iteration time's interval widened by ``factor`` [s]; an end None (unbounded)
     stays None. ``floor``: a time the job cannot beat, the single worker's step for a job
     whose workers each run the whole step (no sharding); the widening does not take the
-    low end below it [s]."""
+    low end below it [s], but for the noise of a measured run, ``noise`` (:math:`\\nu`
+    of eq. :eq:`run-noise`, part of ``factor``), which may: a measured run scatters below
+    the single worker's expected step as it does above [-]."""
     if factor <= 1.0:
         return low, high
     lo = None if low is None else low / factor
     if lo is not None and floor is not None:
-        lo = max(lo, min(low, floor))
+        lo = max(lo, min(low, floor / (1.0 + noise)))
     return lo, None if high is None else high * factor
 
 
-def widen_scaling(low, high, factor, bound=None):
+def widen_scaling(low, high, factor, bound=None, noise=0.0):
     """A scaling factor's interval widened by ``factor``: the low end divided by it, the
     high end multiplied, as the iteration time's ends move (:func:`widen_time`: the
     scaling factor is the single-worker time over it) [-]; an end None stays None.
     ``bound``: 1 for a job whose workers each run the whole step (no sharding: none of
     them is faster than one worker alone), the widening does not take the high end above
-    it; None under sharding, whose sharded optimizer step can beat one worker [-]."""
+    it, but for the noise of a measured run, ``noise`` (part of ``factor``), which may;
+    None under sharding, whose sharded optimizer step can beat one worker [-]."""
     if factor <= 1.0:
         return low, high
     hi = None if high is None else high * factor
     if hi is not None and bound is not None:
-        hi = min(hi, max(high, bound))
+        hi = min(hi, max(high, bound * (1.0 + noise)))
     return None if low is None else low / factor, hi
 
 

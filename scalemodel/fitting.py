@@ -99,7 +99,8 @@ import attrs
 import numpy as np
 
 from .cluster import ClusterProfile, load_cluster
-from .discrepancy import KEY as DISCREPANCY_KEY, discrepancy_factor, discrepancy_record
+from .discrepancy import (KEY as DISCREPANCY_KEY, NOISE_KEY, discrepancy_record,
+                          miss_factor, noise_record)
 from .exceptions import (CalibrationWarning, InvalidParameterError, ModelWarning,
                          ParameterTypeError, ScalemodelError, UnknownNameError)
 from . import fit_priors as _priors
@@ -435,7 +436,8 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         s.values for s in solutions if s.score <= best.score + ALTERNATIVE_SCORE])
     fit_settings = _fit_settings(runs, algorithm, _recorded_fusion(runs, fusion), source)
     fitted = _with_discrepancy(
-        _fitted_cluster(problem, best, params, alternatives, fit_settings), discrepancy)
+        _fitted_cluster(problem, best, params, alternatives, fit_settings), discrepancy,
+        noise_record([r.uncertainty for r in runs], confidence))
     notes = _what_tells_them_apart(problem, fitted, runs, settings)
     notes = list(notes) + _efficiency_notes(fitted) + _discrepancy_notes(fitted)
     message = _message(best, params, residuals, alternatives, notes)
@@ -1010,12 +1012,15 @@ def _residuals(problem, values, others=()):
     return residuals, discrepancy_record([r.label for r in runs], pred, measured, missed)
 
 
-def _with_discrepancy(cluster, record):
-    """``cluster`` with this fit's model-discrepancy record in ``extra`` (none when the
-    fit reached every run: a starting cluster's record is not this fit's) [-]."""
-    extra = {k: v for k, v in cluster.extra.items() if k != DISCREPANCY_KEY}
+def _with_discrepancy(cluster, record, noise=None):
+    """``cluster`` with this fit's model-discrepancy record and run-noise half-width
+    (eqs. :eq:`model-discrepancy` and :eq:`run-noise`) in ``extra`` (a record only when
+    the fit missed a run: a starting cluster's are not this fit's) [-]."""
+    extra = {k: v for k, v in cluster.extra.items() if k not in (DISCREPANCY_KEY, NOISE_KEY)}
     if record is not None:
         extra[DISCREPANCY_KEY] = record
+    if noise is not None:
+        extra[NOISE_KEY] = noise
     return cluster if extra == cluster.extra else attrs.evolve(cluster, extra=extra)
 
 
@@ -1050,7 +1055,7 @@ def _with_codec_misses(cluster, fits, runs):
 def _discrepancy_notes(cluster):
     """A line for the fit's message when the fit missed its own runs: every prediction's
     interval on the cluster widens by the miss (:mod:`scalemodel.discrepancy`)."""
-    f = discrepancy_factor(cluster)
+    f = miss_factor(cluster)
     if f <= 1.0:
         return []
     rec = cluster.extra[DISCREPANCY_KEY]

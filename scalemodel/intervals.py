@@ -36,8 +36,8 @@ import math
 
 import attrs
 
-from .discrepancy import (discrepancy_factor, discrepancy_text, widen_scaling, widen_time,
-                          widened_targets)
+from .discrepancy import (discrepancy_factor, discrepancy_text, run_noise, widen_scaling,
+                          widen_time, widened_targets)
 from .efficiency import MEMORY_PRESSURE_SLOWDOWN
 from .units import _format_one, format_bandwidth
 
@@ -255,7 +255,7 @@ def discrepant(iv, cluster, kind, n=None, bound=None) -> AnswerInterval:
     if f <= 1.0:
         return iv
     low, high = (widen_time if kind == "time" else widen_scaling)(iv.low, iv.high, f,
-                                                                   bound)
+                                                                   bound, run_noise(cluster, n))
     return attrs.evolve(iv, low=low, high=high, discrepancy=discrepancy_text(cluster))
 
 

@@ -2478,7 +2478,8 @@ def _with_discrepancy(res, cluster, n_dp, sharded=False):
     the fit reached every run, or for ``n_dp`` = 1 data-parallel worker
     (:mod:`scalemodel.discrepancy`). Without sharding (``sharded`` False) the widening
     stops at a scaling factor of 1 and at the single worker's step."""
-    from .discrepancy import discrepancy_factor, discrepancy_text, widen_scaling, widen_time
+    from .discrepancy import (discrepancy_factor, discrepancy_text, run_noise, widen_scaling,
+                              widen_time)
 
     f = discrepancy_factor(cluster, n_dp)
     if f <= 1.0:
@@ -2486,10 +2487,11 @@ def _with_discrepancy(res, cluster, n_dp, sharded=False):
     # a job without sharding: no worker beats one worker alone (a scaling factor of 1,
     # the single worker's step); a sharded optimizer step can
     whole = not sharded
+    nu = run_noise(cluster, n_dp)
     return attrs.evolve(res, total_interval=widen_time(
-        *res.total_interval, f, res.total * res.scaling_factor if whole else None),
+        *res.total_interval, f, res.total * res.scaling_factor if whole else None, nu),
         scaling_factor_interval=widen_scaling(*res.scaling_factor_interval, f,
-                                              1.0 if whole else None),
+                                              1.0 if whole else None, nu),
         model_discrepancy=discrepancy_text(cluster))
 
 

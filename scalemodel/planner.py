@@ -92,7 +92,7 @@ from .collectives import (ALGORITHMS, NO_REDUCTION_COST, CollectiveCost, Collect
 from .compressors import (ALLREDUCE, COMPRESSORS, ELEMENT_BYTES, IMPLEMENTATIONS, Compressor,
                           alltoall_cost, codec_costs_for, for_implementation, get_compressor,
                           resolve_implementation)
-from .discrepancy import discrepancy_factor, discrepancy_text, widen_scaling
+from .discrepancy import discrepancy_factor, discrepancy_text, run_noise, widen_scaling
 from .exceptions import InvalidParameterError, ParameterTypeError
 from .model import _FLOATS, Scenario, _job_pressure, effective_utilization
 from .overlap import OverlapLines, UpperEnvelope, _with_fixed, overlap_lines
@@ -1346,7 +1346,8 @@ class CompressionPlan:
             out.append("--: " + "; ".join(
                 f"{r.compressor}{_setting_suffix(r)} reaches {r.scaling_factor:.3f} "
                 f"but {r.interval[0]:.3f} at the fit's pessimistic end"
-                for r in unsure[:3]) + f", below the target {self.target:g}")
+                for r in unsure[:3]) + f", below the target {self.target:g}"
+                + (f" (and {len(unsure) - 3} more such rows)" if len(unsure) > 3 else ""))
         out.append(self.message)
         if self.memory_per_gpu is not None:
             out.append("memory: " + memory_text(self.memory_per_gpu, self.fits, self.gpu))
@@ -1622,7 +1623,7 @@ def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
     ``at.widened``: whether it has one), the speedups not: compressed and uncompressed
     times move together. ``at.config(value)``: the compressor alone."""
     cache, configs = {}, {}
-    f = discrepancy_factor(sc.cluster, n)
+    f, noise = discrepancy_factor(sc.cluster, n), run_noise(sc.cluster, n)
 
     def config(value):  # the compressor at ``value``, made once per row
         c = configs.get(value)
@@ -1642,7 +1643,7 @@ def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
                 v = float(_sf(vsc, _evaluate(vsc, c, n, vcodec), vx))
                 lo, hi = min(lo, v), max(hi, v)
                 spd.append(v / vnone)
-            lo, hi = widen_scaling(lo, hi, f, 1.0 if sc.sharding is None else None)
+            lo, hi = widen_scaling(lo, hi, f, 1.0 if sc.sharding is None else None, noise)
             # index 2: what must reach the target, the low end over the interval
             cache[key] = (c, ev, lo, sf, hi, min(spd), max(spd))
         return cache[key]

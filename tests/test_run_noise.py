@@ -1,0 +1,115 @@
+"""The noise of a measured run on every interval (eq. run-noise of
+scalemodel.discrepancy; issue 17 item 2: intervals that measured runs fall in): a fit
+records the half-width z_c * median(u) of its calibration runs' uncertainties, every
+answer's interval widens by it both ways, and a cluster file keeps it and refuses a bad
+one."""
+
+import json
+import math
+import warnings
+
+import attrs
+import pytest
+from scipy.stats import norm
+
+import scalemodel as sm
+from scalemodel.discrepancy import (NOISE_KEY, discrepancy_factor, miss_factor,
+                                    noise_record)
+
+TRUTH = sm.ClusterProfile(topology=sm.Topology(gpus_per_node=8), ceiling=12e9,
+                          provenance={"source": "test"})
+
+
+def runs(u=(0.01, 0.03), ns=(16, 64)):
+    return [dict(model="resnet50", n=n, bw=25e9, uncertainty=ui, label=str(n),
+                 scaling_factor=sm.scaling_factor("resnet50", n, 25e9, fusion="horovod",
+                                                  cluster=TRUTH)) for n, ui in zip(ns, u)]
+
+
+def fitted(u=(0.01, 0.03), confidence=0.95):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sm.CalibrationWarning)
+        return sm.fit_cluster(runs(u), fusion="horovod", gpus_per_node=8,
+                              confidence=confidence).cluster
+
+
+def without_noise(cl):
+    return attrs.evolve(cl, extra={k: v for k, v in cl.extra.items() if k != NOISE_KEY})
+
+
+def test_the_fit_records_the_median_uncertainty_at_its_confidence():
+    assert fitted().extra[NOISE_KEY] == pytest.approx(norm.ppf(0.975) * 0.02, rel=1e-12)
+    assert fitted(confidence=0.8).extra[NOISE_KEY] == pytest.approx(norm.ppf(0.9) * 0.02)
+    assert noise_record([]) is None
+    assert noise_record([0.01, 0.05, 0.02]) == pytest.approx(1.959964 * 0.02, rel=1e-6)
+
+
+def test_every_interval_widens_by_one_plus_the_noise_both_ways():
+    cl = fitted()
+    nu = cl.extra[NOISE_KEY]
+    assert miss_factor(cl) == 1.0 and discrepancy_factor(cl) == pytest.approx(1 + nu)
+    assert discrepancy_factor(cl, 1) == 1.0  # one worker is not widened
+    bare = without_noise(cl)
+    for model, n, bw in [("bert-large", 64, 10e9), ("vgg16", 256, 25e9)]:
+        a = sm.iteration_time(model, n, bw, cluster=cl, fusion="horovod")
+        b = sm.iteration_time(model, n, bw, cluster=bare, fusion="horovod")
+        assert a.total == b.total and a.scaling_factor == b.scaling_factor
+        assert a.total_interval[0] == pytest.approx(  # a run may beat t1 by its noise
+            max(b.total_interval[0] / (1 + nu), min(b.total_interval[0],
+                                                    b.total * b.scaling_factor / (1 + nu))))
+        assert a.total_interval[1] == pytest.approx(b.total_interval[1] * (1 + nu))
+        assert a.scaling_factor_interval[0] == pytest.approx(
+            b.scaling_factor_interval[0] / (1 + nu))
+        assert "noise of a measured run" in a.model_discrepancy
+        assert b.model_discrepancy == ""
+    # a solver's interval: solved again at target * (1 + nu) and target / (1 + nu)
+    m, m0 = (sm.min_compression("bert-large", n=64, bw=10e9, cluster=c, fusion="horovod")
+             for c in (cl, bare))
+    assert m.ratio == m0.ratio
+    assert m.interval[0] < m0.interval[0] and (m.interval[1] is None
+                                              or m.interval[1] > m0.interval[1])
+
+
+def test_measured_runs_scattered_by_their_noise_fall_inside():
+    # held-out runs of other models and worker counts, each the truth's time scattered by
+    # a 2 % standard noise (a fixed seed: the same draws every run); the fit saw two exact
+    # runs that state 2 %. Its parameter interval alone covers the expected times, not
+    # the measured ones; with the run noise, about 95 % of them
+    import numpy as np
+
+    cl = sm.fit_cluster(runs((0.02, 0.02)), fusion="horovod", gpus_per_node=8,
+                        fit=["ceiling"]).cluster
+    bare = without_noise(cl)
+    rng = np.random.default_rng(20261127)
+    inside = {"noise": 0, "bare": 0}
+    cases = [(m, n) for m in ("bert-large", "vgg16", "gpt2", "resnet101", "bert-base")
+             for n in (8, 32, 128, 512)]
+    for m, n in cases:
+        truth = sm.iteration_time(m, n, 25e9, cluster=TRUTH, fusion="horovod").total
+        for draw in truth * (1 + 0.02 * rng.standard_normal(10)):
+            for key, c in (("noise", cl), ("bare", bare)):
+                lo, hi = sm.iteration_time(m, n, 25e9, cluster=c, fusion="horovod").total_interval
+                inside[key] += lo <= draw <= hi
+    total = 10 * len(cases)
+    assert inside["noise"] / total >= 0.9 > inside["bare"] / total
+
+
+def test_a_cluster_file_keeps_it_and_refuses_a_bad_one(tmp_path):
+    cl = fitted()
+    path = tmp_path / "c.json"
+    sm.save_cluster(cl, path)
+    data = json.loads(path.read_text())
+    assert data[NOISE_KEY] == pytest.approx(cl.extra[NOISE_KEY])
+    assert sm.load_cluster(path).extra[NOISE_KEY] == pytest.approx(cl.extra[NOISE_KEY])
+    for bad in (-0.1, 11.0, "0.04", True, None if False else math.inf):
+        data[NOISE_KEY] = bad
+        path.write_text(json.dumps(data) if bad != math.inf else
+                        json.dumps(data).replace("Infinity", "1e999"))
+        with pytest.raises(sm.ScalemodelError, match="run_noise"):
+            sm.load_cluster(path)
+
+
+def test_a_cluster_without_runs_is_not_widened():
+    assert discrepancy_factor(TRUTH) == 1.0
+    res = sm.iteration_time("bert-large", 64, 25e9, cluster=TRUTH, fusion="horovod")
+    assert res.scaling_factor_interval == (res.scaling_factor, res.scaling_factor)
