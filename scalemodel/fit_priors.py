@@ -14,7 +14,8 @@ import math
 
 import attrs
 
-__all__ = ["PRIORS", "UNIT_PRIORS", "AUTO", "NETWORKS", "TRANSPORT_SEES"]
+__all__ = ["PRIORS", "UNIT_PRIORS", "AUTO", "NETWORKS", "TRANSPORT_SEES", "NCCL_HOP_LATENCY",
+           "NCCL_NETWORKS"]
 
 
 @attrs.frozen
@@ -111,6 +112,26 @@ without transport data). The others
 (``alpha``, ``overlap``, ``host_overhead``) come from the transport calibration or
 ``fit=``: their signatures in a few scaling runs are too close to the ones above to tell
 apart."""
+
+NCCL_HOP_LATENCY = {"net": 14e-6, "nvlink": 3.4e-6, "pci": 5.7e-6}
+"""NCCL's own per-hop latencies of its ring with the Simple protocol (the one that carries
+gradient buckets), across nodes (``"net"``) and inside a node by link [s]: the hardware
+latencies of its tuning model (src/graph/tuning.cc, ``hwLat``, v2.30.7-1; summarized in
+../shared/notes/nccl_cost_model.md section 3). A fit whose ``network=`` is an NCCL
+transport, without transport data, holds ``alpha`` at the ideal model's 0 and, where the
+runs do not see it (:data:`~scalemodel.fitting.UNSEEN`), takes ``[0, "net"]`` as its
+interval (status ``"prior"``): the ring's 2(n - 1) steps and the tree's depth may cost up
+to what NCCL itself expects, a cost that grows with n and that runs at a few worker
+counts cannot tell from zero. The point stays at 0: on InternLM's published 8-1024 GPU
+runs (benchmarks/validate_large_n.py, calibrated at 8 and 64 GPUs with
+``network="nccl-roce"``) holding ``alpha`` at 14 us moved the 1024-GPU error of the
+ZeRO-1 series from -9.8 % to -12.9 %, and adding the intra-node 3.4 us to -17.9 %:
+NCCL's Simple per-hop values, made for choosing an algorithm, overstate what those runs
+paid."""
+
+NCCL_NETWORKS = ("nccl-ib", "nccl-roce", "nccl-socket")
+"""The ``network=`` priors of NCCL transports, whose per-hop latencies are
+:data:`NCCL_HOP_LATENCY`."""
 
 TRANSPORT_SEES = ("alpha", "utilization", "ceiling", "host_overhead")
 """What a transport measurement fixes (with the intra-node link of the topology); with

@@ -105,7 +105,7 @@ from .exceptions import (CalibrationWarning, InvalidParameterError, ModelWarning
                          ParameterTypeError, ScalemodelError, UnknownNameError)
 from . import fit_priors as _priors
 from . import fit_problem as _fit_problem
-from .fit_priors import _ORDER, NETWORKS, TRANSPORT_SEES
+from .fit_priors import _ORDER, NCCL_HOP_LATENCY, NCCL_NETWORKS, NETWORKS, TRANSPORT_SEES
 from .fit_problem import _Problem, _solve
 from .model import Scenario
 from .runs import DEFAULT_UNCERTAINTY, Run, _renamed, load_runs
@@ -309,7 +309,9 @@ def fit_cluster(runs, *, transport=None, network=None, algorithm="ring", fusion=
         ``"mpi"`` (:data:`~scalemodel.fit_priors.NETWORKS`, each with its published
         figures) or None (generic priors). A utilization or ceiling held at the ideal
         value that the runs do not see (:data:`~scalemodel.fitting.UNSEEN`) then takes
-        the prior's central ``confidence`` range as its interval (status ``"prior"``) [-].
+        the prior's central ``confidence`` range as its interval (status ``"prior"``),
+        and on an NCCL transport so does the latency ``alpha``, from 0 to NCCL's own
+        per-hop network latency (:data:`~scalemodel.fit_priors.NCCL_HOP_LATENCY`) [-].
     algorithm : str
         Collective of the runs that do not name one [-].
     fusion : str, fusion policy or None
@@ -859,8 +861,9 @@ normalised residuals :math:`\\|\\rho(\\theta_\\text{end}) - \\rho(\\hat\\theta)\
 (:math:`\\rho_i` the log of the run's predicted over measured time, divided by its
 uncertainty) when the parameter moves from its held value to the pessimistic end of its
 network prior's range: at most one standard uncertainty of the runs. Such a parameter
-(``utilization``, ``ceiling``) held at its ideal value takes that range as its interval
-(status ``"prior"``) when ``fit_cluster`` is given ``network=`` [-]."""
+(``utilization``, ``ceiling``; ``alpha`` on an NCCL transport,
+:data:`~scalemodel.fit_priors.NCCL_HOP_LATENCY`) held at its ideal value takes that range
+as its interval (status ``"prior"``) when ``fit_cluster`` is given ``network=`` [-]."""
 
 _PRIOR_RANGE = ("utilization", "ceiling")
 """Parameters whose range a network prior states (:data:`~scalemodel.fit_priors.NETWORKS`):
@@ -888,9 +891,12 @@ def _network_range(problem, k, z):
 
 
 def _prior_intervals(problem, best, params, network, confidence):
-    """Step: the achieved bandwidth the runs did not see takes its network prior's range.
+    """Step: the achieved bandwidth (and on NCCL the latency) the runs did not see takes
+    its network prior's range.
 
-    For each parameter of :data:`_PRIOR_RANGE` held at the ideal value (status
+    For each parameter of :data:`_PRIOR_RANGE` (and ``alpha`` on an NCCL transport, from
+    0 to :data:`~scalemodel.fit_priors.NCCL_HOP_LATENCY`'s network hop) held at the ideal
+    value (status
     ``"default"``) when ``network=`` names a transport, the prior's central
     ``confidence`` range (:func:`_network_range`) becomes its interval, status
     ``"prior"``, if the runs do not see it: moving it (together with the ones already
@@ -906,20 +912,24 @@ def _prior_intervals(problem, best, params, network, confidence):
     rho0 = problem.residuals(best.values)
     trial = dict(best.values)
     out = dict(params)
-    for k in _PRIOR_RANGE:
+    for k in (*_PRIOR_RANGE, *(("alpha",) if network in NCCL_NETWORKS else ())):
         p = params.get(k)
         if p is None or p.status != "default" or k not in problem._fields:
             continue
-        worst, hi = _network_range(problem, k, z)
+        worst, hi = ((NCCL_HOP_LATENCY["net"], 0.0) if k == "alpha"
+                     else _network_range(problem, k, z))
         moved = dict(trial, **{k: worst})
         shift = float(np.linalg.norm(problem.residuals(moved) - rho0))
         if not shift <= UNSEEN:
             continue  # the runs see it: they constrain it
         trial = moved
+        iv = (hi, worst) if k == "alpha" else (worst, hi)  # (alpha: low, high)
         out[k] = FittedParameter(
-            k, p.value, (worst, hi), p.unit, "prior", False,
+            k, p.value, iv, p.unit, "prior", False,
             f"from the network prior, not seen by the runs (their residuals move by "
-            f"{shift:.2g} of their uncertainty over its range): {NETWORKS[network].source}")
+            f"{shift:.2g} of their uncertainty over its range): " + (
+                "from the ideal model's 0 to NCCL's own per-hop network latency, "
+                "fit_priors.NCCL_HOP_LATENCY" if k == "alpha" else NETWORKS[network].source))
     return out
 
 

@@ -64,7 +64,9 @@ def test_runs_that_see_the_network_get_no_prior_interval():
     fit = _fit(_runs(1e9), "nccl-socket")
     for k in ("utilization", "ceiling"):
         assert fit.parameters[k].status != "prior"
-    assert all(p.status != "prior" for p in fit.parameters.values())
+    # (NCCL's latency, which runs at 16 and 32 workers do not see, takes its range:
+    # test_an_nccl_network_spans_the_latency_the_runs_cannot_see)
+    assert [k for k, p in fit.parameters.items() if p.status == "prior"] == ["alpha"]
 
 
 def test_prior_status_in_json(tmp_path):
@@ -75,14 +77,14 @@ def test_prior_status_in_json(tmp_path):
     fit.save(path)
     back = sm.load_cluster(path)
     assert back.intervals["utilization"] == pytest.approx(fit.cluster.intervals["utilization"])
-    assert back.provenance["prior_intervals"] == ["utilization"]
+    assert back.provenance["prior_intervals"] == ["utilization", "alpha"]
 
 
 def test_answer_says_what_the_runs_did_not_see():
     from scalemodel.intervals import scaling_factor_interval
     fit = _fit(_runs(100e9), "nccl-socket")
     iv = scaling_factor_interval("resnet50", 16, 1e9, cluster=fit.cluster, **KW)
-    assert iv.unseen == ("utilization",)
+    assert iv.unseen == ("utilization", "alpha")
     assert "network prior's range of utilization" in iv.describe(lambda v: f"{v:.3f}")
     plain = _fit(_runs(100e9), None)
     iv = scaling_factor_interval("resnet50", 16, 1e9, cluster=plain.cluster, **KW)
@@ -96,3 +98,46 @@ def test_rule_threshold_is_the_runs_noise():
     fit = _fit(runs, "nccl-socket")
     assert fit.parameters["utilization"].status != "prior"
     assert fitting.UNSEEN == 1.0
+
+
+def _latency_runs(truth, network):
+    """ResNet-50 at 16 and 64 GPUs of ``truth`` (DDP, 8 GPUs and NICs per node), fitted with
+    ``network``."""
+    kw = dict(gpus_per_node=8, nics_per_node=8)
+    runs = [{"model": "resnet50", "n": n, "bw": "100Gbps",
+             "scaling_factor": float(sm.scaling_factor("resnet50", n, 100e9, cluster=truth,
+                                                       **kw))} for n in (16, 64)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sm.exceptions.CalibrationWarning)
+        return sm.fit_cluster(runs, network=network, **kw)
+
+
+def test_an_nccl_network_spans_the_latency_the_runs_cannot_see():
+    """alpha held at 0, its interval [0, NCCL's per-hop 14 us] where the runs do not see
+    it; a truth with NCCL's latency is then inside at 1024 GPUs, outside without it."""
+    from scalemodel.fit_priors import NCCL_HOP_LATENCY
+
+    truth = sm.ClusterProfile(alpha=NCCL_HOP_LATENCY["net"],
+                              topology=sm.Topology(gpus_per_node=8, nics_per_node=8))
+    fit = _latency_runs(truth, "nccl-ib")
+    p = fit.parameters["alpha"]
+    assert p.status == "prior" and p.value == 0.0
+    assert p.interval == (0.0, NCCL_HOP_LATENCY["net"])
+    assert fit.cluster.intervals["alpha"] == (0.0, NCCL_HOP_LATENCY["net"])
+    assert "alpha" in fit.cluster.provenance["prior_intervals"]
+    measured = sm.iteration_time("bert-large", 1024, 100e9, cluster=truth,
+                                 gpus_per_node=8, nics_per_node=8).total
+    lo, hi = sm.iteration_time("bert-large", 1024, 100e9, cluster=fit.cluster,
+                               gpus_per_node=8, nics_per_node=8).total_interval
+    assert lo <= measured <= hi
+    # the same fit without the latency's range misses the truth: the range is what covers
+    import attrs
+    bare = attrs.evolve(fit.cluster, intervals={k: v for k, v in fit.cluster.intervals.items()
+                                                if k != "alpha"})
+    lo, hi = sm.iteration_time("bert-large", 1024, 100e9, cluster=bare, gpus_per_node=8,
+                               nics_per_node=8).total_interval
+    assert not lo <= measured <= hi
+    for other in (None, "gloo"):  # no NCCL: nothing said of its latency
+        fit = _latency_runs(truth, other)
+        assert fit.parameters["alpha"].status == "default"
+        assert "alpha" not in fit.cluster.intervals
