@@ -58,8 +58,22 @@ falls in, a fit records the half-width of that noise at its confidence,
 over its calibration runs :math:`i` (``cluster.extra["run_noise"]``, a cluster file's
 ``run_noise``; :math:`c` the fit's ``confidence``, 1.96 at 95 %), and the factor on every
 interval above is :math:`F\,(1 + \nu)`, the model discrepancy's and the noise's
-together (added at the ends, not in quadrature: the conservative sum). A cluster without
-runs (a transport fit alone, or built by hand) records none.
+together. Where the answer has a point :math:`a` on its own scale (an iteration time, a
+scaling factor, a plan row's scaling factor) the noise, independent of the fit's doubt,
+adds in quadrature to the interval's half-widths in the logarithm, after the model
+discrepancy's factor:
+
+.. math::
+   :label: run-noise-quadrature
+
+   \ln\frac{a_\text{hi}'}{a} = \sqrt{\ln^2\frac{a_\text{hi}}{a} + \ln^2(1 + \nu)},
+   \qquad
+   \ln\frac{a}{a_\text{lo}'} = \sqrt{\ln^2\frac{a}{a_\text{lo}} + \ln^2(1 + \nu)},
+
+so an interval the fit pins adds about :math:`\nu` and one its doubt already makes wide
+adds little. A solver's ratio or line rate has no point on the scaling factor's scale:
+its target moves by the whole factor (the noise added at the ends, the conservative sum).
+A cluster without runs (a transport fit alone, or built by hand) records none.
 """
 
 from __future__ import annotations
@@ -306,31 +320,52 @@ def _miss_text(cluster) -> str:
             "this cluster does (the cluster's model_discrepancy, scalemodel.discrepancy)")
 
 
-def widen_time(low, high, factor, floor=None, noise=0.0):
+def _in_quadrature(value, low, high, noise):
+    """``(low, high)`` about ``value`` with the run noise :math:`\\nu` added in quadrature
+    in the logarithm, eq. :eq:`run-noise-quadrature` (an end None stays None) [unit of
+    the ends]."""
+    e = math.log1p(noise)
+    lo = None if low is None else value * math.exp(-math.hypot(math.log(value / low), e))
+    hi = None if high is None else value * math.exp(math.hypot(math.log(high / value), e))
+    return lo, hi
+
+
+def widen_time(low, high, factor, floor=None, noise=0.0, value=None):
     """An iteration time's interval widened by ``factor`` [s]; an end None (unbounded)
     stays None. ``floor``: a time the job cannot beat, the single worker's step for a job
     whose workers each run the whole step (no sharding); the widening does not take the
     low end below it [s], but for the noise of a measured run, ``noise`` (:math:`\\nu`
     of eq. :eq:`run-noise`, part of ``factor``), which may: a measured run scatters below
-    the single worker's expected step as it does above [-]."""
+    the single worker's expected step as it does above [-]. With the point ``value``
+    [s] the noise adds in quadrature (eq. :eq:`run-noise-quadrature`), else at the ends."""
     if factor <= 1.0:
         return low, high
+    if value is not None and noise > 0.0 and value > 0.0:
+        lo, hi = widen_time(low, high, factor / (1.0 + noise), floor)
+        return _in_quadrature(value, None if lo is None else min(lo, value),
+                              None if hi is None else max(hi, value), noise)
     lo = None if low is None else low / factor
     if lo is not None and floor is not None:
         lo = max(lo, min(low, floor / (1.0 + noise)))
     return lo, None if high is None else high * factor
 
 
-def widen_scaling(low, high, factor, bound=None, noise=0.0):
+def widen_scaling(low, high, factor, bound=None, noise=0.0, value=None):
     """A scaling factor's interval widened by ``factor``: the low end divided by it, the
     high end multiplied, as the iteration time's ends move (:func:`widen_time`: the
     scaling factor is the single-worker time over it) [-]; an end None stays None.
     ``bound``: 1 for a job whose workers each run the whole step (no sharding: none of
     them is faster than one worker alone), the widening does not take the high end above
     it, but for the noise of a measured run, ``noise`` (part of ``factor``), which may;
-    None under sharding, whose sharded optimizer step can beat one worker [-]."""
+    None under sharding, whose sharded optimizer step can beat one worker [-]. With the
+    point ``value`` [-] the noise adds in quadrature (eq. :eq:`run-noise-quadrature`),
+    else at the ends."""
     if factor <= 1.0:
         return low, high
+    if value is not None and noise > 0.0 and value > 0.0:
+        lo, hi = widen_scaling(low, high, factor / (1.0 + noise), bound)
+        return _in_quadrature(value, None if lo is None else min(lo, value),
+                              None if hi is None else max(hi, value), noise)
     hi = None if high is None else high * factor
     if hi is not None and bound is not None:
         hi = min(hi, max(high, bound * (1.0 + noise)))

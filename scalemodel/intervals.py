@@ -254,8 +254,8 @@ def discrepant(iv, cluster, kind, n=None, bound=None) -> AnswerInterval:
     f = discrepancy_factor(cluster, n)
     if f <= 1.0:
         return iv
-    low, high = (widen_time if kind == "time" else widen_scaling)(iv.low, iv.high, f,
-                                                                   bound, run_noise(cluster, n))
+    low, high = (widen_time if kind == "time" else widen_scaling)(
+        iv.low, iv.high, f, bound, run_noise(cluster, n), iv.value)
     return attrs.evolve(iv, low=low, high=high, discrepancy=discrepancy_text(cluster))
 
 

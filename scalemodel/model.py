@@ -2489,9 +2489,10 @@ def _with_discrepancy(res, cluster, n_dp, sharded=False):
     whole = not sharded
     nu = run_noise(cluster, n_dp)
     return attrs.evolve(res, total_interval=widen_time(
-        *res.total_interval, f, res.total * res.scaling_factor if whole else None, nu),
-        scaling_factor_interval=widen_scaling(*res.scaling_factor_interval, f,
-                                              1.0 if whole else None, nu),
+        *res.total_interval, f, res.total * res.scaling_factor if whole else None, nu,
+        res.total), scaling_factor_interval=widen_scaling(
+            *res.scaling_factor_interval, f, 1.0 if whole else None, nu,
+            res.scaling_factor),
         model_discrepancy=discrepancy_text(cluster))
 
 

@@ -1611,7 +1611,8 @@ def _uncompressed_low(sc, n, sf_none, views):
     ``views`` (:func:`_with_none`), widened by the cluster's model discrepancy as the
     rows' are (:func:`_setting_evaluator`) [-]."""
     lo = min([sf_none] + [v[3] for v in views])
-    return widen_scaling(lo, None, discrepancy_factor(sc.cluster, n))[0]
+    return widen_scaling(lo, None, discrepancy_factor(sc.cluster, n), None,
+                         run_noise(sc.cluster, n), sf_none)[0]
 
 
 def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
@@ -1643,7 +1644,8 @@ def _setting_evaluator(sc, comp, n, x, codec, sf_none, views):
                 v = float(_sf(vsc, _evaluate(vsc, c, n, vcodec), vx))
                 lo, hi = min(lo, v), max(hi, v)
                 spd.append(v / vnone)
-            lo, hi = widen_scaling(lo, hi, f, 1.0 if sc.sharding is None else None, noise)
+            lo, hi = widen_scaling(lo, hi, f, 1.0 if sc.sharding is None else None, noise,
+                                   sf)
             # index 2: what must reach the target, the low end over the interval
             cache[key] = (c, ev, lo, sf, hi, min(spd), max(spd))
         return cache[key]

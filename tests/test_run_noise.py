@@ -54,12 +54,18 @@ def test_every_interval_widens_by_one_plus_the_noise_both_ways():
         a = sm.iteration_time(model, n, bw, cluster=cl, fusion="horovod")
         b = sm.iteration_time(model, n, bw, cluster=bare, fusion="horovod")
         assert a.total == b.total and a.scaling_factor == b.scaling_factor
-        assert a.total_interval[0] == pytest.approx(  # a run may beat t1 by its noise
-            max(b.total_interval[0] / (1 + nu), min(b.total_interval[0],
-                                                    b.total * b.scaling_factor / (1 + nu))))
-        assert a.total_interval[1] == pytest.approx(b.total_interval[1] * (1 + nu))
-        assert a.scaling_factor_interval[0] == pytest.approx(
-            b.scaling_factor_interval[0] / (1 + nu))
+        # eq. run-noise-quadrature: log half-widths add in quadrature with ln(1 + nu)
+        e = math.log1p(nu)
+        t, (lo, hi) = b.total, b.total_interval
+        assert a.total_interval[0] == pytest.approx(t * math.exp(-math.hypot(
+            math.log(t / lo), e)))  # (below the single worker's step by the noise)
+        assert a.total_interval[1] == pytest.approx(t * math.exp(math.hypot(
+            math.log(hi / t), e)))
+        s, (slo, shi) = b.scaling_factor, b.scaling_factor_interval
+        assert a.scaling_factor_interval[0] == pytest.approx(s * math.exp(-math.hypot(
+            math.log(s / slo), e)))
+        assert a.scaling_factor_interval[1] == pytest.approx(s * math.exp(math.hypot(
+            math.log(shi / s), e)))
         assert "noise of a measured run" in a.model_discrepancy
         assert b.model_discrepancy == ""
     # a solver's interval: solved again at target * (1 + nu) and target / (1 + nu)
