@@ -8,6 +8,7 @@ working, and each names the offending parameter and its value.
 from __future__ import annotations
 
 import difflib
+import os
 
 __all__ = [
     "ScalemodelError",
@@ -153,6 +154,16 @@ def renamed(exc, name):
     return new
 
 
+PATH_LIMIT = 300
+"""Longest text or path shown whole in an error message: a file's name, which usually
+sits at the end of a long path, is what a user needs to see; a longer one keeps its
+first and last characters [characters]."""
+
+
 def _short_repr(value: object, limit: int = 80) -> str:
     text = repr(value)
+    if isinstance(value, (str, os.PathLike)):  # a path: keep its end (the file's name)
+        if len(text) <= PATH_LIMIT:
+            return text
+        return text[: PATH_LIMIT // 2 - 2] + "..." + text[-(PATH_LIMIT // 2 - 1):]
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -773,11 +773,21 @@ def _report_measured(args, compute, ddp, world, bw, slow):
             "compute_slowdown": None if slow is None else slow.to_dict()}
 
 
+_SLOWDOWN_MAX = 100.0
+"""Largest compute slowdown a cluster holds (``ClusterProfile.compute_slowdown``) [-]."""
+
+
 def _fit_terms(prof, meas, iterations, world, bw, given, fit_overhead, fitted_from, kw):
     """Fit what the run shows on top of the transport (which fixes latency and
     bandwidth): slowdown, overlap, host overhead."""
     from .overhead import fit_with_transport
     est = meas.compute_slowdown()
+    if est is not None and est.value > _SLOWDOWN_MAX:  # (a cluster refuses it below)
+        raise CalibrationError(
+            f"the DDP iterations computed {est.value:.3g} times slower than the local ones "
+            f"(median of {est.iterations} paired iterations), beyond any slowdown the "
+            f"model holds ({_SLOWDOWN_MAX:g}): the machine was busy, or the iterations too "
+            "few to outvote a stall; rerun on an idle machine with more --iterations")
     return fit_with_transport(
         prof, world, bw, meas.scaling_factor, transport=given,
         compute_slowdown=1.0 if est is None else est.value,

@@ -32,8 +32,9 @@ that ``loss.backward()`` includes under DDP. The compute slowdown of
 
 with :math:`f_i` the forward time and :math:`b_i` the backward span (to the last gradient
 ready), the sum because the model stretches forward and backward alike (the quantity of
-Zhang et al.'s Fig. 2); each span the slowest rank's, with a bootstrap interval over the
-paired iterations
+Zhang et al.'s Fig. 2); the spans those of the rank whose ratio is the largest (each
+rank's own iterations: the largest over the ranks iteration by iteration would mix
+their stalls), with a bootstrap interval over the paired iterations
 (:func:`estimate_slowdown`). What it measures depends on the hardware:
 
 - on **GPUs** (nccl), backward and the all-reduces run on different streams; what slows
@@ -208,12 +209,13 @@ class DDPMeasurement:
         The process group's backend [-].
     backward : numpy.ndarray or None
         Backward spans of the DDP iterations (start of backward to the last gradient
-        ready), the slowest rank's per iteration [s].
+        ready), every iteration of one rank: the one whose compute is the most slowed
+        (``_with_slowest_compute``) [s].
     local_backward : numpy.ndarray or None
         The same for the local iterations [s].
     forward, local_forward : numpy.ndarray or None
-        Forward times (with the loss) of the DDP and local iterations, the slowest
-        rank's [s].
+        Forward times (with the loss) of the DDP and local iterations, of the same rank
+        [s].
     timer : str
         What timed the spans (``"CUDA events"`` or ``"time.perf_counter"``) [-].
     """
@@ -370,9 +372,12 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
     step = _step_function(dist, group, sync, opt, ddp, autocast, loss_fn, x, y, clock, marks)
     try:
         _timed_iterations(step, warmup, iterations, rows, progress and rank == 0)
-        worst = torch.tensor([rows[k] for k in rows], dtype=torch.float64,
-                             device=device if backend == "nccl" else "cpu")
+        mine = torch.tensor([rows[k] for k in rows], dtype=torch.float64,
+                            device=device if backend == "nccl" else "cpu")
+        worst = mine.clone()
         dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
+        every = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(every, mine, group=group)
         if trace is not None:  # kept in memory: the caller writes it with its outputs
             from .trace import record_trace
             trace_text = record_trace(trace, lambda: step(True), rank=rank,
@@ -385,7 +390,8 @@ def measure_ddp(model="mlp", *, batch_size=32, warmup=3, iterations=10, bucket_c
     finally:
         for h in handles:
             h.remove()
-    worst = dict(zip(rows, worst.cpu().numpy()))
+    worst = _with_slowest_compute(dict(zip(rows, worst.cpu().numpy())),
+                                  [dict(zip(rows, r.cpu().numpy())) for r in every])
     return DDPMeasurement(seconds=worst["ddp"], local_seconds=worst["local"],
                           world_size=dist.get_world_size(group),
                           batch_size=batch_size, bucket_cap_mb=float(bucket_cap_mb),
@@ -440,6 +446,28 @@ def _step_function(dist, group, sync, opt, ddp, autocast, loss_fn, x, y, clock, 
         return elapsed, clock.elapsed(f0, b0), max(span, 1e-9)
 
     return step
+
+
+_COMPUTE_ROWS = ("bwd", "local_bwd", "fwd", "local_fwd")
+
+
+def _with_slowest_compute(worst, ranks):
+    """``worst`` (each row the largest over the ranks, iteration by iteration) with its
+    compute spans replaced by the iterations of one rank, the one whose compute is the
+    most slowed (the largest median DDP over median local span, forward + backward).
+
+    An iteration time is the slowest rank's, iteration by iteration: the others wait for
+    it at the all-reduce. A compute span is not: taking each iteration's largest over
+    the ranks mixes their stalls, so that one stall per rank in different iterations
+    (a busy machine) raised the median DDP span of three iterations 500 times above the
+    local one; one rank's own iterations keep the median's robustness [s]."""
+    def ratio(r):
+        ddp = np.asarray(r["bwd"]) + np.asarray(r["fwd"])
+        local = np.asarray(r["local_bwd"]) + np.asarray(r["local_fwd"])
+        return float(np.median(ddp) / np.median(local)) if np.median(local) > 0 else 0.0
+
+    slowest = max(ranks, key=ratio)
+    return dict(worst, **{k: slowest[k] for k in _COMPUTE_ROWS})
 
 
 def _timed_iterations(step, warmup, iterations, rows, progress):
