@@ -501,6 +501,39 @@ def channel_sensitivity(rows, say):
             + f"; median {100 * statistics.median(a):.1f} %, largest {100 * max(a):.1f} %")
 
 
+NCCL_HELD = (("alpha 14 us per network hop", {}),
+              ("and 3.4 us per NVLink hop", {"intra_alpha": 3.4e-6}))
+"""The latencies held in :func:`latency_sensitivity`: NCCL's own per-hop latencies of its
+Simple-protocol ring (``scalemodel.fit_priors.NCCL_HOP_LATENCY``), across nodes, and
+inside a node as well."""
+
+
+def latency_sensitivity(rows, say):
+    """The zero1=-1 series calibrated (auto, rows at 8 and 64 GPUs) with the latency held
+    at NCCL's own per-hop values instead of 0: why ``fit_cluster``'s point keeps 0 and
+    takes NCCL's value as the end of an interval only (``fit_priors.NCCL_HOP_LATENCY``).
+    Not a prediction."""
+    sr = [r for r in rows if r["series"] == "tp1-zero1=-1"]
+    cal = [r for r in sr if r["gpus"] in CALIBRATION_N]
+    for label, extra in NCCL_HELD:
+        topo = dict(TOPO, **extra)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cluster = sm.fit_cluster([_run(r, "broadcast", None) for r in cal],
+                                     algorithm="ring", fusion=FUSION, alpha=14e-6,
+                                     **topo).cluster
+        errs = []
+        for r in sr:
+            if r["gpus"] >= HELD_OUT_MIN_N:
+                it = sm.iteration_time(profile_for(r), r["gpus"], BW,
+                                       sharding=sharding_for(r, "broadcast", None),
+                                       fusion=FUSION, algorithm="ring", cluster=cluster,
+                                       tp=r["tp"], **topo)
+                tokens = r["micro_batch"] * r["seq"] * r["grad_accum"] / r["tp"]
+                errs.append((r["gpus"], tokens / float(it.total) / r["tgs"] - 1))
+        say(f"  {label:27s}: " + ", ".join(f"{n}: {100 * e:+.1f} %" for n, e in errs))
+
+
 def main(argv=None):
     args = parser(__doc__, "print only; do not write "
                   "benchmarks/results/validate_large_n.txt").parse_args(argv)
@@ -515,6 +548,9 @@ def main(argv=None):
     broadcast_diagnosis(fits, load_rows(), say)
     say("zero1=-1, sensitivity to NCCL's channel count (auto; not a prediction):")
     channel_sensitivity(load_rows(), say)
+    say("zero1=-1, the latency held at NCCL's own per-hop values (auto; not a prediction; "
+        "the fit's point holds 0):")
+    latency_sensitivity(load_rows(), say)
     say("")
     tp_transfer(fits, load_rows(), say)
     say(printed.elapsed_line())

@@ -546,7 +546,9 @@ class ClusterProfile:
         if isinstance(self.extra, dict) and self.extra.get(KEY) is not None:  # a factor on every answer's interval
             check_discrepancy(self.extra[KEY])
         if isinstance(self.extra, dict) and self.extra.get(NOISE_KEY) is not None:
-            check_run_noise(self.extra[NOISE_KEY])  # the noise of a run on every interval
+            # the noise of a run on every interval, kept as a float (a file holds it)
+            object.__setattr__(self, "extra", dict(self.extra, **{
+                NOISE_KEY: check_run_noise(self.extra[NOISE_KEY])}))
 
     def _table_achieved(self):
         """Table line rates and their non-decreasing achieved bandwidths [bits/s]."""

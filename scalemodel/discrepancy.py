@@ -38,7 +38,8 @@ both ways, since the sign of the next miss is unknown:
 - a compression plan's rows take their scaling factors' intervals so widened, and a row
   is feasible when the low end reaches the target; speedups over no compression and
   break-even line rates do not change: compressed and uncompressed times move by the
-  same factor.
+  same factor (nor does the run noise below widen them: they compare two expected
+  times, not two measured runs).
 
 The point answers stay the fit's. A fit that reaches all its runs records no miss,
 :math:`F = 1`. Nor is an answer for one data-parallel worker widened: it has no traffic
@@ -293,15 +294,25 @@ def discrepancy_factor(cluster, n=None) -> float:
     return miss_factor(cluster, n) * (1.0 + _noise(cluster))
 
 
-def discrepancy_text(cluster) -> str:
+def discrepancy_text(cluster, solver=False) -> str:
     """Why an answer's interval is widened, in words: the model discrepancy and the
-    run noise; empty when it is not [-]."""
+    run noise; empty when it is not [-].
+
+    Parameters
+    ----------
+    cluster : ClusterProfile or None
+        The cluster [-].
+    solver : bool
+        Whether the answer is a solver's (its target moved by the noise) rather than one
+        with a point (the noise in quadrature, eq. :eq:`run-noise-quadrature`) [-].
+    """
     miss, nu = _miss_text(cluster), _noise(cluster)
     if nu <= 0.0:
         return miss
-    noise = (f"widened {1 + nu:.3g} times both ways for the noise of a measured run "
-             f"(+-{100 * nu:.3g} %, from the calibration runs' uncertainties: the "
-             "cluster's run_noise)")
+    noise = (f"widened {1 + nu:.3g} times both ways for the noise of a measured run"
+             if solver else "with the noise of a measured run, in quadrature") + (
+        f" (+-{100 * nu:.3g} %, the calibration runs' uncertainties: the cluster's "
+        "run_noise)")
     return noise if not miss else f"{noise}; and {miss}"
 
 
@@ -324,8 +335,11 @@ def _in_quadrature(value, low, high, noise):
     """``(low, high)`` about ``value`` with the run noise :math:`\\nu` added in quadrature
     in the logarithm, eq. :eq:`run-noise-quadrature` (an end None stays None) [unit of
     the ends]."""
+    if not math.isfinite(value):  # (no point to widen about: the ends stay)
+        return low, high
     e = math.log1p(noise)
-    lo = None if low is None else value * math.exp(-math.hypot(math.log(value / low), e))
+    lo = low if low is None or low <= 0.0 else value * math.exp(
+        -math.hypot(math.log(value / low), e))
     hi = None if high is None else value * math.exp(math.hypot(math.log(high / value), e))
     return lo, hi
 

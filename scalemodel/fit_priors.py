@@ -120,12 +120,13 @@ latencies of its tuning model (src/graph/tuning.cc, ``hwLat``, v2.30.7-1; summar
 ../shared/notes/nccl_cost_model.md section 3). A fit whose ``network=`` is an NCCL
 transport, without transport data, holds ``alpha`` at the ideal model's 0 and, where the
 runs do not see it (:data:`~scalemodel.fitting.UNSEEN`), takes ``[0, "net"]`` as its
-interval (status ``"prior"``): the ring's 2(n - 1) steps and the tree's depth may cost up
-to what NCCL itself expects, a cost that grows with n and that runs at a few worker
-counts cannot tell from zero. The point stays at 0: on InternLM's published 8-1024 GPU
-runs (benchmarks/validate_large_n.py, calibrated at 8 and 64 GPUs with
-``network="nccl-roce"``) holding ``alpha`` at 14 us moved the 1024-GPU error of the
-ZeRO-1 series from -9.8 % to -12.9 %, and adding the intra-node 3.4 us to -17.9 %:
+interval (status ``"prior"``): the ring's steps across nodes (2(m - 1) on m nodes; all
+2(n - 1) without a topology) and the tree's depth may cost up to what NCCL itself
+expects, a cost that grows with n and that runs at a few worker counts cannot tell from
+zero. The point stays at 0: on InternLM's published 8-1024 GPU
+runs (benchmarks/validate_large_n.py, its "latency held at NCCL's own per-hop values"
+lines: the ZeRO-1 series calibrated at 8 and 64 GPUs) holding ``alpha`` at 14 us moved
+the 1024-GPU error from -9.8 % to -12.9 %, and adding the intra-node 3.4 us to -17.9 %:
 NCCL's Simple per-hop values, made for choosing an algorithm, overstate what those runs
 paid."""
 

@@ -926,10 +926,12 @@ def _prior_intervals(problem, best, params, network, confidence):
         iv = (hi, worst) if k == "alpha" else (worst, hi)  # (alpha: low, high)
         out[k] = FittedParameter(
             k, p.value, iv, p.unit, "prior", False,
-            f"from the network prior, not seen by the runs (their residuals move by "
-            f"{shift:.2g} of their uncertainty over its range): " + (
-                "from the ideal model's 0 to NCCL's own per-hop network latency, "
-                "fit_priors.NCCL_HOP_LATENCY" if k == "alpha" else NETWORKS[network].source))
+            (f"the ideal model's 0 to NCCL's own per-hop network latency "
+             f"(fit_priors.NCCL_HOP_LATENCY), not seen by the runs (their residuals move "
+             f"by {shift:.2g} of their uncertainty over that range)") if k == "alpha" else
+            (f"from the network prior, not seen by the runs (their residuals move by "
+             f"{shift:.2g} of their uncertainty over its range): "
+             f"{NETWORKS[network].source}"))
     return out
 
 

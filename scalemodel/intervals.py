@@ -140,9 +140,15 @@ class AnswerInterval:
         if self.discrepancy:
             text += "; " + self.discrepancy
         if self.unseen and self.low != self.high:
+            rate = [k for k in self.unseen if k != "alpha"]
+            runs = ([] if not rate else ["a run where the network decides the time, at a "
+                                         "lower line rate"]) + (
+                [] if "alpha" not in self.unseen else
+                ["one at more workers or with smaller buckets, where NCCL's per-hop latency "
+                 "shows"])
             text += (f"; it spans the network prior's range of {', '.join(self.unseen)}, "
-                     "which the calibration runs did not see (a run where the network "
-                     "decides the time, at a lower line rate, would narrow it)")
+                     f"which the calibration runs did not see ({' or '.join(runs)} would "
+                     "narrow it)")
         return text
 
 
@@ -296,7 +302,7 @@ def discrepant_solution(iv, cluster, solve_at, target, n=None) -> AnswerInterval
         far = answer_interval(solve_at(pessimistic), cluster).high
         high = None if far is None else max(iv.high, far)
     return attrs.evolve(iv, low=min(lows) if lows else None, high=high,
-                        discrepancy=discrepancy_text(cluster))
+                        discrepancy=discrepancy_text(cluster, solver=True))
 
 
 def corner_clusters(cluster, *, swap_efficiency=False):

@@ -60,7 +60,7 @@ def test_without_network_the_interval_misses_the_truth():
     assert not _inside(fit, 16, 1e9)
 
 
-def test_runs_that_see_the_network_get_no_prior_interval():
+def test_runs_that_see_the_network_get_no_prior_interval_of_its_bandwidth():
     fit = _fit(_runs(1e9), "nccl-socket")
     for k in ("utilization", "ceiling"):
         assert fit.parameters[k].status != "prior"

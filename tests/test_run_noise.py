@@ -44,7 +44,7 @@ def test_the_fit_records_the_median_uncertainty_at_its_confidence():
     assert noise_record([0.01, 0.05, 0.02]) == pytest.approx(1.959964 * 0.02, rel=1e-6)
 
 
-def test_every_interval_widens_by_one_plus_the_noise_both_ways():
+def test_every_interval_adds_the_noise_in_quadrature_and_a_solver_moves_its_target():
     cl = fitted()
     nu = cl.extra[NOISE_KEY]
     assert miss_factor(cl) == 1.0 and discrepancy_factor(cl) == pytest.approx(1 + nu)
@@ -68,12 +68,19 @@ def test_every_interval_widens_by_one_plus_the_noise_both_ways():
             math.log(shi / s), e)))
         assert "noise of a measured run" in a.model_discrepancy
         assert b.model_discrepancy == ""
-    # a solver's interval: solved again at target * (1 + nu) and target / (1 + nu)
-    m, m0 = (sm.min_compression("bert-large", n=64, bw=10e9, cluster=c, fusion="horovod")
-             for c in (cl, bare))
+    # a solver's interval: solved again at target * (1 + nu) and target / (1 + nu) over
+    # the cluster's corners and alternatives (the noise at the ends: no point to add to)
+    def solve(c, target):
+        return sm.min_compression("bert-large", n=64, bw=10e9, cluster=c, fusion="horovod",
+                                  target=target)
+
+    m, m0 = solve(cl, 0.6), solve(bare, 0.6)
     assert m.ratio == m0.ratio
-    assert m.interval[0] < m0.interval[0] and (m.interval[1] is None
-                                              or m.interval[1] > m0.interval[1])
+    low, high = solve(bare, 0.6 / (1 + nu)).interval[0], solve(bare, 0.6 * (1 + nu)).interval[1]
+    assert high is not None and m0.interval[1] is not None  # (the case: both bounded)
+    assert m.interval[0] == pytest.approx(min(m0.interval[0], low))
+    assert m.interval[1] == pytest.approx(max(m0.interval[1], high))
+    assert m.interval[0] < m0.interval[0] and m.interval[1] >= m0.interval[1]
 
 
 def test_measured_runs_scattered_by_their_noise_fall_inside():
@@ -107,15 +114,35 @@ def test_a_cluster_file_keeps_it_and_refuses_a_bad_one(tmp_path):
     data = json.loads(path.read_text())
     assert data[NOISE_KEY] == pytest.approx(cl.extra[NOISE_KEY])
     assert sm.load_cluster(path).extra[NOISE_KEY] == pytest.approx(cl.extra[NOISE_KEY])
-    for bad in (-0.1, 11.0, "0.04", True, None if False else math.inf):
-        data[NOISE_KEY] = bad
-        path.write_text(json.dumps(data) if bad != math.inf else
-                        json.dumps(data).replace("Infinity", "1e999"))
+    for bad in (-0.1, 11.0, "0.04", True, math.inf, math.nan):
+        data[NOISE_KEY] = bad  # (JSON's Infinity and NaN as Python's json writes them)
+        path.write_text(json.dumps(data))
         with pytest.raises(sm.ScalemodelError, match="run_noise"):
             sm.load_cluster(path)
 
 
 def test_a_cluster_without_runs_is_not_widened():
-    assert discrepancy_factor(TRUTH) == 1.0
-    res = sm.iteration_time("bert-large", 64, 25e9, cluster=TRUTH, fusion="horovod")
-    assert res.scaling_factor_interval == (res.scaling_factor, res.scaling_factor)
+    # a cluster with intervals (from a transport measurement, say) but no runs: its
+    # interval is its corners', no noise added
+    cl = attrs.evolve(TRUTH, intervals={"ceiling": (10e9, 14e9)})
+    assert discrepancy_factor(cl) == 1.0 and NOISE_KEY not in cl.extra
+    res = sm.iteration_time("bert-large", 64, 25e9, cluster=cl, fusion="horovod")
+    worst, best = cl.corners()
+    ends = [sm.iteration_time("bert-large", 64, 25e9, cluster=c, fusion="horovod").total
+            for c in (best, worst)]
+    assert res.total_interval == pytest.approx(tuple(ends), rel=1e-12)
+    assert res.model_discrepancy == ""
+
+
+def test_a_plans_rows_carry_the_noise():
+    # the plan's rows (and its 'none' row) are the scaling factor's intervals, widened
+    cl = fitted()
+    bare = without_noise(cl)
+    plans = [sm.plan_compression("bert-large", 10e9, n=64, cluster=c, fusion="horovod",
+                                 target=0.8) for c in (cl, bare)]
+    for r, r0 in zip(*(p.rows for p in plans)):
+        assert r.compressor == r0.compressor and r.scaling_factor == r0.scaling_factor
+        assert r.interval[0] < r0.interval[0] and r.interval[1] > r0.interval[1]
+    none = next(r for r in plans[0].rows if r.compressor == "none")
+    it = sm.iteration_time("bert-large", 64, 10e9, cluster=cl, fusion="horovod")
+    assert none.interval == pytest.approx(it.scaling_factor_interval, rel=1e-9)

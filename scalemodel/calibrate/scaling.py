@@ -52,6 +52,7 @@ their stalls), with a bootstrap interval over the paired iterations
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -461,10 +462,13 @@ def _with_slowest_compute(worst, ranks):
     the ranks mixes their stalls, so that one stall per rank in different iterations
     (a busy machine) raised the median DDP span of three iterations 500 times above the
     local one; one rank's own iterations keep the median's robustness [s]."""
-    def ratio(r):
-        ddp = np.asarray(r["bwd"]) + np.asarray(r["fwd"])
+    def ratio(r):  # a rank whose spans cannot give one is taken: its spans are refused
+        ddp = np.asarray(r["bwd"]) + np.asarray(r["fwd"])  # by name (estimate_slowdown)
         local = np.asarray(r["local_bwd"]) + np.asarray(r["local_fwd"])
-        return float(np.median(ddp) / np.median(local)) if np.median(local) > 0 else 0.0
+        if not (np.all(np.isfinite(ddp)) and np.all(np.isfinite(local))
+                and np.median(local) > 0):
+            return math.inf
+        return float(np.median(ddp) / np.median(local))
 
     slowest = max(ranks, key=ratio)
     return dict(worst, **{k: slowest[k] for k in _COMPUTE_ROWS})
